@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/internal/pools"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// CheckJSON is the output of `leasekeeper check --json`.
+type CheckJSON struct {
+	Problems []pools.Problem `json:"problems"`
+	// Unchecked lists host fixed addresses written as names, which check
+	// does not resolve.
+	Unchecked []string `json:"unchecked"`
+}
+
+func newCheckCmd(env *Env) *cobra.Command {
+	var ff fileFlags
+	cmd := &cobra.Command{
+		Use:   "check --leases FILE --config FILE [--json]",
+		Short: "Find leases dhcpd will lose or that conflict; exit 1 if any",
+		Long: `Report the inconsistencies between dhcpd's leases and its configuration:
+
+  orphan          an active lease outside every configured range: dhcpd's next
+                  rewrite drops it and never runs on-expiry for it
+  duplicate-mac   one MAC address holding several active IPv4 leases
+  fixed-address   an active dynamic lease on a host declaration's fixed address
+
+Exit status: 0 when nothing is found, 1 when problems are found (or on an
+error), 2 on a usage error. --json prints {"problems": [...], "unchecked": [...]};
+each problem has kind, ip, mac, detail and, where relevant, ips and host.`,
+		Example: `  leasekeeper check --leases /var/lib/dhcp/dhcpd.leases --config /etc/dhcp/dhcpd.conf`,
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, ls, err := ff.load(env)
+			if err != nil {
+				return err
+			}
+			problems, unresolved := pools.Check(cfg, ls.Table, parser.TimeOf(env.Now()))
+			if ff.asJSON {
+				out := CheckJSON{Problems: problems, Unchecked: unresolved}
+				if out.Problems == nil {
+					out.Problems = []pools.Problem{}
+				}
+				if out.Unchecked == nil {
+					out.Unchecked = []string{}
+				}
+				enc := json.NewEncoder(env.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(out); err != nil {
+					return err
+				}
+			} else {
+				for _, p := range problems {
+					fmt.Fprintf(env.Stdout, "%s: %s\n", p.Kind, p.Detail)
+				}
+				for _, u := range unresolved {
+					fmt.Fprintf(env.Stderr, "leasekeeper: note: fixed address %s is a name; not checked\n", u)
+				}
+				if len(problems) == 0 {
+					fmt.Fprintf(env.Stdout, "ok: %d leases, %d ranges, no problems\n", ls.Len(), len(cfg.Ranges))
+				}
+			}
+			if len(problems) > 0 {
+				return ErrProblems
+			}
+			return nil
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}

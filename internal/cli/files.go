@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// loadLeases parses a leases file. Statements the parser had to skip and
+// an unfinished last statement are reported on stderr, not fatal: the rest
+// of the file is still dhcpd's truth.
+func loadLeases(env *Env, path string) (*parser.Leases, error) {
+	f, err := env.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ls, err := parser.ParseLeases(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, e := range ls.Errors {
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v (statement skipped)\n", path, e)
+	}
+	if ls.Incomplete != nil {
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v (ignored: still being written, or torn)\n", path, ls.Incomplete)
+	}
+	return ls, nil
+}
+
+// loadConfig parses a dhcpd.conf; relative includes resolve against the
+// file's directory.
+func loadConfig(env *Env, path string) (*parser.Config, error) {
+	f, err := env.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	return parser.ParseConfig(f, parser.ConfigOptions{
+		BaseDir: filepath.Dir(abs),
+		Open:    env.Open,
+		Name:    path,
+	})
+}

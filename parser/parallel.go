@@ -1,0 +1,180 @@
+package parser
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/bits"
+	"runtime"
+	"sync"
+)
+
+// Whole files are decoded in segments on several cores. A segment ends
+// where a line starts with a top-level keyword: the decoder always starts
+// a statement there (a statement still open at such a line is reported
+// torn and decoding resumes at the line), so segments decode
+// independently to exactly what one decoder reading the whole file would
+// produce. Each segment carries the keyword line that follows it as
+// lookahead, so a statement torn at the boundary is reported the same way.
+
+// segmentSize is how much of the file one segment holds.
+const segmentSize = 4 << 20
+
+type segment struct {
+	buf   []byte // the segment and its lookahead line
+	limit int    // statements start before limit
+	line  int    // line number of buf[0]
+	last  bool
+
+	items      []item
+	incomplete *IncompleteError
+	done       chan struct{}
+}
+
+type item struct {
+	s   Statement
+	err error
+}
+
+func (s *segment) decode(free chan<- []byte) {
+	d := &Decoder{line: s.line, order: binary.NativeEndian}
+	s.items = make([]item, 0, len(s.buf)/256)
+	h := func(st Statement, err error) { s.items = append(s.items, item{st, err}) }
+	if s.last {
+		n := d.decode(s.buf, true, len(s.buf), h)
+		if n < len(s.buf) {
+			s.incomplete = &IncompleteError{Line: d.stmtLine}
+		}
+	} else if n := d.decode(s.buf, false, s.limit, h); n < s.limit {
+		// Unreachable by construction; say so rather than lose it.
+		h(nil, &SyntaxError{Line: d.stmtLine, Msg: "statement not closed at a segment boundary"})
+	}
+	select {
+	case free <- s.buf[:0]:
+	default:
+	}
+	s.buf = nil
+	close(s.done)
+}
+
+// cutPoint returns the start of the last line in b that begins with a
+// top-level keyword and is followed by a complete line, and that line's
+// length including its newline; ok is false when there is none past 0.
+func cutPoint(b []byte) (cut, lineLen int, ok bool) {
+	end := len(b)
+	for end > 0 {
+		nl := bytes.LastIndexByte(b[:end], '\n')
+		if nl < 0 {
+			return 0, 0, false
+		}
+		q := nl + 1
+		if q < len(b) && keywordAt(b[q:]) {
+			if e := bytes.IndexByte(b[q:], '\n'); e >= 0 {
+				return q, e + 1, true
+			}
+		}
+		end = nl
+	}
+	return 0, 0, false
+}
+
+// decodeParallel decodes r to its end on up to workers goroutines and
+// hands the results to h in input order. It returns the bytes read, the
+// unfinished final statement if any, and the first read error.
+func decodeParallel(r io.Reader, workers int, h Handler) (int64, *IncompleteError, error) {
+	if workers < 1 {
+		workers = 1
+	}
+	work := make(chan *segment, workers)
+	ordered := make(chan *segment, 2*workers)
+	// Segment buffers are recycled: statements never alias them.
+	free := make(chan []byte, 3*workers+2)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				s.decode(free)
+			}
+		}()
+	}
+
+	var total int64
+	var readErr error
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		var carry []byte
+		line := 1
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			default:
+			}
+			if cap(buf) < len(carry)+segmentSize {
+				buf = make([]byte, 0, len(carry)+segmentSize)
+			}
+			buf = append(buf[:0], carry...)
+			n, err := io.ReadFull(r, buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			total += int64(n)
+			eof := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+			if err != nil && !eof {
+				readErr = err
+			}
+			s := &segment{buf: buf, line: line, done: make(chan struct{})}
+			if eof || readErr != nil {
+				s.last, s.limit = true, len(buf)
+				ordered <- s
+				work <- s
+				return
+			}
+			cut, lineLen, ok := cutPoint(buf)
+			if !ok {
+				carry = buf // one statement longer than a segment: read on
+				continue
+			}
+			s.buf, s.limit = buf[:cut+lineLen], cut
+			ordered <- s
+			work <- s
+			line += bytes.Count(buf[:cut], []byte{'\n'})
+			carry = buf[cut:]
+		}
+	}()
+
+	var incomplete *IncompleteError
+	hostBig := binary.NativeEndian.Uint16([]byte{0, 1}) == 1
+	fileBig := hostBig
+	for s := range ordered {
+		<-s.done
+		for _, it := range s.items {
+			if it.err != nil {
+				h(nil, it.err)
+				continue
+			}
+			switch st := it.s.(type) {
+			case *ByteOrder:
+				fileBig = st.BigEndian
+			case *IA:
+				// Segments decode IAIDs in the host's order; the file's
+				// authoring-byte-order may say otherwise.
+				if fileBig != hostBig {
+					st.IAID = bits.ReverseBytes32(st.IAID)
+					for _, l := range st.Leases {
+						l.IAID = st.IAID
+					}
+				}
+			}
+			h(it.s, nil)
+		}
+		incomplete = s.incomplete
+	}
+	wg.Wait()
+	return total, incomplete, readErr
+}
+
+// DefaultWorkers is the number of goroutines ParseLeases decodes with.
+func DefaultWorkers() int { return runtime.GOMAXPROCS(0) }

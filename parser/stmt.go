@@ -1,0 +1,876 @@
+package parser
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// errShort means the buffer ended inside a statement.
+var errShort = errors.New("short buffer")
+
+// resumeError is a syntax error after which decoding resumes at a known
+// position (a top-level keyword that cut the statement short) instead of
+// skipping to the next statement.
+type resumeError struct {
+	SyntaxError
+	at, line int
+}
+
+// stmtParser parses one top-level statement from the lexer. ctx and arg
+// name what is being parsed, for error messages only; arg aliases the
+// buffer and is formatted only when an error is built.
+type stmtParser struct {
+	lx    lexer
+	order binary.ByteOrder
+	line0 int // first line of the statement
+	ctx   string
+	arg   []byte
+	vars  []Var // scratch for a block's set statements
+}
+
+func (p *stmtParser) where() string {
+	if p.arg == nil {
+		return p.ctx
+	}
+	return p.ctx + " " + string(p.arg)
+}
+
+// fail builds a syntax error at the current token.
+func (p *stmtParser) fail(format string, args ...any) error {
+	return &SyntaxError{Line: p.lx.tline, Msg: p.where() + ": " + fmt.Sprintf(format, args...)}
+}
+
+// unexpected turns the current token into the right error: more input
+// needed, a torn block, a bad token, or a plain syntax error.
+func (p *stmtParser) unexpected(want string) error {
+	lx := &p.lx
+	switch lx.kind {
+	case tEnd:
+		return errShort
+	case tTorn:
+		lx.p, lx.line = lx.start, lx.tline
+		return p.torn()
+	case tBad:
+		return p.fail("%s", lx.msg)
+	}
+	return p.fail("expected %s, found %q", want, lx.text())
+}
+
+// torn reports a statement cut short by a top-level keyword line at lx.p.
+func (p *stmtParser) torn() error {
+	return &resumeError{
+		SyntaxError: SyntaxError{Line: p.line0,
+			Msg: fmt.Sprintf("%s: not closed before line %d (torn write?)", p.where(), p.lx.line)},
+		at: p.lx.p, line: p.lx.line,
+	}
+}
+
+// parseTop parses the statement whose first token is current. It returns
+// a nil Statement for statements skipped on purpose.
+func (p *stmtParser) parseTop() (Statement, error) {
+	lx := &p.lx
+	p.line0, p.ctx, p.arg = lx.tline, "", nil
+	switch lx.kind {
+	case tSemi:
+		return nil, nil
+	case tWord:
+	case tBad:
+		return nil, &SyntaxError{Line: lx.tline, Msg: lx.msg}
+	default:
+		return nil, &SyntaxError{Line: lx.tline, Msg: fmt.Sprintf("unexpected %q at top level", lx.text())}
+	}
+	p.ctx = string(lx.text())
+	switch p.ctx {
+	case "lease":
+		return p.parseLease()
+	case "ia-na", "ia-ta", "ia-pd":
+		return p.parseIA()
+	case "host":
+		return p.parseHost()
+	case "server-duid":
+		id, err := p.id()
+		if err == nil {
+			err = p.semi()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &ServerDUID{DUID: id, Line: p.line0}, nil
+	case "authoring-byte-order":
+		return p.parseByteOrder()
+	case "failover":
+		return p.parseFailover()
+	case "class", "subclass":
+		return p.parseClass()
+	}
+	// group, db-time-format, lease-id-format and anything unknown.
+	return nil, p.skip()
+}
+
+// topKeyword reports whether w starts a top-level statement; seen at the
+// start of a line inside a statement it means the statement was cut short.
+func topKeyword(w []byte) bool {
+	switch string(w) {
+	case "lease", "host", "ia-na", "ia-ta", "ia-pd", "server-duid",
+		"authoring-byte-order", "failover", "class", "subclass", "group":
+		return true
+	}
+	return false
+}
+
+// open reads the '{' that starts a block.
+func (p *stmtParser) open() error {
+	if p.lx.next(); p.lx.kind != tLBrace {
+		return p.unexpected("{")
+	}
+	return nil
+}
+
+// item advances to the next statement of a block: true with its keyword
+// current, false at the closing '}'.
+func (p *stmtParser) item() (bool, error) {
+	lx := &p.lx
+	for {
+		lx.next()
+		switch lx.kind {
+		case tRBrace:
+			return false, nil
+		case tSemi:
+			continue
+		case tWord:
+			return true, nil
+		}
+		return false, p.unexpected("a statement")
+	}
+}
+
+func (p *stmtParser) parseLease() (*Lease, error) {
+	lx := &p.lx
+	if lx.next(); lx.kind != tWord {
+		return nil, p.unexpected("an address")
+	}
+	ip, ok := parseIPv4(lx.text())
+	if !ok {
+		return nil, p.fail("bad IPv4 address %q", lx.text())
+	}
+	p.arg = lx.text()
+	l := newLease(IPv4, ip, p.line0)
+	if err := p.leaseBody(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func newLease(f Family, ip netip.Addr, line int) *Lease {
+	return &Lease{Family: f, IP: ip, Line: line,
+		Starts: NoTime, Ends: NoTime, Tstp: NoTime, Tsfp: NoTime, Atsfp: NoTime, Cltt: NoTime}
+}
+
+// leaseBody parses the block of a lease, iaaddr or iaprefix.
+func (p *stmtParser) leaseBody(l *Lease) error {
+	if err := p.open(); err != nil {
+		return err
+	}
+	p.vars = p.vars[:0]
+	for {
+		more, err := p.item()
+		if err != nil {
+			return err
+		}
+		if !more {
+			if len(p.vars) > 0 {
+				l.Vars = append([]Var(nil), p.vars...)
+			}
+			return nil
+		}
+		if err := p.leaseStmt(l); err != nil {
+			return err
+		}
+	}
+}
+
+// leaseStmt parses one statement of a lease block, keyword current.
+func (p *stmtParser) leaseStmt(l *Lease) error {
+	var err error
+	switch string(p.lx.text()) {
+	case "starts":
+		l.Starts, err = p.date()
+	case "ends":
+		l.Ends, err = p.date()
+	case "tstp":
+		l.Tstp, err = p.date()
+	case "tsfp":
+		l.Tsfp, err = p.date()
+	case "atsfp":
+		l.Atsfp, err = p.date()
+	case "cltt":
+		l.Cltt, err = p.date()
+	case "binding":
+		l.State, err = p.bindingState()
+	case "next":
+		if err = p.keyword("binding"); err == nil {
+			l.NextState, err = p.bindingState()
+		}
+	case "rewind":
+		if err = p.keyword("binding"); err == nil {
+			l.RewindState, err = p.bindingState()
+		}
+	case "hardware":
+		l.HardwareType, l.HardwareAddr, err = p.hardware()
+	case "uid":
+		if l.UID, err = p.id(); err == nil {
+			err = p.semi()
+		}
+	case "client-hostname":
+		var b []byte
+		if b, err = p.str(); err == nil {
+			l.ClientHostname = string(b)
+			err = p.semi()
+		}
+	case "set":
+		var v Var
+		if v, err = p.setVar(); err == nil {
+			p.vars = append(p.vars, v)
+		}
+	case "option":
+		var v Var
+		if v, err = p.option(); err == nil {
+			l.Options = append(l.Options, v)
+		}
+	case "reserved":
+		l.Reserved = true
+		err = p.semi()
+	case "bootp", "dynamic-bootp":
+		l.Bootp = true
+		err = p.semi()
+	case "on":
+		var on On
+		if on, err = p.on(); err == nil {
+			l.On |= on
+		}
+	case "preferred-life":
+		l.PreferredLife, err = p.uint32()
+	case "max-life":
+		l.MaxLife, err = p.uint32()
+	default:
+		// billing, ddns-*, abandoned and future statements.
+		err = p.skip()
+	}
+	return err
+}
+
+func (p *stmtParser) parseIA() (*IA, error) {
+	ia := &IA{Type: p.ctx, Cltt: NoTime, Line: p.line0}
+	id, err := p.id()
+	if err != nil {
+		return nil, err
+	}
+	if len(id) < 4 {
+		return nil, p.fail("identifier shorter than an IAID")
+	}
+	ia.IAID, ia.DUID = p.order.Uint32(id[:4]), id[4:]
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	for {
+		more, err := p.item()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		switch kw := string(p.lx.text()); kw {
+		case "cltt":
+			ia.Cltt, err = p.date()
+		case "iaaddr", "iaprefix":
+			var l *Lease
+			if l, err = p.parseIAAddr(ia, kw); err == nil {
+				ia.Leases = append(ia.Leases, l)
+			}
+			p.ctx, p.arg = ia.Type, nil
+		default:
+			err = p.skip()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range ia.Leases {
+		l.Cltt = ia.Cltt
+	}
+	return ia, nil
+}
+
+func (p *stmtParser) parseIAAddr(ia *IA, kw string) (*Lease, error) {
+	lx := &p.lx
+	line := lx.tline
+	if lx.next(); lx.kind != tWord {
+		return nil, p.unexpected("an address")
+	}
+	var l *Lease
+	text := string(lx.text())
+	if kw == "iaprefix" {
+		pfx, err := netip.ParsePrefix(text)
+		if err != nil || !pfx.Addr().Is6() {
+			return nil, p.fail("bad IPv6 prefix %q", text)
+		}
+		l = newLease(IPv6, pfx.Addr(), line)
+		l.PrefixLen = pfx.Bits()
+	} else {
+		ip, err := netip.ParseAddr(text)
+		if err != nil || !ip.Is6() || ip.Zone() != "" {
+			return nil, p.fail("bad IPv6 address %q", text)
+		}
+		l = newLease(IPv6, ip, line)
+	}
+	l.IAType, l.IAID, l.DUID = ia.Type, ia.IAID, ia.DUID
+	p.ctx, p.arg = kw, lx.text()
+	if err := p.leaseBody(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (p *stmtParser) parseHost() (*HostEntry, error) {
+	name, err := p.name()
+	if err != nil {
+		return nil, err
+	}
+	h := &HostEntry{Name: name, Line: p.line0}
+	p.arg = p.lx.text()
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	for {
+		more, err := p.item()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return h, nil
+		}
+		switch string(p.lx.text()) {
+		case "dynamic":
+			h.Dynamic = true
+			err = p.semi()
+		case "deleted":
+			h.Deleted = true
+			err = p.semi()
+		case "hardware":
+			h.HardwareType, h.HardwareAddr, err = p.hardware()
+		case "uid":
+			if h.UID, err = p.id(); err == nil {
+				err = p.semi()
+			}
+		case "fixed-address", "fixed-address6":
+			h.FixedAddresses, err = p.list()
+		default:
+			err = p.skip()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (p *stmtParser) parseByteOrder() (*ByteOrder, error) {
+	w, err := p.word()
+	if err != nil {
+		return nil, err
+	}
+	bo := &ByteOrder{Line: p.line0}
+	switch w {
+	case "little-endian":
+	case "big-endian":
+		bo.BigEndian = true
+	default:
+		return nil, p.fail("unknown order %q", w)
+	}
+	if err := p.semi(); err != nil {
+		return nil, err
+	}
+	if bo.BigEndian {
+		p.order = binary.BigEndian
+	} else {
+		p.order = binary.LittleEndian
+	}
+	return bo, nil
+}
+
+func (p *stmtParser) parseFailover() (*FailoverState, error) {
+	lx := &p.lx
+	if err := p.keyword("peer"); err != nil {
+		return nil, err
+	}
+	name, err := p.name()
+	if err != nil {
+		return nil, err
+	}
+	p.ctx, p.arg = "failover peer", lx.text()
+	if err := p.keyword("state"); err != nil {
+		return nil, err
+	}
+	f := &FailoverState{Peer: name, MyStateAt: NoTime, PartnerStateAt: NoTime, MCLT: -1, Line: p.line0}
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	for {
+		more, err := p.item()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return f, nil
+		}
+		switch kw := string(lx.text()); kw {
+		case "my", "partner":
+			var st string
+			at := NoTime
+			if err = p.keyword("state"); err == nil {
+				st, err = p.word()
+			}
+			if err == nil {
+				if lx.next(); lx.is("at") {
+					at, err = p.date()
+				} else if lx.kind != tSemi {
+					err = p.unexpected("; or at")
+				}
+			}
+			if kw == "my" {
+				f.MyState, f.MyStateAt = st, at
+			} else {
+				f.PartnerState, f.PartnerStateAt = st, at
+			}
+		case "mclt":
+			var n uint32
+			n, err = p.uint32()
+			f.MCLT = int(n)
+		default:
+			err = p.skip()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (p *stmtParser) parseClass() (*ClassEntry, error) {
+	lx := &p.lx
+	c := &ClassEntry{Subclass: p.ctx == "subclass", LeaseLimit: -1, Line: p.line0}
+	var err error
+	if c.Name, err = p.name(); err != nil {
+		return nil, err
+	}
+	p.arg = lx.text()
+	if c.Subclass {
+		switch lx.next(); lx.kind {
+		case tWord:
+			c.Data = string(lx.text())
+		case tString:
+			c.Data = string(unquote(lx.text()))
+		default:
+			return nil, p.unexpected("match data")
+		}
+	}
+	// "class NAME;" and "subclass NAME DATA;" have no block.
+	switch lx.next(); lx.kind {
+	case tSemi:
+		return c, nil
+	case tLBrace:
+	default:
+		return nil, p.unexpected("{ or ;")
+	}
+	for {
+		more, err := p.item()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			return c, nil
+		}
+		if lx.is("lease") {
+			if err = p.keyword("limit"); err == nil {
+				var n uint32
+				n, err = p.uint32()
+				c.LeaseLimit = int(n)
+			}
+		} else {
+			err = p.skip()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// --- token helpers ---
+
+func (p *stmtParser) semi() error {
+	if p.lx.next(); p.lx.kind != tSemi {
+		return p.unexpected(";")
+	}
+	return nil
+}
+
+// word reads a bare word.
+func (p *stmtParser) word() (string, error) {
+	if p.lx.next(); p.lx.kind != tWord {
+		return "", p.unexpected("a word")
+	}
+	return string(p.lx.text()), nil
+}
+
+// keyword requires the next token to be the word w.
+func (p *stmtParser) keyword(w string) error {
+	if p.lx.next(); !p.lx.is(w) {
+		return p.unexpected(w)
+	}
+	return nil
+}
+
+// name reads a quoted or bare name.
+func (p *stmtParser) name() (string, error) {
+	lx := &p.lx
+	switch lx.next(); lx.kind {
+	case tWord:
+		return string(lx.text()), nil
+	case tString:
+		return string(unquote(lx.text())), nil
+	}
+	return "", p.unexpected("a name")
+}
+
+// str reads a quoted string and returns its decoded bytes (a fresh copy).
+func (p *stmtParser) str() ([]byte, error) {
+	lx := &p.lx
+	if lx.next(); lx.kind != tString {
+		return nil, p.unexpected("a string")
+	}
+	if lx.esc {
+		return unquote(lx.text()), nil
+	}
+	return append([]byte(nil), lx.text()...), nil
+}
+
+// id reads an identifier written as a quoted string or as hex octets
+// (lease-id-format hex).
+func (p *stmtParser) id() ([]byte, error) {
+	lx := &p.lx
+	switch lx.next(); lx.kind {
+	case tString:
+		if lx.esc {
+			return unquote(lx.text()), nil
+		}
+		return append([]byte(nil), lx.text()...), nil
+	case tWord:
+		b, ok := parseHex(lx.text())
+		if !ok {
+			return nil, p.fail("bad hex identifier %q", lx.text())
+		}
+		return b, nil
+	}
+	return nil, p.unexpected("an identifier")
+}
+
+func (p *stmtParser) bindingState() (State, error) {
+	if err := p.keyword("state"); err != nil {
+		return StateNone, err
+	}
+	lx := &p.lx
+	if lx.next(); lx.kind != tWord {
+		return StateNone, p.unexpected("a binding state")
+	}
+	s, ok := parseStateBytes(lx.text())
+	if !ok {
+		return StateNone, p.fail("unknown binding state %q", lx.text())
+	}
+	return s, p.semi()
+}
+
+func parseStateBytes(b []byte) (State, bool) {
+	switch string(b) {
+	case "free":
+		return StateFree, true
+	case "active":
+		return StateActive, true
+	case "expired":
+		return StateExpired, true
+	case "released":
+		return StateReleased, true
+	case "abandoned":
+		return StateAbandoned, true
+	case "reset":
+		return StateReset, true
+	case "backup":
+		return StateBackup, true
+	}
+	return StateNone, false
+}
+
+// hardwareTypes interns the hardware type names dhcpd writes.
+func hardwareType(b []byte) string {
+	switch string(b) {
+	case "ethernet":
+		return "ethernet"
+	case "token-ring":
+		return "token-ring"
+	case "fddi":
+		return "fddi"
+	case "infiniband":
+		return "infiniband"
+	}
+	return string(b)
+}
+
+func (p *stmtParser) hardware() (string, []byte, error) {
+	lx := &p.lx
+	if lx.next(); lx.kind != tWord {
+		return "", nil, p.unexpected("a hardware type")
+	}
+	typ := hardwareType(lx.text())
+	switch lx.next(); lx.kind {
+	case tSemi:
+		return typ, nil, nil
+	case tWord:
+	default:
+		return "", nil, p.unexpected("a hardware address")
+	}
+	hw, ok := parseHex(lx.text())
+	if !ok {
+		return "", nil, p.fail("bad hardware address %q", lx.text())
+	}
+	return typ, hw, p.semi()
+}
+
+func (p *stmtParser) uint32() (uint32, error) {
+	lx := &p.lx
+	if lx.next(); lx.kind != tWord {
+		return 0, p.unexpected("a number")
+	}
+	n, ok := parseUint(lx.text(), 1<<32-1)
+	if !ok {
+		return 0, p.fail("bad number %q", lx.text())
+	}
+	return uint32(n), p.semi()
+}
+
+// parseUint parses a decimal number no larger than max.
+func parseUint(b []byte, max uint64) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, n <= max
+}
+
+// date reads a dhcpd date through its semicolon: `W YYYY/MM/DD HH:MM:SS`,
+// `epoch N` or `never`.
+func (p *stmtParser) date() (Time, error) {
+	lx := &p.lx
+	if lx.next(); lx.kind != tWord {
+		return NoTime, p.unexpected("a date")
+	}
+	var t Time
+	switch w := lx.text(); string(w) {
+	case "never":
+		t = Never
+	case "epoch":
+		if lx.next(); lx.kind != tWord {
+			return NoTime, p.unexpected("seconds")
+		}
+		n, ok := parseUint(lx.text(), uint64(Never)-1)
+		if !ok {
+			return NoTime, p.fail("bad epoch %q", lx.text())
+		}
+		t = Time(n)
+	default:
+		// The weekday is ignored, as dhcpd does.
+		if len(w) == 1 {
+			if lx.next(); lx.kind != tWord {
+				return NoTime, p.unexpected("a date")
+			}
+			w = lx.text()
+		}
+		if lx.next(); lx.kind != tWord {
+			return NoTime, p.unexpected("a time")
+		}
+		var ok bool
+		if t, ok = parseDate(w, lx.text()); !ok {
+			return NoTime, p.fail("bad date %q %q", w, lx.text())
+		}
+	}
+	return t, p.semi()
+}
+
+// setVar parses `set NAME = VALUE;` after the keyword.
+func (p *stmtParser) setVar() (Var, error) {
+	lx := &p.lx
+	if lx.next(); lx.kind != tWord {
+		return Var{}, p.unexpected("a variable name")
+	}
+	name := varName(lx.text())
+	if lx.next(); lx.kind != tPunct || lx.b[lx.start] != '=' {
+		return Var{}, p.unexpected("=")
+	}
+	v, err := p.value()
+	return Var{Name: name, Value: v}, err
+}
+
+// varName interns the variable names MAAS and dhcpd write on every lease.
+func varName(b []byte) string {
+	switch string(b) {
+	case "clhw":
+		return "clhw"
+	case "clip":
+		return "clip"
+	case "cllt":
+		return "cllt"
+	case "clht":
+		return "clht"
+	case "vendor-class-identifier":
+		return "vendor-class-identifier"
+	case "ddns-fwd-name":
+		return "ddns-fwd-name"
+	case "ddns-rev-name":
+		return "ddns-rev-name"
+	case "ddns-txt":
+		return "ddns-txt"
+	}
+	return string(b)
+}
+
+// option parses `option NAME VALUE;` after the keyword.
+func (p *stmtParser) option() (Var, error) {
+	name, err := p.word()
+	if err != nil {
+		return Var{}, err
+	}
+	v, err := p.value()
+	return Var{Name: name, Value: v}, err
+}
+
+// value reads tokens through the semicolon. A lone string is decoded;
+// anything else is returned as written.
+func (p *stmtParser) value() (string, error) {
+	lx := &p.lx
+	first, last, n := -1, -1, 0
+	var str []byte
+	for {
+		switch lx.next(); lx.kind {
+		case tSemi:
+			if n == 1 && str != nil {
+				return string(str), nil
+			}
+			if first < 0 {
+				return "", nil
+			}
+			return string(lx.b[first:last]), nil
+		case tWord, tString, tPunct:
+		default:
+			return "", p.unexpected("a value")
+		}
+		if first < 0 {
+			first = lx.start
+			if lx.kind == tString {
+				first--
+				str = unquote(lx.text())
+			}
+		}
+		last = lx.end
+		if lx.kind == tString {
+			last++
+		}
+		n++
+	}
+}
+
+// list reads comma-separated words or strings through the semicolon.
+func (p *stmtParser) list() ([]string, error) {
+	lx := &p.lx
+	var out []string
+	for {
+		switch lx.next(); lx.kind {
+		case tWord:
+			out = append(out, string(lx.text()))
+		case tString:
+			out = append(out, string(unquote(lx.text())))
+		case tSemi:
+			return out, nil
+		case tPunct:
+			if lx.b[lx.start] != ',' {
+				return nil, p.unexpected("an address")
+			}
+		default:
+			return nil, p.unexpected("an address")
+		}
+	}
+}
+
+// on parses `on EVENT [or EVENT]… { … }` after the keyword, skipping the
+// statements.
+func (p *stmtParser) on() (On, error) {
+	lx := &p.lx
+	var on On
+	for {
+		switch lx.next(); lx.kind {
+		case tLBrace:
+			if on == 0 {
+				return 0, p.fail("on: no event")
+			}
+			return on, p.skipped(lx.skipBlock())
+		case tWord:
+			switch string(lx.text()) {
+			case "commit":
+				on |= OnCommit
+			case "expiry":
+				on |= OnExpiry
+			case "release":
+				on |= OnRelease
+			case "or":
+			default:
+				return 0, p.fail("on: unknown event %q", lx.text())
+			}
+		default:
+			return 0, p.unexpected("an event")
+		}
+	}
+}
+
+// skipped turns skipBlock's status into an error.
+func (p *stmtParser) skipped(st skipStatus) error {
+	switch st {
+	case skipShort:
+		return errShort
+	case skipBad:
+		return p.fail("unterminated string")
+	case skipTorn:
+		return p.torn()
+	}
+	return nil
+}
+
+// skip skips the rest of an unknown statement: through its semicolon, or
+// through its balanced block.
+func (p *stmtParser) skip() error {
+	lx := &p.lx
+	for {
+		switch lx.next(); lx.kind {
+		case tSemi:
+			return nil
+		case tLBrace:
+			return p.skipped(lx.skipBlock())
+		case tWord, tString, tPunct:
+		default:
+			return p.unexpected(";")
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package parser
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+)
+
+// Table is the effective content of a leases file, built the way dhcpd
+// builds its own on start: the last block for an address wins (IPv6: per
+// address or delegated prefix), the last host statement of a name wins
+// and a deleted one removes it.
+type Table struct {
+	leases     map[netip.Prefix]*Lease
+	hosts      map[string]*HostEntry
+	failover   map[string]*FailoverState
+	ServerDUID *ServerDUID
+	ByteOrder  *ByteOrder
+	// Blocks counts the lease blocks applied (before last-wins).
+	Blocks int
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table {
+	return &Table{
+		leases:   make(map[netip.Prefix]*Lease),
+		hosts:    make(map[string]*HostEntry),
+		failover: make(map[string]*FailoverState),
+	}
+}
+
+// Apply folds one statement into the table.
+func (t *Table) Apply(s Statement) {
+	switch s := s.(type) {
+	case *Lease:
+		t.Blocks++
+		t.leases[s.Key()] = s
+	case *IA:
+		for _, l := range s.Leases {
+			t.Blocks++
+			t.leases[l.Key()] = l
+		}
+	case *HostEntry:
+		if s.Deleted {
+			delete(t.hosts, s.Name)
+		} else {
+			t.hosts[s.Name] = s
+		}
+	case *ServerDUID:
+		t.ServerDUID = s
+	case *ByteOrder:
+		t.ByteOrder = s
+	case *FailoverState:
+		t.failover[s.Peer] = s
+	}
+}
+
+// Len is the number of distinct leases.
+func (t *Table) Len() int { return len(t.leases) }
+
+// Lookup returns the lease for an address (or delegated prefix).
+func (t *Table) Lookup(key netip.Prefix) (*Lease, bool) {
+	l, ok := t.leases[key]
+	return l, ok
+}
+
+// Each calls fn for every lease, in no particular order.
+func (t *Table) Each(fn func(*Lease)) {
+	for _, l := range t.leases {
+		fn(l)
+	}
+}
+
+// Leases returns the leases sorted by family, then address, then prefix
+// length.
+func (t *Table) Leases() []*Lease {
+	out := make([]*Lease, 0, len(t.leases))
+	for _, l := range t.leases {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b *Lease) int {
+		if c := a.IP.Compare(b.IP); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.PrefixLen, b.PrefixLen)
+	})
+	return out
+}
+
+// Hosts returns the host statements still in effect, sorted by name.
+func (t *Table) Hosts() []*HostEntry {
+	out := make([]*HostEntry, 0, len(t.hosts))
+	for _, h := range t.hosts {
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b *HostEntry) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Failover returns the failover peer states, sorted by peer name.
+func (t *Table) Failover() []*FailoverState {
+	out := make([]*FailoverState, 0, len(t.failover))
+	for _, f := range t.failover {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b *FailoverState) int { return cmp.Compare(a.Peer, b.Peer) })
+	return out
+}
