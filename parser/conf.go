@@ -20,7 +20,9 @@
 //	include "FILE";
 //	shared-network NAME { … }                  NAME a word or a string
 //	subnet A.B.C.D netmask M.M.M.M { … }       not in a subnet or host
-//	subnet6 PREFIX/LEN { … }
+//	subnet6 PREFIX/LEN { … }                   (a subnet belongs to a shared-network only
+//	                                           when written directly in its body: dhcpd's
+//	                                           group { } drops the link)
 //	pool { … }                                 in subnet or shared-network
 //	pool6 { … }                                in subnet6
 //	range [dynamic-bootp] LOW [HIGH];          in subnet or pool
@@ -37,10 +39,13 @@
 // Any other statement — option, set, key, zone, class, subclass, if/elsif/
 // else, on commit|expiry|release, switch, authoritative, … — is skipped: up
 // to its ';' at the current depth, or through its balanced { } block (so
-// "key k { … };" is a block followed by an empty statement). Skipped
-// statements are never an error, with one exception: a skipped statement that
+// "key k { … };" is a block followed by an empty statement; a stray ';' is
+// accepted anywhere, where dhcpd would object). The bodies of skipped blocks
+// (class, if, on, …) are opaque: nothing in them is a declaration. Skipped
+// statements are never an error, with two exceptions: a '{' never closed or
+// a statement cut off by the end of its file, and a skipped statement that
 // runs onto a new line starting with a declaration keyword (range, subnet,
-// pool, host, …) is reported as a missing ';', since dhcpd rejects it and
+// pool, host, …), reported as a missing ';' since dhcpd rejects it and
 // skipping on would silently drop the declaration.
 //
 // Placement follows dhcpd: range only directly in a subnet or pool body,
@@ -83,6 +88,10 @@ import (
 // MaxIncludeDepth bounds include nesting; the main file is depth 0.
 const MaxIncludeDepth = 16
 
+// confMaxNesting bounds nested declaration blocks (group in group …), which
+// the parser follows by recursion. Skipped blocks are not counted.
+const confMaxNesting = 256
+
 // Errors a caller may test for with errors.Is.
 var (
 	ErrIncludeCycle = errors.New("include cycle")
@@ -99,6 +108,8 @@ type ConfigOptions struct {
 	// With a nil Open any include is an error.
 	Open func(path string) (io.ReadCloser, error)
 	// Name is the file name used in positions, e.g. "/etc/dhcp/dhcpd.conf".
+	// It also identifies the main file should an include name it again
+	// (a relative Name is taken relative to BaseDir for that).
 	Name string
 }
 
@@ -112,8 +123,10 @@ type Config struct {
 
 // Subnet is a subnet or subnet6 declaration.
 type Subnet struct {
-	Prefix        netip.Prefix // "subnet A netmask M" or "subnet6 P/len"
-	SharedNetwork string       // enclosing shared-network's name, "" if none
+	Prefix netip.Prefix // "subnet A netmask M" or "subnet6 P/len"
+	// SharedNetwork is the name of the shared-network whose body holds the
+	// declaration, "" if none.
+	SharedNetwork string
 	Pos           Pos
 }
 
@@ -145,7 +158,9 @@ type Range struct {
 	// First and Last are inclusive, First <= Last. A single-address range
 	// has First == Last; "range6 P/len" gives the prefix's first and last
 	// address. For prefix6 they are the network addresses of the first and
-	// last delegated /PrefixLen prefix.
+	// last delegated /PrefixLen prefix. Both lie in Subnet, except for
+	// prefix6 and for "range6 LOW temporary": dhcpd makes that the /64
+	// at LOW even in a longer subnet6.
 	First, Last  netip.Addr
 	PrefixLen    int  // prefix6 /BITS; 0 otherwise
 	DynamicBootp bool // range dynamic-bootp …
@@ -180,17 +195,7 @@ type Host struct {
 // zero-padded, colon-separated hex.
 type HardwareAddr []byte
 
-func (h HardwareAddr) String() string {
-	const hex = "0123456789abcdef"
-	b := make([]byte, 0, 3*len(h))
-	for i, c := range h {
-		if i > 0 {
-			b = append(b, ':')
-		}
-		b = append(b, hex[c>>4], hex[c&0xf])
-	}
-	return string(b)
-}
+func (h HardwareAddr) String() string { return HexString(h) }
 
 // MarshalText implements encoding.TextMarshaler.
 func (h HardwareAddr) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
@@ -225,7 +230,7 @@ func (p Pos) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 func ParseConfig(r io.Reader, opts ConfigOptions) (*Config, error) {
 	src, err := io.ReadAll(r)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", opts.Name, err)
+		return nil, fmt.Errorf("read config %s: %w", opts.Name, err)
 	}
 	p := &confParser{opts: opts, peers: make(map[string]bool)}
 	if opts.Name != "" {
@@ -504,9 +509,10 @@ type confParser struct {
 	pools int
 	peers map[string]bool
 	files []string // include stack, resolved paths
+	depth int      // declaration blocks open
 }
 
-// declKeywords start declarations that a missing ';' would swallow.
+// confDeclKeyword reports keywords that start declarations that a missing ';' would swallow.
 func confDeclKeyword(kw string) bool {
 	switch kw {
 	case "subnet", "subnet6", "shared-network", "pool", "pool6", "range", "range6",
@@ -519,6 +525,12 @@ func confDeclKeyword(kw string) bool {
 // body parses statements until the '}' matching open, or to end of file
 // when open is nil (the main file or an include).
 func (p *confParser) body(lx *confLexer, sc *confScope, open *confTok) error {
+	if open != nil {
+		if p.depth++; p.depth > confMaxNesting {
+			return fmt.Errorf("%s: declarations nested more than %d deep", lx.pos(open.line), confMaxNesting)
+		}
+		defer func() { p.depth-- }()
+	}
 	for {
 		t, err := lx.next()
 		if err != nil {

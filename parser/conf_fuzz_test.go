@@ -138,7 +138,10 @@ func confCheckConfig(t *testing.T, cfg *Config) {
 		}
 		switch r.Kind {
 		case RangeKindRange, RangeKindRange6Prefix:
-			if !r.Subnet.Contains(r.First) || !r.Subnet.Contains(r.Last) || r.PrefixLen != 0 {
+			// dhcpd checks both ends, except for "range6 LOW temporary",
+			// a /64 it does not confine to the subnet6.
+			lastIn := r.Subnet.Contains(r.Last) || (r.Temporary && r.Subnet.Bits() > 64)
+			if !r.Subnet.Contains(r.First) || !lastIn || r.PrefixLen != 0 {
 				t.Fatalf("range %+v: not inside its subnet", r)
 			}
 			if r.Kind == RangeKindRange6Prefix && r.Family != IPv6 {

@@ -745,7 +745,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
-func TestParseConfigIncludeErrors(t *testing.T) {
+func TestParseConfigIncludesAndLimits(t *testing.T) {
 	t.Run("cycle is ErrIncludeCycle", func(t *testing.T) {
 		_, err := confParseString(`include "self.conf";`, map[string]string{"self.conf": `include "self.conf";`})
 		if !errors.Is(err, ErrIncludeCycle) {
@@ -760,6 +760,17 @@ func TestParseConfigIncludeErrors(t *testing.T) {
 		_, err := confParseString(`include "deep/a.conf";`, files)
 		if !errors.Is(err, ErrIncludeDepth) {
 			t.Errorf("err = %v, want ErrIncludeDepth", err)
+		}
+	})
+	t.Run("nesting", func(t *testing.T) {
+		src := strings.Repeat("group {\n", confMaxNesting+1) + strings.Repeat("}\n", confMaxNesting+1)
+		_, err := confParseString(src, nil)
+		if err == nil || !strings.Contains(err.Error(), "nested more than") {
+			t.Errorf("err = %v, want a nesting error", err)
+		}
+		src = strings.Repeat("group {\n", confMaxNesting) + strings.Repeat("}\n", confMaxNesting)
+		if _, err := confParseString(src, nil); err != nil {
+			t.Errorf("%d nested groups: %v", confMaxNesting, err)
 		}
 	})
 	t.Run("no opener", func(t *testing.T) {
@@ -998,5 +1009,19 @@ func TestParseConfigDhcpdAgrees(t *testing.T) {
 				t.Errorf("we reject (%s), dhcpd -t %s accepts:\n%s", tc.err, tc.dhcpd, tc.src)
 			}
 		})
+	}
+}
+
+// BenchmarkParseConfig parses the MAAS-style fixture.
+func BenchmarkParseConfig(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join("testdata", "conf", "maas.conf"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		if _, err := ParseConfig(bytes.NewReader(src), ConfigOptions{Name: "maas.conf"}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -28,7 +28,10 @@ type Decoder struct {
 	off    int64  // input offset of tail[0]
 	resync bool   // skipping to the next top-level statement
 	order  binary.ByteOrder
-	closed bool
+	// hostOrder: decode IAIDs in the host's order regardless of
+	// authoring-byte-order (see decodeParallel).
+	hostOrder bool
+	closed    bool
 	// stmtLine is the first line of the statement being decoded.
 	stmtLine int
 }
@@ -119,7 +122,7 @@ func (d *Decoder) Close(h Handler) error {
 // left unconsumed is an unfinished statement. No statement starting at or
 // after limit is decoded.
 func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
-	p := stmtParser{lx: lexer{b: buf, line: d.line, final: final}, order: d.order}
+	p := stmtParser{lx: lexer{b: buf, line: d.line, final: final}, order: d.order, hostOrder: d.hostOrder}
 	lx := &p.lx
 	consumed := 0
 	// commit records that everything before lx.p has been consumed.
@@ -158,11 +161,10 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 			return consumed
 		}
 		d.stmtLine = lx.tline
+		tokStart, tokLine := lx.start, lx.tline
 		st, err := p.parseTop()
-		if err == errShort && len(buf)-start > MaxStatement {
-			err = &SyntaxError{Line: startLine, Msg: fmt.Sprintf("statement longer than %d bytes", MaxStatement)}
-		} else if err == nil && lx.p-start > MaxStatement {
-			err = &SyntaxError{Line: startLine, Msg: fmt.Sprintf("statement longer than %d bytes", MaxStatement)}
+		if (err == errShort && len(buf)-tokStart > MaxStatement) || (err == nil && lx.p-tokStart > MaxStatement) {
+			err = &SyntaxError{Line: tokLine, Msg: fmt.Sprintf("statement longer than %d bytes", MaxStatement)}
 		}
 		var re *resumeError
 		switch {
@@ -179,8 +181,10 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 			lx.p, lx.line = re.at, re.line
 			commit()
 		default:
+			// Resume the search for the next statement after this
+			// statement's first token, so it is not found again.
 			h(nil, err)
-			lx.p, lx.line = start, startLine
+			lx.p, lx.line = tokStart, tokLine
 			d.resync = true
 		}
 		d.order = p.order
@@ -215,7 +219,7 @@ func resyncPoint(buf []byte, from, line int, final bool) (pos, atLine int, found
 func couldBeKeyword(b []byte) bool {
 	for i, c := range b {
 		if charClass[c] != cWord {
-			return i > 0 && (c == ' ' || c == '\t') // a full word: keywordAt said no
+			return false // a whole word that keywordAt rejected, or none
 		}
 		if i >= 24 {
 			return false
@@ -245,8 +249,12 @@ func ParseLeases(r io.Reader) (*Leases, error) {
 // ParseLeasesWorkers is ParseLeases on a given number of goroutines; the
 // result does not depend on it.
 func ParseLeasesWorkers(r io.Reader, workers int) (*Leases, error) {
+	return parseLeases(r, workers, segmentSize)
+}
+
+func parseLeases(r io.Reader, workers, segSize int) (*Leases, error) {
 	out := &Leases{Table: NewTable()}
-	n, inc, err := decodeParallel(r, workers, func(s Statement, err error) {
+	n, inc, err := decodeParallel(r, workers, segSize, func(s Statement, err error) {
 		if err != nil {
 			out.Errors = append(out.Errors, err)
 			return

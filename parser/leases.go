@@ -48,7 +48,7 @@ type Lease struct {
 	Starts, Ends, Tstp, Tsfp, Atsfp, Cltt Time
 
 	HardwareType   string // "ethernet", "token-ring", …; "" when absent
-	HardwareAddr   []byte
+	HardwareAddr   HardwareAddr
 	UID            []byte
 	ClientHostname string // bytes as dhcpd wrote them (not necessarily UTF-8)
 	Vars           []Var  // set NAME = VALUE
@@ -122,7 +122,7 @@ type HostEntry struct {
 	Dynamic        bool
 	Deleted        bool
 	HardwareType   string
-	HardwareAddr   []byte
+	HardwareAddr   HardwareAddr
 	UID            []byte
 	FixedAddresses []string
 	Line           int

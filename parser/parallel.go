@@ -38,7 +38,7 @@ type item struct {
 }
 
 func (s *segment) decode(free chan<- []byte) {
-	d := &Decoder{line: s.line, order: binary.NativeEndian}
+	d := &Decoder{line: s.line, order: binary.NativeEndian, hostOrder: true}
 	s.items = make([]item, 0, len(s.buf)/256)
 	h := func(st Statement, err error) { s.items = append(s.items, item{st, err}) }
 	if s.last {
@@ -59,13 +59,14 @@ func (s *segment) decode(free chan<- []byte) {
 }
 
 // cutPoint returns the start of the last line in b that begins with a
-// top-level keyword and is followed by a complete line, and that line's
+// top-level keyword and is complete (ends with a newline), and that line's
 // length including its newline; ok is false when there is none past 0.
-func cutPoint(b []byte) (cut, lineLen int, ok bool) {
+// Lines starting before from are not considered.
+func cutPoint(b []byte, from int) (cut, lineLen int, ok bool) {
 	end := len(b)
 	for end > 0 {
 		nl := bytes.LastIndexByte(b[:end], '\n')
-		if nl < 0 {
+		if nl < 0 || nl+1 < from {
 			return 0, 0, false
 		}
 		q := nl + 1
@@ -82,7 +83,7 @@ func cutPoint(b []byte) (cut, lineLen int, ok bool) {
 // decodeParallel decodes r to its end on up to workers goroutines and
 // hands the results to h in input order. It returns the bytes read, the
 // unfinished final statement if any, and the first read error.
-func decodeParallel(r io.Reader, workers int, h Handler) (int64, *IncompleteError, error) {
+func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *IncompleteError, error) {
 	if workers < 1 {
 		workers = 1
 	}
@@ -108,14 +109,18 @@ func decodeParallel(r io.Reader, workers int, h Handler) (int64, *IncompleteErro
 		defer close(work)
 		var carry []byte
 		line := 1
+		from := 0 // where a cut in carry can still appear
 		for {
 			var buf []byte
 			select {
 			case buf = <-free:
 			default:
 			}
-			if cap(buf) < len(carry)+segmentSize {
-				buf = make([]byte, 0, len(carry)+segmentSize)
+			// Read at least as much as is carried over, so a statement
+			// longer than a segment is copied a logarithmic number of times.
+			want := len(carry) + max(segSize, len(carry))
+			if cap(buf) < want {
+				buf = make([]byte, 0, want)
 			}
 			buf = append(buf[:0], carry...)
 			n, err := io.ReadFull(r, buf[len(buf):cap(buf)])
@@ -132,11 +137,15 @@ func decodeParallel(r io.Reader, workers int, h Handler) (int64, *IncompleteErro
 				work <- s
 				return
 			}
-			cut, lineLen, ok := cutPoint(buf)
+			cut, lineLen, ok := cutPoint(buf, from)
 			if !ok {
-				carry = buf // one statement longer than a segment: read on
+				// A statement longer than a segment: read on. Only the
+				// last line, still unfinished, can begin a cut later.
+				carry = buf
+				from = bytes.LastIndexByte(buf, '\n') + 1
 				continue
 			}
+			from = 0
 			s.buf, s.limit = buf[:cut+lineLen], cut
 			ordered <- s
 			work <- s

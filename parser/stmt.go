@@ -24,10 +24,13 @@ type resumeError struct {
 type stmtParser struct {
 	lx    lexer
 	order binary.ByteOrder
-	line0 int // first line of the statement
-	ctx   string
-	arg   []byte
-	vars  []Var // scratch for a block's set statements
+	// hostOrder keeps order fixed at the host's whatever the file says
+	// (parallel segments: the merge corrects IAIDs in file order).
+	hostOrder bool
+	line0     int // first line of the statement
+	ctx       string
+	arg       []byte
+	vars      []Var // scratch for a block's set statements
 }
 
 func (p *stmtParser) where() string {
@@ -392,9 +395,11 @@ func (p *stmtParser) parseByteOrder() (*ByteOrder, error) {
 	if err := p.semi(); err != nil {
 		return nil, err
 	}
-	if bo.BigEndian {
+	switch {
+	case p.hostOrder:
+	case bo.BigEndian:
 		p.order = binary.BigEndian
-	} else {
+	default:
 		p.order = binary.LittleEndian
 	}
 	return bo, nil

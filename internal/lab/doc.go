@@ -1,0 +1,82 @@
+// Package lab runs the real thing for tests: Debian's ISC dhcpd and
+// dhclient in network namespaces the test creates and always removes.
+//
+// A lab is one server namespace holding a bridge (br0, 203.0.113.1/24 by
+// default) and any number of client namespaces, each joined to the bridge
+// by a veth pair whose client end is eth0 with a fixed MAC:
+//
+//	lab.Require(t, "dhcpd", "dhclient")     // skip unless root, netns and the binaries
+//	l := lab.New(t)                          // lk-XXXXXXXX with br0
+//	d := l.StartDhcpd(t, lab.DhcpdConfig{Conf: l.SubnetConf("range 203.0.113.100 203.0.113.150;")})
+//	c := l.AddClient("c1")                   // lk-XXXXXXXX-c1, eth0 02:00:00:00:00:01
+//	ip, err := c.Dhclient(ctx)               // DISCOVER…ACK, then ip addr add
+//	err = c.Release(ctx)                     // dhclient -r: dhcpd runs its on release
+//	d.Restart(newConf)                       // stop, rewrite dhcpd.conf, start, wait ready
+//
+// API summary:
+//
+//	Require(t, bins...)                  skip unless root, `ip netns` works and bins exist
+//	LookBin(name)                        a binary in PATH, /usr/sbin, /sbin, /usr/local/sbin
+//	New(t, opts...) *Lab                 WithAddr(prefix) picks the bridge address
+//	(*Lab).Command(ns, argv...)          an *exec.Cmd running argv inside ns
+//	(*Lab).Exec(ctx, ns, argv...)        run it, combined output, error carries the output
+//	(*Lab).SubnetConf(body)              "subnet … netmask … { body }" for the bridge subnet
+//	(*Lab).AddClient(name, opts...)      WithMAC, WithHostname
+//	(*Client).Dhclient(ctx, args...)     obtain a lease, configure it on eth0, keep dhclient running
+//	(*Client).Release(ctx)               dhclient -r (DHCPRELEASE), drop the address
+//	(*Client).Kill()                     the client vanishes without a release (SIGKILL)
+//	(*Lab).StartDhcpd(t, DhcpdConfig)    dhcpd -4 -f -d in the server namespace, ready
+//	(*Dhcpd).Stop / Restart / Pid / LeasesPath / ConfPath / Logs
+//	CheckLeaseFile(t, DhcpdConfig)       dhcpd -T (lease-file test mode), no namespace
+//
+// # Rules the package enforces
+//
+// Addresses: only 203.0.113.0/24, 198.51.100.0/24 (labs) and
+// 198.18.0.0/15 (load) are accepted, for the bridge and for any address
+// a client is given. IPv6 is disabled in every lab namespace, so not
+// even link-local traffic leaves an interface; the lab is IPv4-only and
+// StartDhcpd refuses Family 6 (CheckLeaseFile accepts it: -T never
+// touches the network).
+//
+// Processes: the lab kills only processes it started, by pid (ip netns
+// exec execs in place, so the pid the lab holds is dhcpd's or
+// dhclient's own). They are started with Pdeathsig SIGKILL, so a test
+// binary that dies without running its cleanups does not leave them
+// behind. Cleanups run even when the test fails: processes first, then
+// client namespaces, then the server namespace (deleting a namespace
+// removes its veth ends and the bridge).
+//
+// Namespaces: each lab is named "lk-" plus 8 random hex digits, retried
+// on a clash, so parallel tests and leftovers of a crashed run (a killed
+// test binary cannot clean up) never collide. The lab never deletes a
+// namespace it did not create; remove leftovers by hand:
+// ip netns list | grep '^lk-'.
+//
+// # dhcpd and dhclient quirks this package handles
+//
+//   - dhcpd is run with -f -d rather than -q: -q silences stderr, and
+//     Logs() is what explains a failure. Readiness is "Server starting
+//     service." in the log of this run and a rewritten leases file (new
+//     inode, server-duid line); a dhcpd that exits first fails the start
+//     with its log.
+//   - dhcpd leaves its pid file behind on SIGTERM and refuses to start
+//     if the pid in it is alive, so Restart removes it first.
+//   - dhcpd -T exits 0 even for a corrupt leases file ("Corrupt lease
+//     file - possible data loss!"): CheckLeaseFile reports the lines
+//     dhcpd complained about, and callers must check them as well as
+//     the exit status.
+//   - dhclient daemonises after its first lease; the lab runs it with -d
+//     so it stays the test's child, and waits for "bound to" in its log.
+//     It is given its own dhclient.conf (fixed host-name, 1 s initial
+//     interval) instead of /etc/dhcp/dhclient.conf, and -sf true so it
+//     configures nothing; Dhclient then adds the address itself, so a
+//     later dhclient -r can unicast the DHCPRELEASE to the server.
+//   - AppArmor: Debian ships enforce profiles for /usr/sbin/dhcpd and
+//     /{,usr/}sbin/dhclient that only allow their files under /etc/dhcp,
+//     /var/lib/dhcp and /run, so a dhcpd.conf in t.TempDir() is denied.
+//     Profiles attach by executable path, so when AppArmor is enabled
+//     the lab runs a copy of the binary from its temporary directory,
+//     which no profile matches. (aa-exec -p unconfined would need the
+//     apparmor-utils package.) On kernels without AppArmor the system
+//     binaries run directly.
+package lab

@@ -1,0 +1,400 @@
+package parser
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// goldenNow is the clock the golden files are rendered at.
+var goldenNow = TimeOf(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+
+// describe renders a statement as one stable line for golden files.
+func describe(s Statement) string {
+	var b strings.Builder
+	switch s := s.(type) {
+	case *Lease:
+		describeLease(&b, s)
+	case *IA:
+		fmt.Fprintf(&b, "%s line=%d iaid=%d duid=%s cltt=%s leases=%d", s.Type, s.Line, s.IAID, HexString(s.DUID), s.Cltt, len(s.Leases))
+		for _, l := range s.Leases {
+			b.WriteString("\n  ")
+			describeLease(&b, l)
+		}
+	case *HostEntry:
+		fmt.Fprintf(&b, "host %q line=%d dynamic=%t deleted=%t hw=%s/%s uid=%s fixed=%q",
+			s.Name, s.Line, s.Dynamic, s.Deleted, s.HardwareType, HexString(s.HardwareAddr), HexString(s.UID), s.FixedAddresses)
+	case *ServerDUID:
+		fmt.Fprintf(&b, "server-duid line=%d %s", s.Line, HexString(s.DUID))
+	case *ByteOrder:
+		fmt.Fprintf(&b, "authoring-byte-order line=%d big=%t", s.Line, s.BigEndian)
+	case *FailoverState:
+		fmt.Fprintf(&b, "failover %q line=%d my=%s@%s partner=%s@%s mclt=%d", s.Peer, s.Line, s.MyState, s.MyStateAt, s.PartnerState, s.PartnerStateAt, s.MCLT)
+	case *ClassEntry:
+		fmt.Fprintf(&b, "class %q line=%d subclass=%t data=%q limit=%d", s.Name, s.Line, s.Subclass, s.Data, s.LeaseLimit)
+	default:
+		fmt.Fprintf(&b, "unknown %T", s)
+	}
+	return b.String()
+}
+
+func describeLease(b *strings.Builder, l *Lease) {
+	key := l.IP.String()
+	if l.PrefixLen > 0 {
+		key = l.Key().String()
+	}
+	fmt.Fprintf(b, "lease %s line=%d family=%s state=%s(%s) next=%s(%s) rewind=%s", key, l.Line, l.Family,
+		l.State, l.Binding(goldenNow), l.NextState, l.NextBinding(goldenNow), l.RewindState)
+	for _, t := range []struct {
+		n string
+		v Time
+	}{{"starts", l.Starts}, {"ends", l.Ends}, {"tstp", l.Tstp}, {"tsfp", l.Tsfp}, {"atsfp", l.Atsfp}, {"cltt", l.Cltt}} {
+		if t.v.IsSet() {
+			fmt.Fprintf(b, " %s=%s", t.n, t.v)
+		}
+	}
+	if l.HardwareType != "" {
+		fmt.Fprintf(b, " hw=%s/%s", l.HardwareType, HexString(l.HardwareAddr))
+	}
+	if l.UID != nil {
+		fmt.Fprintf(b, " uid=%s", HexString(l.UID))
+	}
+	if l.ClientHostname != "" {
+		fmt.Fprintf(b, " hostname=%s", strconv.QuoteToASCII(l.ClientHostname))
+	}
+	for _, v := range l.Vars {
+		fmt.Fprintf(b, " set:%s=%s", v.Name, strconv.QuoteToASCII(v.Value))
+	}
+	for _, v := range l.Options {
+		fmt.Fprintf(b, " option:%s=%s", v.Name, strconv.QuoteToASCII(v.Value))
+	}
+	if l.Reserved {
+		b.WriteString(" reserved")
+	}
+	if l.Bootp {
+		b.WriteString(" bootp")
+	}
+	if l.On != 0 {
+		fmt.Fprintf(b, " on=%03b", l.On)
+	}
+	if l.Family == IPv6 {
+		fmt.Fprintf(b, " ia=%s iaid=%d duid=%s preferred=%d max=%d", l.IAType, l.IAID, HexString(l.DUID), l.PreferredLife, l.MaxLife)
+	}
+}
+
+// decodeAll runs a Decoder over data split at the given offsets and
+// returns one line per statement or error, then the effective table.
+func decodeAll(data []byte, cuts []int) []string {
+	var out []string
+	d := NewDecoder()
+	t := NewTable()
+	h := func(s Statement, err error) {
+		if err != nil {
+			out = append(out, "error: "+err.Error())
+			return
+		}
+		out = append(out, describe(s))
+		t.Apply(s)
+	}
+	prev := 0
+	for _, c := range cuts {
+		d.Feed(data[prev:c], h)
+		prev = c
+	}
+	d.Feed(data[prev:], h)
+	if err := d.Close(h); err != nil {
+		out = append(out, "close: "+err.Error())
+	}
+	out = append(out, "-- effective")
+	for _, l := range t.Leases() {
+		var b strings.Builder
+		describeLease(&b, l)
+		out = append(out, b.String())
+	}
+	for _, h := range t.Hosts() {
+		out = append(out, describe(h))
+	}
+	return out
+}
+
+func TestLeasesGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/leases/*.leases")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(decodeAll(data, nil), "\n") + "\n"
+			golden := strings.TrimSuffix(f, ".leases") + ".golden"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./parser -update)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("%s mismatch (-want +got):\n%s", golden, diff)
+			}
+			// Every split of the file decodes the same, byte by byte too.
+			for cut := 0; cut <= len(data); cut++ {
+				if split := decodeAll(data, []int{cut}); !equalLines(split, got) {
+					t.Fatalf("split at %d differs:\n%s", cut, cmp.Diff(got, strings.Join(split, "\n")+"\n"))
+				}
+			}
+			// And the parallel whole-file decoder agrees with the table.
+			checkParallel(t, data)
+		})
+	}
+}
+
+func equalLines(lines []string, s string) bool { return strings.Join(lines, "\n")+"\n" == s }
+
+// checkParallel compares ParseLeases on 1 and 3 workers with a Decoder
+// fed everything at once.
+func checkParallel(t *testing.T, data []byte) {
+	t.Helper()
+	want := decodeAll(data, nil)
+	for _, c := range []struct{ workers, seg int }{{1, segmentSize}, {3, segmentSize}, {2, 64}, {3, 200}, {2, 1000}} {
+		workers := c.workers
+		ls, err := parseLeases(bytes.NewReader(data), c.workers, c.seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range ls.Errors {
+			got = append(got, "error: "+e.Error())
+		}
+		var wantErrs []string
+		for _, l := range want {
+			if strings.HasPrefix(l, "error: ") {
+				wantErrs = append(wantErrs, l)
+			}
+		}
+		if diff := cmp.Diff(wantErrs, got); diff != "" {
+			t.Errorf("workers=%d errors (-sequential +parallel):\n%s", workers, diff)
+		}
+		var eff []string
+		for _, l := range ls.Leases() {
+			var b strings.Builder
+			describeLease(&b, l)
+			eff = append(eff, b.String())
+		}
+		i := indexOf(want, "-- effective")
+		wantEff := []string{}
+		for _, l := range want[i+1:] {
+			if strings.HasPrefix(l, "lease ") {
+				wantEff = append(wantEff, l)
+			}
+		}
+		if eff == nil {
+			eff = []string{}
+		}
+		if diff := cmp.Diff(wantEff, eff); diff != "" {
+			t.Errorf("workers=%d table (-sequential +parallel):\n%s", workers, diff)
+		}
+		if ls.Bytes != int64(len(data)) {
+			t.Errorf("workers=%d: Bytes = %d, want %d", workers, ls.Bytes, len(data))
+		}
+	}
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestLeasesHostile(t *testing.T) {
+	long := strings.Repeat("x", 10<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]byte, 64<<10)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	ok := "lease 203.0.113.9 {\n  binding state active;\n  hardware ethernet 0:1:2:3:4:5;\n}\n"
+	tests := []struct {
+		name      string
+		in        string
+		leases    int // effective leases
+		errors    int // -1: any number
+		incomplet bool
+		check     func(t *testing.T, ls *Leases)
+	}{
+		{name: "empty", in: "", leases: 0},
+		{name: "only comments", in: "# a\n# b", leases: 0},
+		{name: "10 KiB hostname", in: "lease 203.0.113.1 {\n  client-hostname \"" + long + "\";\n  binding state active;\n}\n" + ok, leases: 2,
+			check: func(t *testing.T, ls *Leases) {
+				l, _ := ls.Lookup(key("203.0.113.1"))
+				if l == nil || l.ClientHostname != long {
+					t.Errorf("hostname not kept whole")
+				}
+			}},
+		{name: "random bytes", in: string(random), leases: -1, errors: -1},
+		{name: "random bytes then a lease", in: string(random) + "\n" + ok, leases: -1, errors: -1,
+			check: func(t *testing.T, ls *Leases) {
+				if _, found := ls.Lookup(key("203.0.113.9")); !found {
+					t.Errorf("lease after garbage lost")
+				}
+			}},
+		{name: "NUL and quotes in hostname", in: "lease 203.0.113.2 {\n  client-hostname \"a\\000b\\\"c\\nd\";\n}\n", leases: 1,
+			check: func(t *testing.T, ls *Leases) {
+				l, _ := ls.Lookup(key("203.0.113.2"))
+				if l.ClientHostname != "a\x00b\"c\nd" {
+					t.Errorf("hostname = %q", l.ClientHostname)
+				}
+			}},
+		{name: "lease limit is not a lease", in: "class \"c\" {\n  lease limit 2;\n}\n", leases: 0},
+		{name: "unterminated last block", in: ok + "lease 203.0.113.3 {\n  binding state active;\n", leases: 1, incomplet: true},
+		{name: "cut inside a string", in: ok + "lease 203.0.113.3 {\n  uid \"abc", leases: 1, incomplet: true},
+		{name: "statement longer than the bound", in: "lease 203.0.113.4 {\n  on expiry {\n" + strings.Repeat("    log (info, \"padding\");\n", MaxStatement/24) + "  }\n}\n" + ok, leases: 1, errors: 1},
+		{name: "stray closing brace", in: "}\n" + ok, leases: 1, errors: 1},
+		{name: "CRLF", in: strings.ReplaceAll(ok, "\n", "\r\n"), leases: 1},
+		{name: "lease address is IPv6", in: "lease 2001:db8::1 {\n}\n" + ok, leases: 1, errors: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, err := ParseLeases(strings.NewReader(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.leases >= 0 && ls.Len() != tc.leases {
+				t.Errorf("leases = %d, want %d", ls.Len(), tc.leases)
+			}
+			if tc.errors >= 0 && len(ls.Errors) != tc.errors {
+				t.Errorf("errors = %v, want %d", ls.Errors, tc.errors)
+			}
+			if (ls.Incomplete != nil) != tc.incomplet {
+				t.Errorf("incomplete = %v, want %t", ls.Incomplete, tc.incomplet)
+			}
+			for _, e := range ls.Errors {
+				var se *SyntaxError
+				if !errors.As(e, &se) || se.Line < 1 {
+					t.Errorf("error without a line: %v", e)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, ls)
+			}
+			checkParallel(t, []byte(tc.in))
+		})
+	}
+}
+
+func TestIncompleteError(t *testing.T) {
+	d := NewDecoder()
+	var n int
+	h := func(s Statement, err error) { n++ }
+	d.Feed([]byte("lease 203.0.113.1 {\n  binding state active;\n}\nlease 203.0.113.2 {\n  binding"), h)
+	if n != 1 {
+		t.Fatalf("statements before the torn tail = %d, want 1", n)
+	}
+	if d.Offset() != int64(len("lease 203.0.113.1 {\n  binding state active;\n}")) {
+		t.Errorf("Offset = %d", d.Offset())
+	}
+	if d.Pending() == 0 {
+		t.Errorf("Pending = 0, want the torn block held")
+	}
+	err := d.Close(h)
+	var ie *IncompleteError
+	if !errors.As(err, &ie) || !errors.Is(err, ErrIncomplete) || ie.Line != 4 {
+		t.Fatalf("Close = %v, want incomplete at line 4", err)
+	}
+}
+
+func TestParseDate(t *testing.T) {
+	tests := []struct {
+		ymd, hms string
+		want     time.Time
+		ok       bool
+	}{
+		{"2026/11/29", "17:05:36", time.Date(2026, 11, 29, 17, 5, 36, 0, time.UTC), true},
+		{"1970/01/01", "00:00:00", time.Unix(0, 0), true},
+		{"2000/02/29", "23:59:59", time.Date(2000, 2, 29, 23, 59, 59, 0, time.UTC), true},
+		{"2100/03/01", "00:00:00", time.Date(2100, 3, 1, 0, 0, 0, 0, time.UTC), true},
+		{"1969/12/31", "23:59:59", time.Unix(-1, 0), true},
+		{"2026/1/2", "3:4:5", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), true},
+		{"2026/13/01", "00:00:00", time.Time{}, false},
+		{"2026/11/29", "24:00:00", time.Time{}, false},
+		{"2026-11-29", "00:00:00", time.Time{}, false},
+		{"2026/11", "00:00:00", time.Time{}, false},
+		{"2026/11/29", "00:00", time.Time{}, false},
+	}
+	for _, tc := range tests {
+		got, ok := parseDate([]byte(tc.ymd), []byte(tc.hms))
+		if ok != tc.ok || (ok && got.Time() != tc.want.UTC()) {
+			t.Errorf("parseDate(%s %s) = %v, %t; want %v, %t", tc.ymd, tc.hms, got.Time(), ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestParseHex(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []byte
+		ok   bool
+	}{
+		{"0:16:3e:a:b:c", []byte{0, 0x16, 0x3e, 0xa, 0xb, 0xc}, true},
+		{"00:16:3E:0A:0B:0C", []byte{0, 0x16, 0x3e, 0xa, 0xb, 0xc}, true},
+		{"ff", []byte{0xff}, true},
+		{"", nil, false},
+		{"0::1", nil, false},
+		{"123", nil, false},
+		{"g0", nil, false},
+		{"01:", nil, false},
+	}
+	for _, tc := range tests {
+		got, ok := parseHex([]byte(tc.in))
+		if ok != tc.ok || !bytes.Equal(got, tc.want) {
+			t.Errorf("parseHex(%q) = %x, %t; want %x, %t", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestBinding(t *testing.T) {
+	now := goldenNow
+	tests := []struct {
+		name string
+		l    Lease
+		want State
+	}{
+		{"written state wins", Lease{State: StateExpired, Ends: Never}, StateExpired},
+		{"no state, ends in future", Lease{Ends: now + 1}, StateActive},
+		{"no state, ends now", Lease{Ends: now}, StateFree},
+		{"no state, ended", Lease{Ends: now - 1}, StateFree},
+		{"no state, never", Lease{Ends: Never}, StateActive},
+		{"no state, no ends", Lease{Ends: NoTime}, StateFree},
+		{"no state, ended, on expiry", Lease{Ends: now - 1, On: OnExpiry}, StateActive},
+		{"no state, ended, on commit only", Lease{Ends: now - 1, On: OnCommit}, StateFree},
+	}
+	for _, tc := range tests {
+		if got := tc.l.Binding(now); got != tc.want {
+			t.Errorf("%s: Binding = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func key(s string) netip.Prefix {
+	a := netip.MustParseAddr(s)
+	return netip.PrefixFrom(a, a.BitLen())
+}
