@@ -151,7 +151,9 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 			return consumed
 		}
 		if lx.kind == tEnd {
-			if final {
+			if final && lx.start < len(buf) {
+				d.stmtLine = lx.tline // a word cut by the end of the input
+			} else if final {
 				lx.p = len(buf)
 				commit()
 			} else {

@@ -112,7 +112,10 @@ func (lx *lexer) next() {
 		for q < len(b) && charClass[b[q]] == cWord {
 			q++
 		}
-		if q == len(b) && !lx.final {
+		if q == len(b) {
+			// More bytes may extend the word. Even at the end of the
+			// input no statement ends in a word, so the statement is
+			// unfinished either way.
 			lx.kind = tEnd
 			return
 		}

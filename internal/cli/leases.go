@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -107,18 +108,22 @@ func leaseJSON(l *parser.Lease, now parser.Time) LeaseJSON {
 
 func writeLeasesJSON(w io.Writer, rows []*parser.Lease, now parser.Time) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
-	enc := json.NewEncoder(bw)
+	var elem bytes.Buffer
+	enc := json.NewEncoder(&elem)
+	enc.SetEscapeHTML(false)
 	bw.WriteString("[")
 	for i, l := range rows {
 		if i > 0 {
 			bw.WriteString(",")
 		}
-		bw.WriteString("\n")
+		elem.Reset()
 		if err := enc.Encode(leaseJSON(l, now)); err != nil {
 			return err
 		}
+		bw.WriteString("\n  ")
+		bw.Write(bytes.TrimSuffix(elem.Bytes(), []byte("\n")))
 	}
-	bw.WriteString("]\n")
+	bw.WriteString("\n]\n")
 	return bw.Flush()
 }
 

@@ -15,6 +15,7 @@ func main() {
 	flag.IntVar(&o.IPs, "ips", 100000, "distinct addresses")
 	flag.IntVar(&o.Versions, "versions", 3, "appended blocks per address")
 	flag.BoolVar(&o.MAAS, "maas", false, "carry MAAS's set and on-expiry/on-release statements")
+	flag.BoolVar(&o.Failover, "failover", false, "declare a failover peer for the shared-network pools")
 	leases := flag.String("leases", "dhcpd.leases", "leases file to write")
 	config := flag.String("config", "dhcpd.conf", "dhcpd.conf to write")
 	flag.Parse()

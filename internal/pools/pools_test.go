@@ -1,0 +1,290 @@
+package pools
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/leasekeeper/leasekeeper/internal/leasegen"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+var now = parser.TimeOf(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+
+func mustConfig(t *testing.T, conf string) *parser.Config {
+	t.Helper()
+	cfg, err := parser.ParseConfig(strings.NewReader(conf), parser.ConfigOptions{Name: "test.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func mustLeases(t *testing.T, leases string) *parser.Table {
+	t.Helper()
+	ls, err := parser.ParseLeases(strings.NewReader(leases))
+	if err != nil || len(ls.Errors) > 0 || ls.Incomplete != nil {
+		t.Fatalf("leases: %v %v %v", err, ls.Errors, ls.Incomplete)
+	}
+	return ls.Table
+}
+
+func lease(ip, state, mac string) string {
+	s := "lease " + ip + " {\n  starts 1 2026/11/23 10:00:00;\n  ends 5 2027/01/01 00:00:00;\n"
+	if state != "" {
+		s += "  binding state " + state + ";\n"
+	}
+	if mac != "" {
+		s += "  hardware ethernet " + mac + ";\n"
+	}
+	return s + "}\n"
+}
+
+const conf = `
+failover peer "fo" { primary; address 203.0.113.1; port 647; peer address 203.0.113.2; peer port 847;
+  max-response-delay 60; max-unacked-updates 10; mclt 3600; split 128; load balance max seconds 3; }
+subnet 203.0.113.0 netmask 255.255.255.0 {
+  range 203.0.113.10 203.0.113.19;
+  range 203.0.113.15 203.0.113.24;   # overlaps the first
+  range dynamic-bootp 203.0.113.30;
+}
+shared-network "office" {
+  subnet 198.51.100.0 netmask 255.255.255.0 {
+    pool { range 198.51.100.10 198.51.100.29; }
+    pool { failover peer "fo"; range 198.51.100.100 198.51.100.149; }
+  }
+}
+host fixed1 { hardware ethernet 00:16:3e:00:00:99; fixed-address 203.0.113.12, fixed.example.test; }
+`
+
+func TestSummarize(t *testing.T) {
+	leases := lease("203.0.113.10", "active", "00:16:3e:00:00:01") +
+		lease("203.0.113.11", "free", "") +
+		lease("203.0.113.16", "active", "00:16:3e:00:00:02") + // in both overlapping ranges
+		lease("203.0.113.17", "expired", "") +
+		lease("203.0.113.18", "released", "") +
+		lease("203.0.113.20", "abandoned", "") +
+		lease("203.0.113.21", "", "") + // no state, ends in the future: active
+		lease("203.0.113.30", "active", "") +
+		lease("198.51.100.10", "active", "") + lease("198.51.100.10", "free", "") + // last wins
+		lease("198.51.100.100", "backup", "") + lease("198.51.100.101", "backup", "") +
+		lease("198.51.100.102", "reset", "") +
+		lease("192.0.2.1", "active", "") // outside every range: counted nowhere
+	rep := Summarize(mustConfig(t, conf), mustLeases(t, leases), now)
+	type row struct {
+		First                          string
+		Size, Active, Backup, Touched int64
+		Shared                         string
+	}
+	var got []row
+	for _, u := range rep.Ranges {
+		got = append(got, row{u.First, u.Size, u.Active, u.Backup, u.Touched, u.SharedNetwork})
+	}
+	want := []row{
+		{"203.0.113.10", 10, 2, 0, 3, ""},
+		{"203.0.113.15", 10, 2, 0, 3, ""},
+		{"203.0.113.30", 1, 1, 0, 0, ""},
+		{"198.51.100.10", 20, 0, 0, 1, "office"},
+		{"198.51.100.100", 50, 0, 2, 0, "office"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ranges (-want +got):\n%s", diff)
+	}
+	wantShared := []Totals{{Name: "office", Size: 70, Active: 0, Backup: 2, Touched: 1, Free: 70}}
+	if diff := cmp.Diff(wantShared, rep.SharedNetworks); diff != "" {
+		t.Errorf("shared networks (-want +got):\n%s", diff)
+	}
+	wantSum := Totals{Size: 91, Active: 5, Backup: 2, Touched: 7, Free: 86}
+	if diff := cmp.Diff(wantSum, rep.Summary); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+	if rep.Ranges[4].Failover != "fo" {
+		t.Errorf("failover = %q", rep.Ranges[4].Failover)
+	}
+}
+
+func TestSummarizeIPv6(t *testing.T) {
+	cfg := mustConfig(t, `
+subnet6 2001:db8:1::/64 {
+  range6 2001:db8:1::100 2001:db8:1::1ff;
+  range6 2001:db8:1:0:1::/80;
+  prefix6 2001:db8:100:: 2001:db8:1ff:: /48;
+}`)
+	tab := mustLeases(t, `
+ia-na "\001\000\000\000\000\001" {
+  iaaddr 2001:db8:1::100 { binding state active; ends never; }
+  iaaddr 2001:db8:1::101 { binding state expired; ends never; }
+}
+ia-pd "\002\000\000\000\000\001" {
+  iaprefix 2001:db8:100::/48 { binding state active; ends never; }
+}`)
+	rep := Summarize(cfg, tab, now)
+	got := [][2]int64{}
+	for _, u := range rep.Ranges {
+		got = append(got, [2]int64{u.Size, u.Active})
+	}
+	want := [][2]int64{{256, 1}, {1 << 48, 0}, {256, 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if rep.Ranges[0].Touched != 1 {
+		t.Errorf("touched = %d, want 1", rep.Ranges[0].Touched)
+	}
+}
+
+func TestSize(t *testing.T) {
+	a := func(s string) parser.Range {
+		f, l, _ := strings.Cut(s, "-")
+		return parser.Range{First: mustAddr(f), Last: mustAddr(l)}
+	}
+	tests := []struct {
+		r    parser.Range
+		want int64
+	}{
+		{a("10.0.0.1-10.0.0.1"), 1},
+		{a("10.0.0.0-10.0.255.255"), 65536},
+		{a("::-::ffff:ffff:ffff:ffff"), 1<<63 - 1}, // 2^64 saturates
+		{a("2001:db8::-2001:db8::ffff:ffff"), 1 << 32},
+		{parser.Range{Kind: parser.RangeKindPrefix6, First: mustAddr("2001:db8:100::"), Last: mustAddr("2001:db8:1ff::"), PrefixLen: 48}, 256},
+	}
+	for _, tc := range tests {
+		if got := size(tc.r); got != tc.want {
+			t.Errorf("size(%v-%v) = %d, want %d", tc.r.First, tc.r.Last, got, tc.want)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	leases := lease("203.0.113.10", "active", "00:16:3e:00:00:01") +
+		lease("203.0.113.11", "active", "00:16:3e:00:00:01") + // same MAC twice
+		lease("203.0.113.12", "active", "00:16:3e:00:00:03") + // a host's fixed address
+		lease("203.0.113.13", "free", "00:16:3e:00:00:03") +
+		lease("192.0.2.7", "active", "00:16:3e:00:00:07") + // orphan
+		lease("192.0.2.8", "free", "00:16:3e:00:00:08") // inactive orphans do not matter
+	problems, unresolved := Check(mustConfig(t, conf), mustLeases(t, leases), now)
+	var got []string
+	for _, p := range problems {
+		got = append(got, fmt.Sprintf("%s %s %s %v %s", p.Kind, p.IP, p.MAC, p.IPs, p.Host))
+	}
+	want := []string{
+		"duplicate-mac 203.0.113.10 00:16:3e:00:00:01 [203.0.113.10 203.0.113.11] ",
+		"fixed-address 203.0.113.12 00:16:3e:00:00:03 [] fixed1",
+		"orphan 192.0.2.7 00:16:3e:00:00:07 [] ",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"fixed1: fixed.example.test"}, unresolved); diff != "" {
+		t.Errorf("unresolved (-want +got):\n%s", diff)
+	}
+	clean := lease("203.0.113.10", "active", "00:16:3e:00:00:01")
+	if p, _ := Check(mustConfig(t, conf), mustLeases(t, clean), now); len(p) != 0 {
+		t.Errorf("clean file: %v", p)
+	}
+}
+
+// dhcpdPoolsRanges runs dhcpd-pools and returns its per-range counts keyed
+// by "first-last": max, cur (active), touch, bu (backup). It reads the CSV
+// format: exact integers, and the only machine format with backups.
+func dhcpdPoolsRanges(t *testing.T, conf, leases string) map[string][4]int64 {
+	t.Helper()
+	out, err := exec.Command("dhcpd-pools", "-c", conf, "-l", leases, "-f", "c").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("dhcpd-pools: %v: %s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	section, _, _ := bytes.Cut(out, []byte("\n\n"))
+	r := csv.NewReader(bytes.NewReader(section))
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := map[string][4]int64{}
+	for _, rec := range recs {
+		if len(rec) < 10 || rec[0] == "shared net name" {
+			continue
+		}
+		var v [4]int64
+		for i, col := range []int{3, 4, 6, 9} {
+			n, err := strconv.ParseFloat(rec[col], 64)
+			if err != nil {
+				t.Fatalf("dhcpd-pools column %d %q: %v", col, rec[col], err)
+			}
+			v[i] = int64(n)
+		}
+		res[rec[1]+"-"+rec[2]] = v
+	}
+	return res
+}
+
+func TestMatchesDhcpdPools(t *testing.T) {
+	if _, err := exec.LookPath("dhcpd-pools"); err != nil {
+		t.Skip("dhcpd-pools not installed (apt-get install dhcpd-pools; make test does)")
+	}
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	gen := func(o leasegen.Options) (string, string) {
+		var c, l bytes.Buffer
+		if err := leasegen.WriteConfig(&c, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := leasegen.WriteLeases(&l, o); err != nil {
+			t.Fatal(err)
+		}
+		return c.String(), l.String()
+	}
+	handConf := conf
+	handLeases := lease("203.0.113.10", "active", "00:16:3e:00:00:01") + lease("203.0.113.11", "free", "") +
+		lease("203.0.113.16", "active", "") + lease("203.0.113.17", "expired", "") + lease("203.0.113.18", "released", "") +
+		lease("203.0.113.20", "abandoned", "") + lease("203.0.113.30", "active", "") +
+		lease("198.51.100.10", "active", "") + lease("198.51.100.10", "free", "") + lease("198.51.100.11", "free", "") +
+		lease("198.51.100.11", "active", "") + lease("198.51.100.100", "backup", "") + lease("198.51.100.101", "backup", "") +
+		lease("198.51.100.102", "active", "") + lease("192.0.2.1", "active", "")
+	maasConf, maasLeases := gen(leasegen.Options{IPs: 20000, Versions: 3, MAAS: true, Failover: true, PerRange: 500})
+	plainConf, plainLeases := gen(leasegen.Options{IPs: 30000, Versions: 2, PerRange: 1000})
+	for _, tc := range []struct{ name, conf, leases string }{
+		{"shared networks, pools, failover, overlaps", handConf, handLeases},
+		{"generated MAAS-style", maasConf, maasLeases},
+		{"generated plain", plainConf, plainLeases},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp, lp := write("dhcpd.conf", tc.conf), write("dhcpd.leases", tc.leases)
+			want := dhcpdPoolsRanges(t, cp, lp)
+			rep := Summarize(mustConfig(t, tc.conf), mustLeases(t, tc.leases), now)
+			got := map[string][4]int64{}
+			for _, u := range rep.Ranges {
+				got[u.First+"-"+u.Last] = [4]int64{u.Size, u.Active, u.Touched, u.Backup}
+			}
+			if len(want) == 0 {
+				t.Fatal("dhcpd-pools reported no ranges")
+			}
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("[size active touched backup] per range (-dhcpd-pools +leasekeeper):\n%s", diff)
+			}
+		})
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
