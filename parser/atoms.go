@@ -48,10 +48,14 @@ func hexVal(c byte) (byte, bool) {
 // parseHex parses colon-separated octets of one or two hex digits
 // ("0:16:3e:a:b:c" as binary-to-ascii writes them, or padded).
 func parseHex(b []byte) ([]byte, bool) {
+	return parseHexTo(make([]byte, 0, (len(b)+1)/3), b)
+}
+
+// parseHexTo is parseHex appending to out.
+func parseHexTo(out, b []byte) ([]byte, bool) {
 	if len(b) == 0 {
 		return nil, false
 	}
-	out := make([]byte, 0, (len(b)+1)/3)
 	var v byte
 	n := 0
 	for i := 0; i <= len(b); i++ {

@@ -3,7 +3,6 @@ package parser
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 )
@@ -168,7 +167,7 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 		if (err == errShort && len(buf)-tokStart > MaxStatement) || (err == nil && lx.p-tokStart > MaxStatement) {
 			err = &SyntaxError{Line: tokLine, Msg: fmt.Sprintf("statement longer than %d bytes", MaxStatement)}
 		}
-		var re *resumeError
+		re, resume := err.(*resumeError)
 		switch {
 		case err == nil:
 			commit()
@@ -178,7 +177,7 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 		case err == errShort:
 			lx.p, lx.line = start, startLine
 			return consumed
-		case errors.As(err, &re):
+		case resume:
 			h(nil, &re.SyntaxError)
 			lx.p, lx.line = re.at, re.line
 			commit()

@@ -398,3 +398,22 @@ func key(s string) netip.Prefix {
 	a := netip.MustParseAddr(s)
 	return netip.PrefixFrom(a, a.BitLen())
 }
+
+// FuzzFastDate: the fast path for dhcpd's canonical date form must agree
+// with the general date parser whenever it accepts.
+func FuzzFastDate(f *testing.F) {
+	f.Add([]byte(" 0 2026/11/29 17:05:36;"))
+	f.Add([]byte(" 6 0099/01/01 00:00:00;"))
+	f.Add([]byte(" 1 2026/02/31 23:59:60;"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := fastDate(b)
+		if !ok {
+			return
+		}
+		p := stmtParser{lx: lexer{b: append([]byte("x"), b[:fastDateLen]...), line: 1, final: true, p: 1}}
+		slow, err := p.slowDate()
+		if err != nil || slow != fast {
+			t.Fatalf("fastDate(%q) = %v; general parser = %v, %v", b, fast, slow, err)
+		}
+	})
+}

@@ -249,12 +249,17 @@ func keywordAt(b []byte) bool {
 }
 
 // unquote decodes a dhcpd string body: \ooo octal, \" \\ and the C escapes
-// dhcpd's lexer knows. The result may be any bytes.
+// dhcpd's lexer knows. The result may be any bytes; without escapes it is
+// s itself.
 func unquote(s []byte) []byte {
 	if bytes.IndexByte(s, '\\') < 0 {
 		return s
 	}
-	out := make([]byte, 0, len(s))
+	return unquoteTo(make([]byte, 0, len(s)), s)
+}
+
+// unquoteTo appends the decoded string body s to out.
+func unquoteTo(out, s []byte) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c != '\\' || i+1 == len(s) {

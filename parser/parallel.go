@@ -39,7 +39,7 @@ type item struct {
 
 func (s *segment) decode(free chan<- []byte) {
 	d := &Decoder{line: s.line, order: binary.NativeEndian, hostOrder: true}
-	s.items = make([]item, 0, len(s.buf)/256)
+	s.items = make([]item, 0, len(s.buf)/512)
 	h := func(st Statement, err error) { s.items = append(s.items, item{st, err}) }
 	if s.last {
 		n := d.decode(s.buf, true, len(s.buf), h)
@@ -118,7 +118,7 @@ func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *Incom
 			}
 			// Read at least as much as is carried over, so a statement
 			// longer than a segment is copied a logarithmic number of times.
-			want := len(carry) + max(segSize, len(carry))
+			want := max(segSize, 2*len(carry))
 			if cap(buf) < want {
 				buf = make([]byte, 0, want)
 			}

@@ -1,6 +1,7 @@
 package parser
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,7 +31,28 @@ type stmtParser struct {
 	line0     int // first line of the statement
 	ctx       string
 	arg       []byte
-	vars      []Var // scratch for a block's set statements
+	// Per lease block: set statements and decoded strings, materialised
+	// as one string when the block ends.
+	vars    []varSpan
+	strs    []byte
+	host    [2]int
+	hasHost bool
+
+	memo     [4]memoBlock
+	memoNext int
+}
+
+// varSpan is a set statement whose value is strs[start:end].
+type varSpan struct {
+	name       string
+	start, end int
+}
+
+// memoBlock is a block skipBlock skipped: its bytes from after '{'
+// through '}', and the newlines in them.
+type memoBlock struct {
+	body  []byte
+	lines int
 }
 
 func (p *stmtParser) where() string {
@@ -84,8 +106,7 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	default:
 		return nil, &SyntaxError{Line: lx.tline, Msg: fmt.Sprintf("unexpected %q at top level", lx.text())}
 	}
-	p.ctx = string(lx.text())
-	switch p.ctx {
+	switch p.ctx = keywordName(lx.text()); p.ctx {
 	case "lease":
 		return p.parseLease()
 	case "ia-na", "ia-ta", "ia-pd":
@@ -93,7 +114,7 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	case "host":
 		return p.parseHost()
 	case "server-duid":
-		id, err := p.id()
+		id, err := p.id(nil)
 		if err == nil {
 			err = p.semi()
 		}
@@ -110,6 +131,34 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	}
 	// group, db-time-format, lease-id-format and anything unknown.
 	return nil, p.skip()
+}
+
+// keywordName returns the top-level keywords as constants, so naming
+// the statement being parsed allocates nothing.
+func keywordName(w []byte) string {
+	switch string(w) {
+	case "lease":
+		return "lease"
+	case "ia-na":
+		return "ia-na"
+	case "ia-ta":
+		return "ia-ta"
+	case "ia-pd":
+		return "ia-pd"
+	case "host":
+		return "host"
+	case "server-duid":
+		return "server-duid"
+	case "authoring-byte-order":
+		return "authoring-byte-order"
+	case "failover":
+		return "failover"
+	case "class":
+		return "class"
+	case "subclass":
+		return "subclass"
+	}
+	return string(w)
 }
 
 // topKeyword reports whether w starts a top-level statement; seen at the
@@ -176,20 +225,36 @@ func (p *stmtParser) leaseBody(l *Lease) error {
 	if err := p.open(); err != nil {
 		return err
 	}
-	p.vars = p.vars[:0]
+	p.vars, p.strs, p.hasHost = p.vars[:0], p.strs[:0], false
 	for {
 		more, err := p.item()
 		if err != nil {
 			return err
 		}
 		if !more {
-			if len(p.vars) > 0 {
-				l.Vars = append([]Var(nil), p.vars...)
-			}
+			p.finishStrings(l)
 			return nil
 		}
 		if err := p.leaseStmt(l); err != nil {
 			return err
+		}
+	}
+}
+
+// finishStrings gives the block's hostname and set values their storage:
+// one string for all of them.
+func (p *stmtParser) finishStrings(l *Lease) {
+	if len(p.strs) == 0 && len(p.vars) == 0 && !p.hasHost {
+		return
+	}
+	all := string(p.strs)
+	if p.hasHost {
+		l.ClientHostname = all[p.host[0]:p.host[1]]
+	}
+	if len(p.vars) > 0 {
+		l.Vars = make([]Var, len(p.vars))
+		for i, v := range p.vars {
+			l.Vars[i] = Var{Name: v.name, Value: all[v.start:v.end]}
 		}
 	}
 }
@@ -221,22 +286,21 @@ func (p *stmtParser) leaseStmt(l *Lease) error {
 			l.RewindState, err = p.bindingState()
 		}
 	case "hardware":
-		l.HardwareType, l.HardwareAddr, err = p.hardware()
+		l.HardwareType, l.HardwareAddr, err = p.hardware(l.inline[:0:8])
 	case "uid":
-		if l.UID, err = p.id(); err == nil {
+		if l.UID, err = p.id(l.inline[8:8:len(l.inline)]); err == nil {
 			err = p.semi()
 		}
 	case "client-hostname":
-		var b []byte
-		if b, err = p.str(); err == nil {
-			l.ClientHostname = string(b)
-			err = p.semi()
+		if p.lx.next(); p.lx.kind != tString {
+			return p.unexpected("a string")
 		}
+		start := len(p.strs)
+		p.strs = unquoteTo(p.strs, p.lx.text())
+		p.host, p.hasHost = [2]int{start, len(p.strs)}, true
+		err = p.semi()
 	case "set":
-		var v Var
-		if v, err = p.setVar(); err == nil {
-			p.vars = append(p.vars, v)
-		}
+		err = p.setVar()
 	case "option":
 		var v Var
 		if v, err = p.option(); err == nil {
@@ -266,7 +330,7 @@ func (p *stmtParser) leaseStmt(l *Lease) error {
 
 func (p *stmtParser) parseIA() (*IA, error) {
 	ia := &IA{Type: p.ctx, Cltt: NoTime, Line: p.line0}
-	id, err := p.id()
+	id, err := p.id(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -363,9 +427,9 @@ func (p *stmtParser) parseHost() (*HostEntry, error) {
 			h.Deleted = true
 			err = p.semi()
 		case "hardware":
-			h.HardwareType, h.HardwareAddr, err = p.hardware()
+			h.HardwareType, h.HardwareAddr, err = p.hardware(nil)
 		case "uid":
-			if h.UID, err = p.id(); err == nil {
+			if h.UID, err = p.id(nil); err == nil {
 				err = p.semi()
 			}
 		case "fixed-address", "fixed-address6":
@@ -548,30 +612,24 @@ func (p *stmtParser) name() (string, error) {
 	return "", p.unexpected("a name")
 }
 
-// str reads a quoted string and returns its decoded bytes (a fresh copy).
-func (p *stmtParser) str() ([]byte, error) {
+// strString reads a quoted string and returns it decoded.
+func (p *stmtParser) strString() (string, error) {
 	lx := &p.lx
 	if lx.next(); lx.kind != tString {
-		return nil, p.unexpected("a string")
+		return "", p.unexpected("a string")
 	}
-	if lx.esc {
-		return unquote(lx.text()), nil
-	}
-	return append([]byte(nil), lx.text()...), nil
+	return string(unquote(lx.text())), nil
 }
 
 // id reads an identifier written as a quoted string or as hex octets
-// (lease-id-format hex).
-func (p *stmtParser) id() ([]byte, error) {
+// (lease-id-format hex), appending its bytes to dst[:0].
+func (p *stmtParser) id(dst []byte) ([]byte, error) {
 	lx := &p.lx
 	switch lx.next(); lx.kind {
 	case tString:
-		if lx.esc {
-			return unquote(lx.text()), nil
-		}
-		return append([]byte(nil), lx.text()...), nil
+		return unquoteTo(dst[:0], lx.text()), nil
 	case tWord:
-		b, ok := parseHex(lx.text())
+		b, ok := parseHexTo(dst[:0], lx.text())
 		if !ok {
 			return nil, p.fail("bad hex identifier %q", lx.text())
 		}
@@ -630,7 +688,9 @@ func hardwareType(b []byte) string {
 	return string(b)
 }
 
-func (p *stmtParser) hardware() (string, []byte, error) {
+// hardware reads `TYPE ADDR;` after the keyword, appending the address
+// to dst[:0].
+func (p *stmtParser) hardware(dst []byte) (string, []byte, error) {
 	lx := &p.lx
 	if lx.next(); lx.kind != tWord {
 		return "", nil, p.unexpected("a hardware type")
@@ -643,7 +703,7 @@ func (p *stmtParser) hardware() (string, []byte, error) {
 	default:
 		return "", nil, p.unexpected("a hardware address")
 	}
-	hw, ok := parseHex(lx.text())
+	hw, ok := parseHexTo(dst[:0], lx.text())
 	if !ok {
 		return "", nil, p.fail("bad hardware address %q", lx.text())
 	}
@@ -681,6 +741,16 @@ func parseUint(b []byte, max uint64) (uint64, bool) {
 // `epoch N` or `never`.
 func (p *stmtParser) date() (Time, error) {
 	lx := &p.lx
+	if t, ok := fastDate(lx.b[lx.p:]); ok {
+		lx.p += fastDateLen
+		return t, nil
+	}
+	return p.slowDate()
+}
+
+// slowDate is date through the lexer: any spacing, epoch and never.
+func (p *stmtParser) slowDate() (Time, error) {
+	lx := &p.lx
 	if lx.next(); lx.kind != tWord {
 		return NoTime, p.unexpected("a date")
 	}
@@ -716,18 +786,53 @@ func (p *stmtParser) date() (Time, error) {
 	return t, p.semi()
 }
 
-// setVar parses `set NAME = VALUE;` after the keyword.
-func (p *stmtParser) setVar() (Var, error) {
+// fastDateLen is the length of " W YYYY/MM/DD HH:MM:SS;", the form dhcpd
+// writes every date in.
+const fastDateLen = 23
+
+// fastDate reads a date in exactly the form dhcpd writes, without the
+// lexer; anything else (epoch, never, odd spacing) takes the slow path.
+func fastDate(b []byte) (Time, bool) {
+	if len(b) < fastDateLen || b[0] != ' ' || b[2] != ' ' || b[7] != '/' || b[10] != '/' ||
+		b[13] != ' ' || b[16] != ':' || b[19] != ':' || b[22] != ';' {
+		return 0, false
+	}
+	d := func(i int) (int, bool) {
+		x, y := b[i]-'0', b[i+1]-'0'
+		return int(x)*10 + int(y), x <= 9 && y <= 9
+	}
+	c, ok1 := d(3)
+	yy, ok2 := d(5)
+	mo, ok3 := d(8)
+	dd, ok4 := d(11)
+	h, ok5 := d(14)
+	mi, ok6 := d(17)
+	s, ok7 := d(20)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7) || b[1]-'0' > 9 || c < 19 ||
+		mo < 1 || mo > 12 || dd < 1 || dd > 31 || h > 23 || mi > 59 || s > 60 {
+		return 0, false
+	}
+	return Time(daysFromCivil(c*100+yy, mo, dd)*86400 + int64(h*3600+mi*60+s)), true
+}
+
+// setVar parses `set NAME = VALUE;` after the keyword into p.vars.
+func (p *stmtParser) setVar() error {
 	lx := &p.lx
 	if lx.next(); lx.kind != tWord {
-		return Var{}, p.unexpected("a variable name")
+		return p.unexpected("a variable name")
 	}
 	name := varName(lx.text())
 	if lx.next(); lx.kind != tPunct || lx.b[lx.start] != '=' {
-		return Var{}, p.unexpected("=")
+		return p.unexpected("=")
 	}
 	v, err := p.value()
-	return Var{Name: name, Value: v}, err
+	if err != nil {
+		return err
+	}
+	start := len(p.strs)
+	p.strs = append(p.strs, v...)
+	p.vars = append(p.vars, varSpan{name: name, start: start, end: len(p.strs)})
+	return nil
 }
 
 // varName interns the variable names MAAS and dhcpd write on every lease.
@@ -760,12 +865,12 @@ func (p *stmtParser) option() (Var, error) {
 		return Var{}, err
 	}
 	v, err := p.value()
-	return Var{Name: name, Value: v}, err
+	return Var{Name: name, Value: string(v)}, err
 }
 
 // value reads tokens through the semicolon. A lone string is decoded;
-// anything else is returned as written.
-func (p *stmtParser) value() (string, error) {
+// anything else is returned as written. The bytes may alias the buffer.
+func (p *stmtParser) value() ([]byte, error) {
 	lx := &p.lx
 	first, last, n := -1, -1, 0
 	var str []byte
@@ -773,15 +878,15 @@ func (p *stmtParser) value() (string, error) {
 		switch lx.next(); lx.kind {
 		case tSemi:
 			if n == 1 && str != nil {
-				return string(str), nil
+				return str, nil
 			}
 			if first < 0 {
-				return "", nil
+				return nil, nil
 			}
-			return string(lx.b[first:last]), nil
+			return lx.b[first:last], nil
 		case tWord, tString, tPunct:
 		default:
-			return "", p.unexpected("a value")
+			return nil, p.unexpected("a value")
 		}
 		if first < 0 {
 			first = lx.start
@@ -831,7 +936,7 @@ func (p *stmtParser) on() (On, error) {
 			if on == 0 {
 				return 0, p.fail("on: no event")
 			}
-			return on, p.skipped(lx.skipBlock())
+			return on, p.skipped(p.skipBlockMemo())
 		case tWord:
 			switch string(lx.text()) {
 			case "commit":
@@ -848,6 +953,29 @@ func (p *stmtParser) on() (On, error) {
 			return 0, p.unexpected("an event")
 		}
 	}
+}
+
+// skipBlockMemo is lx.skipBlock remembering the last few blocks it
+// skipped: MAAS writes the same on-expiry and on-release statements into
+// every lease, and comparing bytes is far cheaper than scanning them.
+// Identical bytes skip identically, so the result is the same.
+func (p *stmtParser) skipBlockMemo() skipStatus {
+	lx := &p.lx
+	rest := lx.b[lx.p:]
+	for i := range p.memo {
+		if m := &p.memo[i]; len(m.body) > 0 && bytes.HasPrefix(rest, m.body) {
+			lx.p += len(m.body)
+			lx.line += m.lines
+			return skipOK
+		}
+	}
+	start, line := lx.p, lx.line
+	st := lx.skipBlock()
+	if st == skipOK && lx.p-start <= 4096 {
+		p.memo[p.memoNext%len(p.memo)] = memoBlock{body: lx.b[start:lx.p], lines: lx.line - line}
+		p.memoNext++
+	}
+	return st
 }
 
 // skipped turns skipBlock's status into an error.

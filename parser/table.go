@@ -11,7 +11,8 @@ import (
 // address or delegated prefix), the last host statement of a name wins
 // and a deleted one removes it.
 type Table struct {
-	leases     map[netip.Prefix]*Lease
+	v4         map[uint32]*Lease       // the common case, on a cheap key
+	leases     map[netip.Prefix]*Lease // IPv6 addresses and prefixes
 	hosts      map[string]*HostEntry
 	failover   map[string]*FailoverState
 	ServerDUID *ServerDUID
@@ -23,6 +24,7 @@ type Table struct {
 // NewTable returns an empty table.
 func NewTable() *Table {
 	return &Table{
+		v4:       make(map[uint32]*Lease),
 		leases:   make(map[netip.Prefix]*Lease),
 		hosts:    make(map[string]*HostEntry),
 		failover: make(map[string]*FailoverState),
@@ -34,11 +36,11 @@ func (t *Table) Apply(s Statement) {
 	switch s := s.(type) {
 	case *Lease:
 		t.Blocks++
-		t.leases[s.Key()] = s
+		t.put(s)
 	case *IA:
 		for _, l := range s.Leases {
 			t.Blocks++
-			t.leases[l.Key()] = l
+			t.put(l)
 		}
 	case *HostEntry:
 		if s.Deleted {
@@ -55,17 +57,37 @@ func (t *Table) Apply(s Statement) {
 	}
 }
 
+func (t *Table) put(l *Lease) {
+	if l.IP.Is4() {
+		t.v4[v4key(l.IP)] = l
+		return
+	}
+	t.leases[l.Key()] = l
+}
+
+func v4key(a netip.Addr) uint32 {
+	b := a.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
 // Len is the number of distinct leases.
-func (t *Table) Len() int { return len(t.leases) }
+func (t *Table) Len() int { return len(t.v4) + len(t.leases) }
 
 // Lookup returns the lease for an address (or delegated prefix).
 func (t *Table) Lookup(key netip.Prefix) (*Lease, bool) {
+	if key.Addr().Is4() && key.Bits() == 32 {
+		l, ok := t.v4[v4key(key.Addr())]
+		return l, ok
+	}
 	l, ok := t.leases[key]
 	return l, ok
 }
 
 // Each calls fn for every lease, in no particular order.
 func (t *Table) Each(fn func(*Lease)) {
+	for _, l := range t.v4 {
+		fn(l)
+	}
 	for _, l := range t.leases {
 		fn(l)
 	}
@@ -74,10 +96,8 @@ func (t *Table) Each(fn func(*Lease)) {
 // Leases returns the leases sorted by family, then address, then prefix
 // length.
 func (t *Table) Leases() []*Lease {
-	out := make([]*Lease, 0, len(t.leases))
-	for _, l := range t.leases {
-		out = append(out, l)
-	}
+	out := make([]*Lease, 0, t.Len())
+	t.Each(func(l *Lease) { out = append(out, l) })
 	slices.SortFunc(out, func(a, b *Lease) int {
 		if c := a.IP.Compare(b.IP); c != 0 {
 			return c
