@@ -77,6 +77,10 @@ func parseHexTo(out, b []byte) ([]byte, bool) {
 	return out, true
 }
 
+// neverYear: dhcpd reads any date in 2038 or later as "never"
+// (parse_date_core, which avoids 32-bit overflow that way).
+const neverYear = 2038
+
 // parseDate parses dhcpd's "YYYY/MM/DD" and "HH:MM:SS" (UTC) into Unix
 // seconds. Single-digit fields are accepted, as dhcpd's lexer does.
 func parseDate(ymd, hms []byte) (Time, bool) {
@@ -90,6 +94,9 @@ func parseDate(ymd, hms []byte) (Time, bool) {
 	}
 	if mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60 {
 		return NoTime, false
+	}
+	if y >= neverYear {
+		return Never, true
 	}
 	return Time(daysFromCivil(y, mo, d)*86400 + int64(h*3600+mi*60+s)), true
 }

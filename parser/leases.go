@@ -33,42 +33,41 @@ type Var struct {
 }
 
 // Lease is one lease: an IPv4 `lease` block, or one `iaaddr`/`iaprefix`
-// of an IPv6 IA (with the IA's identity copied in).
+// of an IPv6 IA (IA points at the IA it belongs to). Fields are ordered to
+// keep the struct small: a big file holds one per address.
 type Lease struct {
-	Family    Family
-	IP        netip.Addr
-	PrefixLen int // iaprefix only: the delegated prefix length; 0 for addresses
-
+	Family Family
 	// State is the `binding state` as written, StateNone when absent;
 	// use Binding for dhcpd's inference.
 	State       State
 	NextState   State
 	RewindState State
+	Reserved    bool
+	Bootp       bool
+	On          On    // pending on commit/expiry/release statements
+	PrefixLen   uint8 // iaprefix only: the delegated prefix length; 0 for addresses
+
+	IP netip.Addr
 
 	Starts, Ends, Tstp, Tsfp, Atsfp, Cltt Time
 
 	HardwareType   string // "ethernet", "token-ring", …; "" when absent
 	HardwareAddr   HardwareAddr
 	UID            []byte
-	ClientHostname string // bytes as dhcpd wrote them (not necessarily UTF-8)
+	ClientHostname string // bytes as dhcpd keeps them (not necessarily UTF-8)
 	Vars           []Var  // set NAME = VALUE
 	Options        []Var  // option agent.* and others
-	Reserved       bool
-	Bootp          bool
-	On             On // pending on commit/expiry/release statements
 
 	// IPv6 only.
-	IAType        string // "ia-na", "ia-ta", "ia-pd"
-	IAID          uint32
-	DUID          []byte
+	IA            *IA
 	PreferredLife uint32
 	MaxLife       uint32
 
 	Line int
 
-	// inline backs a short HardwareAddr (8 bytes) and UID (16), saving
+	// inline backs a short HardwareAddr (8 bytes) and UID (8), saving
 	// two allocations per lease.
-	inline [24]byte
+	inline [16]byte
 }
 
 // StartLine implements Statement.
@@ -78,7 +77,7 @@ func (l *Lease) StartLine() int { return l.Line }
 // prefix the prefix.
 func (l *Lease) Key() netip.Prefix {
 	if l.PrefixLen > 0 {
-		return netip.PrefixFrom(l.IP, l.PrefixLen)
+		return netip.PrefixFrom(l.IP, int(l.PrefixLen))
 	}
 	return netip.PrefixFrom(l.IP, l.IP.BitLen())
 }
@@ -97,11 +96,15 @@ func (l *Lease) Binding(now Time) State {
 	return StateFree
 }
 
-// NextBinding is the `next binding state`, inferred like Binding when the
-// block has no binding state (free after active, else unchanged).
+// NextBinding is the `next binding state`. Not written, it is the binding
+// state itself, or free when the block has no binding state either (as
+// dhcpd infers it).
 func (l *Lease) NextBinding(now Time) State {
-	if l.State != StateNone {
+	switch {
+	case l.NextState != StateNone:
 		return l.NextState
+	case l.State != StateNone:
+		return l.State
 	}
 	return StateFree
 }

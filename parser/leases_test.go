@@ -88,7 +88,7 @@ func describeLease(b *strings.Builder, l *Lease) {
 		fmt.Fprintf(b, " on=%03b", l.On)
 	}
 	if l.Family == IPv6 {
-		fmt.Fprintf(b, " ia=%s iaid=%d duid=%s preferred=%d max=%d", l.IAType, l.IAID, HexString(l.DUID), l.PreferredLife, l.MaxLife)
+		fmt.Fprintf(b, " ia=%s iaid=%d duid=%s preferred=%d max=%d", l.IA.Type, l.IA.IAID, HexString(l.IA.DUID), l.PreferredLife, l.MaxLife)
 	}
 }
 
@@ -257,10 +257,17 @@ func TestLeasesHostile(t *testing.T) {
 					t.Errorf("lease after garbage lost")
 				}
 			}},
-		{name: "NUL and quotes in hostname", in: "lease 203.0.113.2 {\n  client-hostname \"a\\000b\\\"c\\nd\";\n}\n", leases: 1,
+		{name: "quotes and newline in hostname", in: "lease 203.0.113.2 {\n  client-hostname \"a\\\"b\\nc\";\n}\n", leases: 1,
 			check: func(t *testing.T, ls *Leases) {
 				l, _ := ls.Lookup(key("203.0.113.2"))
-				if l.ClientHostname != "a\x00b\"c\nd" {
+				if l.ClientHostname != "a\"b\nc" {
+					t.Errorf("hostname = %q", l.ClientHostname)
+				}
+			}},
+		{name: "NUL ends the hostname, as in dhcpd", in: "lease 203.0.113.2 {\n  client-hostname \"a\\000b\";\n}\n", leases: 1,
+			check: func(t *testing.T, ls *Leases) {
+				l, _ := ls.Lookup(key("203.0.113.2"))
+				if l.ClientHostname != "a" {
 					t.Errorf("hostname = %q", l.ClientHostname)
 				}
 			}},
@@ -331,7 +338,7 @@ func TestParseDate(t *testing.T) {
 		{"2026/11/29", "17:05:36", time.Date(2026, 11, 29, 17, 5, 36, 0, time.UTC), true},
 		{"1970/01/01", "00:00:00", time.Unix(0, 0), true},
 		{"2000/02/29", "23:59:59", time.Date(2000, 2, 29, 23, 59, 59, 0, time.UTC), true},
-		{"2100/03/01", "00:00:00", time.Date(2100, 3, 1, 0, 0, 0, 0, time.UTC), true},
+		{"2037/12/31", "23:59:59", time.Date(2037, 12, 31, 23, 59, 59, 0, time.UTC), true},
 		{"1969/12/31", "23:59:59", time.Unix(-1, 0), true},
 		{"2026/1/2", "3:4:5", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), true},
 		{"2026/13/01", "00:00:00", time.Time{}, false},
@@ -339,6 +346,9 @@ func TestParseDate(t *testing.T) {
 		{"2026-11-29", "00:00:00", time.Time{}, false},
 		{"2026/11", "00:00:00", time.Time{}, false},
 		{"2026/11/29", "00:00", time.Time{}, false},
+	}
+	if got, ok := parseDate([]byte("2038/01/01"), []byte("00:00:00")); got != Never || !ok {
+		t.Errorf("2038 and later must read as never, as in dhcpd: got %v", got)
 	}
 	for _, tc := range tests {
 		got, ok := parseDate([]byte(tc.ymd), []byte(tc.hms))

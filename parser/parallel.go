@@ -19,7 +19,7 @@ import (
 // lookahead, so a statement torn at the boundary is reported the same way.
 
 // segmentSize is how much of the file one segment holds.
-const segmentSize = 4 << 20
+const segmentSize = 1 << 20
 
 type segment struct {
 	buf   []byte // the segment and its lookahead line
@@ -172,9 +172,6 @@ func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *Incom
 				// authoring-byte-order may say otherwise.
 				if fileBig != hostBig {
 					st.IAID = bits.ReverseBytes32(st.IAID)
-					for _, l := range st.Leases {
-						l.IAID = st.IAID
-					}
 				}
 			}
 			h(it.s, nil)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 )
 
 // errShort means the buffer ended inside a statement.
@@ -276,28 +277,37 @@ func (p *stmtParser) leaseStmt(l *Lease) error {
 	case "cltt":
 		l.Cltt, err = p.date()
 	case "binding":
-		l.State, err = p.bindingState()
+		l.State, err = p.bindingState(l)
 	case "next":
 		if err = p.keyword("binding"); err == nil {
-			l.NextState, err = p.bindingState()
+			l.NextState, err = p.bindingState(l)
 		}
 	case "rewind":
 		if err = p.keyword("binding"); err == nil {
-			l.RewindState, err = p.bindingState()
+			l.RewindState, err = p.bindingState(l)
 		}
 	case "hardware":
 		l.HardwareType, l.HardwareAddr, err = p.hardware(l.inline[:0:8])
 	case "uid":
-		if l.UID, err = p.id(l.inline[8:8:len(l.inline)]); err == nil {
+		if l.UID, err = p.id(l.inline[8:8:16]); err == nil {
 			err = p.semi()
 		}
 	case "client-hostname":
-		if p.lx.next(); p.lx.kind != tString {
+		start := len(p.strs)
+		switch p.lx.next(); p.lx.kind {
+		case tString:
+			p.strs = unquoteTo(p.strs, p.lx.text())
+		case tWord: // dhcpd takes a bare name too
+			p.strs = append(p.strs, p.lx.text()...)
+		default:
 			return p.unexpected("a string")
 		}
-		start := len(p.strs)
-		p.strs = unquoteTo(p.strs, p.lx.text())
-		p.host, p.hasHost = [2]int{start, len(p.strs)}, true
+		// dhcpd keeps the name as a C string: a NUL ends it.
+		end := len(p.strs)
+		if i := bytes.IndexByte(p.strs[start:], 0); i >= 0 {
+			end = start + i
+		}
+		p.host, p.hasHost = [2]int{start, end}, true
 		err = p.semi()
 	case "set":
 		err = p.setVar()
@@ -317,6 +327,13 @@ func (p *stmtParser) leaseStmt(l *Lease) error {
 		if on, err = p.on(); err == nil {
 			l.On |= on
 		}
+	case "abandoned":
+		// Old dhcpd wrote the state as a statement of its own.
+		l.State, l.NextState = StateAbandoned, StateAbandoned
+		err = p.semi()
+	case "ddns-fwd-name", "ddns-rev-name":
+		// Older spellings of `set ddns-…-name = …;`, read as dhcpd does.
+		err = p.setValue(varName(p.lx.text()))
 	case "preferred-life":
 		l.PreferredLife, err = p.uint32()
 	case "max-life":
@@ -385,7 +402,7 @@ func (p *stmtParser) parseIAAddr(ia *IA, kw string) (*Lease, error) {
 			return nil, p.fail("bad IPv6 prefix %q", text)
 		}
 		l = newLease(IPv6, pfx.Addr(), line)
-		l.PrefixLen = pfx.Bits()
+		l.PrefixLen = uint8(pfx.Bits())
 	} else {
 		ip, err := netip.ParseAddr(text)
 		if err != nil || !ip.Is6() || ip.Zone() != "" {
@@ -393,7 +410,7 @@ func (p *stmtParser) parseIAAddr(ia *IA, kw string) (*Lease, error) {
 		}
 		l = newLease(IPv6, ip, line)
 	}
-	l.IAType, l.IAID, l.DUID = ia.Type, ia.IAID, ia.DUID
+	l.IA = ia
 	p.ctx, p.arg = kw, lx.text()
 	if err := p.leaseBody(l); err != nil {
 		return nil, err
@@ -638,7 +655,9 @@ func (p *stmtParser) id(dst []byte) ([]byte, error) {
 	return nil, p.unexpected("an identifier")
 }
 
-func (p *stmtParser) bindingState() (State, error) {
+// bindingState reads `state NAME;`. The legacy names bootp and reserved
+// mean active with that flag set on l, as in dhcpd.
+func (p *stmtParser) bindingState(l *Lease) (State, error) {
 	if err := p.keyword("state"); err != nil {
 		return StateNone, err
 	}
@@ -648,7 +667,14 @@ func (p *stmtParser) bindingState() (State, error) {
 	}
 	s, ok := parseStateBytes(lx.text())
 	if !ok {
-		return StateNone, p.fail("unknown binding state %q", lx.text())
+		switch string(lx.text()) {
+		case "bootp":
+			s, l.Bootp = StateActive, true
+		case "reserved":
+			s, l.Reserved = StateActive, true
+		default:
+			return StateNone, p.fail("unknown binding state %q", lx.text())
+		}
 	}
 	return s, p.semi()
 }
@@ -782,6 +808,21 @@ func (p *stmtParser) slowDate() (Time, error) {
 		if t, ok = parseDate(w, lx.text()); !ok {
 			return NoTime, p.fail("bad date %q %q", w, lx.text())
 		}
+		// dhcpd reads an optional offset in seconds after the time.
+		if lx.next(); lx.kind == tWord {
+			off, err := strconv.ParseInt(string(lx.text()), 10, 32)
+			if err != nil {
+				return NoTime, p.fail("bad time zone offset %q", lx.text())
+			}
+			if t != Never {
+				t += Time(off)
+			}
+			lx.next()
+		}
+		if lx.kind != tSemi {
+			return NoTime, p.unexpected(";")
+		}
+		return t, nil
 	}
 	return t, p.semi()
 }
@@ -812,6 +853,9 @@ func fastDate(b []byte) (Time, bool) {
 		mo < 1 || mo > 12 || dd < 1 || dd > 31 || h > 23 || mi > 59 || s > 60 {
 		return 0, false
 	}
+	if c*100+yy >= neverYear {
+		return Never, true
+	}
 	return Time(daysFromCivil(c*100+yy, mo, dd)*86400 + int64(h*3600+mi*60+s)), true
 }
 
@@ -825,6 +869,11 @@ func (p *stmtParser) setVar() error {
 	if lx.next(); lx.kind != tPunct || lx.b[lx.start] != '=' {
 		return p.unexpected("=")
 	}
+	return p.setValue(name)
+}
+
+// setValue reads a variable's value through the semicolon into p.vars.
+func (p *stmtParser) setValue(name string) error {
 	v, err := p.value()
 	if err != nil {
 		return err
@@ -936,7 +985,15 @@ func (p *stmtParser) on() (On, error) {
 			if on == 0 {
 				return 0, p.fail("on: no event")
 			}
-			return on, p.skipped(p.skipBlockMemo())
+			start := lx.p
+			if err := p.skipped(p.skipBlockMemo()); err != nil {
+				return 0, err
+			}
+			// dhcpd stores no statements for an empty block.
+			if emptyBlock(lx.b[start : lx.p-1]) {
+				return 0, nil
+			}
+			return on, nil
 		case tWord:
 			switch string(lx.text()) {
 			case "commit":
@@ -953,6 +1010,23 @@ func (p *stmtParser) on() (On, error) {
 			return 0, p.unexpected("an event")
 		}
 	}
+}
+
+// emptyBlock reports whether a block body holds only space and comments.
+func emptyBlock(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '#':
+			j := bytes.IndexByte(b[i:], '\n')
+			if j < 0 {
+				return true
+			}
+			i += j
+		case charClass[c] != cSpace && c != '\n':
+			return false
+		}
+	}
+	return true
 }
 
 // skipBlockMemo is lx.skipBlock remembering the last few blocks it

@@ -96,12 +96,14 @@ func leaseJSON(l *parser.Lease, now parser.Time) LeaseJSON {
 		Ends:      l.Ends,
 		Cltt:      l.Cltt,
 		UID:       parser.HexString(l.UID),
-		PrefixLen: l.PrefixLen,
+		PrefixLen: int(l.PrefixLen),
 	}
 	if l.Family == parser.IPv6 {
-		j.IAType, j.DUID = l.IAType, parser.HexString(l.DUID)
-		iaid := l.IAID
-		j.IAID = &iaid
+		if l.IA != nil {
+			j.IAType, j.DUID = l.IA.Type, parser.HexString(l.IA.DUID)
+			iaid := l.IA.IAID
+			j.IAID = &iaid
+		}
 	}
 	return j
 }

@@ -18,15 +18,17 @@
 //	Require(t, bins...)                  skip unless root, `ip netns` works and bins exist
 //	LookBin(name)                        a binary in PATH, /usr/sbin, /sbin, /usr/local/sbin
 //	New(t, opts...) *Lab                 WithAddr(prefix) picks the bridge address
-//	(*Lab).Command(ns, argv...)          an *exec.Cmd running argv inside ns
+//	(*Lab).Command(ns, argv...)          an *exec.Cmd running argv inside ns (CommandContext too)
 //	(*Lab).Exec(ctx, ns, argv...)        run it, combined output, error carries the output
 //	(*Lab).SubnetConf(body)              "subnet … netmask … { body }" for the bridge subnet
 //	(*Lab).AddClient(name, opts...)      WithMAC, WithHostname
 //	(*Client).Dhclient(ctx, args...)     obtain a lease, configure it on eth0, keep dhclient running
 //	(*Client).Release(ctx)               dhclient -r (DHCPRELEASE), drop the address
 //	(*Client).Kill()                     the client vanishes without a release (SIGKILL)
+//	(*Client).Addr / LeaseFile / Logs
 //	(*Lab).StartDhcpd(t, DhcpdConfig)    dhcpd -4 -f -d in the server namespace, ready
-//	(*Dhcpd).Stop / Restart / Pid / LeasesPath / ConfPath / Logs
+//	(*Dhcpd).Stop / Restart / Running / Pid / LeasesPath / ConfPath / Logs
+//	Allowed(addr)                        whether an address is in a lab range
 //	CheckLeaseFile(t, DhcpdConfig)       dhcpd -T (lease-file test mode), no namespace
 //
 // # Rules the package enforces

@@ -84,9 +84,9 @@ func TestSummarize(t *testing.T) {
 		lease("192.0.2.1", "active", "") // outside every range: counted nowhere
 	rep := Summarize(mustConfig(t, conf), mustLeases(t, leases), now)
 	type row struct {
-		First                          string
+		First                         string
 		Size, Active, Backup, Touched int64
-		Shared                         string
+		Shared                        string
 	}
 	var got []row
 	for _, u := range rep.Ranges {
