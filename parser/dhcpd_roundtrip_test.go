@@ -354,9 +354,9 @@ func rtViewOf(l *parser.Lease, now parser.Time) rtView {
 	}
 	// A later set of the same name replaces the value (dhcpd's
 	// find_binding); a rewrite may reorder them.
-	if len(l.Vars) > 0 {
+	if len(l.Vars()) > 0 {
 		v.Vars = make(map[string]string)
-		for _, x := range l.Vars {
+		for _, x := range l.Vars() {
 			v.Vars[x.Name] = x.Value
 		}
 	}

@@ -1,6 +1,7 @@
 package parser
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -55,8 +56,11 @@ type Lease struct {
 	HardwareAddr   HardwareAddr
 	UID            []byte
 	ClientHostname string // bytes as dhcpd keeps them (not necessarily UTF-8)
-	Vars           []Var  // set NAME = VALUE
 	Options        []Var  // option agent.* and others
+	// vars holds the `set NAME = VALUE;` bindings, each encoded as
+	// uvarint length + name + uvarint length + value: one string instead
+	// of a slice of pairs, because MAAS sets six on every lease. See Vars.
+	vars string
 
 	// IPv6 only.
 	IA            *IA
@@ -72,6 +76,47 @@ type Lease struct {
 
 // StartLine implements Statement.
 func (l *Lease) StartLine() int { return l.Line }
+
+// Vars returns the `set NAME = VALUE;` bindings in file order.
+func (l *Lease) Vars() []Var {
+	var out []Var
+	l.eachVar(func(name, value string) bool {
+		out = append(out, Var{Name: name, Value: value})
+		return true
+	})
+	return out
+}
+
+// Var returns the value of the last `set NAME = …;` for name.
+func (l *Lease) Var(name string) (value string, ok bool) {
+	l.eachVar(func(n, v string) bool {
+		if n == name {
+			value, ok = v, true
+		}
+		return true
+	})
+	return value, ok
+}
+
+func (l *Lease) eachVar(fn func(name, value string) bool) {
+	s := l.vars
+	next := func() (string, bool) {
+		n, k := binary.Uvarint([]byte(s[:min(len(s), binary.MaxVarintLen64)]))
+		if k <= 0 || uint64(len(s)-k) < n {
+			return "", false
+		}
+		v := s[k : k+int(n)]
+		s = s[k+int(n):]
+		return v, true
+	}
+	for len(s) > 0 {
+		name, ok1 := next()
+		value, ok2 := next()
+		if !ok1 || !ok2 || !fn(name, value) {
+			return
+		}
+	}
+}
 
 // Key identifies the lease in a table: the address, or for a delegated
 // prefix the prefix.

@@ -72,7 +72,7 @@ func describeLease(b *strings.Builder, l *Lease) {
 	if l.ClientHostname != "" {
 		fmt.Fprintf(b, " hostname=%s", strconv.QuoteToASCII(l.ClientHostname))
 	}
-	for _, v := range l.Vars {
+	for _, v := range l.Vars() {
 		fmt.Fprintf(b, " set:%s=%s", v.Name, strconv.QuoteToASCII(v.Value))
 	}
 	for _, v := range l.Options {

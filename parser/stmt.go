@@ -32,21 +32,15 @@ type stmtParser struct {
 	line0     int // first line of the statement
 	ctx       string
 	arg       []byte
-	// Per lease block: set statements and decoded strings, materialised
-	// as one string when the block ends.
-	vars    []varSpan
+	// Per lease block: the hostname and the encoded set statements (see
+	// Lease.vars), materialised as one string when the block ends.
 	strs    []byte
+	vars    []byte
 	host    [2]int
 	hasHost bool
 
 	memo     [4]memoBlock
 	memoNext int
-}
-
-// varSpan is a set statement whose value is strs[start:end].
-type varSpan struct {
-	name       string
-	start, end int
 }
 
 // memoBlock is a block skipBlock skipped: its bytes from after '{'
@@ -248,16 +242,12 @@ func (p *stmtParser) finishStrings(l *Lease) {
 	if len(p.strs) == 0 && len(p.vars) == 0 && !p.hasHost {
 		return
 	}
-	all := string(p.strs)
+	n := len(p.strs)
+	all := string(append(p.strs, p.vars...))
 	if p.hasHost {
 		l.ClientHostname = all[p.host[0]:p.host[1]]
 	}
-	if len(p.vars) > 0 {
-		l.Vars = make([]Var, len(p.vars))
-		for i, v := range p.vars {
-			l.Vars[i] = Var{Name: v.name, Value: all[v.start:v.end]}
-		}
-	}
+	l.vars = all[n:]
 }
 
 // leaseStmt parses one statement of a lease block, keyword current.
@@ -658,10 +648,19 @@ func (p *stmtParser) id(dst []byte) ([]byte, error) {
 // bindingState reads `state NAME;`. The legacy names bootp and reserved
 // mean active with that flag set on l, as in dhcpd.
 func (p *stmtParser) bindingState(l *Lease) (State, error) {
-	if err := p.keyword("state"); err != nil {
+	if rest := p.lx.b[p.lx.p:]; len(rest) > 7 && string(rest[:7]) == " state " {
+		p.lx.p += 6 // fastWord takes the space
+	} else if err := p.keyword("state"); err != nil {
 		return StateNone, err
 	}
 	lx := &p.lx
+	save := lx.p
+	if w, ok := p.fastWord(); ok {
+		if s, ok := parseStateBytes(w); ok {
+			return s, nil
+		}
+		lx.p = save // the general path reports it, or reads bootp
+	}
 	if lx.next(); lx.kind != tWord {
 		return StateNone, p.unexpected("a binding state")
 	}
@@ -718,6 +717,16 @@ func hardwareType(b []byte) string {
 // to dst[:0].
 func (p *stmtParser) hardware(dst []byte) (string, []byte, error) {
 	lx := &p.lx
+	if rest := lx.b[lx.p:]; len(rest) > 10 && string(rest[:10]) == " ethernet " {
+		p.lx.p += 9
+		save := p.lx.p
+		if w, ok := p.fastWord(); ok {
+			if hw, ok := parseHexTo(dst[:0], w); ok {
+				return "ethernet", hw, nil
+			}
+		}
+		p.lx.p = save - 9
+	}
 	if lx.next(); lx.kind != tWord {
 		return "", nil, p.unexpected("a hardware type")
 	}
@@ -827,6 +836,24 @@ func (p *stmtParser) slowDate() (Time, error) {
 	return t, p.semi()
 }
 
+// fastWord reads " WORD;" exactly as dhcpd writes it, without the lexer,
+// and returns WORD; anything else leaves the position alone.
+func (p *stmtParser) fastWord() ([]byte, bool) {
+	b, i := p.lx.b, p.lx.p
+	if i >= len(b) || b[i] != ' ' {
+		return nil, false
+	}
+	j := i + 1
+	for j < len(b) && charClass[b[j]] == cWord {
+		j++
+	}
+	if j == i+1 || j >= len(b) || b[j] != ';' {
+		return nil, false
+	}
+	p.lx.p = j + 1
+	return b[i+1 : j], true
+}
+
 // fastDateLen is the length of " W YYYY/MM/DD HH:MM:SS;", the form dhcpd
 // writes every date in.
 const fastDateLen = 23
@@ -878,9 +905,10 @@ func (p *stmtParser) setValue(name string) error {
 	if err != nil {
 		return err
 	}
-	start := len(p.strs)
-	p.strs = append(p.strs, v...)
-	p.vars = append(p.vars, varSpan{name: name, start: start, end: len(p.strs)})
+	p.vars = binary.AppendUvarint(p.vars, uint64(len(name)))
+	p.vars = append(p.vars, name...)
+	p.vars = binary.AppendUvarint(p.vars, uint64(len(v)))
+	p.vars = append(p.vars, v...)
 	return nil
 }
 

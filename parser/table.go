@@ -11,8 +11,11 @@ import (
 // address or delegated prefix), the last host statement of a name wins
 // and a deleted one removes it.
 type Table struct {
-	v4         map[uint32]*Lease       // the common case, on a cheap key
-	leases     map[netip.Prefix]*Lease // IPv6 addresses and prefixes
+	// list holds the leases in order of first appearance; the maps index
+	// it, IPv4 on a cheap key. Replacing a lease keeps its slot.
+	list       []*Lease
+	v4         map[uint32]int32
+	v6         map[netip.Prefix]int32
 	hosts      map[string]*HostEntry
 	failover   map[string]*FailoverState
 	ServerDUID *ServerDUID
@@ -24,8 +27,8 @@ type Table struct {
 // NewTable returns an empty table.
 func NewTable() *Table {
 	return &Table{
-		v4:       make(map[uint32]*Lease),
-		leases:   make(map[netip.Prefix]*Lease),
+		v4:       make(map[uint32]int32),
+		v6:       make(map[netip.Prefix]int32),
 		hosts:    make(map[string]*HostEntry),
 		failover: make(map[string]*FailoverState),
 	}
@@ -58,11 +61,28 @@ func (t *Table) Apply(s Statement) {
 }
 
 func (t *Table) put(l *Lease) {
+	var (
+		i  int32
+		ok bool
+	)
 	if l.IP.Is4() {
-		t.v4[v4key(l.IP)] = l
-		return
+		k := v4key(l.IP)
+		if i, ok = t.v4[k]; !ok {
+			i = int32(len(t.list))
+			t.v4[k] = i
+		}
+	} else {
+		k := l.Key()
+		if i, ok = t.v6[k]; !ok {
+			i = int32(len(t.list))
+			t.v6[k] = i
+		}
 	}
-	t.leases[l.Key()] = l
+	if ok {
+		t.list[i] = l
+	} else {
+		t.list = append(t.list, l)
+	}
 }
 
 func v4key(a netip.Addr) uint32 {
@@ -71,24 +91,28 @@ func v4key(a netip.Addr) uint32 {
 }
 
 // Len is the number of distinct leases.
-func (t *Table) Len() int { return len(t.v4) + len(t.leases) }
+func (t *Table) Len() int { return len(t.list) }
 
 // Lookup returns the lease for an address (or delegated prefix).
 func (t *Table) Lookup(key netip.Prefix) (*Lease, bool) {
+	var (
+		i  int32
+		ok bool
+	)
 	if key.Addr().Is4() && key.Bits() == 32 {
-		l, ok := t.v4[v4key(key.Addr())]
-		return l, ok
+		i, ok = t.v4[v4key(key.Addr())]
+	} else {
+		i, ok = t.v6[key]
 	}
-	l, ok := t.leases[key]
-	return l, ok
+	if !ok {
+		return nil, false
+	}
+	return t.list[i], true
 }
 
-// Each calls fn for every lease, in no particular order.
+// Each calls fn for every lease, in order of first appearance.
 func (t *Table) Each(fn func(*Lease)) {
-	for _, l := range t.v4 {
-		fn(l)
-	}
-	for _, l := range t.leases {
+	for _, l := range t.list {
 		fn(l)
 	}
 }
@@ -96,8 +120,7 @@ func (t *Table) Each(fn func(*Lease)) {
 // Leases returns the leases sorted by family, then address, then prefix
 // length.
 func (t *Table) Leases() []*Lease {
-	out := make([]*Lease, 0, t.Len())
-	t.Each(func(l *Lease) { out = append(out, l) })
+	out := slices.Clone(t.list)
 	slices.SortFunc(out, func(a, b *Lease) int {
 		if c := a.IP.Compare(b.IP); c != 0 {
 			return c
