@@ -29,8 +29,8 @@ test: test-deps vet
 # Long fuzzing runs (FUZZTIME per target, default 10m).
 FUZZTIME ?= 10m
 fuzz:
-	$(GO) test ./parser -run '^$$' -fuzz '^FuzzDecodeLeases$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./parser -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./parser -run '^$$' -fuzz '^FuzzDecodeLeases$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./parser -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 
 # Parser speed against dhcpd-pools on generated MAAS-style and plain files.
 bench: test-deps build
