@@ -1,5 +1,72 @@
 // Package parser reads the files ISC dhcpd writes and reads: dhcpd.leases
 // (IPv4 and IPv6) and dhcpd.conf. It is pure: readers in, values out; it
 // performs no I/O of its own (includes are opened through a caller-supplied
-// function), never logs and keeps no global state.
+// function), never logs and keeps no mutable global state.
+//
+// # Leases files
+//
+// ParseLeases reads a whole file into a Table, the lease table dhcpd would
+// load from it; a Decoder reads a file incrementally, as the agent tails
+// the live one: Feed (or DecodeFrom) appended bytes, get every complete
+// top-level statement back, and the decoder keeps the torn tail of an
+// unfinished one. Decoding in one call, in any split of the bytes, or on
+// several cores (ParseLeases) yields the same statements and errors; the
+// fuzz target FuzzDecodeLeases checks exactly that.
+//
+// Top-level statements (anything else is skipped through its ';' or its
+// balanced block, without an error):
+//
+//	lease A.B.C.D { … }                          → *Lease
+//	ia-na|ia-ta|ia-pd ID { cltt D; iaaddr X { … } | iaprefix P/N { … } … }
+//	                                             → *IA (ID: "IAID+DUID" quoted or hex)
+//	host NAME { dynamic; [deleted;] hardware T M; fixed-address A, …; uid U; … }
+//	                                             → *HostEntry
+//	server-duid ID;                              → *ServerDUID (dhcpd appends it at start)
+//	authoring-byte-order little-endian|big-endian; → *ByteOrder (decodes later IAIDs)
+//	failover peer NAME state { my state S [at D]; partner state S [at D]; mclt N; }
+//	                                             → *FailoverState
+//	class NAME { lease limit N; … } | subclass NAME DATA [{ … }|;]
+//	                                             → *ClassEntry (a limit, not a lease)
+//	group …, db-time-format …, lease-id-format … → skipped
+//
+// Inside lease, iaaddr and iaprefix blocks:
+//
+//	starts|ends|tstp|tsfp|atsfp|cltt DATE;       DATE: W YYYY/MM/DD HH:MM:SS [OFFSET]
+//	                                             | epoch N | never (UTC; 2038 and later read
+//	                                             as never, as dhcpd does)
+//	binding state S; next binding state S; rewind binding state S;
+//	                                             S: free active expired released abandoned
+//	                                             reset backup (bootp, reserved: active + flag)
+//	hardware TYPE MAC;  uid ID;  client-hostname "…"|WORD;
+//	set NAME = VALUE;  ddns-fwd-name|ddns-rev-name VALUE;  option NAME VALUE;
+//	reserved;  bootp;  dynamic-bootp;  abandoned;  billing …;
+//	on commit|expiry|release [or …] { … }        statements skipped, presence kept
+//	preferred-life N;  max-life N;               (IPv6)
+//
+// Lexical rules: strings are "…" with \ooo octal, \" and C escapes and may
+// hold { } ; #; dhcpd escapes control bytes, so a raw newline inside a
+// string means the string is broken. # starts a comment outside strings.
+// MACs may be unpadded (2:0:0:a:b:c). CR is white space.
+//
+// Semantics, as dhcpd: the last block for an address wins (IPv6: per
+// address or delegated prefix); a block without a binding state is active
+// if it ends in the future or carries on-expiry/on-release statements, else
+// free (Lease.Binding); the last host statement of a name wins and a
+// deleted one removes it.
+//
+// Robustness: a statement dhcpd would reject is reported as a
+// *SyntaxError carrying its line and skipped; decoding resumes at the next
+// line that starts with a top-level keyword (dhcpd writes those at column
+// 0 and indents everything inside a block), so one bad statement never
+// hides the next. A block still open when such a line arrives was torn
+// and is reported as such. An unfinished last statement is held (Decoder)
+// or reported as *IncompleteError (Close, ParseLeases), never guessed.
+// Statements longer than MaxStatement are errors, so garbage cannot make
+// the decoder hold an unbounded tail.
+//
+// # Configuration files
+//
+// ParseConfig reads subnets, shared networks, pools, ranges, host
+// reservations and failover peers from a dhcpd.conf; its grammar is
+// described at the top of conf.go.
 package parser

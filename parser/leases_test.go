@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -426,4 +427,75 @@ func FuzzFastDate(f *testing.F) {
 			t.Fatalf("fastDate(%q) = %v; general parser = %v, %v", b, fast, slow, err)
 		}
 	})
+}
+
+// TestDecodeFrom tails a file the way the agent does: read to EOF, the
+// writer appends more, read again; the result equals decoding it whole.
+func TestDecodeFrom(t *testing.T) {
+	data, err := os.ReadFile("testdata/leases/dhcpd443-before-restart.leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := decodeAll(data, nil)
+	for _, cut := range []int{0, 1, 100, 700, 701, len(data) - 1} {
+		var got []string
+		d := NewDecoder()
+		tab := NewTable()
+		h := func(s Statement, err error) {
+			if err != nil {
+				got = append(got, "error: "+err.Error())
+				return
+			}
+			got = append(got, describe(s))
+			tab.Apply(s)
+		}
+		n1, err := d.DecodeFrom(iotest.OneByteReader(bytes.NewReader(data[:cut])), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off := d.Offset() + int64(d.Pending()); off != n1 {
+			t.Errorf("cut %d: Offset+Pending = %d, read %d", cut, off, n1)
+		}
+		if _, err := d.DecodeFrom(iotest.HalfReader(bytes.NewReader(data[cut:])), h); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(h); err != nil {
+			t.Fatal(err)
+		}
+		if d.Offset() != int64(len(data)) {
+			t.Errorf("cut %d: Offset = %d, want %d", cut, d.Offset(), len(data))
+		}
+		i := indexOf(want, "-- effective")
+		if diff := cmp.Diff(want[:i], got); diff != "" {
+			t.Errorf("cut %d (-whole +tailed):\n%s", cut, diff)
+		}
+	}
+	// A read error is returned, and what was read before it is kept.
+	d := NewDecoder()
+	var n int
+	_, err = d.DecodeFrom(iotest.TimeoutReader(bytes.NewReader(data)), func(Statement, error) { n++ })
+	if !errors.Is(err, iotest.ErrTimeout) {
+		t.Errorf("err = %v, want the reader's error", err)
+	}
+}
+
+func TestVars(t *testing.T) {
+	ls, err := ParseLeases(strings.NewReader("lease 203.0.113.1 {\n  set a = \"1\";\n  set b = 2:3;\n  set a = \"x\\\"y\";\n  set empty = \"\";\n}\n"))
+	if err != nil || len(ls.Errors) > 0 {
+		t.Fatal(err, ls.Errors)
+	}
+	l, _ := ls.Lookup(key("203.0.113.1"))
+	want := []Var{{"a", "1"}, {"b", "2:3"}, {"a", "x\"y"}, {"empty", ""}}
+	if diff := cmp.Diff(want, l.Vars()); diff != "" {
+		t.Errorf("Vars (-want +got):\n%s", diff)
+	}
+	if v, ok := l.Var("a"); !ok || v != "x\"y" {
+		t.Errorf("Var(a) = %q, %t; want the last value", v, ok)
+	}
+	if _, ok := l.Var("nope"); ok {
+		t.Error("Var(nope) found")
+	}
+	if v, ok := l.Var("empty"); !ok || v != "" {
+		t.Errorf("Var(empty) = %q, %t", v, ok)
+	}
 }
