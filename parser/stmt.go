@@ -619,15 +619,6 @@ func (p *stmtParser) name() (string, error) {
 	return "", p.unexpected("a name")
 }
 
-// strString reads a quoted string and returns it decoded.
-func (p *stmtParser) strString() (string, error) {
-	lx := &p.lx
-	if lx.next(); lx.kind != tString {
-		return "", p.unexpected("a string")
-	}
-	return string(unquote(lx.text())), nil
-}
-
 // id reads an identifier written as a quoted string or as hex octets
 // (lease-id-format hex), appending its bytes to dst[:0].
 func (p *stmtParser) id(dst []byte) ([]byte, error) {
