@@ -1,0 +1,347 @@
+// Package hooksock receives the datagrams leasekeeper-hook (or MAAS's
+// maas-dhcp-helper) sends for every lease event dhcpd runs a hook for, and
+// hands them, validated and in arrival order, to the agent's sink (the
+// durable outbox).
+//
+// Every datagram is read whole into a 64 KiB buffer (a longer one is
+// reported as truncated, never parsed in part); the sender's credentials
+// (SO_PASSCRED) are checked against the allowed uids; a malformed or
+// rejected datagram is counted and logged with rate limiting and never
+// affects its neighbours.
+//
+// The socket is created at the configured path, or inherited from systemd
+// socket activation (a leasekeeper.socket unit, LISTEN_FDS). Activation is
+// the durable setup: the socket, and the datagrams queued in it, outlive an
+// agent restart or crash. The window in which an event can still be lost
+// is between reading a datagram and the outbox's commit of its batch (one
+// group commit, milliseconds); the leases-file reconciler re-derives any
+// such event from dhcpd.leases, so the region still converges.
+package hooksock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// MaxDatagram is the largest datagram read whole.
+const MaxDatagram = 64 << 10
+
+// Sink takes accepted events; it returns once they are durable.
+type Sink interface {
+	Accept(ctx context.Context, evs []event.Event) error
+}
+
+// Config is the hook socket's part of the agent configuration.
+type Config struct {
+	Path        string   // socket path
+	Group       string   // group owning the socket (dhcpd's), "" to keep the agent's
+	AllowedUIDs []uint32 // senders allowed; empty allows any
+	// Batch bounds how many events go to the sink at once.
+	Batch int
+}
+
+// Listener is the hook socket task.
+type Listener struct {
+	cfg     Config
+	sink    Sink
+	log     zerolog.Logger
+	now     func() time.Time
+	m       metrics
+	limiter *logLimiter
+}
+
+type metrics struct {
+	received *prometheus.CounterVec
+	rejected *prometheus.CounterVec
+}
+
+// New returns a listener; Run opens the socket.
+func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Listener, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("hook socket: no path")
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 512
+	}
+	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: newLogLimiter(now, 10*time.Second)}
+	l.m.received = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasekeeper_events_received_total", Help: "Lease events accepted, by source.",
+	}, []string{"source"})
+	l.m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasekeeper_rejected_datagrams_total", Help: "Hook datagrams refused, by reason.",
+	}, []string{"reason"})
+	if reg != nil {
+		for _, c := range []prometheus.Collector{l.m.received, l.m.rejected} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if !errors.As(err, &are) {
+					return nil, err
+				}
+			}
+		}
+	}
+	return l, nil
+}
+
+// Received is the counter the other sources (spool, reconciler) share.
+func (l *Listener) Received() *prometheus.CounterVec { return l.m.received }
+
+// Run receives until ctx ends. ready is called once the socket listens.
+func (l *Listener) Run(ctx context.Context, ready func()) error {
+	conn, inherited, err := l.open()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		conn.Close()
+		if !inherited {
+			os.Remove(l.cfg.Path)
+		}
+	}()
+	l.log.Info().Str("socket", l.cfg.Path).Bool("activated", inherited).Msg("hook socket listening")
+	ready()
+
+	// The reader never waits for the disk: it hands events to the
+	// committer, which takes whatever has gathered as one batch (one
+	// fsync), so the socket queue drains at the datagram rate.
+	events := make(chan event.Event, 4*l.cfg.Batch)
+	errc := make(chan error, 1)
+	go func() { errc <- l.commit(ctx, events) }()
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	err = l.read(ctx, conn, events)
+	close(events)
+	if cerr := <-errc; err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// open creates the socket or takes the one systemd passed.
+func (l *Listener) open() (*net.UnixConn, bool, error) {
+	for _, f := range activation.Files(true) {
+		c, err := net.FilePacketConn(f)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		if uc, ok := c.(*net.UnixConn); ok {
+			if err := passCred(uc); err != nil {
+				uc.Close()
+				return nil, false, err
+			}
+			return uc, true, nil
+		}
+		c.Close()
+	}
+	if fi, err := os.Lstat(l.cfg.Path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, false, fmt.Errorf("hook socket %s exists and is not a socket; refusing to replace it", l.cfg.Path)
+		}
+		os.Remove(l.cfg.Path) // a stale socket from a previous run
+	}
+	uc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: l.cfg.Path, Net: "unixgram"})
+	if err != nil {
+		return nil, false, fmt.Errorf("hook socket: %w", err)
+	}
+	fail := func(err error) (*net.UnixConn, bool, error) {
+		uc.Close()
+		os.Remove(l.cfg.Path)
+		return nil, false, err
+	}
+	if err := passCred(uc); err != nil {
+		return fail(err)
+	}
+	mode := os.FileMode(0o622) // anyone may send; the uid check decides
+	if l.cfg.Group != "" {
+		g, err := user.LookupGroup(l.cfg.Group)
+		if err != nil {
+			return fail(fmt.Errorf("hook.socket_group %q: %w", l.cfg.Group, err))
+		}
+		gid, _ := strconv.Atoi(g.Gid)
+		if err := os.Chown(l.cfg.Path, -1, gid); err != nil {
+			return fail(fmt.Errorf("hook socket: chown to group %s: %w", l.cfg.Group, err))
+		}
+		mode = 0o620
+	}
+	if err := os.Chmod(l.cfg.Path, mode); err != nil {
+		return fail(fmt.Errorf("hook socket: %w", err))
+	}
+	if err := uc.SetReadBuffer(4 << 20); err != nil {
+		l.log.Debug().Err(err).Msg("hook socket: cannot enlarge the receive buffer")
+	}
+	return uc, false, nil
+}
+
+func passCred(uc *net.UnixConn) error {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("hook socket: SO_PASSCRED: %w", serr)
+	}
+	return nil
+}
+
+func (l *Listener) read(ctx context.Context, conn *net.UnixConn, out chan<- event.Event) error {
+	buf := make([]byte, MaxDatagram+1)
+	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
+	for {
+		n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("hook socket: %w", err)
+		}
+		ev, reason, err := l.decode(buf[:n], oob[:oobn], flags)
+		if reason != "" {
+			l.m.rejected.WithLabelValues(reason).Inc()
+			if l.limiter.allow(reason) {
+				l.log.Warn().Str("reason", reason).Err(err).Int("bytes", n).
+					Msg("hook datagram rejected (further ones of this kind are counted in leasekeeper_rejected_datagrams_total and logged every 10s)")
+			}
+			continue
+		}
+		select {
+		case out <- ev:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// decode checks one datagram; reason is set when it is refused.
+func (l *Listener) decode(b, oob []byte, flags int) (ev event.Event, reason string, err error) {
+	if flags&syscall.MSG_TRUNC != 0 || len(b) > MaxDatagram {
+		return ev, "truncated", fmt.Errorf("datagram longer than %d bytes", MaxDatagram)
+	}
+	uid, ok := senderUID(oob)
+	if !ok {
+		return ev, "no-credentials", errors.New("no sender credentials")
+	}
+	if len(l.cfg.AllowedUIDs) > 0 && !slices.Contains(l.cfg.AllowedUIDs, uid) {
+		return ev, "uid", fmt.Errorf("sender uid %d not in hook.allowed_uids", uid)
+	}
+	ev, err = event.ParseDatagram(b, event.SourceHook)
+	if err != nil {
+		return ev, "malformed", err
+	}
+	return ev, "", nil
+}
+
+func senderUID(oob []byte) (uint32, bool) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range msgs {
+		if cred, err := syscall.ParseUnixCredentials(&m); err == nil {
+			return cred.Uid, true
+		}
+	}
+	return 0, false
+}
+
+// commit hands batches to the sink. A sink error (a full disk) is logged
+// and retried with backoff: the events stay in memory meanwhile and the
+// socket queue fills up, which makes the hooks spool instead.
+func (l *Listener) commit(ctx context.Context, in <-chan event.Event) error {
+	batch := make([]event.Event, 0, l.cfg.Batch)
+	for ev := range in {
+		batch = append(batch[:0], ev)
+	gather:
+		for len(batch) < l.cfg.Batch {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, ev)
+			default:
+				break gather
+			}
+		}
+		if err := l.store(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopGrace bounds how long a stopping agent keeps retrying a failing
+// sink for events it has already read.
+const stopGrace = 5 * time.Second
+
+// store writes one batch, retrying a failing sink (a full disk) with
+// backoff: the events wait in memory and the socket queue fills up, which
+// makes the hooks spool instead. The sink is called even while stopping:
+// what was read is written before the agent exits, within stopGrace.
+func (l *Listener) store(ctx context.Context, batch []event.Event) error {
+	backoff := 100 * time.Millisecond
+	var deadline time.Time
+	for {
+		err := l.sink.Accept(context.WithoutCancel(ctx), batch)
+		if err == nil {
+			l.m.received.WithLabelValues(event.SourceHook.String()).Add(float64(len(batch)))
+			return nil
+		}
+		if ctx.Err() != nil {
+			if deadline.IsZero() {
+				deadline = l.now().Add(stopGrace)
+			} else if l.now().After(deadline) {
+				return fmt.Errorf("stopping with %d hook events not stored (the reconciler recovers them from dhcpd.leases): %w", len(batch), err)
+			}
+		}
+		l.log.Error().Err(err).Int("events", len(batch)).Dur("retry_in", backoff).
+			Msg("cannot store hook events; holding them and retrying")
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// logLimiter lets one log line per reason through per interval.
+type logLimiter struct {
+	now   func() time.Time
+	every time.Duration
+	last  map[string]time.Time
+}
+
+func newLogLimiter(now func() time.Time, every time.Duration) *logLimiter {
+	return &logLimiter{now: now, every: every, last: map[string]time.Time{}}
+}
+
+func (r *logLimiter) allow(key string) bool {
+	t := r.now()
+	if last, ok := r.last[key]; ok && t.Sub(last) < r.every {
+		return false
+	}
+	r.last[key] = t
+	return true
+}

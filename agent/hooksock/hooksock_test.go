@@ -1,0 +1,290 @@
+package hooksock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// sink records what the listener stores; fail makes Accept fail.
+type sink struct {
+	mu   sync.Mutex
+	evs  []event.Event
+	fail error
+	got  chan struct{}
+}
+
+func newSink() *sink { return &sink{got: make(chan struct{}, 1)} }
+
+func (s *sink) Accept(_ context.Context, evs []event.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	s.evs = append(s.evs, evs...)
+	select {
+	case s.got <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *sink) events() []event.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]event.Event(nil), s.evs...)
+}
+
+func (s *sink) waitFor(t *testing.T, n int) []event.Event {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if evs := s.events(); len(evs) >= n {
+			return evs
+		}
+		select {
+		case <-s.got:
+		case <-deadline:
+			t.Fatalf("sink has %d events, want %d", len(s.events()), n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func start(t *testing.T, cfg Config, s Sink) (*Listener, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	l, err := New(cfg, s, zerolog.Nop(), reg, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return l, reg
+}
+
+func send(t *testing.T, path string, b []byte) {
+	t.Helper()
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func datagram(i int, hostname string) []byte {
+	return []byte(fmt.Sprintf(`{"action":"commit","mac":"2:0:0:0:%x:%x","ip_family":"ipv4","ip":"198.18.%d.%d","timestamp":%d,"lease_time":600,"hostname":%q}`,
+		i>>8&0xff, i&0xff, i>>8&0xff, i&0xff, 1795000000+i, hostname))
+}
+
+func TestReceive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	s := newSink()
+	_, reg := start(t, Config{Path: path}, s)
+
+	send(t, path, datagram(1, "node-1"))
+	send(t, path, []byte("garbage {"))                                      // malformed
+	send(t, path, []byte(`{"action":"renew","mac":"0:1:2:3:4:5","ip":"x"}`)) // invalid
+	long := strings.Repeat("h", 60<<10)
+	send(t, path, datagram(2, long))         // a 60 KiB hostname still fits
+	// Invalid UTF-8 inside the JSON string: replaced, not fatal.
+	send(t, path, []byte(strings.Replace(string(datagram(3, "bad@utf")), "@", "\xff", 1)))
+	big := make([]byte, MaxDatagram+10)
+	copy(big, datagram(4, ""))
+	send(t, path, big) // truncated: refused whole
+	send(t, path, datagram(5, "(none)"))
+
+	evs := s.waitFor(t, 4)
+	var got []string
+	for _, e := range evs {
+		got = append(got, fmt.Sprintf("%s %s %d", e.IP, e.MAC, len(e.Hostname)))
+	}
+	want := []string{"198.18.0.1 02:00:00:00:00:01 6", fmt.Sprintf("198.18.0.2 02:00:00:00:00:02 %d", event.MaxHostname), "198.18.0.3 02:00:00:00:00:03 9", "198.18.0.5 02:00:00:00:00:05 0"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	time.Sleep(50 * time.Millisecond)
+	for reason, n := range map[string]float64{"malformed": 2, "truncated": 1} {
+		if got := testutil.ToFloat64(mustVec(t, reg, "leasekeeper_rejected_datagrams_total", reason)); got != n {
+			t.Errorf("rejected{%s} = %v, want %v", reason, got, n)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("socket file: %v %v", fi, err)
+	}
+}
+
+// mustVec finds one counter of a vector by its single label value.
+func mustVec(t *testing.T, reg *prometheus.Registry, name, label string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+				c.Add(m.GetCounter().GetValue())
+				return c
+			}
+		}
+	}
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+}
+
+func TestOrderAndVolume(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	s := newSink()
+	start(t, Config{Path: path, Batch: 64}, s)
+	const n = 3000
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < n; i++ {
+		if _, err := c.Write(datagram(i, "n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := s.waitFor(t, n)
+	for i, e := range evs {
+		if e.Timestamp != int64(1795000000+i) {
+			t.Fatalf("event %d has timestamp %d: out of order", i, e.Timestamp)
+		}
+	}
+}
+
+// TestSenderUID sends from a child process running as nobody: refused
+// unless its uid is allowed.
+func TestSenderUID(t *testing.T) {
+	if os.Getenv("HOOKSOCK_SEND") != "" {
+		c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: os.Getenv("HOOKSOCK_SEND"), Net: "unixgram"})
+		if err == nil {
+			_, err = c.Write(datagram(7, "from-nobody"))
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to send as another user")
+	}
+	const nobody = 65534
+	for _, tc := range []struct {
+		name    string
+		allowed []uint32
+		want    int
+	}{
+		{"disallowed", []uint32{0}, 0},
+		{"allowed", []uint32{0, nobody}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.Chmod(dir, 0o755)
+			os.Chmod(filepath.Dir(dir), 0o755)
+			path := filepath.Join(dir, "hook.sock")
+			s := newSink()
+			_, reg := start(t, Config{Path: path, AllowedUIDs: tc.allowed}, s)
+			// The test binary's own directory is private: run a copy.
+			bin := filepath.Join(dir, "sender")
+			data, err := os.ReadFile(os.Args[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(bin, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, "-test.run=^TestSenderUID$")
+			cmd.Env = append(os.Environ(), "HOOKSOCK_SEND="+path)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("sender: %v: %s", err, out)
+			}
+			send(t, path, datagram(8, "from-root")) // root is always allowed here
+			evs := s.waitFor(t, 1+tc.want)
+			if tc.want == 0 && len(evs) != 1 {
+				t.Errorf("events %v: the nobody datagram got through", evs)
+			}
+			if tc.want == 0 {
+				if got := testutil.ToFloat64(mustVec(t, reg, "leasekeeper_rejected_datagrams_total", "uid")); got != 1 {
+					t.Errorf("rejected{uid} = %v, want 1", got)
+				}
+			}
+		})
+	}
+}
+
+func TestRefusesNonSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	if err := os.WriteFile(path, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Path: path}, newSink(), zerolog.Nop(), nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Run(context.Background(), func() {})
+	if err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("Run = %v, want a refusal", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "keep me" {
+		t.Error("the file was replaced")
+	}
+}
+
+// TestSinkFailure: a failing sink (full disk) holds the events and
+// retries; nothing is lost once it recovers.
+func TestSinkFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	s := newSink()
+	s.fail = syscall.ENOSPC
+	start(t, Config{Path: path}, s)
+	for i := 0; i < 10; i++ {
+		send(t, path, datagram(i, "x"))
+	}
+	time.Sleep(300 * time.Millisecond)
+	s.mu.Lock()
+	s.fail = nil
+	s.mu.Unlock()
+	if evs := s.waitFor(t, 10); len(evs) != 10 {
+		t.Fatalf("got %d events", len(evs))
+	}
+}
