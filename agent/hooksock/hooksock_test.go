@@ -114,10 +114,10 @@ func TestReceive(t *testing.T) {
 	_, reg := start(t, Config{Path: path}, s)
 
 	send(t, path, datagram(1, "node-1"))
-	send(t, path, []byte("garbage {"))                                      // malformed
+	send(t, path, []byte("garbage {"))                                       // malformed
 	send(t, path, []byte(`{"action":"renew","mac":"0:1:2:3:4:5","ip":"x"}`)) // invalid
 	long := strings.Repeat("h", 60<<10)
-	send(t, path, datagram(2, long))         // a 60 KiB hostname still fits
+	send(t, path, datagram(2, long)) // a 60 KiB hostname still fits
 	// Invalid UTF-8 inside the JSON string: replaced, not fatal.
 	send(t, path, []byte(strings.Replace(string(datagram(3, "bad@utf")), "@", "\xff", 1)))
 	big := make([]byte, MaxDatagram+10)
