@@ -88,6 +88,9 @@ Operator commands read dhcpd's own files and never modify them.`,
 		newLeasesCmd(&env),
 		newPoolsCmd(&env),
 		newCheckCmd(&env),
+		newAgentCmd(&env),
+		newStatusCmd(&env),
+		newDeadLetterCmd(&env),
 	)
 	return root
 }

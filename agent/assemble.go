@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/deliver"
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/hooksock"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+)
+
+// flushTimeout bounds the delivery attempt a stopping agent makes for
+// what is queued (SIGTERM); what is left stays in the outbox.
+const flushTimeout = 5 * time.Second
+
+// Assemble builds the agent's parts from its configuration and adds them
+// to a: the durable outbox, the hook socket feeding it, and the delivery
+// to the region draining it. The returned close function closes the
+// outbox; call it after a.Run returns.
+func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer, version string) (func() error, error) {
+	now := a.now
+	if err := os.MkdirAll(cfg.State.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("state.dir: %w", err)
+	}
+	store, err := outbox.Open(cfg.State.OutboxPath(), outbox.Options{
+		Logger: log.With().Str("component", "outbox").Logger(), Registerer: reg, Now: now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (func() error, error) {
+		store.Close()
+		return nil, err
+	}
+
+	d, err := deliver.New(deliver.Config{
+		URL: cfg.Region.URL, CAFile: cfg.Region.CAFile, CertFile: cfg.Region.CertFile, KeyFile: cfg.Region.KeyFile,
+		TokenFile: cfg.Region.TokenFile, BatchMax: cfg.Region.BatchMax, Timeout: cfg.Region.Timeout,
+		UserAgent: "leasekeeper/" + version,
+	}, store, log.With().Str("component", "deliver").Logger(), reg, now)
+	if err != nil {
+		return fail(fmt.Errorf("region: %w", err))
+	}
+
+	hs, err := hooksock.New(hooksock.Config{
+		Path: cfg.Hook.Socket, Group: cfg.Hook.SocketGroup, AllowedUIDs: cfg.HookUIDs(config.SystemUID),
+	}, storeSink{store}, log.With().Str("component", "hooksock").Logger(), reg, now)
+	if err != nil {
+		return fail(err)
+	}
+
+	a.SetDeadLetters(store)
+	a.SetStatus(status{store, d})
+	a.Add("hooksock", hs)
+	a.Add("deliver", TaskFunc(func(ctx context.Context, ready func()) error {
+		ready()
+		err := d.Run(ctx)
+		// Stopping: one bounded attempt to hand the region what is queued.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+		defer cancel()
+		if ferr := d.Flush(fctx); ferr != nil && !errors.Is(ferr, context.DeadlineExceeded) {
+			log.Warn().Err(ferr).Int("queued", store.Depth()).Msg("flush on stop incomplete; the outbox keeps the rest")
+		}
+		return err
+	}))
+	return func() error { d.Close(); return store.Close() }, nil
+}
+
+// storeSink makes the outbox the hook socket's durable sink.
+type storeSink struct{ s *outbox.Store }
+
+func (k storeSink) Accept(ctx context.Context, evs []event.Event) error {
+	return k.s.Append(ctx, evs...)
+}
+
+// status combines what /status reports.
+type status struct {
+	s *outbox.Store
+	d *deliver.Deliverer
+}
+
+func (x status) Depth() int               { return x.s.Depth() }
+func (x status) DeadLetterCount() int     { return x.s.DeadLetterCount() }
+func (x status) LastDelivery() time.Time  { return x.d.LastDelivery() }
+func (x status) OldestPending() time.Time { return x.s.OldestPending() }

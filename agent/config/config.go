@@ -1,0 +1,517 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultPath is where the Debian package installs the config file.
+const DefaultPath = "/etc/leasekeeper/leasekeeper.toml"
+
+// MaxBatch bounds region.batch_max: the region handles a batch in one
+// transaction, and one bad item fails all of it, so huge batches buy little
+// and cost a lot when they must be split.
+const MaxBatch = 10000
+
+// Config is the agent's configuration. The toml tags are the file's
+// section and key names; Keys lists them as "section.key".
+type Config struct {
+	DHCPD     DHCPD     `toml:"dhcpd"`
+	Hook      Hook      `toml:"hook"`
+	Region    Region    `toml:"region"`
+	State     State     `toml:"state"`
+	Reconcile Reconcile `toml:"reconcile"`
+	Metrics   Metrics   `toml:"metrics"`
+	Log       Log       `toml:"log"`
+}
+
+// DHCPD says where dhcpd keeps its files. Empty optional paths switch the
+// part that reads them off.
+type DHCPD struct {
+	Leases  string `toml:"leases"`   // required: the truth the agent converges to
+	Config  string `toml:"config"`   // "" = do not read dhcpd.conf
+	Leases6 string `toml:"leases6"`  // "" = no DHCPv6 server to watch
+	Config6 string `toml:"config6"`  // "" = do not read dhcpd6.conf
+	PIDFile string `toml:"pid_file"` // "" = do not watch dhcpd's pid file
+}
+
+// Hook is the socket leasekeeper-hook sends to and the spool it falls back to.
+type Hook struct {
+	Socket      string `toml:"socket"`
+	SocketGroup string `toml:"socket_group"` // group name; "" = the agent's own group, socket open to all
+	Spool       string `toml:"spool"`
+	AllowedUIDs []int  `toml:"allowed_uids"` // empty = DefaultHookUIDs
+}
+
+// Region is the region controller's leases endpoint and how to reach it.
+type Region struct {
+	URL       string        `toml:"url"`
+	CAFile    string        `toml:"ca_file"` // "" = the system's roots
+	CertFile  string        `toml:"cert_file"`
+	KeyFile   string        `toml:"key_file"`
+	TokenFile string        `toml:"token_file"`
+	BatchMax  int           `toml:"batch_max"`
+	Timeout   time.Duration `toml:"timeout"`
+}
+
+// State is where the agent keeps what must survive a restart: the durable
+// outbox, the lease table and the dead letters.
+type State struct {
+	Dir string `toml:"dir"`
+}
+
+// Reconcile tunes the leases-file reconciler.
+type Reconcile struct {
+	ExpiryGrace  time.Duration `toml:"expiry_grace"`
+	PollInterval time.Duration `toml:"poll_interval"`
+}
+
+// Metrics is the HTTP listener for /metrics, /healthz, /status and the
+// dead-letter endpoints.
+type Metrics struct {
+	Listen string `toml:"listen"` // host:port; "" disables the listener
+}
+
+// Log configures the agent's log.
+type Log struct {
+	Level  string `toml:"level"`  // trace, debug, info, warn, error
+	Format string `toml:"format"` // json, console, "" = auto (see Log.Resolve)
+}
+
+// Default returns the configuration the agent runs with when the file sets
+// nothing: Debian's paths. Region.URL and the region credentials have no
+// default, so Default().Validate() fails until they are set.
+func Default() *Config {
+	return &Config{
+		DHCPD: DHCPD{
+			Leases:  "/var/lib/dhcp/dhcpd.leases",
+			Config:  "/etc/dhcp/dhcpd.conf",
+			PIDFile: "/run/dhcpd.pid",
+		},
+		Hook: Hook{
+			Socket: "/run/leasekeeper/hook.sock",
+			Spool:  "/var/spool/leasekeeper",
+		},
+		Region: Region{
+			BatchMax: 100,
+			Timeout:  10 * time.Second,
+		},
+		State: State{Dir: "/var/lib/leasekeeper"},
+		Reconcile: Reconcile{
+			ExpiryGrace:  30 * time.Second,
+			PollInterval: 10 * time.Second,
+		},
+		Metrics: Metrics{Listen: "127.0.0.1:9742"},
+		Log:     Log{Level: "info"},
+	}
+}
+
+// Load reads the file at path over the defaults, applies overrides
+// ("section.key=value", as from --set) in order, and validates the result.
+func Load(path string, overrides ...string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Parse(f, path, overrides...)
+}
+
+// Parse is Load on an open file; name is used in errors.
+func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
+	c, err := Decode(r, name)
+	if err != nil {
+		return nil, err
+	}
+	var ps Problems
+	for _, o := range overrides {
+		if err := c.Override(o); err != nil {
+			ps = append(ps, asKeyError(err))
+		}
+	}
+	if len(ps) > 0 {
+		return nil, fmt.Errorf("--set: %w", ps)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return c, nil
+}
+
+// Decode reads a TOML file over the defaults without validating the
+// values' meaning: it fails on syntax errors, unknown sections and keys and
+// values of the wrong type. Use it for reading a file that may be
+// incomplete (leasekeeper status only wants metrics.listen); Parse for
+// running with it.
+func Decode(r io.Reader, name string) (*Config, error) {
+	var raw map[string]any
+	md, err := toml.NewDecoder(r).Decode(&raw)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	c := Default()
+	var ps Problems
+	skip := map[string]bool{} // sections and keys already reported, to skip their children
+	for _, k := range md.Keys() {
+		if len(k) > 1 && skip[k[0]] || len(k) > 2 && skip[k[0]+"."+k[1]] {
+			continue
+		}
+		switch len(k) {
+		case 1:
+			if _, ok := section(c, k[0]); !ok {
+				ps = append(ps, &KeyError{Key: k[0], Err: unknownErr(k[0], "sections", sectionNames())})
+				skip[k[0]] = true
+				continue
+			}
+			if _, isTable := raw[k[0]].(map[string]any); !isTable {
+				ps = append(ps, &KeyError{Key: k[0], Err: fmt.Errorf("is a section; write it as [%s]", k[0])})
+				skip[k[0]] = true
+			}
+		default:
+			key := k[0] + "." + k[1]
+			skip[key] = true // deeper keys belong to a value already handled
+			if len(k) > 2 {
+				continue
+			}
+			f, ok := c.field(key)
+			if !ok {
+				sec, _ := section(c, k[0])
+				ps = append(ps, &KeyError{Key: key, Err: unknownErr(k[1], "keys of ["+k[0]+"]", fieldNames(sec.Type()))})
+				continue
+			}
+			v := raw[k[0]].(map[string]any)[k[1]]
+			if err := assign(f, v); err != nil {
+				ps = append(ps, &KeyError{Key: key, Err: err})
+			}
+		}
+	}
+	if len(ps) > 0 {
+		return nil, fmt.Errorf("%s: %w", name, ps)
+	}
+	return c, nil
+}
+
+// ErrUnknownKey is wrapped by the error for a section or key the agent
+// does not know.
+var ErrUnknownKey = errors.New("unknown key")
+
+// KeyError is a problem with one key ("section.key", or a section name).
+type KeyError struct {
+	Key string
+	Err error
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Problems is every problem found in one file or set of overrides.
+type Problems []*KeyError
+
+func (ps Problems) Error() string {
+	if len(ps) == 1 {
+		return ps[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d problems:", len(ps))
+	for _, p := range ps {
+		b.WriteString("\n  ")
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is and errors.As see each problem.
+func (ps Problems) Unwrap() []error {
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = p
+	}
+	return errs
+}
+
+func asKeyError(err error) *KeyError {
+	var ke *KeyError
+	if errors.As(err, &ke) {
+		return ke
+	}
+	return &KeyError{Key: "?", Err: err}
+}
+
+// Keys returns every key of the file as "section.key", in file order.
+func Keys() []string {
+	var keys []string
+	ct := reflect.TypeFor[Config]()
+	for i := range ct.NumField() {
+		sf := ct.Field(i)
+		for _, k := range fieldNames(sf.Type) {
+			keys = append(keys, tagName(sf)+"."+k)
+		}
+	}
+	return keys
+}
+
+// Set sets one key from its command-line form: strings as they are,
+// durations in Go syntax ("30s"), integers in decimal, lists of integers
+// comma-separated ("0,108"; "" is the empty list). It checks the value's
+// form only; call Validate when done.
+func (c *Config) Set(key, value string) error {
+	f, ok := c.field(key)
+	if !ok {
+		return &KeyError{Key: key, Err: ErrUnknownKey}
+	}
+	if err := setString(f, value); err != nil {
+		return &KeyError{Key: key, Err: err}
+	}
+	return nil
+}
+
+// Override applies one "section.key=value" string, as --set gives it.
+func (c *Config) Override(kv string) error {
+	key, value, ok := strings.Cut(kv, "=")
+	if !ok {
+		return &KeyError{Key: kv, Err: errors.New(`want section.key=value`)}
+	}
+	return c.Set(strings.TrimSpace(key), value)
+}
+
+// Diff returns the keys whose values differ between c and d, in file
+// order: what a reload changed.
+func Diff(c, d *Config) []string {
+	var keys []string
+	for _, k := range Keys() {
+		a, _ := c.field(k)
+		b, _ := d.field(k)
+		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// WriteTOML writes c as a config file that Parse reads back to c.
+func (c *Config) WriteTOML(w io.Writer) error {
+	keys := Keys()
+	for i, k := range keys {
+		sec, name, _ := strings.Cut(k, ".")
+		if i == 0 || !strings.HasPrefix(keys[i-1], sec+".") {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "[%s]\n", sec)
+		}
+		f, _ := c.field(k)
+		var v string
+		switch x := f.Interface().(type) {
+		case string:
+			v = strconv.Quote(x)
+		case time.Duration:
+			v = strconv.Quote(x.String())
+		case int:
+			v = strconv.Itoa(x)
+		case []int:
+			s := make([]string, len(x))
+			for i, n := range x {
+				s[i] = strconv.Itoa(n)
+			}
+			v = "[" + strings.Join(s, ", ") + "]"
+		}
+		if _, err := fmt.Fprintf(w, "%s = %s\n", name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// section returns the struct of one [section].
+func section(c *Config, name string) (reflect.Value, bool) {
+	cv := reflect.ValueOf(c).Elem()
+	for i := range cv.NumField() {
+		if tagName(cv.Type().Field(i)) == name {
+			return cv.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// field returns the settable field of "section.key".
+func (c *Config) field(key string) (reflect.Value, bool) {
+	secName, name, ok := strings.Cut(key, ".")
+	if !ok {
+		return reflect.Value{}, false
+	}
+	sec, ok := section(c, secName)
+	if !ok {
+		return reflect.Value{}, false
+	}
+	for i := range sec.NumField() {
+		if tagName(sec.Type().Field(i)) == name {
+			return sec.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+func tagName(sf reflect.StructField) string {
+	name, _, _ := strings.Cut(sf.Tag.Get("toml"), ",")
+	return name
+}
+
+func fieldNames(t reflect.Type) []string {
+	names := make([]string, t.NumField())
+	for i := range t.NumField() {
+		names[i] = tagName(t.Field(i))
+	}
+	return names
+}
+
+func sectionNames() []string { return fieldNames(reflect.TypeFor[Config]()) }
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// assign sets f from a decoded TOML value.
+func assign(f reflect.Value, v any) error {
+	switch {
+	case f.Type() == durationType:
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("%s is not a duration: write it as a string such as \"30s\"", tomlValue(v))
+		}
+		return setString(f, s)
+	case f.Kind() == reflect.String:
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("%s is not a string", tomlValue(v))
+		}
+		f.SetString(s)
+	case f.Kind() == reflect.Int:
+		n, ok := v.(int64)
+		if !ok {
+			return fmt.Errorf("%s is not an integer", tomlValue(v))
+		}
+		f.SetInt(n)
+	case f.Type() == reflect.TypeFor[[]int]():
+		list, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("%s is not a list of integers", tomlValue(v))
+		}
+		var ns []int // nil for [], like the default
+		for _, x := range list {
+			n, ok := x.(int64)
+			if !ok {
+				return fmt.Errorf("%s is not a list of integers (%s)", tomlValue(v), tomlValue(x))
+			}
+			ns = append(ns, int(n))
+		}
+		f.Set(reflect.ValueOf(ns))
+	default:
+		panic("config: no decoder for field type " + f.Type().String())
+	}
+	return nil
+}
+
+// setString sets f from its command-line form.
+func setString(f reflect.Value, s string) error {
+	switch {
+	case f.Type() == durationType:
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("%q is not a duration (Go syntax: \"10s\", \"1m30s\", \"500ms\")", s)
+		}
+		f.SetInt(int64(d))
+	case f.Kind() == reflect.String:
+		f.SetString(s)
+	case f.Kind() == reflect.Int:
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		f.SetInt(int64(n))
+	case f.Type() == reflect.TypeFor[[]int]():
+		t := strings.TrimSpace(s)
+		t = strings.TrimSuffix(strings.TrimPrefix(t, "["), "]")
+		var ns []int
+		for p := range strings.SplitSeq(t, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				return fmt.Errorf("%q is not a comma-separated list of integers", s)
+			}
+			ns = append(ns, n)
+		}
+		f.Set(reflect.ValueOf(ns))
+	default:
+		panic("config: no parser for field type " + f.Type().String())
+	}
+	return nil
+}
+
+// tomlValue shows a decoded value the way it was written.
+func tomlValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return strconv.Quote(x)
+	case map[string]any:
+		return "a table"
+	case []map[string]any:
+		return "an array of tables"
+	case []any:
+		s := make([]string, len(x))
+		for i, e := range x {
+			s[i] = tomlValue(e)
+		}
+		return "[" + strings.Join(s, ", ") + "]"
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// unknownErr says a name is unknown, suggesting a near miss among known.
+func unknownErr(name, what string, known []string) error {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := distance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, best)
+	}
+	sort.Strings(known)
+	return fmt.Errorf("%w (%s: %s)", ErrUnknownKey, what, strings.Join(known, ", "))
+}
+
+// distance is the Levenshtein distance of two short ASCII names.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,378 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// valid is the smallest file the agent runs with.
+const valid = `
+[region]
+url = "https://region.example:5443/MAAS/a/v3internal/leases"
+token_file = "/etc/leasekeeper/region.token"
+`
+
+func TestParseValid(t *testing.T) {
+	c, err := Parse(strings.NewReader(valid), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Region.URL = "https://region.example:5443/MAAS/a/v3internal/leases"
+	want.Region.TokenFile = "/etc/leasekeeper/region.token"
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestParseEveryKey(t *testing.T) {
+	const file = `
+[dhcpd]
+leases = "/var/lib/maas/dhcp/dhcpd.leases"
+config = ""
+leases6 = "/var/lib/maas/dhcp/dhcpd6.leases"
+config6 = "/var/lib/maas/dhcpd6.conf"
+pid_file = ""
+[hook]
+socket = "/run/lk/h.sock"
+socket_group = "dhcpd"
+spool = "/var/spool/lk"
+allowed_uids = [0, 108]
+[region]
+url = "https://10.0.0.1:5443/MAAS/a/v3internal/leases"
+ca_file = "/etc/lk/ca.pem"
+cert_file = "/etc/lk/c.pem"
+key_file = "/etc/lk/k.pem"
+batch_max = 10000
+timeout = "1m30s"
+[state]
+dir = "/srv/lk"
+[reconcile]
+expiry_grace = "0s"
+poll_interval = "500ms"
+[metrics]
+listen = ""
+[log]
+level = "debug"
+format = "console"
+`
+	c, err := Parse(strings.NewReader(file), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		DHCPD: DHCPD{Leases: "/var/lib/maas/dhcp/dhcpd.leases", Leases6: "/var/lib/maas/dhcp/dhcpd6.leases",
+			Config6: "/var/lib/maas/dhcpd6.conf"},
+		Hook: Hook{Socket: "/run/lk/h.sock", SocketGroup: "dhcpd", Spool: "/var/spool/lk", AllowedUIDs: []int{0, 108}},
+		Region: Region{URL: "https://10.0.0.1:5443/MAAS/a/v3internal/leases", CAFile: "/etc/lk/ca.pem",
+			CertFile: "/etc/lk/c.pem", KeyFile: "/etc/lk/k.pem", BatchMax: 10000, Timeout: 90 * time.Second},
+		State:     State{Dir: "/srv/lk"},
+		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond},
+		Log:       Log{Level: "debug", Format: "console"},
+	}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestErrors has a case for every error Decode and Validate report: the
+// message must name the key and say what is wrong.
+func TestErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string // appended to valid unless it sets [region] itself
+		want []string
+	}{
+		{"syntax", "[region\n", []string{"t.toml:", "expected '.' or ']'"}},
+		{"unknown section", "[regoin]\nurl = \"x\"", []string{`regoin: unknown key (did you mean "region"?)`}},
+		{"unknown section far", "[zzzzzzzz]\n", []string{"zzzzzzzz: unknown key (sections: dhcpd, hook, log,"}},
+		{"unknown key", "[reconcile]\nexpiry_grase = \"1s\"", []string{`reconcile.expiry_grase: unknown key (did you mean "expiry_grace"?)`}},
+		{"unknown nested", "[region.tls]\nverify = false", []string{"region.tls: unknown key"}},
+		{"top-level key", "listen = \"x\"", []string{"listen: unknown key"}},
+		{"section as value", "log = \"debug\"", []string{"log: is a section; write it as [log]"}},
+		{"array of tables", "[[log]]\nlevel = \"info\"", []string{"log: is a section"}},
+		{"duration syntax", "[reconcile]\npoll_interval = \"5x\"", []string{`reconcile.poll_interval: "5x" is not a duration`}},
+		{"duration integer", "[reconcile]\nexpiry_grace = 30", []string{`reconcile.expiry_grace: 30 is not a duration: write it as a string such as "30s"`}},
+		{"string type", "[metrics]\nlisten = 9742", []string{"metrics.listen: 9742 is not a string"}},
+		{"int type", "[region]\nbatch_max = \"100\"", []string{`region.batch_max: "100" is not an integer`}},
+		{"float", "[region]\nbatch_max = 1.5", []string{"region.batch_max: 1.5 is not an integer"}},
+		{"list type", "[hook]\nallowed_uids = 0", []string{"hook.allowed_uids: 0 is not a list of integers"}},
+		{"list element", "[hook]\nallowed_uids = [0, \"dhcpd\"]", []string{`hook.allowed_uids: [0, "dhcpd"] is not a list of integers ("dhcpd")`}},
+		{"table as value", "[region]\nurl = { a = 1 }", []string{"region.url: a table is not a string"}},
+		{"relative path", "[dhcpd]\nleases = \"dhcpd.leases\"", []string{`dhcpd.leases: "dhcpd.leases" is not an absolute path`}},
+		{"relative optional", "[dhcpd]\nconfig6 = \"x/y\"", []string{`dhcpd.config6: "x/y" is not an absolute path`}},
+		{"leases required", "[dhcpd]\nleases = \"\"", []string{"dhcpd.leases: required"}},
+		{"socket required", "[hook]\nsocket = \"\"", []string{"hook.socket: required"}},
+		{"socket too long", "[hook]\nsocket = \"/" + strings.Repeat("s", 107) + "\"", []string{"hook.socket:", "longer than 107 bytes"}},
+		{"spool relative", "[hook]\nspool = \"spool\"", []string{"hook.spool:", "not an absolute path"}},
+		{"bad group", "[hook]\nsocket_group = \"dh cp\"", []string{`hook.socket_group: "dh cp" is not a group name`}},
+		{"group number", "[hook]\nsocket_group = \"108\"", []string{`hook.socket_group: "108" is not a group name`}},
+		{"negative uid", "[hook]\nallowed_uids = [-1]", []string{"hook.allowed_uids: -1 is not a uid"}},
+		{"huge uid", "[hook]\nallowed_uids = [4294967295]", []string{"hook.allowed_uids: 4294967295 is not a uid"}},
+		{"state required", "[state]\ndir = \"\"", []string{"state.dir: required"}},
+		{"batch zero", "[region]\nbatch_max = 0", []string{"region.batch_max: 0 is not between 1 and 10000"}},
+		{"batch huge", "[region]\nbatch_max = 10001", []string{"region.batch_max: 10001 is not between 1 and 10000"}},
+		{"timeout zero", "[region]\ntimeout = \"0s\"", []string{"region.timeout: 0s is not between"}},
+		{"timeout long", "[region]\ntimeout = \"11m\"", []string{"region.timeout: 11m0s is not between"}},
+		{"grace negative", "[reconcile]\nexpiry_grace = \"-1s\"", []string{"reconcile.expiry_grace: -1s is negative"}},
+		{"poll too short", "[reconcile]\npoll_interval = \"1ms\"", []string{"reconcile.poll_interval: 1ms is shorter than 10ms"}},
+		{"listen no port", "[metrics]\nlisten = \"127.0.0.1\"", []string{`metrics.listen: "127.0.0.1" is not host:port`}},
+		{"listen bad port", "[metrics]\nlisten = \"127.0.0.1:http\"", []string{`metrics.listen: "127.0.0.1:http": port "http" is not a number`}},
+		{"listen port range", "[metrics]\nlisten = \":65536\"", []string{`port "65536" is not a number`}},
+		{"log level", "[log]\nlevel = \"verbose\"", []string{`log.level: "verbose" is not one of trace, debug, info, warn, error`}},
+		{"log format", "[log]\nformat = \"text\"", []string{`log.format: "text" is not json, console`}},
+		// [region] cases replace the valid region.
+		{"url required", "[region]\ntoken_file = \"/t\"", []string{"region.url: required"}},
+		{"url relative", "[region]\nurl = \"region/leases\"\ntoken_file = \"/t\"", []string{`region.url: "region/leases" is not an absolute URL`}},
+		{"url scheme", "[region]\nurl = \"ftp://region/leases\"\ntoken_file = \"/t\"", []string{`region.url: "ftp://region/leases": scheme must be https`}},
+		{"http not loopback", "[region]\nurl = \"http://region.example/leases\"", []string{"region.url:", "plain http is only allowed to a loopback address"}},
+		{"url userinfo", "[region]\nurl = \"https://u:p@region/leases\"\ntoken_file = \"/t\"", []string{"region.url: must not carry credentials"}},
+		{"no credentials", "[region]\nurl = \"https://region/leases\"", []string{"region: no credentials"}},
+		{"both credentials", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"/t\"\ncert_file = \"/c\"\nkey_file = \"/k\"", []string{"region.token_file: set either"}},
+		{"cert without key", "[region]\nurl = \"https://region/leases\"\ncert_file = \"/c\"", []string{"region.key_file: required: region.cert_file is set"}},
+		{"key without cert", "[region]\nurl = \"https://region/leases\"\nkey_file = \"/k\"", []string{"region.cert_file: required: region.key_file is set"}},
+		{"cert over http", "[region]\nurl = \"http://127.0.0.1:8080/leases\"\ncert_file = \"/c\"\nkey_file = \"/k\"", []string{"region.cert_file: a client certificate needs an https region.url"}},
+		{"ca over http", "[region]\nurl = \"http://[::1]:8080/leases\"\nca_file = \"/ca\"", []string{"region.ca_file: set, but region.url is not https"}},
+		{"token relative", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"token\"", []string{`region.token_file: "token" is not an absolute path`}},
+		{"several", "[log]\nlevel = \"x\"\nformat = \"y\"", []string{"t.toml: 2 problems:\n  log.level:", "\n  log.format:"}},
+		{"several unknown", "[log]\nlevl = \"x\"\nfromat = \"y\"", []string{"2 problems:", "log.levl: unknown key", "log.fromat: unknown key"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			file := tc.file
+			if !strings.Contains(file, "[region]") {
+				file += "\n" + valid
+			}
+			c, err := Parse(strings.NewReader(file), "t.toml")
+			if err == nil {
+				t.Fatalf("no error; config %+v", c)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\nlacks %q", err, w)
+				}
+			}
+			if tc.name != "syntax" {
+				var ke *KeyError
+				if !errors.As(err, &ke) {
+					t.Errorf("error %q has no *KeyError", err)
+				}
+			}
+		})
+	}
+}
+
+func TestValidAccepted(t *testing.T) {
+	tests := []struct{ name, file string }{
+		{"http loopback v4", "[region]\nurl = \"http://127.0.0.1:8080/leases\""},
+		{"http loopback v6", "[region]\nurl = \"http://[::1]:8080/leases\"\ntoken_file = \"/t\""},
+		{"http localhost", "[region]\nurl = \"http://localhost:8080/leases\""},
+		{"mtls", "[region]\nurl = \"https://region/leases\"\ncert_file = \"/c\"\nkey_file = \"/k\"\nca_file = \"/ca\""},
+		{"group with dash", valid + "[hook]\nsocket_group = \"maas-dhcp\""},
+		{"metrics disabled", valid + "[metrics]\nlisten = \"\""},
+		{"metrics any address", valid + "[metrics]\nlisten = \":9742\""},
+		{"metrics v6", valid + "[metrics]\nlisten = \"[::1]:0\""},
+		{"uids empty", valid + "[hook]\nallowed_uids = []"},
+		{"every level", valid + "[log]\nlevel = \"trace\"\nformat = \"json\""},
+		{"empty file has no region", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tc.file), "t")
+			if tc.file == "" {
+				if err == nil || !strings.Contains(err.Error(), "region.url: required") {
+					t.Errorf("empty file: err %v, want region.url: required", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestSet(t *testing.T) {
+	c := Default()
+	for _, kv := range []string{
+		"region.url=https://r.example/leases?x=1",
+		"region.token_file=/etc/t",
+		"region.timeout=2m",
+		"region.batch_max= 50",
+		"hook.allowed_uids=0, 108",
+		"log.level=debug",
+		"metrics.listen=",
+	} {
+		if err := c.Override(kv); err != nil {
+			t.Fatalf("%s: %v", kv, err)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Region.URL = "https://r.example/leases?x=1"
+	want.Region.TokenFile = "/etc/t"
+	want.Region.Timeout = 2 * time.Minute
+	want.Region.BatchMax = 50
+	want.Hook.AllowedUIDs = []int{0, 108}
+	want.Log.Level = "debug"
+	want.Metrics.Listen = ""
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if err := c.Set("hook.allowed_uids", "[]"); err != nil || len(c.Hook.AllowedUIDs) != 0 {
+		t.Errorf("allowed_uids=[]: %v, %v", err, c.Hook.AllowedUIDs)
+	}
+
+	for _, tc := range []struct{ kv, want string }{
+		{"region.timeout=5x", `region.timeout: "5x" is not a duration`},
+		{"region.batch_max=many", `region.batch_max: "many" is not an integer`},
+		{"hook.allowed_uids=0,root", `hook.allowed_uids: "0,root" is not a comma-separated list of integers`},
+		{"region.tiemout=5s", "region.tiemout: unknown key"},
+		{"timeout=5s", "timeout: unknown key"},
+		{"region.url", "region.url: want section.key=value"},
+	} {
+		err := Default().Override(tc.kv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.kv, err, tc.want)
+		}
+	}
+}
+
+func TestParseOverrides(t *testing.T) {
+	// The file alone is incomplete; --set completes it.
+	c, err := Parse(strings.NewReader("[log]\nlevel = \"warn\""), "t",
+		"region.url=http://127.0.0.1:1/leases", "log.level=error")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Log.Level != "error" || c.Region.URL != "http://127.0.0.1:1/leases" {
+		t.Errorf("got %+v", c)
+	}
+	_, err = Parse(strings.NewReader(valid), "t", "region.batch_max=x", "region.timeout=y")
+	if err == nil || !strings.Contains(err.Error(), "--set: 2 problems:") {
+		t.Errorf("err %v", err)
+	}
+	_, err = Parse(strings.NewReader(valid), "t", "log.level=x")
+	if err == nil || err.Error() != `t: log.level: "x" is not one of trace, debug, info, warn, error` {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "lk.toml")
+	if err := os.WriteFile(path, []byte(valid+"[log]\nlevel = \"nope\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.HasPrefix(err.Error(), path+": log.level:") {
+		t.Errorf("err %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.toml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestDiff(t *testing.T) {
+	a, b := Default(), Default()
+	if d := Diff(a, b); d != nil {
+		t.Errorf("equal configs differ in %v", d)
+	}
+	b.Log.Level = "debug"
+	b.Region.Timeout = time.Second
+	b.Hook.AllowedUIDs = []int{0}
+	if diff := cmp.Diff([]string{"hook.allowed_uids", "region.timeout", "log.level"}, Diff(a, b)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestWriteTOMLRoundTrip(t *testing.T) {
+	c := Default()
+	c.Region.URL = "https://r/\"quoted\""
+	c.Region.TokenFile = "/t"
+	c.Hook.AllowedUIDs = []int{0, 108}
+	c.Reconcile.PollInterval = 1500 * time.Millisecond
+	var b strings.Builder
+	if err := c.WriteTOML(&b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(strings.NewReader(b.String()), "written")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if diff := cmp.Diff(c, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	keys := Keys()
+	if len(keys) != 22 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+		t.Errorf("Keys() = %v", keys)
+	}
+	// Every field has a tag: an untagged field would be unreachable from
+	// the file.
+	ct := reflect.TypeFor[Config]()
+	for i := range ct.NumField() {
+		st := ct.Field(i).Type
+		for j := range st.NumField() {
+			if tagName(st.Field(j)) == "" {
+				t.Errorf("%s.%s has no toml tag", ct.Field(i).Name, st.Field(j).Name)
+			}
+		}
+	}
+}
+
+func TestHookUIDs(t *testing.T) {
+	lookup := func(uid int, ok bool) func(string) (int, bool) {
+		return func(name string) (int, bool) {
+			if name != "dhcpd" {
+				t.Errorf("looked up %q", name)
+			}
+			return uid, ok
+		}
+	}
+	c := Default()
+	if diff := cmp.Diff([]uint32{0, 108}, c.HookUIDs(lookup(108, true))); diff != "" {
+		t.Error(diff)
+	}
+	if diff := cmp.Diff([]uint32{0}, c.HookUIDs(lookup(0, false))); diff != "" {
+		t.Error(diff)
+	}
+	c.Hook.AllowedUIDs = []int{108}
+	if diff := cmp.Diff([]uint32{108}, c.HookUIDs(lookup(5, true))); diff != "" {
+		t.Error(diff)
+	}
+	if uid, ok := SystemUID("root"); !ok || uid != 0 {
+		t.Errorf("SystemUID(root) = %d, %v", uid, ok)
+	}
+}
+
+func TestLogResolve(t *testing.T) {
+	tests := []struct {
+		format       string
+		journal, tty bool
+		want         string
+	}{
+		{"", true, false, "json"},
+		{"", true, true, "json"},
+		{"", false, false, "json"},
+		{"", false, true, "console"},
+		{"console", true, false, "console"},
+		{"json", false, true, "json"},
+	}
+	for _, tc := range tests {
+		if got := (Log{Format: tc.format}).Resolve(tc.journal, tc.tty); got != tc.want {
+			t.Errorf("%+v: got %s", tc, got)
+		}
+	}
+}

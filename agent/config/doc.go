@@ -1,0 +1,21 @@
+// Package config is the agent's configuration: the TOML file
+// (/etc/leasekeeper/leasekeeper.toml), its defaults, its validation and
+// "section.key=value" overrides from the command line.
+//
+// It is strict on purpose. A key the agent does not know is an error that
+// names it (a typo such as "tiemout" must not silently leave a default in
+// force), and so is every bad value: each problem is a *KeyError whose
+// message starts with the key, e.g.
+//
+//	region.timeout: "5x" is not a duration (Go syntax: "10s", "1m30s")
+//
+// and Validate reports every problem at once rather than the first.
+//
+// Durations are Go duration strings, paths are absolute, and the file that
+// packaging/leasekeeper.toml ships documents every key (a test parses it
+// and checks that no key of Config is missing from it).
+//
+// The package only reads what it is given: it never opens sockets, never
+// resolves users or groups and never touches the state directory.
+// HookUIDs resolves the default allowed_uids through an injected lookup.
+package config

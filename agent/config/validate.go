@@ -1,0 +1,264 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrRequired is wrapped by the error for a key that must be set.
+var ErrRequired = errors.New("required")
+
+// maxSocketPath is the longest path a unix socket can be bound to
+// (sun_path is 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// Log levels and formats the agent accepts.
+var (
+	levels  = []string{"trace", "debug", "info", "warn", "error"}
+	formats = []string{"", "json", "console"}
+)
+
+// Validate checks every value and the rules between them, and returns all
+// problems found as Problems (nil when there are none).
+func (c *Config) Validate() error {
+	var ps Problems
+	bad := func(key string, err error) { ps = append(ps, &KeyError{Key: key, Err: err}) }
+	badf := func(key, format string, args ...any) { bad(key, fmt.Errorf(format, args...)) }
+	path := func(key, p string, required bool) {
+		switch {
+		case p == "" && required:
+			bad(key, ErrRequired)
+		case p != "" && !filepath.IsAbs(p):
+			badf(key, "%q is not an absolute path", p)
+		}
+	}
+
+	path("dhcpd.leases", c.DHCPD.Leases, true)
+	path("dhcpd.config", c.DHCPD.Config, false)
+	path("dhcpd.leases6", c.DHCPD.Leases6, false)
+	path("dhcpd.config6", c.DHCPD.Config6, false)
+	path("dhcpd.pid_file", c.DHCPD.PIDFile, false)
+
+	path("hook.socket", c.Hook.Socket, true)
+	if len(c.Hook.Socket) > maxSocketPath {
+		badf("hook.socket", "%q is longer than %d bytes, the limit for a unix socket path", c.Hook.Socket, maxSocketPath)
+	}
+	if g := c.Hook.SocketGroup; g != "" && !validGroup(g) {
+		badf("hook.socket_group", "%q is not a group name", g)
+	}
+	path("hook.spool", c.Hook.Spool, true)
+	for _, uid := range c.Hook.AllowedUIDs {
+		if uid < 0 || uid > maxUID {
+			badf("hook.allowed_uids", "%d is not a uid (0..%d)", uid, maxUID)
+		}
+	}
+
+	c.validateRegion(bad, badf, path)
+
+	path("state.dir", c.State.Dir, true)
+
+	if g := c.Reconcile.ExpiryGrace; g < 0 {
+		badf("reconcile.expiry_grace", "%s is negative", g)
+	}
+	if p := c.Reconcile.PollInterval; p < 10*time.Millisecond {
+		badf("reconcile.poll_interval", "%s is shorter than 10ms", p)
+	}
+
+	if l := c.Metrics.Listen; l != "" {
+		if err := checkListen(l); err != nil {
+			bad("metrics.listen", err)
+		}
+	}
+
+	if !oneOf(c.Log.Level, levels) {
+		badf("log.level", "%q is not one of %s", c.Log.Level, strings.Join(levels, ", "))
+	}
+	if !oneOf(c.Log.Format, formats) {
+		badf("log.format", "%q is not json, console or \"\" (automatic)", c.Log.Format)
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+// maxUID is the largest uid; 4294967295 is (uid_t)-1, "no user".
+const maxUID = 1<<32 - 2
+
+// validateRegion checks [region]. Credentials: an https url needs exactly
+// one of a client certificate (cert_file and key_file, mTLS) or a bearer
+// token (token_file). Plain http is accepted only to a loopback address —
+// for tests and a local stub — and there credentials are optional; a
+// client certificate or a CA makes no sense over http and is an error.
+func (c *Config) validateRegion(bad func(string, error), badf func(string, string, ...any), path func(string, string, bool)) {
+	r := &c.Region
+	path("region.ca_file", r.CAFile, false)
+	path("region.cert_file", r.CertFile, false)
+	path("region.key_file", r.KeyFile, false)
+	path("region.token_file", r.TokenFile, false)
+	if r.BatchMax < 1 || r.BatchMax > MaxBatch {
+		badf("region.batch_max", "%d is not between 1 and %d", r.BatchMax, MaxBatch)
+	}
+	if r.Timeout <= 0 || r.Timeout > 10*time.Minute {
+		badf("region.timeout", "%s is not between 0s (excluded) and 10m", r.Timeout)
+	}
+
+	switch {
+	case r.CertFile != "" && r.KeyFile == "":
+		badf("region.key_file", "%v: region.cert_file is set", ErrRequired)
+	case r.KeyFile != "" && r.CertFile == "":
+		badf("region.cert_file", "%v: region.key_file is set", ErrRequired)
+	}
+	hasCert, hasToken := r.CertFile != "" || r.KeyFile != "", r.TokenFile != ""
+
+	if r.URL == "" {
+		bad("region.url", fmt.Errorf("%w: the region's leases endpoint, e.g. https://region.example:5443/MAAS/a/v3internal/leases", ErrRequired))
+		return
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		badf("region.url", "%q is not an absolute URL", r.URL)
+		return
+	}
+	switch u.Scheme {
+	case "https":
+		switch {
+		case hasCert && hasToken:
+			badf("region.token_file", "set either a bearer token (region.token_file) or a client certificate (region.cert_file, region.key_file), not both")
+		case !hasCert && !hasToken:
+			badf("region", "no credentials: set region.cert_file and region.key_file (mTLS) or region.token_file (bearer token)")
+		}
+	case "http":
+		if !loopbackHost(u.Hostname()) {
+			badf("region.url", "%q: plain http is only allowed to a loopback address (tests); use https", r.URL)
+		}
+		if r.CAFile != "" {
+			badf("region.ca_file", "set, but region.url is not https")
+		}
+		if hasCert {
+			badf("region.cert_file", "a client certificate needs an https region.url")
+		}
+	default:
+		badf("region.url", "%q: scheme must be https", r.URL)
+	}
+	if u.User != nil {
+		badf("region.url", "must not carry credentials; use region.token_file or a client certificate")
+	}
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.IsLoopback()
+}
+
+// checkListen accepts host:port with a numeric port; an empty host means
+// every address.
+func checkListen(l string) error {
+	host, port, err := net.SplitHostPort(l)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", l)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number 0..65535", l, port)
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%q: %q is not a host", l, host)
+	}
+	return nil
+}
+
+// validGroup accepts a group name as Debian's adduser does by default
+// (NAME_REGEX, relaxed: upper case and dots are allowed by useradd, so
+// they are here). Not a number: the hook socket looks the group up by name.
+func validGroup(g string) bool {
+	if len(g) > 32 {
+		return false
+	}
+	for i, r := range g {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '_':
+		case i > 0 && (r >= '0' && r <= '9' || r == '-' || r == '.'):
+		case i > 0 && i == len(g)-1 && r == '$':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func oneOf(s string, set []string) bool {
+	for _, x := range set {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// HookUIDs returns the uids allowed to send to the hook socket:
+// hook.allowed_uids when set, else DefaultHookUIDs(lookup). Call it on a
+// validated Config (every uid in range).
+func (c *Config) HookUIDs(lookup func(name string) (uid int, ok bool)) []uint32 {
+	if len(c.Hook.AllowedUIDs) == 0 {
+		return DefaultHookUIDs(lookup)
+	}
+	uids := make([]uint32, len(c.Hook.AllowedUIDs))
+	for i, u := range c.Hook.AllowedUIDs {
+		uids[i] = uint32(u)
+	}
+	return uids
+}
+
+// DefaultHookUIDs is root plus the user "dhcpd" when it exists. Debian's
+// isc-dhcp-server runs dhcpd as root (its init script passes no -user),
+// so its hooks run as root; MAAS's maas-dhcpd units start dhcpd with
+// "-user dhcpd -group dhcpd", so there they run as dhcpd.
+func DefaultHookUIDs(lookup func(name string) (uid int, ok bool)) []uint32 {
+	uids := []uint32{0}
+	if lookup != nil {
+		if uid, ok := lookup("dhcpd"); ok && uid > 0 && uid <= maxUID {
+			uids = append(uids, uint32(uid))
+		}
+	}
+	return uids
+}
+
+// OutboxPath is the durable outbox's file in state.dir; the agent opens
+// it, and `leasekeeper deadletter` when the agent is not running.
+func (s State) OutboxPath() string { return filepath.Join(s.Dir, "outbox.db") }
+
+// SystemUID looks a user up in the system's user database (for HookUIDs).
+func SystemUID(name string) (int, bool) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, false
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	return uid, err == nil
+}
+
+// Resolve returns the log format to use: the configured one, or when
+// "" (automatic) json under systemd's journal (JOURNAL_STREAM is set, as
+// systemd does for a service whose stderr is the journal) or when stderr
+// is not a terminal, console on a terminal.
+func (l Log) Resolve(journal, stderrIsTTY bool) string {
+	switch {
+	case l.Format != "":
+		return l.Format
+	case journal || !stderrIsTTY:
+		return "json"
+	default:
+		return "console"
+	}
+}

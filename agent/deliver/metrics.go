@@ -1,0 +1,70 @@
+package deliver
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	delivered    prometheus.Counter
+	attempts     *prometheus.CounterVec
+	lastDelivery prometheus.Gauge
+	latency      prometheus.Histogram
+	deadlettered prometheus.Counter
+}
+
+func newMetrics() metrics {
+	m := metrics{
+		delivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_delivered_total",
+			Help: "Events the region accepted (2xx).",
+		}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_delivery_attempts_total",
+			Help: "HTTP attempts to deliver a batch, by result: ok (2xx), retry (transport error, 408, 429, 5xx), rejected (another 4xx: the batch is split), error (401, 403, 3xx…: retried, a configuration problem).",
+		}, []string{"result"}),
+		lastDelivery: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasekeeper_last_delivery_timestamp_seconds",
+			Help: "When the region last accepted a batch, Unix seconds.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasekeeper_delivery_latency_seconds",
+			Help:    "From an event's time (its timestamp_ns, or when the deliverer first took it) to the region's 2xx.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 16), // 1ms .. 15min
+		}),
+		deadlettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_deadlettered_total",
+			Help: "Events the region refused on their own, moved to the dead letters.",
+		}),
+	}
+	for _, r := range []string{resultOK, resultRetry, resultRejected, resultError} {
+		m.attempts.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	cs := m.collectors()
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, c := range cs[:i] {
+				reg.Unregister(c)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		reg.Unregister(c)
+	}
+}

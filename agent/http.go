@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+)
+
+// StatusReport is the JSON of GET /status, which `leasekeeper status`
+// prints. Keys are a contract; pointers are null when unknown (no status
+// source wired, never delivered, no lag information).
+type StatusReport struct {
+	Version       string       `json:"version"`
+	Ready         bool         `json:"ready"`
+	Started       time.Time    `json:"started"`
+	Time          time.Time    `json:"time"` // the agent's clock when it answered
+	QueueDepth    *int         `json:"queue_depth"`
+	LastDelivery  *time.Time   `json:"last_delivery"`
+	DeadLetters   *int         `json:"deadletters"`
+	LagSeconds    *float64     `json:"lag_seconds"`
+	Tasks         []TaskReport `json:"tasks"`
+	UptimeSeconds float64      `json:"uptime_seconds"`
+}
+
+// TaskReport is one task in StatusReport: state is starting, ready or
+// finished.
+type TaskReport struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+}
+
+// DeadLetterReport is one element of GET /deadletters.
+type DeadLetterReport struct {
+	Seq    uint64           `json:"seq"`
+	Time   time.Time        `json:"time"`   // when it was dead-lettered
+	Reason string           `json:"reason"` // the region's answer
+	Source string           `json:"source"` // hook, spool or file
+	Event  event.RegionItem `json:"event"`  // what the region refused
+}
+
+// DeadLetterReports converts the store's dead letters to their JSON form.
+func DeadLetterReports(ds []outbox.DeadLetter) []DeadLetterReport {
+	out := make([]DeadLetterReport, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, DeadLetterReport{Seq: d.Seq, Time: d.Time.UTC(), Reason: d.Reason,
+			Source: d.Event.Source.String(), Event: d.Event.Item()})
+	}
+	return out
+}
+
+// ClientHeader must be present on requests that change dead letters: a
+// web page cannot set it on a cross-origin request without a CORS
+// preflight, which the agent never answers.
+const ClientHeader = "X-Leasekeeper-Client"
+
+// handler serves:
+//
+//	GET    /metrics                  Prometheus, from the injected registry
+//	GET    /healthz                  200 "ok" once ready and no task is wedged, else 503
+//	GET    /status                   StatusReport
+//	GET    /deadletters              []DeadLetterReport          (loopback clients only)
+//	POST   /deadletters/{seq}/retry  requeue one; 204, 404       (loopback, ClientHeader)
+//	DELETE /deadletters/{seq}        drop one; 204, 404          (loopback, ClientHeader)
+func (a *Agent) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.HandleFunc("GET /healthz", a.serveHealthz)
+	mux.HandleFunc("GET /status", a.serveStatus)
+	mux.HandleFunc("GET /deadletters", a.loopbackOnly(a.serveDeadLetters))
+	mux.HandleFunc("POST /deadletters/{seq}/retry", a.loopbackOnly(a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
+		return d.RetryDeadLetter(seq)
+	})))
+	mux.HandleFunc("DELETE /deadletters/{seq}", a.loopbackOnly(a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
+		return d.DropDeadLetter(seq)
+	})))
+	return mux
+}
+
+func (a *Agent) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !a.ready.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "starting")
+		return
+	}
+	// The same limit the watchdog uses would need its interval; a task
+	// silent for a minute is wedged by any measure.
+	if err := a.healthy(time.Minute); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, err)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Report builds what GET /status answers.
+func (a *Agent) Report() StatusReport {
+	now := a.now()
+	started := time.Unix(0, a.started.Load())
+	r := StatusReport{
+		Version:       a.Version,
+		Ready:         a.ready.Load(),
+		Started:       started.UTC(),
+		Time:          now.UTC(),
+		UptimeSeconds: now.Sub(started).Seconds(),
+		Tasks:         a.taskReport(),
+	}
+	if s := a.status; s != nil {
+		depth, dead := s.Depth(), s.DeadLetterCount()
+		r.QueueDepth, r.DeadLetters = &depth, &dead
+		if t := s.LastDelivery(); !t.IsZero() {
+			t = t.UTC()
+			r.LastDelivery = &t
+		}
+		if l, ok := s.(Lagger); ok {
+			lag := 0.0
+			if t := l.OldestPending(); !t.IsZero() {
+				lag = max(now.Sub(t).Seconds(), 0)
+			}
+			r.LagSeconds = &lag
+		}
+	}
+	return r
+}
+
+func (a *Agent) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, a.Report())
+}
+
+func (a *Agent) serveDeadLetters(w http.ResponseWriter, _ *http.Request) {
+	if a.dead == nil {
+		http.Error(w, "dead letters are not available in this agent", http.StatusServiceUnavailable)
+		return
+	}
+	ds, err := a.dead.DeadLetters()
+	if err != nil {
+		a.log.Error().Err(err).Msg("listing dead letters")
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeJSON(w, http.StatusOK, DeadLetterReports(ds))
+}
+
+func (a *Agent) changeDeadLetter(op func(DeadLetters, uint64) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(ClientHeader) == "" {
+			http.Error(w, "missing "+ClientHeader+" header", http.StatusForbidden)
+			return
+		}
+		if a.dead == nil {
+			http.Error(w, "dead letters are not available in this agent", http.StatusServiceUnavailable)
+			return
+		}
+		seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("%q is not a dead letter's seq", r.PathValue("seq")), http.StatusBadRequest)
+			return
+		}
+		switch err := op(a.dead, seq); {
+		case errors.Is(err, outbox.ErrNotFound):
+			http.Error(w, fmt.Sprintf("no dead letter %d", seq), http.StatusNotFound)
+		case err != nil:
+			a.log.Error().Err(err).Uint64("seq", seq).Str("op", r.Method).Msg("dead letter change failed")
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		default:
+			a.log.Info().Uint64("seq", seq).Str("op", opName(r.Method)).Msg("dead letter changed by operator")
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}
+}
+
+func opName(method string) string {
+	if method == http.MethodDelete {
+		return "drop"
+	}
+	return "retry"
+}
+
+// loopbackOnly refuses clients that are not on this machine: the
+// listener may be bound to every address for a remote Prometheus, and
+// dead letters hold MACs and hostnames and can be changed.
+func (a *Agent) loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		ip, perr := netip.ParseAddr(host)
+		if err != nil || perr != nil || !ip.Unmap().IsLoopback() {
+			http.Error(w, "dead letters are served to loopback clients only", http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// newStdLog routes net/http's own error log to zerolog.
+func newStdLog(log zerolog.Logger) *stdlog.Logger {
+	return stdlog.New(log.With().Str("level", "warn").Logger(), "", 0)
+}

@@ -1,0 +1,208 @@
+package outbox
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// Records are a version byte and then the fields in a fixed order:
+// strings and byte strings as a uvarint length and the bytes, integers
+// as varints. The order puts what coalescing needs (action, MAC, IP)
+// first so a pass over a full queue decodes only that prefix.
+//
+//	event:       1 | action | family | mac | ip (MarshalBinary) | hostname |
+//	             timestamp | lease_time | timestamp_ns | source (uvarint) | reason
+//	dead letter: 1 | time (Unix ns) | reason | event record
+const recordV1 = 1
+
+var errRecord = errors.New("malformed record")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendEvent(b []byte, e *event.Event) []byte {
+	b = append(b, recordV1)
+	b = appendString(b, e.Action)
+	b = appendString(b, e.Family)
+	b = appendString(b, e.MAC)
+	ip, _ := e.IP.MarshalBinary() // never fails
+	b = binary.AppendUvarint(b, uint64(len(ip)))
+	b = append(b, ip...)
+	b = appendString(b, e.Hostname)
+	b = binary.AppendVarint(b, e.Timestamp)
+	b = binary.AppendVarint(b, e.LeaseTime)
+	b = binary.AppendVarint(b, e.TimestampNS)
+	b = binary.AppendUvarint(b, uint64(e.Source))
+	b = appendString(b, e.Reason)
+	return b
+}
+
+func encodeEvent(e *event.Event) []byte {
+	return appendEvent(make([]byte, 0, 48+len(e.Hostname)+len(e.Reason)), e)
+}
+
+// reader walks a record; the first error sticks and later reads return
+// zero values, so decoders check once at the end.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", errRecord, what)
+	}
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(what string) []byte {
+	n := r.uvarint(what)
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) { // a corrupt length never allocates
+		r.fail(what)
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) string(what string) string { return string(r.bytes(what)) }
+
+func (r *reader) version() {
+	if len(r.b) == 0 {
+		r.fail("empty")
+		return
+	}
+	if r.b[0] != recordV1 {
+		r.fail(fmt.Sprintf("version %d", r.b[0]))
+		return
+	}
+	r.b = r.b[1:]
+}
+
+// head is the part of an event coalescing looks at.
+type head struct {
+	commit bool
+	mac    string
+	ip     netip.Addr
+}
+
+func (r *reader) head() head {
+	var h head
+	r.version()
+	h.commit = string(r.bytes("action")) == event.Commit // no allocation
+	r.bytes("family")
+	h.mac = r.string("mac")
+	if ip := r.bytes("ip"); r.err == nil {
+		if err := h.ip.UnmarshalBinary(ip); err != nil {
+			r.fail("ip")
+		}
+	}
+	return h
+}
+
+func decodeHead(b []byte) (head, error) {
+	r := reader{b: b}
+	h := r.head()
+	return h, r.err
+}
+
+func (r *reader) event() event.Event {
+	var e event.Event
+	r.version()
+	e.Action = r.string("action")
+	e.Family = r.string("family")
+	e.MAC = r.string("mac")
+	if ip := r.bytes("ip"); r.err == nil {
+		if err := e.IP.UnmarshalBinary(ip); err != nil {
+			r.fail("ip")
+		}
+	}
+	e.Hostname = r.string("hostname")
+	e.Timestamp = r.varint("timestamp")
+	e.LeaseTime = r.varint("lease_time")
+	e.TimestampNS = r.varint("timestamp_ns")
+	src := r.uvarint("source")
+	if src > 255 {
+		r.fail("source")
+	}
+	e.Source = event.Source(src)
+	e.Reason = r.string("reason")
+	return e
+}
+
+func decodeEvent(b []byte) (event.Event, error) {
+	r := reader{b: b}
+	e := r.event()
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	return e, r.err
+}
+
+func encodeDeadLetter(d *DeadLetter) []byte {
+	b := make([]byte, 0, 64+len(d.Reason)+len(d.Event.Hostname))
+	b = append(b, recordV1)
+	b = binary.AppendVarint(b, d.Time.UnixNano())
+	b = appendString(b, d.Reason)
+	return appendEvent(b, &d.Event)
+}
+
+func decodeDeadLetter(seq uint64, b []byte) (DeadLetter, error) {
+	r := reader{b: b}
+	r.version()
+	d := DeadLetter{Seq: seq}
+	d.Time = time.Unix(0, r.varint("time")).UTC()
+	d.Reason = r.string("reason")
+	d.Event = r.event()
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailing bytes")
+	}
+	return d, r.err
+}
+
+func seqKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+}
+
+func keySeq(k []byte) uint64 {
+	if len(k) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(k)
+}

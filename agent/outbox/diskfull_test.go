@@ -1,0 +1,132 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// TestDiskFull fills a 512 KiB tmpfs holding the store: Append must fail
+// with an error wrapping ENOSPC and store nothing of the failed call, the
+// store must stay consistent and usable, and once space returns (another
+// file in the tmpfs deleted) appends succeed again and everything
+// accepted, before and after, is there after a reopen.
+func TestDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=512k,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	ballast := filepath.Join(dir, "ballast")
+	must(t, os.WriteFile(ballast, make([]byte, 192<<10), 0o600))
+
+	path := filepath.Join(dir, "outbox.db")
+	s := openTest(t, path, 0)
+	ctx := context.Background()
+	var accepted []event.Event
+	batch := func(n, size int) []event.Event {
+		evs := make([]event.Event, size)
+		for i := range evs {
+			evs[i] = ev(n+i, event.Commit)
+			evs[i].Hostname = fmt.Sprintf("%d-%s", n+i, strings.Repeat("x", 200))
+		}
+		return evs
+	}
+	var err error
+	for n := 0; n < 100_000; n += 20 {
+		evs := batch(n, 20)
+		if err = s.Append(ctx, evs...); err != nil {
+			break
+		}
+		accepted = append(accepted, evs...)
+	}
+	if err == nil {
+		t.Fatal("100 000 events fit in a 512 KiB tmpfs")
+	}
+	t.Logf("full after %d events: %v", len(accepted), err)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Append on a full disk: err = %v, want one wrapping ENOSPC that says so", err)
+	}
+	if s.Depth() != len(accepted) {
+		t.Errorf("Depth %d after the failure, %d accepted", s.Depth(), len(accepted))
+	}
+	if got := s.metric(t, "leasekeeper_outbox_commit_errors_total"); got == 0 {
+		t.Error("commit_errors_total not counted")
+	}
+	// Still full: fails again, the same way, and breaks nothing.
+	for i := 0; i < 3; i++ {
+		if err := s.Append(ctx, batch(1_000_000+100*i, 20)...); !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("Append on a still full disk: err = %v", err)
+		}
+	}
+	check := func(s *testStore, want []event.Event) {
+		t.Helper()
+		must(t, s.db.View(func(tx *bbolt.Tx) error {
+			for err := range tx.Check() {
+				t.Errorf("bbolt check: %v", err)
+			}
+			return nil
+		}))
+		q := peekAll(t, s.Store)
+		got := make([]event.Event, len(q))
+		for i := range q {
+			got[i] = q[i].Event
+		}
+		if diff := cmp.Diff(want, got, cmpAddr); diff != "" {
+			t.Errorf("queue (-accepted +stored):\n%s", diff[:min(len(diff), 2000)])
+		}
+	}
+	check(s, accepted)
+
+	// Space returns.
+	must(t, os.Remove(ballast))
+	for n := 2_000_000; n < 2_000_200; n += 20 {
+		evs := batch(n, 20)
+		if err := s.Append(ctx, evs...); err != nil {
+			t.Fatalf("Append after space returned: %v", err)
+		}
+		accepted = append(accepted, evs...)
+	}
+	check(s, accepted)
+	must(t, s.Close())
+	s = openTest(t, path, 0)
+	check(s, accepted)
+	if err := s.Append(ctx, batch(3_000_000, 1)...); err != nil {
+		t.Errorf("Append after reopen: %v", err)
+	}
+}
+
+// bbolt formats the error of growing the file into a string; the store
+// still lets callers find ENOSPC with errors.Is.
+func TestCommitErrorENOSPC(t *testing.T) {
+	s := &Store{path: "/state/outbox.db"}
+	for _, err := range []error{
+		&os.PathError{Op: "write", Path: "/state/outbox.db", Err: syscall.ENOSPC},
+		fmt.Errorf("file resize error: %s", &os.PathError{Op: "truncate", Path: "x", Err: syscall.ENOSPC}),
+	} {
+		got := s.commitError(err)
+		if !errors.Is(got, syscall.ENOSPC) || !strings.Contains(got.Error(), "disk full") || !strings.Contains(got.Error(), "/state/outbox.db") {
+			t.Errorf("commitError(%v) = %v", err, got)
+		}
+	}
+	if got := s.commitError(syscall.EIO); errors.Is(got, syscall.ENOSPC) || !errors.Is(got, syscall.EIO) {
+		t.Errorf("commitError(EIO) = %v", got)
+	}
+}

@@ -1,0 +1,516 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// DefaultMaxEvents is the bound on queued events when Options.MaxEvents is 0.
+const DefaultMaxEvents = 1_000_000
+
+// formatVersion is the layout of the buckets below; Open refuses a file
+// written with a newer one rather than misreading it.
+const formatVersion = 1
+
+// Buckets and meta keys (see doc.go, "Layout").
+var (
+	bucketQueue = []byte("queue")
+	bucketDead  = []byte("dead")
+	bucketMeta  = []byte("meta")
+	bucketKV    = []byte("kv")
+	keyNextSeq  = []byte("next_seq")
+	keyVersion  = []byte("version")
+)
+
+// Tuning of the group commit.
+const (
+	requestQueue   = 4096   // pending requests the writer can be behind by
+	maxGroupEvents = 32_768 // events per transaction, to bound its size and latency
+)
+
+// Errors callers branch on.
+var (
+	ErrClosed   = errors.New("outbox closed")
+	ErrNotFound = errors.New("no such dead letter")
+	ErrCorrupt  = errors.New("outbox record does not decode")
+	ErrLocked   = errors.New("outbox file is locked by another process")
+)
+
+// CorruptError names a queued record that does not decode; Peek stops at
+// it. Ack its Seq to drop it (it never decoded, so it cannot be sent).
+type CorruptError struct {
+	Seq uint64
+	Err error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("outbox: seq %d: %v: %v", e.Seq, ErrCorrupt, e.Err)
+}
+
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// Options configure a Store.
+type Options struct {
+	MaxEvents  int                   // bound on queued events; 0 = DefaultMaxEvents
+	Logger     zerolog.Logger        // component=outbox already set by the caller
+	Registerer prometheus.Registerer // may be nil
+	Now        func() time.Time      // nil = time.Now
+}
+
+// DeadLetter is an event the region refused, kept for an operator.
+type DeadLetter struct {
+	Seq    uint64 // its Seq when it was queued
+	Event  event.Event
+	Reason string    // the region's answer
+	Time   time.Time // when it was dead-lettered
+}
+
+// Store is the durable outbox. Its methods are safe for concurrent use.
+type Store struct {
+	path string
+	db   *bbolt.DB
+	max  int
+	log  zerolog.Logger
+	now  func() time.Time
+
+	mu     sync.RWMutex // held for reading while sending on reqs; Close takes it to close reqs
+	closed bool
+	reqs   chan *request
+	done   chan struct{} // closed when the writer has exited
+
+	notify chan struct{}
+	depth  atomic.Int64
+	dead   atomic.Int64
+	over   atomic.Bool  // over MaxEvents even after coalescing
+	oldest atomic.Int64 // Unix ns the oldest queued event was accepted; 0 when empty
+
+	w   writerState // owned by the writer goroutine
+	met metrics
+}
+
+// writerState is touched only by the writer goroutine (and Open, before
+// it starts).
+type writerState struct {
+	nextSeq        uint64
+	sincePass      int   // events appended since the last coalescing pass
+	episode        bool  // a coalescing episode is under way
+	episodeDropped int64 // events coalesced during it
+	overLogged     bool
+	accepted       []acceptedAt // commits with events still queued, oldest first
+}
+
+type acceptedAt struct {
+	last uint64 // the commit's last Seq
+	at   time.Time
+}
+
+// Open opens (creating if needed) the outbox file at path and starts its
+// writer. The directory is created (0700) if missing. A second Open of the
+// same file, from this or another process, fails with ErrLocked after a
+// second.
+func Open(path string, opts Options) (*Store, error) {
+	s := &Store{
+		path:   path,
+		max:    opts.MaxEvents,
+		log:    opts.Logger,
+		now:    opts.Now,
+		reqs:   make(chan *request, requestQueue),
+		done:   make(chan struct{}),
+		notify: make(chan struct{}, 1),
+	}
+	if s.max <= 0 {
+		s.max = DefaultMaxEvents
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
+
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:      time.Second,
+		FreelistType: bbolt.FreelistMapType,
+	})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("outbox %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("outbox %s: %w", path, err)
+	}
+	s.db = db
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("outbox %s: %w", path, err)
+	}
+	if created {
+		// The new file's directory entry must survive a power cut too.
+		if err := syncDir(dir); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("outbox %s: %w", path, err)
+		}
+	}
+	s.met = newMetrics(s)
+	if err := s.met.register(opts.Registerer); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("outbox: metrics: %w", err)
+	}
+	go s.writer()
+	s.log.Info().Str("path", path).Int64("depth", s.depth.Load()).
+		Int64("dead_letters", s.dead.Load()).Uint64("next_seq", s.w.nextSeq).
+		Int("max_events", s.max).Msg("outbox open")
+	return s, nil
+}
+
+// load creates the buckets, checks the format and reads the counters.
+func (s *Store) load() error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		for _, name := range [][]byte{bucketQueue, bucketDead, bucketMeta, bucketKV} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyVersion); v != nil {
+			if got := keySeq(v); got != formatVersion {
+				return fmt.Errorf("format version %d, this program reads %d", got, formatVersion)
+			}
+		} else if err := meta.Put(keyVersion, seqKey(formatVersion)); err != nil {
+			return err
+		}
+		s.w.nextSeq = 1
+		if v := meta.Get(keyNextSeq); v != nil {
+			s.w.nextSeq = keySeq(v)
+		}
+		// The counter is written in every transaction that assigns a Seq;
+		// the queue's last key is a second witness should it ever lag.
+		if k, _ := tx.Bucket(bucketQueue).Cursor().Last(); k != nil && keySeq(k) >= s.w.nextSeq {
+			s.w.nextSeq = keySeq(k) + 1
+		}
+		if k, _ := tx.Bucket(bucketDead).Cursor().Last(); k != nil && keySeq(k) >= s.w.nextSeq {
+			s.w.nextSeq = keySeq(k) + 1
+		}
+		s.depth.Store(int64(tx.Bucket(bucketQueue).Stats().KeyN))
+		s.dead.Store(int64(tx.Bucket(bucketDead).Stats().KeyN))
+		s.w.sincePass = s.slack()
+		if s.depth.Load() > 0 {
+			// Acceptance times are not stored; what was queued before
+			// this start counts from it.
+			s.w.accepted = []acceptedAt{{last: s.w.nextSeq - 1, at: s.now()}}
+			s.oldest.Store(s.w.accepted[0].at.UnixNano())
+		}
+		return nil
+	})
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Close stops taking requests, commits those already handed to the
+// writer, and closes the file. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	<-s.done
+	s.met.unregister()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("outbox %s: close: %w", s.path, err)
+	}
+	return nil
+}
+
+// Path is the file the store lives in.
+func (s *Store) Path() string { return s.path }
+
+// Depth is the number of queued events, without I/O.
+func (s *Store) Depth() int { return int(s.depth.Load()) }
+
+// DeadLetterCount is the number of dead letters, without I/O.
+func (s *Store) DeadLetterCount() int { return int(s.dead.Load()) }
+
+// OldestPending is when the oldest queued event was accepted (zero when
+// the queue is empty), without I/O: the agent reports the time since as
+// the delivery lag. Events queued before this Open count from the Open.
+func (s *Store) OldestPending() time.Time {
+	ns := s.oldest.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Notify receives after each commit that added events to the queue; it
+// has room for one wake-up, so a slow reader sees one, not a backlog. It
+// is never closed.
+func (s *Store) Notify() <-chan struct{} { return s.notify }
+
+// Append stores evs at the end of the queue, in order, and returns once
+// they are on disk (fsync'd): from then on they are accepted. Each event
+// needs a valid IP (the coalescing key); otherwise nothing is stored.
+//
+// ctx bounds only the wait for the writer to take the request (it is
+// behind when the disk is slow); once taken, Append waits for the commit
+// so that an error always means "not stored".
+func (s *Store) Append(ctx context.Context, evs ...event.Event) error {
+	_, err := s.AppendSeq(ctx, evs...)
+	return err
+}
+
+// AppendSeq is Append returning the Seq given to evs[0]; the others follow
+// one by one. With no events it returns 0 and does nothing.
+func (s *Store) AppendSeq(ctx context.Context, evs ...event.Event) (uint64, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	recs := make([][]byte, len(evs))
+	for i := range evs {
+		if !evs[i].IP.IsValid() {
+			return 0, fmt.Errorf("outbox: event %d has no IP address: %w", i, event.ErrInvalid)
+		}
+		recs[i] = encodeEvent(&evs[i])
+	}
+	var first uint64
+	err := s.do(ctx, len(recs), func(t *txn) error {
+		first = t.seq
+		for _, rec := range recs {
+			if err := t.push(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return first, nil
+}
+
+// Peek returns up to max queued events, oldest first, without removing
+// them. A record that does not decode ends the list; if it comes first,
+// Peek returns a *CorruptError naming it.
+func (s *Store) Peek(max int) ([]event.Queued, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	var out []event.Queued
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketQueue).Cursor()
+		for k, v := c.First(); k != nil && len(out) < max; k, v = c.Next() {
+			e, err := decodeEvent(v)
+			if err != nil {
+				if len(out) == 0 {
+					return &CorruptError{Seq: keySeq(k), Err: err}
+				}
+				break
+			}
+			out = append(out, event.Queued{Seq: keySeq(k), Event: e})
+		}
+		return nil
+	})
+	if err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("outbox %s: peek: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// Ack removes delivered events. Seqs no longer queued (acked before, or
+// coalesced away while they were in flight) are ignored.
+func (s *Store) Ack(seqs ...uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	return s.do(context.Background(), 0, func(t *txn) error {
+		for _, seq := range seqs {
+			if err := t.remove(seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DeadLetter atomically moves q from the queue to the dead letters, with
+// the region's answer and the time. It records q even when q.Seq is no
+// longer queued (coalesced away while in flight): the refusal is still
+// worth an operator's look.
+func (s *Store) DeadLetter(q event.Queued, reason string) error {
+	rec := encodeDeadLetter(&DeadLetter{Seq: q.Seq, Event: q.Event, Reason: reason, Time: s.now()})
+	return s.do(context.Background(), 0, func(t *txn) error {
+		if err := t.remove(q.Seq); err != nil {
+			return err
+		}
+		key := seqKey(q.Seq)
+		if t.dead.Get(key) == nil {
+			t.deadDelta++
+		}
+		return t.dead.Put(key, rec)
+	})
+}
+
+// DeadLetters lists the dead letters, oldest Seq first.
+func (s *Store) DeadLetters() ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketDead).ForEach(func(k, v []byte) error {
+			d, err := decodeDeadLetter(keySeq(k), v)
+			if err != nil {
+				return &CorruptError{Seq: keySeq(k), Err: err}
+			}
+			out = append(out, d)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: dead letters: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// RetryDeadLetter moves a dead letter back to the end of the queue with a
+// new Seq. The event then follows anything queued for its IP since: the
+// operator asked for the old event to be sent again, and it will be.
+func (s *Store) RetryDeadLetter(seq uint64) error {
+	return s.do(context.Background(), 0, func(t *txn) error {
+		key := seqKey(seq)
+		v := t.dead.Get(key)
+		if v == nil {
+			return fmt.Errorf("outbox: dead letter %d: %w", seq, ErrNotFound)
+		}
+		d, err := decodeDeadLetter(seq, v)
+		if err != nil {
+			return &CorruptError{Seq: seq, Err: err}
+		}
+		if err := t.dead.Delete(key); err != nil {
+			return err
+		}
+		t.deadDelta--
+		return t.push(encodeEvent(&d.Event))
+	})
+}
+
+// DropDeadLetter deletes a dead letter for good.
+func (s *Store) DropDeadLetter(seq uint64) error {
+	return s.do(context.Background(), 0, func(t *txn) error {
+		key := seqKey(seq)
+		if t.dead.Get(key) == nil {
+			return fmt.Errorf("outbox: dead letter %d: %w", seq, ErrNotFound)
+		}
+		t.deadDelta--
+		return t.dead.Delete(key)
+	})
+}
+
+// Update gives fn the bucket called name in the store's key/value area
+// (created on first use), inside a write transaction, and appends the
+// events fn returns to the queue in the same transaction: both commit, on
+// disk, or neither does. This is how a caller keeps its own state (the
+// reconciler's lease table) consistent with what it queued.
+//
+// fn runs on the writer goroutine, grouped with other requests, and may
+// run more than once (when a request grouped with it fails, the group is
+// redone without that one): it must have no effects outside b and the
+// events it returns, must not keep b or its slices after returning, and
+// must not call the Store. An error from fn rolls back its changes and is
+// returned.
+func (s *Store) Update(ctx context.Context, name string, fn func(b *bbolt.Bucket) ([]event.Event, error)) error {
+	if name == "" {
+		return errors.New("outbox: update: empty bucket name")
+	}
+	return s.do(ctx, 0, func(t *txn) error {
+		b, err := t.tx.Bucket(bucketKV).CreateBucketIfNotExists([]byte(name))
+		if err != nil {
+			return err
+		}
+		evs, err := fn(b)
+		if err != nil {
+			return err
+		}
+		for i := range evs {
+			if !evs[i].IP.IsValid() {
+				return fmt.Errorf("outbox: event %d has no IP address: %w", i, event.ErrInvalid)
+			}
+			if err := t.push(encodeEvent(&evs[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// View gives fn the bucket called name in the key/value area, in a
+// read-only transaction; b is nil when nothing was ever stored under name.
+// fn must not keep b or its slices after returning.
+func (s *Store) View(name string, fn func(b *bbolt.Bucket) error) error {
+	return s.db.View(func(tx *bbolt.Tx) error {
+		return fn(tx.Bucket(bucketKV).Bucket([]byte(name)))
+	})
+}
+
+// do hands apply to the writer and waits for its transaction's fate.
+func (s *Store) do(ctx context.Context, events int, apply func(*txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &request{apply: apply, events: events, done: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	s.mu.RUnlock()
+	return <-r.done
+}
+
+// commitError wraps a failed commit so that callers see the file and, on
+// a full disk, can test errors.Is(err, syscall.ENOSPC) even where bbolt
+// formatted the cause into a string (it does when growing the file).
+func (s *Store) commitError(err error) error {
+	if !errors.Is(err, syscall.ENOSPC) && strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
+		return fmt.Errorf("outbox %s: commit: disk full: %w (%w)", s.path, syscall.ENOSPC, err)
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("outbox %s: commit: disk full: %w", s.path, err)
+	}
+	return fmt.Errorf("outbox %s: commit: %w", s.path, err)
+}

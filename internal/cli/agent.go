@@ -1,0 +1,304 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/agent/config"
+)
+
+// reloadable are the keys a SIGHUP puts in force without a restart.
+// Tasks that implement agent.Reloader may apply more; list them here so
+// the log does not tell the operator to restart for them.
+var reloadable = map[string]bool{"log.level": true}
+
+func newAgentCmd(env *Env) *cobra.Command {
+	var (
+		configPath  string
+		sets        []string
+		logLevel    string
+		printConfig bool
+	)
+	cmd := &cobra.Command{
+		Use:   "agent [--config FILE] [--set section.key=value]...",
+		Short: "Run the daemon that delivers every lease event to the region",
+		Long: `Run the leasekeeper agent: receive lease events from leasekeeper-hook on
+hook.socket, queue them durably in state.dir, deliver them in order to the
+region's leases endpoint (region.url), and serve Prometheus /metrics and
+/status on metrics.listen. It runs in the foreground and logs to stderr
+(JSON under systemd's journal or when stderr is not a terminal).
+
+Configuration is the TOML file --config (every key is documented in the
+shipped /etc/leasekeeper/leasekeeper.toml). Unknown keys and bad values are
+errors naming the key. --set section.key=value overrides one key for this
+run (repeatable): strings as they are, durations in Go syntax ("30s"),
+lists of integers comma-separated ("0,108").
+
+Signals:
+  SIGTERM, SIGINT  stop: take no new work, flush what can be flushed within
+                   a bound, persist, exit 0. A second signal kills at once.
+  SIGHUP           reload: re-read --config (with the same --set). A file
+                   with errors is logged and ignored; the running
+                   configuration stays. log.level takes effect at once; the
+                   log names every other changed key, which takes effect at
+                   the next restart.
+
+Under systemd (Type=notify) the agent sends READY=1 once every part runs,
+STATUS= with the queue depth, watchdog pings while every part makes
+progress (WatchdogSec=), RELOADING=1 on SIGHUP and STOPPING=1 on the way
+out.
+
+Exit status: 0 after a clean stop, 1 when the configuration is invalid or a
+part failed (the reason is on stderr and in the log), 2 for bad flags.`,
+		Example: `  leasekeeper agent --config /etc/leasekeeper/leasekeeper.toml
+  leasekeeper agent --print-config            # validate, show every value, exit
+  leasekeeper agent --set region.url=http://127.0.0.1:8080/leases \
+                    --set metrics.listen=127.0.0.1:0 --log-level debug`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			overrides := sets
+			if logLevel != "" {
+				overrides = append(overrides, "log.level="+logLevel)
+			}
+			for _, o := range overrides {
+				if err := config.Default().Override(o); err != nil {
+					return usageError{fmt.Errorf("--set %s", err)}
+				}
+			}
+			cfg, err := loadAgentConfig(env, configPath, overrides)
+			if err != nil {
+				return err
+			}
+			if printConfig {
+				return cfg.WriteTOML(env.Stdout)
+			}
+			sigs := make(chan os.Signal, 4)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+			defer signal.Stop(sigs)
+			// After the first stop signal the default action is back: the
+			// second one kills the process without waiting for the flush.
+			release := func() { signal.Reset(syscall.SIGTERM, syscall.SIGINT) }
+			return runAgent(cmd.Context(), env, cfg, func() (*config.Config, error) {
+				return loadAgentConfig(env, configPath, overrides)
+			}, sigs, release)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&configPath, "config", "c", config.DefaultPath, "configuration file")
+	f.StringArrayVar(&sets, "set", nil, "override one key: section.key=value (repeatable)")
+	f.StringVar(&logLevel, "log-level", "", "same as --set log.level=LEVEL (trace, debug, info, warn, error)")
+	f.BoolVar(&printConfig, "print-config", false, "validate the configuration, print it with defaults filled in, and exit")
+	return cmd
+}
+
+// loadAgentConfig reads and validates the agent's config file through
+// env.Open, with overrides applied.
+func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config, error) {
+	f, err := env.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	cfg, err := config.Parse(f, path, overrides...)
+	if err != nil {
+		return nil, fmt.Errorf("config %w", err)
+	}
+	return cfg, nil
+}
+
+// runAgent runs the agent until ctx ends, a stop signal arrives on sigs or
+// a part fails. A SIGHUP calls load and applies the result. release is
+// called once stopping has begun (for whatever reason), to let a second
+// signal kill the process.
+func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*config.Config, error),
+	sigs <-chan os.Signal, release func()) error {
+	level := &levelSampler{}
+	level.set(cfg.Log.Level)
+	root := newLogger(env.Stderr, cfg.Log, level, env.Now)
+	log := root.With().Str("component", "main").Logger()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	a, err := agent.New(cfg, root, reg, env.Now)
+	if err != nil {
+		return err
+	}
+	a.Version = env.Version
+	closeParts, err := agent.Assemble(a, cfg, root, reg, env.Version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := closeParts(); cerr != nil {
+			log.Error().Err(cerr).Msg("closing the outbox")
+		}
+	}()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	handled := make(chan struct{})
+	go func() {
+		defer close(handled)
+		for {
+			select {
+			case <-ctx.Done():
+				release()
+				return
+			case s := <-sigs:
+				switch s {
+				case syscall.SIGHUP:
+					reload(a, load, level, log)
+				default:
+					log.Info().Str("signal", s.String()).Msg("stopping (a second signal kills)")
+					cancel()
+				}
+			}
+		}
+	}()
+	err = a.Run(ctx)
+	cancel()
+	<-handled
+	return err
+}
+
+// reload applies a new configuration on SIGHUP, or keeps the running one
+// when the file has errors.
+func reload(a *agent.Agent, load func() (*config.Config, error), level *levelSampler, log zerolog.Logger) {
+	log.Info().Msg("SIGHUP: reloading the configuration")
+	cfg, err := load()
+	if err != nil {
+		log.Error().Err(err).Msg("reload refused; the running configuration stays in force")
+		return
+	}
+	changed := config.Diff(a.Config(), cfg)
+	level.set(cfg.Log.Level)
+	if err := a.Reload(cfg); err != nil {
+		log.Error().Err(err).Msg("reload: a part could not apply the new configuration")
+	}
+	var later []string
+	for _, k := range changed {
+		if !reloadable[k] {
+			later = append(later, k)
+		}
+	}
+	log.Info().Strs("changed", changed).Msg("configuration reloaded")
+	if len(later) > 0 {
+		log.Warn().Strs("keys", later).Msg("these changes take effect at the next restart")
+	}
+}
+
+// levelSampler is the log level that SIGHUP can change: a zerolog Sampler
+// drops events below it before they are built, so it costs what a logger
+// level costs, and every child logger shares it (no global level).
+type levelSampler struct{ l atomic.Int32 }
+
+func (s *levelSampler) set(name string) {
+	l, err := zerolog.ParseLevel(name)
+	if err != nil || name == "" {
+		l = zerolog.InfoLevel // Validate accepted name; be safe anyway
+	}
+	s.l.Store(int32(l))
+}
+
+func (s *levelSampler) Sample(l zerolog.Level) bool { return l >= zerolog.Level(s.l.Load()) }
+
+// newLogger builds the root logger: JSON or console per cfg, level through
+// s, "time" from now with milliseconds (set per logger: zerolog's own
+// format is a global). Components add their own "component" field.
+func newLogger(w io.Writer, cfg config.Log, s *levelSampler, now func() time.Time) zerolog.Logger {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = isatty.IsTerminal(f.Fd())
+	}
+	if cfg.Resolve(os.Getenv("JOURNAL_STREAM") != "", tty) == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000", NoColor: !tty}
+	}
+	stamp := zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) {
+		e.Str(zerolog.TimestampFieldName, now().UTC().Format(logTime))
+	})
+	return zerolog.New(w).Level(zerolog.TraceLevel).Sample(s).Hook(stamp)
+}
+
+// logTime is RFC 3339 with milliseconds.
+const logTime = "2006-01-02T15:04:05.000Z07:00"
+
+// noArgs is cobra.NoArgs with a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// agentURL resolves where the running agent's HTTP listener is: --url if
+// given (a URL or host:port), else metrics.listen from the config file
+// (its defaults when the file does not exist).
+func agentURL(env *Env, flagURL, configPath string) (string, error) {
+	if flagURL != "" {
+		if !strings.Contains(flagURL, "://") {
+			flagURL = "http://" + flagURL
+		}
+		return strings.TrimRight(flagURL, "/"), nil
+	}
+	cfg, err := decodeAgentConfig(env, configPath)
+	if err != nil {
+		return "", err
+	}
+	listen := cfg.Metrics.Listen
+	if listen == "" {
+		return "", fmt.Errorf("metrics.listen is empty in %s, so the agent serves no status; set it (e.g. \"127.0.0.1:9742\") or pass --url", configPath)
+	}
+	return "http://" + dialable(listen), nil
+}
+
+// decodeAgentConfig reads the config file without requiring it to be
+// complete (the operator commands need metrics.listen and state.dir only);
+// a missing file means the defaults.
+func decodeAgentConfig(env *Env, path string) (*config.Config, error) {
+	f, err := env.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return config.Default(), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	cfg, err := config.Decode(f, path)
+	if err != nil {
+		return nil, fmt.Errorf("config %w", err)
+	}
+	return cfg, nil
+}
+
+// dialable turns a listen address into one a client can connect to: an
+// unspecified host (":9742", "0.0.0.0:9742", "[::]:9742") becomes
+// loopback.
+func dialable(listen string) string {
+	switch {
+	case strings.HasPrefix(listen, ":"):
+		return "127.0.0.1" + listen
+	case strings.HasPrefix(listen, "0.0.0.0:"):
+		return "127.0.0.1" + strings.TrimPrefix(listen, "0.0.0.0")
+	case strings.HasPrefix(listen, "[::]:"):
+		return "[::1]" + strings.TrimPrefix(listen, "[::]")
+	}
+	return listen
+}

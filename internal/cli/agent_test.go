@@ -1,0 +1,237 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
+)
+
+// writeFile writes a file in a new temporary directory.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestAgentHelp(t *testing.T) {
+	out, _, code := run(t, "agent", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{
+		"leasekeeper agent [--config FILE] [--set section.key=value]...",
+		"SIGTERM, SIGINT", "SIGHUP", "READY=1", "Exit status: 0",
+		"--print-config", "/etc/leasekeeper/leasekeeper.toml", "Examples:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agent --help lacks %q", want)
+		}
+	}
+}
+
+func TestAgentBadConfig(t *testing.T) {
+	bad := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\ntoken_file = \"/t\"\ntimeout = \"5x\"\n[log]\nlevl = \"debug\"\n")
+	invalid := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\n")
+	good := writeFile(t, "lk.toml", "[region]\nurl = \"http://127.0.0.1:1/leases\"\n[metrics]\nlisten = \"\"\n")
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr []string
+	}{
+		{"bad values", []string{"agent", "--config", bad}, 1, []string{
+			"leasekeeper: config " + bad + ": 2 problems:",
+			`region.timeout: "5x" is not a duration`,
+			`log.levl: unknown key (did you mean "level"?)`}},
+		{"invalid", []string{"agent", "-c", invalid}, 1, []string{"leasekeeper: config " + invalid + ": region: no credentials"}},
+		{"missing file", []string{"agent", "--config", "/nonexistent/lk.toml"}, 1, []string{"leasekeeper: config: open /nonexistent/lk.toml: no such file or directory"}},
+		{"bad --set", []string{"agent", "--config", good, "--set", "region.timeout"}, 2, []string{"--set region.timeout: want section.key=value"}},
+		{"unknown --set", []string{"agent", "--config", good, "--set", "region.tiemout=1s"}, 2, []string{`--set region.tiemout: unknown key`}},
+		{"bad --set value", []string{"agent", "--config", good, "--set", "region.batch_max=0"}, 1, []string{"region.batch_max: 0 is not between 1 and 10000"}},
+		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, 1, []string{`log.level: "loud" is not one of`}},
+		{"arguments", []string{"agent", "extra"}, 2, []string{`unknown command "extra"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, code := run(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr: %s", code, tc.code, stderr)
+			}
+			for _, w := range tc.stderr {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q\nlacks %q", stderr, w)
+				}
+			}
+			if out != "" {
+				t.Errorf("stdout %q", out)
+			}
+		})
+	}
+}
+
+func TestAgentPrintConfig(t *testing.T) {
+	path := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\ntoken_file = \"/t\"\n")
+	out, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", "region.batch_max=7")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	cfg, err := config.Parse(strings.NewReader(out), "printed")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if cfg.Region.BatchMax != 7 || cfg.Region.URL != "https://r/leases" || cfg.State.Dir != "/var/lib/leasekeeper" {
+		t.Errorf("printed config:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the agent's goroutines can log into.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls the log until it has want.
+func (s *syncBuffer) waitFor(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(s.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log lacks %q:\n%s", want, s.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRunAgentSignals drives the agent command's signal handling with
+// signals on a channel: SIGHUP reloads (a broken file is refused, a good
+// one applied), SIGTERM stops cleanly and lets a second signal kill.
+func TestRunAgentSignals(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	t.Setenv("WATCHDOG_USEC", "")
+	dir := t.TempDir()
+	base := fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/leases\"\n[hook]\nsocket = %q\nspool = %q\n[state]\ndir = %q\n"+
+		"[metrics]\nlisten = \"127.0.0.1:0\"\n[log]\nformat = \"json\"\n",
+		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"))
+	path := writeFile(t, "lk.toml", base)
+	var logs syncBuffer
+	env := &Env{Version: "test", Stderr: &logs}
+	env.defaults()
+	cfg, err := loadAgentConfig(env, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	var released sync.WaitGroup
+	released.Add(1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runAgent(context.Background(), env, cfg, func() (*config.Config, error) {
+			return loadAgentConfig(env, path, nil)
+		}, sigs, released.Done)
+	}()
+	logs.waitFor(t, `"message":"ready"`)
+
+	if err := os.WriteFile(path, []byte(base+"bogus\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sigs <- syscall.SIGHUP
+	logs.waitFor(t, "reload refused; the running configuration stays in force")
+
+	good := strings.Replace(base, "[log]\n", "[log]\nlevel = \"debug\"\n", 1) + "[reconcile]\npoll_interval = \"1s\"\n"
+	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sigs <- syscall.SIGHUP
+	logs.waitFor(t, `"changed":["reconcile.poll_interval","log.level"]`)
+	logs.waitFor(t, `"keys":["reconcile.poll_interval"],`)
+
+	sigs <- syscall.SIGTERM
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("runAgent after SIGTERM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("runAgent did not return after SIGTERM")
+	}
+	released.Wait() // release was called: a second signal would kill
+	logs.waitFor(t, `"signal":"terminated"`)
+}
+
+func TestLevelSampler(t *testing.T) {
+	var s levelSampler
+	s.set("warn")
+	var logs syncBuffer
+	log := newLogger(&logs, config.Log{Format: "json"}, &s, func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC) }).With().Str("component", "x").Logger()
+	log.Info().Msg("hidden")
+	log.Warn().Msg("shown")
+	s.set("debug")
+	log.Debug().Msg("now shown")
+	log.Trace().Msg("still hidden")
+	out := logs.String()
+	if strings.Contains(out, "hidden") || !strings.Contains(out, `"shown"`) || !strings.Contains(out, `"now shown"`) {
+		t.Errorf("log:\n%s", out)
+	}
+	if !strings.Contains(out, `{"level":"warn","component":"x","time":"2026-01-02T03:04:05.006Z","message":"shown"}`) {
+		t.Errorf("no level/component fields:\n%s", out)
+	}
+
+	var console syncBuffer
+	log = newLogger(&console, config.Log{Format: "console"}, &s, time.Now)
+	log.Info().Str("k", "v").Msg("hello")
+	if got := console.String(); strings.HasPrefix(got, "{") || !strings.Contains(got, "hello") || !strings.Contains(got, "k=v") {
+		t.Errorf("console log: %q", got)
+	}
+}
+
+func TestDialable(t *testing.T) {
+	for in, want := range map[string]string{
+		":9742":          "127.0.0.1:9742",
+		"0.0.0.0:9742":   "127.0.0.1:9742",
+		"[::]:9742":      "[::1]:9742",
+		"127.0.0.1:9742": "127.0.0.1:9742",
+		"[::1]:1":        "[::1]:1",
+		"rack.example:1": "rack.example:1",
+	} {
+		if got := dialable(in); got != want {
+			t.Errorf("dialable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/agent/config"
+)
+
+// agentTimeout bounds each request to the running agent.
+const agentTimeout = 5 * time.Second
+
+func newStatusCmd(env *Env) *cobra.Command {
+	var (
+		url, configPath string
+		asJSON          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status [--url URL] [--config FILE] [--json]",
+		Short: "Show the running agent's queue depth, last delivery, dead letters and lag",
+		Long: `Ask the running agent (GET /status on its HTTP listener, metrics.listen)
+how delivery to the region is going:
+
+  queue depth    events accepted and not yet delivered
+  last delivery  when the region last accepted a batch, and how long ago
+  dead letters   events the region refused (see leasekeeper deadletter)
+  lag            how long the oldest queued event has waited
+
+The agent is found at --url, else at metrics.listen in --config (the
+default 127.0.0.1:9742 when the file does not exist; an address listening
+on every interface is reached on loopback).
+
+--json prints the agent's answer as it is: an object with the keys
+version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
+null), deadletters, lag_seconds (null when unknown), tasks
+([{name, state}]) and uptime_seconds.
+
+Exit status: 0 when the agent answered, 1 when it could not be reached or
+answered with an error, 2 for bad flags.`,
+		Example: `  leasekeeper status
+  leasekeeper status --json | jq .queue_depth
+  leasekeeper status --url 127.0.0.1:9742`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			base, err := agentURL(env, url, configPath)
+			if err != nil {
+				return err
+			}
+			body, err := agentGet(cmd.Context(), base+"/status")
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				_, err := env.Stdout.Write(body)
+				return err
+			}
+			var rep agent.StatusReport
+			if err := json.Unmarshal(body, &rep); err != nil {
+				return fmt.Errorf("%s/status: unexpected answer: %w", base, err)
+			}
+			return writeStatus(env.Stdout, &rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&url, "url", "", "the agent's HTTP listener, e.g. http://127.0.0.1:9742 (default: metrics.listen from --config)")
+	f.StringVarP(&configPath, "config", "c", config.DefaultPath, "the agent's configuration file, read for metrics.listen")
+	f.BoolVar(&asJSON, "json", false, "print the agent's JSON answer (the stable, scriptable format)")
+	return cmd
+}
+
+// agentGet fetches one URL from the running agent.
+func agentGet(ctx context.Context, url string) ([]byte, error) {
+	return agentDo(ctx, http.MethodGet, url, http.StatusOK)
+}
+
+// agentDo makes one request to the agent and returns the body of an
+// answer with status want. A transport failure is a *notRunningError.
+func agentDo(ctx context.Context, method, url string, want int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(agent.ClientHeader, "leasekeeper-cli")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, &notRunningError{URL: url, Err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	if resp.StatusCode != want {
+		return nil, &httpError{Method: method, URL: url, Code: resp.StatusCode, Body: string(bytes.TrimSpace(body))}
+	}
+	return body, nil
+}
+
+// httpError is an answer of the agent other than the one expected.
+type httpError struct {
+	Method, URL string
+	Code        int
+	Body        string
+}
+
+func (e *httpError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("%s %s: %s", e.Method, e.URL, http.StatusText(e.Code))
+	}
+	return fmt.Sprintf("%s %s: %s", e.Method, e.URL, e.Body)
+}
+
+// notRunningError is a request to the agent that got no answer: it is
+// not running, or not listening where we looked.
+type notRunningError struct {
+	URL string
+	Err error
+}
+
+func (e *notRunningError) Error() string {
+	host := e.URL
+	if u, err := neturl.Parse(e.URL); err == nil {
+		host = u.Host
+	}
+	return fmt.Sprintf("cannot reach the agent at %s: is it running? (metrics.listen in the config): %v", host, e.Err)
+}
+
+func (e *notRunningError) Unwrap() error { return e.Err }
+
+func writeStatus(w io.Writer, r *agent.StatusReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	state := "starting"
+	if r.Ready {
+		state = "ready"
+	}
+	fmt.Fprintf(tw, "agent\t%s (version %s, up %s)\n", state, r.Version, roundAge(time.Duration(r.UptimeSeconds*float64(time.Second))))
+	if r.QueueDepth != nil {
+		fmt.Fprintf(tw, "queue depth\t%d\n", *r.QueueDepth)
+	} else {
+		fmt.Fprintf(tw, "queue depth\tunknown\n")
+	}
+	switch {
+	case r.LastDelivery != nil:
+		fmt.Fprintf(tw, "last delivery\t%s (%s ago)\n", r.LastDelivery.UTC().Format(time.RFC3339), roundAge(r.Time.Sub(*r.LastDelivery)))
+	case r.QueueDepth != nil:
+		fmt.Fprintf(tw, "last delivery\tnever\n")
+	default:
+		fmt.Fprintf(tw, "last delivery\tunknown\n")
+	}
+	switch {
+	case r.DeadLetters == nil:
+		fmt.Fprintf(tw, "dead letters\tunknown\n")
+	case *r.DeadLetters > 0:
+		fmt.Fprintf(tw, "dead letters\t%d (leasekeeper deadletter list)\n", *r.DeadLetters)
+	default:
+		fmt.Fprintf(tw, "dead letters\t0\n")
+	}
+	if r.LagSeconds != nil {
+		fmt.Fprintf(tw, "lag\t%s\n", roundAge(time.Duration(*r.LagSeconds*float64(time.Second))))
+	} else {
+		fmt.Fprintf(tw, "lag\tunknown\n")
+	}
+	if len(r.Tasks) > 0 {
+		parts := make([]string, len(r.Tasks))
+		for i, t := range r.Tasks {
+			parts[i] = t.Name + " " + t.State
+		}
+		fmt.Fprintf(tw, "parts\t%s\n", strings.Join(parts, ", "))
+	}
+	return tw.Flush()
+}
+
+// roundAge shows a duration at a precision fit for a human.
+func roundAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}

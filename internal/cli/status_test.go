@@ -1,0 +1,385 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+)
+
+const statusJSON = `{
+  "version": "1.2.3",
+  "ready": true,
+  "started": "2026-11-29T09:00:00Z",
+  "time": "2026-11-29T12:00:00Z",
+  "queue_depth": 12,
+  "last_delivery": "2026-11-29T11:59:57Z",
+  "deadletters": 2,
+  "lag_seconds": 1.5,
+  "tasks": [{"name": "hooksock", "state": "ready"}, {"name": "http", "state": "ready"}],
+  "uptime_seconds": 10800
+}
+`
+
+// statusServer serves /status as a running agent would.
+func statusServer(t *testing.T, body string, code int) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/status" || r.Method != "GET" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(code)
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestStatus(t *testing.T) {
+	srv := statusServer(t, statusJSON, 200)
+	out, stderr, code := run(t, "status", "--url", srv.URL)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := `agent          ready (version 1.2.3, up 3h0m0s)
+queue depth    12
+last delivery  2026-11-29T11:59:57Z (3s ago)
+dead letters   2 (leasekeeper deadletter list)
+lag            1.5s
+parts          hooksock ready, http ready
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+
+	// --json is the agent's answer as it is; host:port works as --url.
+	out, _, code = run(t, "status", "--json", "--url", strings.TrimPrefix(srv.URL, "http://"))
+	if code != 0 || out != statusJSON {
+		t.Errorf("exit %d, --json output:\n%s", code, out)
+	}
+}
+
+func TestStatusUnknowns(t *testing.T) {
+	srv := statusServer(t, `{"version":"dev","ready":false,"started":"2026-11-29T12:00:00Z","time":"2026-11-29T12:00:00.2Z",
+		"queue_depth":null,"last_delivery":null,"deadletters":null,"lag_seconds":null,"tasks":[{"name":"outbox","state":"starting"}],"uptime_seconds":0.2}`, 200)
+	out, _, code := run(t, "status", "--url", srv.URL)
+	want := `agent          starting (version dev, up 200ms)
+queue depth    unknown
+last delivery  unknown
+dead letters   unknown
+lag            unknown
+parts          outbox starting
+`
+	if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+		t.Errorf("exit %d (-want +got):\n%s", code, diff)
+	}
+}
+
+func TestStatusFromConfig(t *testing.T) {
+	srv := statusServer(t, statusJSON, 200)
+	listen := strings.TrimPrefix(srv.URL, "http://")
+	path := writeFile(t, "lk.toml", fmt.Sprintf("[metrics]\nlisten = %q\n", listen))
+	// The file lacks [region]: status does not need it.
+	if _, stderr, code := run(t, "status", "--config", path); code != 0 {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+
+	off := writeFile(t, "lk.toml", "[metrics]\nlisten = \"\"\n")
+	_, stderr, code := run(t, "status", "--config", off)
+	if code != 1 || !strings.Contains(stderr, "metrics.listen is empty in "+off) {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+	broken := writeFile(t, "lk.toml", "[metrics]\nlisen = \"x\"\n")
+	_, stderr, code = run(t, "status", "--config", broken)
+	if code != 1 || !strings.Contains(stderr, "metrics.lisen: unknown key") {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
+
+func TestStatusNotRunning(t *testing.T) {
+	addr := closedAddr(t)
+	_, stderr, code := run(t, "status", "--url", "http://"+addr)
+	want := "leasekeeper: cannot reach the agent at " + addr + ": is it running? (metrics.listen in the config): dial tcp " + addr + ": connect: connection refused\n"
+	if code != 1 || stderr != want {
+		t.Errorf("exit %d, stderr:\n%q\nwant\n%q", code, stderr, want)
+	}
+}
+
+func TestStatusBadAnswer(t *testing.T) {
+	srv := statusServer(t, "internal trouble\n", 500)
+	_, stderr, code := run(t, "status", "--url", srv.URL)
+	if code != 1 || !strings.Contains(stderr, "GET "+srv.URL+"/status: internal trouble") {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+	srv = statusServer(t, "<html>", 200)
+	_, stderr, code = run(t, "status", "--url", srv.URL)
+	if code != 1 || !strings.Contains(stderr, "/status: unexpected answer") {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
+
+// deadLetterAgent serves /deadletters the way agent.Agent does, from a
+// list it edits.
+type deadLetterAgent struct {
+	mu      sync.Mutex
+	letters []agent.DeadLetterReport
+	calls   []string
+}
+
+func (d *deadLetterAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, r.Method+" "+r.URL.Path)
+	if r.Method != "GET" && r.Header.Get(agent.ClientHeader) == "" {
+		http.Error(w, "no header", 403)
+		return
+	}
+	if r.Method == "GET" && r.URL.Path == "/deadletters" {
+		json.NewEncoder(w).Encode(d.letters)
+		return
+	}
+	seqStr := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/deadletters/"), "/retry")
+	for i, l := range d.letters {
+		if fmt.Sprint(l.Seq) == seqStr {
+			d.letters = append(d.letters[:i], d.letters[i+1:]...)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	http.Error(w, "no dead letter "+seqStr, 404)
+}
+
+var clock = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func sampleLetters() []outbox.DeadLetter {
+	ip := netip.MustParseAddr("203.0.113.7")
+	return []outbox.DeadLetter{
+		{Seq: 41, Reason: "422 Unprocessable Entity: {\"hostname\": [\"not a valid\n hostname\"]}", Time: clock.Add(-time.Hour),
+			Event: event.Event{Action: event.Commit, Family: event.IPv4, MAC: "02:00:00:0a:0b:0c", IP: ip,
+				Hostname: "bad_name", Timestamp: 1700000000, LeaseTime: 600, Source: event.SourceHook}},
+		{Seq: 42, Reason: "404 Not Found", Time: clock, Event: event.Event{Action: event.Expiry, Family: event.IPv4,
+			MAC: "02:00:00:0a:0b:0c", IP: ip, Timestamp: 1700000600, Source: event.SourceFile}},
+	}
+}
+
+const lettersTable = `SEQ  DEAD-LETTERED         ACTION  IP           MAC                HOSTNAME  REASON
+41   2026-11-29T11:00:00Z  commit  203.0.113.7  02:00:00:0a:0b:0c  bad_name  422 Unprocessable Entity: {"hostname": ["not a valid hostname"]}
+42   2026-11-29T12:00:00Z  expiry  203.0.113.7  02:00:00:0a:0b:0c  -         404 Not Found
+`
+
+func TestDeadLetterViaAgent(t *testing.T) {
+	fake := &deadLetterAgent{letters: agent.DeadLetterReports(sampleLetters())}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+
+	out, stderr, code := run(t, "deadletter", "list", "--url", srv.URL)
+	if diff := cmp.Diff(lettersTable, out); code != 0 || diff != "" {
+		t.Errorf("exit %d %s (-want +got):\n%s", code, stderr, diff)
+	}
+	out, _, _ = run(t, "deadletter", "list", "--json", "--url", srv.URL)
+	var got []agent.DeadLetterReport
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 2 || got[0].Event.Hostname != "bad_name" || got[1].Source != "file" {
+		t.Errorf("--json: %v\n%s", err, out)
+	}
+	for _, key := range []string{`"seq": 41`, `"time": "2026-11-29T11:00:00Z"`, `"reason": `, `"source": "hook"`, `"event": {`, `"ip_family": "ipv4"`, `"lease_time": 600`} {
+		if !strings.Contains(out, key) {
+			t.Errorf("--json lacks %s", key)
+		}
+	}
+
+	out, stderr, code = run(t, "deadletter", "retry", "41", "--url", srv.URL)
+	if code != 0 || out != "retried 41\n" {
+		t.Errorf("retry: exit %d %q %s", code, out, stderr)
+	}
+	out, stderr, code = run(t, "deadletter", "drop", "42", "41", "--url", srv.URL)
+	if code != 1 || out != "dropped 42\n" || !strings.Contains(stderr, "no dead letter 41") {
+		t.Errorf("drop: exit %d %q %s", code, out, stderr)
+	}
+	out, _, _ = run(t, "deadletter", "list", "--url", srv.URL)
+	if out != "no dead letters\n" {
+		t.Errorf("list after: %q", out)
+	}
+	want := []string{"GET /deadletters", "GET /deadletters", "POST /deadletters/41/retry",
+		"DELETE /deadletters/42", "DELETE /deadletters/41", "GET /deadletters"}
+	if diff := cmp.Diff(want, fake.calls); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+}
+
+// seedOutbox makes a real outbox in a state directory with the sample
+// dead letters.
+func seedOutbox(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{Logger: zerolog.Nop(), Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, d := range sampleLetters() {
+		seq, err := s.AppendSeq(context.Background(), d.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeadLetter(event.Queued{Seq: seq, Event: d.Event}, d.Reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestDeadLetterViaFile(t *testing.T) {
+	dir := seedOutbox(t)
+	out, stderr, code := run(t, "deadletter", "list", "--state-dir", dir)
+	if code != 0 || !strings.Contains(out, "commit  203.0.113.7") || !strings.Contains(out, "expiry  203.0.113.7") {
+		t.Fatalf("exit %d %s\n%s", code, stderr, out)
+	}
+	var ds []agent.DeadLetterReport
+	out, _, _ = run(t, "deadletter", "list", "--json", "--state-dir", dir)
+	if err := json.Unmarshal([]byte(out), &ds); err != nil || len(ds) != 2 {
+		t.Fatalf("%v %s", err, out)
+	}
+	first := ds[0].Seq
+
+	// The agent is not running: with --config, the commands fall back to
+	// the outbox in state.dir.
+	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[metrics]\nlisten = %q\n[state]\ndir = %q\n", closedAddr(t), dir))
+	out, stderr, code = run(t, "deadletter", "retry", fmt.Sprint(first), "--config", cfg)
+	if code != 0 || out != fmt.Sprintf("retried %d\n", first) {
+		t.Errorf("retry: exit %d %q %s", code, out, stderr)
+	}
+	_, stderr, code = run(t, "deadletter", "drop", fmt.Sprint(first), "--config", cfg)
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("no dead letter %d", first)) {
+		t.Errorf("drop retried: exit %d %s", code, stderr)
+	}
+	out, _, code = run(t, "deadletter", "list", "--config", cfg)
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, "expiry") {
+		t.Errorf("list after retry: exit %d\n%s", code, out)
+	}
+
+	// A running agent holds the file: the command says so.
+	s, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, stderr, code = run(t, "deadletter", "list", "--config", cfg)
+	if code != 1 || !strings.Contains(stderr, "cannot reach the agent at") || !strings.Contains(stderr, "the outbox is locked, so an agent is running") {
+		t.Errorf("locked: exit %d %s", code, stderr)
+	}
+	_, stderr, code = run(t, "deadletter", "list", "--state-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "stop the agent, or drop --state-dir") {
+		t.Errorf("locked --state-dir: exit %d %s", code, stderr)
+	}
+}
+
+func TestDeadLetterNoOutbox(t *testing.T) {
+	dir := t.TempDir()
+	out, stderr, code := run(t, "deadletter", "list", "--state-dir", dir)
+	if code != 0 || out != "no dead letters\n" {
+		t.Errorf("exit %d %q %s", code, out, stderr)
+	}
+	_, stderr, code = run(t, "deadletter", "retry", "5", "--state-dir", dir)
+	if code != 1 || !strings.Contains(stderr, "no dead letter 5") {
+		t.Errorf("exit %d %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "outbox.db")); !os.IsNotExist(err) {
+		t.Errorf("list created the outbox: %v", err)
+	}
+}
+
+func TestDeadLetterUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"deadletter"},
+		{"deadletter", "resend"},
+		{"deadletter", "retry"},
+		{"deadletter", "drop", "x"},
+		{"deadletter", "list", "extra"},
+	} {
+		if _, stderr, code := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2: %s", args, code, stderr)
+		}
+	}
+	out, _, code := run(t, "deadletter", "--help")
+	if code != 0 || !strings.Contains(out, "one\nprocess at a time") && !strings.Contains(out, "one process at a time") {
+		t.Errorf("--help:\n%s", out)
+	}
+}
+
+// TestAgentEndToEnd runs the real agent's HTTP listener with a real
+// outbox and drives it with status and deadletter.
+func TestAgentEndToEnd(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	t.Setenv("WATCHDOG_USEC", "")
+	dir := seedOutbox(t)
+	store, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/x\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[state]\ndir = %q\n", dir))
+	env := &Env{Version: "e2e"}
+	env.defaults()
+	c, err := loadAgentConfig(env, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(c, zerolog.Nop(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Version = "e2e"
+	a.SetDeadLetters(store)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	addr, err := a.MetricsAddr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.Ready()
+	url := "http://" + addr.String()
+
+	out, stderr, code := run(t, "status", "--url", url)
+	if code != 0 || !strings.Contains(out, "ready (version e2e") {
+		t.Errorf("status: exit %d %s\n%s", code, stderr, out)
+	}
+	ds, _ := store.DeadLetters()
+	out, stderr, code = run(t, "deadletter", "list", "--url", url)
+	if code != 0 || strings.Count(out, "\n") != 3 {
+		t.Errorf("list: exit %d %s\n%s", code, stderr, out)
+	}
+	out, stderr, code = run(t, "deadletter", "retry", fmt.Sprint(ds[0].Seq), "--url", url)
+	if code != 0 || out != fmt.Sprintf("retried %d\n", ds[0].Seq) {
+		t.Errorf("retry: exit %d %q %s", code, out, stderr)
+	}
+	out, stderr, code = run(t, "deadletter", "drop", fmt.Sprint(ds[1].Seq), fmt.Sprint(ds[0].Seq), "--url", url)
+	if code != 1 || out != fmt.Sprintf("dropped %d\n", ds[1].Seq) || !strings.Contains(stderr, fmt.Sprintf("no dead letter %d", ds[0].Seq)) {
+		t.Errorf("drop: exit %d %q %s", code, out, stderr)
+	}
+	if n := store.DeadLetterCount(); n != 0 || store.Depth() != 1 {
+		t.Errorf("after: %d dead letters, depth %d; want 0, 1", n, store.Depth())
+	}
+}
