@@ -51,7 +51,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 	}
 
 	hs, err := hooksock.New(hooksock.Config{
-		Path: cfg.Hook.Socket, Group: cfg.Hook.SocketGroup, AllowedUIDs: cfg.HookUIDs(config.SystemUID),
+		Path: cfg.Hook.Socket, Group: cfg.Hook.SocketGroup, AllowedUIDs: cfg.HookUIDs(config.SystemUID), Spool: cfg.Hook.Spool,
 	}, storeSink{store}, log.With().Str("component", "hooksock").Logger(), reg, now)
 	if err != nil {
 		return fail(err)

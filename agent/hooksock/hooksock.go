@@ -51,6 +51,9 @@ type Config struct {
 	Path        string   // socket path
 	Group       string   // group owning the socket (dhcpd's), "" to keep the agent's
 	AllowedUIDs []uint32 // senders allowed; empty allows any
+	// Spool is the directory the hook appends to when it cannot send
+	// (see the hook's doc); "" disables draining.
+	Spool string
 	// Batch bounds how many events go to the sink at once.
 	Batch int
 }
@@ -119,12 +122,15 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 	// The reader never waits for the disk: it hands events to the
 	// committer, which takes whatever has gathered as one batch (one
 	// fsync), so the socket queue drains at the datagram rate.
-	events := make(chan event.Event, 4*l.cfg.Batch)
+	events := make(chan item, 4*l.cfg.Batch)
 	errc := make(chan error, 1)
 	go func() { errc <- l.commit(ctx, events) }()
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	defer stop()
-	err = l.read(ctx, conn, events)
+	// Events the hooks spooled while nobody listened come first.
+	if err = l.drainSpool(ctx, conn, events); err == nil {
+		err = l.read(ctx, conn, events)
+	}
 	close(events)
 	if cerr := <-errc; err == nil {
 		err = cerr
@@ -205,10 +211,19 @@ func passCred(uc *net.UnixConn) error {
 	return nil
 }
 
-func (l *Listener) read(ctx context.Context, conn *net.UnixConn, out chan<- event.Event) error {
+// spoolCheck is how often the reader looks for a spool file.
+const spoolCheck = time.Second
+
+func (l *Listener) read(ctx context.Context, conn *net.UnixConn, out chan<- item) error {
 	buf := make([]byte, MaxDatagram+1)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if l.cfg.Spool != "" {
+			conn.SetReadDeadline(l.now().Add(spoolCheck))
+		}
 		n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -216,23 +231,15 @@ func (l *Listener) read(ctx context.Context, conn *net.UnixConn, out chan<- even
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if err := l.drainSpool(ctx, conn, out); err != nil {
+					return err
+				}
 				continue
 			}
 			return fmt.Errorf("hook socket: %w", err)
 		}
-		ev, reason, err := l.decode(buf[:n], oob[:oobn], flags)
-		if reason != "" {
-			l.m.rejected.WithLabelValues(reason).Inc()
-			if l.limiter.allow(reason) {
-				l.log.Warn().Str("reason", reason).Err(err).Int("bytes", n).
-					Msg("hook datagram rejected (further ones of this kind are counted in leasekeeper_rejected_datagrams_total and logged every 10s)")
-			}
-			continue
-		}
-		select {
-		case out <- ev:
-		case <-ctx.Done():
-			return nil
+		if err := l.handle(ctx, buf[:n], oob[:oobn], flags, out); err != nil {
+			return err
 		}
 	}
 }
@@ -269,26 +276,44 @@ func senderUID(oob []byte) (uint32, bool) {
 	return 0, false
 }
 
-// commit hands batches to the sink. A sink error (a full disk) is logged
-// and retried with backoff: the events stay in memory meanwhile and the
-// socket queue fills up, which makes the hooks spool instead.
-func (l *Listener) commit(ctx context.Context, in <-chan event.Event) error {
+// item is what the reader hands the committer: an event, or a barrier
+// (done set) that is answered once everything before it is stored.
+type item struct {
+	ev   event.Event
+	done chan<- error
+}
+
+// commit hands batches to the sink, in order.
+func (l *Listener) commit(ctx context.Context, in <-chan item) error {
 	batch := make([]event.Event, 0, l.cfg.Batch)
-	for ev := range in {
-		batch = append(batch[:0], ev)
+	for it := range in {
+		if it.done != nil {
+			it.done <- nil // nothing is pending: all before it is stored
+			continue
+		}
+		batch = append(batch[:0], it.ev)
+		var barrier chan<- error
 	gather:
 		for len(batch) < l.cfg.Batch {
 			select {
-			case ev, ok := <-in:
+			case it, ok := <-in:
 				if !ok {
 					break gather
 				}
-				batch = append(batch, ev)
+				if it.done != nil {
+					barrier = it.done
+					break gather
+				}
+				batch = append(batch, it.ev)
 			default:
 				break gather
 			}
 		}
-		if err := l.store(ctx, batch); err != nil {
+		err := l.store(ctx, batch)
+		if barrier != nil {
+			barrier <- err
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -309,7 +334,9 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 	for {
 		err := l.sink.Accept(context.WithoutCancel(ctx), batch)
 		if err == nil {
-			l.m.received.WithLabelValues(event.SourceHook.String()).Add(float64(len(batch)))
+			for _, ev := range batch {
+				l.m.received.WithLabelValues(ev.Source.String()).Inc()
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
