@@ -119,17 +119,30 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 	l.log.Info().Str("socket", l.cfg.Path).Bool("activated", inherited).Msg("hook socket listening")
 	ready()
 
+	sk, err := newSock(conn)
+	if err != nil {
+		return err
+	}
+	if !sk.peek {
+		l.log.Warn().Msg("SO_PEEK_OFF unavailable: a crash can lose the events read but not yet stored (the reconciler recovers them from dhcpd.leases)")
+	}
 	// The reader never waits for the disk: it hands events to the
 	// committer, which takes whatever has gathered as one batch (one
-	// fsync), so the socket queue drains at the datagram rate.
+	// fsync) and then consumes their datagrams.
 	events := make(chan item, 4*l.cfg.Batch)
 	errc := make(chan error, 1)
-	go func() { errc <- l.commit(ctx, events) }()
-	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	go func() { errc <- l.commit(ctx, sk, events) }()
+	stop := context.AfterFunc(ctx, func() {
+		conn.SetReadDeadline(time.Now()) // wake a reader waiting on the poller
+		select {
+		case sk.consumed <- struct{}{}: // or on the committer
+		default:
+		}
+	})
 	defer stop()
 	// Events the hooks spooled while nobody listened come first.
-	if err = l.drainSpool(ctx, conn, events); err == nil {
-		err = l.read(ctx, conn, events)
+	if err = l.drainSpool(ctx, sk, events); err == nil {
+		err = l.read(ctx, sk, events)
 	}
 	close(events)
 	if cerr := <-errc; err == nil {
@@ -214,34 +227,23 @@ func passCred(uc *net.UnixConn) error {
 // spoolCheck is how often the reader looks for a spool file.
 const spoolCheck = time.Second
 
-func (l *Listener) read(ctx context.Context, conn *net.UnixConn, out chan<- item) error {
+func (l *Listener) read(ctx context.Context, sk *sock, out chan<- item) error {
 	buf := make([]byte, MaxDatagram+1)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if l.cfg.Spool != "" {
-			conn.SetReadDeadline(l.now().Add(spoolCheck))
-		}
-		n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+	for ctx.Err() == nil {
+		n, oobn, flags, err := sk.next(ctx, buf, oob, spoolCheck)
+		switch {
+		case err == errNoData:
+			if err := l.drainSpool(ctx, sk, out); err != nil {
+				return err
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				if err := l.drainSpool(ctx, conn, out); err != nil {
-					return err
-				}
-				continue
-			}
-			return fmt.Errorf("hook socket: %w", err)
-		}
-		if err := l.handle(ctx, buf[:n], oob[:oobn], flags, out); err != nil {
+		case err != nil:
 			return err
+		default:
+			l.handle(ctx, buf[:n], oob[:oobn], flags, out)
 		}
 	}
+	return nil
 }
 
 // decode checks one datagram; reason is set when it is refused.
@@ -276,40 +278,56 @@ func senderUID(oob []byte) (uint32, bool) {
 	return 0, false
 }
 
-// item is what the reader hands the committer: an event, or a barrier
-// (done set) that is answered once everything before it is stored.
+// item is what the reader hands the committer: an event (ok) and the
+// number of socket datagrams to consume once it is stored (a refused
+// datagram rides on an item of its own), or a barrier (done set) that is
+// answered once everything before it is stored.
 type item struct {
-	ev   event.Event
-	done chan<- error
+	ev     event.Event
+	ok     bool
+	dgrams int
+	done   chan<- error
 }
 
-// commit hands batches to the sink, in order.
-func (l *Listener) commit(ctx context.Context, in <-chan item) error {
+// commit stores events in order, in batches, consuming their datagrams
+// from the socket only once they are stored.
+func (l *Listener) commit(ctx context.Context, sk *sock, in <-chan item) error {
 	batch := make([]event.Event, 0, l.cfg.Batch)
 	for it := range in {
-		if it.done != nil {
-			it.done <- nil // nothing is pending: all before it is stored
-			continue
-		}
-		batch = append(batch[:0], it.ev)
+		batch = batch[:0]
+		dgrams := 0
 		var barrier chan<- error
-	gather:
-		for len(batch) < l.cfg.Batch {
-			select {
-			case it, ok := <-in:
-				if !ok {
-					break gather
-				}
-				if it.done != nil {
-					barrier = it.done
-					break gather
-				}
+		add := func(it item) bool {
+			if it.done != nil {
+				barrier = it.done
+				return false
+			}
+			if it.ok {
 				batch = append(batch, it.ev)
-			default:
-				break gather
+			}
+			dgrams += it.dgrams
+			return true
+		}
+		if add(it) {
+		gather:
+			for len(batch) < l.cfg.Batch {
+				select {
+				case it, ok := <-in:
+					if !ok || !add(it) {
+						break gather
+					}
+				default:
+					break gather
+				}
 			}
 		}
-		err := l.store(ctx, batch)
+		var err error
+		if len(batch) > 0 {
+			err = l.store(ctx, batch)
+		}
+		if err == nil {
+			err = sk.consume(dgrams)
+		}
 		if barrier != nil {
 			barrier <- err
 		}

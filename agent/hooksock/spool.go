@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 )
@@ -30,7 +28,7 @@ const (
 )
 
 // drainSpool moves everything spooled into the sink, oldest first.
-func (l *Listener) drainSpool(ctx context.Context, conn *net.UnixConn, out chan<- item) error {
+func (l *Listener) drainSpool(ctx context.Context, sk *sock, out chan<- item) error {
 	if l.cfg.Spool == "" {
 		return nil
 	}
@@ -50,7 +48,7 @@ func (l *Listener) drainSpool(ctx context.Context, conn *net.UnixConn, out chan<
 		// Datagrams already queued were sent before the first spooled
 		// one (the hooks are sequential, and stick to the spool once it
 		// exists): they go first.
-		if err := l.readQueued(ctx, conn, out); err != nil {
+		if err := l.readQueued(ctx, sk, out); err != nil {
 			return err
 		}
 		if err := os.Rename(cur, draining); err != nil {
@@ -65,53 +63,32 @@ func (l *Listener) drainSpool(ctx context.Context, conn *net.UnixConn, out chan<
 
 // readQueued hands on the datagrams waiting in the socket, without
 // waiting for more.
-func (l *Listener) readQueued(ctx context.Context, conn *net.UnixConn, out chan<- item) error {
-	// The read loop's deadline may have passed; this read never waits.
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
-		return err
-	}
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		return err
-	}
+func (l *Listener) readQueued(ctx context.Context, sk *sock, out chan<- item) error {
 	buf := make([]byte, MaxDatagram+1)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	for {
-		var n, oobn, flags int
-		var rerr error
-		if err := rc.Read(func(fd uintptr) bool {
-			n, oobn, flags, _, rerr = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
-			return true
-		}); err != nil {
-			return err
-		}
-		if rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK {
+		n, oobn, flags, err := sk.next(ctx, buf, oob, 0)
+		if err == errNoData {
 			return nil
 		}
-		if rerr == syscall.EINTR {
-			continue
-		}
-		if rerr != nil {
-			return fmt.Errorf("hook socket: %w", rerr)
-		}
-		if err := l.handle(ctx, buf[:n], oob[:oobn], flags, out); err != nil {
+		if err != nil {
 			return err
 		}
+		l.handle(ctx, buf[:n], oob[:oobn], flags, out)
 	}
 }
 
-// handle checks one datagram and hands it on, or counts its rejection.
-func (l *Listener) handle(ctx context.Context, b, oob []byte, flags int, out chan<- item) error {
+// handle checks one datagram and hands it on; a refused one is counted,
+// and handed on only to be consumed in its turn.
+func (l *Listener) handle(ctx context.Context, b, oob []byte, flags int, out chan<- item) {
 	ev, reason, err := l.decode(b, oob, flags)
+	it := item{ev: ev, ok: reason == "", dgrams: 1}
 	if reason != "" {
 		l.reject(reason, err, len(b))
-		return nil
 	}
 	select {
-	case out <- item{ev: ev}:
-		return nil
+	case out <- it:
 	case <-ctx.Done():
-		return nil
 	}
 }
 
@@ -149,7 +126,7 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 			continue
 		}
 		select {
-		case out <- item{ev: ev}:
+		case out <- item{ev: ev, ok: true}:
 		case <-ctx.Done():
 			return nil // the file stays; the next start drains it
 		}

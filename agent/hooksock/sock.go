@@ -1,0 +1,138 @@
+package hooksock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// soPeekOff is SO_PEEK_OFF (Linux), absent from package syscall.
+const soPeekOff = 42
+
+// sock reads datagrams off the hook socket without taking them out of
+// its queue: with SO_PEEK_OFF each read peeks at the next datagram not yet
+// seen, and a datagram is consumed only once the event it carries is
+// stored. An agent killed at any moment leaves every unstored event in the
+// socket (which outlives it under socket activation) for the next run;
+// the price is at most a duplicate of a batch stored but not yet consumed.
+// Without SO_PEEK_OFF reads consume at once and consume is a no-op.
+type sock struct {
+	conn *net.UnixConn
+	rc   syscall.RawConn
+	peek bool
+
+	inflight atomic.Int64  // peeked, not yet consumed
+	consumed chan struct{} // a consume happened
+}
+
+func newSock(conn *net.UnixConn) (*sock, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	s := &sock{conn: conn, rc: rc, consumed: make(chan struct{}, 1)}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, soPeekOff, 0)
+	}); err != nil {
+		return nil, err
+	}
+	s.peek = serr == nil
+	return s, nil
+}
+
+// errNoData: nothing arrived within the wait.
+var errNoData = errors.New("no datagram")
+
+// next reads the next datagram not yet handed on into buf and oob,
+// waiting at most wait (0: not at all). It returns errNoData when none
+// came; ctx ending stops the wait.
+func (s *sock) next(ctx context.Context, buf, oob []byte, wait time.Duration) (n, oobn, flags int, err error) {
+	var deadline time.Time // none when not waiting: a passed one fails the read
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	flag := syscall.MSG_DONTWAIT
+	if s.peek {
+		flag |= syscall.MSG_PEEK
+	}
+	for {
+		if ctx.Err() != nil {
+			return 0, 0, 0, errNoData
+		}
+		var rerr error
+		// Without peeked datagrams pending, an empty queue is worth
+		// waiting for on the poller. With them, the socket always looks
+		// readable, so wait for the committer to consume instead.
+		if err := s.conn.SetReadDeadline(deadline); err != nil {
+			return 0, 0, 0, err
+		}
+		err := s.rc.Read(func(fd uintptr) bool {
+			for {
+				n, oobn, flags, _, rerr = syscall.Recvmsg(int(fd), buf, oob, flag)
+				if rerr != syscall.EINTR {
+					break
+				}
+			}
+			return !(rerr == syscall.EAGAIN && s.inflight.Load() == 0 && wait > 0)
+		})
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return 0, 0, 0, errNoData
+			}
+			return 0, 0, 0, fmt.Errorf("hook socket: %w", err)
+		}
+		switch {
+		case rerr == nil:
+			if s.peek {
+				s.inflight.Add(1)
+			}
+			return n, oobn, flags, nil
+		case rerr != syscall.EAGAIN:
+			return 0, 0, 0, fmt.Errorf("hook socket: %w", rerr)
+		case wait <= 0 || time.Now().After(deadline):
+			return 0, 0, 0, errNoData
+		}
+		select {
+		case <-s.consumed:
+		case <-ctx.Done():
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+}
+
+// consume takes k datagrams, already read by next, off the queue.
+func (s *sock) consume(k int) error {
+	if !s.peek || k == 0 {
+		return nil
+	}
+	var one [1]byte
+	var err error
+	cerr := s.rc.Control(func(fd uintptr) {
+		for i := 0; i < k; i++ {
+			_, _, rerr := syscall.Recvfrom(int(fd), one[:], syscall.MSG_DONTWAIT)
+			if rerr == syscall.EINTR {
+				i--
+				continue
+			}
+			if rerr != nil {
+				err = fmt.Errorf("hook socket: consuming a stored datagram: %w", rerr)
+				return
+			}
+		}
+	})
+	s.inflight.Add(-int64(k))
+	select {
+	case s.consumed <- struct{}{}:
+	default:
+	}
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
