@@ -22,7 +22,9 @@ import (
 // storeSink stores into a real outbox.
 type storeSink struct{ s *outbox.Store }
 
-func (k storeSink) Accept(ctx context.Context, evs []event.Event) error { return k.s.Append(ctx, evs...) }
+func (k storeSink) Accept(ctx context.Context, evs []event.Event) error {
+	return k.s.Append(ctx, evs...)
+}
 
 // TestCrashChild is the agent side of TestKill9NoLoss: it inherits the
 // socket as systemd socket activation passes it and stores into an outbox.
@@ -99,14 +101,15 @@ func TestKill9NoLoss(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 	}
+	// A last run takes the rest of the stream; then count what the
+	// outbox holds.
+	cmd := startChild()
 	for range sent {
 	}
-	// A last run drains what is left; then count what the outbox holds.
-	cmd := startChild()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	var seen map[int64]int
 	for {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		store, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{})
