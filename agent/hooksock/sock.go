@@ -56,7 +56,8 @@ func (s *sock) next(ctx context.Context, buf, oob []byte, wait time.Duration) (n
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
 	}
-	flag := syscall.MSG_DONTWAIT
+	// MSG_TRUNC makes a datagram longer than buf report its real length.
+	flag := syscall.MSG_DONTWAIT | syscall.MSG_TRUNC
 	if s.peek {
 		flag |= syscall.MSG_PEEK
 	}
@@ -91,6 +92,16 @@ func (s *sock) next(ctx context.Context, buf, oob []byte, wait time.Duration) (n
 		case rerr == nil:
 			if s.peek {
 				s.inflight.Add(1)
+				if n > len(buf) {
+					// A peek moves the offset by what it copied: skip
+					// the rest of the datagram, or the next peek returns it.
+					if err := s.skip(n - len(buf)); err != nil {
+						return 0, 0, 0, err
+					}
+				}
+			}
+			if n > len(buf) {
+				n, flags = len(buf), flags|syscall.MSG_TRUNC
 			}
 			return n, oobn, flags, nil
 		case rerr != syscall.EAGAIN:
@@ -104,6 +115,24 @@ func (s *sock) next(ctx context.Context, buf, oob []byte, wait time.Duration) (n
 		case <-time.After(time.Until(deadline)):
 		}
 	}
+}
+
+// skip moves the peek offset k bytes further.
+func (s *sock) skip(k int) error {
+	var err error
+	cerr := s.rc.Control(func(fd uintptr) {
+		var off int
+		if off, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, soPeekOff); err == nil {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, soPeekOff, off+k)
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return fmt.Errorf("hook socket: SO_PEEK_OFF: %w", err)
+	}
+	return nil
 }
 
 // consume takes k datagrams, already read by next, off the queue.
