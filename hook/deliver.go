@@ -1,0 +1,180 @@
+package main
+
+import (
+	"errors"
+	"strconv"
+	"syscall"
+)
+
+// spoolFile is the file, in the spool directory, that hooks append to.
+// The agent drains it by renaming it away (see doc.go).
+const spoolFile = "events.jsonl"
+
+// spoolAttempts bounds how often the hook reopens the spool file when
+// the agent renames it between the hook's open and its lock. Once is
+// enough unless the agent drains in a tight loop.
+const spoolAttempts = 4
+
+// deliver hands the event's JSON to the agent's socket, or to the spool
+// when the agent cannot take it, or when the spool already holds events
+// (those are older and must stay ahead of this one). It never waits:
+// the send is non-blocking, the spool lock is tried, not waited for.
+// It fails only when neither way took the event.
+func deliver(msg []byte, socket, spoolDir string) error {
+	path := spoolDir + "/" + spoolFile
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err == nil {
+		// Sticky spool: earlier events wait in it, so this one follows
+		// them. Only if the spool cannot be written does it go to the
+		// socket after all: late (its timestamp_ns orders it) beats lost.
+		serr := appendSpool(spoolDir, path, msg)
+		if serr == nil {
+			return nil
+		}
+		if err := send(socket, msg); err != nil {
+			return errors.New("spool " + path + ": " + serr.Error() + "; send to " + socket + ": " + err.Error())
+		}
+		return nil
+	}
+	err := send(socket, msg)
+	if err == nil {
+		return nil
+	}
+	// Any failure to send means the agent did not take it: ENOENT (no
+	// socket), ECONNREFUSED (nobody bound), EAGAIN (receive queue full),
+	// ENOBUFS, EACCES, EPROTOTYPE (not a datagram socket)…
+	if serr := appendSpool(spoolDir, path, msg); serr != nil {
+		return errors.New("send to " + socket + ": " + err.Error() + "; spool " + path + ": " + serr.Error())
+	}
+	return nil
+}
+
+// send sends msg as one datagram to the unix socket at path, without
+// blocking.
+func send(path string, msg []byte) error {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	sa := &syscall.SockaddrUnix{Name: path}
+	for {
+		err = syscall.Sendto(fd, msg, 0, sa)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// appendSpool appends msg and a newline to the spool file with one
+// O_APPEND write, holding a shared lock so the agent's drain (which
+// renames the file, then takes an exclusive lock) waits for it. It
+// creates the spool directory when it is missing.
+func appendSpool(dir, path string, msg []byte) error {
+	line := append(msg, '\n')
+	made := false
+	for attempt := 0; attempt < spoolAttempts; attempt++ {
+		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o640)
+		if err == syscall.ENOENT && !made {
+			made = true
+			if err := mkdirAll(dir, 0o750); err != nil {
+				return err
+			}
+			attempt--
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		current, err := lockCurrent(fd, path)
+		if err == nil && current {
+			err = writeLine(fd, line)
+		}
+		if cerr := syscall.Close(fd); err == nil && cerr != nil {
+			err = cerr
+		}
+		if err != nil || current {
+			return err
+		}
+		// The agent took the file between our open and our lock: the
+		// next open creates a fresh one.
+	}
+	return errors.New("the spool file was replaced on every attempt")
+}
+
+// lockCurrent takes a shared lock on fd without waiting and reports
+// whether fd is still the file at path. A file the agent holds
+// exclusively is one it has already renamed away to drain it, and a file
+// that no longer sits at path is one the agent took before we locked it.
+func lockCurrent(fd int, path string) (bool, error) {
+	for {
+		err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == syscall.EWOULDBLOCK {
+			return false, nil
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		break
+	}
+	var held, named syscall.Stat_t
+	if err := syscall.Fstat(fd, &held); err != nil {
+		return false, err
+	}
+	if err := syscall.Stat(path, &named); err != nil {
+		if err == syscall.ENOENT {
+			return false, nil
+		}
+		return false, err
+	}
+	return held.Dev == named.Dev && held.Ino == named.Ino, nil
+}
+
+// writeLine writes line with a single write: with O_APPEND on a local
+// filesystem that one write lands whole after every other, even if other
+// hooks append at the same time. A second write would not be atomic with
+// the first, so a short write (a full disk) is an error, and the reader
+// resynchronises on the torn line (doc.go).
+func writeLine(fd int, line []byte) error {
+	for {
+		n, err := syscall.Write(fd, line)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n != len(line) {
+			return errors.New("short write (" + strconv.Itoa(n) + " of " + strconv.Itoa(len(line)) + " bytes): filesystem full?")
+		}
+		return nil
+	}
+}
+
+// mkdirAll creates dir and any missing parents, like os.MkdirAll.
+func mkdirAll(dir string, mode uint32) error {
+	err := syscall.Mkdir(dir, mode)
+	if err == nil || err == syscall.EEXIST {
+		return nil
+	}
+	if err != syscall.ENOENT {
+		return errors.New("mkdir " + dir + ": " + err.Error())
+	}
+	i := len(dir) - 1
+	for i > 0 && dir[i] != '/' {
+		i--
+	}
+	if i <= 0 {
+		return errors.New("mkdir " + dir + ": " + err.Error())
+	}
+	if err := mkdirAll(dir[:i], mode); err != nil {
+		return err
+	}
+	if err := syscall.Mkdir(dir, mode); err != nil && err != syscall.EEXIST {
+		return errors.New("mkdir " + dir + ": " + err.Error())
+	}
+	return nil
+}

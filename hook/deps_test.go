@@ -1,0 +1,97 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestStdlibOnly: the hook imports nothing outside the standard library,
+// and none of the standard packages whose initialisation or size showed
+// in its start-up (it runs once per lease while dhcpd waits; see doc.go).
+func TestStdlibOnly(t *testing.T) {
+	out, err := exec.Command(goTool(), "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	heavy := map[string]bool{
+		"os": true, "time": true, "internal/godebug": true, "internal/poll": true,
+		"net": true, "net/netip": true, "unique": true, "unicode": true,
+		"fmt": true, "flag": true, "reflect": true, "encoding/json": true, "log": true,
+	}
+	self := "github.com/leasekeeper/leasekeeper/hook"
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, std, _ := strings.Cut(line, " ")
+		n++
+		if pkg == self {
+			continue
+		}
+		if std != "true" {
+			t.Errorf("the hook depends on %s, outside the standard library", pkg)
+		}
+		if heavy[pkg] {
+			t.Errorf("the hook depends on %s: keep it off the hook's start-up path", pkg)
+		}
+	}
+	t.Logf("%d packages", n)
+}
+
+// TestReadArgs: /proc/self/cmdline gives the arguments os.Args gives,
+// the test binary's own here.
+func TestReadArgs(t *testing.T) {
+	got, err := readArgs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(os.Args, got); d != "" {
+		t.Errorf("(-os.Args +readArgs)\n%s", d)
+	}
+}
+
+// TestLockCurrent covers the two ways the agent's drain can catch a hook
+// between its open and its write: the file renamed away before the lock,
+// or held exclusively (renamed and being read).
+func TestLockCurrent(t *testing.T) {
+	dir := shortDir(t)
+	path := filepath.Join(dir, spoolFile)
+	open := func(p string) int {
+		fd, err := syscall.Open(p, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o640)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	check := func(what string, fd int, p string, want bool) {
+		t.Helper()
+		ok, err := lockCurrent(fd, p)
+		if ok != want || err != nil {
+			t.Errorf("%s: lockCurrent = %v, %v; want %v", what, ok, err, want)
+		}
+		syscall.Close(fd) // drops the shared lock, as appendSpool does
+	}
+	check("fresh file", open(path), path, true)
+
+	fd := open(path)
+	if err := os.Rename(path, path+".draining"); err != nil {
+		t.Fatal(err)
+	}
+	check("renamed away, nothing at the path", fd, path, false)
+	syscall.Close(open(path)) // a new file at the path
+	check("renamed away, another file at the path", open(path+".draining"), path, false)
+
+	f, err := os.Open(path + ".draining")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatalf("drain lock: %v", err)
+	}
+	check("held exclusively by the drain", open(path+".draining"), path+".draining", false)
+}
