@@ -13,6 +13,7 @@ all: build
 
 build:
 	$(GO) build $(GOFLAGS_BUILD) -o bin/leasekeeper ./cmd/leasekeeper
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/leasekeeper-hook ./hook
 
 # Test dependencies: real dhcpd, dhclient, dhcpd-pools and perfdhcp for the
 # lab tests. Without root the script only reports what is missing, and the
