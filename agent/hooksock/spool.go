@@ -47,8 +47,15 @@ func (l *Listener) drainSpool(ctx context.Context, sk *sock, out chan<- item) er
 		}
 		// Datagrams already queued were sent before the first spooled
 		// one (the hooks are sequential, and stick to the spool once it
-		// exists): they go first.
+		// exists): they go first, and are stored and off the socket
+		// before the file is taken. Were they still on it when a crash
+		// came after the spool's lines were stored, the next start would
+		// drain the lines again and only then replay them, older events
+		// after newer ones.
 		if err := l.readQueued(ctx, sk, out); err != nil {
+			return err
+		}
+		if err := stored(ctx, out); err != nil || ctx.Err() != nil {
 			return err
 		}
 		if err := os.Rename(cur, draining); err != nil {
@@ -98,6 +105,18 @@ func (l *Listener) reject(reason string, err error, n int) {
 		l.log.Warn().Str("reason", reason).Err(err).Int("bytes", n).
 			Msg("hook datagram rejected (further ones of this kind are counted in leasekeeper_rejected_datagrams_total and logged every 10s)")
 	}
+}
+
+// stored waits until everything handed on so far is stored and its
+// datagrams consumed. It returns nil at once when ctx ends (check ctx).
+func stored(ctx context.Context, out chan<- item) error {
+	done := make(chan error, 1)
+	select {
+	case out <- item{done: done}:
+	case <-ctx.Done():
+		return nil
+	}
+	return <-done
 }
 
 // maxSpoolLine bounds a spool line (a datagram is at most MaxDatagram).

@@ -1,0 +1,166 @@
+package hooksock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+)
+
+// crashSink stores into the outbox and then, if asked, dies right after
+// storing a batch that holds both socket datagrams and spool lines: the
+// datagrams are stored but still on the socket.
+type crashSink struct {
+	s     *outbox.Store
+	crash bool
+}
+
+func (k crashSink) Accept(ctx context.Context, evs []event.Event) error {
+	if err := k.s.Append(ctx, evs...); err != nil {
+		return err
+	}
+	hook, spool := false, false
+	for _, e := range evs {
+		hook = hook || e.Source == event.SourceHook
+		spool = spool || e.Source == event.SourceSpool
+	}
+	if k.crash && hook && spool {
+		os.Exit(3)
+	}
+	return nil
+}
+
+// TestSpoolCrashChild is the agent side of TestCrashBetweenStoreAndConsume.
+func TestSpoolCrashChild(t *testing.T) {
+	dir := os.Getenv("HOOKSOCK_SPOOLCRASH_DIR")
+	if dir == "" {
+		t.Skip("run by TestCrashBetweenStoreAndConsume")
+	}
+	os.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
+	store, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := crashSink{s: store, crash: os.Getenv("HOOKSOCK_SPOOLCRASH") == "1"}
+	// Batch 2: the five queued datagrams and the spool's lines cannot all
+	// go in the first batch, so without care one batch mixes them.
+	l, err := New(Config{Path: filepath.Join(dir, "unused.sock"), Spool: filepath.Join(dir, "spool"), Batch: 2},
+		sink, zerolog.Nop(), nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Run(context.Background(), func() {})
+}
+
+// TestCrashBetweenStoreAndConsume: one address's events 1-5 wait in the
+// (activated) socket, 6-10 in the spool, sent after them. The agent dies
+// right after storing a batch, before taking its datagrams off the socket
+// (SO_PEEK_OFF keeps them there for the next run). Whatever batch that
+// was, the next agent must not leave the address with an older event
+// last: replaying 1-5 after 6-10 would.
+func TestCrashBetweenStoreAndConsume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "hook.sock")
+	// As systemd's socket unit with PassCredentials=yes: datagrams queued
+	// before an agent runs carry their sender's credentials.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
+		})
+		return errors.Join(err, serr)
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	f, err := pc.(*net.UnixConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	ev := func(i int) []byte {
+		return fmt.Appendf(nil, `{"action":"commit","mac":"2:0:0:0:0:%x","ip_family":"ipv4","ip":"198.18.0.1","timestamp":%d,"lease_time":600,"hostname":"h%d"}`,
+			i, 1795000000+i, i)
+	}
+	for i := 1; i <= 5; i++ {
+		send(t, path, ev(i))
+	}
+	spool := filepath.Join(dir, "spool")
+	os.MkdirAll(spool, 0o750)
+	var lines []byte
+	for i := 6; i <= 10; i++ {
+		lines = append(append(lines, ev(i)...), '\n')
+	}
+	if err := os.WriteFile(filepath.Join(spool, spoolFile), lines, 0o640); err != nil {
+		t.Fatal(err)
+	}
+
+	run := func(crash string, d time.Duration) (exited bool) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSpoolCrashChild$")
+		cmd.Env = append(os.Environ(), "HOOKSOCK_SPOOLCRASH_DIR="+dir, "HOOKSOCK_SPOOLCRASH="+crash, "LISTEN_FDS=1")
+		cmd.ExtraFiles = []*os.File{f}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			return true
+		case <-time.After(d):
+			cmd.Process.Kill()
+			<-done
+			return false
+		}
+	}
+	crashed := run("1", 2*time.Second)
+	run("0", 1500*time.Millisecond)
+
+	store, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := store.Peek(1000)
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, e := range q {
+		got = append(got, e.Event.Timestamp-1795000000)
+	}
+	t.Logf("crashed on a mixed batch: %v; outbox: %v", crashed, got)
+	if len(got) == 0 || got[len(got)-1] != 10 {
+		t.Fatalf("outbox %v: the address is left with event %v, not 10", got, got[len(got)-1:])
+	}
+	seen := map[int64]bool{}
+	for i, n := range got {
+		if i > 0 && n > got[i-1]+1 && !seen[n-1] {
+			t.Errorf("outbox %v: event %d before %d", got, n, n-1)
+		}
+		seen[n] = true
+	}
+	for i := int64(1); i <= 10; i++ {
+		if !seen[i] {
+			t.Errorf("outbox %v: event %d lost", got, i)
+		}
+	}
+}
