@@ -36,6 +36,7 @@ fuzz:
 # Parser speed against dhcpd-pools on generated MAAS-style and plain files.
 bench: test-deps build
 	scripts/bench-pools
+	scripts/bench-agent
 
 demo:
 	@echo "make demo will run real dhcpd in network namespaces, the leasekeeper agent"
