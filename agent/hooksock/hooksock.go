@@ -160,6 +160,11 @@ func (l *Listener) open() (*net.UnixConn, bool, error) {
 			continue
 		}
 		if uc, ok := c.(*net.UnixConn); ok {
+			if on, err := passCredOn(uc); err == nil && !on {
+				// Datagrams queued before this moment carry no
+				// credentials and are refused.
+				l.log.Warn().Msg("the activated hook socket lacks SO_PASSCRED: set PassCredentials=yes in its .socket unit, or events queued while the agent was down are refused")
+			}
 			if err := passCred(uc); err != nil {
 				uc.Close()
 				return nil, false, err
@@ -174,10 +179,22 @@ func (l *Listener) open() (*net.UnixConn, bool, error) {
 		}
 		os.Remove(l.cfg.Path) // a stale socket from a previous run
 	}
-	uc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: l.cfg.Path, Net: "unixgram"})
+	// SO_PASSCRED before bind: a datagram sent in between would come
+	// without credentials and be refused.
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "unixgram", l.cfg.Path)
 	if err != nil {
 		return nil, false, fmt.Errorf("hook socket: %w", err)
 	}
+	uc := pc.(*net.UnixConn)
 	fail := func(err error) (*net.UnixConn, bool, error) {
 		uc.Close()
 		os.Remove(l.cfg.Path)
@@ -205,6 +222,22 @@ func (l *Listener) open() (*net.UnixConn, bool, error) {
 		l.log.Debug().Err(err).Msg("hook socket: cannot enlarge the receive buffer")
 	}
 	return uc, false, nil
+}
+
+// passCredOn reports whether SO_PASSCRED is set on the socket.
+func passCredOn(uc *net.UnixConn) (bool, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED)
+	}); err != nil {
+		return false, err
+	}
+	return v != 0, gerr
 }
 
 func passCred(uc *net.UnixConn) error {
