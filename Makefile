@@ -37,12 +37,13 @@ fuzz:
 bench: test-deps build
 	scripts/bench-pools
 	scripts/bench-agent
+	scripts/bench-reconcile
 
-demo:
-	@echo "make demo will run real dhcpd in network namespaces, the leasekeeper agent"
-	@echo "and a local region stub, shrink a range, restart dhcpd and show the expiry"
-	@echo "the agent synthesises for the lease dhcpd dropped. The agent is not built"
-	@echo "yet (issues 4 and 5); today this target only says what it will do."
+# Real dhcpd in network namespaces, two clients, the agent and a region
+# stub: commit, release, expiry, then a range shrink whose dropped lease
+# gets its expiry synthesised at its own end time. About 30 s.
+demo: test-deps
+	scripts/demo
 
 clean:
 	rm -rf bin

@@ -12,9 +12,9 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/deliver"
-	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 )
 
 // flushTimeout bounds the delivery attempt a stopping agent makes for
@@ -22,9 +22,11 @@ import (
 const flushTimeout = 5 * time.Second
 
 // Assemble builds the agent's parts from its configuration and adds them
-// to a: the durable outbox, the hook socket feeding it, and the delivery
-// to the region draining it. The returned close function closes the
-// outbox; call it after a.Run returns.
+// to a: the durable outbox, the leases-file reconciler, the hook socket
+// feeding both (through the reconciler, which records what the region is
+// told in the same transaction as it queues the event), and the delivery
+// to the region draining the outbox. The returned close function closes
+// the outbox; call it after a.Run returns.
 func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer, version string) (func() error, error) {
 	now := a.now
 	if err := os.MkdirAll(cfg.State.Dir, 0o750); err != nil {
@@ -50,16 +52,30 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		return fail(fmt.Errorf("region: %w", err))
 	}
 
+	rec, err := reconcile.New(reconcile.Config{
+		Leases: cfg.DHCPD.Leases, DhcpdConf: cfg.DHCPD.Config, PIDFile: cfg.DHCPD.PIDFile,
+		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval,
+	}, store, log.With().Str("component", "reconcile").Logger(), reg, now)
+	if err != nil {
+		d.Close()
+		return fail(err)
+	}
+
+	// Hook events go through the reconciler: it queues them and records
+	// them as told in one outbox transaction.
 	hs, err := hooksock.New(hooksock.Config{
 		Path: cfg.Hook.Socket, Group: cfg.Hook.SocketGroup, AllowedUIDs: cfg.HookUIDs(config.SystemUID), Spool: cfg.Hook.Spool,
-	}, storeSink{store}, log.With().Str("component", "hooksock").Logger(), reg, now)
+	}, rec, log.With().Str("component", "hooksock").Logger(), reg, now)
 	if err != nil {
+		rec.Close()
+		d.Close()
 		return fail(err)
 	}
 
 	a.SetDeadLetters(store)
 	a.SetStatus(status{store, d})
 	a.Add("hooksock", hs)
+	a.Add("reconcile", rec)
 	a.Add("deliver", TaskFunc(func(ctx context.Context, ready func()) error {
 		ready()
 		err := d.Run(ctx)
@@ -71,14 +87,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		}
 		return err
 	}))
-	return func() error { d.Close(); return store.Close() }, nil
-}
-
-// storeSink makes the outbox the hook socket's durable sink.
-type storeSink struct{ s *outbox.Store }
-
-func (k storeSink) Accept(ctx context.Context, evs []event.Event) error {
-	return k.s.Append(ctx, evs...)
+	return func() error { rec.Close(); d.Close(); return store.Close() }, nil
 }
 
 // status combines what /status reports.

@@ -1,30 +1,12 @@
-// Package reconcile makes the region's view of leases converge to
-// dhcpd.leases. Its core (this file) is pure: a State fed with what the
-// file shows and what the hooks reported, and a clock reading, decides
-// which events to synthesise and when. The watcher that feeds it lives
-// next to it; nothing here does I/O.
-//
-// The rules (DESIGN.md, "The model"):
-//
-//  1. The file shows an IP changing state and no hook reports it within
-//     the grace: synthesise it (commit for an active binding, new or
-//     renewed; release for released; expiry for free, expired and the
-//     other unbound states). With no hooks at all this alone delivers
-//     every event.
-//  2. An IP whose last state was active vanishes from a rewritten file:
-//     synthesise an expiry at the lease's own end (now if it has passed),
-//     with its MAC, unless the IP reappears first or is committed to
-//     another MAC.
-//  3. An active lease whose end passed and that dhcpd never expired (dhcpd
-//     dead or stuck): synthesise the expiry after the grace.
-//  4. Never: an expiry before the end of a lease still in the file; an
-//     event for a restart that kept the lease; anything from a file that
-//     did not parse whole; an expiry for MAC A once the IP was committed
-//     to MAC B (the region keys rows by IP alone and would clear B).
 package reconcile
+
+// The pure decision core: a State fed with what the file shows and what
+// the hooks reported, and a clock reading, decides which events to
+// synthesise and when. Nothing in this file does I/O.
 
 import (
 	"cmp"
+	"container/heap"
 	"net/netip"
 	"slices"
 
@@ -84,6 +66,16 @@ type State struct {
 	Baselined bool `json:"baselined"`
 	// Grace is how long to wait for a hook before synthesising (seconds).
 	Grace int64 `json:"grace"`
+
+	// dirty are the addresses whose File, Told or Pending entry changed
+	// since TakeDirty; metaDirty is Baselined changing. They let the
+	// caller persist per address, not the whole state per change.
+	dirty     map[netip.Addr]struct{}
+	metaDirty bool
+	// ends orders the active leases by end, for rule 3 without a scan of
+	// File on every Due; built on first use, entries checked when popped.
+	ends    endsHeap
+	indexed bool
 }
 
 // NewState returns an empty state waiting for its baseline.
@@ -94,6 +86,59 @@ func NewState(grace int64) *State {
 		Pending: map[netip.Addr][]Pending{},
 		Grace:   grace,
 	}
+}
+
+// touch marks ip's entries as changed.
+func (s *State) touch(ip netip.Addr) {
+	if s.dirty == nil {
+		s.dirty = map[netip.Addr]struct{}{}
+	}
+	s.dirty[ip] = struct{}{}
+}
+
+// Dirty says what changed since the last TakeDirty.
+type Dirty struct {
+	IPs  map[netip.Addr]struct{}
+	Meta bool // Baselined
+}
+
+// Empty reports whether nothing changed.
+func (d Dirty) Empty() bool { return len(d.IPs) == 0 && !d.Meta }
+
+// TakeDirty returns what changed since the last call and forgets it. A
+// caller that fails to persist it hands it back with MarkDirty.
+func (s *State) TakeDirty() Dirty {
+	d := Dirty{IPs: s.dirty, Meta: s.metaDirty}
+	s.dirty, s.metaDirty = nil, false
+	return d
+}
+
+// MarkDirty adds d back to what changed (a failed write).
+func (s *State) MarkDirty(d Dirty) {
+	for ip := range d.IPs {
+		s.touch(ip)
+	}
+	s.metaDirty = s.metaDirty || d.Meta
+}
+
+// setFile records ip's last block, indexing its end for rule 3.
+func (s *State) setFile(ip netip.Addr, l Lease) {
+	if prev, had := s.File[ip]; had && prev == l {
+		return
+	}
+	s.File[ip] = l
+	s.touch(ip)
+	if s.indexed && l.State == parser.StateActive && l.Ends != int64(parser.Never) {
+		heap.Push(&s.ends, endsEntry{ends: l.Ends, ip: ip})
+	}
+}
+
+func (s *State) setTold(ip netip.Addr, t Told) {
+	if prev, ok := s.Told[ip]; ok && prev == t {
+		return
+	}
+	s.Told[ip] = t
+	s.touch(ip)
 }
 
 // leaseOf reduces a parsed block to what the reconciler keeps.
@@ -132,8 +177,14 @@ func want(ip netip.Addr, l Lease) (event.Event, bool) {
 	return ev, true
 }
 
-// satisfied reports whether what the region was told already covers ev.
+// satisfied reports whether what the region was told already covers ev:
+// the same news, or newer news about the address (sending ev after it
+// would take the region back in time: a commit after the release that
+// followed it, an expiry after the renewal that followed it).
 func satisfied(t Told, ok bool, ev event.Event) bool {
+	if ok && t.At > ev.Timestamp {
+		return true
+	}
 	switch ev.Action {
 	case event.Commit:
 		return ok && t.Action == event.Commit && t.MAC == ev.MAC && t.At >= ev.Timestamp-commitSlack
@@ -151,20 +202,48 @@ func satisfied(t Told, ok bool, ev event.Event) bool {
 // Hook records an event a hook reported (or the agent queued for any
 // reason): the region has been told it.
 func (s *State) Hook(ev event.Event) {
-	s.Told[ev.IP] = Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp}
+	s.setTold(ev.IP, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp})
+}
+
+// Superseded reports whether ev, an event a hook reported, is older than
+// what the region has been told about its address since (a spooled event
+// drained late, a hook slower than the grace whose event the file already
+// supplied), or is an expiry or release for MAC A arriving after the
+// address was committed to MAC B in the same second. Either would take
+// the region back in time — the region keys rows by IP alone and would
+// free B's address (rule 4) — so the caller drops it.
+func (s *State) Superseded(ev event.Event) bool {
+	t, ok := s.Told[ev.IP]
+	if !ok {
+		return false
+	}
+	if t.At > ev.Timestamp {
+		return true
+	}
+	return ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp
+}
+
+// Lookup returns what the state holds for ip (for logs and tests).
+func (s *State) Lookup(ip netip.Addr) (l Lease, inFile bool, t Told, told bool) {
+	l, inFile = s.File[ip]
+	t, told = s.Told[ip]
+	return
 }
 
 // Appended folds blocks dhcpd appended (commits, releases, expiries)
 // into the state, scheduling what no hook reports within the grace.
 func (s *State) Appended(blocks []*parser.Lease, now int64) {
 	for _, b := range blocks {
+		if b.PrefixLen > 0 {
+			continue // delegated prefixes: the region API has no place for them
+		}
 		s.observe(b.IP, leaseOf(b, parser.Time(now)), now)
 	}
 }
 
 func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	prev, had := s.File[ip]
-	s.File[ip] = l
+	s.setFile(ip, l)
 	ev, ok := want(ip, l)
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
@@ -182,6 +261,12 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// must not follow the new binding.
 		s.dropPending(ip, ReasonVanished)
 	}
+	if ev.Action == event.Expiry && had && prev.State == parser.StateActive && prev.MAC == l.MAC && l.Ends < prev.Ends {
+		// Without failover dhcpd writes a release as "free" with the
+		// lease's end moved to the release time; an expiry keeps the
+		// end it had.
+		ev.Action, ev.Reason = event.Release, ReasonMissedRelease
+	}
 	s.schedule(ip, Pending{Event: ev, Due: now + s.Grace})
 }
 
@@ -194,6 +279,10 @@ func (s *State) dropPending(ip netip.Addr, reason string) {
 			keep = append(keep, p)
 		}
 	}
+	if len(keep) == len(q) {
+		return
+	}
+	s.touch(ip)
 	if len(keep) == 0 {
 		delete(s.Pending, ip)
 	} else {
@@ -211,14 +300,16 @@ func (s *State) schedule(ip netip.Addr, p Pending) {
 		}
 	}
 	s.Pending[ip] = append(q, p)
+	s.touch(ip)
 }
 
 // Snapshot reconciles a whole file read after a rewrite (or at start).
 // complete is false when the file had syntax errors or a torn end: then
-// nothing is decided (rule 4), and the caller retries later.
-func (s *State) Snapshot(t *parser.Table, complete bool, now int64) {
+// nothing is decided (rule 4), and the caller retries later. It returns
+// the number of active leases the file dropped (rule 2).
+func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished int) {
 	if !complete {
-		return
+		return 0
 	}
 	seen := make(map[netip.Addr]bool, t.Len())
 	baseline := !s.Baselined
@@ -231,7 +322,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) {
 		if baseline {
 			// First sight: assume the region knows what the file says;
 			// inventing thousands of events at first start helps nobody.
-			s.File[b.IP] = l
+			s.setFile(b.IP, l)
 			if ev, ok := want(b.IP, l); ok && l.State == parser.StateActive {
 				s.Hook(ev)
 			}
@@ -239,12 +330,15 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) {
 		}
 		s.observe(b.IP, l, now)
 	})
-	s.Baselined = true
+	if !s.Baselined {
+		s.Baselined, s.metaDirty = true, true
+	}
 	for ip, l := range s.File {
 		if seen[ip] {
 			continue
 		}
 		delete(s.File, ip)
+		s.touch(ip)
 		if l.State != parser.StateActive {
 			continue
 		}
@@ -255,7 +349,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) {
 		if ev.MAC != "" {
 			s.schedule(ip, Pending{Event: ev, Due: due})
 		}
+		vanished++
 	}
+	return vanished
 }
 
 // Due returns the synthesised events whose time has come, in time order,
@@ -264,15 +360,18 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) {
 // queues the events for the region and then calls Hook for each.
 func (s *State) Due(now int64) []event.Event {
 	// Rule 3: active leases dhcpd should have expired by now.
-	for ip, l := range s.File {
-		if l.State != parser.StateActive || l.Ends == int64(parser.Never) || l.Ends+s.Grace > now {
-			continue
+	s.index()
+	for len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
+		e := heap.Pop(&s.ends).(endsEntry)
+		l, ok := s.File[e.ip]
+		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
+			continue // stale: the lease changed since
 		}
-		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, IP: ip,
+		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, IP: e.ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonEndsPassed}
-		t, ok := s.Told[ip]
-		if ev.MAC != "" && !satisfied(t, ok, ev) {
-			s.schedule(ip, Pending{Event: ev, Due: now})
+		t, told := s.Told[e.ip]
+		if ev.MAC != "" && !satisfied(t, told, ev) {
+			s.schedule(e.ip, Pending{Event: ev, Due: now})
 		}
 	}
 	type group struct {
@@ -296,6 +395,9 @@ func (s *State) Due(now int64) []event.Event {
 			}
 			g.evs = append(g.evs, q[i].Event)
 			t, told = Told{Action: q[i].Event.Action, MAC: q[i].Event.MAC, At: q[i].Event.Timestamp}, true
+		}
+		if i > 0 {
+			s.touch(ip)
 		}
 		if i == len(q) {
 			delete(s.Pending, ip)
@@ -334,8 +436,9 @@ func (s *State) pointless(ip netip.Addr, p Pending, t Told, ok bool) bool {
 	return false
 }
 
-// NextDue is the earliest time Due has something to do, and false when
-// nothing is pending (rule 3 is checked on every Due call anyway).
+// NextDue is the earliest time Due has something to do: a pending event's
+// time, or an active lease's end plus the grace (rule 3). It is false when
+// there is nothing at all.
 func (s *State) NextDue() (int64, bool) {
 	var next int64
 	found := false
@@ -344,5 +447,66 @@ func (s *State) NextDue() (int64, bool) {
 			next, found = q[0].Due, true
 		}
 	}
+	s.index()
+	for len(s.ends) > 0 {
+		e := s.ends[0]
+		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends {
+			heap.Pop(&s.ends) // stale
+			continue
+		}
+		if at := e.ends + s.Grace; !found || at < next {
+			next, found = at, true
+		}
+		break
+	}
 	return next, found
+}
+
+// PendingCount is the number of synthesised events waiting for their time.
+func (s *State) PendingCount() int {
+	n := 0
+	for _, q := range s.Pending {
+		n += len(q)
+	}
+	return n
+}
+
+// index builds the end-time heap from File when it is missing (a new or
+// loaded state) or mostly stale entries (renewals push a new one each).
+func (s *State) index() {
+	if s.indexed && len(s.ends) <= 2*len(s.File)+1024 {
+		return
+	}
+	s.ends = s.ends[:0]
+	for ip, l := range s.File {
+		if l.State == parser.StateActive && l.Ends != int64(parser.Never) {
+			s.ends = append(s.ends, endsEntry{ends: l.Ends, ip: ip})
+		}
+	}
+	heap.Init(&s.ends)
+	s.indexed = true
+}
+
+// endsEntry is an active lease's end in the rule-3 heap.
+type endsEntry struct {
+	ends int64
+	ip   netip.Addr
+}
+
+type endsHeap []endsEntry
+
+func (h endsHeap) Len() int { return len(h) }
+func (h endsHeap) Less(i, j int) bool {
+	if h[i].ends != h[j].ends {
+		return h[i].ends < h[j].ends
+	}
+	return h[i].ip.Less(h[j].ip)
+}
+func (h endsHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *endsHeap) Push(x any)   { *h = append(*h, x.(endsEntry)) }
+func (h *endsHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

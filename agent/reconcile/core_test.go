@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +160,49 @@ func TestRules(t *testing.T) {
 				"expiry 203.0.113.11 00:16:3e:00:00:0b +16 missed-expiry",
 			}},
 		}},
+		{"rule 1: a release without failover is free with an earlier end", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, appended: block(ip1, "active", macA, t0+1, t0+601)},
+			{at: 5, appended: block(ip1, "free", macA, t0+1, t0+5)},
+			{at: 31, want: []string{"commit 203.0.113.10 00:16:3e:00:00:0a +1 missed-commit"}},
+			{at: 35, want: []string{"release 203.0.113.10 00:16:3e:00:00:0a +5 missed-release"}},
+		}},
+		{"rule 1: free at the lease's own end is an expiry", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, appended: block(ip1, "active", macA, t0+1, t0+11)},
+			{at: 11, appended: block(ip1, "free", macA, t0+1, t0+11)},
+			{at: 41, want: []string{
+				"commit 203.0.113.10 00:16:3e:00:00:0a +1 missed-commit",
+				"expiry 203.0.113.10 00:16:3e:00:00:0a +11 missed-expiry",
+			}},
+		}},
+		{"hook release, file free with an earlier end: nothing", []step{
+			{at: 0, snapshot: base},
+			{at: 50, hook: ev(hook(event.Release, ip1, macA, t0+50))},
+			{at: 50, appended: block(ip1, "free", macA, t0-100, t0+50)},
+			{at: 100},
+		}},
+		{"hook commit and release before the grace: the file's blocks add nothing", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, hook: ev(hook(event.Commit, ip1, macA, t0+1))},
+			{at: 1, appended: block(ip1, "active", macA, t0+1, t0+601)},
+			{at: 2, hook: ev(hook(event.Release, ip1, macA, t0+2))},
+			{at: 2, appended: block(ip1, "free", macA, t0+1, t0+2)},
+			{at: 100},
+		}},
+		{"hook commit then hook expiry, file blocks late: nothing", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, hook: ev(hook(event.Commit, ip1, macA, t0+1))},
+			{at: 11, hook: ev(hook(event.Expiry, ip1, macA, t0+11))},
+			{at: 12, appended: block(ip1, "active", macA, t0+1, t0+11) + block(ip1, "free", macA, t0+1, t0+11)},
+			{at: 100},
+		}},
+		{"a stale pending commit is not sent after a newer release", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, appended: block(ip1, "active", macA, t0+1, t0+601)},
+			{at: 5, hook: ev(hook(event.Release, ip1, macA, t0+5))},
+			{at: 100},
+		}},
 		{"hook expiry after the file: nothing", []step{
 			{at: 0, snapshot: base},
 			{at: 500, appended: block(ip1, "free", macA, t0-100, t0+500)},
@@ -252,5 +296,157 @@ func TestNextDue(t *testing.T) {
 	s.Appended(blocks(t, block(ip1, "active", macA, t0, t0+600)), t0)
 	if at, ok := s.NextDue(); !ok || at != t0+grace {
 		t.Fatalf("NextDue = %d, %t; want t0+grace", at-t0, ok)
+	}
+}
+
+func TestSuperseded(t *testing.T) {
+	s := NewState(grace)
+	s.Snapshot(parser.NewTable(), true, t0)
+	s.Hook(hook(event.Commit, ip1, macB, t0+10))
+	tests := []struct {
+		name string
+		ev   event.Event
+		want bool
+	}{
+		{"expiry for the old MAC, older than the commit", hook(event.Expiry, ip1, macA, t0+5), true},
+		{"expiry for the old MAC, same second", hook(event.Expiry, ip1, macA, t0+10), true},
+		{"release for the old MAC, older", hook(event.Release, ip1, macA, t0+1), true},
+		{"expiry for the old MAC, newer than the commit", hook(event.Expiry, ip1, macA, t0+11), false},
+		{"expiry for the committed MAC, older than the commit", hook(event.Expiry, ip1, macB, t0+5), true},
+		{"expiry for the committed MAC, same second", hook(event.Expiry, ip1, macB, t0+10), false},
+		{"commit for the old MAC, older", hook(event.Commit, ip1, macA, t0+5), true},
+		{"commit for the old MAC, same second", hook(event.Commit, ip1, macA, t0+10), false},
+		{"renewal of the committed MAC", hook(event.Commit, ip1, macB, t0+300), false},
+		{"another address", hook(event.Expiry, ip2, macA, t0+5), false},
+	}
+	for _, tc := range tests {
+		if got := s.Superseded(tc.ev); got != tc.want {
+			t.Errorf("%s: Superseded = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+	s.Hook(hook(event.Expiry, ip1, macB, t0+20))
+	if s.Superseded(hook(event.Commit, ip1, macA, t0+20)) {
+		t.Error("a commit in the second B's lease expired was dropped")
+	}
+}
+
+func ips(d Dirty) []string {
+	var out []string
+	for ip := range d.IPs {
+		out = append(out, ip.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestDirty checks that only what changed is marked for persisting.
+func TestDirty(t *testing.T) {
+	s := NewState(grace)
+	base := block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)
+	tab, _ := table(t, base)
+	s.Snapshot(tab, true, t0)
+	d := s.TakeDirty()
+	if diff := cmp.Diff([]string{ip1, ip2}, ips(d)); diff != "" || !d.Meta {
+		t.Fatalf("baseline dirty (-want +got):\n%s meta=%t", diff, d.Meta)
+	}
+	if d := s.TakeDirty(); !d.Empty() {
+		t.Fatalf("dirty after TakeDirty: %v", ips(d))
+	}
+	// The same file again (a restart that kept everything): nothing.
+	tab, _ = table(t, base)
+	s.Snapshot(tab, true, t0+10)
+	s.Due(t0 + 10)
+	if d := s.TakeDirty(); !d.Empty() {
+		t.Fatalf("unchanged snapshot marked %v", ips(d))
+	}
+	// A hook repeating what is known: nothing.
+	s.Hook(hook(event.Commit, ip1, macA, t0-100))
+	if d := s.TakeDirty(); !d.Empty() {
+		t.Fatalf("repeated hook marked %v", ips(d))
+	}
+	// One append, one address.
+	s.Appended(blocks(t, block(ip2, "free", macB, t0-100, t0+20)), t0+20)
+	d = s.TakeDirty()
+	if diff := cmp.Diff([]string{ip2}, ips(d)); diff != "" || d.Meta {
+		t.Fatalf("append dirty (-want +got):\n%s", diff)
+	}
+	// Handing it back (a failed write) keeps it.
+	s.MarkDirty(d)
+	if diff := cmp.Diff([]string{ip2}, ips(s.TakeDirty())); diff != "" {
+		t.Fatalf("MarkDirty (-want +got):\n%s", diff)
+	}
+	// Vanishing marks the address (File entry deleted, expiry pending).
+	tab, _ = table(t, block(ip2, "free", macB, t0-100, t0+20))
+	s.Snapshot(tab, true, t0+30)
+	if diff := cmp.Diff([]string{ip1}, ips(s.TakeDirty())); diff != "" {
+		t.Fatalf("vanish dirty (-want +got):\n%s", diff)
+	}
+}
+
+// TestNextDueRule3 checks NextDue names the time rule 3 acts, following
+// renewals, and that stale heap entries neither fire nor wake.
+func TestNextDueRule3(t *testing.T) {
+	s := NewState(grace)
+	tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+500))
+	s.Snapshot(tab, true, t0)
+	if at, ok := s.NextDue(); !ok || at != t0+500+grace {
+		t.Fatalf("NextDue = %+d, %t; want end+grace", at-t0, ok)
+	}
+	// Renewed with a hook: the old end is stale.
+	s.Hook(hook(event.Commit, ip1, macA, t0+250))
+	s.Appended(blocks(t, block(ip1, "active", macA, t0+250, t0+850)), t0+250)
+	// The file's block waits the grace for its hook (which came), so
+	// the next wake is that; then the new end.
+	if at, ok := s.NextDue(); !ok || at != t0+250+grace {
+		t.Fatalf("after renewal NextDue = %+d, %t; want the renewal's grace", at-t0, ok)
+	}
+	if got := s.Due(t0 + 250 + grace); len(got) != 0 {
+		t.Fatalf("Due after the renewal's grace = %v, want nothing (the hook reported it)", got)
+	}
+	if at, ok := s.NextDue(); !ok || at != t0+850+grace {
+		t.Fatalf("after renewal NextDue = %+d, %t; want the new end+grace", at-t0, ok)
+	}
+	if got := s.Due(t0 + 600); len(got) != 0 {
+		t.Fatalf("Due at the old end = %v, want nothing", got)
+	}
+	got := s.Due(t0 + 880)
+	if len(got) != 1 || got[0].Reason != ReasonEndsPassed || got[0].Timestamp != t0+850 {
+		t.Fatalf("Due at new end+grace = %+v", got)
+	}
+	s.Hook(got[0])
+	if at, ok := s.NextDue(); ok {
+		t.Fatalf("NextDue = %+d after everything was told", at-t0)
+	}
+}
+
+// TestRule3ManyLeases checks that many ended leases all get their expiry,
+// each once and none before its end.
+func TestRule3ManyLeases(t *testing.T) {
+	s := NewState(0)
+	var b strings.Builder
+	for i := range 200 {
+		fmt.Fprint(&b, block(fmt.Sprintf("203.0.113.%d", i+1), "active", fmt.Sprintf("00:16:3e:00:00:%02x", i), t0-100, t0+int64(200-i)))
+	}
+	tab, _ := table(t, b.String())
+	s.Snapshot(tab, true, t0)
+	var got []event.Event
+	for now := t0; now <= t0+300; now += 7 {
+		for _, ev := range s.Due(now) {
+			if ev.Timestamp > now {
+				t.Fatalf("expiry for %s at %+d before its end %+d", ev.IP, now-t0, ev.Timestamp-t0)
+			}
+			s.Hook(ev)
+			got = append(got, ev)
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, ev := range got {
+		if seen[ev.IP] {
+			t.Fatalf("two expiries for %s", ev.IP)
+		}
+		seen[ev.IP] = true
+	}
+	if len(got) != 200 {
+		t.Fatalf("%d expiries, want 200", len(got))
 	}
 }

@@ -1,0 +1,102 @@
+// Package reconcile makes the region's view of leases converge to
+// dhcpd.leases: the agent follows the file and synthesises every event
+// dhcpd wrote there that no hook reported (hook failed, agent down, no
+// hooks configured), and the expiries dhcpd never reports at all (an
+// active lease a rewrite dropped because its address left every range) —
+// and never one it should not.
+//
+// # Rules (core.go, pure and table-tested)
+//
+// A State is fed what the file shows (Appended blocks, a whole Snapshot
+// after a rewrite) and what the region was told (Hook), and Due(now)
+// returns what to synthesise:
+//
+//  1. The file shows an IP changing state and no hook reports it within
+//     the grace: synthesise it (commit for an active binding, new or
+//     renewed; release for released, or for free with the end moved
+//     earlier, which is how dhcpd without failover writes a release;
+//     expiry for free, expired and the other unbound states). With no hooks at all (grace 0) this alone
+//     delivers every event.
+//  2. An IP whose last state was active vanishes from a rewritten file:
+//     synthesise an expiry at the lease's own end (now if it has passed),
+//     with its MAC, unless the IP reappears first or is committed to
+//     another MAC.
+//  3. An active lease whose end passed and that dhcpd never expired (dhcpd
+//     dead or stuck): synthesise the expiry after the grace.
+//  4. Never: an expiry before the end of a lease still in the file; an
+//     event for a restart that kept the lease; anything from a file that
+//     did not parse whole; an expiry for MAC A once the IP was committed
+//     to MAC B (the region keys rows by IP alone and would clear B). The
+//     last rule also drops a hook's stale expiry or release (Superseded),
+//     such as one spooled before the commit that replaced it.
+//
+// The first complete snapshot is a baseline: the region is assumed to
+// know what the file says, so a first start invents nothing.
+//
+// # Following the file (watch.go)
+//
+// inotify (fsnotify) watches the directory, never the file: dhcpd's
+// rewrite (at every start and on the first commit an hour after the last)
+// writes dhcpd.leases.<time>, links the current file to dhcpd.leases~
+// and renames the new one onto the path. Appends are read from where the
+// last read stopped through the parser's incremental Decoder, which keeps
+// a torn last statement for the next read. A new device/inode at the path
+// means a rewrite: the old descriptor is drained to its end first (dhcpd
+// appends the expirations it finds at start to the old file just before
+// renaming), then the new file is read whole and handed to
+// State.Snapshot once it ends at a statement boundary. The same inode
+// grown shorter than what was read, or whose bytes before the read
+// position changed, is read again whole. A whole read with syntax errors,
+// or whose end stays torn from one poll to the next, decides nothing:
+// it is logged as an error, counted, leasekeeper_reconcile_file_consistent
+// drops to 0, and it is read again at the next poll. The poll
+// (reconcile.poll_interval) also covers lost inotify events and queue
+// overflows (the Errors channel is read and logged). Reads are coalesced:
+// one read 2 ms after the first event of a burst (a rewrite is a rename
+// and a server-duid write), and while dhcpd is busy (the last read found
+// 16 blocks or more) at most one read per 100 ms, so a dhcpd under load
+// costs a few reads, commits and deliveries a second, not one per lease.
+//
+// A rewrite is told apart as a restart when a server-duid statement
+// follows it (dhcpd writes one right after the rename at start; the
+// hourly rewrite has none) or dhcpd's pid file names a new process, else
+// it is hourly; it is logged and counted either way. At each restart the
+// hook scan below runs again, since that is when dhcpd read its
+// configuration.
+//
+// # Hookless mode
+//
+// dhcpd.conf and its includes are scanned as raw text (the configuration
+// parser skips on-blocks) for execute() of leasekeeper-hook or
+// maas-dhcp-helper. If none is there, or none names an executable file,
+// the grace is 0: every change reaches the outbox as soon as dhcpd has
+// written it, and dhcpd runs at full speed with no hook at all.
+//
+// # Persistence (persist.go)
+//
+// The state (per IP: last block, what the region was told, pending
+// synthesised events; the baseline flag; the read position) lives in the
+// outbox file's key/value area and is written with outbox.Update, so a
+// change to it and the events it queues commit together or not at all.
+// Only the addresses that changed are written. The position (device,
+// inode, offset, and hashes of the first bytes and of the bytes before
+// the offset) lets a restarted agent read only the new tail of an
+// unchanged file, drain the old file if dhcpd replaced it while the
+// agent was down and it is still there as dhcpd.leases~, and otherwise
+// read the file whole and reconcile it against the stored table — which
+// is how an agent that was down while dhcpd restarted with a smaller
+// range still sends the expiry.
+//
+// State changes with no event to queue (a block appended that the hook
+// already reported) are persisted within a couple of seconds rather than
+// at once: a crash before that loses nothing, since the file is read
+// again from the last persisted position and yields the same changes.
+//
+// # The task (reconciler.go)
+//
+// Reconciler is an agent task (Run) and also the hook socket's sink
+// (Accept): every event queued, from a hook, the spool or the file,
+// updates the record of what the region was told in the transaction that
+// queues it. Synthesised events are logged with their reason and counted
+// in leasekeeper_synthesised_total{reason}.
+package reconcile

@@ -1,0 +1,619 @@
+package reconcile_test
+
+// End-to-end tests of the reconciler with the real thing: Debian's dhcpd
+// and dhclient in network namespaces (internal/lab), leasekeeper-hook
+// built from ./hook and run by dhcpd through the packaging snippet, the
+// region stub over mTLS, and the agent's real parts assembled in-process
+// (agent.Assemble: outbox, hook socket, reconciler, delivery). They need
+// root and the Debian packages; they skip otherwise.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+var (
+	hookOnce sync.Once
+	hookBin  string
+	hookErr  error
+	hookDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if hookDir != "" {
+		os.RemoveAll(hookDir)
+	}
+	os.Exit(code)
+}
+
+// builtHook builds leasekeeper-hook once for the package's tests.
+func builtHook(t *testing.T) string {
+	t.Helper()
+	hookOnce.Do(func() {
+		if hookDir, hookErr = os.MkdirTemp("", "lk-reconcile-hook-"); hookErr != nil {
+			return
+		}
+		hookBin = filepath.Join(hookDir, "leasekeeper-hook")
+		out, err := exec.Command("go", "build", "-o", hookBin, "../../hook").CombinedOutput()
+		if err != nil {
+			hookErr = fmt.Errorf("go build ./hook: %v\n%s", err, out)
+		}
+	})
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	return hookBin
+}
+
+// Hook variants in dhcpd.conf.
+const (
+	hooksNone    = "none"    // no on commit/expiry/release at all
+	hooksOK      = "ok"      // the packaging snippet running leasekeeper-hook
+	hooksNoExec  = "noexec"  // the snippet, but the program is not executable
+	hooksFailing = "failing" // the snippet, but the program exits 1
+)
+
+// world is one lab: dhcpd, clients, the region stub and an agent.
+type world struct {
+	t     *testing.T
+	lab   *lab.Lab
+	d     *lab.Dhcpd
+	stub  *regionstub.Server
+	files regionstub.Files
+	dir   string
+	hook  string // the program the snippet names
+	hooks string
+	lease int // max-lease-time
+	agent *agentRun
+	grace time.Duration
+	// what the last stopped agent left: its log and metrics
+	lastLogs  *syncBuffer
+	lastSynth map[string]float64 // leasekeeper_synthesised_total by reason
+}
+
+func newWorld(t *testing.T, hooks string, lease int) *world {
+	t.Helper()
+	lab.Require(t, "dhcpd", "dhclient")
+	w := &world{t: t, lab: lab.New(t), dir: t.TempDir(), hooks: hooks, lease: lease, grace: 3 * time.Second}
+	stub, err := regionstub.Start(regionstub.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	w.stub = stub
+	if w.files, err = stub.WriteFiles(filepath.Join(w.dir, "pki")); err != nil {
+		t.Fatal(err)
+	}
+	switch hooks {
+	case hooksOK:
+		w.hook = builtHook(t)
+	case hooksNoExec:
+		w.hook = filepath.Join(w.dir, "leasekeeper-hook")
+		if err := os.WriteFile(w.hook, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	case hooksFailing:
+		w.hook = filepath.Join(w.dir, "leasekeeper-hook")
+		if err := os.WriteFile(w.hook, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// conf is dhcpd.conf serving 203.0.113.lo-hi.
+func (w *world) conf(lo, hi int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n",
+		w.lease, w.lease, w.lease)
+	if w.hooks != hooksNone {
+		b.WriteString(hookSnippet(w.t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
+	}
+	b.WriteString(w.lab.SubnetConf(fmt.Sprintf("  range 203.0.113.%d 203.0.113.%d;", lo, hi)))
+	return b.String()
+}
+
+// hookSnippet is packaging/dhcpd/leasekeeper.conf naming hook, with the
+// socket and spool of this test.
+func hookSnippet(t *testing.T, hook, sock, spool string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../packaging/dhcpd/leasekeeper.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const call = `"/usr/sbin/leasekeeper-hook", "notify",`
+	if n := strings.Count(string(raw), call); n != 3 {
+		t.Fatalf("packaging/dhcpd/leasekeeper.conf: %d execute calls of the form %s, want 3: update this test", n, call)
+	}
+	return strings.ReplaceAll(string(raw), call, fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", hook, sock, spool)) + "\n"
+}
+
+func (w *world) startDhcpd(lo, hi int) {
+	w.d = w.lab.StartDhcpd(w.t, lab.DhcpdConfig{Conf: w.conf(lo, hi)})
+}
+
+func (w *world) restartDhcpd(lo, hi int) {
+	w.t.Helper()
+	if err := w.d.Restart(w.conf(lo, hi)); err != nil {
+		w.t.Fatalf("dhcpd restart: %v", err)
+	}
+}
+
+// agentRun is the agent's real parts, assembled in-process.
+type agentRun struct {
+	a      *agent.Agent
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+	close  func() error
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (w *world) startAgent() {
+	w.t.Helper()
+	cfg := config.Default()
+	cfg.DHCPD.Leases = w.d.LeasesPath()
+	cfg.DHCPD.Config = w.d.ConfPath()
+	cfg.DHCPD.PIDFile = filepath.Join(w.d.Dir, "dhcpd.pid")
+	cfg.Hook.Socket = filepath.Join(w.dir, "hook.sock")
+	cfg.Hook.Spool = filepath.Join(w.dir, "spool")
+	cfg.Region.URL = w.stub.URL()
+	cfg.Region.CAFile, cfg.Region.CertFile, cfg.Region.KeyFile = w.files.CA, w.files.ClientCert, w.files.ClientKey
+	cfg.State.Dir = filepath.Join(w.dir, "state")
+	cfg.Reconcile.ExpiryGrace = w.grace
+	cfg.Reconcile.PollInterval = time.Second
+	cfg.Metrics.Listen = ""
+	if err := cfg.Validate(); err != nil {
+		w.t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := zerolog.New(logs).With().Timestamp().Logger()
+	reg := prometheus.NewRegistry()
+	a, err := agent.New(cfg, log, reg, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	closeParts, err := agent.Assemble(a, cfg, log, reg, "test")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &agentRun{a: a, reg: reg, cancel: cancel, done: make(chan error, 1), close: closeParts, logs: logs}
+	go func() { r.done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-r.done:
+		w.t.Fatalf("agent: %v\n%s", err, logs)
+	case <-time.After(20 * time.Second):
+		w.t.Fatalf("agent not ready\n%s", logs)
+	}
+	w.agent = r
+	w.t.Cleanup(func() {
+		w.stopAgent()
+		if w.t.Failed() {
+			w.t.Logf("agent log:\n%s", logs)
+			if w.d != nil {
+				w.t.Logf("dhcpd log:\n%s", w.d.Logs())
+			}
+		}
+	})
+}
+
+func (w *world) stopAgent() {
+	r := w.agent
+	if r == nil {
+		return
+	}
+	w.agent = nil
+	r.cancel()
+	if err := <-r.done; err != nil {
+		w.t.Errorf("agent: %v", err)
+	}
+	w.lastSynth = synthesised(w.t, r.reg) // before close unregisters it
+	if err := r.close(); err != nil {
+		w.t.Errorf("agent close: %v", err)
+	}
+	w.lastLogs = r.logs
+}
+
+// synthesised returns leasekeeper_synthesised_total by reason.
+func synthesised(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasekeeper_synthesised_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if v := m.GetCounter().GetValue(); v > 0 {
+				out[m.GetLabel()[0].GetValue()] = v
+			}
+		}
+	}
+	return out
+}
+
+// arrival is an item the stub accepted and when.
+type arrival struct {
+	event.RegionItem
+	at time.Time
+}
+
+func (a arrival) String() string {
+	return fmt.Sprintf("%s %s %s@%d (arrived %s)", a.Action, a.IP, a.MAC, a.Timestamp, a.at.Format("15:04:05.000"))
+}
+
+func (w *world) arrivals(ip netip.Addr) []arrival {
+	var out []arrival
+	for _, b := range w.stub.Batches() {
+		for _, it := range b.Items {
+			if ip.IsValid() && it.IP != ip.String() {
+				continue
+			}
+			out = append(out, arrival{it, b.At})
+		}
+	}
+	return out
+}
+
+// waitArrival waits for an item for ip with the action (and MAC, if not
+// empty) and returns it.
+func (w *world) waitArrival(ip netip.Addr, action, mac string, within time.Duration) arrival {
+	w.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for _, a := range w.arrivals(ip) {
+			if a.Action == action && (mac == "" || a.MAC == mac) {
+				return a
+			}
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("no %s for %s (%s) after %s; the stub has:\n%s", action, ip, mac, within, describeArrivals(w.arrivals(netip.Addr{})))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func describeArrivals(as []arrival) string {
+	var b strings.Builder
+	for _, a := range as {
+		fmt.Fprintln(&b, " ", a)
+	}
+	return b.String()
+}
+
+// leaseEnds reads the lease's end from dhcpd.leases.
+func (w *world) leaseEnds(ip netip.Addr) int64 {
+	w.t.Helper()
+	f, err := os.Open(w.d.LeasesPath())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer f.Close()
+	ls, err := parser.ParseLeases(f)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	l, ok := ls.Lookup(netip.PrefixFrom(ip, 32))
+	if !ok {
+		w.t.Fatalf("%s not in %s", ip, w.d.LeasesPath())
+	}
+	return int64(l.Ends)
+}
+
+func (w *world) dhclient(c *lab.Client) netip.Addr {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ip, err := c.Dhclient(ctx)
+	if err != nil {
+		w.t.Fatalf("dhclient: %v\ndhcpd:\n%s", err, w.d.Logs())
+	}
+	return ip
+}
+
+// shrinkAway returns a range inside 100-150 that leaves out drop and
+// keeps keep.
+func shrinkAway(drop, keep netip.Addr) (lo, hi int) {
+	d, k := int(drop.As4()[3]), int(keep.As4()[3])
+	if d > k {
+		return 100, d - 1
+	}
+	return d + 1, 150
+}
+
+func mac(c *lab.Client) string { return c.MAC.String() }
+
+// checkOnlyExpiry checks that the stub got exactly one expiry or release
+// in all, for ip and mac, not before ends.
+func (w *world) checkOnlyExpiry(ip netip.Addr, macAddr string, ends int64) {
+	w.t.Helper()
+	var frees []arrival
+	for _, a := range w.arrivals(netip.Addr{}) {
+		if a.Action != event.Commit {
+			frees = append(frees, a)
+		}
+	}
+	if len(frees) != 1 || frees[0].IP != ip.String() || frees[0].MAC != macAddr || frees[0].Action != event.Expiry {
+		w.t.Fatalf("want exactly one expiry, for %s %s; the stub has:\n%s", ip, macAddr, describeArrivals(w.arrivals(netip.Addr{})))
+	}
+	if at := frees[0].at.Unix(); at < ends {
+		w.t.Fatalf("expiry arrived at %d, before the lease's end %d", at, ends)
+	}
+	w.t.Logf("expiry for %s arrived %s after the lease's end", ip, frees[0].at.Sub(time.Unix(ends, 0)).Round(time.Millisecond))
+}
+
+// TestLabRangeShrink is (a): a client holds an address, the range shrinks
+// to leave it out and dhcpd restarts, which drops the lease from the file
+// with no hook. The region gets exactly one expiry for it, with its MAC,
+// not before the lease's end, and nothing for the address that stayed.
+func TestLabRangeShrink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w := newWorld(t, hooksOK, 12)
+	w.startDhcpd(100, 150)
+	w.startAgent()
+	c1, c2 := w.lab.AddClient("c1"), w.lab.AddClient("c2")
+	ip1, ip2 := w.dhclient(c1), w.dhclient(c2)
+	w.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	w.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w.leaseEnds(ip1)
+	w.restartDhcpd(shrinkAway(ip1, ip2))
+	if strings.Contains(readFile(t, w.d.LeasesPath()), "lease "+ip1.String()+" ") {
+		t.Fatalf("dhcpd kept %s after the shrink; the test premise is gone", ip1)
+	}
+	w.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+10*time.Second)
+	time.Sleep(2 * time.Second) // anything else would come now
+	w.checkOnlyExpiry(ip1, mac(c1), ends)
+	w.stopAgent()
+	if got := w.lastSynth; len(got) != 1 || got["vanished"] != 1 {
+		t.Errorf("synthesised %v, want vanished=1 only", got)
+	}
+}
+
+// TestLabRestartsSynthesiseNothing is (b): dhcpd restarted many times
+// with the same configuration while clients hold leases: nothing is
+// synthesised and the region hears no expiry or release.
+func TestLabRestartsSynthesiseNothing(t *testing.T) {
+	restarts := 10
+	if testing.Short() {
+		restarts = 3
+	}
+	t.Parallel()
+	w := newWorld(t, hooksOK, 20)
+	w.startDhcpd(100, 150)
+	w.startAgent()
+	c1, c2 := w.lab.AddClient("c1"), w.lab.AddClient("c2")
+	w.dhclient(c1)
+	w.dhclient(c2)
+	for range restarts {
+		w.restartDhcpd(100, 150)
+	}
+	// A release the hook reports, for good measure: the file's blocks
+	// for it must add nothing either.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(w.grace + 2*time.Second) // a grace and a poll for anything to show
+	w.stopAgent()
+	if got := w.lastSynth; len(got) != 0 {
+		t.Errorf("synthesised %v after %d restarts, want nothing", got, restarts)
+	}
+	for _, a := range w.arrivals(netip.Addr{}) {
+		if a.Action != event.Commit && !(a.Action == event.Release && a.MAC == mac(c1)) {
+			t.Errorf("the region got %s", a)
+		}
+	}
+	if n := strings.Count(w.lastLogs.String(), "dhcpd restarted"); n != restarts {
+		t.Errorf("%d restarts logged, want %d", n, restarts)
+	}
+}
+
+// TestLabHookless is (c): no hooks in dhcpd.conf. A commit, a release and
+// an expiry reach the region from the file alone, within about a second
+// of dhcpd writing them.
+func TestLabHookless(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, hooksNone, 6)
+	w.startDhcpd(100, 150)
+	w.startAgent()
+	if !strings.Contains(w.agent.logs.String(), `"mode":"hookless"`) {
+		t.Fatalf("agent not in hookless mode:\n%s", w.agent.logs)
+	}
+	c1, c2 := w.lab.AddClient("c1"), w.lab.AddClient("c2")
+
+	ip1 := w.dhclient(c1)
+	bound := time.Now()
+	a := w.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	t.Logf("commit: region %s after dhclient was bound", a.at.Sub(bound).Round(time.Millisecond))
+	if a.at.Sub(bound) > time.Second {
+		t.Errorf("commit took %s", a.at.Sub(bound))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	a = w.waitArrival(ip1, event.Release, mac(c1), 5*time.Second)
+	t.Logf("release: region %s after dhclient -r returned", a.at.Sub(released).Round(time.Millisecond))
+	if a.at.Sub(released) > time.Second {
+		t.Errorf("release took %s", a.at.Sub(released))
+	}
+
+	ip2 := w.dhclient(c2)
+	w.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
+	if err := c2.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ends := w.leaseEnds(ip2)
+	a = w.waitArrival(ip2, event.Expiry, mac(c2), time.Until(time.Unix(ends, 0))+5*time.Second)
+	late := a.at.Sub(time.Unix(ends, 0))
+	t.Logf("expiry: region %s after the lease's end", late.Round(time.Millisecond))
+	if a.at.Unix() < ends || late > 1500*time.Millisecond {
+		t.Errorf("expiry arrived %s after the lease's end, want within about 1s and not before", late)
+	}
+}
+
+// TestLabAgentDownThroughShrink is (d): the agent is stopped, the range
+// shrinks and dhcpd restarts while it is down, the agent starts: the
+// expiry still arrives, at the lease's end.
+func TestLabAgentDownThroughShrink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w := newWorld(t, hooksOK, 12)
+	w.startDhcpd(100, 150)
+	w.startAgent()
+	c1, c2 := w.lab.AddClient("c1"), w.lab.AddClient("c2")
+	ip1, ip2 := w.dhclient(c1), w.dhclient(c2)
+	w.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	if err := c1.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ends := w.leaseEnds(ip1)
+	w.stopAgent()
+	w.restartDhcpd(shrinkAway(ip1, ip2))
+	w.startAgent()
+	w.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+10*time.Second)
+	time.Sleep(time.Second)
+	w.checkOnlyExpiry(ip1, mac(c1), ends)
+}
+
+// TestLabHookFails is (e): the hook dhcpd.conf names cannot run (not
+// executable: the agent sees it and goes hookless) or runs and fails
+// (the agent waits the grace): events still arrive, from the file.
+func TestLabHookFails(t *testing.T) {
+	for _, tc := range []struct {
+		hooks  string
+		within time.Duration
+	}{
+		{hooksNoExec, 2 * time.Second},
+		{hooksFailing, 3*time.Second + 3*time.Second},
+	} {
+		t.Run(tc.hooks, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, tc.hooks, 20)
+			w.startDhcpd(100, 150)
+			w.startAgent()
+			c1 := w.lab.AddClient("c1")
+			ip := w.dhclient(c1)
+			start := time.Now()
+			w.waitArrival(ip, event.Commit, mac(c1), tc.within)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := c1.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.waitArrival(ip, event.Release, mac(c1), tc.within)
+			t.Logf("commit and release delivered %s after the lease", time.Since(start).Round(time.Millisecond))
+			if !strings.Contains(w.d.Logs(), "execute") {
+				t.Logf("dhcpd's log does not mention the failed hook:\n%s", w.d.Logs())
+			}
+		})
+	}
+}
+
+// TestLabReleasedToAnother is (f): a lease runs out and its address goes
+// to another client; the region sees commit(B) and never a late expiry
+// for A after it.
+func TestLabReleasedToAnother(t *testing.T) {
+	for _, hooks := range []string{hooksNone, hooksOK} {
+		t.Run(hooks, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, hooks, 6)
+			w.grace = 2 * time.Second
+			w.startDhcpd(100, 100) // one address
+			w.startAgent()
+			a, b := w.lab.AddClient("a"), w.lab.AddClient("b")
+			ip := w.dhclient(a)
+			if err := a.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			ends := w.leaseEnds(ip)
+			w.waitArrival(ip, event.Expiry, mac(a), time.Until(time.Unix(ends, 0))+5*time.Second)
+			if got := w.dhclient(b); got != ip {
+				t.Fatalf("b got %s, want %s", got, ip)
+			}
+			w.waitArrival(ip, event.Commit, mac(b), 5*time.Second)
+			time.Sleep(w.grace + 2*time.Second)
+			var seq []string
+			committedB := false
+			for _, x := range w.arrivals(ip) {
+				seq = append(seq, x.String())
+				if x.Action == event.Commit && x.MAC == mac(b) {
+					committedB = true
+				}
+				if committedB && x.Action != event.Commit && x.MAC == mac(a) {
+					t.Errorf("late %s after commit(B)", x)
+				}
+			}
+			t.Logf("region saw for %s:\n  %s", ip, strings.Join(seq, "\n  "))
+			if hooks == hooksOK {
+				w.stopAgent()
+				if len(w.lastSynth) != 0 {
+					t.Errorf("hooks reported everything, yet the agent synthesised %v", w.lastSynth)
+				}
+			}
+		})
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

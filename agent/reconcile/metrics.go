@@ -1,0 +1,110 @@
+package reconcile
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Labels of leasekeeper_reconcile_file_problems_total.
+const (
+	problemSyntax    = "syntax"    // a statement dhcpd would reject, skipped
+	problemTorn      = "torn"      // a whole read that stayed unfinished from one poll to the next
+	problemRead      = "read"      // an I/O error reading the file or the directory
+	problemWatch     = "watch"     // an inotify error
+	problemOverflow  = "overflow"  // the inotify queue overflowed: events were lost
+	problemPersist   = "persist"   // writing the state or queuing events failed
+	problemInvalid   = "invalid"   // a synthesised event failed validation, dropped
+	problemOldTorn   = "old-torn"  // a replaced file ended inside a statement
+	problemStateRead = "state-bad" // stored records that did not decode, skipped at start
+)
+
+type metrics struct {
+	collectors  []prometheus.Collector
+	synthesised *prometheus.CounterVec
+	rewrites    *prometheus.CounterVec
+	snapshots   *prometheus.CounterVec
+	problems    *prometheus.CounterVec
+	superseded  prometheus.Counter
+	// gauges read from atomics the task updates after each round
+	leases, pending atomic.Int64
+	consistent      atomic.Bool
+	hookless        atomic.Bool
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		synthesised: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_synthesised_total",
+			Help: "Events the reconciler synthesised from dhcpd.leases and queued for the region, by reason: missed-commit, missed-release, missed-expiry (the file changed and no hook said so within reconcile.expiry_grace), vanished (an active lease a rewrite dropped, at its end), ends-passed (dhcpd never expired an ended lease).",
+		}, []string{"reason"}),
+		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_reconcile_rewrites_total",
+			Help: "dhcpd.leases replaced by dhcpd's rewrite, by kind: restart (a server-duid line followed, or the pid file changed) or hourly.",
+		}, []string{"kind"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_reconcile_snapshots_total",
+			Help: "Whole reads of dhcpd.leases, by result: complete (reconciled) or held (syntax errors or a torn end: nothing decided, retried at the next poll).",
+		}, []string{"result"}),
+		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_reconcile_file_problems_total",
+			Help: "Problems following dhcpd.leases, by kind: syntax, torn, read, watch, overflow, persist, invalid, old-torn, state-bad.",
+		}, []string{"kind"}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_reconcile_superseded_total",
+			Help: "Hook expiries or releases dropped because the address was committed to another MAC since (the region would free the new lease).",
+		}),
+	}
+	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed} {
+		m.synthesised.WithLabelValues(r)
+	}
+	m.rewrites.WithLabelValues("restart")
+	m.rewrites.WithLabelValues("hourly")
+	m.snapshots.WithLabelValues("complete")
+	m.snapshots.WithLabelValues("held")
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	m.collectors = []prometheus.Collector{
+		m.synthesised, m.rewrites, m.snapshots, m.problems, m.superseded,
+		gauge("leasekeeper_reconcile_leases", "Addresses in the reconciler's copy of dhcpd.leases.",
+			func() float64 { return float64(m.leases.Load()) }),
+		gauge("leasekeeper_reconcile_pending", "Synthesised events waiting for their time (a vanished lease's end, the grace).",
+			func() float64 { return float64(m.pending.Load()) }),
+		gauge("leasekeeper_reconcile_file_consistent", "1 when the last whole read of dhcpd.leases was complete; 0 while decisions are held (syntax errors, torn end). Alert on 0.",
+			func() float64 { return b2f(m.consistent.Load()) }),
+		gauge("leasekeeper_reconcile_hookless", "1 when dhcpd.conf runs no hook, so every event comes from the leases file at once.",
+			func() float64 { return b2f(m.hookless.Load()) }),
+	}
+	return m
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, c := range m.collectors[:i] {
+				reg.Unregister(c)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		reg.Unregister(c)
+	}
+}

@@ -1,0 +1,365 @@
+package reconcile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net/netip"
+	"slices"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// The reconciler's state lives in the outbox file, in the key/value
+// bucket named bucketName (outbox.Update), so that a change to it and the
+// events it queues commit together:
+//
+//	reconcile/version    1
+//	reconcile/baselined  present once a first complete snapshot was taken
+//	reconcile/pos        JSON Position: where reading dhcpd.leases stopped
+//	reconcile/file/IP    the IP's last block (encodeLease)
+//	reconcile/told/IP    the last event queued for the IP (encodeTold)
+//	reconcile/pending/IP JSON []Pending: synthesised events waiting
+//
+// IP keys are the address's 4 or 16 bytes. Only the addresses that
+// changed are written (State.TakeDirty), so a commit costs what changed,
+// not the table: a file of 100 000 leases is written in full once, at the
+// baseline.
+const bucketName = "reconcile"
+
+var (
+	keyVersion   = []byte("version")
+	keyBaselined = []byte("baselined")
+	keyPos       = []byte("pos")
+	subFile      = []byte("file")
+	subTold      = []byte("told")
+	subPending   = []byte("pending")
+)
+
+const persistVersion = 1
+
+// Position is where the reconciler stopped reading dhcpd.leases: the file
+// (device and inode) and the end of the last statement it applied. The
+// hashes of the file's first bytes and of the bytes before Offset let a
+// restarted agent check that the file at that inode is still the one it
+// read (inodes are reused) before reading only what follows.
+type Position struct {
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Offset  int64  `json:"offset"`
+	HeadLen int    `json:"head_len"`
+	Head    uint64 `json:"head"`
+	TailLen int    `json:"tail_len"`
+	Tail    uint64 `json:"tail"`
+}
+
+// checkLen bounds the bytes hashed at each end of the read part.
+const checkLen = 4096
+
+// positionOf computes the position at offset in r, a file with identity id.
+func positionOf(r io.ReaderAt, id fileID, offset int64) (Position, error) {
+	p := Position{Dev: id.Dev, Ino: id.Ino, Offset: offset}
+	var err error
+	p.HeadLen = int(min(offset, checkLen))
+	if p.Head, err = hashAt(r, 0, p.HeadLen); err != nil {
+		return Position{}, err
+	}
+	p.TailLen = int(min(offset, checkLen))
+	if p.Tail, err = hashAt(r, offset-int64(p.TailLen), p.TailLen); err != nil {
+		return Position{}, err
+	}
+	return p, nil
+}
+
+// matches reports whether r (a file with identity id and size) is the file
+// p was taken on, with the same bytes before p.Offset.
+func (p Position) matches(r io.ReaderAt, id fileID, size int64) bool {
+	if id.Dev != p.Dev || id.Ino != p.Ino || size < p.Offset {
+		return false
+	}
+	q, err := positionOf(r, id, p.Offset)
+	return err == nil && q == p
+}
+
+func hashAt(r io.ReaderAt, off int64, n int) (uint64, error) {
+	h := fnv.New64a()
+	if n == 0 {
+		return h.Sum64(), nil
+	}
+	buf := make([]byte, n)
+	if _, err := r.ReadAt(buf, off); err != nil {
+		return 0, err
+	}
+	h.Write(buf)
+	return h.Sum64(), nil
+}
+
+// record is one key to write (val nil: delete) in a sub-bucket, or in the
+// top bucket when sub is nil.
+type record struct {
+	sub, key, val []byte
+}
+
+// records encodes what d says changed, from s's current content, plus the
+// position when pos is not nil.
+func records(s *State, d Dirty, pos *Position) ([]record, error) {
+	recs := make([]record, 0, 3*len(d.IPs)+2)
+	for ip := range d.IPs {
+		key := ip.AsSlice()
+		var f, t, p []byte
+		if l, ok := s.File[ip]; ok {
+			f = encodeLease(l)
+		}
+		if x, ok := s.Told[ip]; ok {
+			t = encodeTold(x)
+		}
+		if q := s.Pending[ip]; len(q) > 0 {
+			var err error
+			if p, err = json.Marshal(q); err != nil {
+				return nil, fmt.Errorf("pending %s: %w", ip, err)
+			}
+		}
+		recs = append(recs, record{subFile, key, f}, record{subTold, key, t}, record{subPending, key, p})
+	}
+	// bbolt inserts into a node's sorted slice and splits nodes only at
+	// commit: keys in random order cost a memmove of the node each, which
+	// is quadratic for a large first write. In key order they append.
+	slices.SortFunc(recs, func(a, b record) int {
+		if c := bytes.Compare(a.sub, b.sub); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.key, b.key)
+	})
+	if d.Meta {
+		var v []byte
+		if s.Baselined {
+			v = []byte{1}
+		}
+		recs = append(recs, record{nil, keyBaselined, v})
+	}
+	if pos != nil {
+		v, err := json.Marshal(pos)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, record{nil, keyPos, v})
+	}
+	return recs, nil
+}
+
+// write applies recs to the reconciler's bucket b.
+func write(b *bbolt.Bucket, recs []record) error {
+	if err := b.Put(keyVersion, []byte{persistVersion}); err != nil {
+		return err
+	}
+	subs := map[string]*bbolt.Bucket{}
+	for _, r := range recs {
+		bk := b
+		if r.sub != nil {
+			if bk = subs[string(r.sub)]; bk == nil {
+				var err error
+				if bk, err = b.CreateBucketIfNotExists(r.sub); err != nil {
+					return err
+				}
+				subs[string(r.sub)] = bk
+			}
+		}
+		var err error
+		if r.val == nil {
+			err = bk.Delete(r.key)
+		} else {
+			err = bk.Put(r.key, r.val)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// load reads the state and position stored in b (nil: nothing stored).
+// Records that do not decode are skipped and counted: losing one
+// address's history costs at most one missed or repeated event, while
+// refusing to start would cost them all.
+func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err error) {
+	s = NewState(grace)
+	if b == nil {
+		return s, nil, 0, nil
+	}
+	if v := b.Get(keyVersion); v != nil && (len(v) != 1 || v[0] != persistVersion) {
+		return nil, nil, 0, fmt.Errorf("stored state has version %v; this agent reads %d", v, persistVersion)
+	}
+	s.Baselined = b.Get(keyBaselined) != nil
+	if v := b.Get(keyPos); v != nil {
+		var p Position
+		if json.Unmarshal(v, &p) == nil {
+			pos = &p
+		} else {
+			bad++
+		}
+	}
+	each := func(sub []byte, fn func(ip netip.Addr, v []byte) error) {
+		sb := b.Bucket(sub)
+		if sb == nil {
+			return
+		}
+		sb.ForEach(func(k, v []byte) error { //nolint:errcheck // fn never fails the walk
+			ip, ok := netip.AddrFromSlice(k)
+			if !ok || fn(ip, v) != nil {
+				bad++
+			}
+			return nil
+		})
+	}
+	each(subFile, func(ip netip.Addr, v []byte) error {
+		l, err := decodeLease(v)
+		if err == nil {
+			s.File[ip] = l
+		}
+		return err
+	})
+	each(subTold, func(ip netip.Addr, v []byte) error {
+		t, err := decodeTold(v)
+		if err == nil {
+			s.Told[ip] = t
+		}
+		return err
+	})
+	each(subPending, func(ip netip.Addr, v []byte) error {
+		var q []Pending
+		err := json.Unmarshal(v, &q)
+		if err == nil && len(q) > 0 {
+			s.Pending[ip] = q
+		}
+		return err
+	})
+	return s, pos, bad, nil
+}
+
+var errShortRecord = errors.New("short record")
+
+// encodeLease: version, state, family, starts, ends (varints), MAC and
+// hostname (length-prefixed).
+func encodeLease(l Lease) []byte {
+	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+2+len(l.MAC)+len(l.Hostname))
+	b = append(b, 1, byte(l.State), familyByte(l.Family))
+	b = binary.AppendVarint(b, l.Starts)
+	b = binary.AppendVarint(b, l.Ends)
+	b = appendString(b, l.MAC)
+	return appendString(b, l.Hostname)
+}
+
+func decodeLease(b []byte) (Lease, error) {
+	var l Lease
+	if len(b) < 3 || b[0] != 1 {
+		return l, errShortRecord
+	}
+	l.State, l.Family = parser.State(b[1]), familyName(b[2])
+	r := reader{b: b[3:]}
+	l.Starts, l.Ends = r.varint(), r.varint()
+	l.MAC, l.Hostname = r.str(), r.str()
+	return l, r.err
+}
+
+// encodeTold: version, action, time (varint), MAC.
+func encodeTold(t Told) []byte {
+	b := make([]byte, 0, 2+binary.MaxVarintLen64+1+len(t.MAC))
+	b = append(b, 1, actionByte(t.Action))
+	b = binary.AppendVarint(b, t.At)
+	return appendString(b, t.MAC)
+}
+
+func decodeTold(b []byte) (Told, error) {
+	var t Told
+	if len(b) < 2 || b[0] != 1 {
+		return t, errShortRecord
+	}
+	t.Action = actionName(b[1])
+	r := reader{b: b[2:]}
+	t.At, t.MAC = r.varint(), r.str()
+	if r.err == nil && t.Action == "" {
+		r.err = fmt.Errorf("unknown action %d", b[1])
+	}
+	return t, r.err
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShortRecord
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string {
+	if r.err != nil {
+		return ""
+	}
+	n, k := binary.Uvarint(r.b)
+	if k <= 0 || uint64(len(r.b)-k) < n {
+		r.err = errShortRecord
+		return ""
+	}
+	s := string(r.b[k : k+int(n)])
+	r.b = r.b[k+int(n):]
+	return s
+}
+
+var actions = [...]string{"", "commit", "expiry", "release"}
+
+func actionByte(a string) byte {
+	for i, x := range actions {
+		if i > 0 && x == a {
+			return byte(i)
+		}
+	}
+	return 0
+}
+
+func actionName(b byte) string {
+	if int(b) < len(actions) {
+		return actions[b]
+	}
+	return ""
+}
+
+func familyByte(f string) byte {
+	switch f {
+	case parser.IPv4.String():
+		return 4
+	case parser.IPv6.String():
+		return 6
+	}
+	return 0
+}
+
+func familyName(b byte) string {
+	switch b {
+	case 4:
+		return parser.IPv4.String()
+	case 6:
+		return parser.IPv6.String()
+	}
+	return parser.FamilyUnknown.String()
+}

@@ -1,0 +1,578 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// Config is what the reconciler takes from the agent's configuration.
+type Config struct {
+	Leases    string        // dhcpd.leases (dhcpd.leases)
+	DhcpdConf string        // dhcpd.conf, scanned for hooks (dhcpd.config); "" = assume hooks run
+	PIDFile   string        // dhcpd's pid file (dhcpd.pid_file); "" = none
+	Grace     time.Duration // reconcile.expiry_grace
+	Poll      time.Duration // reconcile.poll_interval
+}
+
+// Tunables.
+const (
+	// settleDelay gathers the burst of inotify events one change makes
+	// (a rewrite: the rename, then the server-duid write) into one read.
+	settleDelay = 2 * time.Millisecond
+	// busyRound and busyBlocks: after a read that found at least
+	// busyBlocks blocks (dhcpd under load), the next read waits until
+	// busyRound after it, so a busy dhcpd costs a few dozen reads,
+	// commits and deliveries a second instead of hundreds.
+	busyRound  = 100 * time.Millisecond
+	busyBlocks = 16
+	// flushDelay bounds how long a state change with no event to queue
+	// (a block dhcpd appended, a new position) waits to be persisted. A
+	// crash before loses nothing: the file is read again from the last
+	// persisted position and yields the same changes.
+	flushDelay = 2 * time.Second
+	// defaultClassifyWait is how long after a rewrite a server-duid line
+	// or a new pid may still show that dhcpd restarted.
+	defaultClassifyWait = 3 * time.Second
+	// stopTimeout bounds the last commit when the task stops.
+	stopTimeout = 5 * time.Second
+	// retryDelay is the pause after a failed commit.
+	retryDelay = time.Second
+)
+
+// Reconciler is the agent task that follows dhcpd.leases and synthesises
+// what no hook reported (see the package documentation). It is also the
+// hook socket's sink (Accept), so that the record of what the region was
+// told covers every event queued, from any source, and is written in the
+// same outbox transaction as the events.
+type Reconciler struct {
+	cfg   Config
+	store *outbox.Store
+	log   zerolog.Logger
+	reg   prometheus.Registerer
+	now   func() time.Time
+	met   *metrics
+
+	// mu guards everything below. It is held across a commit, so the
+	// order of commits on disk is the order of changes in memory.
+	mu       sync.Mutex
+	st       *State
+	pos      *Position // matches st; nil before the first read
+	posDirty bool
+	unsent   []event.Event // synthesised and recorded as told, not yet committed
+	flushAt  time.Time     // zero: nothing waiting to be persisted
+	flushNow bool          // a whole read was applied: persist it at once
+	retryAt  time.Time     // after a failed commit
+	hookless bool
+
+	fol          *follower
+	loadedPos    *Position
+	pid          string
+	classifyAt   time.Time // a rewrite not yet told restart or hourly
+	classifyWait time.Duration
+	watchWarned  bool
+	lastSync     time.Time // when the last read started
+	lastBlocks   int       // blocks appended it found
+	progress     atomic.Int64
+
+	// onRound, when set (tests, benchmarks), runs with mu held after each
+	// round of file changes and decisions.
+	onRound func(*State)
+}
+
+// New loads the reconciler's persisted state from store and returns the
+// task. reg receives its metrics (nil: none); now is the clock (nil:
+// time.Now).
+func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Reconciler, error) {
+	if cfg.Leases == "" || !filepath.IsAbs(cfg.Leases) {
+		return nil, fmt.Errorf("reconcile: leases file %q is not an absolute path", cfg.Leases)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 10 * time.Second
+	}
+	if now == nil {
+		now = time.Now
+	}
+	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
+		classifyWait: defaultClassifyWait}
+	var bad int
+	err := store.View(bucketName, func(b *bbolt.Bucket) error {
+		var err error
+		r.st, r.loadedPos, bad, err = load(b, int64(cfg.Grace/time.Second))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: load state: %w", err)
+	}
+	if bad > 0 {
+		r.met.problems.WithLabelValues(problemStateRead).Add(float64(bad))
+		log.Warn().Int("records", bad).Msg("stored reconciler records did not decode; skipped")
+	}
+	r.pos = r.loadedPos
+	if err := r.met.register(reg); err != nil {
+		return nil, fmt.Errorf("reconcile: metrics: %w", err)
+	}
+	r.publish()
+	log.Info().Int("leases", len(r.st.File)).Int("told", len(r.st.Told)).Int("pending", r.st.PendingCount()).
+		Bool("baselined", r.st.Baselined).Msg("reconciler state loaded")
+	return r, nil
+}
+
+// Close unregisters the metrics.
+func (r *Reconciler) Close() { r.met.unregister(r.reg) }
+
+// LastProgress is when the main loop last went round (agent.Prober).
+func (r *Reconciler) LastProgress() time.Time {
+	ns := r.progress.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Accept is the hook socket's sink: it records ev as told, drops the
+// stale ones (State.Superseded) and queues the rest, in one outbox
+// transaction with the record. On error nothing is recorded: the caller
+// retries the same events.
+func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type prev struct {
+		t  Told
+		ok bool
+	}
+	undo := make(map[netip.Addr]prev, len(evs))
+	keep := make([]event.Event, 0, len(evs))
+	for _, ev := range evs {
+		if r.st.Superseded(ev) {
+			t := r.st.Told[ev.IP]
+			r.met.superseded.Inc()
+			r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
+				Str("source", ev.Source.String()).Str("committed_to", t.MAC).Int64("committed_at", t.At).
+				Msg("dropped a hook event: the address was committed to another MAC since")
+			continue
+		}
+		if _, ok := undo[ev.IP]; !ok {
+			t, ok := r.st.Told[ev.IP]
+			undo[ev.IP] = prev{t, ok}
+		}
+		r.st.Hook(ev)
+		keep = append(keep, ev)
+	}
+	if err := r.commit(ctx, keep); err != nil {
+		for ip, p := range undo {
+			if p.ok {
+				r.st.Told[ip] = p.t
+			} else {
+				delete(r.st.Told, ip)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// Run follows dhcpd.leases until ctx ends. ready is called once the
+// file has been read (or found absent) and the watch is in place.
+func (r *Reconciler) Run(ctx context.Context, ready func()) error {
+	defer r.fol.close()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("reconcile: inotify: %w", err)
+	}
+	defer w.Close()
+	// The directory, never the file: dhcpd renames a new file onto it.
+	dir := filepath.Dir(r.cfg.Leases)
+	watching := r.watch(w, dir)
+	r.mu.Lock()
+	r.scanMode("start")
+	r.mu.Unlock()
+	r.pid = readPID(r.cfg.PIDFile)
+	changes, err := r.fol.resume(r.loadedPos)
+	r.round(ctx, changes, err)
+	r.log.Info().Str("leases", r.cfg.Leases).Dur("poll_interval", r.cfg.Poll).Msg("following dhcpd.leases")
+	ready()
+
+	base := filepath.Base(r.cfg.Leases)
+	poll := time.NewTicker(r.cfg.Poll)
+	defer poll.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	settling := false
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	r.arm(timer)
+	for {
+		r.progress.Store(r.now().UnixNano())
+		// The timer is set again after each read and each tick, not
+		// for the inotify events of other files in the directory (a
+		// rewrite writes its temporary file in many pieces).
+		select {
+		case <-ctx.Done():
+			r.shutdown(ctx)
+			return nil
+		case e, ok := <-w.Events:
+			if !ok {
+				return errors.New("reconcile: inotify watcher closed")
+			}
+			if filepath.Base(e.Name) == base && !settling {
+				settling = true
+				d := settleDelay
+				if r.lastBlocks >= busyBlocks {
+					d = max(d, busyRound-time.Since(r.lastSync))
+				}
+				settle.Reset(d)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("reconcile: inotify watcher closed")
+			}
+			kind := problemWatch
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				kind = problemOverflow
+			}
+			r.met.problems.WithLabelValues(kind).Inc()
+			r.log.Warn().Err(err).Msg("inotify error: reading the leases file now; the poll covers what was missed")
+			r.sync(ctx, false)
+			r.arm(timer)
+		case <-settle.C:
+			settling = false
+			r.sync(ctx, false)
+			r.arm(timer)
+		case <-poll.C:
+			if !watching {
+				watching = r.watch(w, dir)
+			}
+			r.sync(ctx, true)
+			r.arm(timer)
+		case <-timer.C:
+			r.tick(ctx)
+			r.arm(timer)
+		}
+	}
+}
+
+// watch adds the inotify watch on dir. Until it can (the directory does
+// not exist yet: dhcpd not installed), the poll alone follows the file.
+func (r *Reconciler) watch(w *fsnotify.Watcher, dir string) bool {
+	err := w.Add(dir)
+	if err == nil {
+		return true
+	}
+	r.met.problems.WithLabelValues(problemWatch).Inc()
+	ev := r.log.Debug()
+	if !r.watchWarned {
+		ev, r.watchWarned = r.log.Warn(), true
+	}
+	ev.Err(err).Str("dir", dir).Msg("cannot watch the leases directory; polling it and retrying")
+	return false
+}
+
+// arm sets timer to the next thing to do besides reading the file: a
+// synthesised event due, a flush, a retry, a rewrite to classify.
+func (r *Reconciler) arm(timer *time.Timer) {
+	r.mu.Lock()
+	var next time.Time
+	if at, ok := r.st.NextDue(); ok {
+		next = time.Unix(min(at, 1<<40), 0)
+	}
+	for _, t := range []time.Time{r.flushAt, r.retryAt, r.classifyAt} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	r.mu.Unlock()
+	// At least once a second, so LastProgress stays fresh for the
+	// watchdog whatever poll_interval is.
+	d := time.Second
+	if !next.IsZero() {
+		d = min(max(next.Sub(r.now()), 0), d)
+	}
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
+		}
+	}
+	timer.Reset(d)
+}
+
+// sync reads what changed in the file and acts on it.
+func (r *Reconciler) sync(ctx context.Context, poll bool) {
+	r.lastSync = time.Now()
+	changes, err := r.fol.sync(poll)
+	r.lastBlocks = 0
+	for _, c := range changes {
+		r.lastBlocks += len(c.leases)
+	}
+	r.round(ctx, changes, err)
+}
+
+// round applies what the follower read, then decides and commits.
+func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
+	if err != nil {
+		r.met.problems.WithLabelValues(problemRead).Inc()
+		r.log.Error().Err(err).Msg("reading the leases file failed; retrying at the next poll")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	for _, c := range changes {
+		r.apply(c, now)
+	}
+	if pos, ok := r.fol.position(); ok && (r.pos == nil || *r.pos != pos) {
+		r.pos, r.posDirty = &pos, true
+	}
+	r.decide(ctx, now)
+	if r.onRound != nil {
+		r.onRound(r.st)
+	}
+}
+
+// tick runs on the timer: events due, flushes, rewrite classification.
+func (r *Reconciler) tick(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if !r.classifyAt.IsZero() && !now.Before(r.classifyAt) {
+		kind := "hourly"
+		if r.pidChanged() {
+			kind = "restart"
+		}
+		r.classified(kind, "pid file")
+	}
+	r.decide(ctx, now)
+}
+
+// apply folds one change into the state. r.mu is held.
+func (r *Reconciler) apply(c change, now time.Time) {
+	for _, err := range c.errs {
+		kind := problemSyntax
+		var se *parser.SyntaxError
+		if !errors.As(err, &se) {
+			kind = problemRead
+			if c.oldFile {
+				kind = problemOldTorn
+			}
+		}
+		r.met.problems.WithLabelValues(kind).Inc()
+		r.log.Warn().Err(err).Str("leases", r.cfg.Leases).Msg("leases file: statement skipped")
+	}
+	switch c.kind {
+	case changeAppend:
+		r.st.Appended(c.leases, now.Unix())
+		if c.duid && !r.classifyAt.IsZero() {
+			r.classified("restart", "server-duid")
+		}
+	case changeSnapshot:
+		start := time.Now()
+		if !c.complete {
+			r.st.Snapshot(c.table, false, now.Unix())
+			r.met.snapshots.WithLabelValues("held").Inc()
+			if c.torn {
+				r.met.problems.WithLabelValues(problemTorn).Inc()
+			}
+			if r.met.consistent.Swap(false) || c.torn {
+				r.log.Error().Str("leases", r.cfg.Leases).Str("why", c.why).Int("syntax_errors", len(c.errs)).Bool("torn", c.torn).
+					Msg("leases file did not read whole: holding every decision on it, retrying at the next poll")
+			} else {
+				r.log.Warn().Str("why", c.why).Int("syntax_errors", len(c.errs)).Msg("leases file still does not read whole")
+			}
+			return
+		}
+		baseline := !r.st.Baselined
+		vanished := r.st.Snapshot(c.table, true, now.Unix())
+		r.flushNow = true // rare and possibly large: not left for later
+		r.met.snapshots.WithLabelValues("complete").Inc()
+		if !r.met.consistent.Swap(true) {
+			r.log.Info().Msg("leases file reads whole again")
+		}
+		r.log.Info().Str("why", c.why).Int("leases", c.table.Len()).Int("vanished", vanished).Bool("baseline", baseline).
+			Dur("took", time.Since(start)).Msg("leases file read whole")
+		if c.why == whyReplaced {
+			switch {
+			case c.duid:
+				r.classified("restart", "server-duid")
+			case r.pidChanged():
+				r.classified("restart", "pid file")
+			default:
+				r.classifyAt = now.Add(r.classifyWait)
+			}
+		}
+	}
+}
+
+// classified logs what a rewrite was. r.mu is held.
+func (r *Reconciler) classified(kind, by string) {
+	r.classifyAt = time.Time{}
+	r.met.rewrites.WithLabelValues(kind).Inc()
+	if kind == "restart" {
+		r.log.Info().Str("by", by).Msg("dhcpd restarted (its start rewrote the leases file)")
+		r.scanMode("dhcpd restart")
+		return
+	}
+	r.log.Info().Msg("dhcpd's hourly rewrite of the leases file")
+}
+
+// decide queues what is due, or schedules a flush. r.mu is held.
+func (r *Reconciler) decide(ctx context.Context, now time.Time) {
+	var evs []event.Event
+	for _, ev := range r.st.Due(now.Unix()) {
+		if err := ev.Normalize(); err != nil {
+			r.met.problems.WithLabelValues(problemInvalid).Inc()
+			r.log.Error().Err(err).Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("reason", ev.Reason).
+				Msg("synthesised event is invalid; dropped")
+			continue
+		}
+		ev.TimestampNS = now.UnixNano()
+		r.st.Hook(ev)
+		r.met.synthesised.WithLabelValues(ev.Reason).Inc()
+		r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("hostname", ev.Hostname).
+			Int64("timestamp", ev.Timestamp).Str("reason", ev.Reason).Msg("synthesised event")
+		evs = append(evs, ev)
+	}
+	waiting := len(r.unsent) > 0 || len(evs) > 0 || r.flushNow
+	if !waiting && !r.retryAt.IsZero() && now.Before(r.retryAt) {
+		r.publish()
+		return
+	}
+	switch {
+	case waiting, !r.flushAt.IsZero() && !now.Before(r.flushAt), !r.retryAt.IsZero() && !now.Before(r.retryAt):
+		if err := r.commit(ctx, evs); err != nil {
+			r.unsent = append(r.unsent, evs...)
+			r.flushAt, r.retryAt = time.Time{}, now.Add(retryDelay)
+			r.met.problems.WithLabelValues(problemPersist).Inc()
+			r.log.Error().Err(err).Int("events", len(r.unsent)).Msg("cannot persist the reconciler's state and events; retrying")
+		}
+	case r.flushAt.IsZero() && (len(r.st.dirty) > 0 || r.st.metaDirty || r.posDirty):
+		r.flushAt = now.Add(flushDelay)
+	}
+	r.publish()
+}
+
+// commit writes what changed (and the position) and queues r.unsent and
+// evs, in one outbox transaction. r.mu is held. On success r.unsent is
+// empty; on error what changed is marked again for the next commit and
+// evs are the caller's to keep.
+func (r *Reconciler) commit(ctx context.Context, evs []event.Event) error {
+	d := r.st.TakeDirty()
+	var pos *Position
+	if r.posDirty {
+		pos = r.pos
+	}
+	recs, err := records(r.st, d, pos)
+	if err != nil {
+		r.st.MarkDirty(d)
+		return err
+	}
+	all := evs
+	if len(r.unsent) > 0 {
+		all = append(append([]event.Event(nil), r.unsent...), evs...)
+	}
+	err = r.store.Update(ctx, bucketName, func(b *bbolt.Bucket) ([]event.Event, error) {
+		return all, write(b, recs)
+	})
+	if err != nil {
+		r.st.MarkDirty(d)
+		return err
+	}
+	r.unsent, r.flushNow = nil, false
+	if pos != nil {
+		r.posDirty = false
+	}
+	r.flushAt, r.retryAt = time.Time{}, time.Time{}
+	return nil
+}
+
+// shutdown persists what is left.
+func (r *Reconciler) shutdown(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.unsent) == 0 && len(r.st.dirty) == 0 && !r.st.metaDirty && !r.posDirty {
+		return
+	}
+	if err := r.commit(cctx, nil); err != nil {
+		r.log.Error().Err(err).Int("events", len(r.unsent)).
+			Msg("stopping without persisting the reconciler's last changes; the next start reads the file again")
+	}
+}
+
+// publish refreshes the gauges. r.mu is held.
+func (r *Reconciler) publish() {
+	r.met.leases.Store(int64(len(r.st.File)))
+	r.met.pending.Store(int64(r.st.PendingCount()))
+}
+
+// scanMode reads dhcpd.conf for hooks and sets the grace: with no hook
+// that can run, every change in the file is an event to send at once.
+// r.mu is held, or the task is not running yet.
+func (r *Reconciler) scanMode(when string) {
+	hooked, why, warn := true, "dhcpd.config not set: assuming hooks run", false
+	if r.cfg.DhcpdConf != "" {
+		scan, err := scanHooks(r.cfg.DhcpdConf)
+		switch {
+		case err != nil:
+			why, warn = "cannot read dhcpd.conf, assuming hooks run: "+err.Error(), true
+		case scan.Hooked():
+			why = fmt.Sprintf("dhcpd.conf runs %s", scan.Runnable[0])
+		case len(scan.Programs) > 0:
+			hooked, why, warn = false, fmt.Sprintf("dhcpd.conf runs %s, which is not an executable file", scan.Programs[0]), true
+		default:
+			hooked, why = false, "dhcpd.conf runs no leasekeeper-hook or maas-dhcp-helper"
+		}
+	}
+	grace := r.cfg.Grace
+	mode := "hooks"
+	if !hooked {
+		grace, mode = 0, "hookless"
+	}
+	r.st.Grace = int64(grace / time.Second)
+	r.met.hookless.Store(!hooked)
+	r.hookless = !hooked
+	ev := r.log.Info()
+	if warn {
+		ev = r.log.Warn()
+	}
+	ev.Str("mode", mode).Str("why", why).Dur("expiry_grace", grace).Str("when", when).
+		Msg("reconciler mode: hookless means every event comes from dhcpd.leases at once")
+}
+
+// readPID returns the pid file's content, "" if none.
+func readPID(path string) string {
+	if path == "" {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// pidChanged reports whether dhcpd's pid file names a new process.
+func (r *Reconciler) pidChanged() bool {
+	p := readPID(r.cfg.PIDFile)
+	if p == "" || p == r.pid {
+		return false
+	}
+	r.pid = p
+	return true
+}

@@ -1,0 +1,393 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+)
+
+// harness runs the task against a fake dhcpd in a temporary directory,
+// with a real outbox and real inotify.
+type harness struct {
+	t     *testing.T
+	dir   string
+	d     *fakeDhcpd
+	conf  string
+	pid   string
+	store *outbox.Store
+	r     *Reconciler
+	stop  func()
+	logs  *strings.Builder
+}
+
+func newHarness(t *testing.T) *harness {
+	dir := t.TempDir()
+	h := &harness{t: t, dir: dir, d: newFakeDhcpd(t, dir), conf: filepath.Join(dir, "dhcpd.conf"),
+		pid: filepath.Join(dir, "dhcpd.pid"), logs: &strings.Builder{}}
+	h.hookless()
+	return h
+}
+
+// hookless writes a dhcpd.conf with no hook.
+func (h *harness) hookless() {
+	h.t.Helper()
+	if err := os.WriteFile(h.conf, []byte("subnet 203.0.113.0 netmask 255.255.255.0 { range 203.0.113.10 203.0.113.50; }\n"), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// hooked writes a dhcpd.conf running an executable leasekeeper-hook.
+func (h *harness) hooked() {
+	h.t.Helper()
+	hook := filepath.Join(h.dir, "leasekeeper-hook")
+	if err := os.WriteFile(hook, []byte("#!/bin/true\n"), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	conf := fmt.Sprintf("on commit { execute(%q, \"notify\"); }\nsubnet 203.0.113.0 netmask 255.255.255.0 { range 203.0.113.10 203.0.113.50; }\n", hook)
+	if err := os.WriteFile(h.conf, []byte(conf), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// start runs a new reconciler (on the same state as any before it).
+func (h *harness) start(grace time.Duration) {
+	h.t.Helper()
+	h.store = openStore(h.t, h.dir)
+	log := zerolog.New(syncWriter{h.logs}).With().Timestamp().Logger()
+	r, err := New(Config{Leases: h.d.path, DhcpdConf: h.conf, PIDFile: h.pid, Grace: grace, Poll: 200 * time.Millisecond},
+		h.store, log, prometheus.NewRegistry(), nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r.classifyWait = 300 * time.Millisecond
+	h.r = r
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() { done <- r.Run(ctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		h.t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("not ready after 10s")
+	}
+	stopped := false
+	h.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+		r.Close()
+		if err := h.store.Close(); err != nil {
+			h.t.Error(err)
+		}
+	}
+	h.t.Cleanup(h.stop)
+}
+
+// syncWriter lets the task log into a Builder read by the test.
+type syncWriter struct{ b *strings.Builder }
+
+var logMu = make(chan struct{}, 1)
+
+func (w syncWriter) Write(p []byte) (int, error) {
+	logMu <- struct{}{}
+	defer func() { <-logMu }()
+	return w.b.Write(p)
+}
+
+func (h *harness) logText() string {
+	logMu <- struct{}{}
+	defer func() { <-logMu }()
+	return h.logs.String()
+}
+
+// queued returns the events in the outbox as "action ip mac reason".
+func (h *harness) queued() []string {
+	h.t.Helper()
+	qs, err := h.store.Peek(10000)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, q := range qs {
+		out = append(out, fmt.Sprintf("%s %s %s %s", q.Event.Action, q.Event.IP, q.Event.MAC, q.Event.Reason))
+	}
+	return out
+}
+
+// waitQueued waits until the outbox holds n events and returns them
+// with how long that took.
+func (h *harness) waitQueued(n int, within time.Duration) ([]string, time.Duration) {
+	h.t.Helper()
+	start := time.Now()
+	for {
+		got := h.queued()
+		if len(got) >= n {
+			return got, time.Since(start)
+		}
+		if time.Since(start) > within {
+			h.t.Fatalf("outbox holds %d events after %s, want %d: %q\nlog:\n%s", len(got), within, n, got, h.logText())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) synthesised(reason string) float64 {
+	return testutil.ToFloat64(h.r.met.synthesised.WithLabelValues(reason))
+}
+
+func nowBlock(ip, state, mac string, startsIn, endsIn time.Duration) string {
+	now := time.Now()
+	return block(ip, state, mac, now.Add(startsIn).Unix(), now.Add(endsIn).Unix())
+}
+
+// TestTaskHookless: no hook in dhcpd.conf, so every block dhcpd appends
+// is an event at once, in file order.
+func TestTaskHookless(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite("", true)
+	h.start(30 * time.Second)
+	if !h.r.hookless || h.r.st.Grace != 0 {
+		t.Fatalf("hookless=%t grace=%d; want hookless with grace 0", h.r.hookless, h.r.st.Grace)
+	}
+	h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
+	got, took := h.waitQueued(1, 2*time.Second)
+	t.Logf("commit queued %s after the append", took)
+	if took > time.Second {
+		t.Errorf("commit took %s to reach the outbox, want < 1s", took)
+	}
+	h.d.append(nowBlock(ip1, "released", macA, -time.Minute, 0))
+	now := time.Now().Unix()
+	h.d.append(block(ip2, "active", macB, now-10, now))
+	h.d.append(block(ip2, "free", macB, now-10, now)) // at its own end: an expiry
+	got, _ = h.waitQueued(4, 2*time.Second)
+	want := []string{
+		"commit 203.0.113.10 00:16:3e:00:00:0a missed-commit",
+		"release 203.0.113.10 00:16:3e:00:00:0a missed-release",
+		"commit 203.0.113.11 00:16:3e:00:00:0b missed-commit",
+		"expiry 203.0.113.11 00:16:3e:00:00:0b missed-expiry",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("queued:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := h.synthesised(ReasonMissedCommit); n != 2 {
+		t.Errorf("synthesised{missed-commit} = %v, want 2", n)
+	}
+	if !strings.Contains(h.logText(), `"mode":"hookless"`) {
+		t.Errorf("mode not logged:\n%s", h.logText())
+	}
+}
+
+// TestTaskHooked: with a hook, a block the hook reported is not sent
+// again; one it did not is, after the grace.
+func TestTaskHooked(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(2 * time.Second)
+	if h.r.hookless || h.r.st.Grace != 2 {
+		t.Fatalf("hookless=%t grace=%d; want hooks with grace 2", h.r.hookless, h.r.st.Grace)
+	}
+	now := time.Now().Unix()
+	if err := h.r.Accept(context.Background(), []event.Event{hook(event.Commit, ip1, macA, now)}); err != nil {
+		t.Fatal(err)
+	}
+	h.d.append(block(ip1, "active", macA, now, now+3600))
+	h.d.append(block(ip2, "active", macB, now, now+3600)) // its hook failed
+	got, took := h.waitQueued(2, 5*time.Second)
+	// Times are whole seconds: a grace of 2 s is between 1 and 2 s.
+	if took < time.Second {
+		t.Errorf("synthesised after %s, before the grace", took)
+	}
+	want := "commit 203.0.113.10 00:16:3e:00:00:0a |commit 203.0.113.11 00:16:3e:00:00:0b missed-commit"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if got := h.queued(); len(got) != 2 {
+		t.Fatalf("queued later: %q", got)
+	}
+}
+
+// TestTaskAgentDownThroughRestart is test (d) on a fake dhcpd: the agent
+// stops, dhcpd restarts with a smaller range (the rewrite drops an active
+// lease), the agent starts and sends the expiry at the lease's end.
+func TestTaskAgentDownThroughRestart(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	ends := time.Now().Add(2 * time.Second).Unix()
+	keep := nowBlock(ip2, "active", macB, -time.Minute, time.Hour)
+	h.d.rewrite(block(ip1, "active", macA, ends-60, ends)+keep, true)
+	h.start(30 * time.Second)
+	h.stop()
+
+	h.d.rewrite(keep, true)
+	h.start(30 * time.Second)
+	got, _ := h.waitQueued(1, 5*time.Second)
+	if at := time.Now().Unix(); at < ends {
+		t.Fatalf("expiry queued at %d, before the lease's end %d", at, ends)
+	}
+	if want := "expiry 203.0.113.10 00:16:3e:00:00:0a vanished"; len(got) != 1 || got[0] != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := h.queued(); len(got) != 1 {
+		t.Fatalf("queued later: %q", got)
+	}
+}
+
+// TestTaskResumeReadsTail: a restarted agent on an unchanged file reads
+// only what was appended meanwhile, and decides on it.
+func TestTaskResumeReadsTail(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), true)
+	h.start(time.Second)
+	h.stop()
+	h.d.append(nowBlock(ip1, "released", macA, -time.Minute, 0))
+	h.start(time.Second)
+	got, _ := h.waitQueued(1, 2*time.Second)
+	if want := "release 203.0.113.10 00:16:3e:00:00:0a missed-release"; got[0] != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	if n := testutil.ToFloat64(h.r.met.snapshots.WithLabelValues("complete")); n != 0 {
+		t.Errorf("the restarted agent read the file whole %v times, want 0 (tail only)", n)
+	}
+}
+
+// TestTaskHoldsOnGarbage: a rewrite that does not parse decides nothing
+// (the lease it seems to drop gets no expiry) until a clean one comes.
+func TestTaskHoldsOnGarbage(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, -time.Second)+nowBlock(ip2, "active", macB, -time.Minute, time.Hour), true)
+	h.start(30 * time.Second)
+	h.d.rewrite("lease 203.0.113.10 {\n  starts 9 garbage;\n}\n"+nowBlock(ip2, "active", macB, -time.Minute, time.Hour), true)
+	time.Sleep(700 * time.Millisecond)
+	if got := h.queued(); len(got) != 0 {
+		t.Fatalf("queued %q from a file that did not parse", got)
+	}
+	if testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemSyntax)) == 0 {
+		t.Error("no syntax problem counted")
+	}
+	if h.r.met.consistent.Load() {
+		t.Error("file_consistent still 1")
+	}
+	if !strings.Contains(h.logText(), "holding every decision") {
+		t.Errorf("no alert logged:\n%s", h.logText())
+	}
+	// A restarted agent reads the held file whole again (its stored
+	// position stayed on the last file that read whole).
+	h.stop()
+	h.start(30 * time.Second)
+	if n := testutil.ToFloat64(h.r.met.snapshots.WithLabelValues("held")); n < 1 {
+		t.Errorf("restarted agent did not read the bad file whole again (held=%v)", n)
+	}
+	h.d.rewrite(nowBlock(ip2, "active", macB, -time.Minute, time.Hour), true)
+	got, _ := h.waitQueued(1, 3*time.Second)
+	if want := "expiry 203.0.113.10 00:16:3e:00:00:0a vanished"; got[0] != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	if !h.r.met.consistent.Load() {
+		t.Error("file_consistent not back to 1")
+	}
+}
+
+// TestTaskSupersededHook: a hook's expiry for MAC A that arrives after
+// the address was committed to MAC B is not queued.
+func TestTaskSupersededHook(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(30 * time.Second)
+	now := time.Now().Unix()
+	ctx := context.Background()
+	if err := h.r.Accept(ctx, []event.Event{hook(event.Commit, ip1, macB, now)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.Accept(ctx, []event.Event{hook(event.Expiry, ip1, macA, now-5), hook(event.Commit, ip2, macA, now)}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.queued()
+	if want := "commit 203.0.113.10 00:16:3e:00:00:0b |commit 203.0.113.11 00:16:3e:00:00:0a "; strings.Join(got, "|") != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	if n := testutil.ToFloat64(h.r.met.superseded); n != 1 {
+		t.Errorf("superseded = %v", n)
+	}
+}
+
+// TestTaskToldPersisted: what hooks reported survives a restart, so the
+// restarted agent does not send it again from the file.
+func TestTaskToldPersisted(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(time.Second)
+	now := time.Now().Unix()
+	if err := h.r.Accept(context.Background(), []event.Event{hook(event.Commit, ip1, macA, now)}); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	h.d.append(block(ip1, "active", macA, now, now+3600))
+	h.start(time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	if got := h.queued(); len(got) != 1 {
+		t.Fatalf("queued %q, want only the hook's commit", got)
+	}
+	if _, _, told, ok := h.r.st.Lookup(netip.MustParseAddr(ip1)); !ok || told.MAC != macA {
+		t.Fatalf("told %+v, %t", told, ok)
+	}
+}
+
+// TestTaskRewriteKinds: a rewrite followed by server-duid is a restart,
+// one without is hourly.
+func TestTaskRewriteKinds(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), true)
+	h.start(30 * time.Second)
+	waitKinds := func(restart, hourly float64) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			r := testutil.ToFloat64(h.r.met.rewrites.WithLabelValues("restart"))
+			hr := testutil.ToFloat64(h.r.met.rewrites.WithLabelValues("hourly"))
+			if r == restart && hr == hourly {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("restart %v hourly %v, want %v and %v\n%s", r, hr, restart, hourly, h.logText())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), true)
+	waitKinds(1, 0)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), false)
+	waitKinds(1, 1)
+	// A restart told by the pid file alone.
+	if err := os.WriteFile(h.pid, []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), false)
+	waitKinds(2, 1)
+	if got := h.queued(); len(got) != 0 {
+		t.Fatalf("restarts that kept the lease queued %q", got)
+	}
+}

@@ -1,0 +1,435 @@
+// Command demo walks through what leasekeeper is for, with the real
+// programs (run it through scripts/demo, `make demo`): ISC dhcpd in a
+// network namespace with the packaging snippet running leasekeeper-hook,
+// dhclient in two client namespaces, the leasekeeper agent, and a region
+// stub printing what the region receives. It shows a commit, a release
+// and an expiry reported by the hook, then the failure leasekeeper exists
+// for: the dynamic range shrinks, dhcpd restarts and silently drops an
+// active lease from dhcpd.leases (no hook runs), and the agent sends the
+// expiry itself, at the lease's own end. Everything it starts is removed
+// at the end, by pid and by namespace.
+//
+//	demo -agent bin/leasekeeper -hook /tmp/x/leasekeeper-hook [-lease 12]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+func main() {
+	agentBin := flag.String("agent", "bin/leasekeeper", "the leasekeeper binary")
+	hookBin := flag.String("hook", "", "the leasekeeper-hook binary (required)")
+	snippet := flag.String("snippet", "packaging/dhcpd/leasekeeper.conf", "the dhcpd.conf snippet running the hook")
+	lease := flag.Int("lease", 12, "lease time in seconds (short, so the demo is short)")
+	flag.Parse()
+	if *hookBin == "" {
+		fmt.Fprintln(os.Stderr, "usage: demo -agent PATH -hook PATH [-lease SECS]")
+		os.Exit(2)
+	}
+	tb := &demoTB{}
+	code := 0
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if _, ok := p.(fatal); !ok {
+					panic(p)
+				}
+				code = 1
+			}
+		}()
+		d := &demo{tb: tb, agentBin: abs(*agentBin), hookBin: abs(*hookBin), snippet: *snippet, lease: *lease, start: time.Now()}
+		if err := d.run(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			code = 1
+		}
+	}()
+	say("cleaning up: agent, dhcpd, dhclients, namespaces")
+	tb.cleanup()
+	os.Exit(code)
+}
+
+func abs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}
+
+type demo struct {
+	tb                         *demoTB
+	agentBin, hookBin, snippet string
+	lease                      int
+	start                      time.Time
+
+	lab   *lab.Lab
+	d     *lab.Dhcpd
+	stub  *regionstub.Server
+	dir   string
+	agent *exec.Cmd
+}
+
+var out sync.Mutex
+
+// say prints a line of the narrative.
+func say(format string, args ...any) {
+	out.Lock()
+	defer out.Unlock()
+	fmt.Printf("\n==> "+format+"\n", args...)
+}
+
+func (d *demo) show(who, format string, args ...any) {
+	out.Lock()
+	defer out.Unlock()
+	fmt.Printf("    %5.1fs %-7s %s\n", time.Since(d.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
+
+func (d *demo) run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	lab.Require(d.tb, "dhcpd", "dhclient")
+	d.dir = d.tb.TempDir()
+
+	say("a region stub (the MAAS region's leases endpoint, TLS with client certificates)")
+	stub, err := regionstub.Start(regionstub.Options{})
+	if err != nil {
+		return err
+	}
+	d.tb.Cleanup(func() { stub.Close() })
+	d.stub = stub
+	files, err := stub.WriteFiles(filepath.Join(d.dir, "pki"))
+	if err != nil {
+		return err
+	}
+	go d.printRegion(ctx)
+
+	say("dhcpd in a network namespace, range 203.0.113.100-150, %d s leases, hooks from %s", d.lease, d.snippet)
+	d.lab = lab.New(d.tb)
+	d.d = d.lab.StartDhcpd(d.tb, lab.DhcpdConfig{Conf: d.conf(100, 150)})
+	d.show("dhcpd", "pid %d, leases file %s", d.d.Pid(), d.d.LeasesPath())
+
+	say("the leasekeeper agent: hook socket, durable outbox, delivery, and the reconciler following dhcpd.leases")
+	if err := d.startAgent(files); err != nil {
+		return err
+	}
+
+	c1, c2 := d.lab.AddClient("c1"), d.lab.AddClient("c2")
+	say("c1 asks for a lease: dhcpd runs leasekeeper-hook on commit")
+	ip1, err := d.dhclient(ctx, c1)
+	if err != nil {
+		return err
+	}
+	d.waitRegion(ctx, ip1, "commit", 5*time.Second)
+
+	say("c1 releases it (dhclient -r): dhcpd runs the hook on release")
+	if err := c1.Release(ctx); err != nil {
+		return err
+	}
+	d.waitRegion(ctx, ip1, "release", 5*time.Second)
+
+	say("c2 takes a lease and vanishes without a release (a destroyed container): dhcpd expires it at its end and runs the hook on expiry")
+	ip2, err := d.dhclient(ctx, c2)
+	if err != nil {
+		return err
+	}
+	d.waitRegion(ctx, ip2, "commit", 5*time.Second)
+	if err := c2.Kill(); err != nil {
+		return err
+	}
+	ends2 := d.leaseEnds(ip2)
+	d.show("demo", "c2's lease ends at %s, in %.0f s", time.Unix(ends2, 0).Format("15:04:05"), time.Until(time.Unix(ends2, 0)).Seconds())
+	d.waitRegion(ctx, ip2, "expiry", time.Until(time.Unix(ends2, 0))+10*time.Second)
+
+	say("the failure leasekeeper exists for: c1 takes a lease again and vanishes; then the range shrinks to leave its address out and dhcpd restarts")
+	ip3, err := d.dhclient(ctx, c1)
+	if err != nil {
+		return err
+	}
+	d.waitRegion(ctx, ip3, "commit", 5*time.Second)
+	if err := c1.Kill(); err != nil {
+		return err
+	}
+	ends3 := d.leaseEnds(ip3)
+	lo := int(ip3.As4()[3]) + 1
+	if err := d.d.Restart(d.conf(lo, 150)); err != nil {
+		return err
+	}
+	d.show("dhcpd", "restarted with range 203.0.113.%d-150 (pid %d)", lo, d.d.Pid())
+	if leases, _ := os.ReadFile(d.d.LeasesPath()); strings.Contains(string(leases), "lease "+ip3.String()+" ") {
+		d.show("demo", "(dhcpd kept %s: not the failure this demo shows)", ip3)
+	} else {
+		d.show("dhcpd", "rewrote dhcpd.leases without %s, and ran no hook: the region would keep it forever", ip3)
+	}
+	d.show("demo", "the lease c1 was given ends at %s, in %.0f s: the region must not free it earlier", time.Unix(ends3, 0).Format("15:04:05"),
+		time.Until(time.Unix(ends3, 0)).Seconds())
+	got := d.waitRegion(ctx, ip3, "expiry", time.Until(time.Unix(ends3, 0))+10*time.Second)
+	if got.IsZero() {
+		return errors.New("the synthesised expiry did not arrive")
+	}
+	d.show("demo", "the expiry arrived %.1f s after the lease's end", got.Sub(time.Unix(ends3, 0)).Seconds())
+
+	say("done: every event reached the region, including the one dhcpd never reported")
+	d.stopAgent()
+	return nil
+}
+
+// conf is dhcpd.conf with the packaging snippet, the hook and socket
+// paths of this demo, and a range.
+func (d *demo) conf(lo, hi int) string {
+	raw, err := os.ReadFile(d.snippet)
+	if err != nil {
+		d.tb.Fatalf("%v", err)
+	}
+	hook := strings.ReplaceAll(string(raw), `"/usr/sbin/leasekeeper-hook", "notify",`,
+		fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", d.hookBin, filepath.Join(d.dir, "hook.sock"), filepath.Join(d.dir, "spool")))
+	return fmt.Sprintf("ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n%s\n%s",
+		d.lease, d.lease, d.lease, hook, d.lab.SubnetConf(fmt.Sprintf("  range 203.0.113.%d 203.0.113.%d;", lo, hi)))
+}
+
+func (d *demo) startAgent(files regionstub.Files) error {
+	cfg := fmt.Sprintf(`[dhcpd]
+leases = %q
+config = %q
+pid_file = %q
+[hook]
+socket = %q
+spool = %q
+[region]
+url = %q
+ca_file = %q
+cert_file = %q
+key_file = %q
+[state]
+dir = %q
+[reconcile]
+expiry_grace = "3s"
+poll_interval = "1s"
+[metrics]
+listen = ""
+[log]
+format = "json"
+`, d.d.LeasesPath(), d.d.ConfPath(), filepath.Join(d.d.Dir, "dhcpd.pid"), filepath.Join(d.dir, "hook.sock"), filepath.Join(d.dir, "spool"),
+		d.stub.URL(), files.CA, files.ClientCert, files.ClientKey, filepath.Join(d.dir, "state"))
+	path := filepath.Join(d.dir, "leasekeeper.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	cmd := exec.Command(d.agentBin, "agent", "--config", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	d.agent = cmd
+	d.tb.Cleanup(d.stopAgent)
+	ready := make(chan struct{})
+	go d.printAgent(stderr, ready)
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		return errors.New("agent not ready after 20s")
+	}
+	return nil
+}
+
+func (d *demo) stopAgent() {
+	if d.agent == nil {
+		return
+	}
+	cmd := d.agent
+	d.agent = nil
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+// printAgent shows the agent's log lines that tell the story.
+func (d *demo) printAgent(r io.Reader, ready chan struct{}) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	once := sync.Once{}
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		msg, _ := m["message"].(string)
+		str := func(k string) string { v, _ := m[k].(string); return v }
+		switch {
+		case msg == "ready":
+			once.Do(func() { close(ready) })
+			d.show("agent", "ready")
+		case strings.HasPrefix(msg, "reconciler mode"):
+			d.show("agent", "mode %s: %s", str("mode"), str("why"))
+		case msg == "synthesised event":
+			d.show("agent", "SYNTHESISED %s %s %s (reason %s): dhcpd never reported it", str("action"), str("ip"), str("mac"), str("reason"))
+		case strings.HasPrefix(msg, "dhcpd restarted"):
+			d.show("agent", "saw dhcpd restart (%s): the leases file was rewritten", str("by"))
+		case msg == "leases file read whole":
+			if v, _ := m["vanished"].(float64); v > 0 {
+				d.show("agent", "the rewritten file dropped %.0f active lease(s): expiry scheduled at each lease's own end", v)
+			}
+		case m["level"] == "error" || m["level"] == "warn":
+			d.show("agent", "%s: %s %v", m["level"], msg, m["error"])
+		}
+	}
+}
+
+// printRegion prints what the region stub accepts, as it arrives.
+func (d *demo) printRegion(ctx context.Context) {
+	seen := 0
+	for ctx.Err() == nil {
+		items := d.stub.Items()
+		for _, it := range items[seen:] {
+			extra := ""
+			if it.Action == "commit" {
+				extra = fmt.Sprintf(" hostname %q lease_time %d", it.Hostname, it.LeaseTime)
+			}
+			d.show("region", "<- %-7s %s %s%s", it.Action, it.IP, it.MAC, extra)
+		}
+		seen = len(items)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitRegion waits for the region to receive action for ip and returns
+// when it did (zero if it did not within the limit).
+func (d *demo) waitRegion(ctx context.Context, ip netip.Addr, action string, within time.Duration) time.Time {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, b := range d.stub.Batches() {
+			for _, it := range b.Items {
+				if it.IP == ip.String() && it.Action == action {
+					time.Sleep(50 * time.Millisecond) // let the printer show it first
+					return b.At
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.show("demo", "!! no %s for %s within %s", action, ip, within.Round(time.Second))
+	return time.Time{}
+}
+
+func (d *demo) dhclient(ctx context.Context, c *lab.Client) (netip.Addr, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ip, err := c.Dhclient(cctx)
+	if err != nil {
+		return ip, err
+	}
+	d.show(c.Name, "bound to %s (MAC %s)", ip, c.MAC)
+	return ip, nil
+}
+
+func (d *demo) leaseEnds(ip netip.Addr) int64 {
+	f, err := os.Open(d.d.LeasesPath())
+	if err != nil {
+		d.tb.Fatalf("%v", err)
+	}
+	defer f.Close()
+	ls, err := parser.ParseLeases(f)
+	if err != nil {
+		d.tb.Fatalf("%v", err)
+	}
+	l, ok := ls.Lookup(netip.PrefixFrom(ip, 32))
+	if !ok {
+		d.tb.Fatalf("%s is not in the leases file", ip)
+	}
+	return int64(l.Ends)
+}
+
+// demoTB lets the lab (written for tests) run in a program: failures
+// print and unwind to main, cleanups run at the end, last first.
+type demoTB struct {
+	testing.TB // not set: calling anything else panics
+	mu         sync.Mutex
+	cleanups   []func()
+}
+
+type fatal struct{}
+
+func (t *demoTB) Helper()                 {}
+func (t *demoTB) Name() string            { return "demo" }
+func (t *demoTB) Failed() bool            { return false }
+func (t *demoTB) Logf(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }
+func (t *demoTB) Log(a ...any)            { fmt.Println(append([]any{"   "}, a...)...) }
+func (t *demoTB) Errorf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "demo: "+f+"\n", a...)
+}
+func (t *demoTB) Error(a ...any) { fmt.Fprintln(os.Stderr, append([]any{"demo:"}, a...)...) }
+func (t *demoTB) Fatalf(f string, a ...any) {
+	t.Errorf(f, a...)
+	panic(fatal{})
+}
+func (t *demoTB) Fatal(a ...any) {
+	t.Error(a...)
+	panic(fatal{})
+}
+func (t *demoTB) Skipf(f string, a ...any) { t.Fatalf("cannot run: "+f, a...) }
+func (t *demoTB) Skip(a ...any)            { t.Fatal(append([]any{"cannot run:"}, a...)...) }
+func (t *demoTB) Cleanup(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cleanups = append(t.cleanups, f)
+}
+func (t *demoTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "leasekeeper-demo-")
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func (t *demoTB) cleanup() {
+	for {
+		t.mu.Lock()
+		if len(t.cleanups) == 0 {
+			t.mu.Unlock()
+			return
+		}
+		f := t.cleanups[len(t.cleanups)-1]
+		t.cleanups = t.cleanups[:len(t.cleanups)-1]
+		t.mu.Unlock()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					if _, ok := p.(fatal); !ok {
+						fmt.Fprintln(os.Stderr, "demo: cleanup:", p)
+					}
+				}
+			}()
+			f()
+		}()
+	}
+}
