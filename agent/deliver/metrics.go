@@ -1,6 +1,10 @@
 package deliver
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasekeeper/leasekeeper/internal/promreg"
+)
 
 type metrics struct {
 	delivered    prometheus.Counter
@@ -45,26 +49,7 @@ func (m *metrics) collectors() []prometheus.Collector {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	cs := m.collectors()
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, c := range cs[:i] {
-				reg.Unregister(c)
-			}
-			return err
-		}
-	}
-	return nil
+	return promreg.Register(reg, m.collectors()...)
 }
 
-func (m *metrics) unregister(reg prometheus.Registerer) {
-	if reg == nil {
-		return
-	}
-	for _, c := range m.collectors() {
-		reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister(reg prometheus.Registerer) { promreg.Unregister(reg, m.collectors()...) }

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasekeeper/leasekeeper/internal/promreg"
 )
 
 type metrics struct {
@@ -57,26 +59,11 @@ func newMetrics(s *Store) metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	for i, c := range m.collectors {
-		if err := reg.Register(c); err != nil {
-			for _, c := range m.collectors[:i] {
-				reg.Unregister(c)
-			}
-			return err
-		}
+	if err := promreg.Register(reg, m.collectors...); err != nil {
+		return err
 	}
 	m.reg = reg
 	return nil
 }
 
-func (m *metrics) unregister() {
-	if m.reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		m.reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister() { promreg.Unregister(m.reg, m.collectors...) }

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasekeeper/leasekeeper/internal/promreg"
 )
 
 // Labels of leasekeeper_reconcile_file_problems_total.
@@ -86,25 +88,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	for i, c := range m.collectors {
-		if err := reg.Register(c); err != nil {
-			for _, c := range m.collectors[:i] {
-				reg.Unregister(c)
-			}
-			return err
-		}
-	}
-	return nil
+	return promreg.Register(reg, m.collectors...)
 }
 
-func (m *metrics) unregister(reg prometheus.Registerer) {
-	if reg == nil {
-		return
-	}
-	for _, c := range m.collectors {
-		reg.Unregister(c)
-	}
-}
+func (m *metrics) unregister(reg prometheus.Registerer) { promreg.Unregister(reg, m.collectors...) }
