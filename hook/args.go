@@ -256,7 +256,8 @@ func normaliseMAC(s string) (string, bool) {
 	if s == "" {
 		return "", true
 	}
-	out := make([]byte, 0, 3*maxHWBytes)
+	var buf [3 * maxHWBytes]byte
+	out := buf[:0]
 	var sep byte
 	for i, n := 0, 0; ; n++ {
 		j := i

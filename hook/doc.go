@@ -173,18 +173,20 @@
 //
 // # Start-up
 //
-// dhcpd waits for every hook, so start-up is most of the hook's cost: a Go
-// program starts several threads, and on a virtual machine each page its
-// threads write after the first costs a TLB shoot-down. The hook imports
-// the standard library only, and of it only errors, strconv, syscall and
-// unicode/utf8 (TestStdlibOnly keeps it so): no os (it reads its
-// arguments from /proc/self/cmdline and exits with syscall.Exit), hence
-// no time, internal/godebug or internal/poll; no net/netip (ip.go parses
-// addresses, checked against net/netip by FuzzParseIP); no unicode, fmt,
-// flag or encoding/json. updatemaxprocs=0 spares the runtime's goroutine
-// that follows CPU-limit changes, one more wake-up in a process that
-// lives for milliseconds. scripts/bench-hook measures what the hook
-// costs dhcpd against /bin/true.
+// dhcpd waits for every hook, so start-up is most of the hook's cost. A Go
+// program runs several threads before main, and on a virtual machine what
+// they cost (thread hand-offs, TLB shoot-downs for pages written after
+// they started, exit) puts an empty Go program well behind /bin/true; the
+// hook keeps what it adds on top small. It imports the standard library
+// only, and of it only errors, strconv, syscall and unicode/utf8
+// (TestStdlibOnly keeps it so): no os (it reads its arguments from
+// /proc/self/cmdline and exits with syscall.Exit), hence no time,
+// internal/godebug or internal/poll; no net/netip (ip.go parses addresses,
+// held to net/netip by FuzzParseIP); no unicode, fmt, flag or
+// encoding/json. updatemaxprocs=0 spares the runtime's goroutine that
+// follows CPU-limit changes, one more wake-up in a process that lives for
+// a millisecond. scripts/bench-hook measures what the hook costs dhcpd
+// against /bin/true, and BenchmarkProcess what a start costs.
 //
 // # Exit status
 //

@@ -27,9 +27,9 @@ func main() {
 }
 
 // readArgs returns the process's arguments from /proc/self/cmdline. The
-// hook does without package os, whose initialisation (and that of time,
-// internal/godebug and internal/poll under it) costs more start-up than
-// the rest of the hook; os.Args is the only thing it would need from it.
+// hook does without package os, whose initialisation (with that of time,
+// internal/godebug and internal/poll under it) showed in every event's
+// start-up, and os.Args is all the hook would use of it.
 func readArgs() ([]string, error) {
 	const path = "/proc/self/cmdline"
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
@@ -54,18 +54,25 @@ func readArgs() ([]string, error) {
 		}
 		buf = buf[:len(buf)+n]
 	}
-	// Each argument ends in a NUL.
-	var args []string
-	for len(buf) > 0 {
+	// Each argument ends in a NUL. One string holds them all.
+	all := string(buf)
+	n := 0
+	for i := 0; i < len(all); i++ {
+		if all[i] == 0 {
+			n++
+		}
+	}
+	args := make([]string, 0, n+1)
+	for len(all) > 0 {
 		i := 0
-		for i < len(buf) && buf[i] != 0 {
+		for i < len(all) && all[i] != 0 {
 			i++
 		}
-		args = append(args, string(buf[:i]))
-		if i == len(buf) {
+		args = append(args, all[:i])
+		if i == len(all) {
 			break
 		}
-		buf = buf[i+1:]
+		all = all[i+1:]
 	}
 	if len(args) == 0 {
 		return nil, errors.New(path + " is empty")
