@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/testlog"
 )
 
 // memQueue is an in-memory Queue.
@@ -104,24 +104,6 @@ func (m *memQueue) DeadLetters() []deadLetter {
 	return slices.Clone(m.dead)
 }
 
-// syncBuffer collects log lines from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // events makes n events over ips addresses in 198.18.0.0/15, each
 // identified by its Timestamp (base+i), with actions cycling.
 func events(n, ips int) []event.Event {
@@ -184,12 +166,12 @@ func fastConfig(s *regionstub.Server, f regionstub.Files) Config {
 type harness struct {
 	d   *Deliverer
 	reg *prometheus.Registry
-	log *syncBuffer
+	log *testlog.Buffer
 }
 
 func newDeliverer(t *testing.T, cfg Config, q Queue) harness {
 	t.Helper()
-	h := harness{reg: prometheus.NewRegistry(), log: &syncBuffer{}}
+	h := harness{reg: prometheus.NewRegistry(), log: &testlog.Buffer{}}
 	var err error
 	h.d, err = New(cfg, q, zerolog.New(h.log).With().Str("component", "deliver").Logger(), h.reg, time.Now)
 	if err != nil {

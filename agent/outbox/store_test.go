@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/testlog"
 )
 
 var cmpAddr = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
@@ -36,31 +36,14 @@ func ev(n int, action string) event.Event {
 type testStore struct {
 	*Store
 	reg  *prometheus.Registry
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs *testlog.Buffer
 }
 
 var testNow = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
 func openTest(t testing.TB, path string, max int) *testStore {
 	t.Helper()
-	ts := &testStore{reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	ts := &testStore{reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	s, err := Open(path, Options{
 		MaxEvents:  max,
 		Logger:     zerolog.New(ts.logs).With().Str("component", "outbox").Logger(),

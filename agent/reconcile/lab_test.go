@@ -8,7 +8,6 @@ package reconcile_test
 // root and the Debian packages; they skip otherwise.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -28,6 +27,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lab"
 	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/testlog"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
@@ -87,7 +87,7 @@ type world struct {
 	agent *agentRun
 	grace time.Duration
 	// what the last stopped agent left: its log and metrics
-	lastLogs  *syncBuffer
+	lastLogs  *testlog.Buffer
 	lastSynth map[string]float64 // leasekeeper_synthesised_total by reason
 }
 
@@ -166,24 +166,7 @@ type agentRun struct {
 	cancel context.CancelFunc
 	done   chan error
 	close  func() error
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *testlog.Buffer
 }
 
 func (w *world) startAgent() {
@@ -203,7 +186,7 @@ func (w *world) startAgent() {
 	if err := cfg.Validate(); err != nil {
 		w.t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	log := zerolog.New(logs).With().Timestamp().Logger()
 	reg := prometheus.NewRegistry()
 	a, err := agent.New(cfg, log, reg, nil)

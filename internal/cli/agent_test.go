@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/internal/testlog"
 )
 
 // writeFile writes a file in a new temporary directory.
@@ -97,25 +97,10 @@ func TestAgentPrintConfig(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer the agent's goroutines can log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor polls the log until it has want.
+// syncBuffer is the shared test log with a wait.
+type syncBuffer struct{ testlog.Buffer }
+
 func (s *syncBuffer) waitFor(t *testing.T, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
