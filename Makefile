@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 
-.PHONY: all build test test-deps vet bench demo fuzz clean
+.PHONY: all build test test-deps vet bench bench-hook demo fuzz clean
 
 all: build
 
@@ -32,6 +32,8 @@ FUZZTIME ?= 10m
 fuzz:
 	$(GO) test ./parser -run '^$$' -fuzz '^FuzzDecodeLeases$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./parser -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./hook -run '^$$' -fuzz '^FuzzEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./hook -run '^$$' -fuzz '^FuzzParseIP$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 
 # Parser speed against dhcpd-pools on generated MAAS-style and plain files.
 bench: test-deps build
@@ -42,6 +44,12 @@ bench: test-deps build
 # Real dhcpd in network namespaces, two clients, the agent and a region
 # stub: commit, release, expiry, then a range shrink whose dropped lease
 # gets its expiry synthesised at its own end time. About 30 s.
+# What each hook costs dhcpd (real dhcpd + perfdhcp in namespaces): none,
+# /bin/true, an empty Go program, leasekeeper-hook listening and spooling.
+# PIN=1 keeps perfdhcp off dhcpd's CPUs.
+bench-hook: test-deps build
+	HOOK=bin/leasekeeper-hook scripts/bench-hook
+
 demo: test-deps
 	scripts/demo
 
