@@ -1,0 +1,92 @@
+package systemd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
+)
+
+// PrivateSocket is the running system manager's own D-Bus socket: it
+// needs no dbus-daemon (root only), so it works early in boot and in
+// minimal containers.
+const PrivateSocket = "/run/systemd/private"
+
+// DBusManager is a Manager talking to a running systemd over D-Bus.
+type DBusManager struct {
+	conn *sddbus.Conn
+}
+
+// DialManager connects to systemd. socket names a manager's private
+// socket (PrivateSocket when empty); when that socket does not exist the
+// system bus is used instead.
+func DialManager(ctx context.Context, socket string) (*DBusManager, error) {
+	if socket == "" {
+		socket = PrivateSocket
+	}
+	var (
+		conn *sddbus.Conn
+		err  error
+	)
+	if _, serr := os.Stat(socket); serr == nil {
+		conn, err = sddbus.NewConnection(func() (*dbus.Conn, error) {
+			c, err := dbus.Dial("unix:path="+socket, dbus.WithContext(ctx))
+			if err != nil {
+				return nil, err
+			}
+			if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return c, nil
+		})
+	} else {
+		conn, err = sddbus.NewSystemConnectionContext(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to systemd (is it running? use --root for an image or container rootfs): %w", err)
+	}
+	return &DBusManager{conn: conn}, nil
+}
+
+// Close ends the connection.
+func (m *DBusManager) Close() { m.conn.Close() }
+
+// Reload is systemctl daemon-reload.
+func (m *DBusManager) Reload(ctx context.Context) error { return m.conn.ReloadContext(ctx) }
+
+// Enable is systemctl enable NAME.
+func (m *DBusManager) Enable(ctx context.Context, name string) ([]string, error) {
+	_, changes, err := m.conn.EnableUnitFilesContext(ctx, []string{name}, false, false)
+	if err != nil {
+		return nil, err
+	}
+	var links []string
+	for _, c := range changes {
+		if c.Type == "symlink" {
+			links = append(links, c.Filename)
+		}
+	}
+	return links, nil
+}
+
+// Start is systemctl start NAME: it waits for the job's result.
+func (m *DBusManager) Start(ctx context.Context, name string) error {
+	done := make(chan string, 1)
+	if _, err := m.conn.StartUnitContext(ctx, name, "replace", done); err != nil {
+		return err
+	}
+	select {
+	case result := <-done:
+		if result != "done" {
+			return fmt.Errorf("job %s", result)
+		}
+		return nil
+	case <-ctx.Done():
+		return errors.Join(errors.New("start job did not finish"), ctx.Err())
+	}
+}

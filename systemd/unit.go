@@ -1,0 +1,137 @@
+package systemd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/unit"
+)
+
+// ShutdownUnitName is the clean-shutdown unit's name.
+const ShutdownUnitName = "leasekeeper-release.service"
+
+// unitMarker is the first line of every unit this package writes; a file
+// without it was written by someone else and is not overwritten unless
+// forced.
+const unitMarker = "# Written by leasekeeper install-shutdown-unit."
+
+// networkUnits are the services that bring the network up on the
+// distributions nodes and containers run. The shutdown unit is ordered
+// after each of them (and after network-online.target), so at shutdown
+// systemd stops it — running its ExecStop — before any of them takes the
+// network down. Ordering against a unit that does not exist is harmless.
+var networkUnits = []string{
+	"network.target",
+	"network-online.target",
+	"systemd-networkd.service",
+	"NetworkManager.service",
+	"networking.service",
+	"systemd-resolved.service",
+}
+
+// ShutdownUnit describes the clean-shutdown unit.
+type ShutdownUnit struct {
+	// Binary is the absolute path of leasekeeper on the machine the unit
+	// runs on (inside the rootfs, for an image).
+	Binary string
+	// ReleaseArgs follow "release" on the ExecStop line.
+	ReleaseArgs []string
+	// StopTimeout bounds the release at shutdown (TimeoutStopSec).
+	StopTimeout time.Duration
+}
+
+// DefaultStopTimeout leaves the release command's own bound room to run
+// and never holds a shutdown for long.
+const DefaultStopTimeout = 30 * time.Second
+
+// execWordOK reports whether s can be written as one word of an Exec line
+// without quoting: systemd splits on whitespace and expands %, $ and \.
+func execWordOK(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case strings.ContainsRune("/._+-=:,@", r):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports what is wrong with u, if anything.
+func (u ShutdownUnit) Validate() error {
+	if !strings.HasPrefix(u.Binary, "/") {
+		return fmt.Errorf("binary %q: must be an absolute path", u.Binary)
+	}
+	if !execWordOK(u.Binary) {
+		return fmt.Errorf("binary %q: only letters, digits and /._+-=:,@ are allowed in the path", u.Binary)
+	}
+	for _, a := range u.ReleaseArgs {
+		if !execWordOK(a) {
+			return fmt.Errorf("release argument %q: only letters, digits and /._+-=:,@ are allowed", a)
+		}
+	}
+	if u.StopTimeout < 0 {
+		return errors.New("stop timeout must not be negative")
+	}
+	return nil
+}
+
+// Sections returns the unit as go-systemd sections, in file order.
+func (u ShutdownUnit) Sections() []*unit.UnitSection {
+	timeout := u.StopTimeout
+	if timeout == 0 {
+		timeout = DefaultStopTimeout
+	}
+	exec := strings.Join(append([]string{u.Binary, "release"}, u.ReleaseArgs...), " ")
+	entries := []*unit.UnitEntry{
+		{Name: "Description", Value: "Release this machine's DHCP leases at clean shutdown (leasekeeper)"},
+		{Name: "Documentation", Value: "man:leasekeeper(8)"},
+		{Name: "Wants", Value: "network-online.target"},
+	}
+	for _, n := range networkUnits {
+		entries = append(entries, &unit.UnitEntry{Name: "After", Value: n})
+	}
+	return []*unit.UnitSection{
+		{Section: "Unit", Entries: entries},
+		{Section: "Service", Entries: []*unit.UnitEntry{
+			{Name: "Type", Value: "oneshot"},
+			{Name: "RemainAfterExit", Value: "yes"},
+			{Name: "ExecStart", Value: "/bin/true"},
+			// "-": a failed release is logged, never fails the shutdown.
+			{Name: "ExecStop", Value: "-" + exec},
+			{Name: "TimeoutStopSec", Value: fmt.Sprintf("%ds", int((timeout+time.Second-1)/time.Second))},
+		}},
+		{Section: "Install", Entries: []*unit.UnitEntry{
+			{Name: "WantedBy", Value: "multi-user.target"},
+		}},
+	}
+}
+
+// Render returns the unit file's text.
+func (u ShutdownUnit) Render() ([]byte, error) {
+	if err := u.Validate(); err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(unit.SerializeSections(u.Sections()))
+	if err != nil {
+		return nil, err
+	}
+	head := unitMarker + "\n" +
+		"# Re-run it to change this file; it refuses to overwrite a file without this line.\n" +
+		"# At shutdown systemd stops this unit before the network services it is\n" +
+		"# ordered after, so ExecStop releases the leases while the network is up.\n"
+	return append([]byte(head), body...), nil
+}
+
+// writtenByUs reports whether a unit file's content carries our marker.
+func writtenByUs(b []byte) bool {
+	line, _, _ := strings.Cut(string(b), "\n")
+	return line == unitMarker
+}
