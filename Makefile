@@ -12,14 +12,14 @@ GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 all: build
 
 build:
-	$(GO) build $(GOFLAGS_BUILD) -o bin/leasekeeper ./cmd/leasekeeper
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/leasekeeper ./cmd/leasekeeper
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o bin/leasekeeper-hook ./hook
 
 # Test dependencies: real dhcpd, dhclient, dhcpd-pools and perfdhcp for the
 # lab tests. Without root the script only reports what is missing, and the
 # tests that need it skip with a reason.
 test-deps:
-	scripts/install-deps isc-dhcp-server isc-dhcp-client dhcpd-pools kea-admin iproute2
+	scripts/install-deps isc-dhcp-server isc-dhcp-client dhcpd-pools kea-admin iproute2 systemd cloud-init curl
 
 vet:
 	$(GO) vet ./...

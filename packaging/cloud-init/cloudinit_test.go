@@ -1,0 +1,137 @@
+// Package cloudinit holds the tests of the cloud-init files shipped for
+// nodes: the node script run against a real leasekeeper binary, and the
+// multi-part user-data the README tells operators to build.
+package cloudinit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const script = "leasekeeper-node.sh"
+
+// build compiles leasekeeper as make build does (static).
+func build(t *testing.T) (path, sum string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds leasekeeper")
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	path = filepath.Join(t.TempDir(), "leasekeeper")
+	cmd := exec.Command(gobin, "build", "-trimpath", "-o", path, "../../cmd/leasekeeper")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(b)
+	return path, hex.EncodeToString(h[:])
+}
+
+func runScript(t *testing.T, env ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", script)
+	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestNodeScriptInstallsIntoRoot(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	bin, sum := build(t)
+	root := t.TempDir()
+	env := []string{"LEASEKEEPER_URL=file://" + bin, "LEASEKEEPER_SHA256=" + sum, "LEASEKEEPER_ROOT=" + root}
+	out, err := runScript(t, env...)
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	for _, want := range []string{"installed /usr/local/sbin/leasekeeper", "wrote /etc/systemd/system/leasekeeper-release.service", "enabled: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/leasekeeper-release.service"))
+	if err != nil || !strings.Contains(string(unit), "\nExecStop=-/usr/local/sbin/leasekeeper release\n") {
+		t.Fatalf("unit: %v\n%s", err, unit)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "usr/local/sbin/leasekeeper")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("binary: %v", err)
+	}
+	if _, err := os.Readlink(filepath.Join(root, "etc/systemd/system/multi-user.target.wants/leasekeeper-release.service")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Second run (cloud-init "always" or by hand): the binary is found,
+	// nothing is fetched, nothing changes. A URL that cannot be fetched
+	// proves no download is attempted.
+	out, err = runScript(t, "LEASEKEEPER_URL=file:///nonexistent", "LEASEKEEPER_SHA256=00", "LEASEKEEPER_ROOT="+root)
+	if err != nil || !strings.Contains(out, "is up to date") || strings.Contains(out, "installed") {
+		t.Fatalf("second run: %v\n%s", err, out)
+	}
+}
+
+func TestNodeScriptRefuses(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	bin, _ := build(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"no binary no url", nil, "LEASEKEEPER_URL is not set"},
+		{"url without checksum", []string{"LEASEKEEPER_URL=file://" + bin}, "LEASEKEEPER_SHA256 must be set"},
+		{"wrong checksum", []string{"LEASEKEEPER_URL=file://" + bin, "LEASEKEEPER_SHA256=" + strings.Repeat("0", 64)}, "checksum mismatch"},
+		{"fetch fails", []string{"LEASEKEEPER_URL=file:///nonexistent/leasekeeper", "LEASEKEEPER_SHA256=" + strings.Repeat("0", 64)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			out, err := runScript(t, append(tc.env, "LEASEKEEPER_ROOT="+root)...)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Fatalf("err %v, output %q, want failure mentioning %q", err, out, tc.want)
+			}
+			left, _ := filepath.Glob(filepath.Join(root, "usr/local/sbin/*"))
+			if len(left) != 0 {
+				t.Fatalf("left behind: %v", left)
+			}
+			if _, err := os.Stat(filepath.Join(root, "etc")); err == nil {
+				t.Fatal("installed a unit without a binary")
+			}
+		})
+	}
+}
+
+// TestMultipartUserData builds the user-data the README describes with
+// cloud-init's own tool and checks both parts survive with their types.
+func TestMultipartUserData(t *testing.T) {
+	ci, err := exec.LookPath("cloud-init")
+	if err != nil {
+		t.Skip("cloud-init not installed")
+	}
+	if out, err := exec.Command(ci, "schema", "-c", "example-user-data.yaml").CombinedOutput(); err != nil {
+		t.Fatalf("schema: %v\n%s", err, out)
+	}
+	out, err := exec.Command(ci, "devel", "make-mime",
+		"-a", "example-user-data.yaml:cloud-config",
+		"-a", script+":x-shellscript").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make-mime: %v\n%s", err, out)
+	}
+	for _, want := range []string{"Content-Type: text/cloud-config", "Content-Type: text/x-shellscript", `filename="` + script + `"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("user-data lacks %q", want)
+		}
+	}
+}
