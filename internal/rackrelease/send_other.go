@@ -1,0 +1,9 @@
+//go:build !linux
+
+package rackrelease
+
+import "errors"
+
+func sendFrame(string, int, []byte) error {
+	return errors.New("releasing on behalf of a client needs Linux packet sockets")
+}
