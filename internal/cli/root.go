@@ -91,6 +91,7 @@ Operator commands read dhcpd's own files and never modify them.`,
 		newAgentCmd(&env),
 		newStatusCmd(&env),
 		newDeadLetterCmd(&env),
+		newReleaseCmd(&env),
 		newInstallShutdownUnitCmd(&env),
 	)
 	return root

@@ -25,6 +25,9 @@ type Client struct {
 	MAC      net.HardwareAddr // eth0's address
 	Hostname string           // the host-name option dhclient sends ("" sends none)
 	Dir      string           // dhclient.conf, .leases, .pid and .log
+	// DhclientConf is appended to the client's dhclient.conf
+	// (WithDhclientConf).
+	DhclientConf string
 
 	lab *Lab
 
@@ -213,6 +216,10 @@ func (c *Client) writeConf() error {
 	}
 	// Retry fast: the first DISCOVER may race the veth coming up.
 	b.WriteString("initial-interval 1;\nbackoff-cutoff 2;\n")
+	if c.DhclientConf != "" {
+		b.WriteString(c.DhclientConf)
+		b.WriteString("\n")
+	}
 	return os.WriteFile(c.path("conf"), []byte(b.String()), 0o644)
 }
 

@@ -21,7 +21,7 @@
 //	(*Lab).Command(ns, argv...)          an *exec.Cmd running argv inside ns (CommandContext too)
 //	(*Lab).Exec(ctx, ns, argv...)        run it, combined output, error carries the output
 //	(*Lab).SubnetConf(body)              "subnet … netmask … { body }" for the bridge subnet
-//	(*Lab).AddClient(name, opts...)      WithMAC, WithHostname
+//	(*Lab).AddClient(name, opts...)      WithMAC, WithHostname, WithDhclientConf
 //	(*Client).Dhclient(ctx, args...)     obtain a lease, configure it on eth0, keep dhclient running
 //	(*Client).Release(ctx)               dhclient -r (DHCPRELEASE), drop the address
 //	(*Client).Kill()                     the client vanishes without a release (SIGKILL)

@@ -300,6 +300,12 @@ func WithHostname(name string) ClientOption {
 	return func(c *Client) { c.Hostname = name }
 }
 
+// WithDhclientConf appends statements to the dhclient.conf the lab
+// writes for the client, e.g. `send dhcp-client-identifier 1:2:0:0:0:0:1;`.
+func WithDhclientConf(statements string) ClientOption {
+	return func(c *Client) { c.DhclientConf = statements }
+}
+
 // AddClient creates a client namespace named after the lab and name
 // (1–8 lower-case letters or digits) with eth0 joined to the bridge.
 func (l *Lab) AddClient(name string, opts ...ClientOption) *Client {

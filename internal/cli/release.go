@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/internal/release"
+)
+
+// releaseFlags are the node-side flags of `leasekeeper release`.
+type releaseFlags struct {
+	interfaces   []string
+	leaseFiles   []string
+	dhclientConf string
+	dryRun       bool
+	timeout      time.Duration
+}
+
+func newReleaseCmd(env *Env) *cobra.Command {
+	var (
+		f  releaseFlags
+		rf *releaseForFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "release [--interface IF]... [--lease-file PATH]... [--dry-run] [--timeout D] | release --for IP --mac MAC [--interface IF] [--server ADDR]",
+		Short: "Send DHCPRELEASE for this node's leases, or (on the rack) for a client that is gone",
+		Long: `Give this node's DHCPv4 leases back to the servers that granted them, so the
+addresses are free at once instead of when the leases end. Run it while
+the network is still up, e.g. at shutdown (install-shutdown-unit).
+
+Leases are found whatever client holds them:
+  ISC dhclient             /var/lib/dhcp/dhclient*.leases, /var/lib/dhclient/dhclient*.leases
+                           (the last lease per interface is the current one)
+  systemd-networkd         /run/systemd/netif/leases/IFINDEX
+  NetworkManager           /var/lib/NetworkManager/internal-UUID-IFACE.lease,
+                           /var/lib/NetworkManager/dhclient-UUID-IFACE.lease
+--lease-file reads the named files instead (repeatable); their format
+is detected from their content, and a networkd-format file whose name
+is not an interface index belongs to the one --interface given.
+
+Each release is a unicast DHCPRELEASE from the lease's address, port 68,
+to the lease's server, port 67, on the lease's interface: ciaddr the
+address, chaddr the interface's MAC, option 54 the server identifier,
+option 61 the client identifier the lease (or, for dhclient, the
+dhclient.conf) names. A lease is skipped, with the reason, when it has
+expired, when its address is no longer configured on its interface
+(a stale file), or when its file names no server (NetworkManager's
+internal client records only the address).
+
+The whole run takes at most --timeout. DHCPRELEASE has no reply: a
+release counts as sent when it left the node (for a server on the
+interface's subnet: the server answered ARP) and no error came back.
+One line per lease is printed. Exit status: 0 when every current lease
+was released or skipped, or there were none; 1 when a release could not
+be sent or a --lease-file could not be read (the others are still
+released).
+
+On the rack: --for IP --mac MAC makes the local dhcpd release the lease
+of a client that is gone without releasing it (a force-deleted container,
+a dead node), so dhcpd runs its own "on release" and the hook tells the
+region. The lease must be active in dhcpd's leases file (--leases) and
+belong to MAC, else nothing is sent (exit 1). The DHCPRELEASE is written
+as a frame on the interface dhcpd serves that subnet on (--interface,
+default the one whose subnet holds IP), where dhcpd's packet socket sees
+it; then the leases file is watched until dhcpd records the release
+(--no-wait skips that). Needs root (CAP_NET_RAW).`,
+		Example: `  # at shutdown: release every DHCPv4 lease of the node
+  leasekeeper release
+
+  # only eth0, and show the packet instead of sending it
+  leasekeeper release --interface eth0 --dry-run
+
+  # a lease file in an unusual place (format detected)
+  leasekeeper release --lease-file /srv/ct1/var/lib/dhcp/dhclient.eth0.leases
+
+  # a systemd-networkd lease copied elsewhere: say which interface it is for
+  leasekeeper release --lease-file /tmp/lease --interface eth0
+
+  # on the rack: free the lease of a container that was force-deleted
+  leasekeeper release --for 203.0.113.101 --mac 02:00:00:00:00:02`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unexpected argument %q (leases are found, or named with --lease-file)", args[0])}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rf.requested(cmd) {
+				opts, err := rf.options(cmd)
+				if err != nil {
+					return err
+				}
+				return runReleaseFor(cmd, env, opts)
+			}
+			if f.timeout <= 0 {
+				return usageError{fmt.Errorf("--timeout %v: must be positive", f.timeout)}
+			}
+			return runNodeRelease(cmd.Context(), env, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.interfaces, "interface", nil, "release only the leases of this interface (repeatable)")
+	fl.StringArrayVar(&f.leaseFiles, "lease-file", nil, "read this lease file instead of the clients' usual places (repeatable; format detected)")
+	fl.StringVar(&f.dhclientConf, "dhclient-conf", release.DefaultDhclientConf, `dhclient.conf whose "send dhcp-client-identifier" applies to dhclient leases ("-" for none)`)
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print the DHCPRELEASE packets instead of sending them")
+	fl.DurationVar(&f.timeout, "timeout", release.DefaultTimeout, "bound on the whole run")
+	rf = addReleaseForFlags(cmd)
+	return cmd
+}
+
+// runNodeRelease is the node side of `leasekeeper release`: the node's
+// own leases. (The rack side, releasing on behalf of a gone client,
+// is a different path of the same command.)
+func runNodeRelease(ctx context.Context, env *Env, f releaseFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	conf := f.dhclientConf
+	if conf == release.DefaultDhclientConf {
+		conf = "" // lets NetworkManager's own dhclient confs apply
+	}
+	_, err := release.Run(ctx, release.Options{
+		Interfaces:   f.interfaces,
+		LeaseFiles:   f.leaseFiles,
+		DhclientConf: conf,
+		DryRun:       f.dryRun,
+		Timeout:      f.timeout,
+		Now:          env.Now,
+		Stdout:       env.Stdout,
+		Stderr:       env.Stderr,
+	})
+	return err
+}

@@ -1,0 +1,431 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/internal/lab"
+)
+
+// The lab tests run `leasekeeper release` inside a client namespace:
+// this test binary re-executed through `ip netns exec`, running the
+// command tree as main does (TestReleaseHelperProcess).
+const helperEnv = "LEASEKEEPER_RELEASE_HELPER"
+
+// TestReleaseHelperProcess is not a test: with LEASEKEEPER_RELEASE_HELPER=1
+// it runs the leasekeeper command tree on the arguments after "--" and
+// exits with main's status.
+func TestReleaseHelperProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		return
+	}
+	args := os.Args
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	env := Env{Version: "test", Stdout: os.Stdout, Stderr: os.Stderr}
+	env.defaults()
+	root := New(env)
+	if c, _, err := root.Find([]string{"release"}); err != nil || c == root {
+		root.AddCommand(newReleaseCmd(&env)) // until root.go registers it
+	}
+	root.SetArgs(args)
+	os.Exit(ExitCode(root.Execute(), os.Stderr))
+}
+
+// runRelease runs the command in-process.
+func runRelease(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := Env{Stdout: &out, Stderr: &errb, Now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
+	env.defaults()
+	cmd := newReleaseCmd(&env)
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	code := ExitCode(cmd.Execute(), &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestReleaseUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"argument", []string{"eth0"}, 2, "unexpected argument"},
+		{"bad timeout", []string{"--timeout", "0s"}, 2, "must be positive"},
+		{"unknown flag", []string{"--four", "203.0.113.5"}, 2, "unknown flag"},
+		{"for without mac", []string{"--for", "203.0.113.5"}, 2, "--for IP and --mac MAC go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runRelease(t, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.msg) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+// TestReleaseNoLeases: lease files that hold no lease (an empty file,
+// a dhclient file with only its DUID) are not an error.
+func TestReleaseNoLeases(t *testing.T) {
+	dir := t.TempDir()
+	empty, duidOnly := filepath.Join(dir, "empty"), filepath.Join(dir, "dhclient.leases")
+	os.WriteFile(empty, nil, 0o644)
+	os.WriteFile(duidOnly, []byte("default-duid \"\\000\\001\\000\\001\";\n"), 0o644)
+	out, stderr, code := runRelease(t, "--lease-file", empty, "--lease-file", duidOnly)
+	if code != 0 || !strings.Contains(out, "no DHCPv4 leases found") || stderr != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0 and \"no DHCPv4 leases found\"", code, out, stderr)
+	}
+}
+
+func TestReleaseMissingFile(t *testing.T) {
+	out, stderr, code := runRelease(t, "--lease-file", filepath.Join(t.TempDir(), "nope"))
+	if code != 1 || !strings.Contains(stderr, "no such file") || !strings.Contains(out, "no DHCPv4 leases found") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 1, a no-such-file warning and no leases", code, out, stderr)
+	}
+}
+
+// relLab is a lab with dhcpd running the packaging hook snippet, whose
+// hook reports to a test listener.
+type relLab struct {
+	t    *testing.T
+	lab  *lab.Lab
+	d    *lab.Dhcpd
+	hook *net.UnixConn
+
+	mu    sync.Mutex
+	grams []map[string]any
+}
+
+var (
+	hookOnce sync.Once
+	hookPath string
+	hookErr  error
+)
+
+// builtHook builds leasekeeper-hook once per test binary, under dir
+// (removed by the first test's cleanup is fine: later tests rebuild).
+func builtHook(t *testing.T) string {
+	t.Helper()
+	hookOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lk-release-hook-")
+		if err != nil {
+			hookErr = err
+			return
+		}
+		hookPath = filepath.Join(dir, "leasekeeper-hook")
+		if out, err := exec.Command("go", "build", "-o", hookPath, "../../hook").CombinedOutput(); err != nil {
+			hookErr = fmt.Errorf("go build ../../hook: %v\n%s", err, out)
+		}
+	})
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	return hookPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if hookPath != "" {
+		os.RemoveAll(filepath.Dir(hookPath))
+	}
+	os.Exit(code)
+}
+
+func newRelLab(t *testing.T) *relLab {
+	t.Helper()
+	lab.Require(t, "dhcpd", "dhclient")
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go tool to build leasekeeper-hook")
+	}
+	hook := builtHook(t)
+	dir, err := os.MkdirTemp("", "lkrel") // unix socket paths are short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock, spool := filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	raw, err := os.ReadFile("../../packaging/dhcpd/leasekeeper.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const call = `"/usr/sbin/leasekeeper-hook", "notify",`
+	if n := strings.Count(string(raw), call); n != 3 {
+		t.Fatalf("packaging/dhcpd/leasekeeper.conf: %d execute calls of the form %s, want 3: update this test", n, call)
+	}
+	snippet := strings.ReplaceAll(string(raw), call, fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", hook, sock, spool))
+
+	r := &relLab{t: t, lab: lab.New(t), hook: conn}
+	r.d = r.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: "ping-check false;\nauthoritative;\nddns-update-style none;\n" +
+		"default-lease-time 600;\nmax-lease-time 600;\n" + snippet + "\n" +
+		r.lab.SubnetConf("  range 203.0.113.100 203.0.113.150;")})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dhcpd log:\n%s", r.d.Logs())
+		}
+	})
+	return r
+}
+
+func (r *relLab) client(name string, opts ...lab.ClientOption) (*lab.Client, netip.Addr) {
+	r.t.Helper()
+	c := r.lab.AddClient(name, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ip, err := c.Dhclient(ctx)
+	if err != nil {
+		r.t.Fatalf("dhclient: %v", err)
+	}
+	return c, ip
+}
+
+// release runs `leasekeeper release ARGS…` in the client's namespace.
+func (r *relLab) release(c *lab.Client, args ...string) (stdout, stderr string, code int, took time.Duration) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	argv := append([]string{os.Args[0], "-test.run=^TestReleaseHelperProcess$", "--", "release"}, args...)
+	cmd := r.lab.CommandContext(ctx, c.NS, argv...)
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	took = time.Since(start)
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		r.t.Fatalf("release: %v\n%s", err, errb.String())
+	}
+	r.t.Logf("release %s (exit %d, %v):\n%s%s", strings.Join(args, " "), code, took.Round(time.Millisecond), out.String(), errb.String())
+	return out.String(), errb.String(), code, took
+}
+
+// waitHook waits for a hook datagram with the action for ip.
+func (r *relLab) waitHook(action string, ip netip.Addr) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 64<<10)
+	for time.Now().Before(deadline) {
+		r.hook.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, err := r.hook.Read(buf)
+		if err != nil {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			r.t.Fatalf("hook datagram %q: %v", buf[:n], err)
+		}
+		r.grams = append(r.grams, m)
+		if m["action"] == action && m["ip"] == ip.String() {
+			return
+		}
+	}
+	r.t.Fatalf("no %s for %s from the hook; got %v", action, ip, r.grams)
+}
+
+// checkReleased checks that dhcpd logged the release (found) and wrote
+// the address's last block free (or released).
+func (r *relLab) checkReleased(ip netip.Addr, mac net.HardwareAddr) {
+	r.t.Helper()
+	// dhcpd names the lease's client-hostname, if any, before "via".
+	want := regexp.MustCompile(`DHCPRELEASE of ` + regexp.QuoteMeta(ip.String()) + ` from ` +
+		regexp.QuoteMeta(mac.String()) + ` (\(\S+\) )?via br0 \(found\)`)
+	deadline := time.Now().Add(5 * time.Second)
+	for !want.MatchString(r.d.Logs()) {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("dhcpd did not log %s", want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, err := os.ReadFile(r.d.LeasesPath())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.LastIndex(s, "lease "+ip.String()+" {")
+	if i < 0 {
+		r.t.Fatalf("no block for %s in dhcpd.leases:\n%s", ip, s)
+	}
+	last := s[i:]
+	if j := strings.Index(last, "}"); j >= 0 {
+		last = last[:j+1]
+	}
+	if !regexp.MustCompile(`binding state (free|released);`).MatchString(last) {
+		r.t.Errorf("after the release, the last block for %s is not free/released:\n%s", ip, last)
+	}
+}
+
+func (r *relLab) noRelease() {
+	r.t.Helper()
+	if strings.Contains(r.d.Logs(), "DHCPRELEASE") {
+		r.t.Errorf("dhcpd logged a DHCPRELEASE:\n%s", r.d.Logs())
+	}
+}
+
+// TestLabReleaseDhclient: a client leases with real dhclient (sending a
+// client identifier from its dhclient.conf); `leasekeeper release` in
+// its namespace, while dhclient still runs, frees the lease: dhcpd logs
+// the DHCPRELEASE, writes the lease free, and the hook reports release.
+// --dry-run first shows the packet and sends nothing.
+func TestLabReleaseDhclient(t *testing.T) {
+	t.Parallel()
+	r := newRelLab(t)
+	c, ip := r.client("c1", lab.WithDhclientConf("send dhcp-client-identifier 1:2:0:0:0:0:1;"))
+	r.waitHook("commit", ip)
+	conf := filepath.Join(c.Dir, "dhclient.conf")
+
+	out, _, code, _ := r.release(c, "--dry-run", "--lease-file", c.LeaseFile(), "--dhclient-conf", conf)
+	wantDry := fmt.Sprintf("eth0: would release %s: DHCPRELEASE xid ", ip)
+	if code != 0 || !strings.Contains(out, wantDry) ||
+		!strings.Contains(out, "chaddr 02:00:00:00:00:01 server-id 203.0.113.1 client-id 01:02:00:00:00:00:01") {
+		t.Fatalf("dry run: exit %d, output %q; want 0 and %q… with chaddr, server-id and client-id", code, out, wantDry)
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+
+	out, _, code, _ = r.release(c, "--lease-file", c.LeaseFile(), "--dhclient-conf", conf)
+	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1 (dhclient lease in %s)", ip, c.LeaseFile()); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	r.checkReleased(ip, c.MAC)
+	r.waitHook("release", ip)
+}
+
+// TestLabReleaseNetworkd: the same with a systemd-networkd lease file
+// (named by eth0's index in the client namespace, as networkd names
+// them) for the address dhclient obtained; dhclient is gone (killed, no
+// release of its own). The file's CLIENTID is networkd's DUID-based one,
+// which dhcpd never saw: dhcpd still finds the lease by ciaddr and
+// releases it because chaddr matches.
+func TestLabReleaseNetworkd(t *testing.T) {
+	t.Parallel()
+	r := newRelLab(t)
+	c, ip := r.client("c2")
+	r.waitHook("commit", ip)
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	link, err := r.lab.Exec(ctx, c.NS, "ip", "-o", "link", "show", "dev", c.Iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, _, _ := strings.Cut(string(link), ":")
+	dir := filepath.Join(t.TempDir(), "leases")
+	os.MkdirAll(dir, 0o755)
+	file := filepath.Join(dir, idx)
+	lease := fmt.Sprintf(`# This is private data. Do not parse.
+ADDRESS=%s
+NETMASK=255.255.255.0
+SERVER_ADDRESS=203.0.113.1
+T1=300
+T2=525
+LIFETIME=600
+CLIENTID=ff5ac2b0e200020000ab11a1b2c3d4e5f60718
+`, ip)
+	if err := os.WriteFile(file, []byte(lease), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code, _ := r.release(c, "--lease-file", file)
+	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1 (networkd lease in %s)", ip, file); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	r.checkReleased(ip, c.MAC)
+	r.waitHook("release", ip)
+}
+
+// TestLabReleaseBadInput: an expired lease and a stale one are skipped
+// and say why; a server with no route and an on-link server that is not
+// there both fail within the time limit with a clear error; dhcpd sees
+// no release at all.
+func TestLabReleaseBadInput(t *testing.T) {
+	t.Parallel()
+	r := newRelLab(t)
+	c, ip := r.client("c3")
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	block := func(addr, server, expire string) string {
+		return fmt.Sprintf("lease {\n  interface \"eth0\";\n  fixed-address %s;\n  option dhcp-server-identifier %s;\n  expire %s;\n}\n", addr, server, expire)
+	}
+	future := "epoch " + fmt.Sprint(time.Now().Add(time.Hour).Unix())
+
+	t.Run("expired", func(t *testing.T) {
+		f := write("expired.leases", block(ip.String(), "203.0.113.1", "1 2020/01/06 00:00:00"))
+		out, _, code, _ := r.release(c, "--lease-file", f)
+		if want := fmt.Sprintf("eth0: skipped %s: the lease expired at 2020-01-06T00:00:00Z", ip); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output %q; want 0 and %q", code, out, want)
+		}
+	})
+	t.Run("stale", func(t *testing.T) {
+		f := write("stale.leases", block("203.0.113.149", "203.0.113.1", future))
+		out, _, code, _ := r.release(c, "--lease-file", f)
+		if want := "eth0: skipped 203.0.113.149: 203.0.113.149 is not configured on eth0"; code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output %q; want 0 and %q", code, out, want)
+		}
+	})
+	t.Run("no route", func(t *testing.T) {
+		f := write("noroute.leases", block(ip.String(), "198.51.100.1", future))
+		out, stderr, code, took := r.release(c, "--lease-file", f, "--timeout", "2s")
+		if code != 1 || !strings.Contains(out, "FAILED to release "+ip.String()+" to server 198.51.100.1: no route to 198.51.100.1") ||
+			!strings.Contains(stderr, "1 of 1 release(s) not sent") {
+			t.Errorf("exit %d, stdout %q, stderr %q; want 1 and no route", code, out, stderr)
+		}
+		if took > 4*time.Second {
+			t.Errorf("took %v with --timeout 2s", took)
+		}
+	})
+	t.Run("silent server", func(t *testing.T) {
+		f := write("silent.leases", block(ip.String(), "203.0.113.254", future))
+		out, _, code, took := r.release(c, "--lease-file", f, "--timeout", "1s")
+		if code != 1 || !strings.Contains(out, "203.0.113.254 did not answer ARP on eth0 within the time limit") {
+			t.Errorf("exit %d, output %q; want 1 and an ARP failure", code, out)
+		}
+		if took > 3*time.Second {
+			t.Errorf("took %v with --timeout 1s", took)
+		}
+	})
+	t.Run("missing file and a good one", func(t *testing.T) {
+		f := write("stale2.leases", block("203.0.113.148", "203.0.113.1", future))
+		out, stderr, code, _ := r.release(c, "--lease-file", filepath.Join(dir, "nope"), "--lease-file", f)
+		if code != 1 || !strings.Contains(stderr, "nope: open") || !strings.Contains(out, "skipped 203.0.113.148") {
+			t.Errorf("exit %d, stdout %q, stderr %q; want 1, the missing file named, the other handled", code, out, stderr)
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+}

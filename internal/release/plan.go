@@ -1,0 +1,163 @@
+package release
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Source is one lease file as read, ready for Plan.
+type Source struct {
+	Path   string
+	Format Format
+	// Iface is the interface the file's name or the command line says
+	// the file belongs to, for formats that do not record it.
+	Iface  string
+	Saved  time.Time // the file's modification time
+	Leases []Lease   // the current leases (Current applied)
+	// ClientIDs are the identifiers the dhclient.conf that goes with the
+	// file sends, by interface ("" for all); nil if none.
+	ClientIDs map[string]ConfClientID
+}
+
+// Iface is what a release needs to know about a local interface.
+type Iface struct {
+	Name     string
+	MAC      net.HardwareAddr
+	Prefixes []netip.Prefix // its IPv4 addresses with their prefix lengths
+}
+
+func (i Iface) has(a netip.Addr) bool {
+	for _, p := range i.Prefixes {
+		if p.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Verdict is what to do with a lease.
+type Verdict int
+
+const (
+	Release           Verdict = iota
+	SkipExpired               // the lease has ended: the server has already freed it
+	SkipNotConfigured         // the address is not on the interface (a stale file)
+	SkipNoServer              // the file records no server identifier
+	SkipNoInterface           // no such interface, or the file does not say which
+	SkipNotEthernet           // the interface has no 6-byte hardware address
+)
+
+// Action is one lease and what Plan decided for it.
+type Action struct {
+	Iface    string
+	Lease    Lease
+	Source   string // the lease file
+	Format   Format
+	MAC      net.HardwareAddr
+	ClientID []byte // option 61 to send, nil for none
+	Expires  time.Time
+	Verdict  Verdict
+	Reason   string // why it is skipped
+}
+
+// Plan decides, for every lease the sources hold, whether to release it:
+// a lease is released when its interface exists and has an Ethernet
+// address, the lease has not ended, its address is still configured on
+// the interface (a DHCPRELEASE must come from the address it gives
+// back, and an address the node no longer holds may by now be another
+// lease of the same MAC's), and the file names the server. When only is
+// not empty, leases on other interfaces are left out. A lease found in
+// several files (interface and address equal) is planned once: from a
+// file that allows the release if any does, else from the file whose
+// lease ends last (unknown counting as last). Actions are ordered by interface and
+// address.
+func Plan(sources []Source, ifaces map[string]Iface, only []string, now time.Time) []Action {
+	type key struct {
+		iface string
+		addr  netip.Addr
+	}
+	seen := map[key]int{}
+	var out []Action
+	for _, s := range sources {
+		for _, l := range s.Leases {
+			name := l.Interface
+			if name == "" {
+				name = s.Iface
+			}
+			if len(only) > 0 && !slices.Contains(only, name) {
+				continue
+			}
+			a := Action{Iface: name, Lease: l, Source: s.Path, Format: s.Format, Verdict: Release}
+			a.Expires, _ = l.Expiry(s.Saved)
+			if i, dup := seen[key{name, l.Address}]; dup {
+				d := decide(a, s, ifaces, now)
+				old := out[i]
+				if d.Verdict == Release && old.Verdict != Release ||
+					(d.Verdict == Release) == (old.Verdict == Release) && later(d.Expires, old.Expires) {
+					out[i] = d
+				}
+				continue
+			}
+			seen[key{name, l.Address}] = len(out)
+			out = append(out, decide(a, s, ifaces, now))
+		}
+	}
+	slices.SortStableFunc(out, func(x, y Action) int {
+		return cmp.Or(cmp.Compare(x.Iface, y.Iface), x.Lease.Address.Compare(y.Lease.Address))
+	})
+	return out
+}
+
+// later reports whether expiry a is after b, zero meaning never or
+// unknown (which counts as latest).
+func later(a, b time.Time) bool {
+	if b.IsZero() {
+		return false
+	}
+	return a.IsZero() || a.After(b)
+}
+
+func decide(a Action, s Source, ifaces map[string]Iface, now time.Time) Action {
+	skip := func(v Verdict, format string, args ...any) Action {
+		a.Verdict, a.Reason = v, fmt.Sprintf(format, args...)
+		return a
+	}
+	if a.Iface == "" {
+		return skip(SkipNoInterface, "the file does not say which interface it is for (name one with --interface)")
+	}
+	ifc, ok := ifaces[a.Iface]
+	if !ok {
+		return skip(SkipNoInterface, "no interface %s on this node", a.Iface)
+	}
+	a.MAC = ifc.MAC
+	a.ClientID = a.Lease.ClientID
+	if a.ClientID == nil {
+		id, ok := s.ClientIDs[a.Iface]
+		if !ok {
+			id, ok = s.ClientIDs[""]
+		}
+		switch {
+		case ok && id.Hardware && len(ifc.MAC) > 0:
+			a.ClientID = append([]byte{1}, ifc.MAC...)
+		case ok:
+			a.ClientID = id.Bytes
+		}
+	}
+	if !a.Expires.IsZero() && !a.Expires.After(now) {
+		return skip(SkipExpired, "the lease expired at %s", a.Expires.UTC().Format(time.RFC3339))
+	}
+	if !ifc.has(a.Lease.Address) {
+		return skip(SkipNotConfigured, "%s is not configured on %s (a stale lease, or the address is already gone)", a.Lease.Address, a.Iface)
+	}
+	if !a.Lease.Server.IsValid() {
+		return skip(SkipNoServer, "the lease file records no server identifier")
+	}
+	if len(ifc.MAC) != 6 {
+		return skip(SkipNotEthernet, "%s has no Ethernet hardware address", a.Iface)
+	}
+	return a
+}

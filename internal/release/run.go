@@ -1,0 +1,363 @@
+package release
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+// DefaultGlobs are where the node's DHCP clients keep their leases.
+var DefaultGlobs = []string{
+	"/var/lib/dhcp/dhclient*.leases",           // ISC dhclient (Debian, Ubuntu)
+	"/var/lib/dhclient/dhclient*.leases",       // ISC dhclient (Red Hat family)
+	"/run/systemd/netif/leases/*",              // systemd-networkd, by ifindex
+	"/var/lib/NetworkManager/internal-*.lease", // NetworkManager's internal client
+	"/var/lib/NetworkManager/dhclient-*.lease", // NetworkManager's dhclient backend
+}
+
+// DefaultDhclientConf is where dhclient reads the client identifier it
+// sends.
+const DefaultDhclientConf = "/etc/dhcp/dhclient.conf"
+
+// DefaultTimeout bounds a whole run.
+const DefaultTimeout = 5 * time.Second
+
+// Options configure Run.
+type Options struct {
+	Interfaces []string // only these interfaces; all when empty
+	// LeaseFiles are read instead of Globs when not empty; their format
+	// is detected from their content.
+	LeaseFiles   []string
+	Globs        []string // default DefaultGlobs
+	DhclientConf string   // default DefaultDhclientConf; "-" for none
+	DryRun       bool
+	Timeout      time.Duration // default DefaultTimeout
+	Now          func() time.Time
+	Stdout       io.Writer // the per-interface report
+	Stderr       io.Writer // warnings about odd files
+}
+
+// Result counts what Run did.
+type Result struct {
+	Actions                   []Action
+	Released, Skipped, Failed int
+}
+
+// ErrFailed is wrapped by Run's error when a release could not be sent
+// or a named lease file could not be used.
+var ErrFailed = errors.New("release failed")
+
+// Run finds the node's DHCPv4 leases, sends a DHCPRELEASE for each
+// current one (or, with DryRun, prints what it would send) and reports
+// per interface. All sends together take at most Timeout. Leases that
+// are not released are reported with the reason. Unreadable or odd
+// lease files found by the globs are warned about and skipped; named
+// ones (LeaseFiles) also make the run fail at the end, after the
+// others have been released.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+
+	ifaces, err := localInterfaces()
+	if err != nil {
+		return Result{}, err
+	}
+	for _, name := range o.Interfaces {
+		if _, ok := ifaces[name]; !ok {
+			fmt.Fprintf(o.Stderr, "leasekeeper: warning: --interface %s: no such interface\n", name)
+		}
+	}
+	sources, looked, bad := o.readSources(ifaces)
+
+	actions := Plan(sources, ifaces, o.Interfaces, o.Now())
+	res := Result{Actions: actions}
+	if len(actions) == 0 {
+		where := strings.Join(looked, ", ")
+		if len(o.Interfaces) > 0 {
+			fmt.Fprintf(o.Stdout, "no DHCPv4 leases found for %s (looked in %s)\n", strings.Join(o.Interfaces, ", "), where)
+		} else {
+			fmt.Fprintf(o.Stdout, "no DHCPv4 leases found (looked in %s)\n", where)
+		}
+		if bad > 0 {
+			return res, fmt.Errorf("%w: %d named lease file(s) unusable", ErrFailed, bad)
+		}
+		return res, nil
+	}
+
+	errs := make([]error, len(actions))
+	descs := make([]string, len(actions))
+	var wg sync.WaitGroup
+	for i, a := range actions {
+		if a.Verdict != Release {
+			continue
+		}
+		xid, err := dhcpv4.GenerateTransactionID()
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		p, err := Packet(a.Lease, a.MAC, a.ClientID, xid)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		descs[i] = Describe(p)
+		if o.DryRun {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = send(ctx, a, p.ToBytes())
+		}()
+	}
+	wg.Wait()
+
+	for i, a := range actions {
+		from := fmt.Sprintf("%s lease in %s", a.Format, a.Source)
+		switch {
+		case a.Verdict != Release:
+			res.Skipped++
+			fmt.Fprintf(o.Stdout, "%s: skipped %s: %s (%s)\n", orUnknown(a.Iface), a.Lease.Address, a.Reason, from)
+		case errs[i] != nil:
+			res.Failed++
+			fmt.Fprintf(o.Stdout, "%s: FAILED to release %s to server %s: %v (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, errs[i], from)
+		case o.DryRun:
+			fmt.Fprintf(o.Stdout, "%s: would release %s: %s, from %s:68 to %s:67 (%s)\n", a.Iface, a.Lease.Address, descs[i], a.Lease.Address, a.Lease.Server, from)
+		default:
+			res.Released++
+			fmt.Fprintf(o.Stdout, "%s: released %s to server %s (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, from)
+		}
+	}
+	for _, name := range o.Interfaces {
+		if !slices.ContainsFunc(actions, func(a Action) bool { return a.Iface == name }) {
+			fmt.Fprintf(o.Stdout, "%s: no DHCPv4 lease found\n", name)
+		}
+	}
+	var out []error
+	if res.Failed > 0 {
+		out = append(out, fmt.Errorf("%w: %d of %d release(s) not sent", ErrFailed, res.Failed, res.Failed+res.Released))
+	}
+	if bad > 0 {
+		out = append(out, fmt.Errorf("%w: %d named lease file(s) unusable", ErrFailed, bad))
+	}
+	return res, errors.Join(out...)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown interface)"
+	}
+	return s
+}
+
+// readSources reads the named lease files, or those the globs find.
+// It returns what it looked at (for the "no leases" message) and how
+// many named files were unusable. Problems are warned about on Stderr.
+func (o Options) readSources(ifaces map[string]Iface) (sources []Source, looked []string, bad int) {
+	named := len(o.LeaseFiles) > 0
+	paths := o.LeaseFiles
+	if !named {
+		globs := o.Globs
+		if globs == nil {
+			globs = DefaultGlobs
+		}
+		looked = globs
+		for _, g := range globs {
+			m, err := filepath.Glob(g)
+			if err != nil {
+				fmt.Fprintf(o.Stderr, "leasekeeper: warning: %s: %v\n", g, err)
+				continue
+			}
+			paths = append(paths, m...)
+		}
+	} else {
+		looked = o.LeaseFiles
+	}
+	conf := o.DhclientConf
+	if conf == "" {
+		conf = DefaultDhclientConf
+	}
+	confIDs := map[string]map[string]ConfClientID{} // by conf path, read once
+	clientIDs := func(path string) map[string]ConfClientID {
+		if path == "-" {
+			return nil
+		}
+		if ids, ok := confIDs[path]; ok {
+			return ids
+		}
+		var ids map[string]ConfClientID
+		f, err := os.Open(path)
+		if err == nil {
+			ids, err = ParseDhclientConf(f)
+			f.Close()
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(o.Stderr, "leasekeeper: warning: %s: %v (client identifiers from it not used)\n", path, err)
+		}
+		confIDs[path] = ids
+		return ids
+	}
+	for _, p := range paths {
+		s, err := readSource(p, ifaces)
+		if err == nil && s.Iface == "" && len(o.Interfaces) == 1 && s.Format != FormatDhclient {
+			s.Iface = o.Interfaces[0]
+		}
+		if err != nil {
+			fmt.Fprintf(o.Stderr, "leasekeeper: warning: %s: %v\n", p, err)
+			if named {
+				bad++
+			}
+			if s == nil || len(s.Leases) == 0 {
+				continue
+			}
+		}
+		if s.Format == FormatDhclient {
+			c := conf
+			if nm := nmDhclientConf(p); nm != "" && o.DhclientConf == "" {
+				c = nm
+			}
+			s.ClientIDs = clientIDs(c)
+		}
+		sources = append(sources, *s)
+	}
+	return sources, looked, bad
+}
+
+// readSource reads and parses one lease file. A torn dhclient file
+// returns its complete leases and the error.
+func readSource(path string, ifaces map[string]Iface) (*Source, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	format, leases, perr := Parse(f)
+	s := &Source{Path: path, Format: format, Saved: fi.ModTime(), Leases: Current(leases)}
+	if format != FormatDhclient {
+		name, err := ifaceFromName(path)
+		if err != nil {
+			return nil, err
+		}
+		s.Iface = name
+	}
+	if perr != nil {
+		return s, fmt.Errorf("%s lease file: %w", format, perr)
+	}
+	return s, nil
+}
+
+// ifaceFromName is the interface a networkd or NetworkManager lease
+// file's name gives: networkd names it by interface index, NetworkManager
+// as internal-UUID-IFACE.lease (or dhclient-UUID-IFACE.lease).
+func ifaceFromName(path string) (string, error) {
+	base := filepath.Base(path)
+	if n, err := strconv.Atoi(base); err == nil && n > 0 {
+		ifc, err := net.InterfaceByIndex(n)
+		if err != nil {
+			return "", fmt.Errorf("named after interface index %d, which does not exist (any more)", n)
+		}
+		return ifc.Name, nil
+	}
+	return nmIface(base), nil
+}
+
+// nmIface returns IFACE from NetworkManager's PREFIX-UUID-IFACE.lease
+// names, "" for other names.
+func nmIface(base string) string {
+	rest, ok := strings.CutSuffix(base, ".lease")
+	if !ok {
+		return ""
+	}
+	for _, p := range []string{"internal-", "dhclient-"} {
+		if r, ok := strings.CutPrefix(rest, p); ok {
+			// A UUID is 36 characters: 8-4-4-4-12.
+			if len(r) > 37 && r[36] == '-' && strings.Count(r[:36], "-") == 4 {
+				return r[37:]
+			}
+		}
+	}
+	return ""
+}
+
+// nmDhclientConf is the dhclient.conf NetworkManager writes for the
+// interface of one of its dhclient lease files, "" if none exists.
+func nmDhclientConf(leasePath string) string {
+	base := filepath.Base(leasePath)
+	if !strings.HasPrefix(base, "dhclient-") {
+		return ""
+	}
+	iface := nmIface(base)
+	if iface == "" {
+		return ""
+	}
+	for _, name := range []string{"dhclient-" + iface + ".conf", "dhclient4-" + iface + ".conf"} {
+		p := filepath.Join(filepath.Dir(leasePath), name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// localInterfaces returns the node's interfaces with their MACs and
+// IPv4 addresses.
+func localInterfaces() (map[string]Iface, error) {
+	list, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	out := make(map[string]Iface, len(list))
+	for _, ni := range list {
+		ifc := Iface{Name: ni.Name, MAC: ni.HardwareAddr}
+		addrs, err := ni.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", ni.Name, err)
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok || !ip.Unmap().Is4() {
+				continue
+			}
+			ones, _ := ipn.Mask.Size()
+			ifc.Prefixes = append(ifc.Prefixes, netip.PrefixFrom(ip.Unmap(), ones))
+		}
+		out[ni.Name] = ifc
+	}
+	return out, nil
+}
