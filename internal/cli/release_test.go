@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/systemd"
 )
 
 // The lab tests run `leasekeeper release` inside a client namespace:
@@ -428,4 +429,57 @@ func TestLabReleaseBadInput(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond)
 	r.noRelease()
+}
+
+// TestLabShutdownUnitReleases is the clean-shutdown story end to end: a
+// client leases with real dhclient; the shutdown unit is installed over
+// D-Bus into a real systemd manager running in the client's namespace;
+// nothing is released while the machine runs; when the manager shuts
+// down, the unit's ExecStop runs `leasekeeper release` and dhcpd frees
+// the lease and fires on release.
+func TestLabShutdownUnitReleases(t *testing.T) {
+	t.Parallel()
+	r := newRelLab(t)
+	c, ip := r.client("c1")
+	r.waitHook("commit", ip)
+	um := r.lab.StartUserManager(t, c.NS)
+
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "release.log")
+	// The unit's leasekeeper: this test binary running the command tree.
+	wrapper := filepath.Join(dir, "leasekeeper")
+	script := fmt.Sprintf("#!/bin/sh\n%s=1 exec %q -test.run='^TestReleaseHelperProcess$' -- \"$@\" >>%q 2>&1\n", helperEnv, self, logPath)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u := systemd.ShutdownUnit{Binary: wrapper, ReleaseArgs: []string{"--lease-file=" + c.LeaseFile(), "--timeout=5s"}}
+	if err := u.Validate(); err != nil {
+		t.Skipf("temporary paths not usable in a unit here: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mgr, err := systemd.DialManager(ctx, um.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mgr.Close()
+	res, err := systemd.Installer{Root: "/", UnitDir: strings.TrimPrefix(um.UnitDir, "/"), Unit: u, Enable: true, Manager: mgr}.Install(ctx)
+	if err != nil || !res.Started {
+		t.Fatalf("install: %+v %v\nsystemd log:\n%s", res, err, um.Log())
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+
+	um.Stop(t)
+	out, _ := os.ReadFile(logPath)
+	t.Logf("ExecStop's release:\n%s", out)
+	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); !strings.Contains(string(out), want) {
+		t.Fatalf("release at shutdown did not report %q\nsystemd log:\n%s", want, um.Log())
+	}
+	r.checkReleased(ip, c.MAC)
+	r.waitHook("release", ip)
 }
