@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 
-.PHONY: all build test test-deps vet bench bench-hook demo fuzz clean
+.PHONY: all build test test-deps vet bench bench-hook demo fuzz clean deb deb-deps test-deb
 
 all: build
 
@@ -52,6 +52,22 @@ bench-hook: test-deps build
 
 demo: test-deps
 	scripts/demo
+
+# The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built
+# with dpkg-buildpackage in a copy of the tree and checked by lintian (no
+# errors, no warnings).
+deb-deps:
+	scripts/install-deps build-essential debhelper dpkg-dev fakeroot lintian man-db
+
+deb: deb-deps
+	GO=$(GO) scripts/build-deb
+
+# Installs that .deb on this machine, checks what it installed (files,
+# owners, modes, user, units, AppArmor, the hook), then purges it and
+# checks nothing is left. Needs root; purges even when a check fails.
+test-deb: deb test-deps
+	scripts/install-deps apparmor systemd
+	GO=$(GO) scripts/test-deb bin/deb/leasekeeper_*.deb
 
 clean:
 	rm -rf bin
