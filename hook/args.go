@@ -44,7 +44,8 @@ unreachable. Drop-in replacement for "maas-dhcp-helper notify".
   --hostname    the client's host name, any bytes; "(none)", empty or blank
                 means none (sent on commit only)
   --socket      the agent's datagram socket (default $LEASEKEEPER_SOCKET,
-                else /run/leasekeeper/hook.sock)
+                else /run/leasekeeper/hook.sock); ignored when run by the
+                name maas-dhcp-helper, whose --socket is MAAS's own
   --spool       the spool directory (default $LEASEKEEPER_SPOOL, else
                 /var/spool/leasekeeper)
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -674,5 +675,63 @@ func BenchmarkProcess(b *testing.B) {
 				_ = cmd.Run() // hook-invalid exits 2 by design
 			}
 		})
+	}
+}
+
+// TestAsMAASHelper: installed in place of maas-dhcp-helper (a link by
+// that name, as README.Debian's diversion makes), the hook is run with
+// MAAS's dhcpd.conf arguments, whose --socket names MAAS's own socket.
+// The event goes to the agent's socket instead; the same link by another
+// name honours --socket.
+func TestAsMAASHelper(t *testing.T) {
+	sock, c := listen(t)
+	dir := shortDir(t)
+	spool := filepath.Join(dir, "spool")
+	maas := filepath.Join(dir, "maas-dhcp-helper")
+	if err := os.Symlink(hookBin, maas); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"notify", "--action", "commit", "--mac", "2:0:0:a:b:c", "--ip-family", "ipv4", "--ip", "203.0.113.5",
+		"--lease-time", "600", "--hostname", "c1", "--socket", filepath.Join(dir, "maas-dhcpd.sock")}
+	cmd := exec.Command(maas, args...)
+	cmd.Env = []string{envSocket + "=" + sock, envSpool + "=" + spool}
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("as maas-dhcp-helper: %v %q", err, out)
+	}
+	got := decode(t, receive(t, c))
+	if got.Action != "commit" || got.IP != "203.0.113.5" {
+		t.Fatalf("received %+v", got)
+	}
+	if lines := spoolLines(t, spool); lines != nil {
+		t.Fatalf("spooled: %q", lines)
+	}
+
+	// By its own name, --socket wins: MAAS's (absent) socket, so it spools.
+	r := runHook(t, []string{envSocket + "=" + sock, envSpool + "=" + spool}, args...)
+	if r.code != 0 || len(spoolLines(t, spool)) != 1 {
+		t.Fatalf("as leasekeeper-hook: exit %d, spool %q", r.code, spoolLines(t, spool))
+	}
+}
+
+func TestDropSocketFlag(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"notify", "--ip", "x", "--socket", "/s", "--hostname", "h"}, []string{"notify", "--ip", "x", "--hostname", "h"}},
+		{[]string{"notify", "--socket=/s", "--ip", "x"}, []string{"notify", "--ip", "x"}},
+		{[]string{"notify", "--hostname", "--socket", "--socket", "/s"}, []string{"notify", "--hostname", "--socket"}},
+		{[]string{"notify", "--hostname", "--socket=x", "--socket=/s", "--help"}, []string{"notify", "--hostname", "--socket=x", "--help"}},
+		{[]string{"notify", "--ip", "x", "--socket"}, []string{"notify", "--ip", "x"}},
+		{[]string{"notify"}, []string{"notify"}},
+	} {
+		if got := dropSocketFlag(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("dropSocketFlag(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for name, want := range map[string]bool{
+		"/usr/sbin/maas-dhcp-helper": true, "maas-dhcp-helper": true,
+		"/usr/sbin/leasekeeper-hook": false, "/x/maas-dhcp-helper.py": false, "": false,
+	} {
+		if got := isMAASHelper(name); got != want {
+			t.Errorf("isMAASHelper(%q) = %v", name, got)
+		}
 	}
 }

@@ -23,7 +23,58 @@ func main() {
 		writeString(2, "leasekeeper-hook: event lost: cannot read the arguments: "+err.Error()+"\n")
 		syscall.Exit(exitLost)
 	}
-	syscall.Exit(run(args[1:], syscall.Getenv, 1, 2))
+	rest := args[1:]
+	if isMAASHelper(args[0]) {
+		rest = dropSocketFlag(rest)
+	}
+	syscall.Exit(run(rest, syscall.Getenv, 1, 2))
+}
+
+// maasHelper is the name MAAS's generated dhcpd.conf runs its helper by.
+// Installed in its place (a diversion, README.Debian), the hook is
+// passed --socket with MAAS's own socket, which belongs to MAAS's rack
+// daemon, not to the agent: run by that name the hook ignores --socket
+// and uses $LEASEKEEPER_SOCKET or its default.
+const maasHelper = "maas-dhcp-helper"
+
+func isMAASHelper(argv0 string) bool {
+	for i := len(argv0) - 1; i >= 0; i-- {
+		if argv0[i] == '/' {
+			argv0 = argv0[i+1:]
+			break
+		}
+	}
+	return argv0 == maasHelper
+}
+
+// dropSocketFlag removes "--socket VALUE" and "--socket=VALUE". Every
+// notify flag takes a value, so a flag's value is skipped over whatever
+// it says: a client calling itself "--socket" stays a host name.
+func dropSocketFlag(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--socket":
+			i++ // and its value
+		case len(a) > 9 && a[:9] == "--socket=":
+		case len(a) > 2 && a[:2] == "--" && !hasByte(a, '=') && i+1 < len(args):
+			out = append(out, a, args[i+1])
+			i++
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func hasByte(s string, b byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return true
+		}
+	}
+	return false
 }
 
 // readArgs returns the process's arguments from /proc/self/cmdline. The
