@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/lab"
 )
 
 func spoolLines(from, to int) string {
@@ -65,10 +67,7 @@ func TestSpoolWithRealHook(t *testing.T) {
 		t.Skip("linux only")
 	}
 	dir := t.TempDir()
-	hook := filepath.Join(dir, "leasekeeper-hook")
-	if out, err := exec.Command("go", "build", "-o", hook, "../../hook").CombinedOutput(); err != nil {
-		t.Fatalf("building the hook: %v\n%s", err, out)
-	}
+	hook := lab.BuildHook(t)
 	spool := filepath.Join(dir, "spool")
 	path := filepath.Join(dir, "hook.sock")
 	notify := func(i int) {

@@ -12,10 +12,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,40 +28,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/testlog"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
-
-var (
-	hookOnce sync.Once
-	hookBin  string
-	hookErr  error
-	hookDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if hookDir != "" {
-		os.RemoveAll(hookDir)
-	}
-	os.Exit(code)
-}
-
-// builtHook builds leasekeeper-hook once for the package's tests.
-func builtHook(t *testing.T) string {
-	t.Helper()
-	hookOnce.Do(func() {
-		if hookDir, hookErr = os.MkdirTemp("", "lk-reconcile-hook-"); hookErr != nil {
-			return
-		}
-		hookBin = filepath.Join(hookDir, "leasekeeper-hook")
-		out, err := exec.Command("go", "build", "-o", hookBin, "../../hook").CombinedOutput()
-		if err != nil {
-			hookErr = fmt.Errorf("go build ./hook: %v\n%s", err, out)
-		}
-	})
-	if hookErr != nil {
-		t.Fatal(hookErr)
-	}
-	return hookBin
-}
 
 // Hook variants in dhcpd.conf.
 const (
@@ -106,7 +70,7 @@ func newWorld(t *testing.T, hooks string, lease int) *world {
 	}
 	switch hooks {
 	case hooksOK:
-		w.hook = builtHook(t)
+		w.hook = lab.BuildHook(t)
 	case hooksNoExec:
 		w.hook = filepath.Join(w.dir, "leasekeeper-hook")
 		if err := os.WriteFile(w.hook, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
@@ -127,25 +91,10 @@ func (w *world) conf(lo, hi int) string {
 	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n",
 		w.lease, w.lease, w.lease)
 	if w.hooks != hooksNone {
-		b.WriteString(hookSnippet(w.t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
+		b.WriteString(lab.HookSnippet(w.t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
 	}
 	b.WriteString(w.lab.SubnetConf(fmt.Sprintf("  range 203.0.113.%d 203.0.113.%d;", lo, hi)))
 	return b.String()
-}
-
-// hookSnippet is packaging/dhcpd/leasekeeper.conf naming hook, with the
-// socket and spool of this test.
-func hookSnippet(t *testing.T, hook, sock, spool string) string {
-	t.Helper()
-	raw, err := os.ReadFile("../../packaging/dhcpd/leasekeeper.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const call = `"/usr/sbin/leasekeeper-hook", "notify",`
-	if n := strings.Count(string(raw), call); n != 3 {
-		t.Fatalf("packaging/dhcpd/leasekeeper.conf: %d execute calls of the form %s, want 3: update this test", n, call)
-	}
-	return strings.ReplaceAll(string(raw), call, fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", hook, sock, spool)) + "\n"
 }
 
 func (w *world) startDhcpd(lo, hi int) {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -120,48 +119,10 @@ type relLab struct {
 	grams []map[string]any
 }
 
-var (
-	hookOnce sync.Once
-	hookPath string
-	hookErr  error
-)
-
-// builtHook builds leasekeeper-hook once per test binary, under dir
-// (removed by the first test's cleanup is fine: later tests rebuild).
-func builtHook(t *testing.T) string {
-	t.Helper()
-	hookOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lk-release-hook-")
-		if err != nil {
-			hookErr = err
-			return
-		}
-		hookPath = filepath.Join(dir, "leasekeeper-hook")
-		if out, err := exec.Command("go", "build", "-o", hookPath, "../../hook").CombinedOutput(); err != nil {
-			hookErr = fmt.Errorf("go build ../../hook: %v\n%s", err, out)
-		}
-	})
-	if hookErr != nil {
-		t.Fatal(hookErr)
-	}
-	return hookPath
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if hookPath != "" {
-		os.RemoveAll(filepath.Dir(hookPath))
-	}
-	os.Exit(code)
-}
-
 func newRelLab(t *testing.T) *relLab {
 	t.Helper()
 	lab.Require(t, "dhcpd", "dhclient")
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go tool to build leasekeeper-hook")
-	}
-	hook := builtHook(t)
+	hook := lab.BuildHook(t)
 	dir, err := os.MkdirTemp("", "lkrel") // unix socket paths are short
 	if err != nil {
 		t.Fatal(err)
@@ -174,15 +135,7 @@ func newRelLab(t *testing.T) *relLab {
 	}
 	t.Cleanup(func() { conn.Close() })
 
-	raw, err := os.ReadFile("../../packaging/dhcpd/leasekeeper.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const call = `"/usr/sbin/leasekeeper-hook", "notify",`
-	if n := strings.Count(string(raw), call); n != 3 {
-		t.Fatalf("packaging/dhcpd/leasekeeper.conf: %d execute calls of the form %s, want 3: update this test", n, call)
-	}
-	snippet := strings.ReplaceAll(string(raw), call, fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", hook, sock, spool))
+	snippet := lab.HookSnippet(t, hook, sock, spool)
 
 	r := &relLab{t: t, lab: lab.New(t), hook: conn}
 	r.d = r.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: "ping-check false;\nauthoritative;\nddns-update-style none;\n" +

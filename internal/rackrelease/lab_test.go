@@ -17,10 +17,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,59 +26,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
-
-var (
-	hookOnce sync.Once
-	hookBin  string
-	hookErr  error
-)
-
-// builtHook builds leasekeeper-hook once into a directory removed by
-// TestMain.
-func builtHook(t *testing.T) string {
-	t.Helper()
-	hookOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lk-rackrelease-hook-")
-		if err != nil {
-			hookErr = err
-			return
-		}
-		tmpDirs = append(tmpDirs, dir)
-		hookBin = filepath.Join(dir, "leasekeeper-hook")
-		if out, err := exec.Command("go", "build", "-o", hookBin, "../../hook").CombinedOutput(); err != nil {
-			hookErr = fmt.Errorf("go build ./hook: %v\n%s", err, out)
-		}
-	})
-	if hookErr != nil {
-		t.Fatal(hookErr)
-	}
-	return hookBin
-}
-
-var tmpDirs []string
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range tmpDirs {
-		os.RemoveAll(d)
-	}
-	os.Exit(code)
-}
-
-// hookSnippet is packaging/dhcpd/leasekeeper.conf running hook with this
-// test's socket and spool.
-func hookSnippet(t *testing.T, hook, sock, spool string) string {
-	t.Helper()
-	raw, err := os.ReadFile("../../packaging/dhcpd/leasekeeper.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const call = `"/usr/sbin/leasekeeper-hook", "notify",`
-	if n := strings.Count(string(raw), call); n != 3 {
-		t.Fatalf("packaging/dhcpd/leasekeeper.conf: %d execute calls of the form %s, want 3: update this test", n, call)
-	}
-	return strings.ReplaceAll(string(raw), call, fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", hook, sock, spool)) + "\n"
-}
 
 // event is the part of a hook datagram this test checks.
 type event struct {
@@ -101,7 +46,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	lab.Require(t, "dhcpd", "dhclient")
-	hook := builtHook(t)
+	hook := lab.BuildHook(t)
 	// A unix socket path must fit in 108 bytes; t.TempDir() may not.
 	dir, err := os.MkdirTemp("", "lk-rr-")
 	if err != nil {
@@ -135,7 +80,7 @@ func newRig(t *testing.T) *rig {
 
 	conf := "ping-check false;\nauthoritative;\nddns-update-style none;\n" +
 		"default-lease-time 600;\nmax-lease-time 600;\n" +
-		hookSnippet(t, hook, sock, spool) +
+		lab.HookSnippet(t, hook, sock, spool) +
 		r.lab.SubnetConf("  range 203.0.113.100 203.0.113.150;")
 	r.dhcpd = r.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf})
 	// A rack's bridge keeps its other ports when one client goes; a
