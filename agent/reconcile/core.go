@@ -384,10 +384,11 @@ func (s *State) Due(now int64) []event.Event {
 		// Per address strictly in order: stop at the first not yet due,
 		// and judge each against what the ones before it will have told.
 		t, told := s.Told[ip]
+		covered := coveredUpTo(q, t, told)
 		var g group
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
-			if s.pointless(ip, q[i], t, told) {
+			if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}
 			if len(g.evs) == 0 {
@@ -420,6 +421,34 @@ func (s *State) Due(now int64) []event.Event {
 		evs = append(evs, g.evs...)
 	}
 	return evs
+}
+
+// coveredUpTo returns the index of the pending event the region was
+// already told (the same action for the same MAC, told at its time or up
+// to commitSlack before it), or -1; of several, the one closest in time,
+// then the latest. That event and every one before it are old news. This
+// matters within one second: the file's whole-second times cannot order
+// a commit before the release that followed it (or a release before the
+// commit that followed it), but the order of the pending queue can.
+func coveredUpTo(q []Pending, t Told, told bool) int {
+	if !told {
+		return -1
+	}
+	best, bestGap := -1, int64(0)
+	for i, p := range q {
+		ev := p.Event
+		if ev.Action != t.Action || ev.MAC != t.MAC || t.At < ev.Timestamp-commitSlack {
+			continue
+		}
+		gap := t.At - ev.Timestamp
+		if gap < 0 {
+			gap = -gap
+		}
+		if best < 0 || gap <= bestGap {
+			best, bestGap = i, gap
+		}
+	}
+	return best
 }
 
 // pointless reports whether a pending event no longer needs sending,
