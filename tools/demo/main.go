@@ -160,6 +160,28 @@ func (d *demo) run() error {
 	d.show("demo", "c2's lease ends at %s, in %.0f s", time.Unix(ends2, 0).Format("15:04:05"), time.Until(time.Unix(ends2, 0)).Seconds())
 	d.waitRegion(ctx, ip2, "expiry", time.Until(time.Unix(ends2, 0))+10*time.Second)
 
+	say("c3 takes a lease, then its container is force-deleted: no release, no clean shutdown")
+	c3 := d.lab.AddClient("c3")
+	ip4, err := d.dhclient(ctx, c3)
+	if err != nil {
+		return err
+	}
+	d.waitRegion(ctx, ip4, "commit", 5*time.Second)
+	if err := c3.Destroy(); err != nil {
+		return err
+	}
+	d.show("demo", "c3's namespace is gone; its lease would hold %s for another %.0f s", ip4, time.Until(time.Unix(d.leaseEnds(ip4), 0)).Seconds())
+	say("the rack releases it on c3's behalf (leasekeeper release --for): dhcpd frees it and runs the hook on release")
+	rel := d.lab.CommandContext(ctx, d.lab.NS, d.agentBin, "release", "--for", ip4.String(), "--mac", c3.MAC.String(), "--leases", d.d.LeasesPath())
+	out, err := rel.CombinedOutput()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		d.show("rack", "%s", line)
+	}
+	if err != nil {
+		return fmt.Errorf("release --for: %w", err)
+	}
+	d.waitRegion(ctx, ip4, "release", 5*time.Second)
+
 	say("the failure leasekeeper exists for: c1 takes a lease again and vanishes; then the range shrinks to leave its address out and dhcpd restarts")
 	ip3, err := d.dhclient(ctx, c1)
 	if err != nil {
