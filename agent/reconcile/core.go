@@ -291,11 +291,14 @@ func (s *State) dropPending(ip netip.Addr, reason string) {
 }
 
 // schedule queues p after what is already pending for the address,
-// replacing an identical pending event.
+// unless the last pending event is the same news. Only the last: the
+// same event earlier in the queue is a different moment (a release, a
+// commit, the release again, all in one second), and the queue's order
+// is what tells them apart.
 func (s *State) schedule(ip netip.Addr, p Pending) {
 	q := s.Pending[ip]
-	for _, x := range q {
-		if x.Event.Action == p.Event.Action && x.Event.MAC == p.Event.MAC && x.Event.Timestamp == p.Event.Timestamp {
+	if n := len(q); n > 0 {
+		if x := q[n-1]; x.Event.Action == p.Event.Action && x.Event.MAC == p.Event.MAC && x.Event.Timestamp == p.Event.Timestamp {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -482,5 +483,108 @@ func TestRule3ManyLeases(t *testing.T) {
 	}
 	if len(got) != 200 {
 		t.Fatalf("%d expiries, want 200", len(got))
+	}
+}
+
+// TestModel drives the state with random histories of one address —
+// commits by two clients, releases and expiries, many in the same second
+// — as dhcpd would append them, with each hook event arriving before or
+// after its block, or lost. Whatever happens, the region must end up with
+// the file's last word (same action, same MAC), and when no hook was lost
+// the reconciler must not have synthesised anything.
+var modelIters, modelSeed = 3000, uint64(1) // raise to hunt: 180 000 histories passed
+
+func TestModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(modelSeed, 2))
+	for iter := 0; iter < modelIters; iter++ {
+		lossy := iter%2 == 1
+		s := NewState(grace)
+		tab, _ := table(t, "\n")
+		s.Snapshot(tab, true, t0)
+
+		var (
+			now          = t0
+			active       bool
+			mac          string
+			starts, ends int64
+			history      []string
+			told         []event.Event // what the region got, in order
+			lastAction   string
+			lastMAC      string
+			synthesised  int
+		)
+		deliver := func(evs []event.Event, synth bool) {
+			for _, e := range evs {
+				told = append(told, e)
+				if synth {
+					synthesised++
+					s.Hook(e)
+				}
+			}
+		}
+		step := func(forceExpiry bool) {
+			now += int64(rng.IntN(2)) // often the same second
+			var b string
+			var h event.Event
+			switch {
+			case !active && !forceExpiry:
+				mac = []string{macA, macB}[rng.IntN(2)]
+				starts, ends = now, now+1+int64(rng.IntN(3))
+				b = block(ip1, "active", mac, starts, ends)
+				h = hook(event.Commit, ip1, mac, now)
+				active, lastAction = true, event.Commit
+			case !forceExpiry && rng.IntN(2) == 0:
+				b = block(ip1, "free", mac, starts, now)
+				h = hook(event.Release, ip1, mac, now)
+				active, lastAction = false, event.Release
+				if now == ends {
+					// Freed at its own end: the file cannot tell a
+					// release from an expiry then; so is dhcpd's view.
+					lastAction = event.Expiry
+					h.Action = event.Expiry
+				}
+			default:
+				now = max(now, ends)
+				b = block(ip1, "free", mac, starts, ends)
+				h = hook(event.Expiry, ip1, mac, now)
+				active, lastAction = false, event.Expiry
+			}
+			lastMAC = mac
+			history = append(history, fmt.Sprintf("t+%d %s %s", now-t0, h.Action, mac))
+			lost := lossy && rng.IntN(3) == 0
+			hookFirst := rng.IntN(2) == 0
+			if !lost && hookFirst {
+				s.Hook(h)
+				deliver([]event.Event{h}, false)
+			}
+			s.Appended(blocks(t, b), now)
+			if !lost && !hookFirst {
+				s.Hook(h)
+				deliver([]event.Event{h}, false)
+			}
+			if lost {
+				history[len(history)-1] += " (hook lost)"
+			}
+			deliver(s.Due(now), true)
+		}
+		for op := 0; op < 2+rng.IntN(6); op++ {
+			step(false)
+		}
+		if active {
+			step(true) // dhcpd expires what is left at its end
+		}
+		deliver(s.Due(now+10*grace), true)
+
+		if !lossy && synthesised > 0 {
+			t.Fatalf("history %q: every hook arrived, yet %d events were synthesised: %v", history, synthesised, told)
+		}
+		if len(told) == 0 {
+			t.Fatalf("history %q: the region heard nothing", history)
+		}
+		last := told[len(told)-1]
+		wantAction := lastAction
+		if last.Action != wantAction || last.MAC != lastMAC {
+			t.Fatalf("history %q: the region's last word is %s %s, want %s %s; told %v", history, last.Action, last.MAC, wantAction, lastMAC, told)
+		}
 	}
 }
