@@ -90,3 +90,51 @@ func (m *DBusManager) Start(ctx context.Context, name string) error {
 		return errors.Join(errors.New("start job did not finish"), ctx.Err())
 	}
 }
+
+// SystemState is the manager's state as systemctl is-system-running
+// prints it: "running", "degraded", "stopping" (shutting down, or for a
+// user manager, exiting), …
+func (m *DBusManager) SystemState(ctx context.Context) (string, error) {
+	type result struct {
+		s   string
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := m.conn.GetManagerProperty("SystemState")
+		if err == nil {
+			v, err = strconv.Unquote(v)
+		}
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.s, r.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// ShuttingDown reports whether the manager is stopping: the machine is
+// shutting down, rebooting or halting (for a user manager: it exits).
+func (m *DBusManager) ShuttingDown(ctx context.Context) (bool, string, error) {
+	s, err := m.SystemState(ctx)
+	return s == "stopping", s, err
+}
+
+// Stop is systemctl stop NAME: it waits for the job's result.
+func (m *DBusManager) Stop(ctx context.Context, name string) error {
+	done := make(chan string, 1)
+	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
+		return err
+	}
+	select {
+	case result := <-done:
+		if result != "done" {
+			return fmt.Errorf("job %s", result)
+		}
+		return nil
+	case <-ctx.Done():
+		return errors.Join(errors.New("stop job did not finish"), ctx.Err())
+	}
+}

@@ -112,6 +112,13 @@ func (in Installer) Install(ctx context.Context) (InstallResult, error) {
 		return res, fmt.Errorf("enable %s: %w", ShutdownUnitName, err)
 	}
 	res.Enabled = true
+	if len(res.Links) > 0 {
+		// As systemctl enable does: the manager learns of the new
+		// dependency.
+		if err := in.Manager.Reload(ctx); err != nil {
+			return res, fmt.Errorf("daemon-reload after enable: %w", err)
+		}
+	}
 	if err := in.Manager.Start(ctx, ShutdownUnitName); err != nil {
 		return res, fmt.Errorf("start %s: %w", ShutdownUnitName, err)
 	}
@@ -140,12 +147,11 @@ func writeUnit(root *os.Root, name string, text []byte, force bool) (bool, error
 		return false, fmt.Errorf("create /%s: %w", path.Dir(name), err)
 	}
 	tmp := name + ".leasekeeper-tmp"
-	if err := root.WriteFile(tmp, text, 0o644); err != nil {
+	if err := writeNew(root, tmp, text); err != nil {
 		_ = root.Remove(tmp)
 		return false, fmt.Errorf("write /%s: %w", tmp, err)
 	}
-	// WriteFile keeps the mode of an existing file and is subject to the
-	// umask: make it exactly 0644.
+	// The umask may have taken bits away: make it exactly 0644.
 	if err := root.Chmod(tmp, 0o644); err != nil {
 		_ = root.Remove(tmp)
 		return false, fmt.Errorf("chmod /%s: %w", tmp, err)
@@ -155,6 +161,23 @@ func writeUnit(root *os.Root, name string, text []byte, force bool) (bool, error
 		return false, fmt.Errorf("install /%s: %w", name, err)
 	}
 	return true, nil
+}
+
+// writeNew creates name afresh (a leftover, or a symlink planted in its
+// place, is removed first and never followed) and writes b to it.
+func writeNew(root *os.Root, name string, b []byte) error {
+	if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // ensureLink makes link a symlink to target, as systemctl enable does

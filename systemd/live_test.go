@@ -65,7 +65,7 @@ func TestInstallLive(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ExecStop did not run at shutdown: %v\nsystemd log:\n%s", err, m.Log())
 	}
-	if string(got) != "release --timeout=5s\n" {
+	if string(got) != "release --only-at-shutdown --timeout=5s\n" {
 		t.Fatalf("ExecStop ran %q", got)
 	}
 }

@@ -22,7 +22,9 @@ const unitMarker = "# Written by leasekeeper install-shutdown-unit."
 // distributions nodes and containers run. The shutdown unit is ordered
 // after each of them (and after network-online.target), so at shutdown
 // systemd stops it — running its ExecStop — before any of them takes the
-// network down. Ordering against a unit that does not exist is harmless.
+// network down. Ordering against a unit that does not exist, or is not
+// started, is harmless; nothing here pulls one in (no Wants=: waiting
+// for network-online at boot is not this unit's business).
 var networkUnits = []string{
 	"network.target",
 	"network-online.target",
@@ -37,7 +39,8 @@ type ShutdownUnit struct {
 	// Binary is the absolute path of leasekeeper on the machine the unit
 	// runs on (inside the rootfs, for an image).
 	Binary string
-	// ReleaseArgs follow "release" on the ExecStop line.
+	// ReleaseArgs follow "release --only-at-shutdown" on the ExecStop
+	// line.
 	ReleaseArgs []string
 	// StopTimeout bounds the release at shutdown (TimeoutStopSec).
 	StopTimeout time.Duration
@@ -89,11 +92,13 @@ func (u ShutdownUnit) Sections() []*unit.UnitSection {
 	if timeout == 0 {
 		timeout = DefaultStopTimeout
 	}
-	exec := strings.Join(append([]string{u.Binary, "release"}, u.ReleaseArgs...), " ")
+	// --only-at-shutdown: a stop that is not a shutdown (systemctl stop or
+	// restart of this unit, isolate rescue.target) must not give away
+	// addresses the machine goes on using.
+	exec := strings.Join(append([]string{u.Binary, "release", "--only-at-shutdown"}, u.ReleaseArgs...), " ")
 	entries := []*unit.UnitEntry{
 		{Name: "Description", Value: "Release this machine's DHCP leases at clean shutdown (leasekeeper)"},
 		{Name: "Documentation", Value: "man:leasekeeper(8)"},
-		{Name: "Wants", Value: "network-online.target"},
 	}
 	for _, n := range networkUnits {
 		entries = append(entries, &unit.UnitEntry{Name: "After", Value: n})

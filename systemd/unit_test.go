@@ -71,7 +71,7 @@ func TestShutdownUnitArgsAndTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(b)
-	for _, want := range []string{"\nExecStop=-/b/lk release --timeout=5s\n", "\nTimeoutStopSec=2s\n"} {
+	for _, want := range []string{"\nExecStop=-/b/lk release --only-at-shutdown --timeout=5s\n", "\nTimeoutStopSec=2s\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("unit lacks %q:\n%s", want, s)
 		}

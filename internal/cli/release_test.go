@@ -387,9 +387,9 @@ func TestLabReleaseBadInput(t *testing.T) {
 // TestLabShutdownUnitReleases is the clean-shutdown story end to end: a
 // client leases with real dhclient; the shutdown unit is installed over
 // D-Bus into a real systemd manager running in the client's namespace;
-// nothing is released while the machine runs; when the manager shuts
-// down, the unit's ExecStop runs `leasekeeper release` and dhcpd frees
-// the lease and fires on release.
+// nothing is released while the machine runs, nor when the unit alone is
+// stopped; when the manager shuts down, the unit's ExecStop runs
+// `leasekeeper release` and dhcpd frees the lease and fires on release.
 func TestLabShutdownUnitReleases(t *testing.T) {
 	t.Parallel()
 	r := newRelLab(t)
@@ -409,7 +409,7 @@ func TestLabShutdownUnitReleases(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u := systemd.ShutdownUnit{Binary: wrapper, ReleaseArgs: []string{"--lease-file=" + c.LeaseFile(), "--timeout=5s"}}
+	u := systemd.ShutdownUnit{Binary: wrapper, ReleaseArgs: []string{"--systemd-socket=" + um.Socket, "--lease-file=" + c.LeaseFile(), "--timeout=5s"}}
 	if err := u.Validate(); err != nil {
 		t.Skipf("temporary paths not usable in a unit here: %v", err)
 	}
@@ -427,8 +427,23 @@ func TestLabShutdownUnitReleases(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	r.noRelease()
 
-	um.Stop(t)
+	// A stop that is not a shutdown (systemctl stop, restart, isolate)
+	// runs ExecStop too: the machine keeps its address, nothing is sent.
+	if err := mgr.Stop(ctx, systemd.ShutdownUnitName); err != nil {
+		t.Fatalf("stop: %v\nsystemd log:\n%s", err, um.Log())
+	}
 	out, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(out), "not releasing: systemd is running, not shutting down") {
+		t.Fatalf("a plain stop's ExecStop said %q", out)
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+	if err := mgr.Start(ctx, systemd.ShutdownUnitName); err != nil {
+		t.Fatal(err)
+	}
+
+	um.Stop(t)
+	out, _ = os.ReadFile(logPath)
 	t.Logf("ExecStop's release:\n%s", out)
 	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); !strings.Contains(string(out), want) {
 		t.Fatalf("release at shutdown did not report %q\nsystemd log:\n%s", want, um.Log())

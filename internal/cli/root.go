@@ -91,7 +91,7 @@ Operator commands read dhcpd's own files and never modify them.`,
 		newAgentCmd(&env),
 		newStatusCmd(&env),
 		newDeadLetterCmd(&env),
-		newReleaseCmd(&env),
+		withShutdownGuard(newReleaseCmd(&env), &env),
 		newInstallShutdownUnitCmd(&env),
 	)
 	return root

@@ -221,7 +221,11 @@ func copySelf(root, dst string) error {
 		return fmt.Errorf("create %s in %s: %w", path.Dir(dst), root, err)
 	}
 	tmp := rel + ".leasekeeper-tmp"
-	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err := r.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("copy to %s in %s: %w", dst, root, err)
+	}
+	// O_EXCL: a symlink planted at the temporary name is not followed.
+	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
 	if err != nil {
 		return fmt.Errorf("copy to %s in %s: %w", dst, root, err)
 	}

@@ -36,7 +36,7 @@ func TestInstallShutdownUnitRoot(t *testing.T) {
 		}
 	}
 	text, err := os.ReadFile(unit)
-	if err != nil || !strings.Contains(string(text), "\nExecStop=-/usr/local/sbin/leasekeeper release --timeout=7s\n") ||
+	if err != nil || !strings.Contains(string(text), "\nExecStop=-/usr/local/sbin/leasekeeper release --only-at-shutdown --timeout=7s\n") ||
 		!strings.Contains(string(text), "\nTimeoutStopSec=17s\n") {
 		t.Fatalf("unit: %v\n%s", err, text)
 	}
@@ -91,5 +91,19 @@ func TestInstallShutdownUnitForeign(t *testing.T) {
 	_, stderr, code = run(t, "install-shutdown-unit", "--root", root, "--binary", "/usr/sbin/leasekeeper", "--force")
 	if code != 0 {
 		t.Fatalf("--force: code %d stderr %q", code, stderr)
+	}
+}
+
+// Without an answer from systemd, --only-at-shutdown releases nothing.
+func TestReleaseOnlyAtShutdownNoSystemd(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(dir, "nobus"))
+	lease := filepath.Join(dir, "dhclient.leases")
+	if err := os.WriteFile(lease, []byte("lease {\n  interface \"eth0\";\n  fixed-address 203.0.113.9;\n  option dhcp-server-identifier 203.0.113.1;\n  expire never;\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := run(t, "release", "--only-at-shutdown", "--systemd-socket", filepath.Join(dir, "nosock"), "--lease-file", lease)
+	if code != 1 || !strings.Contains(stderr, "nothing is released") || out != "" {
+		t.Fatalf("code %d stdout %q stderr %q", code, out, stderr)
 	}
 }

@@ -46,23 +46,22 @@ func runScript(t *testing.T, env ...string) (string, error) {
 }
 
 func TestNodeScriptInstallsIntoRoot(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
-	}
+	noHostLeasekeeper(t)
 	bin, sum := build(t)
 	root := t.TempDir()
-	env := []string{"LEASEKEEPER_URL=file://" + bin, "LEASEKEEPER_SHA256=" + sum, "LEASEKEEPER_ROOT=" + root}
+	tmp := t.TempDir()
+	env := []string{"LEASEKEEPER_URL=file://" + bin, "LEASEKEEPER_SHA256=" + sum, "LEASEKEEPER_ROOT=" + root, "TMPDIR=" + tmp}
 	out, err := runScript(t, env...)
 	if err != nil {
 		t.Fatalf("script: %v\n%s", err, out)
 	}
-	for _, want := range []string{"installed /usr/local/sbin/leasekeeper", "wrote /etc/systemd/system/leasekeeper-release.service", "enabled: "} {
+	for _, want := range []string{"copied leasekeeper to /usr/local/sbin/leasekeeper in " + root, "wrote /etc/systemd/system/leasekeeper-release.service", "enabled: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/leasekeeper-release.service"))
-	if err != nil || !strings.Contains(string(unit), "\nExecStop=-/usr/local/sbin/leasekeeper release\n") {
+	if err != nil || !strings.Contains(string(unit), "\nExecStop=-/usr/local/sbin/leasekeeper release --only-at-shutdown\n") {
 		t.Fatalf("unit: %v\n%s", err, unit)
 	}
 	if fi, err := os.Stat(filepath.Join(root, "usr/local/sbin/leasekeeper")); err != nil || fi.Mode().Perm() != 0o755 {
@@ -72,19 +71,57 @@ func TestNodeScriptInstallsIntoRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Second run (cloud-init "always" or by hand): the binary is found,
-	// nothing is fetched, nothing changes. A URL that cannot be fetched
-	// proves no download is attempted.
-	out, err = runScript(t, "LEASEKEEPER_URL=file:///nonexistent", "LEASEKEEPER_SHA256=00", "LEASEKEEPER_ROOT="+root)
-	if err != nil || !strings.Contains(out, "is up to date") || strings.Contains(out, "installed") {
+	// Second run (cloud-init "always" or by hand): nothing changes.
+	out, err = runScript(t, env...)
+	if err != nil || !strings.Contains(out, "is up to date") {
 		t.Fatalf("second run: %v\n%s", err, out)
+	}
+	// The host's temporary download is gone.
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+}
+
+// A rootfs is not trusted: a symlink in it leading out must not make the
+// script (or what it runs) write on the host.
+func TestNodeScriptStaysInsideRoot(t *testing.T) {
+	noHostLeasekeeper(t)
+	bin, sum := build(t)
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
+	for _, d := range []string{filepath.Join(root, "usr/local"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "usr/local/sbin")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runScript(t, "LEASEKEEPER_URL=file://"+bin, "LEASEKEEPER_SHA256="+sum, "LEASEKEEPER_ROOT="+root)
+	if err == nil {
+		t.Fatalf("installed through a symlink leaving the root:\n%s", out)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("wrote outside the root: %v\n%s", entries, out)
+	}
+}
+
+// noHostLeasekeeper skips when this machine has leasekeeper installed:
+// the script would use it instead of fetching one.
+func noHostLeasekeeper(t *testing.T) {
+	t.Helper()
+	for _, c := range []string{"/usr/sbin/leasekeeper", "/usr/local/sbin/leasekeeper", "/usr/bin/leasekeeper", "/usr/local/bin/leasekeeper"} {
+		if _, err := os.Stat(c); err == nil {
+			t.Skipf("%s is installed on this machine; the script would use it", c)
+		}
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
 	}
 }
 
 func TestNodeScriptRefuses(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
-	}
+	noHostLeasekeeper(t)
 	bin, _ := build(t)
 	for _, tc := range []struct {
 		name string

@@ -6,11 +6,15 @@
 #
 # Settings (edit here, or export them when running the script by hand):
 #   LEASEKEEPER_URL     where to fetch a static leasekeeper binary from when
-#                       the image does not already have one (http, https
+#                       this machine does not already have one (http, https
 #                       or file URL; e.g. a file server on the rack).
 #   LEASEKEEPER_SHA256  its expected SHA-256; required with LEASEKEEPER_URL.
-#   LEASEKEEPER_ROOT    install into this root file system instead of the
-#                       running system (image building, tests).
+#   LEASEKEEPER_ROOT    install into this root file system (a container's
+#                       rootfs, a mounted image) instead of this machine.
+#                       Nothing inside it is run or written by this script:
+#                       leasekeeper install-shutdown-unit --root copies
+#                       itself in and writes the unit, every path resolved
+#                       inside the root.
 set -eu
 
 LEASEKEEPER_URL="${LEASEKEEPER_URL:-}"
@@ -20,50 +24,65 @@ dest="/usr/local/sbin/leasekeeper"
 
 log() { echo "leasekeeper-node: $*" >&2; }
 
-# The leasekeeper that will run at shutdown, as a path on the target.
-target_bin=""
+# fetch URL FILE: download and verify.
+fetch() {
+	if [ -z "$LEASEKEEPER_SHA256" ]; then
+		log "LEASEKEEPER_SHA256 must be set with LEASEKEEPER_URL (the binary runs as root)"
+		return 1
+	fi
+	if command -v curl >/dev/null 2>&1; then
+		curl -fsSL --retry 5 --max-time 120 -o "$2" "$1" || return 1
+	elif command -v wget >/dev/null 2>&1; then
+		wget -q -T 120 -O "$2" "$1" || return 1
+	else
+		log "neither curl nor wget is installed; cannot fetch $1"
+		return 1
+	fi
+	got="$(sha256sum "$2" | cut -d' ' -f1)"
+	if [ "$got" != "$LEASEKEEPER_SHA256" ]; then
+		log "checksum mismatch for $1: got $got, want $LEASEKEEPER_SHA256"
+		return 1
+	fi
+	chmod 0755 "$2"
+}
+
+# The leasekeeper of this machine.
+bin=""
 for c in /usr/sbin/leasekeeper /usr/local/sbin/leasekeeper /usr/bin/leasekeeper /usr/local/bin/leasekeeper; do
-	if [ -x "$LEASEKEEPER_ROOT$c" ]; then
-		target_bin="$c"
+	if [ -x "$c" ]; then
+		bin="$c"
 		break
 	fi
 done
 
-if [ -z "$target_bin" ]; then
+if [ -n "$LEASEKEEPER_ROOT" ]; then
+	tmp=""
+	if [ -z "$bin" ]; then
+		if [ -z "$LEASEKEEPER_URL" ]; then
+			log "leasekeeper is not installed here and LEASEKEEPER_URL is not set; nothing done"
+			exit 1
+		fi
+		tmp="$(mktemp)"
+		trap 'rm -f "$tmp"' EXIT
+		fetch "$LEASEKEEPER_URL" "$tmp" || exit 1
+		bin="$tmp"
+	fi
+	"$bin" install-shutdown-unit --root "$LEASEKEEPER_ROOT" --copy-binary
+	exit
+fi
+
+if [ -z "$bin" ]; then
 	if [ -z "$LEASEKEEPER_URL" ]; then
 		log "leasekeeper is not installed and LEASEKEEPER_URL is not set; nothing done"
 		exit 1
 	fi
-	if [ -z "$LEASEKEEPER_SHA256" ]; then
-		log "LEASEKEEPER_SHA256 must be set with LEASEKEEPER_URL (the binary runs as root)"
-		exit 1
-	fi
-	mkdir -p "$LEASEKEEPER_ROOT$(dirname "$dest")"
-	tmp="$LEASEKEEPER_ROOT$dest.download"
+	mkdir -p "$(dirname "$dest")"
+	tmp="$dest.download"
 	trap 'rm -f "$tmp"' EXIT
-	if command -v curl >/dev/null 2>&1; then
-		curl -fsSL --retry 5 --max-time 120 -o "$tmp" "$LEASEKEEPER_URL"
-	elif command -v wget >/dev/null 2>&1; then
-		wget -q -T 120 -O "$tmp" "$LEASEKEEPER_URL"
-	else
-		log "neither curl nor wget is installed; cannot fetch $LEASEKEEPER_URL"
-		exit 1
-	fi
-	got="$(sha256sum "$tmp" | cut -d' ' -f1)"
-	if [ "$got" != "$LEASEKEEPER_SHA256" ]; then
-		log "checksum mismatch for $LEASEKEEPER_URL: got $got, want $LEASEKEEPER_SHA256"
-		exit 1
-	fi
-	chmod 0755 "$tmp"
-	mv -f "$tmp" "$LEASEKEEPER_ROOT$dest"
+	fetch "$LEASEKEEPER_URL" "$tmp" || exit 1
+	mv -f "$tmp" "$dest"
 	trap - EXIT
-	target_bin="$dest"
+	bin="$dest"
 	log "installed $dest from $LEASEKEEPER_URL"
 fi
-
-# Run the binary that is on this machine. Installing into another root
-# runs it from there too: a static build runs anywhere.
-if [ -n "$LEASEKEEPER_ROOT" ]; then
-	exec "$LEASEKEEPER_ROOT$target_bin" install-shutdown-unit --root "$LEASEKEEPER_ROOT" --binary "$target_bin"
-fi
-exec "$target_bin" install-shutdown-unit --binary "$target_bin"
+exec "$bin" install-shutdown-unit --binary "$bin"

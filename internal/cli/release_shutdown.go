@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/systemd"
+)
+
+// shutdownGuard is release's --only-at-shutdown: the clean-shutdown unit
+// runs release from ExecStop, and a unit is also stopped when nothing
+// shuts down (systemctl stop or restart, isolate rescue.target). The
+// machine goes on using its addresses then, so giving them back would
+// let dhcpd hand them to someone else while they are still in use.
+type shutdownGuard struct {
+	only   bool
+	socket string
+}
+
+// shutdownCheckTimeout bounds the question to systemd.
+const shutdownCheckTimeout = 3 * time.Second
+
+func addShutdownGuardFlags(cmd *cobra.Command) *shutdownGuard {
+	g := &shutdownGuard{}
+	fl := cmd.Flags()
+	fl.BoolVar(&g.only, "only-at-shutdown", false, "release only while systemd is shutting the machine down (the shutdown unit's ExecStop); otherwise say so and exit 0")
+	fl.StringVar(&g.socket, "systemd-socket", "", "systemd's private D-Bus socket for --only-at-shutdown (default "+systemd.PrivateSocket+", else the system bus)")
+	_ = fl.MarkHidden("systemd-socket")
+	return g
+}
+
+// allow reports whether release may go on. When systemd cannot be asked
+// the answer is no: an address kept until its lease ends costs less than
+// an address handed out twice.
+func (g *shutdownGuard) allow(ctx context.Context, env *Env) (bool, error) {
+	if !g.only {
+		return true, nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, shutdownCheckTimeout)
+	defer cancel()
+	mgr, err := systemd.DialManager(ctx, g.socket)
+	if err != nil {
+		return false, fmt.Errorf("--only-at-shutdown: cannot tell whether the machine is shutting down, so nothing is released: %w", err)
+	}
+	defer mgr.Close()
+	down, state, err := mgr.ShuttingDown(ctx)
+	if err != nil {
+		return false, fmt.Errorf("--only-at-shutdown: cannot read systemd's state, so nothing is released: %w", err)
+	}
+	if !down {
+		fmt.Fprintf(env.Stdout, "not releasing: systemd is %s, not shutting down (--only-at-shutdown); the addresses stay in use\n", state)
+		return false, nil
+	}
+	return true, nil
+}
+
+// withShutdownGuard adds --only-at-shutdown to the release command.
+func withShutdownGuard(cmd *cobra.Command, env *Env) *cobra.Command {
+	g := addShutdownGuardFlags(cmd)
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		ok, err := g.allow(c.Context(), env)
+		if !ok || err != nil {
+			return err
+		}
+		return run(c, args)
+	}
+	return cmd
+}
