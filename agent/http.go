@@ -73,7 +73,8 @@ const ClientHeader = "X-Leasekeeper-Client"
 //	GET    /deadletters              []DeadLetterReport          (loopback clients only)
 //	POST   /deadletters/{seq}/retry  requeue one; 204, 404       (loopback, ClientHeader)
 //	DELETE /deadletters/{seq}        drop one; 204, 404          (loopback, ClientHeader)
-//	POST   /leases/{ip}/release      release on behalf (release.go) (loopback, ClientHeader)
+//	POST   /leases/{ip}/release      release on behalf (release.go) (loopback, ClientHeader,
+//	                                 bearer token of release.token_file; off when unset)
 func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
@@ -86,7 +87,7 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("DELETE /deadletters/{seq}", a.loopbackOnly(a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
 		return d.DropDeadLetter(seq)
 	})))
-	mux.HandleFunc("POST /leases/{ip}/release", a.loopbackOnly(a.serveRelease))
+	mux.HandleFunc("POST /leases/{ip}/release", a.loopbackOnly(a.releaseAuth(newReleaseGate(a.Config), a.serveRelease)))
 	return mux
 }
 

@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
+	"sync"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 )
@@ -24,8 +29,11 @@ type ReleaseRequest struct {
 
 // ReleaseReport answers POST /leases/{ip}/release. Status: 200 released
 // (or checked, for a dry run), 400 bad request, 409 refused (the lease is
-// not active or not that MAC's: nothing sent), 504 sent but dhcpd did not
-// record the release in time, 500 anything else.
+// not active, not that MAC's or cannot be read: nothing sent), 504 sent
+// but dhcpd did not record the release in time, 500 anything else.
+// Before the request is looked at (plain text, no report): 403 when
+// release.token_file is not set (the endpoint is off) or the client is not
+// on loopback, 401 without the right "Authorization: Bearer" token.
 type ReleaseReport struct {
 	IP        string `json:"ip"`
 	MAC       string `json:"mac"`
@@ -39,8 +47,81 @@ type ReleaseReport struct {
 	Error     string `json:"error,omitempty"`
 }
 
+// releaseGate lets through requests to POST /leases/{ip}/release only
+// with the bearer token in release.token_file: the endpoint makes dhcpd
+// free any lease, the agent holds CAP_NET_RAW, and dhcpd.leases (which
+// tells IPs and MACs) is world-readable, so being on loopback is no
+// credential. An unset token_file disables the endpoint. The token is
+// read once per configuration in force: when the handler is built (the
+// listener's start) and at the first request after a reload (SIGHUP),
+// which config.Parse has already checked.
+type releaseGate struct {
+	config func() *config.Config
+
+	mu  sync.Mutex
+	cfg *config.Config // the configuration sum was read for
+	sum [sha256.Size]byte
+	err error
+}
+
+func newReleaseGate(cfg func() *config.Config) *releaseGate {
+	g := &releaseGate{config: cfg}
+	g.token()
+	return g
+}
+
+// token returns the configured token's SHA-256, or ok false when the
+// endpoint is off.
+func (g *releaseGate) token() (sum [sha256.Size]byte, path string, ok bool, err error) {
+	cfg := g.config()
+	path = cfg.Release.TokenFile
+	if path == "" {
+		return sum, "", false, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cfg != cfg {
+		tok, err := config.ReadToken(path)
+		g.cfg, g.sum, g.err = cfg, sha256.Sum256([]byte(tok)), err
+	}
+	return g.sum, path, true, g.err
+}
+
+// releaseAuth wraps h with releaseGate's checks.
+func (a *Agent) releaseAuth(g *releaseGate, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		want, path, on, err := g.token()
+		switch {
+		case !on:
+			http.Error(w, "release on behalf is disabled: set release.token_file in the agent's configuration (a file, mode 0600, holding the bearer token requests must carry)", http.StatusForbidden)
+			return
+		case err != nil:
+			a.log.Error().Err(err).Str("token_file", path).Msg("release on behalf refused: cannot read release.token_file")
+			http.Error(w, "release.token_file: cannot read the token; see the agent's log", http.StatusInternalServerError)
+			return
+		}
+		scheme, tok, found := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !found || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="leasekeeper"`)
+			http.Error(w, "missing Authorization: Bearer <the token in release.token_file>", http.StatusUnauthorized)
+			return
+		}
+		// Hashing first makes the comparison constant-time in the
+		// token's length too.
+		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			a.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("release on behalf refused: wrong bearer token")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="leasekeeper", error="invalid_token"`)
+			http.Error(w, "wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
+}
+
 // serveRelease is POST /leases/{ip}/release (loopback clients with
-// ClientHeader only: it makes dhcpd free a lease).
+// ClientHeader and the bearer token only, see releaseGate: it makes
+// dhcpd free a lease).
 func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(ClientHeader) == "" {
 		http.Error(w, "missing "+ClientHeader+" header", http.StatusForbidden)

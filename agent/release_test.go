@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -24,12 +25,14 @@ func TestServeRelease(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.DHCPD.Leases = leases
+	cfg.Release.TokenFile = tokenFile(t, "s3cret\n")
 	h := newAgent(t, cfg).handler()
 
 	for _, tc := range []struct {
 		name, method, path, body string
 		remote                   string
 		noHeader                 bool
+		auth                     string // Authorization; "" = the right token
 		code                     int
 		want                     *ReleaseReport
 	}{
@@ -46,6 +49,12 @@ func TestServeRelease(t *testing.T) {
 		{name: "unknown key", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01","force":true}`, code: 400},
 		{name: "bad server", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01","server":"x"}`, code: 400},
 		{name: "GET", method: "GET", path: "/leases/203.0.113.100/release", code: 405},
+		{name: "no token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "-", code: 401},
+		{name: "wrong token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer s3cre", code: 401},
+		{name: "token longer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer s3cret2", code: 401},
+		{name: "not bearer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Basic s3cret", code: 401},
+		{name: "bearer, no token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer ", code: 401},
+		{name: "remote client with token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, remote: "203.0.113.9:4000", code: 403},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
@@ -55,6 +64,13 @@ func TestServeRelease(t *testing.T) {
 			}
 			if !tc.noHeader {
 				r.Header.Set(ClientHeader, "test")
+			}
+			switch tc.auth {
+			case "":
+				r.Header.Set("Authorization", "Bearer s3cret")
+			case "-":
+			default:
+				r.Header.Set("Authorization", tc.auth)
 			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
@@ -72,5 +88,85 @@ func TestServeRelease(t *testing.T) {
 				t.Errorf("report (-want +got)\n%s", diff)
 			}
 		})
+	}
+}
+
+// tokenFile writes a release.token_file, mode 0600.
+func tokenFile(t *testing.T, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "release.token")
+	if err := os.WriteFile(p, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// postRelease sends a release request with a bearer token ("" = none)
+// from loopback.
+func postRelease(h http.Handler, token string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/leases/203.0.113.7/release", strings.NewReader(`{"mac":"02:00:00:00:00:01"}`))
+	r.RemoteAddr = "127.0.0.1:4000"
+	r.Header.Set(ClientHeader, "test")
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestServeReleaseDisabled: without release.token_file the endpoint
+// frees nothing for anyone, and says which key turns it on.
+func TestServeReleaseDisabled(t *testing.T) {
+	h := newAgent(t, testConfig()).handler()
+	for _, token := range []string{"", "s3cret"} {
+		w := postRelease(h, token)
+		if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "disabled: set release.token_file") {
+			t.Errorf("token %q: %d %s, want 403 naming release.token_file", token, w.Code, w.Body)
+		}
+	}
+}
+
+// TestServeReleaseTokenReload: the token is read again when a reload
+// puts a new configuration in force (the file's content alone changes
+// nothing until then); a token file that cannot be read refuses all.
+func TestServeReleaseTokenReload(t *testing.T) {
+	leases := filepath.Join(t.TempDir(), "dhcpd.leases")
+	if err := os.WriteFile(leases, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.DHCPD.Leases = leases
+	cfg.Release.TokenFile = tokenFile(t, "old")
+	a := newAgent(t, cfg)
+	h := a.handler()
+	if w := postRelease(h, "old"); w.Code != http.StatusConflict { // through to the check: no lease
+		t.Fatalf("old token: %d %s, want 409", w.Code, w.Body)
+	}
+	if err := os.WriteFile(cfg.Release.TokenFile, []byte("new"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if w := postRelease(h, "new"); w.Code != http.StatusUnauthorized {
+		t.Errorf("new token before the reload: %d %s, want 401", w.Code, w.Body)
+	}
+
+	next := *cfg
+	if err := a.Reload(&next); err != nil {
+		t.Fatal(err)
+	}
+	if w := postRelease(h, "old"); w.Code != http.StatusUnauthorized {
+		t.Errorf("old token after the reload: %d %s, want 401", w.Code, w.Body)
+	}
+	if w := postRelease(h, "new"); w.Code != http.StatusConflict {
+		t.Errorf("new token after the reload: %d %s, want 409", w.Code, w.Body)
+	}
+
+	gone := next
+	gone.Release.TokenFile = filepath.Join(t.TempDir(), "none")
+	if err := a.Reload(&gone); err != nil {
+		t.Fatal(err)
+	}
+	if w := postRelease(h, "new"); w.Code != http.StatusInternalServerError {
+		t.Errorf("unreadable token file: %d %s, want 500", w.Code, w.Body)
 	}
 }

@@ -31,6 +31,7 @@ type Config struct {
 	State     State     `toml:"state"`
 	Reconcile Reconcile `toml:"reconcile"`
 	Metrics   Metrics   `toml:"metrics"`
+	Release   Release   `toml:"release"`
 	Log       Log       `toml:"log"`
 }
 
@@ -81,6 +82,14 @@ type Metrics struct {
 	Listen string `toml:"listen"` // host:port; "" disables the listener
 }
 
+// Release gates POST /leases/{ip}/release on the metrics listener, which
+// makes dhcpd free a lease on a client's behalf.
+type Release struct {
+	// TokenFile holds the bearer token a request must carry; "" disables
+	// the endpoint. Mode 0600 or stricter (Parse checks it).
+	TokenFile string `toml:"token_file"`
+}
+
 // Log configures the agent's log.
 type Log struct {
 	Level  string `toml:"level"`  // trace, debug, info, warn, error
@@ -126,7 +135,10 @@ func Load(path string, overrides ...string) (*Config, error) {
 	return Parse(f, path, overrides...)
 }
 
-// Parse is Load on an open file; name is used in errors.
+// Parse is Load on an open file; name is used in errors. Besides
+// validating the values it reads release.token_file, when set, and
+// refuses a token file that group or others can access or that holds no
+// usable token: the agent must not start with a secret anyone can read.
 func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	c, err := Decode(r, name)
 	if err != nil {
@@ -143,6 +155,11 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if c.Release.TokenFile != "" {
+		if _, err := ReadToken(c.Release.TokenFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "release.token_file", Err: err})
+		}
 	}
 	return c, nil
 }

@@ -316,7 +316,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 22 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 23 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from
@@ -329,6 +329,56 @@ func TestKeys(t *testing.T) {
 				t.Errorf("%s.%s has no toml tag", ct.Field(i).Name, st.Field(j).Name)
 			}
 		}
+	}
+}
+
+// TestReleaseTokenFile: release.token_file is off by default; when set,
+// Parse refuses a token file that group or others can access (the token
+// frees any lease) or that holds no token, naming the key.
+func TestReleaseTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // not subject to the umask
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name, path string
+		want       string // in the error; "" = accepted
+	}{
+		{name: "0600", path: file("ok", "s3cret\n", 0o600)},
+		{name: "0400", path: file("ro", "s3cret", 0o400)},
+		{name: "0644", path: file("world", "s3cret\n", 0o644), want: "release.token_file: " + dir + "/world has mode 0644: group or others can access it; chmod 600 it"},
+		{name: "0620", path: file("group-writable", "s3cret\n", 0o620), want: "has mode 0620: group or others can access it"},
+		{name: "0604", path: file("other-readable", "s3cret\n", 0o604), want: "has mode 0604"},
+		{name: "empty", path: file("empty", " \n", 0o600), want: "release.token_file: " + dir + "/empty is empty"},
+		{name: "space inside", path: file("spaced", "two words\n", 0o600), want: "white space or control characters"},
+		{name: "missing", path: filepath.Join(dir, "none"), want: "release.token_file: open " + dir + "/none: no such file or directory"},
+		{name: "directory", path: dir, want: "is not a regular file"},
+		{name: "relative", path: "release.token", want: `release.token_file: "release.token" is not an absolute path`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse(strings.NewReader(valid+"[release]\ntoken_file = \""+tc.path+"\"\n"), "t.toml")
+			if tc.want == "" {
+				if err != nil || c.Release.TokenFile != tc.path {
+					t.Fatalf("Parse = %+v, %v", c, err)
+				}
+				return
+			}
+			var ke *KeyError
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ke) || ke.Key != "release.token_file" {
+				t.Errorf("error %v, want a release.token_file error saying %q", err, tc.want)
+			}
+		})
+	}
+	if c, err := Parse(strings.NewReader(valid), "t.toml"); err != nil || c.Release.TokenFile != "" {
+		t.Errorf("default: %+v, %v; want token_file \"\" (endpoint disabled)", c, err)
 	}
 }
 

@@ -78,6 +78,8 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	path("release.token_file", c.Release.TokenFile, false)
+
 	if !oneOf(c.Log.Level, levels) {
 		badf("log.level", "%q is not one of %s", c.Log.Level, strings.Join(levels, ", "))
 	}

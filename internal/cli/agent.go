@@ -25,7 +25,7 @@ import (
 // reloadable are the keys a SIGHUP puts in force without a restart.
 // Tasks that implement agent.Reloader may apply more; list them here so
 // the log does not tell the operator to restart for them.
-var reloadable = map[string]bool{"log.level": true}
+var reloadable = map[string]bool{"log.level": true, "release.token_file": true}
 
 func newAgentCmd(env *Env) *cobra.Command {
 	var (

@@ -42,8 +42,11 @@ is detected from their content, and a networkd-format file whose name
 is not an interface index belongs to the one --interface given.
 
 Each release is a unicast DHCPRELEASE from the lease's address, port 68,
-to the lease's server, port 67, on the lease's interface: ciaddr the
-address, chaddr the interface's MAC, option 54 the server identifier,
+to the lease's server, port 67, along the kernel's route from that
+address to the server: normally out of the lease's interface; when the
+route leaves through another interface (a multi-homed node), through
+that one, and the report says "via IF2, the route to the server".
+ciaddr the address, chaddr the interface's MAC, option 54 the server identifier,
 option 61 the client identifier the lease (or, for dhclient, the
 dhclient.conf) names. A lease is skipped, with the reason, when it has
 expired, when its address is no longer configured on its interface
@@ -51,12 +54,18 @@ expired, when its address is no longer configured on its interface
 internal client records only the address).
 
 The whole run takes at most --timeout. DHCPRELEASE has no reply: a
-release counts as sent when it left the node (for a server on the
-interface's subnet: the server answered ARP) and no error came back.
+release counts as released when it left the node (the next hop - the
+server on the same subnet, else the router - answered ARP) and no error
+came back; a next hop that does not answer ARP in time is a failure.
+Where nothing can show the packet left (the route's interface has no
+ARP, e.g. a tunnel), the line says "sent, not confirmed". Lease files
+and dhclient.conf must be regular files: a FIFO, device or symbolic link
+is refused (never opened in a way that could block).
 One line per lease is printed. Exit status: 0 when every current lease
-was released or skipped, or there were none; 1 when a release could not
-be sent or a --lease-file could not be read (the others are still
-released).
+was released, sent but not confirmed, or skipped, or there were none; 1
+when a release could not be sent or a --lease-file could not be read
+(the others are still released). --server, --leases and --no-wait
+belong to the rack side and are refused without --for and --mac.
 
 On the rack: --for IP --mac MAC makes the local dhcpd release the lease
 of a client that is gone without releasing it (a force-deleted container,
@@ -85,6 +94,16 @@ it; then the leases file is watched until dhcpd records the release
 			if len(args) > 0 {
 				return usageError{fmt.Errorf("unexpected argument %q (leases are found, or named with --lease-file)", args[0])}
 			}
+			// Checked here, before any RunE wrapper, so that a
+			// mistyped rack-side command is refused, not quietly run
+			// as the node side (releasing this node's own leases).
+			if !rf.requested(cmd) {
+				for _, name := range rackOnlyFlags {
+					if cmd.Flags().Changed(name) {
+						return usageError{fmt.Errorf("--%s is for the rack-side release and needs --for IP --mac MAC; without them release gives back this node's own leases", name)}
+					}
+				}
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -110,6 +129,10 @@ it; then the leases file is watched until dhcpd records the release
 	rf = addReleaseForFlags(cmd)
 	return cmd
 }
+
+// rackOnlyFlags mean something only with --for and --mac
+// (addReleaseForFlags); the node side refuses them.
+var rackOnlyFlags = []string{"server", "leases", "no-wait"}
 
 // runNodeRelease is the node side of `leasekeeper release`: the node's
 // own leases. (The rack side, releasing on behalf of a gone client,

@@ -77,6 +77,9 @@ func TestReleaseUsage(t *testing.T) {
 		{"bad timeout", []string{"--timeout", "0s"}, 2, "must be positive"},
 		{"unknown flag", []string{"--four", "203.0.113.5"}, 2, "unknown flag"},
 		{"for without mac", []string{"--for", "203.0.113.5"}, 2, "--for IP and --mac MAC go together"},
+		{"server without for", []string{"--server", "203.0.113.1", "--dry-run"}, 2, "--server is for the rack-side release and needs --for IP --mac MAC"},
+		{"leases without for", []string{"--leases=/var/lib/dhcp/dhcpd.leases", "--dry-run"}, 2, "--leases is for the rack-side release"},
+		{"no-wait without for", []string{"--no-wait", "--dry-run"}, 2, "--no-wait is for the rack-side release"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runRelease(t, tc.args...)
@@ -121,6 +124,14 @@ type relLab struct {
 
 func newRelLab(t *testing.T) *relLab {
 	t.Helper()
+	return newRelLabWith(t, nil)
+}
+
+// newRelLabWith is newRelLab with before run once the lab exists and
+// before dhcpd starts; it returns more dhcpd.conf and more interfaces
+// for dhcpd to serve.
+func newRelLabWith(t *testing.T, before func(*lab.Lab) (conf string, ifaces []string)) *relLab {
+	t.Helper()
 	lab.Require(t, "dhcpd", "dhclient")
 	hook := lab.BuildHook(t)
 	dir, err := os.MkdirTemp("", "lkrel") // unix socket paths are short
@@ -138,9 +149,15 @@ func newRelLab(t *testing.T) *relLab {
 	snippet := lab.HookSnippet(t, hook, sock, spool)
 
 	r := &relLab{t: t, lab: lab.New(t), hook: conn}
+	var extraConf string
+	var extraIfaces []string
+	if before != nil {
+		extraConf, extraIfaces = before(r.lab)
+	}
 	r.d = r.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: "ping-check false;\nauthoritative;\nddns-update-style none;\n" +
 		"default-lease-time 600;\nmax-lease-time 600;\n" + snippet + "\n" +
-		r.lab.SubnetConf("  range 203.0.113.100 203.0.113.150;")})
+		r.lab.SubnetConf("  range 203.0.113.100 203.0.113.150;") + extraConf,
+		ExtraArgs: extraIfaces})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("dhcpd log:\n%s", r.d.Logs())
@@ -152,13 +169,19 @@ func newRelLab(t *testing.T) *relLab {
 func (r *relLab) client(name string, opts ...lab.ClientOption) (*lab.Client, netip.Addr) {
 	r.t.Helper()
 	c := r.lab.AddClient(name, opts...)
+	return c, r.lease(c)
+}
+
+// lease runs dhclient in a client added before.
+func (r *relLab) lease(c *lab.Client) netip.Addr {
+	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ip, err := c.Dhclient(ctx)
 	if err != nil {
 		r.t.Fatalf("dhclient: %v", err)
 	}
-	return c, ip
+	return ip
 }
 
 // release runs `leasekeeper release ARGS…` in the client's namespace.
@@ -209,9 +232,16 @@ func (r *relLab) waitHook(action string, ip netip.Addr) {
 // the address's last block free (or released).
 func (r *relLab) checkReleased(ip netip.Addr, mac net.HardwareAddr) {
 	r.t.Helper()
+	r.checkReleasedVia(ip, mac, "br0")
+}
+
+// checkReleasedVia is checkReleased for a release dhcpd received on
+// its interface via.
+func (r *relLab) checkReleasedVia(ip netip.Addr, mac net.HardwareAddr, via string) {
+	r.t.Helper()
 	// dhcpd names the lease's client-hostname, if any, before "via".
 	want := regexp.MustCompile(`DHCPRELEASE of ` + regexp.QuoteMeta(ip.String()) + ` from ` +
-		regexp.QuoteMeta(mac.String()) + ` (\(\S+\) )?via br0 \(found\)`)
+		regexp.QuoteMeta(mac.String()) + ` (\(\S+\) )?via ` + regexp.QuoteMeta(via) + ` \(found\)`)
 	deadline := time.Now().Add(5 * time.Second)
 	for !want.MatchString(r.d.Logs()) {
 		if time.Now().After(deadline) {
@@ -382,6 +412,98 @@ func TestLabReleaseBadInput(t *testing.T) {
 	})
 	time.Sleep(200 * time.Millisecond)
 	r.noRelease()
+}
+
+// TestLabReleaseMultiHomed: a node with two interfaces, whose lease's
+// server is reachable only through the other one. The client leases
+// 203.0.113.x on eth0 (the bridge) and has eth1, 198.18.0.2/24, on a
+// second link to the server namespace, where dhcpd also listens
+// (198.18.0.1). The server namespace answers ARP only for the addresses
+// of the interface asked (arp_ignore 1), as a server elsewhere would:
+// nothing on eth0's link answers for 198.18.0.1. A lease naming server
+// 198.18.0.1 is released through eth1, the kernel's route from the
+// lease's address, and the report says so; dhcpd receives it on the
+// second link and frees the lease. (A release forced out of eth0 would
+// ARP there in vain, and used to be reported released.) Through the
+// same interface: a server that is not there, and a router that is not
+// there, fail with the ARP failure named; a route through a link
+// without ARP is reported sent, not confirmed.
+func TestLabReleaseMultiHomed(t *testing.T) {
+	t.Parallel()
+	var c *lab.Client
+	var link *lab.Link
+	r := newRelLabWith(t, func(l *lab.Lab) (string, []string) {
+		if err := l.Sysctl(l.NS, "net/ipv4/conf/all/arp_ignore", "1"); err != nil {
+			t.Fatal(err)
+		}
+		c = l.AddClient("c1")
+		var err error
+		link, err = c.AddLink("eth1", "m1", netip.MustParsePrefix("198.18.0.2/24"), netip.MustParsePrefix("198.18.0.1/24"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "subnet 198.18.0.0 netmask 255.255.255.0 {\n}\n", []string{link.ServerIface}
+	})
+	ip := r.lease(c)
+	r.waitHook("commit", ip)
+
+	dir := t.TempDir()
+	leaseFor := func(name, server string) string {
+		p := filepath.Join(dir, name)
+		body := fmt.Sprintf("lease {\n  interface \"eth0\";\n  fixed-address %s;\n  option dhcp-server-identifier %s;\n  expire epoch %d;\n}\n",
+			ip, server, time.Now().Add(time.Hour).Unix())
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	t.Run("silent server", func(t *testing.T) {
+		out, _, code, took := r.release(c, "--lease-file", leaseFor("silent.leases", "198.18.0.9"), "--timeout", "1s")
+		if want := "198.18.0.9 did not answer ARP on eth1"; code != 1 || !strings.Contains(out, want) || !strings.Contains(out, "via eth1, the route to the server") {
+			t.Errorf("exit %d, output %q; want 1 and %q", code, out, want)
+		}
+		if took > 3*time.Second {
+			t.Errorf("took %v with --timeout 1s", took)
+		}
+	})
+	t.Run("silent router", func(t *testing.T) {
+		if err := r.lab.IP(c.NS, []string{"route", "add", "198.51.100.0/25", "via", "198.18.0.254", "dev", "eth1"}); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code, _ := r.release(c, "--lease-file", leaseFor("router.leases", "198.51.100.1"), "--timeout", "1s")
+		if want := "the router 198.18.0.254 did not answer ARP on eth1 within the time limit: 198.51.100.1 is unreachable"; code != 1 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output %q; want 1 and %q", code, out, want)
+		}
+	})
+	t.Run("no ARP", func(t *testing.T) {
+		// A veth pair inside the client's namespace, ARP off on n0: the
+		// packet goes out unresolved (to n0's own MAC, which n1 drops).
+		if err := r.lab.IP(c.NS,
+			[]string{"link", "add", "n0", "type", "veth", "peer", "name", "n1"},
+			[]string{"link", "set", "n0", "arp", "off"},
+			[]string{"link", "set", "n1", "up"},
+			[]string{"link", "set", "n0", "up"},
+			[]string{"route", "add", "198.51.100.128/25", "dev", "n0"},
+		); err != nil {
+			t.Fatal(err)
+		}
+		out, _, code, _ := r.release(c, "--lease-file", leaseFor("noarp.leases", "198.51.100.129"))
+		want := fmt.Sprintf("eth0: sent, not confirmed: release of %s to server 198.51.100.129 via n0, the route to the server: n0 resolves no neighbours", ip)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output %q; want 0 and %q", code, out, want)
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+
+	f := leaseFor("other.leases", link.ServerAddr.Addr().String())
+	out, _, code, _ := r.release(c, "--lease-file", f)
+	if want := fmt.Sprintf("eth0: released %s to server 198.18.0.1 via eth1, the route to the server (dhclient lease in %s)", ip, f); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	r.checkReleasedVia(ip, c.MAC, link.ServerIface)
+	r.waitHook("release", ip)
 }
 
 // TestLabShutdownUnitReleases is the clean-shutdown story end to end: a

@@ -29,7 +29,7 @@ var (
 type RefusedError struct {
 	IP     netip.Addr
 	MAC    net.HardwareAddr
-	Reason error // ErrNoLease, ErrNotActive or ErrMACMismatch
+	Reason error // ErrNoLease, ErrNotActive, ErrMACMismatch or ErrUnreadable
 	Detail string
 	Lease  *parser.Lease
 }

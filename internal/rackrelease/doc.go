@@ -5,12 +5,20 @@
 //
 // # How
 //
-// Release reads dhcpd's leases file with the project's parser and refuses,
-// sending nothing, unless the IP's current lease is active, not yet ended
-// and held by the given MAC. It then hands dhcpd a DHCPRELEASE for that
+// Release reads dhcpd's leases file with the project's incremental
+// decoder and refuses, sending nothing, unless the IP's current lease is
+// active, not yet ended and held by the given MAC, and can be told: a
+// statement after the IP's last block that the parser had to skip (a bad
+// or torn block for the IP, or one whose address cannot be told) may be
+// the IP's current lease, so it is refused (ErrUnreadable) rather than
+// trusting the older block. It then hands dhcpd a DHCPRELEASE for that
 // lease (ciaddr = IP, chaddr = MAC, the lease's client identifier if it
 // has one, server identifier = dhcpd's address) and, unless told not to,
-// watches the leases file until dhcpd has appended the released block.
+// follows the leases file until dhcpd has appended the released block:
+// only the bytes appended since the check are read (a busy rack's file is
+// hundreds of MB and changes constantly), and the whole file again only
+// when dhcpd's rewrite renamed a new one onto the path (another inode).
+// Only the IP's last block is kept, never the whole table.
 //
 // dhcpd 4.4 on Linux receives through an AF_PACKET socket (LPF) bound to
 // each interface it serves, with a BPF filter for IPv4/UDP to port 67; the

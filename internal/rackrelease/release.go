@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/parser"
@@ -69,10 +67,13 @@ type Result struct {
 
 // Release makes the local dhcpd release opts.IP: it refuses (a
 // *RefusedError, nothing sent) unless the address's current lease in the
-// leases file is active and held by opts.MAC, then writes a DHCPRELEASE
-// on the interface dhcpd serves and, unless opts.NoVerify, waits until
-// the leases file shows the lease released (ErrUnconfirmed otherwise).
-// It never takes longer than opts.Timeout.
+// leases file is active and held by opts.MAC (and can be told: a
+// statement after the address's last block that the parser had to skip
+// is refused as ErrUnreadable), then writes a DHCPRELEASE on the
+// interface dhcpd serves and, unless opts.NoVerify, waits until the
+// leases file shows the lease released (ErrUnconfirmed otherwise),
+// reading only what dhcpd appends after the first read. It never takes
+// longer than opts.Timeout, the first read of the file included.
 func Release(ctx context.Context, opts Options) (Result, error) {
 	if err := opts.defaults(); err != nil {
 		return Result{}, err
@@ -82,11 +83,9 @@ func Release(ctx context.Context, opts Options) (Result, error) {
 	defer cancel()
 	res := Result{IP: opts.IP, MAC: opts.MAC}
 
-	snap, err := readLeases(opts.LeasesPath)
-	if err != nil {
-		return res, err
-	}
-	lease, err := CheckLease(snap.leases.Table, opts.IP, opts.MAC, opts.Now())
+	leases := newLeaseReader(opts.LeasesPath, opts.IP, nil)
+	defer leases.close()
+	lease, err := leases.current(ctx, opts)
 	if err != nil {
 		return res, err
 	}
@@ -123,7 +122,7 @@ func Release(ctx context.Context, opts Options) (Result, error) {
 		res.Took = opts.Now().Sub(start)
 		return res, nil
 	}
-	err = waitReleased(ctx, opts, lease, snap, &res)
+	err = waitReleased(ctx, opts, lease, leases, &res)
 	res.Took = opts.Now().Sub(start)
 	return res, err
 }
@@ -150,69 +149,67 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// snapshot is one read of the leases file and the identity it was read at.
-type snapshot struct {
-	leases    *parser.Leases
-	dev, ino  uint64
-	size      int64
-	modTimeNs int64
-}
-
-func (s *snapshot) same(fi os.FileInfo) bool {
-	dev, ino := fileID(fi)
-	return dev == s.dev && ino == s.ino && fi.Size() == s.size && fi.ModTime().UnixNano() == s.modTimeNs
-}
-
-func fileID(fi os.FileInfo) (dev, ino uint64) {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Dev), st.Ino
-	}
-	return 0, 0
-}
-
-func readLeases(path string) (*snapshot, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("dhcpd's leases file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
+// current reads the leases file, waiting (within ctx) while it ends
+// inside a statement that dhcpd may be writing, and returns the
+// address's current lease if dhcpd would release it for opts.MAC. It
+// refuses (ErrUnreadable) rather than fall back to an older block when a
+// statement after the address's last block could not be read.
+func (r *leaseReader) current(ctx context.Context, opts Options) (*parser.Lease, error) {
+	if err := r.sync(ctx); err != nil {
 		return nil, err
 	}
-	ls, err := parser.ParseLeases(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	why := r.unreadable()
+	for why != "" && len(r.hiding) == 0 && ctx.Err() == nil { // torn: wait for the rest
+		select {
+		case <-ctx.Done():
+		case <-time.After(pollEvery):
+			if err := r.sync(ctx); err != nil && ctx.Err() == nil {
+				return nil, err
+			}
+			why = r.unreadable()
+		}
 	}
-	s := &snapshot{leases: ls, size: fi.Size(), modTimeNs: fi.ModTime().UnixNano()}
-	s.dev, s.ino = fileID(fi)
-	return s, nil
+	if why != "" {
+		return nil, &RefusedError{IP: opts.IP, MAC: opts.MAC, Reason: ErrUnreadable, Detail: why, Lease: r.lease}
+	}
+	t := parser.NewTable()
+	if r.lease != nil {
+		t.Apply(r.lease)
+	}
+	return CheckLease(t, opts.IP, opts.MAC, opts.Now())
 }
 
-// waitReleased polls the leases file until its block for the address
+// waitReleased follows the leases file, reading only what dhcpd appends
+// (the whole file again only after a rewrite), until the address's block
 // shows before released, or ctx ends.
-func waitReleased(ctx context.Context, opts Options, before *parser.Lease, last *snapshot, res *Result) error {
+func waitReleased(ctx context.Context, opts Options, before *parser.Lease, r *leaseReader, res *Result) error {
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
+	var readErr error
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sent a DHCPRELEASE for %s on %s, but %w in %s within %v: see dhcpd's log (is it serving %s? a DHCPRELEASE line ending \"(not found)\" means it did not match the lease)",
+			err := fmt.Errorf("sent a DHCPRELEASE for %s on %s, but %w in %s within %v: see dhcpd's log (is it serving %s? a DHCPRELEASE line ending \"(not found)\" means it did not match the lease)",
 				opts.IP, res.Interface, ErrUnconfirmed, opts.LeasesPath, opts.Timeout, res.Interface)
+			if why := r.unreadable(); why != "" {
+				err = fmt.Errorf("%w; and the file could not be read after the address's last block: %s", err, why)
+			}
+			if readErr != nil {
+				err = fmt.Errorf("%w; last read: %v", err, readErr)
+			}
+			return err
 		case <-t.C:
 		}
-		fi, err := os.Stat(opts.LeasesPath)
-		if err != nil || last.same(fi) {
-			continue // between unlink and rename in a rewrite, or unchanged
-		}
-		s, err := readLeases(opts.LeasesPath)
-		if err != nil {
+		if err := r.sync(ctx); err != nil {
+			if ctx.Err() == nil {
+				readErr = err
+			}
 			continue
 		}
-		last = s
-		now, _ := s.leases.Lookup(netip.PrefixFrom(opts.IP, 32))
-		if released(before, now, parser.TimeOf(opts.Now())) {
-			res.Verified, res.State = true, now.Binding(parser.TimeOf(opts.Now()))
+		readErr = nil
+		at := parser.TimeOf(opts.Now())
+		if released(before, r.lease, at) {
+			res.Verified, res.State = true, r.lease.Binding(at)
 			return nil
 		}
 	}

@@ -20,6 +20,12 @@ func TestReleaseRefuses(t *testing.T) {
 	if err := os.WriteFile(path, []byte(leasesText), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The owner's block, then a block for the same address the parser
+	// cannot read: the lease in force is unknown.
+	unreadable := filepath.Join(t.TempDir(), "dhcpd.leases")
+	if err := os.WriteFile(unreadable, []byte(leasesText+"lease 203.0.113.100 {\n  binding state bogus;\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	clock := func() time.Time { return now }
 	owner := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x01}
 	for _, tc := range []struct {
@@ -34,6 +40,8 @@ func TestReleaseRefuses(t *testing.T) {
 		{name: "IPv6", opts: Options{IP: netip.MustParseAddr("2001:db8::1"), MAC: owner}, msg: "IPv4 only"},
 		{name: "no MAC", opts: Options{IP: netip.MustParseAddr("203.0.113.100")}, msg: "6-byte"},
 		{name: "IPv6 server", opts: Options{IP: netip.MustParseAddr("203.0.113.100"), MAC: owner, Server: netip.MustParseAddr("2001:db8::1")}, msg: "IPv4 only"},
+		{name: "unreadable later block", opts: Options{IP: netip.MustParseAddr("203.0.113.100"), MAC: owner, LeasesPath: unreadable}, want: ErrUnreadable,
+			msg: `lease 203.0.113.100: unknown binding state "bogus"`},
 		{name: "no leases file", opts: Options{IP: netip.MustParseAddr("203.0.113.100"), MAC: owner, LeasesPath: filepath.Join(t.TempDir(), "none")}, want: os.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

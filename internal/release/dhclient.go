@@ -126,9 +126,11 @@ func (t *tokenizer) quoted() (token, error) {
 	}
 }
 
-// statement reads tokens up to a ";" at this level, or a whole
-// "{ … }" block (returned as its opening words; the block's statements
-// are handed to body). It returns errEOF at a clean end of input.
+// statement reads tokens up to a ";" at this level, or up to the "{"
+// that opens a block (returned as the block's opening words, block
+// true). Empty statements (a lone ";") are skipped. At a "}" it leaves
+// the brace to be read next and returns no words. It returns errEOF at
+// a clean end of input.
 func (t *tokenizer) statement() (words []token, block bool, err error) {
 	for {
 		tok, err := t.next()
@@ -144,6 +146,11 @@ func (t *tokenizer) statement() (words []token, block bool, err error) {
 		if !tok.quoted {
 			switch tok.text {
 			case ";":
+				if len(words) == 0 {
+					// An empty statement: skip it, or the caller would
+					// take its nil words for a closing brace.
+					continue
+				}
 				return words, false, nil
 			case "{":
 				return words, true, nil

@@ -51,14 +51,39 @@
 // to ciaddr alone, and releases it only if chaddr matches the lease's
 // hardware address and the lease has not ended; it never checks option
 // 54. The packet goes from A:68 (SO_REUSEADDR: dhclient or networkd may
-// hold port 68) to S:67 on a connected UDP socket bound to the interface
-// (SO_BINDTODEVICE). A device-bound socket treats a destination with no
-// route as on-link, so the route is checked first with an unbound
-// socket (no route: ENETUNREACH, reported at once). DHCPRELEASE has no
-// reply; a send counts as done when the next hop's ARP entry is complete
-// (/proc/net/arp; next hop from /proc/net/route), or after a short
-// linger when the next hop is unknown, unless the kernel reports an
-// error first (EHOSTUNREACH, ECONNREFUSED). Everything is bounded by
-// Options.Timeout: a server that never answers ARP is reported as
-// unreachable when the time is up.
+// hold port 68) to S:67 on a connected UDP socket, along the route the
+// kernel gives for (from A, to S) — asked with RTM_GETROUTE, so policy
+// routing ("from A" rules) applies, and confined to the interface's VRF
+// when it is enslaved to one. When that route leaves through the
+// lease's interface the socket is bound to it (SO_BINDTODEVICE); when
+// it leaves through another interface (a multi-homed node whose server
+// is reachable only through another link) the socket is not bound, the
+// packet still comes from A, and the report says "via IF2, the route to
+// the server" — the path dhclient -r's own unicast release takes. (A
+// socket bound to the lease's interface would instead treat the server
+// as on-link there and ARP for it in vain.) No route: ENETUNREACH,
+// reported at once; prohibit and blackhole routes likewise.
+//
+// DHCPRELEASE has no reply. A send counts as released when the next
+// hop's neighbour entry (RTM_GETNEIGH; the gateway, or the server when
+// on-link) is resolved after the send (REACHABLE or PERMANENT, or STALE/DELAY/PROBE:
+// the frame went to the address the kernel had), and fails when
+// resolution fails or is still incomplete when Options.Timeout is up
+// ("did not answer ARP"), or when the kernel reports an error
+// (EHOSTUNREACH, ECONNREFUSED). When nothing can show that the packet
+// left — the route's interface resolves no neighbours (IFF_NOARP:
+// point-to-point links, tunnels), or no neighbour entry appears — it is
+// reported "sent, not confirmed" after a short linger for ICMP errors.
+// That case does not fail the run (exit 0): the kernel accepted the
+// packet on a link where nothing more can be known, retrying cannot
+// learn more, and failing a shutdown unit for it would only add noise;
+// the report does not claim the release.
+//
+// # Odd files
+//
+// Lease files and dhclient.conf are opened only if they are regular
+// files: the name is checked with lstat, then opened with O_NONBLOCK and
+// O_NOFOLLOW and checked again with fstat. A FIFO (which would block the
+// open until a writer came, hanging shutdown), a device, a directory or
+// a symbolic link is refused with what it is.
 package release

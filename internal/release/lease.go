@@ -72,7 +72,8 @@ func (l Lease) Expiry(saved time.Time) (time.Time, bool) {
 // networkd's of KEY=VALUE lines, newer systemd's are a JSON object.
 func Detect(content []byte) Format {
 	for _, line := range bytes.Split(content, []byte("\n")) {
-		line = bytes.TrimSpace(line)
+		// Empty dhclient statements (";") say nothing about the format.
+		line = bytes.TrimLeft(bytes.TrimSpace(line), "; \t")
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}

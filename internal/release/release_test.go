@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -11,11 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/vishvananda/netlink"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -84,6 +87,7 @@ func TestDetect(t *testing.T) {
 		{"  lease{", FormatDhclient},
 		{"default-duid \"x\";\n", FormatDhclient},
 		{"lease6 {", FormatDhclient},
+		{";\n ;; lease {", FormatDhclient},
 		{"leases {", FormatUnknown},
 		{"# This is private data. Do not parse.\nADDRESS=1.2.3.4\n", FormatNetworkd},
 		{"address=1.2.3.4", FormatUnknown},
@@ -114,6 +118,46 @@ func TestParseDhclientErrors(t *testing.T) {
 				t.Errorf("error %v, want one containing %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// TestParseDhclientEmptyStatements: a lone ';' is an empty statement,
+// skipped wherever it stands; it must not swallow the statement after
+// it or report an error at the wrong line.
+func TestParseDhclientEmptyStatements(t *testing.T) {
+	lease := func(addr string, line int) Lease {
+		return Lease{Interface: "eth0", Address: netip.MustParseAddr(addr), Server: netip.MustParseAddr("203.0.113.1"), Never: true, Line: line}
+	}
+	for _, tc := range []struct {
+		name, in string
+		want     []Lease
+		err      string
+	}{
+		{"alone", ";", nil, ""},
+		{"before a lease", ";\nlease { interface \"eth0\"; fixed-address 203.0.113.5; option dhcp-server-identifier 203.0.113.1; expire never; }",
+			[]Lease{lease("203.0.113.5", 2)}, ""},
+		{"after a lease", "lease { interface \"eth0\"; fixed-address 203.0.113.5; option dhcp-server-identifier 203.0.113.1; expire never; };\n;;\n",
+			[]Lease{lease("203.0.113.5", 1)}, ""},
+		{"inside a lease", "lease {\n ; interface \"eth0\";; fixed-address 203.0.113.5;\n option dhcp-server-identifier 203.0.113.1; expire never; ; }",
+			[]Lease{lease("203.0.113.5", 1)}, ""},
+		{"then a stray brace", ";\n;\n}", nil, "line 3: unexpected '}'"},
+		{"then a bad lease", ";\nlease {\n fixed-address nope;\n}", nil, `line 3: fixed-address: "nope" is not an IPv4 address`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseDhclient(strings.NewReader(tc.in))
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("error %v, want %q", err, tc.err)
+			}
+			if diff := cmp.Diff(tc.want, got, addrEqual); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	conf := ";\nsend dhcp-client-identifier 1:2:3;\n;\ninterface \"eth1\" { ; send dhcp-client-identifier \"x\"; };\n"
+	ids, err := ParseDhclientConf(strings.NewReader(conf))
+	want := map[string]ConfClientID{"": {Bytes: []byte{1, 2, 3}}, "eth1": {Bytes: []byte("x")}}
+	if diff := cmp.Diff(want, ids); err != nil || diff != "" {
+		t.Errorf("dhclient.conf with empty statements: error %v, (-want +got):\n%s", err, diff)
 	}
 }
 
@@ -296,45 +340,24 @@ func TestNmIface(t *testing.T) {
 	}
 }
 
-func TestRouteNextHop(t *testing.T) {
-	const table = `Iface	Destination	Gateway 	Flags	RefCnt	Use	Metric	Mask		MTU	Window	IRTT
-eth0	00000000	FE7100CB	0003	0	0	100	00000000	0	0	0
-eth0	007100CB	00000000	0001	0	0	0	00FFFFFF	0	0	0
-eth1	006433C6	00000000	0001	0	0	0	00FFFFFF	0	0	0
-`
+func TestNeighVerdict(t *testing.T) {
 	for _, tc := range []struct {
-		dst, dev, hop string
-		ok            bool
+		name  string
+		state int
+		want  neighState
 	}{
-		{"203.0.113.1", "eth0", "203.0.113.1", true},    // on-link
-		{"198.51.100.1", "eth0", "203.0.113.254", true}, // via the default route
-		{"198.51.100.1", "eth1", "198.51.100.1", true},
-		{"203.0.113.1", "eth1", "", false},
-		{"203.0.113.1", "eth9", "", false},
+		{"none", netlink.NUD_NONE, neighPending},
+		{"incomplete", netlink.NUD_INCOMPLETE, neighPending},
+		{"reachable", netlink.NUD_REACHABLE, neighGone},
+		{"stale", netlink.NUD_STALE, neighGone},
+		{"delay", netlink.NUD_DELAY, neighGone},
+		{"probe", netlink.NUD_PROBE, neighGone},
+		{"permanent", netlink.NUD_PERMANENT, neighGone},
+		{"failed", netlink.NUD_FAILED, neighFailed},
+		{"noarp", netlink.NUD_NOARP, neighUnresolvable},
 	} {
-		hop, ok := routeNextHop(strings.NewReader(table), netip.MustParseAddr(tc.dst), tc.dev)
-		if ok != tc.ok || ok && hop.String() != tc.hop {
-			t.Errorf("%s on %s: %v %v, want %s %v", tc.dst, tc.dev, hop, ok, tc.hop, tc.ok)
-		}
-	}
-}
-
-func TestArpComplete(t *testing.T) {
-	const arp = `IP address       HW type     Flags       HW address            Mask     Device
-203.0.113.1      0x1         0x2         5a:08:eb:85:ce:d6     *        eth0
-203.0.113.254    0x1         0x0         00:00:00:00:00:00     *        eth0
-`
-	for _, tc := range []struct {
-		ip, dev string
-		want    bool
-	}{
-		{"203.0.113.1", "eth0", true},
-		{"203.0.113.1", "eth1", false},
-		{"203.0.113.254", "eth0", false},
-		{"203.0.113.9", "eth0", false},
-	} {
-		if got := arpComplete(strings.NewReader(arp), netip.MustParseAddr(tc.ip), tc.dev); got != tc.want {
-			t.Errorf("%s on %s: %v, want %v", tc.ip, tc.dev, got, tc.want)
+		if got := neighVerdict(tc.state); got != tc.want {
+			t.Errorf("%s (%#x): %v, want %v", tc.name, tc.state, got, tc.want)
 		}
 	}
 }
@@ -370,6 +393,91 @@ func TestRunOddFiles(t *testing.T) {
 			t.Errorf("stderr %q lacks %q", errb.String(), want)
 		}
 	}
+}
+
+// runBounded runs Run and fails the test if it has not returned within
+// bound. A run blocked opening a FIFO is set free by opening the FIFOs
+// for writing, so a regression fails instead of hanging the test.
+func runBounded(t *testing.T, o Options, bound time.Duration, fifos ...string) (Result, error) {
+	t.Helper()
+	type ret struct {
+		res Result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		res, err := Run(context.Background(), o)
+		done <- ret{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-time.After(bound):
+		for len(done) == 0 {
+			for _, f := range fifos {
+				if fd, err := syscall.Open(f, syscall.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					syscall.Close(fd)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("Run did not return within %v (blocked opening a FIFO?)", bound)
+		return Result{}, nil
+	}
+}
+
+// TestRunFIFO: a FIFO where a lease file or dhclient.conf is expected,
+// named or found by a glob, is refused at once with the reason, instead
+// of blocking the run (and shutdown) until something writes to it.
+func TestRunFIFO(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+		return p
+	}
+	named, globbed, conf := mk("named.leases"), mk("dhclient.eth0.leases"), mk("dhclient.conf")
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte("lease {\n interface \"lk-nosuch0\";\n fixed-address 203.0.113.9;\n option dhcp-server-identifier 203.0.113.1;\n expire never;\n}\n"), 0o644)
+	link := filepath.Join(dir, "link.leases")
+	if err := os.Symlink(named, link); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("named", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		res, err := runBounded(t, Options{LeaseFiles: []string{named, link, good}, DhclientConf: conf, Timeout: time.Second, Stdout: &out, Stderr: &errb}, 10*time.Second, named, conf)
+		if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "2 named lease file(s) unusable") {
+			t.Errorf("err %v, want ErrFailed for 2 named files", err)
+		}
+		for _, want := range []string{
+			named + ": not a regular file (a FIFO)",
+			link + ": not a regular file (a symbolic link, not followed)",
+			conf + ": not a regular file (a FIFO) (client identifiers from it not used)",
+		} {
+			if !strings.Contains(errb.String(), want) {
+				t.Errorf("stderr %q lacks %q", errb.String(), want)
+			}
+		}
+		if res.Skipped != 1 || !strings.Contains(out.String(), "lk-nosuch0: skipped 203.0.113.9") {
+			t.Errorf("the good file was not handled: stdout %q", out.String())
+		}
+	})
+	t.Run("glob", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		_, err := runBounded(t, Options{Globs: []string{filepath.Join(dir, "dhclient.*.leases")}, DhclientConf: conf, Timeout: time.Second, Stdout: &out, Stderr: &errb}, 10*time.Second, globbed, conf)
+		if err != nil {
+			t.Errorf("err %v; a found odd file is only warned about", err)
+		}
+		if want := globbed + ": not a regular file (a FIFO)"; !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr %q lacks %q", errb.String(), want)
+		}
+		if !strings.Contains(out.String(), "no DHCPv4 leases found") {
+			t.Errorf("stdout %q", out.String())
+		}
+	})
 }
 
 // formatDhclient writes leases back in dhclient's format.
@@ -436,7 +544,7 @@ func normalise(ls []Lease) []Lease {
 // survive a write-and-read round trip unchanged; Current keeps one per
 // interface.
 func FuzzParseDhclient(f *testing.F) {
-	for _, p := range []string{"testdata/dhclient.leases", "testdata/dhclient-torn.leases", "testdata/dhclient.conf"} {
+	for _, p := range []string{"testdata/dhclient.leases", "testdata/dhclient-torn.leases", "testdata/dhclient-semicolons.leases", "testdata/dhclient.conf"} {
 		b, _ := os.ReadFile(p)
 		f.Add(b)
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -49,10 +50,12 @@ type Options struct {
 	Stderr       io.Writer // warnings about odd files
 }
 
-// Result counts what Run did.
+// Result counts what Run did. Released are releases whose leaving the
+// node was seen (the next hop's neighbour entry resolved); Unconfirmed
+// were sent where nothing could show that (a link without ARP).
 type Result struct {
-	Actions                   []Action
-	Released, Skipped, Failed int
+	Actions                                []Action
+	Released, Unconfirmed, Skipped, Failed int
 }
 
 // ErrFailed is wrapped by Run's error when a release could not be sent
@@ -109,6 +112,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 
 	errs := make([]error, len(actions))
+	sents := make([]Sent, len(actions))
 	descs := make([]string, len(actions))
 	var wg sync.WaitGroup
 	for i, a := range actions {
@@ -132,7 +136,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = send(ctx, a, p.ToBytes())
+			sents[i], errs[i] = send(ctx, a, p.ToBytes())
 		}()
 	}
 	wg.Wait()
@@ -145,12 +149,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			fmt.Fprintf(o.Stdout, "%s: skipped %s: %s (%s)\n", orUnknown(a.Iface), a.Lease.Address, a.Reason, from)
 		case errs[i] != nil:
 			res.Failed++
-			fmt.Fprintf(o.Stdout, "%s: FAILED to release %s to server %s: %v (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, errs[i], from)
+			fmt.Fprintf(o.Stdout, "%s: FAILED to release %s to server %s%s: %v (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, via(sents[i]), errs[i], from)
 		case o.DryRun:
 			fmt.Fprintf(o.Stdout, "%s: would release %s: %s, from %s:68 to %s:67 (%s)\n", a.Iface, a.Lease.Address, descs[i], a.Lease.Address, a.Lease.Server, from)
+		case !sents[i].Confirmed:
+			res.Unconfirmed++
+			fmt.Fprintf(o.Stdout, "%s: sent, not confirmed: release of %s to server %s%s: %s (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, via(sents[i]), sents[i].NotConfirmed, from)
 		default:
 			res.Released++
-			fmt.Fprintf(o.Stdout, "%s: released %s to server %s (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, from)
+			fmt.Fprintf(o.Stdout, "%s: released %s to server %s%s (%s)\n", a.Iface, a.Lease.Address, a.Lease.Server, via(sents[i]), from)
 		}
 	}
 	for _, name := range o.Interfaces {
@@ -160,12 +167,21 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	var out []error
 	if res.Failed > 0 {
-		out = append(out, fmt.Errorf("%w: %d of %d release(s) not sent", ErrFailed, res.Failed, res.Failed+res.Released))
+		out = append(out, fmt.Errorf("%w: %d of %d release(s) not sent", ErrFailed, res.Failed, res.Failed+res.Released+res.Unconfirmed))
 	}
 	if bad > 0 {
 		out = append(out, fmt.Errorf("%w: %d named lease file(s) unusable", ErrFailed, bad))
 	}
 	return res, errors.Join(out...)
+}
+
+// via names the interface a release left through when it is not the
+// lease's own.
+func via(s Sent) string {
+	if s.Via == "" {
+		return ""
+	}
+	return " via " + s.Via + ", the route to the server"
 }
 
 func orUnknown(s string) string {
@@ -211,7 +227,7 @@ func (o Options) readSources(ifaces map[string]Iface) (sources []Source, looked 
 			return ids
 		}
 		var ids map[string]ConfClientID
-		f, err := os.Open(path)
+		f, _, err := openRegular(path)
 		if err == nil {
 			ids, err = ParseDhclientConf(f)
 			f.Close()
@@ -251,18 +267,11 @@ func (o Options) readSources(ifaces map[string]Iface) (sources []Source, looked 
 // readSource reads and parses one lease file. A torn dhclient file
 // returns its complete leases and the error.
 func readSource(path string, ifaces map[string]Iface) (*Source, error) {
-	f, err := os.Open(path)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
-	}
 	format, leases, perr := Parse(f)
 	s := &Source{Path: path, Format: format, Saved: fi.ModTime(), Leases: Current(leases)}
 	if format != FormatDhclient {
@@ -276,6 +285,75 @@ func readSource(path string, ifaces map[string]Iface) (*Source, error) {
 		return s, fmt.Errorf("%s lease file: %w", format, perr)
 	}
 	return s, nil
+}
+
+// openRegular opens a regular file for reading and refuses anything
+// else without waiting: opening a FIFO blocks until a writer comes
+// (shutdown would hang on it), and opening a device can act on it. The
+// name is checked with lstat before the open, so a device or FIFO is
+// never opened at all; the open itself (O_NONBLOCK, O_NOFOLLOW) cannot
+// block or follow a symbolic link put there since, and fstat checks
+// what was opened.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: pe.Err}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, notRegular(fi.Mode())
+	}
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, nil, notRegular(os.ModeSymlink)
+		}
+		return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st syscall.Stat_t
+	err = syscall.Fstat(fd, &st)
+	switch {
+	case err != nil:
+		err = &os.PathError{Op: "fstat", Path: path, Err: err}
+	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		err = errors.New("not a regular file (it changed while being opened)")
+	default:
+		// Reads of a regular file never wait; clear the flag before
+		// os.NewFile, which would otherwise treat the descriptor as
+		// one for the poller.
+		err = syscall.SetNonblock(fd, false)
+	}
+	if err != nil {
+		syscall.Close(fd)
+		return nil, nil, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if fi, err = f.Stat(); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+func notRegular(m os.FileMode) error {
+	what := "of type " + m.Type().String()
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		what = "a FIFO"
+	case m&os.ModeSymlink != 0:
+		what = "a symbolic link, not followed"
+	case m.IsDir():
+		what = "a directory"
+	case m&os.ModeSocket != 0:
+		what = "a socket"
+	case m&os.ModeCharDevice != 0:
+		what = "a character device"
+	case m&os.ModeDevice != 0:
+		what = "a block device"
+	}
+	return fmt.Errorf("not a regular file (%s)", what)
 }
 
 // ifaceFromName is the interface a networkd or NetworkManager lease

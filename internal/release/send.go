@@ -1,18 +1,17 @@
 package release
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Ports of RFC 2131.
@@ -21,29 +20,125 @@ const (
 	serverPort = 67
 )
 
-// offLinkLinger is how long a send to a server behind a router waits
-// for an asynchronous error (ICMP unreachable) before it counts as sent:
+// unconfirmedLinger is how long a send whose leaving cannot be seen
+// (no neighbour entry to watch) waits for an asynchronous error (ICMP
+// unreachable) before it is reported as sent, not confirmed:
 // DHCPRELEASE has no reply.
-const offLinkLinger = 300 * time.Millisecond
+const unconfirmedLinger = 300 * time.Millisecond
+
+// Sent is how a release left the node.
+type Sent struct {
+	// Via is the interface the release left through when it is not the
+	// lease's own: the kernel's route from the lease's address to the
+	// server leaves through another one.
+	Via string
+	// Confirmed is true when the next hop's neighbour entry showed the
+	// packet went to a known link-layer address. When false, NotConfirmed
+	// says why nothing could show it.
+	Confirmed    bool
+	NotConfirmed string
+}
+
+// path is where the kernel sends a packet from the lease's address to
+// the server, as RTM_GETROUTE answers.
+type path struct {
+	dev   string
+	index int
+	// hop is whose neighbour entry shows the packet has gone: the
+	// gateway, or the server itself when the route is direct. Invalid
+	// when the gateway is not an IPv4 address (RTA_VIA).
+	hop   netip.Addr
+	noARP bool // the device resolves no neighbours (IFF_NOARP, loopback)
+	// bind is the device the socket is bound to (SO_BINDTODEVICE): the
+	// lease's interface when the route leaves through it, its VRF when
+	// it is enslaved to one, else "".
+	bind string
+}
+
+// route asks the kernel (RTM_GETROUTE, this network namespace) which
+// route a packet from the lease's address to the server takes: the
+// lookup a socket bound to that address makes, so policy routing
+// ("from" rules) is honoured. When the lease's interface is enslaved to
+// a VRF, the lookup and the socket are confined to the VRF.
+func route(a Action) (path, error) {
+	server := a.Lease.Server
+	link, err := netlink.LinkByName(a.Iface)
+	if err != nil {
+		return path{}, fmt.Errorf("interface %s: %w", a.Iface, err)
+	}
+	opts := &netlink.RouteGetOptions{SrcAddr: net.IP(a.Lease.Address.AsSlice())}
+	var vrf string
+	if mi := link.Attrs().MasterIndex; mi > 0 {
+		if m, err := netlink.LinkByIndex(mi); err == nil {
+			if _, ok := m.(*netlink.Vrf); ok {
+				vrf = m.Attrs().Name
+				opts.OifIndex = mi
+			}
+		}
+	}
+	rs, err := netlink.RouteGetWithOptions(net.IP(server.AsSlice()), opts)
+	if err == nil && len(rs) == 0 {
+		err = syscall.ENETUNREACH
+	}
+	if err != nil {
+		return path{}, explain(err, server)
+	}
+	r := rs[0]
+	switch r.Type {
+	case unix.RTN_UNICAST:
+	case unix.RTN_LOCAL:
+		return path{}, fmt.Errorf("%s is an address of this node, not a server's", server)
+	default:
+		return path{}, fmt.Errorf("the route to %s is not a unicast route (type %d)", server, r.Type)
+	}
+	p := path{index: r.LinkIndex, bind: vrf}
+	if r.LinkIndex == link.Attrs().Index {
+		p.bind = a.Iface
+		// The socket bound to the interface looks up with it as the
+		// output interface; ask that question for the gateway.
+		opts.OifIndex = r.LinkIndex
+		if rs, err := netlink.RouteGetWithOptions(net.IP(server.AsSlice()), opts); err == nil && len(rs) > 0 && rs[0].LinkIndex == r.LinkIndex {
+			r = rs[0]
+		}
+	}
+	out, err := netlink.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return path{}, fmt.Errorf("the route to %s leaves through interface index %d: %w", server, r.LinkIndex, err)
+	}
+	p.dev = out.Attrs().Name
+	p.noARP = out.Attrs().RawFlags&unix.IFF_NOARP != 0 || out.Attrs().Flags&net.FlagLoopback != 0
+	switch gw, ok := netip.AddrFromSlice(r.Gw); {
+	case r.Via != nil:
+		// An IPv4 route through an IPv6 gateway: no ARP entry to watch.
+	case ok && len(r.Gw) > 0:
+		p.hop = gw.Unmap()
+	default:
+		p.hop = server
+	}
+	return p, nil
+}
 
 // send unicasts the packet from the lease's address, port 68, to the
-// server's port 67 (RFC 2131 4.4.6), through the interface. The socket
+// server's port 67 (RFC 2131 4.4.6) along the kernel's route from that
+// address to the server: bound to the lease's interface (SO_BINDTODEVICE)
+// when the route leaves through it, else unbound, through the interface
+// the route names (as dhclient -r sends its unicast release). The socket
 // is connected so that errors the kernel learns after the packet left
 // (no ARP answer: EHOSTUNREACH; ICMP port unreachable: ECONNREFUSED)
-// reach it. For an on-link server it waits until the server's ARP entry
-// is complete (the packet has gone) or an error arrives, bounded by ctx.
-func send(ctx context.Context, a Action, pkt []byte) error {
+// reach it. Then it watches the next hop's neighbour entry: resolved
+// means the packet has gone; failed, or still unresolved when ctx ends,
+// means nobody took it. Where no entry can show it, the release is
+// reported sent, not confirmed.
+func send(ctx context.Context, a Action, pkt []byte) (Sent, error) {
 	server := netip.AddrPortFrom(a.Lease.Server, serverPort)
-	// A socket bound to a device sends where no route leads, as if the
-	// destination were on the link (and then waits for ARP in vain), so
-	// ask the routing table first, from the lease's address.
-	probe := net.Dialer{LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.Lease.Address, 0))}
-	pc, err := probe.DialContext(ctx, "udp4", server.String())
+	p, err := route(a)
 	if err != nil {
-		return explain(err, a.Lease.Server)
+		return Sent{}, err
 	}
-	pc.Close()
-
+	var out Sent
+	if p.dev != a.Iface {
+		out.Via = p.dev
+	}
 	d := net.Dialer{
 		LocalAddr: net.UDPAddrFromAddrPort(netip.AddrPortFrom(a.Lease.Address, clientPort)),
 		Control: func(_, _ string, rc syscall.RawConn) error {
@@ -51,8 +146,8 @@ func send(ctx context.Context, a Action, pkt []byte) error {
 			err := rc.Control(func(fd uintptr) {
 				// dhclient or networkd may hold port 68 too.
 				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-				if serr == nil {
-					serr = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, a.Iface)
+				if serr == nil && p.bind != "" {
+					serr = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, p.bind)
 				}
 			})
 			return errors.Join(err, serr)
@@ -60,55 +155,104 @@ func send(ctx context.Context, a Action, pkt []byte) error {
 	}
 	c, err := d.DialContext(ctx, "udp4", server.String())
 	if err != nil {
-		return explain(err, a.Lease.Server)
+		return out, explain(err, a.Lease.Server)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetWriteDeadline(dl)
 	}
 	if _, err := c.Write(pkt); err != nil {
-		return explain(err, a.Lease.Server)
+		return out, explain(err, a.Lease.Server)
 	}
 
-	hop, known := nextHop(a.Lease.Server, a.Iface)
-	linger := time.Now().Add(offLinkLinger)
+	watch := !p.noARP && p.hop.IsValid()
+	var why string
+	switch {
+	case p.noARP:
+		why = fmt.Sprintf("%s resolves no neighbours, so nothing shows the packet left", p.dev)
+	case !p.hop.IsValid():
+		why = "the route's gateway is not an IPv4 address, so no ARP entry shows the packet left"
+	}
+	linger := time.Now().Add(unconfirmedLinger)
+	seen := false // the next hop had a neighbour entry
 	buf := make([]byte, 1500)
 	for {
 		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		_, err := c.Read(buf)
+		_, rerr := c.Read(buf)
 		var ne net.Error
 		switch {
-		case err == nil:
+		case rerr == nil:
 			// Nothing answers a release; ignore whatever this is.
-		case errors.As(err, &ne) && ne.Timeout():
+		case errors.As(rerr, &ne) && ne.Timeout():
+		case errors.Is(rerr, syscall.EHOSTUNREACH) && watch:
+			// The kernel gave up resolving the next hop, or a router
+			// could not reach the server.
+			if state, found, err := neighbour(p.index, p.hop); err == nil && found && neighVerdict(state) != neighGone {
+				return out, noARP(p, a.Lease.Server, false)
+			}
+			return out, explain(rerr, a.Lease.Server)
 		default:
-			return explain(err, a.Lease.Server)
+			return out, explain(rerr, a.Lease.Server)
 		}
-		if known && neighbourComplete(hop, a.Iface) {
-			return nil
+		if watch {
+			state, found, err := neighbour(p.index, p.hop)
+			switch v := neighVerdict(state); {
+			case err != nil:
+				watch, why = false, fmt.Sprintf("the neighbour table could not be read (%v)", err)
+			case !found:
+			case v == neighGone:
+				out.Confirmed = true
+				return out, nil
+			case v == neighFailed:
+				return out, noARP(p, a.Lease.Server, false)
+			case v == neighUnresolvable:
+				watch, why = false, fmt.Sprintf("%s on %s needs no ARP (state NOARP), so nothing shows the packet left", p.hop, p.dev)
+			default:
+				seen = true
+			}
+			if !seen && watch && time.Now().After(linger) {
+				watch, why = false, fmt.Sprintf("no neighbour entry for %s on %s appeared", p.hop, p.dev)
+			}
 		}
-		if !known && time.Now().After(linger) {
-			return nil
+		if !watch && time.Now().After(linger) {
+			out.NotConfirmed = why
+			return out, nil
 		}
 		if ctx.Err() != nil {
-			if !known {
-				return nil
+			if watch {
+				return out, noARP(p, a.Lease.Server, true)
 			}
-			if hop != a.Lease.Server {
-				return fmt.Errorf("sent, but the router %s did not answer ARP on %s within the time limit: %s is unreachable", hop, a.Iface, a.Lease.Server)
-			}
-			return fmt.Errorf("sent, but %s did not answer ARP on %s within the time limit: the server is unreachable", a.Lease.Server, a.Iface)
+			out.NotConfirmed = why
+			return out, nil
 		}
 	}
 }
 
-// explain turns socket errors into what they mean for a release.
+// noARP is the error for a next hop that did not answer ARP: the
+// release went nowhere.
+func noARP(p path, server netip.Addr, timedOut bool) error {
+	when := ""
+	if timedOut {
+		when = " within the time limit"
+	}
+	if p.hop != server {
+		return fmt.Errorf("sent, but the router %s did not answer ARP on %s%s: %s is unreachable", p.hop, p.dev, when, server)
+	}
+	return fmt.Errorf("sent, but %s did not answer ARP on %s%s: the server is unreachable", server, p.dev, when)
+}
+
+// explain turns socket and route lookup errors into what they mean for
+// a release.
 func explain(err error, server netip.Addr) error {
 	switch {
 	case errors.Is(err, syscall.ENETUNREACH):
 		return fmt.Errorf("no route to %s from this address (network unreachable): %w", server, err)
 	case errors.Is(err, syscall.EHOSTUNREACH):
 		return fmt.Errorf("%s is unreachable (no ARP answer or ICMP host unreachable): %w", server, err)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return fmt.Errorf("sending to %s is prohibited here (a prohibit route or a firewall): %w", server, err)
+	case errors.Is(err, syscall.EINVAL):
+		return fmt.Errorf("no usable route to %s from this address (a blackhole route, or the address is not local): %w", server, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("%s refused it (ICMP port unreachable: no DHCP server listening on port 67): %w", server, err)
 	case errors.Is(err, syscall.EADDRNOTAVAIL):
@@ -119,100 +263,45 @@ func explain(err error, server netip.Addr) error {
 	return err
 }
 
-// nextHop is the address whose ARP entry on dev shows that a packet to
-// dst has left: dst itself when a route on dev reaches it directly, the
-// gateway when one does through a router. known is false when the main
-// table (/proc/net/route, this namespace's) has no route for dst on dev.
-func nextHop(dst netip.Addr, dev string) (hop netip.Addr, known bool) {
-	f, err := os.Open("/proc/net/route")
+// neighbour returns the state of ip's neighbour entry on the interface
+// with index (RTM_GETNEIGH, this network namespace's) and whether there
+// is one.
+func neighbour(index int, ip netip.Addr) (state int, found bool, err error) {
+	ns, err := netlink.NeighList(index, netlink.FAMILY_V4)
 	if err != nil {
-		return netip.Addr{}, false
+		return 0, false, err
 	}
-	defer f.Close()
-	return routeNextHop(f, dst, dev)
+	for _, n := range ns {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
+			return n.State, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
-// routeNextHop reads /proc/net/route: "Iface Destination Gateway Flags
-// RefCnt Use Metric Mask …" after a header line, addresses as 8 hex
-// digits in host (little-endian) byte order. The longest matching
-// prefix on dev wins, then the lowest metric.
-func routeNextHop(r io.Reader, dst netip.Addr, dev string) (netip.Addr, bool) {
-	sc := bufio.NewScanner(r)
-	best, bestMetric := -1, uint64(0)
-	var hop netip.Addr
-	first := true
-	for sc.Scan() {
-		if first {
-			first = false
-			continue
-		}
-		f := strings.Fields(sc.Text())
-		if len(f) < 8 || f[0] != dev {
-			continue
-		}
-		d, ok1 := procAddr(f[1])
-		gw, ok2 := procAddr(f[2])
-		mask, ok3 := procAddr(f[7])
-		metric, err := strconv.ParseUint(f[6], 10, 32)
-		if !ok1 || !ok2 || !ok3 || err != nil {
-			continue
-		}
-		bits := 0
-		for _, b := range mask.As4() {
-			for ; b&0x80 != 0; b <<= 1 {
-				bits++
-			}
-		}
-		p := netip.PrefixFrom(d, bits)
-		if !p.Masked().Contains(dst) || bits < best || bits == best && metric >= bestMetric {
-			continue
-		}
-		best, bestMetric = bits, metric
-		hop = dst
-		if gw != netip.IPv4Unspecified() {
-			hop = gw
-		}
-	}
-	return hop, best >= 0
-}
+// neighState is what a neighbour entry's state says about a packet sent
+// to it.
+type neighState int
 
-func procAddr(s string) (netip.Addr, bool) {
-	v, err := strconv.ParseUint(s, 16, 32)
-	if err != nil || len(s) != 8 {
-		return netip.Addr{}, false
-	}
-	return netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}), true
-}
+const (
+	neighPending      neighState = iota // no entry yet, or being resolved (INCOMPLETE)
+	neighGone                           // resolved: the packet went to a known address
+	neighFailed                         // resolution failed: nobody answered ARP
+	neighUnresolvable                   // NOARP: sent without resolution, nothing to show
+)
 
-// neighbourComplete reports whether the kernel has a complete ARP
-// entry for ip on dev (/proc/net/arp, this network namespace's).
-func neighbourComplete(ip netip.Addr, dev string) bool {
-	f, err := os.Open("/proc/net/arp")
-	if err != nil {
-		return false
+// neighVerdict reads a neighbour state (NUD_* bits). STALE, DELAY and
+// PROBE count as gone: the kernel sends to the address it has while it
+// re-checks it, and a UDP send gives no confirmation that would end
+// DELAY before the release's time limit.
+func neighVerdict(state int) neighState {
+	switch {
+	case state&netlink.NUD_FAILED != 0:
+		return neighFailed
+	case state&netlink.NUD_NOARP != 0:
+		return neighUnresolvable
+	case state&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT) != 0:
+		return neighGone
 	}
-	defer f.Close()
-	return arpComplete(f, ip, dev)
-}
-
-// arpComplete reads /proc/net/arp: "IP HWtype Flags HWaddr Mask Device"
-// after a header line; flag 0x2 (ATF_COM) marks a resolved entry.
-func arpComplete(r io.Reader, ip netip.Addr, dev string) bool {
-	sc := bufio.NewScanner(r)
-	first := true
-	for sc.Scan() {
-		if first {
-			first = false
-			continue
-		}
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || f[0] != ip.String() || f[5] != dev {
-			continue
-		}
-		flags, err := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 32)
-		if err == nil && flags&0x2 != 0 {
-			return true
-		}
-	}
-	return false
+	return neighPending
 }

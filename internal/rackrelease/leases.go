@@ -1,0 +1,254 @@
+package rackrelease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// ErrUnreadable: the leases file holds a statement the parser had to skip
+// after the address's last readable block (a bad or torn block for the
+// address, or one whose address cannot be told), or it ends inside a
+// statement; the address's current lease is unknown.
+var ErrUnreadable = errors.New("dhcpd's leases file could not be read where this address's current lease may be")
+
+// leasesFile is what a leaseReader needs of the open leases file (an
+// *os.File; tests count the bytes read through it).
+type leasesFile interface {
+	io.ReadCloser
+	io.ReaderAt
+	Stat() (fs.FileInfo, error)
+}
+
+func openLeases(path string) (leasesFile, error) { return os.Open(path) }
+
+// fileID is a file's identity: dhcpd's rewrite renames a new file onto
+// the path, so the path keeps its name and changes its inode (the old
+// one lives on as dhcpd.leases~).
+type fileID struct{ dev, ino uint64 }
+
+func idOf(fi fs.FileInfo) fileID {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fileID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
+	}
+	return fileID{}
+}
+
+// leaseReader follows dhcpd's leases file for one address: the whole
+// file once, then only what dhcpd appends, through one incremental
+// decoder. It keeps the address's last block and the skipped statements
+// that could hide a later one, never the whole table, so a release costs
+// one pass over the file and then only the appended bytes, however big
+// the file and however many releases run at once. A file renamed onto the
+// path (dhcpd's rewrite) or truncated is read whole again. Not safe for
+// concurrent use.
+type leaseReader struct {
+	path string
+	ip   netip.Addr
+	open func(path string) (leasesFile, error)
+
+	f    leasesFile
+	id   fileID
+	read int64 // bytes read from f
+	dec  *parser.Decoder
+
+	// lease is the address's last block (nil: none so far).
+	lease *parser.Lease
+	// hiding are the syntax errors, after lease's block, of statements
+	// that may have been a later block for the address.
+	hiding []*parser.SyntaxError
+	// rereads counts whole reads after the first (tests).
+	rereads int
+}
+
+func newLeaseReader(path string, ip netip.Addr, open func(string) (leasesFile, error)) *leaseReader {
+	if open == nil {
+		open = openLeases
+	}
+	return &leaseReader{path: path, ip: ip, open: open}
+}
+
+func (r *leaseReader) close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}
+
+// sync reads what is new: the whole file on the first call or when the
+// path now names another file or the file shrank, else what was appended
+// since the last call.
+func (r *leaseReader) sync(ctx context.Context) error {
+	if r.f == nil {
+		if err := r.openWhole(); err != nil {
+			return fmt.Errorf("dhcpd's leases file: %w", err)
+		}
+	} else {
+		fi, err := os.Stat(r.path)
+		switch {
+		case err == nil && idOf(fi) != r.id:
+			// Rewritten: the new file holds dhcpd's whole table, the
+			// release included if it was recorded before the rename.
+			r.close()
+			if err := r.openWhole(); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil // between unlink and rename: next time
+				}
+				return fmt.Errorf("dhcpd's leases file: %w", err)
+			}
+			r.rereads++
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("dhcpd's leases file: %w", err)
+		default:
+			// Same file, or the path gone for a moment: keep the one held.
+			ofi, err := r.f.Stat()
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.path, err)
+			}
+			if ofi.Size() < r.read {
+				r.close()
+				if err := r.openWhole(); err != nil {
+					return fmt.Errorf("dhcpd's leases file: %w", err)
+				}
+				r.rereads++
+			}
+		}
+	}
+	n, err := r.dec.DecodeFrom(ctxReader{ctx, r.f}, r.handle)
+	r.read += n
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", r.path, err)
+	}
+	return nil
+}
+
+func (r *leaseReader) openWhole() error {
+	f, err := r.open(r.path)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	r.f, r.id, r.read = f, idOf(fi), 0
+	r.dec = parser.NewDecoder()
+	r.lease, r.hiding = nil, nil
+	return nil
+}
+
+func (r *leaseReader) handle(s parser.Statement, err error) {
+	if err != nil {
+		var se *parser.SyntaxError
+		if !errors.As(err, &se) {
+			se = &parser.SyntaxError{Line: r.dec.Line(), Msg: err.Error()}
+		}
+		if mayBeLease(se, r.ip) {
+			r.hiding = append(r.hiding, se)
+		}
+		return
+	}
+	if l, ok := s.(*parser.Lease); ok && l.IP == r.ip {
+		r.lease, r.hiding = l, nil // the last block wins, as in dhcpd
+	}
+}
+
+// notLease are the statements a syntax error can name that are not an
+// IPv4 lease (parser/doc.go).
+var notLease = map[string]bool{
+	"ia-na": true, "ia-ta": true, "ia-pd": true, "iaaddr": true, "iaprefix": true,
+	"host": true, "server-duid": true, "authoring-byte-order": true, "failover": true,
+	"class": true, "subclass": true, "group": true,
+}
+
+// mayBeLease reports whether a skipped statement may have been a block
+// for ip: the parser's message names the statement ("lease 203.0.113.5:
+// …", "host h1: …"); one that names lease ip, or no statement the parser
+// knows (a bad token at top level, a statement too long), may be. A lease
+// whose address does not parse is no lease of ip's for dhcpd either.
+func mayBeLease(se *parser.SyntaxError, ip netip.Addr) bool {
+	what, _, ok := strings.Cut(se.Msg, ": ")
+	if !ok {
+		return true
+	}
+	kw, arg, _ := strings.Cut(what, " ")
+	if kw == "lease" {
+		a, err := netip.ParseAddr(arg)
+		return err == nil && a == ip
+	}
+	return !notLease[kw]
+}
+
+// tornAt returns the line of a statement the file ends inside (dhcpd is
+// writing a block, maybe the address's), or 0 when what was read ends at
+// a statement boundary, blank space and comments aside.
+func (r *leaseReader) tornAt() int {
+	n := r.dec.Pending()
+	if n == 0 {
+		return 0
+	}
+	if n > 64<<10 {
+		return r.dec.Line()
+	}
+	buf := make([]byte, n)
+	if _, err := r.f.ReadAt(buf, r.read-int64(n)); err != nil {
+		return r.dec.Line()
+	}
+	line, comment := r.dec.Line(), false
+	for _, c := range buf {
+		switch {
+		case c == '\n':
+			line++
+			comment = false
+		case comment:
+		case c == '#':
+			comment = true
+		case c != ' ' && c != '\t' && c != '\r':
+			return line
+		}
+	}
+	return 0
+}
+
+// unreadable describes why the address's current lease cannot be told,
+// or returns "" when it can.
+func (r *leaseReader) unreadable() string {
+	if len(r.hiding) > 0 {
+		se := r.hiding[0]
+		s := fmt.Sprintf("%s:%d: %s", r.path, se.Line, se.Msg)
+		if len(r.hiding) > 1 {
+			s += fmt.Sprintf(", and %d more", len(r.hiding)-1)
+		}
+		if r.lease != nil {
+			s += fmt.Sprintf("; after its block at line %d", r.lease.Line)
+		}
+		return s
+	}
+	if line := r.tornAt(); line > 0 {
+		return fmt.Sprintf("%s ends inside a statement at line %d (dhcpd still writing it?)", r.path, line)
+	}
+	return ""
+}
+
+// ctxReader stops a long read when ctx ends (DecodeFrom reads 1 MiB at a
+// time).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
