@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -44,7 +43,10 @@ func TestMain(m *testing.M) {
 }
 
 func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if p := "/usr/local/go/bin/go"; fileExists(p) {
 		return p
 	}
 	return "go"

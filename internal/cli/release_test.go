@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -118,7 +117,6 @@ type relLab struct {
 	d    *lab.Dhcpd
 	hook *net.UnixConn
 
-	mu    sync.Mutex
 	grams []map[string]any
 }
 

@@ -147,7 +147,7 @@ func (d *deadLetterAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer d.mu.Unlock()
 	d.calls = append(d.calls, r.Method+" "+r.URL.Path)
 	if r.Method != "GET" && r.Header.Get(agent.ClientHeader) == "" {
-		http.Error(w, "no header", 403)
+		http.Error(w, "no header", http.StatusForbidden)
 		return
 	}
 	if r.Method == "GET" && r.URL.Path == "/deadletters" {

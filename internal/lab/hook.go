@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -30,9 +29,13 @@ func ModuleRoot(t testing.TB) string {
 	}
 }
 
-// GoTool is the go command that runs the tests.
+// GoTool is the go command: the one on PATH, else where the README's
+// machines have it.
 func GoTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if p := "/usr/local/go/bin/go"; fileExists(p) {
 		return p
 	}
 	return "go"

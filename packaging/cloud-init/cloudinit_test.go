@@ -9,9 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/leasekeeper/leasekeeper/internal/lab"
 )
 
 const script = "leasekeeper-node.sh"
@@ -22,7 +23,7 @@ func build(t *testing.T) (path, sum string) {
 	if testing.Short() {
 		t.Skip("builds leasekeeper")
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	gobin := lab.GoTool()
 	path = filepath.Join(t.TempDir(), "leasekeeper")
 	cmd := exec.Command(gobin, "build", "-trimpath", "-o", path, "../../cmd/leasekeeper")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
