@@ -59,8 +59,8 @@ server on the same subnet, else the router - answered ARP) and no error
 came back; a next hop that does not answer ARP in time is a failure.
 Where nothing can show the packet left (the route's interface has no
 ARP, e.g. a tunnel), the line says "sent, not confirmed". Lease files
-and dhclient.conf must be regular files: a FIFO, device or symbolic link
-is refused (never opened in a way that could block).
+and dhclient.conf must be regular files (symbolic links are followed): a
+FIFO or device is refused (never opened in a way that could block).
 One line per lease is printed. Exit status: 0 when every current lease
 was released, sent but not confirmed, or skipped, or there were none; 1
 when a release could not be sent or a --lease-file could not be read

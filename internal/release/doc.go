@@ -82,8 +82,8 @@
 // # Odd files
 //
 // Lease files and dhclient.conf are opened only if they are regular
-// files: the name is checked with lstat, then opened with O_NONBLOCK and
-// O_NOFOLLOW and checked again with fstat. A FIFO (which would block the
-// open until a writer came, hanging shutdown), a device, a directory or
-// a symbolic link is refused with what it is.
+// files: symbolic links are resolved, the target is checked with lstat,
+// then opened with O_NONBLOCK and O_NOFOLLOW and checked again with
+// fstat. A FIFO (which would block the open until a writer came, hanging
+// shutdown), a device or a directory is refused with what it is.
 package release

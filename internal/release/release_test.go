@@ -445,16 +445,20 @@ func TestRunFIFO(t *testing.T) {
 	if err := os.Symlink(named, link); err != nil {
 		t.Fatal(err)
 	}
+	goodLink := filepath.Join(dir, "good-link.leases") // followed: a regular file
+	if err := os.Symlink(good, goodLink); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("named", func(t *testing.T) {
 		var out, errb bytes.Buffer
-		res, err := runBounded(t, Options{LeaseFiles: []string{named, link, good}, DhclientConf: conf, Timeout: time.Second, Stdout: &out, Stderr: &errb}, 10*time.Second, named, conf)
+		res, err := runBounded(t, Options{LeaseFiles: []string{named, link, goodLink}, DhclientConf: conf, Timeout: time.Second, Stdout: &out, Stderr: &errb}, 10*time.Second, named, conf)
 		if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "2 named lease file(s) unusable") {
 			t.Errorf("err %v, want ErrFailed for 2 named files", err)
 		}
 		for _, want := range []string{
 			named + ": not a regular file (a FIFO)",
-			link + ": not a regular file (a symbolic link, not followed)",
+			link + ": not a regular file (a FIFO)",
 			conf + ": not a regular file (a FIFO) (client identifiers from it not used)",
 		} {
 			if !strings.Contains(errb.String(), want) {

@@ -289,12 +289,28 @@ func readSource(path string, ifaces map[string]Iface) (*Source, error) {
 
 // openRegular opens a regular file for reading and refuses anything
 // else without waiting: opening a FIFO blocks until a writer comes
-// (shutdown would hang on it), and opening a device can act on it. The
-// name is checked with lstat before the open, so a device or FIFO is
-// never opened at all; the open itself (O_NONBLOCK, O_NOFOLLOW) cannot
-// block or follow a symbolic link put there since, and fstat checks
-// what was opened.
+// (shutdown would hang on it), and opening a device can act on it.
+// Symbolic links are resolved first; the target is checked with lstat
+// before the open, so a device or FIFO is never opened at all; the open
+// itself (O_NONBLOCK, O_NOFOLLOW) cannot block or follow a symbolic link
+// put there since, and fstat checks what was opened.
 func openRegular(path string) (*os.File, os.FileInfo, error) {
+	// Symbolic links are followed to their end (configuration management
+	// links dhclient.conf; operators link lease files), and what they
+	// lead to must be a regular file like any other.
+	name := path
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		path = r
+	}
+	f, fi, err := openRegularNoFollow(path)
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		pe.Path = name
+	}
+	return f, fi, err
+}
+
+func openRegularNoFollow(path string) (*os.File, os.FileInfo, error) {
 	fi, err := os.Lstat(path)
 	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
 		return nil, nil, &os.PathError{Op: "open", Path: path, Err: pe.Err}
