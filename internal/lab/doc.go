@@ -26,10 +26,15 @@
 //	(*Client).Release(ctx)               dhclient -r (DHCPRELEASE), drop the address
 //	(*Client).Kill()                     the client vanishes without a release (SIGKILL)
 //	(*Client).Addr / LeaseFile / Logs
+//	(*Client).Destroy()                  the client's namespace is deleted (a force-deleted container)
+//	(*Client).AddLink / (*Lab).IP / (*Lab).Sysctl   more links and settings for multi-homed tests (multihome.go)
 //	(*Lab).StartDhcpd(t, DhcpdConfig)    dhcpd -4 -f -d in the server namespace, ready
 //	(*Dhcpd).Stop / Restart / Running / Pid / LeasesPath / ConfPath / Logs
 //	Allowed(addr)                        whether an address is in a lab range
 //	CheckLeaseFile(t, DhcpdConfig)       dhcpd -T (lease-file test mode), no namespace
+//	BuildHook(t) / HookSnippet(t, …)     leasekeeper-hook built for the test, the shipped snippet running it
+//	StartUserManager(t)                  a real systemd manager (user mode, private mount namespace)
+//	(*Lab).StartUserManager(t, ns)       the same inside a lab namespace's network
 //
 // # Rules the package enforces
 //
