@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/internal/lab"
 )
 
 // hookBin is the hook binary, built once by TestMain the way `make build`
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	hookBin = filepath.Join(dir, "leasekeeper-hook")
-	build := exec.Command(goTool(), "build", "-trimpath", "-o", hookBin, ".")
+	build := exec.Command(lab.GoTool(), "build", "-trimpath", "-o", hookBin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build the hook: %v\n%s", err, out)
 		os.RemoveAll(dir)
@@ -40,16 +42,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if p := "/usr/local/go/bin/go"; fileExists(p) {
-		return p
-	}
-	return "go"
 }
 
 func fileExists(p string) bool {
@@ -656,7 +648,7 @@ func BenchmarkProcess(b *testing.B) {
 	if err := os.WriteFile(src, []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if out, err := exec.Command(goTool(), "build", "-o", empty, src).CombinedOutput(); err != nil {
+	if out, err := exec.Command(lab.GoTool(), "build", "-o", empty, src).CombinedOutput(); err != nil {
 		b.Fatalf("build an empty program: %v\n%s", err, out)
 	}
 	args := notifyArgs("--lease-time", "600", "--hostname", "node1", "--spool", spool)

@@ -76,8 +76,19 @@ func (m *DBusManager) Enable(ctx context.Context, name string) ([]string, error)
 
 // Start is systemctl start NAME: it waits for the job's result.
 func (m *DBusManager) Start(ctx context.Context, name string) error {
+	return m.job(ctx, "start", name, m.conn.StartUnitContext)
+}
+
+// Stop is systemctl stop NAME: it waits for the job's result.
+func (m *DBusManager) Stop(ctx context.Context, name string) error {
+	return m.job(ctx, "stop", name, m.conn.StopUnitContext)
+}
+
+// job queues a start or stop job for name and waits for its result.
+func (m *DBusManager) job(ctx context.Context, verb, name string,
+	queue func(context.Context, string, string, chan<- string) (int, error)) error {
 	done := make(chan string, 1)
-	if _, err := m.conn.StartUnitContext(ctx, name, "replace", done); err != nil {
+	if _, err := queue(ctx, name, "replace", done); err != nil {
 		return err
 	}
 	select {
@@ -87,7 +98,7 @@ func (m *DBusManager) Start(ctx context.Context, name string) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return errors.Join(errors.New("start job did not finish"), ctx.Err())
+		return errors.Join(errors.New(verb+" job did not finish"), ctx.Err())
 	}
 }
 
@@ -120,21 +131,4 @@ func (m *DBusManager) SystemState(ctx context.Context) (string, error) {
 func (m *DBusManager) ShuttingDown(ctx context.Context) (bool, string, error) {
 	s, err := m.SystemState(ctx)
 	return s == "stopping", s, err
-}
-
-// Stop is systemctl stop NAME: it waits for the job's result.
-func (m *DBusManager) Stop(ctx context.Context, name string) error {
-	done := make(chan string, 1)
-	if _, err := m.conn.StopUnitContext(ctx, name, "replace", done); err != nil {
-		return err
-	}
-	select {
-	case result := <-done:
-		if result != "done" {
-			return fmt.Errorf("job %s", result)
-		}
-		return nil
-	case <-ctx.Done():
-		return errors.Join(errors.New("stop job did not finish"), ctx.Err())
-	}
 }
