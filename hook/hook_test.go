@@ -323,24 +323,38 @@ func bindOnly(t testing.TB) string {
 	return path
 }
 
-// fillQueue sends datagrams to path until its receive queue is full.
+// fillQueue sends datagrams to path until its receive queue is full,
+// whatever net.unix.max_dgram_qlen is (10 by default, 512 where the
+// package is installed). A sender socket also stops at its own send
+// buffer, which can come first with a long queue, so a new sender takes
+// over whenever one is blocked: the queue is full when a fresh sender,
+// with an empty send buffer, cannot add a datagram.
 func fillQueue(t testing.TB, path string) int {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fd)
-	for n := 0; ; n++ {
-		err := syscall.Sendto(fd, []byte(`{"filler":true}`), 0, &syscall.SockaddrUnix{Name: path})
-		if err == syscall.EAGAIN {
-			return n
-		}
-		if err != nil {
-			t.Fatalf("filling the queue: %v", err)
-		}
-		if n > 1<<20 {
+	n := 0
+	for senders := 0; ; senders++ {
+		if senders > 1<<12 {
 			t.Fatal("the queue never filled")
+		}
+		fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) }) // its datagrams stay queued until then
+		sent := 0
+		for {
+			err := syscall.Sendto(fd, []byte(`{"filler":true}`), 0, &syscall.SockaddrUnix{Name: path})
+			if err == syscall.EAGAIN {
+				break
+			}
+			if err != nil {
+				t.Fatalf("filling the queue: %v", err)
+			}
+			sent++
+		}
+		n += sent
+		if sent == 0 {
+			return n
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lab"
 )
 
 // waitDelivered waits until the region has every event of evs and the
@@ -165,8 +166,20 @@ func TestRegionOutage(t *testing.T) {
 // when the datagram is sent. Without it, the datagrams queued while no
 // agent runs arrive with uid 65534 (overflowuid, pid 0), and the agent
 // rightly rejects them as sent by a disallowed uid: they would be lost.
+//
+// Its queue holds net.unix.max_dgram_qlen=10 datagrams, the kernel's
+// default, whatever the host is set to (512 where the package is
+// installed), so that what the tests see of queueing and spooling does
+// not depend on the machine (lab.UnixgramQlen). Without the privilege to
+// make a network namespace, the host's setting applies.
 func (e *env) activatedSocket() *os.File {
 	e.tb.Helper()
+	if f, err := lab.UnixgramQlen(e.socket, 10); err == nil {
+		e.tb.Cleanup(func() { f.Close() })
+		return f
+	} else {
+		e.tb.Logf("hook socket with the host's net.unix.max_dgram_qlen: %v", err)
+	}
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lab"
 )
 
 // TestDisallowedUIDRejected: the hook run as nobody reaches the socket
@@ -278,7 +279,14 @@ func TestFullStateDisk(t *testing.T) {
 			t.Errorf("unmount %s: %v", state, err)
 		}
 	})
-	a := e.startAgent(agentOptions{stateDir: state})
+	// A queue of 10 datagrams whatever the host's setting, so that 400
+	// events overflow it into the spool.
+	sock, err := lab.UnixgramQlen(e.socket, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sock.Close() })
+	a := e.startAgent(agentOptions{stateDir: state, activated: sock})
 	g := newGen(8)
 	before := g.events(50, 0, 20)
 	if err := e.runHooks(before, 2, nil); err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -218,5 +219,48 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestUnixgramQlen: the socket's queue takes qlen+1 datagrams (the kernel
+// refuses a datagram once more than qlen wait), whatever the host's
+// net.unix.max_dgram_qlen, which it leaves as it found it.
+func TestUnixgramQlen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes a network namespace")
+	}
+	host, err := os.ReadFile("/proc/sys/net/unix/max_dgram_qlen")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, qlen := range []int{3, 10, 40} {
+		path := filepath.Join(t.TempDir(), "q.sock")
+		f, err := UnixgramQlen(path, qlen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One sender per datagram: a sender's own buffer never limits.
+		sent := 0
+		for ; sent < 1000; sent++ {
+			fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = syscall.Sendto(fd, []byte("x"), 0, &syscall.SockaddrUnix{Name: path})
+			syscall.Close(fd)
+			if err == syscall.EAGAIN {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		if sent != qlen+1 {
+			t.Errorf("qlen %d: the queue took %d datagrams, want %d", qlen, sent, qlen+1)
+		}
+	}
+	if now, _ := os.ReadFile("/proc/sys/net/unix/max_dgram_qlen"); string(now) != string(host) {
+		t.Errorf("host net.unix.max_dgram_qlen changed from %q to %q", host, now)
 	}
 }
