@@ -6,10 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 )
@@ -122,10 +126,85 @@ func stored(ctx context.Context, out chan<- item) error {
 // maxSpoolLine bounds a spool line (a datagram is at most MaxDatagram).
 const maxSpoolLine = 2 * MaxDatagram
 
+// refusedError is a spool file the agent will not read: not a regular
+// file (a symbolic link, a FIFO, a device), or written by a user the hook
+// socket would not accept either. It is moved aside, never read.
+type refusedError struct{ why string }
+
+func (e *refusedError) Error() string { return e.why }
+
+// openSpool opens a taken spool file for reading without following a
+// symbolic link and without blocking (a FIFO would block the open), then
+// checks what it opened: a regular file, owned by a uid the hook socket
+// accepts (any, when that list is empty, as for the socket), not writable
+// by others.
+func (l *Listener) openSpool(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, &refusedError{"a symbolic link: spool files are never followed"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	var why string
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		why = fmt.Sprintf("not a regular file (mode %#o)", st.Mode)
+	case len(l.cfg.AllowedUIDs) > 0 && !slices.Contains(l.cfg.AllowedUIDs, st.Uid):
+		why = fmt.Sprintf("owned by uid %d, which may not send hook events (hook.allowed_uids)", st.Uid)
+	case st.Mode&0o002 != 0:
+		why = fmt.Sprintf("writable by anyone (mode %04o)", st.Mode&0o7777)
+	}
+	if why != "" {
+		unix.Close(fd)
+		return nil, &refusedError{why}
+	}
+	// Reads of a regular file never block; the flag only mattered for
+	// the open.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// setAside moves a refused spool file out of the drain's way under a name
+// no other file has (path.refused-N), or removes it when that fails: it
+// must not block the spool for good. Removing a link or a FIFO touches
+// nothing it points to.
+func (l *Listener) setAside(path string, why error) error {
+	var err error
+	for i := 1; i < 1000; i++ {
+		aside := fmt.Sprintf("%s.refused-%d", path, i)
+		err = unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE)
+		if err == nil {
+			l.reject("spool-refused", fmt.Errorf("%s: %v; moved to %s, not read", path, why, aside), 0)
+			return nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		return fmt.Errorf("spool: %s: %v, and it can be neither moved aside (%v) nor removed: %w", path, why, err, rerr)
+	}
+	l.reject("spool-refused", fmt.Errorf("%s: %v; removed, not read (moving it aside failed: %v)", path, why, err), 0)
+	return nil
+}
+
 // drainFile stores every event of a taken spool file, then removes it.
 func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) error {
-	f, err := os.Open(path)
+	f, err := l.openSpool(path)
 	if err != nil {
+		var re *refusedError
+		if errors.As(err, &re) {
+			return l.setAside(path, re)
+		}
 		return fmt.Errorf("spool: %w", err)
 	}
 	defer f.Close()
@@ -134,27 +213,34 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("spool: lock %s: %w", path, err)
 	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), maxSpoolLine)
+	r := bufio.NewReaderSize(f, maxSpoolLine)
 	n, bad := 0, 0
-	for sc.Scan() {
-		ev, ok := parseSpoolLine(sc.Bytes())
-		if !ok {
+	for lineNo := 1; ; lineNo++ {
+		b, long, err := readLine(r)
+		if err != nil && !errors.Is(err, io.EOF) {
+			// The file stays: the next attempt reads it again from the start.
+			return fmt.Errorf("spool: read %s: %w", path, err)
+		}
+		if long > 0 {
 			bad++
-			l.reject("spool-malformed", fmt.Errorf("%s: line %d is not an event", path, n+bad), len(sc.Bytes()))
-			continue
+			l.reject("spool-overlong", fmt.Errorf("%s: line %d is longer than %d bytes; skipped", path, lineNo, maxSpoolLine), long)
+		} else if len(b) > 0 {
+			ev, ok := parseSpoolLine(b)
+			if !ok {
+				bad++
+				l.reject("spool-malformed", fmt.Errorf("%s: line %d is not an event", path, lineNo), len(b))
+			} else {
+				select {
+				case out <- item{ev: ev, ok: true}:
+				case <-ctx.Done():
+					return nil // the file stays; the next start drains it
+				}
+				n++
+			}
 		}
-		select {
-		case out <- item{ev: ev, ok: true}:
-		case <-ctx.Done():
-			return nil // the file stays; the next start drains it
+		if errors.Is(err, io.EOF) {
+			break
 		}
-		n++
-	}
-	if err := sc.Err(); err != nil {
-		// An overlong line: keep the file for an operator, go on without it.
-		l.log.Error().Err(err).Str("file", path).Msg("spool file unreadable past this point; moved aside")
-		os.Rename(path, path+".bad")
 	}
 	done := make(chan error, 1)
 	select {
@@ -170,6 +256,24 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 	}
 	l.log.Info().Int("events", n).Int("unreadable", bad).Msg("drained the hook spool")
 	return nil
+}
+
+// readLine returns the next line without its newline. A line longer than
+// the reader's buffer is read through and dropped: its length comes back
+// in long, and the lines after it are read as usual. At the end of the
+// file it returns what is left (a last line without a newline) and io.EOF.
+func readLine(r *bufio.Reader) (line []byte, long int, err error) {
+	for {
+		b, err := r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			long += len(b)
+			continue
+		case long > 0:
+			return nil, long + len(b), err
+		}
+		return bytes.TrimSuffix(b, []byte{'\n'}), 0, err
+	}
 }
 
 // parseSpoolLine reads one spooled event. A hook whose write was cut

@@ -6,9 +6,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/leasekeeper/leasekeeper/internal/lab"
 )
@@ -104,5 +108,99 @@ func TestSpoolWithRealHook(t *testing.T) {
 	}
 	if n := len(s.events()); n != 7 {
 		t.Fatalf("%d events after a spool appeared while running, want 7", n)
+	}
+}
+
+// TestSpoolHostileFiles: whatever sits in the spool under the spool's
+// names, the drain neither follows it, nor blocks on it, nor reads what
+// an untrusted user wrote: the file is moved aside, counted, and the
+// events that follow are delivered. An overlong line costs only itself.
+func TestSpoolHostileFiles(t *testing.T) {
+	secretLine := string(datagram(99, "secret")) + "\n"
+	for _, tc := range []struct {
+		name    string
+		root    bool // needs root (chown)
+		plant   func(t *testing.T, dir, spool string)
+		allowed []uint32
+		want    string // events the sink gets before the live one
+		reason  string // rejection counted
+	}{
+		{name: "symlink to a file outside", plant: func(t *testing.T, dir, spool string) {
+			secret := filepath.Join(dir, "secret")
+			os.WriteFile(secret, []byte(secretLine), 0o600)
+			os.Symlink(secret, filepath.Join(spool, drainFile))
+		}, want: "[]", reason: "spool-refused"},
+		{name: "dangling symlink", plant: func(t *testing.T, dir, spool string) {
+			os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(spool, spoolFile))
+		}, want: "[]", reason: "spool-refused"},
+		{name: "fifo", plant: func(t *testing.T, dir, spool string) {
+			if err := syscall.Mkfifo(filepath.Join(spool, spoolFile), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "[]", reason: "spool-refused"},
+		{name: "directory", plant: func(t *testing.T, dir, spool string) {
+			os.Mkdir(filepath.Join(spool, drainFile), 0o750)
+		}, want: "[]", reason: "spool-refused"},
+		{name: "writable by anyone", plant: func(t *testing.T, dir, spool string) {
+			p := filepath.Join(spool, spoolFile)
+			os.WriteFile(p, []byte(secretLine), 0o640)
+			os.Chmod(p, 0o666)
+		}, want: "[]", reason: "spool-refused"},
+		{name: "owner not allowed", root: true, allowed: []uint32{uint32(os.Getuid())}, plant: func(t *testing.T, dir, spool string) {
+			p := filepath.Join(spool, spoolFile)
+			os.WriteFile(p, []byte(secretLine), 0o640)
+			if err := os.Chown(p, 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+		}, want: "[]", reason: "spool-refused"},
+		{name: "overlong line among good ones", plant: func(t *testing.T, dir, spool string) {
+			long := `{"action":"commit","hostname":"` + strings.Repeat("x", 3*maxSpoolLine) + "\"}\n"
+			os.WriteFile(filepath.Join(spool, spoolFile), []byte(spoolLines(0, 2)+long+spoolLines(2, 4)), 0o640)
+		}, want: "[0 1 2 3]", reason: "spool-overlong"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root to give a file another owner")
+			}
+			dir := t.TempDir()
+			spool := filepath.Join(dir, "spool")
+			os.MkdirAll(spool, 0o750)
+			tc.plant(t, dir, spool)
+			before, _ := os.ReadFile(filepath.Join(dir, "secret"))
+			path := filepath.Join(dir, "hook.sock")
+			s := newSink()
+			_, reg := start(t, Config{Path: path, Spool: spool, AllowedUIDs: tc.allowed}, s)
+			send(t, path, datagram(7, "live"))
+			// The live datagram may be read before the spool is drained
+			// (it was queued first): wait for the drain's verdict.
+			counted := func() float64 {
+				return testutil.ToFloat64(mustVec(t, reg, "leasekeeper_rejected_datagrams_total", tc.reason))
+			}
+			for deadline := time.Now().Add(10 * time.Second); counted() == 0 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			var got []int64
+			for _, e := range s.waitFor(t, len(strings.Fields(strings.Trim(tc.want, "[]")))+1) {
+				got = append(got, e.Timestamp-1795000000)
+			}
+			// The live datagram was queued before the drain began, so it
+			// may come first; the spool's lines keep their order.
+			if i := slices.Index(got, 7); i < 0 {
+				t.Errorf("events %v: the live one is missing", got)
+			} else if got = slices.Delete(got, i, i+1); timestamps(got) != tc.want {
+				t.Errorf("spooled events %v, want %s", got, tc.want)
+			}
+			if n := counted(); n != 1 {
+				t.Errorf("%s counted %v times, want 1", tc.reason, n)
+			}
+			if after, _ := os.ReadFile(filepath.Join(dir, "secret")); string(after) != string(before) {
+				t.Errorf("the file a link pointed to changed: %q", after)
+			}
+			for _, f := range []string{spoolFile, drainFile} {
+				if _, err := os.Lstat(filepath.Join(spool, f)); err == nil {
+					t.Errorf("%s still in the spool", f)
+				}
+			}
+		})
 	}
 }
