@@ -23,7 +23,7 @@ const spoolAttempts = 4
 func deliver(msg []byte, socket, spoolDir string) error {
 	path := spoolDir + "/" + spoolFile
 	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err == nil {
+	if err := syscall.Lstat(path, &st); err == nil {
 		// Sticky spool: earlier events wait in it, so this one follows
 		// them. Only if the spool cannot be written does it go to the
 		// socket after all: late (its timestamp_ns orders it) beats lost.
@@ -74,7 +74,10 @@ func appendSpool(dir, path string, msg []byte) error {
 	line := append(msg, '\n')
 	made := false
 	for attempt := 0; attempt < spoolAttempts; attempt++ {
-		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o640)
+		// Never through a symbolic link (ELOOP, also for a dangling one
+		// that O_CREAT would otherwise follow), never blocking on a FIFO;
+		// only a regular file takes the line.
+		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o640)
 		if err == syscall.ENOENT && !made {
 			made = true
 			if err := mkdirAll(dir, 0o750); err != nil {
@@ -84,6 +87,14 @@ func appendSpool(dir, path string, msg []byte) error {
 			continue
 		}
 		if err != nil {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			syscall.Close(fd)
+			if err == nil {
+				err = errors.New("not a regular file")
+			}
 			return err
 		}
 		current, err := lockCurrent(fd, path)
