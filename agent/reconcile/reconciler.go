@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
@@ -560,7 +560,7 @@ func readPID(path string) string {
 	if path == "" {
 		return ""
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, safefile.FollowLinks, 64)
 	if err != nil {
 		return ""
 	}

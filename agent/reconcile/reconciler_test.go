@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -394,4 +395,35 @@ func TestTaskRewriteKinds(t *testing.T) {
 	if got := h.queued(); len(got) != 0 {
 		t.Fatalf("restarts that kept the lease queued %q", got)
 	}
+}
+
+// TestTaskLeasesFIFO: a FIFO where dhcpd.leases should be neither blocks
+// the task nor keeps it from being ready: the read fails, is counted and
+// logged, and once dhcpd puts a real file there its events come.
+func TestTaskLeasesFIFO(t *testing.T) {
+	h := newHarness(t)
+	if err := syscall.Mkfifo(h.d.path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.start(30 * time.Second) // fails the test if not ready within 10 s
+	if n := testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemRead)); n < 1 {
+		t.Errorf("no read problem counted for a FIFO (%v)", n)
+	}
+	if !strings.Contains(h.logText(), "not a regular file") {
+		t.Errorf("the log does not say what is wrong:\n%s", h.logText())
+	}
+	os.Remove(h.d.path)
+	h.d.rewrite("", true) // the first whole read is the baseline
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(h.logText(), "leases file read whole"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the real file was never read:\n%s", h.logText())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.d.append(nowBlock(ip1, "active", macA, -time.Minute, time.Hour))
+	got, _ := h.waitQueued(1, 5*time.Second)
+	if !strings.HasPrefix(got[0], "commit "+ip1) {
+		t.Errorf("queued %q", got)
+	}
+	h.stop()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
@@ -144,7 +145,7 @@ func (w *follower) resume(pos *Position) ([]change, error) {
 	if pos == nil {
 		return w.sync(false)
 	}
-	f, err := os.Open(w.path)
+	f, err := safefile.Open(w.path, safefile.FollowLinks)
 	if errors.Is(err, fs.ErrNotExist) {
 		return w.sync(false)
 	}
@@ -167,7 +168,7 @@ func (w *follower) resume(pos *Position) ([]change, error) {
 		return w.sync(false)
 	}
 	f.Close()
-	if old, err := os.Open(w.path + "~"); err == nil {
+	if old, err := safefile.Open(w.path+"~", safefile.FollowLinks); err == nil {
 		if ofi, err := old.Stat(); err == nil && pos.matches(old, idOf(ofi), ofi.Size()) {
 			w.f, w.id, w.base, w.read = old, idOf(ofi), pos.Offset, pos.Offset
 			w.dec = parser.NewDecoder()
@@ -269,7 +270,7 @@ func (w *follower) pollChecks(poll bool, err error) error {
 
 // openWhole opens the path and starts a whole read of it.
 func (w *follower) openWhole(why string) error {
-	f, err := os.Open(w.path)
+	f, err := safefile.Open(w.path, safefile.FollowLinks)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
@@ -28,7 +29,7 @@ type leasesFile interface {
 	Stat() (fs.FileInfo, error)
 }
 
-func openLeases(path string) (leasesFile, error) { return os.Open(path) }
+func openLeases(path string) (leasesFile, error) { return safefile.Open(path, safefile.FollowLinks) }
 
 // fileID is a file's identity: dhcpd's rewrite renames a new file onto
 // the path, so the path keeps its name and changes its inode (the old
