@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
 // The spool protocol, shared with leasekeeper-hook (hook/deliver.go):
@@ -139,38 +140,33 @@ func (e *refusedError) Error() string { return e.why }
 // accepts (any, when that list is empty, as for the socket), not writable
 // by others.
 func (l *Listener) openSpool(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if errors.Is(err, unix.ELOOP) {
-		return nil, &refusedError{"a symbolic link: spool files are never followed"}
+	f, err := safefile.Open(path, safefile.NoFollow)
+	if errors.Is(err, safefile.ErrSymlink) || errors.Is(err, safefile.ErrNotRegular) {
+		return nil, &refusedError{err.Error()}
 	}
 	if err != nil {
 		return nil, err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
 	var why string
 	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		why = fmt.Sprintf("not a regular file (mode %#o)", st.Mode)
+	case st == nil:
+		why = "no owner information"
 	case len(l.cfg.AllowedUIDs) > 0 && !slices.Contains(l.cfg.AllowedUIDs, st.Uid):
 		why = fmt.Sprintf("owned by uid %d, which may not send hook events (hook.allowed_uids)", st.Uid)
-	case st.Mode&0o002 != 0:
-		why = fmt.Sprintf("writable by anyone (mode %04o)", st.Mode&0o7777)
+	case fi.Mode().Perm()&0o002 != 0:
+		why = fmt.Sprintf("writable by anyone (mode %04o)", fi.Mode().Perm())
 	}
 	if why != "" {
-		unix.Close(fd)
+		f.Close()
 		return nil, &refusedError{why}
 	}
-	// Reads of a regular file never block; the flag only mattered for
-	// the open.
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), path), nil
+	return f, nil
 }
 
 // setAside moves a refused spool file out of the drain's way under a name
