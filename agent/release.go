@@ -11,9 +11,11 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lograte"
 	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 )
 
@@ -58,6 +60,8 @@ type ReleaseReport struct {
 type releaseGate struct {
 	config func() *config.Config
 
+	logs *lograte.Limiter // refusals are logged at most every 10s
+
 	mu  sync.Mutex
 	cfg *config.Config // the configuration sum was read for
 	sum [sha256.Size]byte
@@ -65,7 +69,7 @@ type releaseGate struct {
 }
 
 func newReleaseGate(cfg func() *config.Config) *releaseGate {
-	g := &releaseGate{config: cfg}
+	g := &releaseGate{config: cfg, logs: lograte.New(10*time.Second, nil)}
 	g.token()
 	return g
 }
@@ -96,7 +100,10 @@ func (a *Agent) releaseAuth(g *releaseGate, h http.HandlerFunc) http.HandlerFunc
 			http.Error(w, "release on behalf is disabled: set release.token_file in the agent's configuration (a file, mode 0600, holding the bearer token requests must carry)", http.StatusForbidden)
 			return
 		case err != nil:
-			a.log.Error().Err(err).Str("token_file", path).Msg("release on behalf refused: cannot read release.token_file")
+			if ok, left := g.logs.Allow("token-unreadable"); ok {
+				a.log.Error().Err(err).Str("token_file", path).Int("not_logged_since_last", left).
+					Msg("release on behalf refused: cannot read release.token_file")
+			}
 			http.Error(w, "release.token_file: cannot read the token; see the agent's log", http.StatusInternalServerError)
 			return
 		}
@@ -110,7 +117,10 @@ func (a *Agent) releaseAuth(g *releaseGate, h http.HandlerFunc) http.HandlerFunc
 		// token's length too.
 		got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			a.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("release on behalf refused: wrong bearer token")
+			if ok, left := g.logs.Allow("wrong-token"); ok {
+				a.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Int("not_logged_since_last", left).
+					Msg("release on behalf refused: wrong bearer token (logged at most every 10s; the others are counted in not_logged_since_last)")
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="leasekeeper", error="invalid_token"`)
 			http.Error(w, "wrong bearer token", http.StatusUnauthorized)
 			return

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // TestServeRelease goes through the agent's real handler and
@@ -168,5 +171,26 @@ func TestServeReleaseTokenReload(t *testing.T) {
 	}
 	if w := postRelease(h, "new"); w.Code != http.StatusInternalServerError {
 		t.Errorf("unreadable token file: %d %s, want 500", w.Code, w.Body)
+	}
+}
+
+// TestWrongTokensLoggedRarely: a caller guessing tokens gets 401 every
+// time, and the log gets one line for the burst, not one per guess.
+func TestWrongTokensLoggedRarely(t *testing.T) {
+	cfg := testConfig()
+	cfg.Release.TokenFile = tokenFile(t, "s3cret\n")
+	var logs strings.Builder
+	a, err := New(cfg, zerolog.New(&logs), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := a.handler()
+	for i := range 200 {
+		if w := postRelease(h, fmt.Sprintf("guess%d", i)); w.Code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	if n := strings.Count(logs.String(), "wrong bearer token"); n != 1 {
+		t.Errorf("%d log lines for 200 wrong tokens in a burst, want 1:\n%s", n, logs.String())
 	}
 }

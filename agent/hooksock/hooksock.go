@@ -36,6 +36,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lograte"
 )
 
 // MaxDatagram is the largest datagram read whole.
@@ -65,7 +66,7 @@ type Listener struct {
 	log     zerolog.Logger
 	now     func() time.Time
 	m       metrics
-	limiter *logLimiter
+	limiter *lograte.Limiter
 }
 
 type metrics struct {
@@ -81,7 +82,7 @@ func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, n
 	if cfg.Batch <= 0 {
 		cfg.Batch = 512
 	}
-	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: newLogLimiter(now, 10*time.Second)}
+	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now)}
 	l.m.received = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_events_received_total", Help: "Lease events accepted, by source.",
 	}, []string{"source"})
@@ -402,24 +403,4 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 5*time.Second)
 	}
-}
-
-// logLimiter lets one log line per reason through per interval.
-type logLimiter struct {
-	now   func() time.Time
-	every time.Duration
-	last  map[string]time.Time
-}
-
-func newLogLimiter(now func() time.Time, every time.Duration) *logLimiter {
-	return &logLimiter{now: now, every: every, last: map[string]time.Time{}}
-}
-
-func (r *logLimiter) allow(key string) bool {
-	t := r.now()
-	if last, ok := r.last[key]; ok && t.Sub(last) < r.every {
-		return false
-	}
-	r.last[key] = t
-	return true
 }

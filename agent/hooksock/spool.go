@@ -106,8 +106,8 @@ func (l *Listener) handle(ctx context.Context, b, oob []byte, flags int, out cha
 
 func (l *Listener) reject(reason string, err error, n int) {
 	l.m.rejected.WithLabelValues(reason).Inc()
-	if l.limiter.allow(reason) {
-		l.log.Warn().Str("reason", reason).Err(err).Int("bytes", n).
+	if ok, left := l.limiter.Allow(reason); ok {
+		l.log.Warn().Str("reason", reason).Err(err).Int("bytes", n).Int("not_logged_since_last", left).
 			Msg("hook datagram rejected (further ones of this kind are counted in leasekeeper_rejected_datagrams_total and logged every 10s)")
 	}
 }
