@@ -28,11 +28,14 @@ const (
 const usage = `Usage: leasekeeper-hook notify --action commit|expiry|release --mac MAC
                         --ip-family ipv4|ipv6 --ip IP [--lease-time SECS]
                         [--hostname NAME] [--socket PATH] [--spool DIR]
+       leasekeeper-hook clean LEASES_FILE
 
-Hands one lease event from ISC dhcpd (execute() in "on commit", "on expiry"
-or "on release") to the leasekeeper agent: one JSON datagram to the agent's
-unix socket, or one line appended to the spool directory when the agent is
-unreachable. Drop-in replacement for "maas-dhcp-helper notify".
+A drop-in replacement for MAAS's maas-dhcp-helper, both commands.
+
+notify hands one lease event from ISC dhcpd (execute() in "on commit", "on
+expiry" or "on release") to the leasekeeper agent: one JSON datagram to the
+agent's unix socket, or one line appended to the spool directory when the
+agent is unreachable.
 
   --action      commit, expiry or release
   --mac         hardware address (dhcpd4) or client DUID (dhcpd6): hex bytes
@@ -50,8 +53,22 @@ unreachable. Drop-in replacement for "maas-dhcp-helper notify".
                 /var/spool/leasekeeper)
 
 Flags take their value as the next argument or after '=' (--ip=203.0.113.5).
-Exit status: 0 sent or spooled; 1 the event was lost (neither the socket nor
-the spool could take it); 2 invalid arguments (nothing was sent).
+
+clean removes the "host NAME { ... }" statements (hosts OMAPI added) from a
+dhcpd leases file, so that dhcpd starts with the hosts of its dhcpd.conf
+only. MAAS's maas-dhcpd and maas-dhcpd6 units run it under "sh -e" right
+before dhcpd. The file is replaced atomically by a cleaned copy with the
+same owner, group and mode, and only when it holds a host statement; lease
+blocks and everything else stay byte for byte. A missing file is not an
+error. A file that cannot be rewritten (read-only directory, symbolic link,
+not a regular file) or that clean cannot read to its end (a broken quoted
+string, a torn last statement) is left as it was, or cleaned up to that
+point, with one warning line on stderr.
+
+Exit status, notify: 0 sent or spooled; 1 the event was lost (neither the
+socket nor the spool could take it); 2 invalid arguments (nothing was sent).
+clean: 0 whenever dhcpd can start on the file, cleaned or not; 2 invalid
+arguments.
 `
 
 var (
@@ -97,7 +114,7 @@ var flagNames = [nFlags]string{"action", "mac", "ip-family", "ip", "lease-time",
 func parseArgs(args []string, getenv func(string) (string, bool)) (config, error) {
 	var cfg config
 	if len(args) == 0 {
-		return cfg, errors.New("missing command: want notify")
+		return cfg, errors.New("missing command: want notify or clean")
 	}
 	switch args[0] {
 	case "notify":
@@ -106,7 +123,7 @@ func parseArgs(args []string, getenv func(string) (string, bool)) (config, error
 	case "--version", "version":
 		return cfg, errVersion
 	default:
-		return cfg, errors.New("unknown command " + quote(args[0]) + ": want notify")
+		return cfg, errors.New("unknown command " + quote(args[0]) + ": want notify or clean")
 	}
 
 	var val [nFlags]string

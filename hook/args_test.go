@@ -86,7 +86,7 @@ func TestParseArgsInvalid(t *testing.T) {
 		want string // in the error
 	}{
 		{"no command", nil, env(), "missing command"},
-		{"other command", []string{"clean", "x"}, env(), `unknown command "clean"`},
+		{"other command", []string{"renew", "x"}, env(), `unknown command "renew": want notify or clean`},
 		{"missing action", []string{"notify", "--mac", "2:0:0:a:b:c", "--ip-family", "ipv4", "--ip", "203.0.113.5"}, env(), "missing --action"},
 		{"missing ip", []string{"notify", "--action", "commit", "--mac", "2:0:0:a:b:c", "--ip-family", "ipv4"}, env(), "missing --ip"},
 		{"bad action", notifyArgs("--action", "renew"), env(), `--action "renew"`},

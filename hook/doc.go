@@ -2,11 +2,14 @@
 // "on expiry" and "on release": it hands one lease event to the
 // leasekeeper agent and exits. It replaces "maas-dhcp-helper notify"
 // (same arguments, same JSON), and it never blocks dhcpd, which waits for
-// it (fork, exec, waitpid) while serving nobody.
+// it (fork, exec, waitpid) while serving nobody. It also replaces
+// "maas-dhcp-helper clean", which MAAS runs before dhcpd starts (see
+// "clean" below), so it can be installed under that helper's name.
 //
 //	leasekeeper-hook notify --action commit|expiry|release --mac MAC
 //	                        --ip-family ipv4|ipv6 --ip IP [--lease-time SECS]
 //	                        [--hostname NAME] [--socket PATH] [--spool DIR]
+//	leasekeeper-hook clean LEASES_FILE
 //
 // The dhcpd.conf snippets that call it are packaging/dhcpd/leasekeeper.conf
 // (dhcpd -4, MAAS's block with another program path) and
@@ -188,10 +191,58 @@
 // a millisecond. scripts/bench-hook measures what the hook costs dhcpd
 // against /bin/true, and BenchmarkProcess what a start costs.
 //
+// # clean
+//
+// MAAS's maas-dhcpd.service and maas-dhcpd6.service (debian/ in MAAS 3.5
+// to 3.8) run "/usr/sbin/maas-dhcp-helper clean $LEASES_FILE" under sh -e
+// just before exec dhcpd, so clean must exit 0 whenever dhcpd can start.
+// MAAS's helper removes every match of `host [^{]+{[^}]+}\n` from the file
+// read as UTF-8 text (package-files/usr/sbin/maas-dhcp-helper, the same in
+// 3.5 to 3.8): the hosts OMAPI wrote and their rubouts, so that dhcpd
+// starts with the hosts of dhcpd.conf only.
+//
+// clean removes the top-level statements whose first word is host and
+// that have a block, each with the line end (LF or CR LF) after its '}',
+// and keeps every other byte. It reads statements as dhcpd's lexer does
+// (quoted strings with \ escapes, # comments, nested blocks). On files
+// as dhcpd writes them it removes exactly what MAAS's helper removes
+// (TestCleanMatchesMAAS, and the lab test on dhcpd's own file), except
+// that the expression cuts into a lease whose strings hold "host " and
+// misses a host with a '}' in a string; clean does neither, and reads
+// any bytes (MAAS's fails on a file that is not UTF-8). At a raw newline
+// inside a string, a '}' closing nothing or a statement torn at the end,
+// it stops and keeps the rest as it is: a host left in the file is
+// harmless to dhcpd, anything else removed would be a lost lease.
+//
+// Only a file that has a host statement is rewritten: a new file beside
+// it (NAME.leasekeeper-clean-PID, O_CREAT|O_EXCL|O_NOFOLLOW) with the
+// original's owner, group and mode, fsynced, then renamed onto it after
+// checking that the original is still the same file, unchanged (dhcpd is
+// meant to be stopped), and the directory fsynced. The original is opened
+// O_NOFOLLOW|O_NONBLOCK: a symbolic link is neither followed nor replaced,
+// and a FIFO does not block. Every case exits 0:
+//
+//   - cleaned, no host statement (not written), missing file or
+//     directory: silent. (MAAS's units create the file first; its helper
+//     exits 1 on a missing one.)
+//   - a link, not a regular file, unreadable, over 1 GiB; a copy that
+//     cannot be created, written, synced, given the owner or mode, or
+//     renamed; a file that changed meanwhile: one line on stderr, the
+//     copy removed, the original as it was.
+//   - the scan stopped early: cleaned up to there, one line saying where.
+//   - the directory fsync failed after the rename: cleaned, one line (a
+//     crash may bring back the old file, which dhcpd reads too).
+//   - killed midway: the original is intact; a stray copy may be left.
+//   - an internal error (a panic) is caught: the file was only ever
+//     replaced whole.
+//
+// Run by the name maas-dhcp-helper (a diversion), clean works the same.
+//
 // # Exit status
 //
-// 0 sent or spooled; 1 lost (neither way took it, or /proc/self/cmdline
-// was unreadable); 2 invalid arguments.
+// notify: 0 sent or spooled; 1 lost (neither way took it, or
+// /proc/self/cmdline was unreadable); 2 invalid arguments. clean: 0
+// whenever dhcpd can start on the file; 2 invalid arguments.
 //
 //go:debug updatemaxprocs=0
 package main

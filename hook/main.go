@@ -24,7 +24,7 @@ func main() {
 		syscall.Exit(exitLost)
 	}
 	rest := args[1:]
-	if isMAASHelper(args[0]) {
+	if isMAASHelper(args[0]) && len(rest) > 0 && rest[0] == "notify" {
 		rest = dropSocketFlag(rest)
 	}
 	syscall.Exit(run(rest, syscall.Getenv, 1, 2))
@@ -33,8 +33,9 @@ func main() {
 // maasHelper is the name MAAS's generated dhcpd.conf runs its helper by.
 // Installed in its place (a diversion, README.Debian), the hook is
 // passed --socket with MAAS's own socket, which belongs to MAAS's rack
-// daemon, not to the agent: run by that name the hook ignores --socket
-// and uses $LEASEKEEPER_SOCKET or its default.
+// daemon, not to the agent: run by that name the hook's notify ignores
+// --socket and uses $LEASEKEEPER_SOCKET or its default. clean is the
+// same under either name.
 const maasHelper = "maas-dhcp-helper"
 
 func isMAASHelper(argv0 string) bool {
@@ -131,9 +132,13 @@ func readArgs() ([]string, error) {
 	return args, nil
 }
 
-// run is the whole hook: parse, encode, deliver. It returns the exit
-// status, and writes at most one line to stderr (dhcpd logs it).
+// run is the whole hook: parse, encode, deliver (or clean, runClean). It
+// returns the exit status, and writes at most one line to stderr (dhcpd
+// or systemd logs it).
 func run(args []string, getenv func(string) (string, bool), stdout, stderr int) int {
+	if len(args) > 0 && args[0] == "clean" {
+		return runClean(args[1:], stdout, stderr)
+	}
 	cfg, err := parseArgs(args, getenv)
 	switch {
 	case err == errHelp:

@@ -32,6 +32,11 @@ type DhcpdConfig struct {
 	Iface     string   // interface to serve; default the lab's bridge
 	Family    int      // 4 (default); 6 only for CheckLeaseFile (the lab is IPv4-only)
 	ExtraArgs []string // more dhcpd arguments, placed before the interface
+	// Prelude, when set, is shell run before dhcpd the way MAAS's
+	// maas-dhcpd.service does it: `sh -ec 'PRELUDE; exec dhcpd …'`, with
+	// $LEASES_FILE set to the leases file. dhcpd keeps sh's pid; a
+	// failing prelude is a failed start, with its output in Logs.
+	Prelude string
 }
 
 // Dhcpd is a dhcpd the test owns, running in the lab's server namespace.
@@ -106,6 +111,12 @@ func (d *Dhcpd) start() error {
 		return err
 	}
 	ino := inode(d.leases)
+	// Held open until dhcpd is ready, the old file keeps its inode number
+	// even when a Prelude replaces it (the rename would free it, and
+	// dhcpd's new file could get it back).
+	if hold, err := os.Open(d.leases); err == nil {
+		defer hold.Close()
+	}
 	d.runs++
 	f, err := os.OpenFile(d.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -118,6 +129,10 @@ func (d *Dhcpd) start() error {
 	argv := []string{d.bin, "-4", "-f", "-d", "-cf", d.conf, "-lf", d.leases, "-pf", d.pid}
 	argv = append(argv, d.cfg.ExtraArgs...)
 	argv = append(argv, d.cfg.Iface)
+	if d.cfg.Prelude != "" {
+		script := "LEASES_FILE=" + shellQuote(d.leases) + "\n" + d.cfg.Prelude + "\nexec \"$0\" \"$@\""
+		argv = append([]string{"/bin/sh", "-ec", script}, argv...)
+	}
 	p, err := startProc(d.lab.Command(d.lab.NS, argv...), d.log)
 	if err != nil {
 		return fmt.Errorf("start dhcpd: %w", err)
@@ -141,6 +156,11 @@ func (d *Dhcpd) start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // rewritten reports whether dhcpd has replaced the leases file that had

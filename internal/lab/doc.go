@@ -29,6 +29,7 @@
 //	(*Client).Destroy()                  the client's namespace is deleted (a force-deleted container)
 //	(*Client).AddLink / (*Lab).IP / (*Lab).Sysctl   more links and settings for multi-homed tests (multihome.go)
 //	(*Lab).StartDhcpd(t, DhcpdConfig)    dhcpd -4 -f -d in the server namespace, ready
+//	                                     (Prelude: run under sh -ec first, as maas-dhcpd.service)
 //	(*Dhcpd).Stop / Restart / Running / Pid / LeasesPath / ConfPath / Logs
 //	Allowed(addr)                        whether an address is in a lab range
 //	CheckLeaseFile(t, DhcpdConfig)       dhcpd -T (lease-file test mode), no namespace
