@@ -33,6 +33,7 @@ fuzz:
 	$(GO) test ./parser -run '^$$' -fuzz '^FuzzDecodeLeases$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./parser -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./agent/event -run '^$$' -fuzz '^FuzzParseDatagram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzParseIP$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzClean$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./internal/release -run '^$$' -fuzz '^FuzzParseDhclient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x

@@ -52,9 +52,14 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		return fail(fmt.Errorf("region: %w", err))
 	}
 
+	mode, err := reconcile.ParseMode(cfg.Reconcile.Mode)
+	if err != nil {
+		d.Close()
+		return fail(fmt.Errorf("reconcile.mode: %w", err))
+	}
 	rec, err := reconcile.New(reconcile.Config{
 		Leases: cfg.DHCPD.Leases, DhcpdConf: cfg.DHCPD.Config, PIDFile: cfg.DHCPD.PIDFile,
-		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval,
+		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: mode,
 	}, store, log.With().Str("component", "reconcile").Logger(), reg, now)
 	if err != nil {
 		d.Close()
@@ -73,7 +78,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 	}
 
 	a.SetDeadLetters(store)
-	a.SetStatus(status{store, d})
+	a.SetStatus(status{store, d, rec})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
 	a.Add("deliver", TaskFunc(func(ctx context.Context, ready func()) error {
@@ -94,9 +99,19 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 type status struct {
 	s *outbox.Store
 	d *deliver.Deliverer
+	r *reconcile.Reconciler
 }
 
 func (x status) Depth() int               { return x.s.Depth() }
 func (x status) DeadLetterCount() int     { return x.s.DeadLetterCount() }
 func (x status) LastDelivery() time.Time  { return x.d.LastDelivery() }
 func (x status) OldestPending() time.Time { return x.s.OldestPending() }
+
+func (x status) ModeReport() *ModeReport {
+	m := x.r.Mode()
+	if m == nil {
+		return nil
+	}
+	return &ModeReport{Mode: string(m.Mode), Detected: string(m.Detected), Forced: m.Forced, Unsure: m.Unsure,
+		Why: m.Why, KeptBack: x.r.KeptBack()}
+}

@@ -32,6 +32,25 @@ type StatusReport struct {
 	LagSeconds    *float64     `json:"lag_seconds"`
 	Tasks         []TaskReport `json:"tasks"`
 	UptimeSeconds float64      `json:"uptime_seconds"`
+	Mode          *ModeReport  `json:"mode"` // null before the reconciler has run
+}
+
+// ModeReport is the reconciler's mode in StatusReport (see
+// agent/reconcile, "Modes").
+type ModeReport struct {
+	Mode     string `json:"mode"`     // replacement, complement or hookless: in force
+	Detected string `json:"detected"` // what dhcpd.conf says (differs when forced)
+	Forced   bool   `json:"forced"`   // reconcile.mode set it
+	Unsure   bool   `json:"unsure"`   // detection could not tell and took complement
+	Why      string `json:"why"`
+	// KeptBack counts events not sent because the region cannot take
+	// them (no six-octet MAC: DHCPv6 clients whose DUID holds none).
+	KeptBack int64 `json:"kept_back"`
+}
+
+// Moder is optionally implemented by a Status: the reconciler's mode.
+type Moder interface {
+	ModeReport() *ModeReport
 }
 
 // TaskReport is one task in StatusReport: state is starting, ready or
@@ -126,6 +145,9 @@ func (a *Agent) Report() StatusReport {
 		if t := s.LastDelivery(); !t.IsZero() {
 			t = t.UTC()
 			r.LastDelivery = &t
+		}
+		if m, ok := s.(Moder); ok {
+			r.Mode = m.ModeReport()
 		}
 		if l, ok := s.(Lagger); ok {
 			lag := 0.0

@@ -74,7 +74,13 @@ type State struct {
 type Reconcile struct {
 	ExpiryGrace  time.Duration `toml:"expiry_grace"`
 	PollInterval time.Duration `toml:"poll_interval"`
+	// Mode is auto (detect from dhcpd.conf), replacement, complement or
+	// hookless (ReconcileModes; agent/reconcile says what each means).
+	Mode string `toml:"mode"`
 }
+
+// ReconcileModes are the values reconcile.mode accepts.
+var ReconcileModes = []string{"auto", "replacement", "complement", "hookless"}
 
 // Metrics is the HTTP listener for /metrics, /healthz, /status and the
 // dead-letter endpoints.
@@ -118,6 +124,7 @@ func Default() *Config {
 		Reconcile: Reconcile{
 			ExpiryGrace:  30 * time.Second,
 			PollInterval: 10 * time.Second,
+			Mode:         "auto",
 		},
 		Metrics: Metrics{Listen: "127.0.0.1:9742"},
 		Log:     Log{Level: "info"},

@@ -74,7 +74,7 @@ format = "console"
 		Region: Region{URL: "https://10.0.0.1:5443/MAAS/a/v3internal/leases", CAFile: "/etc/lk/ca.pem",
 			CertFile: "/etc/lk/c.pem", KeyFile: "/etc/lk/k.pem", BatchMax: 10000, Timeout: 90 * time.Second},
 		State:     State{Dir: "/srv/lk"},
-		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond},
+		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond, Mode: "auto"},
 		Log:       Log{Level: "debug", Format: "console"},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
@@ -123,6 +123,7 @@ func TestErrors(t *testing.T) {
 		{"timeout long", "[region]\ntimeout = \"11m\"", []string{"region.timeout: 11m0s is not between"}},
 		{"grace negative", "[reconcile]\nexpiry_grace = \"-1s\"", []string{"reconcile.expiry_grace: -1s is negative"}},
 		{"poll too short", "[reconcile]\npoll_interval = \"1ms\"", []string{"reconcile.poll_interval: 1ms is shorter than 10ms"}},
+		{"mode", "[reconcile]\nmode = \"replace\"", []string{`reconcile.mode: "replace" is not one of auto, replacement, complement, hookless`}},
 		{"listen no port", "[metrics]\nlisten = \"127.0.0.1\"", []string{`metrics.listen: "127.0.0.1" is not host:port`}},
 		{"listen bad port", "[metrics]\nlisten = \"127.0.0.1:http\"", []string{`metrics.listen: "127.0.0.1:http": port "http" is not a number`}},
 		{"listen port range", "[metrics]\nlisten = \":65536\"", []string{`port "65536" is not a number`}},
@@ -316,7 +317,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 23 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 24 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from

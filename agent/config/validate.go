@@ -71,6 +71,9 @@ func (c *Config) Validate() error {
 	if p := c.Reconcile.PollInterval; p < 10*time.Millisecond {
 		badf("reconcile.poll_interval", "%s is shorter than 10ms", p)
 	}
+	if !oneOf(c.Reconcile.Mode, ReconcileModes) {
+		badf("reconcile.mode", "%q is not one of %s", c.Reconcile.Mode, strings.Join(ReconcileModes, ", "))
+	}
 
 	if l := c.Metrics.Listen; l != "" {
 		if err := checkListen(l); err != nil {

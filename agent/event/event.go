@@ -50,12 +50,22 @@ func (s Source) String() string {
 // most 253 bytes, so nothing legitimate is lost).
 const MaxHostname = 4096
 
+// MaxLeaseTime is the largest lease_time the region stores: its column
+// is a 32-bit signed integer (MAAS's staticipaddress.lease_time), and a
+// larger value fails the whole batch. Longer lease times (dhcpd's
+// "infinite" is 0xffffffff) are sent as this.
+const MaxLeaseTime = 1<<31 - 1
+
+// maxDUID bounds a DHCPv6 client DUID in octets: a 2-octet type and at
+// most 128 octets of identifier (RFC 8415, section 11.1).
+const maxDUID = 130
+
 // Event is one lease event. The zero values of LeaseTime and Hostname mean
 // "none", as in the region API.
 type Event struct {
 	Action    string     `json:"action"`
 	Family    string     `json:"ip_family"`
-	MAC       string     `json:"mac"` // lower-case, zero-padded aa:bb:cc:dd:ee:ff
+	MAC       string     `json:"mac"` // lower-case, zero-padded aa:bb:cc:dd:ee:ff; "" if none (see Deliverable)
 	IP        netip.Addr `json:"ip"`
 	Hostname  string     `json:"hostname"`
 	Timestamp int64      `json:"timestamp"`  // Unix seconds, when dhcpd acted
@@ -65,6 +75,10 @@ type Event struct {
 	TimestampNS int64  `json:"timestamp_ns,omitempty"` // finer time when the source had it
 	Source      Source `json:"source,omitempty"`
 	Reason      string `json:"reason,omitempty"` // why a synthesised event exists
+	// DUID is the DHCPv6 client's DUID (lower-case hex octets) when the
+	// source gave one instead of a MAC; MAC is then the link-layer
+	// address inside it, or "". Kept for logs only.
+	DUID string `json:"duid,omitempty"`
 }
 
 // RegionItem is one element of the region API's JSON array: exactly these
@@ -79,10 +93,11 @@ type RegionItem struct {
 	LeaseTime int64  `json:"lease_time"`
 }
 
-// Item returns the event as the region API wants it.
+// Item returns the event as the region API wants it, lease_time at most
+// MaxLeaseTime (events queued by an older agent were not clamped).
 func (e *Event) Item() RegionItem {
 	return RegionItem{Action: e.Action, Family: e.Family, Hostname: e.Hostname, MAC: e.MAC,
-		IP: e.IP.String(), Timestamp: e.Timestamp, LeaseTime: e.LeaseTime}
+		IP: e.IP.String(), Timestamp: e.Timestamp, LeaseTime: min(e.LeaseTime, MaxLeaseTime)}
 }
 
 // Key is what the region keys rows by: the IP address alone.
@@ -97,7 +112,15 @@ func invalid(format string, args ...any) error {
 
 // Normalize validates e and puts it in canonical form: MAC lower-case and
 // zero-padded, hostname valid UTF-8 (invalid bytes replaced), without
-// dhcpd's "(none)" placeholder, and at most MaxHostname bytes.
+// dhcpd's "(none)" placeholder, and at most MaxHostname bytes, lease_time
+// at most MaxLeaseTime.
+//
+// The MAC may be empty (the hook passes on what dhcpd gave it, which can
+// be nothing). For IPv6 it may be the client's DUID, as dhcpd's
+// dhcp6.client-id gives it (packaging/dhcpd/leasekeeper6.conf): the DUID
+// goes to the DUID field and MAC becomes the Ethernet address inside it
+// (MACFromDUID), or "". Such events are valid; Deliverable says whether
+// the region can take them. Normalize is idempotent.
 func (e *Event) Normalize() error {
 	switch e.Action {
 	case Commit, Expiry, Release:
@@ -122,18 +145,144 @@ func (e *Event) Normalize() error {
 	default:
 		return invalid("ip_family %q is not ipv4 or ipv6", e.Family)
 	}
-	mac, err := NormalizeMAC(e.MAC)
-	if err != nil {
+	if err := e.normalizeMAC(); err != nil {
 		return err
 	}
-	e.MAC = mac
 	if e.LeaseTime < 0 {
 		return invalid("negative lease_time %d", e.LeaseTime)
 	}
+	e.LeaseTime = min(e.LeaseTime, MaxLeaseTime)
 	if e.Timestamp < 0 {
 		return invalid("negative timestamp %d", e.Timestamp)
 	}
 	e.Hostname = CleanHostname(e.Hostname)
+	return nil
+}
+
+// normalizeMAC puts e.MAC (and e.DUID) in canonical form.
+func (e *Event) normalizeMAC() error {
+	if e.MAC == "" {
+		return nil
+	}
+	if e.Family != IPv6 {
+		mac, err := NormalizeMAC(e.MAC)
+		if err != nil {
+			return err
+		}
+		e.MAC = mac
+		return nil
+	}
+	b, err := parseOctets(e.MAC, maxDUID)
+	if err != nil {
+		return err
+	}
+	if len(b) == 6 {
+		// A MAC already (no DUID is six octets long: the shortest with a
+		// link-layer address, DUID-LL, has a 4-octet header).
+		e.MAC = hexOctets(b)
+		return nil
+	}
+	e.DUID = hexOctets(b)
+	e.MAC = ""
+	if hw, ok := MACFromDUID(b); ok {
+		e.MAC = hexOctets(hw)
+	}
+	return nil
+}
+
+// DUID types with a link-layer address (RFC 8415, section 11), and the
+// hardware type of Ethernet (IANA ARP hardware types).
+const (
+	duidLLT      = 1
+	duidEN       = 2
+	duidLL       = 3
+	duidUUID     = 4
+	hwEthernet   = 1
+	ethernetSize = 6
+)
+
+// MACFromDUID returns the Ethernet address inside a DHCPv6 DUID: that of a
+// DUID-LLT (type 1: hardware type, time, address) or a DUID-LL (type 3:
+// hardware type, address) whose hardware type is Ethernet (1) and whose
+// address is six octets. Other DUIDs (DUID-EN, DUID-UUID, other hardware)
+// hold no MAC. The address is the one the client chose for its DUID,
+// which RFC 8415 lets be any of its interfaces'; it is what identifies
+// the client, as the MAC does in DHCPv4.
+func MACFromDUID(duid []byte) ([]byte, bool) {
+	if len(duid) < 4 {
+		return nil, false
+	}
+	typ, hw := int(duid[0])<<8|int(duid[1]), int(duid[2])<<8|int(duid[3])
+	var addr []byte
+	switch typ {
+	case duidLLT:
+		if len(duid) < 8 {
+			return nil, false
+		}
+		addr = duid[8:]
+	case duidLL:
+		addr = duid[4:]
+	default:
+		return nil, false
+	}
+	if hw != hwEthernet || len(addr) != ethernetSize {
+		return nil, false
+	}
+	return addr, true
+}
+
+// DescribeDUID names a DUID's type for logs: "DUID-LLT", "DUID-EN", …
+func DescribeDUID(duid []byte) string {
+	if len(duid) < 2 {
+		return "a DUID too short to have a type"
+	}
+	typ := int(duid[0])<<8 | int(duid[1])
+	name := map[int]string{duidLLT: "DUID-LLT", duidEN: "DUID-EN", duidLL: "DUID-LL", duidUUID: "DUID-UUID"}[typ]
+	if name == "" {
+		return fmt.Sprintf("a DUID of unknown type %d", typ)
+	}
+	if (typ == duidLLT || typ == duidLL) && len(duid) >= 4 {
+		return fmt.Sprintf("%s with hardware type %d", name, int(duid[2])<<8|int(duid[3]))
+	}
+	return name
+}
+
+// ErrNoMAC is wrapped by Deliverable's error: a valid event the region
+// cannot take, because its leases API wants exactly six octets in mac
+// (maasapiserver's LeaseInfoRequest; "" is accepted only from MAAS 3.8,
+// so it is never sent).
+var ErrNoMAC = errors.New("no six-octet MAC for the region")
+
+// Kinds of NoMACError, the label of the kept-back metric.
+const (
+	NoMACEmpty      = "no-mac"       // the source gave none
+	NoMACDUID       = "duid-no-mac"  // a DUID with no Ethernet address (DUID-EN, DUID-UUID, other hardware)
+	NoMACNotSixByte = "not-ethernet" // a hardware address that is not six octets (InfiniBand, …)
+)
+
+// NoMACError says why an event cannot be delivered.
+type NoMACError struct {
+	Kind   string // NoMACEmpty, NoMACDUID or NoMACNotSixByte
+	Detail string
+}
+
+func (e *NoMACError) Error() string { return e.Detail }
+func (e *NoMACError) Unwrap() error { return ErrNoMAC }
+
+// Deliverable reports whether the region's leases API can take the
+// (normalised) event: its MAC must be six octets. The error is a
+// *NoMACError saying why not; such events are kept back, never sent
+// (the region would refuse the whole batch).
+func (e *Event) Deliverable() error {
+	switch n := strings.Count(e.MAC, ":") + 1; {
+	case e.MAC == "" && e.DUID != "":
+		b, _ := parseOctets(e.DUID, maxDUID)
+		return &NoMACError{Kind: NoMACDUID, Detail: fmt.Sprintf("the client's DUID %s is %s: it holds no Ethernet address to send as the MAC", e.DUID, DescribeDUID(b))}
+	case e.MAC == "":
+		return &NoMACError{Kind: NoMACEmpty, Detail: "no MAC address (dhcpd gave the hook none)"}
+	case n != ethernetSize:
+		return &NoMACError{Kind: NoMACNotSixByte, Detail: fmt.Sprintf("hardware address %s has %d octets, not the six of an Ethernet MAC", e.MAC, n)}
+	}
 	return nil
 }
 
@@ -162,34 +311,57 @@ func NormalizeMAC(s string) (string, error) {
 	if s == "" {
 		return "", invalid("no mac")
 	}
-	parts := strings.Split(s, ":")
-	if len(parts) > 20 {
-		return "", invalid("mac %q is longer than 20 octets", s)
+	b, err := parseOctets(s, 20)
+	if err != nil {
+		return "", err
 	}
-	var b strings.Builder
-	b.Grow(3 * len(parts))
-	for i, p := range parts {
-		if len(p) == 0 || len(p) > 2 {
-			return "", invalid("mac %q: octet %d is not one or two hex digits", s, i+1)
-		}
-		for j := 0; j < len(p); j++ {
-			if !isHex(p[j]) {
-				return "", invalid("mac %q: octet %d is not hex", s, i+1)
-			}
-		}
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		if len(p) == 1 {
-			b.WriteByte('0')
-		}
-		b.WriteString(strings.ToLower(p))
-	}
-	return b.String(), nil
+	return hexOctets(b), nil
 }
 
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+// parseOctets reads colon-separated octets of one or two hex digits, at
+// most max of them.
+func parseOctets(s string, max int) ([]byte, error) {
+	if s == "" {
+		return nil, invalid("no mac")
+	}
+	if n := strings.Count(s, ":") + 1; n > max {
+		return nil, invalid("mac %q is longer than %d octets", s, max)
+	}
+	out := make([]byte, 0, (len(s)+1)/3)
+	for i, p := range strings.Split(s, ":") {
+		if len(p) == 0 || len(p) > 2 {
+			return nil, invalid("mac %q: octet %d is not one or two hex digits", s, i+1)
+		}
+		var v byte
+		for j := 0; j < len(p); j++ {
+			c := p[j]
+			switch {
+			case c >= '0' && c <= '9':
+				v = v<<4 | (c - '0')
+			case c >= 'a' && c <= 'f':
+				v = v<<4 | (c - 'a' + 10)
+			case c >= 'A' && c <= 'F':
+				v = v<<4 | (c - 'A' + 10)
+			default:
+				return nil, invalid("mac %q: octet %d is not hex", s, i+1)
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// hexOctets writes octets lower-case, zero-padded, colon-separated.
+func hexOctets(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 3*len(b))
+	for i, c := range b {
+		if i > 0 {
+			out = append(out, ':')
+		}
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
 }
 
 // datagram is the JSON object maas-dhcp-helper and leasekeeper-hook send.

@@ -32,7 +32,8 @@ const commitSlack = 2
 type Lease struct {
 	State    parser.State `json:"state"` // effective binding state
 	Family   string       `json:"family"`
-	MAC      string       `json:"mac"`
+	MAC      string       `json:"mac"`            // for IPv6, the Ethernet address in the client's DUID, or ""
+	DUID     string       `json:"duid,omitempty"` // IPv6: the client's DUID (hex octets)
 	Hostname string       `json:"hostname,omitempty"`
 	Starts   int64        `json:"starts"`
 	Ends     int64        `json:"ends"` // Unix seconds; math.MaxInt64 for never
@@ -66,6 +67,12 @@ type State struct {
 	Baselined bool `json:"baselined"`
 	// Grace is how long to wait for a hook before synthesising (seconds).
 	Grace int64 `json:"grace"`
+	// Complement: the hooks report to someone else (MAAS's own helper
+	// tells MAAS), so the region hears about every change dhcpd writes
+	// to the file without us. Only what no hook ever reports is
+	// synthesised: rule 2. Rules 1 and 3 would duplicate what the
+	// hooks already told the region. Set by the caller from the mode.
+	Complement bool `json:"-"`
 
 	// dirty are the addresses whose File, Told or Pending entry changed
 	// since TakeDirty; metaDirty is Baselined changing. They let the
@@ -141,9 +148,11 @@ func (s *State) setTold(ip netip.Addr, t Told) {
 	s.touch(ip)
 }
 
-// leaseOf reduces a parsed block to what the reconciler keeps.
+// leaseOf reduces a parsed block to what the reconciler keeps. An IPv6
+// block has no hardware address: its MAC is the one in the client's DUID
+// (the IA's identifier after the IAID), if there is one.
 func leaseOf(l *parser.Lease, now parser.Time) Lease {
-	return Lease{
+	out := Lease{
 		State:    l.Binding(now),
 		Family:   l.Family.String(),
 		MAC:      parser.HexString(l.HardwareAddr),
@@ -151,11 +160,23 @@ func leaseOf(l *parser.Lease, now parser.Time) Lease {
 		Starts:   int64(l.Starts),
 		Ends:     int64(l.Ends),
 	}
+	if l.Family == parser.IPv6 && l.IA != nil {
+		if !l.Starts.IsSet() {
+			// An iaaddr has no starts: its IA's cltt is when the client
+			// last bound or renewed it.
+			out.Starts = int64(l.Cltt)
+		}
+		out.DUID = parser.HexString(l.IA.DUID)
+		if hw, ok := event.MACFromDUID(l.IA.DUID); ok {
+			out.MAC = parser.HexString(hw)
+		}
+	}
+	return out
 }
 
 // want is the event a block asks the region to have seen, if any.
 func want(ip netip.Addr, l Lease) (event.Event, bool) {
-	ev := event.Event{IP: ip, Family: l.Family, MAC: l.MAC, Source: event.SourceFile}
+	ev := event.Event{IP: ip, Family: l.Family, MAC: l.MAC, DUID: l.DUID, Source: event.SourceFile}
 	switch l.State {
 	case parser.StateActive:
 		ev.Action, ev.Timestamp, ev.Hostname, ev.Reason = event.Commit, l.Starts, l.Hostname, ReasonMissedCommit
@@ -169,9 +190,10 @@ func want(ip netip.Addr, l Lease) (event.Event, bool) {
 	default:
 		return event.Event{}, false
 	}
-	if ev.MAC == "" || ev.Timestamp < 0 {
-		// IPv6 leases have no MAC and the region API needs one; a block
-		// without a time cannot be placed either.
+	if ev.Timestamp < 0 {
+		// A block without a time cannot be placed. (One without a MAC
+		// the region can take goes on: the caller keeps it back, counted
+		// and logged — event.Deliverable.)
 		return event.Event{}, false
 	}
 	return ev, true
@@ -247,6 +269,18 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	ev, ok := want(ip, l)
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
+	}
+	if s.Complement {
+		// The hooks told the region (MAAS's helper, through MAAS): keep
+		// the record of what it heard, synthesise nothing. Only a lease
+		// that vanishes is ours to report (Snapshot).
+		if l.State == parser.StateActive {
+			s.dropPending(ip, ReasonVanished)
+		}
+		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
+			s.Hook(ev)
+		}
+		return
 	}
 	if l.State != parser.StateActive && (!had || prev.State != parser.StateActive) {
 		// An unbound block for an address the file never showed bound:
@@ -347,11 +381,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		}
 		// Rule 2: dropped by the rewrite; expire at its own end.
 		due := max(l.Ends, now)
-		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, IP: ip,
+		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonVanished}
-		if ev.MAC != "" {
-			s.schedule(ip, Pending{Event: ev, Due: due})
-		}
+		s.schedule(ip, Pending{Event: ev, Due: due})
 		vanished++
 	}
 	return vanished
@@ -362,18 +394,21 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 // back, the IP went to another MAC). It also applies rule 3. The caller
 // queues the events for the region and then calls Hook for each.
 func (s *State) Due(now int64) []event.Event {
-	// Rule 3: active leases dhcpd should have expired by now.
+	// Rule 3: active leases dhcpd should have expired by now. Not in
+	// complement mode: dhcpd's on expiry, when it comes, tells the
+	// region through the other program, and an expiry of ours could
+	// reach the region after news that followed it.
 	s.index()
-	for len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
+	for !s.Complement && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
 		e := heap.Pop(&s.ends).(endsEntry)
 		l, ok := s.File[e.ip]
 		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			continue // stale: the lease changed since
 		}
-		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, IP: e.ip,
+		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: e.ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonEndsPassed}
 		t, told := s.Told[e.ip]
-		if ev.MAC != "" && !satisfied(t, told, ev) {
+		if !satisfied(t, told, ev) {
 			s.schedule(e.ip, Pending{Event: ev, Due: now})
 		}
 	}
@@ -480,7 +515,7 @@ func (s *State) NextDue() (int64, bool) {
 		}
 	}
 	s.index()
-	for len(s.ends) > 0 {
+	for !s.Complement && len(s.ends) > 0 {
 		e := s.ends[0]
 		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			heap.Pop(&s.ends) // stale

@@ -15,14 +15,16 @@
 //     the grace: synthesise it (commit for an active binding, new or
 //     renewed; release for released, or for free with the end moved
 //     earlier, which is how dhcpd without failover writes a release;
-//     expiry for free, expired and the other unbound states). With no hooks at all (grace 0) this alone
-//     delivers every event.
+//     expiry for free, expired and the other unbound states). With no
+//     hooks at all (grace 0) this alone delivers every event. Not in
+//     complement mode (see Modes).
 //  2. An IP whose last state was active vanishes from a rewritten file:
 //     synthesise an expiry at the lease's own end (now if it has passed),
 //     with its MAC, unless the IP reappears first or is committed to
 //     another MAC.
 //  3. An active lease whose end passed and that dhcpd never expired (dhcpd
-//     dead or stuck): synthesise the expiry after the grace.
+//     dead or stuck): synthesise the expiry after the grace (not in
+//     complement mode).
 //  4. Never: an expiry before the end of a lease still in the file; an
 //     event for a restart that kept the lease; anything from a file that
 //     did not parse whole; an expiry for MAC A once the IP was committed
@@ -61,16 +63,57 @@
 // follows it (dhcpd writes one right after the rename at start; the
 // hourly rewrite has none) or dhcpd's pid file names a new process, else
 // it is hourly; it is logged and counted either way. At each restart the
-// hook scan below runs again, since that is when dhcpd read its
-// configuration.
+// mode is detected again (Modes, below), since that is when dhcpd read
+// its configuration.
 //
-// # Hookless mode
+// # Modes (hooks.go)
 //
-// dhcpd.conf and its includes are scanned as raw text (the configuration
-// parser skips on-blocks) for execute() of leasekeeper-hook or
-// maas-dhcp-helper. If none is there, or none names an executable file,
-// the grace is 0: every change reaches the outbox as soon as dhcpd has
-// written it, and dhcpd runs at full speed with no hook at all.
+// Who tells the region about an event dhcpd's hooks report decides what
+// the file may add. The mode is detected at start and at every dhcpd
+// restart from dhcpd.conf and its includes, scanned as raw text (the
+// configuration parser skips on-blocks) for execute() statements that
+// report leases: a program named maas-dhcp-helper or leasekeeper-hook,
+// one called with the helper's "notify --action" protocol, or one that
+// is leasekeeper-hook under any name. Each program is identified by what
+// the file is, never by its name: the same file as an installed
+// leasekeeper-hook (a diverted maas-dhcp-helper is a link to it), a Go
+// binary whose build information names the hook's package, a script
+// that talks to MAAS's dhcpd.sock; dpkg's diversions and snap paths are
+// reported alongside.
+//
+//   - replacement: every hook that dhcpd can run is leasekeeper-hook, so
+//     each event reaches the agent. Rules 1 to 3 fill in, after the
+//     grace, what a hook missed.
+//   - complement: a hook runs another program — MAAS's own helper, which
+//     sends to MAAS's socket (deb racks that keep it; snap racks, whose
+//     helper lies in the read-only snap and cannot be replaced). MAAS
+//     delivers what its hooks report; the agent records those changes as
+//     told and synthesises only rule 2, the expiries no hook ever
+//     reports. Rules 1 and 3 are off: their events would be duplicates.
+//   - hookless: no reporting hook, or none dhcpd can run (missing, not
+//     executable): the grace is 0 and every change reaches the outbox as
+//     soon as dhcpd has written it.
+//
+// When detection cannot tell — dhcpd.config unset or unreadable (MAAS
+// writes its dhcpd.conf root-only), a program it cannot read or does not
+// know — it picks complement and logs a warning
+// (leasekeeper_reconcile_mode_unsure is 1). That is the safe side: the
+// region applies events in arrival order with no timestamp comparison,
+// so a synthesised duplicate that arrives after newer news overwrites it
+// (an expiry for A after the commit to B frees B's address), while
+// complement costs at most the file's safety net for hooks that did
+// reach the agent (whose own events are queued in every mode). The
+// reconcile.mode key forces a mode; detection is still logged.
+//
+// # Events the region cannot take
+//
+// The region's leases API wants exactly six octets in mac. A DHCPv6
+// event's MAC is the Ethernet address in the client's DUID (DUID-LLT,
+// DUID-LL; from the hook's --mac, or the IA's identifier in the file);
+// an event without one (DUID-EN, DUID-UUID, other hardware, no MAC at
+// all) is kept back: recorded as told, not queued, counted in
+// leasekeeper_events_kept_back_total{kind} and logged, never a dead
+// letter.
 //
 // # Persistence (persist.go)
 //

@@ -131,6 +131,12 @@ func (w *world) startAgent() {
 	cfg.State.Dir = filepath.Join(w.dir, "state")
 	cfg.Reconcile.ExpiryGrace = w.grace
 	cfg.Reconcile.PollInterval = time.Second
+	if w.hooks == hooksFailing {
+		// A shell script is not leasekeeper-hook: detection would take
+		// it for another program reporting to the region (complement).
+		// This test is about our hook failing.
+		cfg.Reconcile.Mode = "replacement"
+	}
 	cfg.Metrics.Listen = ""
 	if err := cfg.Validate(); err != nil {
 		w.t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/promreg"
 )
 
@@ -28,10 +29,14 @@ type metrics struct {
 	snapshots   *prometheus.CounterVec
 	problems    *prometheus.CounterVec
 	superseded  prometheus.Counter
+	keptBack    *prometheus.CounterVec
+	mode        *prometheus.GaugeVec
+	unsure      prometheus.Gauge
 	// gauges read from atomics the task updates after each round
 	leases, pending atomic.Int64
 	consistent      atomic.Bool
 	hookless        atomic.Bool
+	keptBackN       atomic.Int64 // keptBack's total, for /status
 }
 
 func newMetrics() *metrics {
@@ -56,6 +61,21 @@ func newMetrics() *metrics {
 			Name: "leasekeeper_reconcile_superseded_total",
 			Help: "Hook expiries or releases dropped because the address was committed to another MAC since (the region would free the new lease).",
 		}),
+		keptBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_events_kept_back_total",
+			Help: "Events not sent because the region's leases API takes only six-octet MACs, by kind: no-mac (none given), duid-no-mac (a DHCPv6 DUID without an Ethernet address: DUID-EN, DUID-UUID, other hardware), not-ethernet (a hardware address of another length).",
+		}, []string{"kind"}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leasekeeper_reconcile_mode",
+			Help: "1 for the reconciler's mode: replacement (hooks reach the agent), complement (hooks tell the region through another program, e.g. MAAS's helper; only leases a restart dropped are sent), hookless (every event from the leases file).",
+		}, []string{"mode"}),
+		unsure: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasekeeper_reconcile_mode_unsure",
+			Help: "1 when mode detection could not tell (dhcpd.conf unreadable or unset, a hook program it does not know) and took complement, the safe side. Alert on 1; leasekeeper check-maas says why.",
+		}),
+	}
+	for _, k := range []string{event.NoMACEmpty, event.NoMACDUID, event.NoMACNotSixByte} {
+		m.keptBack.WithLabelValues(k)
 	}
 	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed} {
 		m.synthesised.WithLabelValues(r)
@@ -74,7 +94,7 @@ func newMetrics() *metrics {
 		return 0
 	}
 	m.collectors = []prometheus.Collector{
-		m.synthesised, m.rewrites, m.snapshots, m.problems, m.superseded,
+		m.synthesised, m.rewrites, m.snapshots, m.problems, m.superseded, m.keptBack, m.mode, m.unsure,
 		gauge("leasekeeper_reconcile_leases", "Addresses in the reconciler's copy of dhcpd.leases.",
 			func() float64 { return float64(m.leases.Load()) }),
 		gauge("leasekeeper_reconcile_pending", "Synthesised events waiting for their time (a vanished lease's end, the grace).",
@@ -85,6 +105,22 @@ func newMetrics() *metrics {
 			func() float64 { return b2f(m.hookless.Load()) }),
 	}
 	return m
+}
+
+// setMode sets the mode gauges.
+func (m *metrics) setMode(mode Mode, unsure bool) {
+	for _, x := range []Mode{ModeReplacement, ModeComplement, ModeHookless} {
+		v := 0.0
+		if x == mode {
+			v = 1
+		}
+		m.mode.WithLabelValues(string(x)).Set(v)
+	}
+	if unsure {
+		m.unsure.Set(1)
+	} else {
+		m.unsure.Set(0)
+	}
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {

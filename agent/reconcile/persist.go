@@ -23,7 +23,7 @@ import (
 //	reconcile/version    1
 //	reconcile/baselined  present once a first complete snapshot was taken
 //	reconcile/pos        JSON Position: where reading dhcpd.leases stopped
-//	reconcile/file/IP    the IP's last block (encodeLease)
+//	reconcile/file/IP    the IP's last block (encodeLease; an IPv6 block's DUID last, when it has one)
 //	reconcile/told/IP    the last event queued for the IP (encodeTold)
 //	reconcile/pending/IP JSON []Pending: synthesised events waiting
 //
@@ -247,12 +247,18 @@ var errShortRecord = errors.New("short record")
 // encodeLease: version, state, family, starts, ends (varints), MAC and
 // hostname (length-prefixed).
 func encodeLease(l Lease) []byte {
-	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+2+len(l.MAC)+len(l.Hostname))
+	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+3+len(l.MAC)+len(l.Hostname)+len(l.DUID))
 	b = append(b, 1, byte(l.State), familyByte(l.Family))
 	b = binary.AppendVarint(b, l.Starts)
 	b = binary.AppendVarint(b, l.Ends)
 	b = appendString(b, l.MAC)
-	return appendString(b, l.Hostname)
+	b = appendString(b, l.Hostname)
+	if l.DUID != "" {
+		// Appended only when there is one, so IPv4 records stay as an
+		// older agent wrote (and reads) them.
+		b = appendString(b, l.DUID)
+	}
+	return b
 }
 
 func decodeLease(b []byte) (Lease, error) {
@@ -264,6 +270,9 @@ func decodeLease(b []byte) (Lease, error) {
 	r := reader{b: b[3:]}
 	l.Starts, l.Ends = r.varint(), r.varint()
 	l.MAC, l.Hostname = r.str(), r.str()
+	if r.err == nil && len(r.b) > 0 {
+		l.DUID = r.str()
+	}
 	return l, r.err
 }
 

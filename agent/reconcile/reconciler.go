@@ -25,10 +25,14 @@ import (
 // Config is what the reconciler takes from the agent's configuration.
 type Config struct {
 	Leases    string        // dhcpd.leases (dhcpd.leases)
-	DhcpdConf string        // dhcpd.conf, scanned for hooks (dhcpd.config); "" = assume hooks run
+	DhcpdConf string        // dhcpd.conf, scanned for hooks (dhcpd.config); "" = unknown (complement unless Mode says)
 	PIDFile   string        // dhcpd's pid file (dhcpd.pid_file); "" = none
 	Grace     time.Duration // reconcile.expiry_grace
 	Poll      time.Duration // reconcile.poll_interval
+	Mode      Mode          // reconcile.mode; "" = ModeAuto
+	// Detect is what mode detection reads besides dhcpd.conf; the zero
+	// value means DefaultDetectEnv.
+	Detect *DetectEnv
 }
 
 // Tunables.
@@ -80,6 +84,10 @@ type Reconciler struct {
 	flushNow bool          // a whole read was applied: persist it at once
 	retryAt  time.Time     // after a failed commit
 	hookless bool
+	mode     atomic.Pointer[Detection] // the last detection, for status
+	// keptBackWarned: kinds of kept-back events already explained at
+	// warn level (later ones are logged at debug).
+	keptBackWarned map[string]bool
 
 	fol          *follower
 	loadedPos    *Position
@@ -160,6 +168,17 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 	undo := make(map[netip.Addr]prev, len(evs))
 	keep := make([]event.Event, 0, len(evs))
 	for _, ev := range evs {
+		if err := ev.Deliverable(); err != nil {
+			// Recorded as told all the same: the file would only yield
+			// the same event again.
+			r.keptBack(ev, err)
+			if _, ok := undo[ev.IP]; !ok {
+				t, ok := r.st.Told[ev.IP]
+				undo[ev.IP] = prev{t, ok}
+			}
+			r.st.Hook(ev)
+			continue
+		}
 		if r.st.Superseded(ev) {
 			t := r.st.Told[ev.IP]
 			r.met.superseded.Inc()
@@ -442,6 +461,10 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 		}
 		ev.TimestampNS = now.UnixNano()
 		r.st.Hook(ev)
+		if err := ev.Deliverable(); err != nil {
+			r.keptBack(ev, err)
+			continue
+		}
 		r.met.synthesised.WithLabelValues(ev.Reason).Inc()
 		r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("hostname", ev.Hostname).
 			Int64("timestamp", ev.Timestamp).Str("reason", ev.Reason).Msg("synthesised event")
@@ -521,38 +544,73 @@ func (r *Reconciler) publish() {
 	r.met.pending.Store(int64(r.st.PendingCount()))
 }
 
-// scanMode reads dhcpd.conf for hooks and sets the grace: with no hook
-// that can run, every change in the file is an event to send at once.
-// r.mu is held, or the task is not running yet.
+// scanMode detects the mode from dhcpd.conf (or takes the forced one)
+// and sets the grace and the core's complement flag accordingly: with no
+// hook that can run, every change in the file is an event to send at
+// once. r.mu is held, or the task is not running yet.
 func (r *Reconciler) scanMode(when string) {
-	hooked, why, warn := true, "dhcpd.config not set: assuming hooks run", false
-	if r.cfg.DhcpdConf != "" {
-		scan, err := scanHooks(r.cfg.DhcpdConf)
-		switch {
-		case err != nil:
-			why, warn = "cannot read dhcpd.conf, assuming hooks run: "+err.Error(), true
-		case scan.Hooked():
-			why = fmt.Sprintf("dhcpd.conf runs %s", scan.Runnable[0])
-		case len(scan.Programs) > 0:
-			hooked, why, warn = false, fmt.Sprintf("dhcpd.conf runs %s, which is not an executable file", scan.Programs[0]), true
-		default:
-			hooked, why = false, "dhcpd.conf runs no leasekeeper-hook or maas-dhcp-helper"
-		}
+	env := DefaultDetectEnv()
+	if r.cfg.Detect != nil {
+		env = *r.cfg.Detect
 	}
+	d := Detect(r.cfg.DhcpdConf, r.cfg.Mode, env)
 	grace := r.cfg.Grace
-	mode := "hooks"
-	if !hooked {
-		grace, mode = 0, "hookless"
+	if d.Mode == ModeHookless {
+		grace = 0
 	}
 	r.st.Grace = int64(grace / time.Second)
-	r.met.hookless.Store(!hooked)
-	r.hookless = !hooked
+	r.st.Complement = d.Mode == ModeComplement
+	r.hookless = d.Mode == ModeHookless
+	r.met.hookless.Store(r.hookless)
+	r.met.setMode(d.Mode, d.Unsure)
+	r.mode.Store(&d)
 	ev := r.log.Info()
-	if warn {
+	if d.Unsure {
 		ev = r.log.Warn()
 	}
-	ev.Str("mode", mode).Str("why", why).Dur("expiry_grace", grace).Str("when", when).
-		Msg("reconciler mode: hookless means every event comes from dhcpd.leases at once")
+	ev = ev.Str("mode", string(d.Mode)).Str("why", d.Why).Dur("expiry_grace", grace).Str("when", when)
+	if d.Forced {
+		ev = ev.Str("detected", string(d.Detected)).Bool("forced", true)
+	}
+	if d.Unsure {
+		ev = ev.Str("fix", "set dhcpd.config to a dhcpd.conf the agent can read, or reconcile.mode; leasekeeper check-maas tells which")
+	}
+	ev.Msg(modeMessage[d.Mode])
+}
+
+var modeMessage = map[Mode]string{
+	ModeReplacement: "reconciler mode: replacement — dhcpd's hooks reach the agent; the leases file fills in what they miss after the grace",
+	ModeComplement:  "reconciler mode: complement — dhcpd's hooks tell the region through another program; the agent sends only what no hook reports (leases a dhcpd restart dropped)",
+	ModeHookless:    "reconciler mode: hookless — every event comes from dhcpd.leases at once",
+}
+
+// Mode is the last mode detection (nil before Run), for /status.
+func (r *Reconciler) Mode() *Detection { return r.mode.Load() }
+
+// KeptBack is the number of events kept back because the region cannot
+// take them (no six-octet MAC), for /status.
+func (r *Reconciler) KeptBack() int64 { return r.met.keptBackN.Load() }
+
+// keptBack counts and explains an event the region cannot take: the first
+// of each kind at warn level, with what it means; later ones at debug.
+func (r *Reconciler) keptBack(ev event.Event, err error) {
+	kind := event.NoMACEmpty
+	var ne *event.NoMACError
+	if errors.As(err, &ne) {
+		kind = ne.Kind
+	}
+	r.met.keptBack.WithLabelValues(kind).Inc()
+	r.met.keptBackN.Add(1)
+	l := r.log.Debug()
+	if r.keptBackWarned == nil {
+		r.keptBackWarned = map[string]bool{}
+	}
+	if !r.keptBackWarned[kind] {
+		r.keptBackWarned[kind] = true
+		l = r.log.Warn().Str("means", "the region's leases API takes only six-octet MACs, so events like this one are not sent (never dead-lettered); counted in leasekeeper_events_kept_back_total; further ones are logged at debug level")
+	}
+	l.Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("duid", ev.DUID).Str("source", ev.Source.String()).
+		Str("kind", kind).Err(err).Msg("event kept back: no MAC the region can take")
 }
 
 // readPID returns the pid file's content, "" if none.

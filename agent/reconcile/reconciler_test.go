@@ -67,7 +67,10 @@ func (h *harness) start(grace time.Duration) {
 	h.t.Helper()
 	h.store = openStore(h.t, h.dir)
 	log := zerolog.New(syncWriter{h.logs}).With().Timestamp().Logger()
-	r, err := New(Config{Leases: h.d.path, DhcpdConf: h.conf, PIDFile: h.pid, Grace: grace, Poll: 200 * time.Millisecond},
+	// The fake hook hooked() writes is leasekeeper-hook as far as mode
+	// detection is concerned.
+	detect := DetectEnv{OurHooks: []string{filepath.Join(h.dir, "leasekeeper-hook")}}
+	r, err := New(Config{Leases: h.d.path, DhcpdConf: h.conf, PIDFile: h.pid, Grace: grace, Poll: 200 * time.Millisecond, Detect: &detect},
 		h.store, log, prometheus.NewRegistry(), nil)
 	if err != nil {
 		h.t.Fatal(err)

@@ -37,6 +37,9 @@ how delivery to the region is going:
   last delivery  when the region last accepted a batch, and how long ago
   dead letters   events the region refused (see leasekeeper deadletter)
   lag            how long the oldest queued event has waited
+  mode           replacement, complement or hookless, and why (leasekeeper
+                 check-maas explains it); events kept back because the
+                 region cannot take them (no six-octet MAC)
 
 The agent is found at --url, else at metrics.listen in --config (the
 default 127.0.0.1:9742 when the file does not exist; an address listening
@@ -45,7 +48,8 @@ on every interface is reached on loopback).
 --json prints the agent's answer as it is: an object with the keys
 version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
 null), deadletters, lag_seconds (null when unknown), tasks
-([{name, state}]) and uptime_seconds.
+([{name, state}]), uptime_seconds and mode ({mode, detected, forced,
+unsure, why, kept_back}, null before the reconciler ran).
 
 Exit status: 0 when the agent answered, 1 when it could not be reached or
 answered with an error, 2 for bad flags.`,
@@ -177,6 +181,20 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		fmt.Fprintf(tw, "lag\t%s\n", roundAge(time.Duration(*r.LagSeconds*float64(time.Second))))
 	} else {
 		fmt.Fprintf(tw, "lag\tunknown\n")
+	}
+	if m := r.Mode; m != nil {
+		line := m.Mode
+		switch {
+		case m.Forced:
+			line += fmt.Sprintf(" (forced by reconcile.mode; detected %s)", m.Detected)
+		case m.Unsure:
+			line += " (unsure: the safe side)"
+		}
+		fmt.Fprintf(tw, "mode\t%s\n", line)
+		fmt.Fprintf(tw, "\t%s\n", m.Why)
+		if m.KeptBack > 0 {
+			fmt.Fprintf(tw, "kept back\t%d events with no MAC the region can take (DHCPv6 DUIDs without one; see the log)\n", m.KeptBack)
+		}
 	}
 	if len(r.Tasks) > 0 {
 		parts := make([]string, len(r.Tasks))
