@@ -150,22 +150,41 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 			return consumed
 		}
 		if lx.kind == tEnd {
-			if final && lx.start < len(buf) {
-				d.stmtLine = lx.tline // a word cut by the end of the input
+			// White space before lx.p is consumed: a run of it, however
+			// long, is never held or read again. What lx.p points at (a
+			// word or comment cut by the end of buf) is held, unless it is
+			// longer than any statement: then it is garbage (a file of NUL
+			// bytes is one endless word), reported and skipped to the next
+			// keyword line, so that memory and time stay linear.
+			commit()
+			if len(buf)-lx.p > MaxStatement {
+				// A comment is skipped silently, as a whole read would;
+				// a word starts a statement that is too long.
+				if buf[lx.p] != '#' {
+					h(nil, tooLong(lx.line))
+				}
+				d.resync = true
+				continue
+			}
+			if final && lx.p < len(buf) {
+				d.stmtLine = lx.line // a word cut by the end of the input
 			} else if final {
 				lx.p = len(buf)
 				commit()
-			} else {
-				// Keep whitespace, a cut word or an unfinished comment.
-				lx.p, lx.line = start, startLine
 			}
 			return consumed
 		}
 		d.stmtLine = lx.tline
 		tokStart, tokLine := lx.start, lx.tline
 		st, err := p.parseTop()
-		if (err == errShort && len(buf)-tokStart > MaxStatement) || (err == nil && lx.p-tokStart > MaxStatement) {
-			err = &SyntaxError{Line: tokLine, Msg: fmt.Sprintf("statement longer than %d bytes", MaxStatement)}
+		// However the input is split, a statement reaching past
+		// MaxStatement is this one error, not whatever its end holds.
+		reach := lx.p
+		if err == errShort {
+			reach = len(buf)
+		}
+		if reach-tokStart > MaxStatement {
+			err = tooLong(tokLine)
 		}
 		re, resume := err.(*resumeError)
 		switch {
@@ -264,4 +283,8 @@ func parseLeases(r io.Reader, workers, segSize int) (*Leases, error) {
 	})
 	out.Bytes, out.Incomplete = n, inc
 	return out, err
+}
+
+func tooLong(line int) error {
+	return &SyntaxError{Line: line, Msg: fmt.Sprintf("statement longer than %d bytes", MaxStatement)}
 }

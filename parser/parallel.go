@@ -26,6 +26,11 @@ type segment struct {
 	limit int    // statements start before limit
 	line  int    // line number of buf[0]
 	last  bool
+	// rest: no keyword line was found for far longer than any statement
+	// may be (garbage, a file of NUL bytes); buf holds what was read from
+	// the last boundary on, and the rest of the input is decoded by one
+	// streaming Decoder, in bounded memory, instead of being carried.
+	rest bool
 
 	items      []item
 	incomplete *IncompleteError
@@ -138,6 +143,12 @@ func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *Incom
 				return
 			}
 			cut, lineLen, ok := cutPoint(buf, from)
+			if !ok && len(buf) > MaxStatement+2*segSize {
+				s.rest = true
+				close(s.done)
+				ordered <- s
+				return
+			}
 			if !ok {
 				// A statement longer than a segment: read on. Only the
 				// last line, still unfinished, can begin a cut later.
@@ -159,6 +170,25 @@ func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *Incom
 	fileBig := hostBig
 	for s := range ordered {
 		<-s.done
+		if s.rest {
+			// The reader has stopped: r is ours now. The segment starts
+			// at a boundary, where a decoder reading the whole file
+			// would start a statement too.
+			d := &Decoder{line: s.line, order: binary.ByteOrder(binary.LittleEndian)}
+			if fileBig {
+				d.order = binary.BigEndian
+			}
+			d.Feed(s.buf, h)
+			n, err := d.DecodeFrom(r, h)
+			total += n
+			if err != nil && readErr == nil {
+				readErr = err
+			}
+			if err := d.Close(h); err != nil {
+				incomplete, _ = err.(*IncompleteError)
+			}
+			continue
+		}
 		for _, it := range s.items {
 			if it.err != nil {
 				h(nil, it.err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // errShort means the buffer ended inside a statement.
@@ -52,14 +53,26 @@ type memoBlock struct {
 
 func (p *stmtParser) where() string {
 	if p.arg == nil {
-		return p.ctx
+		return clip(p.ctx)
 	}
-	return p.ctx + " " + string(p.arg)
+	return clip(p.ctx + " " + string(p.arg))
+}
+
+// maxMsg bounds the text of a file quoted in an error: an error about a
+// megabyte of garbage must not hold the megabyte.
+const maxMsg = 120
+
+// clip shortens s to at most maxMsg bytes, marking the cut.
+func clip(s string) string {
+	if len(s) <= maxMsg {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxMsg], "") + "…"
 }
 
 // fail builds a syntax error at the current token.
 func (p *stmtParser) fail(format string, args ...any) error {
-	return &SyntaxError{Line: p.lx.tline, Msg: p.where() + ": " + fmt.Sprintf(format, args...)}
+	return &SyntaxError{Line: p.lx.tline, Msg: p.where() + ": " + clip(fmt.Sprintf(format, args...))}
 }
 
 // unexpected turns the current token into the right error: more input
@@ -99,7 +112,7 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	case tBad:
 		return nil, &SyntaxError{Line: lx.tline, Msg: lx.msg}
 	default:
-		return nil, &SyntaxError{Line: lx.tline, Msg: fmt.Sprintf("unexpected %q at top level", lx.text())}
+		return nil, &SyntaxError{Line: lx.tline, Msg: fmt.Sprintf("unexpected %q at top level", clip(string(lx.text())))}
 	}
 	switch p.ctx = keywordName(lx.text()); p.ctx {
 	case "lease":
