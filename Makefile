@@ -38,6 +38,8 @@ fuzz:
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzClean$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./internal/release -run '^$$' -fuzz '^FuzzParseDhclient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./internal/release -run '^$$' -fuzz '^FuzzParseNetworkd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./agent/hooksock -run '^$$' -fuzz '^FuzzDatagram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./agent/hooksock -run '^$$' -fuzz '^FuzzSpoolReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 
 # Parser speed against dhcpd-pools on generated MAAS-style and plain files.
 bench: test-deps build
