@@ -199,11 +199,11 @@ func detect(conf string, env DetectEnv) Detection {
 	case len(maas) > 0 && len(ours) > 0:
 		d.Mode, d.Why = ModeComplement, fmt.Sprintf("dhcpd.conf runs both leasekeeper-hook (%s) and MAAS's helper (%s): the leases MAAS's helper reports reach the region without the agent", ours[0].At, maas[0].At)
 	case len(maas) > 0:
-		to := "MAAS"
+		to := "MAAS itself"
 		if maas[0].Socket != "" {
-			to = "MAAS through " + maas[0].Socket
+			to += ", through " + maas[0].Socket
 		}
-		d.Mode, d.Why = ModeComplement, fmt.Sprintf("dhcpd.conf runs MAAS's own helper %s (%s; %s), which tells %s itself", maas[0].Program, maas[0].At, maas[0].Why, to)
+		d.Mode, d.Why = ModeComplement, fmt.Sprintf("dhcpd.conf runs MAAS's own helper %s (%s; %s), which tells %s", maas[0].Program, maas[0].At, maas[0].Why, to)
 	case len(other) > 0:
 		d.Mode, d.Unsure = ModeComplement, true
 		d.Why = fmt.Sprintf("dhcpd.conf runs %s (%s), which is not leasekeeper-hook (%s); assuming it tells the region itself: complement mode, the safe side", other[0].Program, other[0].At, other[0].Why)

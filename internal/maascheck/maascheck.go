@@ -1,0 +1,483 @@
+// Package maascheck finds out how leasekeeper sits on a MAAS rack and what
+// is in its way, for `leasekeeper check-maas`: which mode the reconciler
+// is in and why (the dhcpd.conf lines, the program they run, diverted or
+// not, deb or snap), whether MAAS's helper has anyone to send to, whether
+// the agent's user can read what detection needs, and whether the region
+// can be reached as MAAS requires (port 5242, mutual TLS with the rack's
+// certificate, MAAS's CA, server name "maas"). It reads files and makes
+// one TLS connection; it changes nothing and sends no events.
+package maascheck
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
+)
+
+// Severities of a Finding.
+const (
+	OK      = "ok"      // as it should be
+	Note    = "note"    // fine, but worth knowing (what a mode means)
+	Problem = "problem" // something to fix; check-maas exits 1
+)
+
+// Finding is one thing check-maas says.
+type Finding struct {
+	Severity string `json:"severity"`
+	Check    string `json:"check"` // mode, hook, helper-socket, agent-access, region-url, certificates, region, dhcpv6
+	Message  string `json:"message"`
+	Fix      string `json:"fix,omitempty"` // what to do, for problems
+}
+
+// Report is everything check-maas found.
+type Report struct {
+	Mode     reconcile.Detection  `json:"mode"`            // dhcpd.config's
+	Mode6    *reconcile.Detection `json:"mode6,omitempty"` // dhcpd.config6's, when set
+	Findings []Finding            `json:"findings"`
+	Problems int                  `json:"problems"`
+}
+
+// Options say what to check.
+type Options struct {
+	Config *config.Config
+	// Detect is what mode detection reads; the zero value means
+	// reconcile.DefaultDetectEnv.
+	Detect *reconcile.DetectEnv
+	// AgentUser is the user the agent runs as (the Debian unit's
+	// "leasekeeper"); "" skips the check that it can read dhcpd.conf.
+	AgentUser string
+	// ServerName is the name to verify in the region's certificate;
+	// "" = "maas", the only name MAAS's certificate holds.
+	ServerName string
+	Timeout    time.Duration // for the region; 0 = 5s
+	// Port is the port region.url must name; "" = MAASPort (tests run
+	// the region elsewhere).
+	Port string
+}
+
+// MAASPort is the only port MAAS serves its internal API on (nginx passes
+// it through to the internal API server, which takes mutual TLS).
+const MAASPort = "5242"
+
+// leasesPath is the internal API's leases endpoint.
+const leasesPath = "/MAAS/a/v3internal/leases"
+
+// Run makes every check.
+func Run(ctx context.Context, o Options) *Report {
+	r := &Report{Findings: []Finding{}}
+	env := reconcile.DefaultDetectEnv()
+	if o.Detect != nil {
+		env = *o.Detect
+	}
+	c := o.Config
+	mode, _ := reconcile.ParseMode(c.Reconcile.Mode)
+	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
+	r.mode(r.Mode, "dhcpd.config")
+	r.hooks(r.Mode)
+	r.agentAccess(o.AgentUser, r.Mode, c)
+	if c.DHCPD.Config6 != "" {
+		d := reconcile.Detect(c.DHCPD.Config6, reconcile.ModeAuto, env)
+		r.Mode6 = &d
+		r.dhcpv6(c, d)
+	}
+	r.region(ctx, o)
+	for _, f := range r.Findings {
+		if f.Severity == Problem {
+			r.Problems++
+		}
+	}
+	return r
+}
+
+func (r *Report) add(sev, check, msg, fix string) {
+	r.Findings = append(r.Findings, Finding{Severity: sev, Check: check, Message: msg, Fix: fix})
+}
+
+// mode says which mode is in force and what it means.
+func (r *Report) mode(d reconcile.Detection, key string) {
+	what := map[reconcile.Mode]string{
+		reconcile.ModeReplacement: "dhcpd's hooks run leasekeeper-hook: every event reaches the agent (or its spool while it is down), and the agent adds from dhcpd.leases what a hook missed",
+		reconcile.ModeComplement:  "dhcpd's hooks tell the region through another program (MAAS's own helper): MAAS delivers what they report, and the agent adds only what no hook ever reports — the expiry of a lease a dhcpd restart dropped (its range shrank), at the lease's end",
+		reconcile.ModeHookless:    "dhcpd runs no hook: the agent delivers every event from dhcpd.leases as soon as dhcpd writes it",
+	}[d.Mode]
+	msg := fmt.Sprintf("%s — %s. Why: %s.", d.Mode, what, d.Why)
+	switch {
+	case d.Forced && d.Detected == reconcile.ModeComplement && d.Mode != reconcile.ModeComplement:
+		r.add(Problem, "mode", msg+fmt.Sprintf(" reconcile.mode forces %s, but dhcpd.conf's hooks tell the region themselves", d.Mode),
+			"remove reconcile.mode (or set it to \"auto\"): with MAAS's helper in place the agent would send second copies of hooked events, and a late copy overwrites newer news in the region")
+	case d.Forced && d.Detected != d.Mode:
+		r.add(Note, "mode", msg+fmt.Sprintf(" reconcile.mode forces it; detection says %s.", d.Detected), "")
+	case d.Unsure:
+		fix := "make " + key + " name the dhcpd.conf dhcpd reads (MAAS deb: /var/lib/maas/dhcpd.conf; snap: /var/snap/maas/common/maas/dhcpd.conf), readable by the agent, or set [reconcile] mode in leasekeeper.toml to what this rack really does"
+		r.add(Problem, "mode", msg, fix)
+	default:
+		r.add(OK, "mode", msg, "")
+	}
+}
+
+// hooks explains each hook program and what is wrong with it.
+func (r *Report) hooks(d reconcile.Detection) {
+	var ours, maas bool
+	for _, h := range d.Hooks {
+		where := fmt.Sprintf("%s runs %s", h.At, h.Program)
+		if h.Path != "" && h.Path != h.Program {
+			where += " (" + h.Path + ")"
+		}
+		if !h.Runnable {
+			r.add(Problem, "hook", fmt.Sprintf("%s, which dhcpd cannot run: %s. Those events are lost to any hook; the agent takes them from dhcpd.leases.", where, h.Why),
+				"install the program or make it executable, or remove the execute() from dhcpd.conf")
+			continue
+		}
+		switch h.Kind {
+		case reconcile.KindLeasekeeper:
+			ours = true
+			msg := where + ": leasekeeper-hook (" + h.Why + ")"
+			if h.Socket != "" && strings.HasPrefix(filepath.Base(h.Program), "maas-dhcp-helper") {
+				msg += "; run by MAAS's name it ignores --socket " + h.Socket + " and sends to the agent's socket"
+			}
+			r.add(OK, "hook", msg+".", "")
+		case reconcile.KindMAAS:
+			maas = true
+			if h.Snap {
+				r.add(Note, "hook", where+": MAAS's own helper, inside the MAAS snap ("+h.Why+"). A snap's files are read-only, so it cannot be diverted: complement is the only mode for a snap-installed MAAS.", "")
+				break
+			}
+			r.add(Note, "hook", where+": MAAS's own helper, not diverted ("+h.Why+"). That is complement mode, and fine: MAAS delivers its hooks' events; but an event is lost whenever MAAS's receiver is down (the helper exits 1 and nothing keeps it).",
+				"to have leasekeeper deliver every event instead (spooled while the agent is down), divert the helper to leasekeeper-hook as README.Debian says; the agent then runs in replacement mode")
+			r.helperSocket(h)
+		default:
+			r.add(Note, "hook", where+": "+h.Why+". leasekeeper does not know this program and assumes it tells the region itself (complement mode, the safe side).",
+				"if it does not, set [reconcile] mode = \"hookless\"; if it ends up running leasekeeper-hook, run leasekeeper-hook directly")
+		}
+	}
+	if ours && maas {
+		r.add(Problem, "hook", "dhcpd.conf runs both leasekeeper-hook and MAAS's helper: the leases each reports reach the region by different paths, in no common order.",
+			"run one program in every on-block: divert maas-dhcp-helper to leasekeeper-hook, or keep MAAS's helper everywhere")
+	}
+	for _, o := range d.Others {
+		r.add(Note, "hook", "dhcpd.conf also runs "+o+", which reports no leases (ignored).", "")
+	}
+}
+
+// helperSocket checks that something receives MAAS's helper's
+// datagrams: rackd's lease socket service up to MAAS 3.5, maas-agent's
+// DHCP service from 3.6. Connecting a datagram socket sends nothing.
+func (r *Report) helperSocket(h reconcile.Hook) {
+	sock := h.Socket
+	if sock == "" {
+		sock = "/var/lib/maas/dhcpd.sock" // the helper's default
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+	switch {
+	case err == nil:
+		c.Close()
+		r.add(OK, "helper-socket", "something receives MAAS's helper's events on "+sock+" (rackd up to MAAS 3.5, maas-agent from 3.6).", "")
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT):
+		r.add(Problem, "helper-socket", fmt.Sprintf("nothing receives MAAS's helper's events on %s (%v): the helper exits 1 for each one and the event is lost; in complement mode leasekeeper does not resend them.", sock, err),
+			"start MAAS's rack services (maas-rackd / maas-agent, or the snap) or, on a deb rack, divert maas-dhcp-helper to leasekeeper-hook so the agent delivers every event")
+	default:
+		r.add(Note, "helper-socket", fmt.Sprintf("cannot tell whether anything receives MAAS's helper's events on %s: %v.", sock, err), "run check-maas as root")
+	}
+}
+
+// agentAccess checks that the agent's user can read what mode detection
+// reads: MAAS writes its dhcpd.conf readable by root only (0640,
+// maas-write-file), and then the agent cannot tell the mode.
+func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Config) {
+	if name == "" {
+		return
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return // not installed as the Debian package does
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	var gids []int
+	if gs, err := u.GroupIds(); err == nil {
+		for _, g := range gs {
+			n, _ := strconv.Atoi(g)
+			gids = append(gids, n)
+		}
+	}
+	for _, f := range []string{c.Region.CertFile, c.Region.KeyFile, c.Region.CAFile} {
+		if f == "" {
+			continue
+		}
+		if why := unreadable(f, uid, gids); why != "" {
+			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot connect to the region.", name, f, why),
+				fmt.Sprintf("let %s read it (e.g. a copy owned by %s, mode 0600, updated when maas-agent renews it)", name, name))
+		}
+	}
+	if d.Conf == "" || d.Forced {
+		return
+	}
+	files := append([]string{}, d.Files...)
+	if len(files) == 0 {
+		files = []string{d.Conf}
+	}
+	for _, h := range d.Hooks {
+		if h.Runnable && h.Path != "" {
+			files = append(files, h.Path)
+		}
+	}
+	for _, f := range files {
+		if why := unreadable(f, uid, gids); why != "" {
+			det := d.Detected
+			if d.Unsure {
+				det = "the mode this report would show if run as root"
+			}
+			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot tell the mode and takes complement, the safe side.", name, f, why),
+				fmt.Sprintf("set [reconcile] mode = %q in leasekeeper.toml (what dhcpd.conf says, as read here), or let %s read the file", det, name))
+			return
+		}
+	}
+}
+
+// unreadable says why uid (with gids) cannot read path, or "".
+func unreadable(path string, uid int, gids []int) string {
+	can := func(p string, want os.FileMode) (bool, string) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return false, err.Error()
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return true, ""
+		}
+		mode := fi.Mode().Perm()
+		desc := fmt.Sprintf("%s is owned by uid %d, gid %d, mode %04o", p, st.Uid, st.Gid, mode)
+		switch {
+		case uid == 0:
+			return true, ""
+		case int(st.Uid) == uid:
+			return mode&(want<<6) != 0, desc
+		case contains(gids, int(st.Gid)):
+			return mode&(want<<3) != 0, desc
+		default:
+			return mode&want != 0, desc
+		}
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if ok, desc := can(dir, 0o1); !ok {
+			return desc
+		}
+		if dir == "/" || dir == "." {
+			break
+		}
+	}
+	if ok, desc := can(path, 0o4); !ok {
+		return desc
+	}
+	return ""
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// dhcpv6 says what happens to DHCPv6 leases.
+func (r *Report) dhcpv6(c *config.Config, d reconcile.Detection) {
+	msg := fmt.Sprintf("dhcpd.config6 (%s): %s mode would apply: %s.", c.DHCPD.Config6, d.Mode, d.Why)
+	if c.DHCPD.Leases6 != "" {
+		msg += " This agent does not follow dhcpd.leases6 yet: DHCPv6 events reach the region only from hooks running leasekeeper-hook (leasekeeper6.conf)."
+	}
+	msg += " MAAS's dhcpd6.conf runs no hook at all, and MAAS's helper has no DHCPv6 path; the region wants a six-octet MAC, which leasekeeper takes from the client's DUID (DUID-LLT, DUID-LL) and otherwise keeps the event back."
+	r.add(Note, "dhcpv6", msg, "")
+}
+
+// region checks [region]: the URL, the certificates, and one TLS
+// connection with a GET (never a POST: no event is sent).
+func (r *Report) region(ctx context.Context, o Options) {
+	c := &o.Config.Region
+	if c.URL == "" {
+		r.add(Problem, "region-url", "region.url is not set: the agent does not start.", "set [region] url = \"https://REGION:5242"+leasesPath+"\"")
+		return
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || u.Host == "" {
+		r.add(Problem, "region-url", fmt.Sprintf("region.url %q is not a URL.", c.URL), "set [region] url = \"https://REGION:5242"+leasesPath+"\"")
+		return
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	}
+	urlOK := true
+	if u.Scheme != "https" {
+		urlOK = false
+		r.add(Problem, "region-url", fmt.Sprintf("region.url %s is %s: MAAS's internal API takes only mutual TLS.", c.URL, u.Scheme), "use https://"+u.Hostname()+":5242"+leasesPath)
+	}
+	want := o.Port
+	if want == "" {
+		want = MAASPort
+	}
+	if port != want {
+		urlOK = false
+		r.add(Problem, "region-url", fmt.Sprintf("region.url uses port %s: MAAS serves its internal leases API only on port %s (5240 and 5443 are the public API, which answers 400 or 404 there).", port, want),
+			"use https://"+net.JoinHostPort(u.Hostname(), want)+leasesPath)
+	}
+	if u.Path != leasesPath {
+		urlOK = false
+		r.add(Problem, "region-url", fmt.Sprintf("region.url's path is %q: MAAS's leases endpoint is %s.", u.Path, leasesPath), "use https://"+net.JoinHostPort(u.Hostname(), port)+leasesPath)
+	}
+	if urlOK {
+		r.add(OK, "region-url", "region.url "+c.URL+" is MAAS's internal leases endpoint.", "")
+	}
+	if c.TokenFile != "" {
+		r.add(Problem, "certificates", "region.token_file is set: MAAS's internal API takes no bearer token, only the rack's client certificate.", "remove token_file; set cert_file, key_file and ca_file")
+	}
+	tc, ok := r.certificates(c.CertFile, c.KeyFile, c.CAFile)
+	if !ok || u.Scheme != "https" {
+		return
+	}
+	tc.ServerName = o.ServerName
+	if tc.ServerName == "" {
+		tc.ServerName = "maas"
+	}
+	r.connect(ctx, u, tc, o.Timeout)
+}
+
+// certificates checks the client certificate, its key and the CA, as the
+// rack's maas-agent has them, and returns the TLS configuration.
+func (r *Report) certificates(certFile, keyFile, caFile string) (*tls.Config, bool) {
+	fix := "set region.cert_file, key_file and ca_file to the rack's maas-agent agent.crt, agent.key and ca.pem (deb: /var/lib/maas/certificates/; snap: /var/snap/maas/current/certificates/ up to 3.7, /var/snap/maas/common/var/lib/maas/certificates/ from 3.8), readable by the agent's user"
+	var missing []string
+	for k, v := range map[string]string{"cert_file": certFile, "key_file": keyFile, "ca_file": caFile} {
+		if v == "" {
+			missing = append(missing, "region."+k)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		r.add(Problem, "certificates", strings.Join(missing, ", ")+" not set: MAAS's internal API takes only mutual TLS (no client certificate: 403 \"Client certificate required.\"; no CA: the region's self-signed chain cannot be verified).", fix)
+		return nil, false
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		r.add(Problem, "certificates", "cannot use region.cert_file and key_file: "+err.Error()+".", fix)
+		return nil, false
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		r.add(Problem, "certificates", "cannot read region.ca_file: "+err.Error()+".", fix)
+		return nil, false
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		r.add(Problem, "certificates", "region.ca_file "+caFile+" holds no PEM certificate.", fix)
+		return nil, false
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		r.add(Problem, "certificates", "region.cert_file does not parse: "+err.Error()+".", fix)
+		return nil, false
+	}
+	now := time.Now()
+	switch {
+	case now.After(leaf.NotAfter):
+		r.add(Problem, "certificates", fmt.Sprintf("the client certificate %s expired on %s.", certFile, leaf.NotAfter.UTC().Format(time.RFC3339)), "renew the rack's certificate (maas-agent init)")
+		return nil, false
+	case now.Before(leaf.NotBefore):
+		r.add(Problem, "certificates", fmt.Sprintf("the client certificate %s is valid only from %s (is the clock right?).", certFile, leaf.NotBefore.UTC().Format(time.RFC3339)), "check the rack's clock")
+		return nil, false
+	}
+	inter := x509.NewCertPool()
+	for _, der := range pair.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		r.add(Problem, "certificates", fmt.Sprintf("the client certificate %s (CN %q) does not chain to region.ca_file %s for client use: %v; the region refuses it.", certFile, leaf.Subject.CommonName, caFile, err), fix)
+		return nil, false
+	}
+	r.add(OK, "certificates", fmt.Sprintf("client certificate CN %q, valid until %s, chains to %s.", leaf.Subject.CommonName, leaf.NotAfter.UTC().Format("2006-01-02"), caFile), "")
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}, RootCAs: pool}, true
+}
+
+// connect makes one TLS connection to the region and a GET on the leases
+// endpoint: MAAS answers 405 there when it took the client certificate
+// (only POST is routed) and 403 "Client certificate required." when not.
+func (r *Report) connect(ctx context.Context, u *url.URL, tc *tls.Config, timeout time.Duration) {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hostport := u.Host
+	if u.Port() == "" {
+		hostport = net.JoinHostPort(u.Hostname(), "443")
+	}
+	fix := "check that regiond runs and that port " + MAASPort + " on " + u.Hostname() + " is reachable from the rack"
+	tr := &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		r.add(Problem, "region", err.Error(), fix)
+		return
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		var ue x509.UnknownAuthorityError
+		var he x509.HostnameError
+		var ce *tls.CertificateVerificationError
+		switch {
+		case errors.As(err, &he):
+			r.add(Problem, "region", fmt.Sprintf("the region at %s has a certificate for %v, not %q: %v.", hostport, he.Certificate.DNSNames, tc.ServerName, err),
+				"set region.server_name to the name in the region's certificate (MAAS: \"maas\")")
+		case errors.As(err, &ue), errors.As(err, &ce):
+			r.add(Problem, "region", fmt.Sprintf("the region's certificate at %s does not chain to region.ca_file: %v.", hostport, err), "set region.ca_file to MAAS's CA")
+		case errors.Is(err, syscall.ECONNREFUSED):
+			msg := fmt.Sprintf("the region refuses connections on %s.", hostport)
+			if u.Port() == MAASPort {
+				msg += " MAAS 3.5 and older have no internal API (nor port 5242): leasekeeper delivers to MAAS 3.6 and later."
+			}
+			r.add(Problem, "region", msg, fix)
+		default:
+			r.add(Problem, "region", fmt.Sprintf("cannot reach the region at %s: %v.", hostport, err), fix)
+		}
+		return
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	answer := strings.TrimSpace(string(body))
+	state := resp.TLS
+	peer := ""
+	if state != nil && len(state.PeerCertificates) > 0 {
+		peer = fmt.Sprintf(" (its certificate: CN %q)", state.PeerCertificates[0].Subject.CommonName)
+	}
+	switch {
+	case resp.StatusCode == http.StatusForbidden:
+		r.add(Problem, "region", fmt.Sprintf("the region at %s%s refused the client certificate: HTTP 403 %s.", hostport, peer, answer),
+			"use the rack's maas-agent certificate and key, issued by MAAS's CA")
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusBadRequest:
+		r.add(Problem, "region", fmt.Sprintf("the region at %s%s answered HTTP %d to %s: no internal leases API there (a public API port?).", hostport, peer, resp.StatusCode, u.Path),
+			"use https://"+net.JoinHostPort(u.Hostname(), MAASPort)+leasesPath)
+	case resp.StatusCode >= 500:
+		r.add(Problem, "region", fmt.Sprintf("the region at %s%s answered HTTP %d: it is not serving (regiond down?); the agent keeps events queued meanwhile.", hostport, peer, resp.StatusCode), fix)
+	default:
+		r.add(OK, "region", fmt.Sprintf("the region at %s%s took the TLS connection and the client certificate (GET %s: HTTP %d, as expected: only POST is served there).", hostport, peer, u.Path, resp.StatusCode), "")
+	}
+}

@@ -1,0 +1,310 @@
+package maascheck
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
+)
+
+// pki is a CA with the region's server certificate (CN maas-cluster,
+// DNS:maas only, as MAAS issues it) and a rack's client certificate.
+type pki struct {
+	ca                   *x509.Certificate
+	caKey                *ecdsa.PrivateKey
+	caFile               string
+	server               tls.Certificate
+	clientCert, clientKy string
+}
+
+func newPKI(t *testing.T, dir string) *pki {
+	t.Helper()
+	p := &pki{}
+	var err error
+	p.caKey, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "maas-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &p.caKey.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ca, _ = x509.ParseCertificate(der)
+	p.caFile = writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
+	p.server = p.issue(t, "maas-cluster", []string{"maas"}, x509.ExtKeyUsageServerAuth, 2)
+	client := p.issue(t, "rack-1", nil, x509.ExtKeyUsageClientAuth, 3)
+	p.clientCert = writePEM(t, filepath.Join(dir, "agent.crt"), "CERTIFICATE", client.Certificate[0])
+	kb, _ := x509.MarshalECPrivateKey(client.PrivateKey.(*ecdsa.PrivateKey))
+	p.clientKy = writePEM(t, filepath.Join(dir, "agent.key"), "EC PRIVATE KEY", kb)
+	return p
+}
+
+func (p *pki) issue(t *testing.T, cn string, dns []string, usage x509.ExtKeyUsage, serial int64) tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn}, DNSNames: dns,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) string {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// region serves what MAAS's internal API answers on the leases endpoint
+// to a GET: 403 without a client certificate (RequireClientCertMiddleware),
+// 405 with one (only POST is routed).
+func (p *pki) region(t *testing.T, server tls.Certificate) *httptest.Server {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.TLS == nil || len(r.TLS.PeerCertificates) == 0:
+			http.Error(w, `{"detail":"Client certificate required."}`, http.StatusForbidden)
+		case r.Method != http.MethodPost:
+			http.Error(w, `{"detail":"Method Not Allowed"}`, http.StatusMethodNotAllowed)
+		default:
+			t.Errorf("check-maas sent a %s", r.Method)
+		}
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{server}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// world is a rack: a dhcpd.conf running MAAS's helper (a stand-in
+// script) with --socket, and the agent's configuration.
+type world struct {
+	t       *testing.T
+	dir     string
+	pki     *pki
+	srv     *httptest.Server
+	cfg     *config.Config
+	socket  string
+	opts    Options
+	helper  string
+	dhcpdIn string
+}
+
+func newWorld(t *testing.T) *world {
+	dir := t.TempDir()
+	w := &world{t: t, dir: dir, pki: newPKI(t, dir), socket: filepath.Join(dir, "dhcpd.sock")}
+	w.srv = w.pki.region(t, w.pki.server)
+	w.helper = filepath.Join(dir, "maas-dhcp-helper")
+	if err := os.WriteFile(w.helper, []byte("#!/usr/bin/env python3\n\"\"\"Utility script used by maas-dhcpd and maas-dhcpd6.\"\"\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.dhcpdIn = filepath.Join(dir, "dhcpd.conf")
+	w.writeConf(`on commit { execute("` + w.helper + `", "notify", "--action", "commit", "--socket", "` + w.socket + `"); }` + "\n")
+	u, _ := url.Parse(w.srv.URL)
+	cfg := config.Default()
+	cfg.DHCPD.Config = w.dhcpdIn
+	cfg.Region.URL = "https://" + u.Host + leasesPath
+	cfg.Region.CertFile, cfg.Region.KeyFile, cfg.Region.CAFile = w.pki.clientCert, w.pki.clientKy, w.pki.caFile
+	cfg.Region.TokenFile = ""
+	w.cfg = cfg
+	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), ServerName: "maas", Timeout: 5 * time.Second}
+	return w
+}
+
+func (w *world) writeConf(text string) {
+	w.t.Helper()
+	if err := os.WriteFile(w.dhcpdIn, []byte(text), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// listen makes something receive on the helper's socket, as maas-agent
+// does from MAAS 3.6 (rackd before).
+func (w *world) listen() {
+	w.t.Helper()
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: w.socket, Net: "unixgram"})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { c.Close() })
+}
+
+// check runs the checks and returns "severity check" per finding, and the
+// report.
+func (w *world) check() ([]string, *Report) {
+	w.t.Helper()
+	rep := Run(context.Background(), w.opts)
+	var got []string
+	for _, f := range rep.Findings {
+		got = append(got, f.Severity+" "+f.Check)
+		w.t.Logf("%-7s %s: %s | fix: %s", f.Severity, f.Check, f.Message, f.Fix)
+	}
+	return got, rep
+}
+
+func has(got []string, want ...string) bool {
+	for _, x := range want {
+		found := false
+		for _, g := range got {
+			if g == x {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func find(rep *Report, check, sev string) *Finding {
+	for i, f := range rep.Findings {
+		if f.Check == check && f.Severity == sev {
+			return &rep.Findings[i]
+		}
+	}
+	return nil
+}
+
+// TestComplementRack: MAAS's helper, not diverted, with maas-agent
+// listening; the region reachable as MAAS requires. Nothing is wrong:
+// complement mode is explained.
+func TestComplementRack(t *testing.T) {
+	w := newWorld(t)
+	w.listen()
+	got, rep := w.check()
+	if rep.Problems != 0 || rep.Mode.Mode != reconcile.ModeComplement {
+		t.Fatalf("%d problems, mode %s: %q", rep.Problems, rep.Mode.Mode, got)
+	}
+	if !has(got, "ok mode", "note hook", "ok helper-socket", "ok region-url", "ok certificates", "ok region") {
+		t.Errorf("findings %q", got)
+	}
+	if f := find(rep, "hook", Note); !strings.Contains(f.Message, "not diverted") || !strings.Contains(f.Fix, "divert") {
+		t.Errorf("the note does not say what undiverted means: %+v", f)
+	}
+}
+
+func TestProblems(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(w *world)
+		want  string // "severity check" that must be among the findings
+		words string // in its message
+	}{
+		{"nothing receives the helper's datagrams", func(w *world) {}, "problem helper-socket", "lost"},
+		{"wrong port", func(w *world) { w.opts.Port = "5242" }, "problem region-url", "only on port 5242"},
+		{"wrong path", func(w *world) {
+			w.listen()
+			w.cfg.Region.URL = strings.Replace(w.cfg.Region.URL, leasesPath, "/MAAS/api/2.0/", 1)
+		}, "problem region-url", "leases endpoint"},
+		{"a bearer token", func(w *world) { w.listen(); w.cfg.Region.TokenFile = "/etc/leasekeeper/region.token" }, "problem certificates", "no bearer token"},
+		{"no client certificate", func(w *world) { w.listen(); w.cfg.Region.CertFile, w.cfg.Region.KeyFile = "", "" }, "problem certificates", "not set"},
+		{"certificate file missing", func(w *world) { w.listen(); w.cfg.Region.CertFile = filepath.Join(w.dir, "nope.crt") }, "problem certificates", "no such file"},
+		{"certificate from another CA", func(w *world) {
+			w.listen()
+			other := newPKI(t, t.TempDir())
+			w.cfg.Region.CertFile, w.cfg.Region.KeyFile = other.clientCert, other.clientKy
+		}, "problem certificates", "does not chain"},
+		{"region certificate for another name", func(w *world) {
+			w.listen()
+			w.srv.Close()
+			w.srv = w.pki.region(t, w.pki.issue(t, "other", []string{"other"}, x509.ExtKeyUsageServerAuth, 9))
+			u, _ := url.Parse(w.srv.URL)
+			w.cfg.Region.URL, w.opts.Port = "https://"+u.Host+leasesPath, u.Port()
+		}, "problem region", "server_name"},
+		{"region refuses connections", func(w *world) { w.listen(); w.srv.Close() }, "problem region", "refuses"},
+		{"the program cannot run", func(w *world) { os.Chmod(w.helper, 0o644) }, "problem hook", "cannot run"},
+		{"dhcpd.config unset: unsure", func(w *world) { w.cfg.DHCPD.Config = "" }, "problem mode", "not set"},
+		{"forced replacement over MAAS's helper", func(w *world) { w.listen(); w.cfg.Reconcile.Mode = "replacement" }, "problem mode", "second copies"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			tc.setup(w)
+			got, rep := w.check()
+			sev, check, _ := strings.Cut(tc.want, " ")
+			f := find(rep, check, sev)
+			if f == nil || !strings.Contains(f.Message+" "+f.Fix, tc.words) {
+				t.Fatalf("want %s mentioning %q; got %q", tc.want, tc.words, got)
+			}
+			if rep.Problems == 0 || (sev == Problem && f.Fix == "") {
+				t.Errorf("problems %d, fix %q", rep.Problems, f.Fix)
+			}
+		})
+	}
+}
+
+// TestAgentAccess: MAAS writes dhcpd.conf readable by root only; the
+// agent's user then cannot tell the mode, and check-maas says what to
+// set.
+func TestAgentAccess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: checks what another user can read")
+	}
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skip("no user nobody")
+	}
+	w := newWorld(t)
+	w.listen()
+	if err := os.Chmod(w.dhcpdIn, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for d := w.dir; d != "/"; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, 0o755); err != nil { // t.TempDir's are 0700
+				t.Fatal(err)
+			}
+		}
+	}
+	w.opts.AgentUser = "nobody"
+	_, rep := w.check()
+	var f *Finding
+	for i, x := range rep.Findings {
+		if x.Check == "agent-access" && strings.Contains(x.Message, "cannot read "+w.dhcpdIn+" (") {
+			f = &rep.Findings[i]
+		}
+	}
+	if f == nil || !strings.Contains(f.Message, "mode 0640") || !strings.Contains(f.Fix, `mode = "complement"`) {
+		t.Fatalf("want an agent-access problem for %s with the mode to set; got %+v", w.dhcpdIn, rep.Findings)
+	}
+	// The key is the rack's, 0600: the agent's user cannot read it either.
+	if !strings.Contains(strings.Join(findings(rep, "agent-access"), "\n"), w.pki.clientKy) {
+		t.Errorf("no agent-access problem for the key %s", w.pki.clientKy)
+	}
+}
+
+func findings(rep *Report, check string) []string {
+	var out []string
+	for _, f := range rep.Findings {
+		if f.Check == check {
+			out = append(out, f.Message)
+		}
+	}
+	return out
+}
