@@ -43,11 +43,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		return nil, err
 	}
 
-	d, err := deliver.New(deliver.Config{
-		URL: cfg.Region.URL, CAFile: cfg.Region.CAFile, CertFile: cfg.Region.CertFile, KeyFile: cfg.Region.KeyFile,
-		TokenFile: cfg.Region.TokenFile, BatchMax: cfg.Region.BatchMax, Timeout: cfg.Region.Timeout,
-		UserAgent: "leasekeeper/" + version,
-	}, store, log.With().Str("component", "deliver").Logger(), reg, now)
+	d, err := deliver.New(regionConfig(cfg, version), store, log.With().Str("component", "deliver").Logger(), reg, now)
 	if err != nil {
 		return fail(fmt.Errorf("region: %w", err))
 	}
@@ -81,7 +77,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 	a.SetStatus(status{store, d, rec})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
-	a.Add("deliver", TaskFunc(func(ctx context.Context, ready func()) error {
+	a.Add("deliver", deliverTask{d: d, version: version, run: TaskFunc(func(ctx context.Context, ready func()) error {
 		ready()
 		err := d.Run(ctx)
 		// Stopping: one bounded attempt to hand the region what is queued.
@@ -91,9 +87,47 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 			log.Warn().Err(ferr).Int("queued", store.Depth()).Msg("flush on stop incomplete; the outbox keeps the rest")
 		}
 		return err
-	}))
+	})})
 	return func() error { rec.Close(); d.Close(); return store.Close() }, nil
 }
+
+// regionConfig is the deliverer's configuration from [region].
+func regionConfig(cfg *config.Config, version string) deliver.Config {
+	r := cfg.Region
+	return deliver.Config{
+		URL: r.URL, ServerName: r.ServerName, CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
+		TokenFile: r.TokenFile, BatchMax: r.BatchMax, Timeout: r.Timeout, UserAgent: "leasekeeper/" + version,
+	}
+}
+
+// CheckRegion reads the region's files as the agent does at start — the
+// CA, the client certificate and key, the token — and checks the URL, so
+// that `leasekeeper agent --print-config` refuses what start would.
+func CheckRegion(cfg *config.Config) error {
+	if err := deliver.Check(regionConfig(cfg, "")); err != nil {
+		return fmt.Errorf("region: %w", err)
+	}
+	return nil
+}
+
+// deliverTask runs the deliverer and puts a reloaded [region] in force
+// without a restart (the next attempt uses it).
+type deliverTask struct {
+	d       *deliver.Deliverer
+	version string
+	run     TaskFunc
+}
+
+func (t deliverTask) Run(ctx context.Context, ready func()) error { return t.run(ctx, ready) }
+
+func (t deliverTask) Reload(cfg *config.Config) error {
+	return t.d.Reload(regionConfig(cfg, t.version))
+}
+
+// ReloadableRegionKeys are the [region] keys a SIGHUP puts in force
+// without a restart.
+var ReloadableRegionKeys = []string{"region.url", "region.ca_file", "region.cert_file", "region.key_file",
+	"region.server_name", "region.token_file", "region.batch_max", "region.timeout"}
 
 // status combines what /status reports.
 type status struct {
@@ -106,6 +140,16 @@ func (x status) Depth() int               { return x.s.Depth() }
 func (x status) DeadLetterCount() int     { return x.s.DeadLetterCount() }
 func (x status) LastDelivery() time.Time  { return x.d.LastDelivery() }
 func (x status) OldestPending() time.Time { return x.s.OldestPending() }
+
+func (x status) RegionReport() *RegionReport {
+	h := x.d.Health()
+	r := &RegionReport{State: h.State, Error: h.Error, Hint: h.Hint, FailedAttempts: h.Attempts}
+	if !h.Since.IsZero() {
+		t := h.Since.UTC()
+		r.Since = &t
+	}
+	return r
+}
 
 func (x status) ModeReport() *ModeReport {
 	m := x.r.Mode()

@@ -22,17 +22,38 @@ import (
 // prints. Keys are a contract; pointers are null when unknown (no status
 // source wired, never delivered, no lag information).
 type StatusReport struct {
-	Version       string       `json:"version"`
-	Ready         bool         `json:"ready"`
-	Started       time.Time    `json:"started"`
-	Time          time.Time    `json:"time"` // the agent's clock when it answered
-	QueueDepth    *int         `json:"queue_depth"`
-	LastDelivery  *time.Time   `json:"last_delivery"`
-	DeadLetters   *int         `json:"deadletters"`
-	LagSeconds    *float64     `json:"lag_seconds"`
-	Tasks         []TaskReport `json:"tasks"`
-	UptimeSeconds float64      `json:"uptime_seconds"`
-	Mode          *ModeReport  `json:"mode"` // null before the reconciler has run
+	Version       string        `json:"version"`
+	Ready         bool          `json:"ready"`
+	Started       time.Time     `json:"started"`
+	Time          time.Time     `json:"time"` // the agent's clock when it answered
+	QueueDepth    *int          `json:"queue_depth"`
+	LastDelivery  *time.Time    `json:"last_delivery"`
+	DeadLetters   *int          `json:"deadletters"`
+	LagSeconds    *float64      `json:"lag_seconds"`
+	Tasks         []TaskReport  `json:"tasks"`
+	UptimeSeconds float64       `json:"uptime_seconds"`
+	Mode          *ModeReport   `json:"mode"`   // null before the reconciler has run
+	Region        *RegionReport `json:"region"` // null when no deliverer is wired
+}
+
+// RegionReport is how delivery to the region is going, in StatusReport
+// (agent/deliver, Health): state is unknown (nothing sent yet), ok,
+// outage (no answer: waiting, nothing lost), config (the agent's settings
+// are wrong: wrong port, path or certificates; retried, never
+// dead-lettered) or failing (the region fails every event with 500).
+// While there is a problem, error is what the agent saw, hint what to
+// change, since when it began.
+type RegionReport struct {
+	State          string     `json:"state"`
+	Error          string     `json:"error,omitempty"`
+	Hint           string     `json:"hint,omitempty"`
+	Since          *time.Time `json:"since,omitempty"`
+	FailedAttempts int        `json:"failed_attempts,omitempty"`
+}
+
+// Regioner is optionally implemented by a Status: the delivery's health.
+type Regioner interface {
+	RegionReport() *RegionReport
 }
 
 // ModeReport is the reconciler's mode in StatusReport (see
@@ -145,6 +166,9 @@ func (a *Agent) Report() StatusReport {
 		if t := s.LastDelivery(); !t.IsZero() {
 			t = t.UTC()
 			r.LastDelivery = &t
+		}
+		if g, ok := s.(Regioner); ok {
+			r.Region = g.RegionReport()
 		}
 		if m, ok := s.(Moder); ok {
 			r.Mode = m.ModeReport()

@@ -54,15 +54,29 @@ type Hook struct {
 }
 
 // Region is the region controller's leases endpoint and how to reach it.
+// The defaults are a MAAS 3.8+ deb rack's: its agent certificate, key and
+// CA (MAASCertDir) and the name in the region's certificate ("maas").
 type Region struct {
-	URL       string        `toml:"url"`
-	CAFile    string        `toml:"ca_file"` // "" = the system's roots
-	CertFile  string        `toml:"cert_file"`
-	KeyFile   string        `toml:"key_file"`
-	TokenFile string        `toml:"token_file"`
-	BatchMax  int           `toml:"batch_max"`
-	Timeout   time.Duration `toml:"timeout"`
+	URL        string        `toml:"url"`
+	CAFile     string        `toml:"ca_file"` // "" = the system's roots
+	CertFile   string        `toml:"cert_file"`
+	KeyFile    string        `toml:"key_file"`
+	ServerName string        `toml:"server_name"` // "" = the URL's host
+	TokenFile  string        `toml:"token_file"`  // a bearer token; not MAAS's
+	BatchMax   int           `toml:"batch_max"`
+	Timeout    time.Duration `toml:"timeout"`
 }
+
+// MAASCertDir is where a deb-installed MAAS rack keeps the certificates
+// its own agent talks to the region with (MAAS's
+// provisioningserver/certificates.py and src/maasagent: agent.crt,
+// agent.key and ca.pem from 3.8 on; cluster.pem, cluster.key and
+// cacerts.pem in every version).
+const MAASCertDir = "/var/lib/maas/certificates"
+
+// MAASServerName is the one name in a MAAS region's certificate (CN
+// maas-cluster, SAN DNS:maas: maasserver/start_up.py).
+const MAASServerName = "maas"
 
 // State is where the agent keeps what must survive a restart: the durable
 // outbox, the lease table and the dead letters.
@@ -103,8 +117,8 @@ type Log struct {
 }
 
 // Default returns the configuration the agent runs with when the file sets
-// nothing: Debian's paths. Region.URL and the region credentials have no
-// default, so Default().Validate() fails until they are set.
+// nothing: Debian's paths, and a MAAS deb rack's region credentials.
+// Region.URL has no default, so Default().Validate() fails until it is set.
 func Default() *Config {
 	return &Config{
 		DHCPD: DHCPD{
@@ -117,8 +131,12 @@ func Default() *Config {
 			Spool:  "/var/spool/leasekeeper",
 		},
 		Region: Region{
-			BatchMax: 100,
-			Timeout:  10 * time.Second,
+			CAFile:     MAASCertDir + "/ca.pem",
+			CertFile:   MAASCertDir + "/agent.crt",
+			KeyFile:    MAASCertDir + "/agent.key",
+			ServerName: MAASServerName,
+			BatchMax:   100,
+			Timeout:    10 * time.Second,
 		},
 		State: State{Dir: "/var/lib/leasekeeper"},
 		Reconcile: Reconcile{

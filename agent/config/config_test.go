@@ -12,11 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// valid is the smallest file the agent runs with.
+// valid is the smallest file the agent runs with: on a MAAS rack, the
+// region's address (the credentials default to the rack's own).
 const valid = `
 [region]
-url = "https://region.example:5443/MAAS/a/v3internal/leases"
-token_file = "/etc/leasekeeper/region.token"
+url = "https://region.example:5242/MAAS/a/v3internal/leases"
 `
 
 func TestParseValid(t *testing.T) {
@@ -25,8 +25,7 @@ func TestParseValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Default()
-	want.Region.URL = "https://region.example:5443/MAAS/a/v3internal/leases"
-	want.Region.TokenFile = "/etc/leasekeeper/region.token"
+	want.Region.URL = "https://region.example:5242/MAAS/a/v3internal/leases"
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -46,10 +45,12 @@ socket_group = "dhcpd"
 spool = "/var/spool/lk"
 allowed_uids = [0, 108]
 [region]
-url = "https://10.0.0.1:5443/MAAS/a/v3internal/leases"
+url = "https://10.0.0.1:5242/MAAS/a/v3internal/leases"
 ca_file = "/etc/lk/ca.pem"
 cert_file = "/etc/lk/c.pem"
 key_file = "/etc/lk/k.pem"
+server_name = "region.internal"
+token_file = "/etc/lk/token"
 batch_max = 10000
 timeout = "1m30s"
 [state]
@@ -71,8 +72,9 @@ format = "console"
 		DHCPD: DHCPD{Leases: "/var/lib/maas/dhcp/dhcpd.leases", Leases6: "/var/lib/maas/dhcp/dhcpd6.leases",
 			Config6: "/var/lib/maas/dhcpd6.conf"},
 		Hook: Hook{Socket: "/run/lk/h.sock", SocketGroup: "dhcpd", Spool: "/var/spool/lk", AllowedUIDs: []int{0, 108}},
-		Region: Region{URL: "https://10.0.0.1:5443/MAAS/a/v3internal/leases", CAFile: "/etc/lk/ca.pem",
-			CertFile: "/etc/lk/c.pem", KeyFile: "/etc/lk/k.pem", BatchMax: 10000, Timeout: 90 * time.Second},
+		Region: Region{URL: "https://10.0.0.1:5242/MAAS/a/v3internal/leases", CAFile: "/etc/lk/ca.pem",
+			CertFile: "/etc/lk/c.pem", KeyFile: "/etc/lk/k.pem", ServerName: "region.internal", TokenFile: "/etc/lk/token",
+			BatchMax: 10000, Timeout: 90 * time.Second},
 		State:     State{Dir: "/srv/lk"},
 		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond, Mode: "auto"},
 		Log:       Log{Level: "debug", Format: "console"},
@@ -135,12 +137,11 @@ func TestErrors(t *testing.T) {
 		{"url scheme", "[region]\nurl = \"ftp://region/leases\"\ntoken_file = \"/t\"", []string{`region.url: "ftp://region/leases": scheme must be https`}},
 		{"http not loopback", "[region]\nurl = \"http://region.example/leases\"", []string{"region.url:", "plain http is only allowed to a loopback address"}},
 		{"url userinfo", "[region]\nurl = \"https://u:p@region/leases\"\ntoken_file = \"/t\"", []string{"region.url: must not carry credentials"}},
-		{"no credentials", "[region]\nurl = \"https://region/leases\"", []string{"region: no credentials"}},
-		{"both credentials", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"/t\"\ncert_file = \"/c\"\nkey_file = \"/k\"", []string{"region.token_file: set either"}},
-		{"cert without key", "[region]\nurl = \"https://region/leases\"\ncert_file = \"/c\"", []string{"region.key_file: required: region.cert_file is set"}},
-		{"key without cert", "[region]\nurl = \"https://region/leases\"\nkey_file = \"/k\"", []string{"region.cert_file: required: region.key_file is set"}},
-		{"cert over http", "[region]\nurl = \"http://127.0.0.1:8080/leases\"\ncert_file = \"/c\"\nkey_file = \"/k\"", []string{"region.cert_file: a client certificate needs an https region.url"}},
-		{"ca over http", "[region]\nurl = \"http://[::1]:8080/leases\"\nca_file = \"/ca\"", []string{"region.ca_file: set, but region.url is not https"}},
+		{"no credentials", "[region]\nurl = \"https://region/leases\"\ncert_file = \"\"\nkey_file = \"\"", []string{"region: no credentials: set region.cert_file and region.key_file"}},
+		{"cert without key", "[region]\nurl = \"https://region/leases\"\ncert_file = \"/c\"\nkey_file = \"\"", []string{"region.key_file: required: region.cert_file is set"}},
+		{"key without cert", "[region]\nurl = \"https://region/leases\"\ncert_file = \"\"\nkey_file = \"/k\"", []string{"region.cert_file: required: region.key_file is set"}},
+		{"server_name with port", "[region]\nurl = \"https://region/leases\"\nserver_name = \"maas:5242\"", []string{`region.server_name: "maas:5242" is not a host name or address (MAAS: "maas")`}},
+		{"server_name a URL", "[region]\nurl = \"https://region/leases\"\nserver_name = \"https://maas\"", []string{`region.server_name: "https://maas" is not a host name`}},
 		{"token relative", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"token\"", []string{`region.token_file: "token" is not an absolute path`}},
 		{"several", "[log]\nlevel = \"x\"\nformat = \"y\"", []string{"t.toml: 2 problems:\n  log.level:", "\n  log.format:"}},
 		{"several unknown", "[log]\nlevl = \"x\"\nfromat = \"y\"", []string{"2 problems:", "log.levl: unknown key", "log.fromat: unknown key"}},
@@ -176,6 +177,11 @@ func TestValidAccepted(t *testing.T) {
 		{"http loopback v6", "[region]\nurl = \"http://[::1]:8080/leases\"\ntoken_file = \"/t\""},
 		{"http localhost", "[region]\nurl = \"http://localhost:8080/leases\""},
 		{"mtls", "[region]\nurl = \"https://region/leases\"\ncert_file = \"/c\"\nkey_file = \"/k\"\nca_file = \"/ca\""},
+		{"token only (not MAAS)", "[region]\nurl = \"https://region/leases\"\ncert_file = \"\"\nkey_file = \"\"\ntoken_file = \"/t\""},
+		{"certificate and token", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"/t\""},
+		{"server_name empty: the URL's host", "[region]\nurl = \"https://region/leases\"\nserver_name = \"\""},
+		{"server_name an address", "[region]\nurl = \"https://region/leases\"\nserver_name = \"10.0.0.1\""},
+		{"http with TLS keys: unused", "[region]\nurl = \"http://127.0.0.1:8080/leases\"\ncert_file = \"/c\"\nkey_file = \"/k\"\nca_file = \"/ca\""},
 		{"group with dash", valid + "[hook]\nsocket_group = \"maas-dhcp\""},
 		{"metrics disabled", valid + "[metrics]\nlisten = \"\""},
 		{"metrics any address", valid + "[metrics]\nlisten = \":9742\""},
@@ -317,7 +323,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 24 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 25 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from

@@ -98,17 +98,22 @@ func (c *Config) Validate() error {
 // maxUID is the largest uid; 4294967295 is (uid_t)-1, "no user".
 const maxUID = 1<<32 - 2
 
-// validateRegion checks [region]. Credentials: an https url needs exactly
-// one of a client certificate (cert_file and key_file, mTLS) or a bearer
-// token (token_file). Plain http is accepted only to a loopback address —
-// for tests and a local stub — and there credentials are optional; a
-// client certificate or a CA makes no sense over http and is an error.
+// validateRegion checks [region]. An https url needs credentials: a
+// client certificate (cert_file and key_file, mutual TLS: MAAS's only
+// kind) and/or a bearer token (token_file, for a region other than
+// MAAS). Plain http is accepted only to a loopback address — for tests
+// and a local stub — and there the TLS keys are not used and credentials
+// are optional. The files themselves are read by the agent at start (and
+// by --print-config): agent.CheckRegion.
 func (c *Config) validateRegion(bad func(string, error), badf func(string, string, ...any), path func(string, string, bool)) {
 	r := &c.Region
 	path("region.ca_file", r.CAFile, false)
 	path("region.cert_file", r.CertFile, false)
 	path("region.key_file", r.KeyFile, false)
 	path("region.token_file", r.TokenFile, false)
+	if r.ServerName != "" && !validServerName(r.ServerName) {
+		badf("region.server_name", "%q is not a host name or address (MAAS: %q)", r.ServerName, MAASServerName)
+	}
 	if r.BatchMax < 1 || r.BatchMax > MaxBatch {
 		badf("region.batch_max", "%d is not between 1 and %d", r.BatchMax, MaxBatch)
 	}
@@ -116,16 +121,8 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 		badf("region.timeout", "%s is not between 0s (excluded) and 10m", r.Timeout)
 	}
 
-	switch {
-	case r.CertFile != "" && r.KeyFile == "":
-		badf("region.key_file", "%v: region.cert_file is set", ErrRequired)
-	case r.KeyFile != "" && r.CertFile == "":
-		badf("region.cert_file", "%v: region.key_file is set", ErrRequired)
-	}
-	hasCert, hasToken := r.CertFile != "" || r.KeyFile != "", r.TokenFile != ""
-
 	if r.URL == "" {
-		bad("region.url", fmt.Errorf("%w: the region's leases endpoint, e.g. https://region.example:5443/MAAS/a/v3internal/leases", ErrRequired))
+		bad("region.url", fmt.Errorf("%w: the region's leases endpoint, e.g. https://region.example:5242/MAAS/a/v3internal/leases", ErrRequired))
 		return
 	}
 	u, err := url.Parse(r.URL)
@@ -136,27 +133,45 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 	switch u.Scheme {
 	case "https":
 		switch {
-		case hasCert && hasToken:
-			badf("region.token_file", "set either a bearer token (region.token_file) or a client certificate (region.cert_file, region.key_file), not both")
-		case !hasCert && !hasToken:
-			badf("region", "no credentials: set region.cert_file and region.key_file (mTLS) or region.token_file (bearer token)")
+		case r.CertFile != "" && r.KeyFile == "":
+			badf("region.key_file", "%v: region.cert_file is set", ErrRequired)
+		case r.KeyFile != "" && r.CertFile == "":
+			badf("region.cert_file", "%v: region.key_file is set", ErrRequired)
+		case r.CertFile == "" && r.TokenFile == "":
+			badf("region", "no credentials: set region.cert_file and region.key_file (MAAS: the rack's certificate and key), or region.token_file")
 		}
 	case "http":
 		if !loopbackHost(u.Hostname()) {
 			badf("region.url", "%q: plain http is only allowed to a loopback address (tests); use https", r.URL)
 		}
-		if r.CAFile != "" {
-			badf("region.ca_file", "set, but region.url is not https")
-		}
-		if hasCert {
-			badf("region.cert_file", "a client certificate needs an https region.url")
-		}
 	default:
 		badf("region.url", "%q: scheme must be https", r.URL)
 	}
 	if u.User != nil {
-		badf("region.url", "must not carry credentials; use region.token_file or a client certificate")
+		badf("region.url", "must not carry credentials; use a client certificate (region.cert_file, region.key_file)")
 	}
+}
+
+// validServerName accepts a DNS name or an IP address: what a TLS server
+// certificate names. Not a URL, not host:port.
+func validServerName(s string) bool {
+	if _, err := netip.ParseAddr(s); err == nil {
+		return true
+	}
+	if len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func loopbackHost(h string) bool {

@@ -6,8 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -15,15 +13,36 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
-	"github.com/hashicorp/go-retryablehttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
 )
 
 // MaxRetryAfter caps a region's Retry-After: beyond it the agent retries
 // anyway (a clock skew or a typo must not stall delivery for a day).
 const MaxRetryAfter = 10 * time.Minute
+
+// How a dead region is noticed on an open connection: TCP keepalive
+// probes after keepIdle of silence, every keepInterval, keepCount of them;
+// and unacknowledged data gives up after userTimeout. So a request waiting
+// for a slow but live region waits, and one whose peer vanished fails
+// within about half a minute.
+const (
+	keepIdle     = 10 * time.Second
+	keepInterval = 5 * time.Second
+	keepCount    = 3
+	userTimeout  = keepIdle + keepInterval*keepCount
+)
+
+// MAAS facts the hints name (DESIGN.md, "Region API — MAAS as it really is").
+const (
+	maasPort     = "5242"
+	maasCertDir  = "/var/lib/maas/certificates"
+	maasHintCert = "on a MAAS rack: agent.crt and agent.key in " + maasCertDir + " (MAAS 3.8+), cluster.pem and cluster.key before 3.8"
+)
 
 // checkURL accepts an absolute https URL, or http to a loopback host.
 func checkURL(raw string) (*url.URL, error) {
@@ -38,7 +57,7 @@ func checkURL(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("region url %q has no host", raw)
 	}
 	if u.User != nil {
-		return nil, fmt.Errorf("region url %q carries credentials; use token_file or a client certificate", u.Redacted())
+		return nil, fmt.Errorf("region url %q carries credentials; use a client certificate", u.Redacted())
 	}
 	switch u.Scheme {
 	case "https":
@@ -60,42 +79,17 @@ func loopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// readToken reads a bearer token file, refusing one that group or others
-// could read or write, and an empty one.
-func readToken(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("token_file: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("token_file: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("token_file %s is not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("token_file %s has mode %04o: group or others can access it; chmod 600 it", path, perm)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
-	if err != nil {
-		return "", fmt.Errorf("token_file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("token_file %s is empty", path)
-	}
-	if strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return "", fmt.Errorf("token_file %s: the token contains white space or control characters", path)
-	}
-	return tok, nil
-}
-
 // tlsConfig builds the client side TLS: the CA to trust (the system's
-// roots when CAFile is empty) and the client certificate, if any.
-func tlsConfig(cfg *Config) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
+// roots when CAFile is empty), the name to verify in the region's
+// certificate (ServerName; the URL's host when empty) and the client
+// certificate, if any. The chain and the name are both verified: MAAS's
+// own agent skips the name, but its certificate names "maas", so
+// server_name = "maas" verifies it without giving up the check.
+func tlsConfig(cfg *Config, host string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+	if cfg.ServerName != "" {
+		c.ServerName = cfg.ServerName
+	}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
@@ -113,6 +107,9 @@ func tlsConfig(cfg *Config) (*tls.Config, error) {
 	if cfg.CertFile != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 		if err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				return nil, fmt.Errorf("cert_file/key_file: %w (the agent runs as user %s: give it a copy it can read, see README.Debian)", err, userName())
+			}
 			return nil, fmt.Errorf("cert_file/key_file: %w", err)
 		}
 		c.Certificates = []tls.Certificate{pair}
@@ -120,105 +117,200 @@ func tlsConfig(cfg *Config) (*tls.Config, error) {
 	return c, nil
 }
 
+func userName() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return strconv.Itoa(os.Getuid())
+}
+
+// newHTTPClient makes the client for one configuration. Timeout bounds
+// connecting and the TLS handshake; once a request is sent the answer is
+// awaited as long as the connection is alive (TCP keepalive and
+// TCP_USER_TIMEOUT notice a dead peer), up to answerTimeout per attempt
+// (set on the request's context): re-sending a batch the region may still
+// be applying could land the older copy after a newer batch.
 func newHTTPClient(cfg *Config, tc *tls.Config) *http.Client {
-	t := cleanhttp.DefaultPooledTransport()
-	t.TLSClientConfig = tc
+	dialer := &net.Dialer{
+		Timeout:         cfg.Timeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: keepIdle, Interval: keepInterval, Count: keepCount},
+		Control: func(network, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(userTimeout/time.Millisecond))
+			})
+			return errors.Join(err, serr)
+		},
+	}
+	t := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     tc,
+		TLSHandshakeTimeout: cfg.Timeout,
+		MaxIdleConns:        2,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+		ForceAttemptHTTP2:   false, // MAAS's uvicorn speaks HTTP/1.1
+	}
 	return &http.Client{
 		Transport: t,
-		Timeout:   cfg.Timeout, // each attempt, body included
 		// A redirect is a misconfiguration; following it would turn the
-		// POST into a GET. Surface it instead.
+		// POST into a GET (or, for a 307, deliver somewhere not
+		// configured). Surface it instead.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
 
-func (d *Deliverer) newRetryClient(hc *http.Client) *retryablehttp.Client {
-	return &retryablehttp.Client{
-		HTTPClient:   hc,
-		RetryWaitMin: d.cfg.MinBackoff,
-		RetryWaitMax: d.cfg.MaxBackoff,
-		RetryMax:     math.MaxInt, // until the context ends
-		CheckRetry:   d.checkRetry,
-		Backoff:      d.backoff,
+// readToken reads token_file with the one implementation of the checks
+// (config.ReadToken: a regular file, mode 0600 or stricter, one token).
+func readToken(path string) (string, error) {
+	tok, err := config.ReadToken(path)
+	if err != nil {
+		return "", fmt.Errorf("token_file: %w", err)
 	}
+	return tok, nil
 }
 
-// Results of one attempt, the result label of delivery_attempts_total.
+// kind is what an attempt's outcome means for the batch.
+type kind int
+
 const (
-	resultOK       = "ok"       // 2xx
-	resultRetry    = "retry"    // transport error, 408, 429, 5xx: retried
-	resultRejected = "rejected" // another 4xx: the content was refused
-	resultError    = "error"    // not the items' fault and not transient (401, 403, 3xx…): retried, logged as an error
+	kindOK      kind = iota // 2xx: delivered
+	kindRefused             // 422: an item fails the region's schema
+	kindFailed              // 500: the region could not apply the batch (a poison item, or the region itself)
+	kindOutage              // no answer, or 408, 429, 502, 503, 504 and other 5xx: wait and retry
+	kindConfig              // the agent's configuration is wrong (3xx, 4xx, TLS trust): retry, never dead-letter
 )
 
-// classify decides what an attempt's outcome means.
-func classify(resp *http.Response, err error) (result string, retry bool) {
-	if err != nil {
-		return resultRetry, true
+// Results of one attempt, the result label of delivery_attempts_total.
+var resultLabel = [...]string{
+	kindOK:      "ok",
+	kindRefused: "rejected",
+	kindFailed:  "failed",
+	kindOutage:  "retry",
+	kindConfig:  "error",
+}
+
+// outcome is one attempt's result.
+type outcome struct {
+	kind       kind
+	status     int           // 0 without an answer
+	what       string        // "HTTP 500: {…}" or the transport error: what happened
+	hint       string        // what an operator can do about it
+	retryAfter time.Duration // from Retry-After, when retryAfterOK
+	retryOK    bool
+}
+
+// classify decides what an answer means. MAAS answers 204 on success,
+// 422 for a batch failing its schema, 500 when an item cannot be placed
+// (or the region itself fails), 403 without a client certificate; a
+// public port (5240, 5443) has no such path (404/405).
+func classify(resp *http.Response, answer string, now time.Time, u *url.URL) outcome {
+	c := resp.StatusCode
+	o := outcome{status: c, what: fmt.Sprintf("HTTP %d", c)}
+	if answer != "" {
+		o.what += ": " + answer
 	}
-	switch c := resp.StatusCode; {
+	o.retryAfter, o.retryOK = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	switch {
 	case c >= 200 && c < 300:
-		return resultOK, false
+		o.kind = kindOK
+	case c == http.StatusUnprocessableEntity:
+		o.kind = kindRefused
+	case c == http.StatusInternalServerError:
+		o.kind = kindFailed
 	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests, c >= 500:
-		return resultRetry, true
+		o.kind = kindOutage
+	case c >= 300 && c < 400:
+		o.kind = kindConfig
+		loc := resp.Header.Get("Location")
+		o.what += " to " + strconv.Quote(loc)
+		o.hint = fmt.Sprintf("the region redirects to %q: set region.url to the address it names (the agent does not follow redirects: MAAS's own agent counts a redirect as delivered, and loses the events)", loc)
+	case c == http.StatusForbidden && strings.Contains(answer, "Client certificate required"):
+		o.kind = kindConfig
+		o.hint = "the region wants a client certificate: set region.cert_file and region.key_file (" + maasHintCert + ")"
 	case c == http.StatusUnauthorized, c == http.StatusForbidden, c == http.StatusProxyAuthRequired:
-		return resultError, true
-	case c >= 400 && c < 500:
-		return resultRejected, false
+		o.kind = kindConfig
+		o.hint = "the region refuses the agent's credentials: check region.cert_file and region.key_file (" + maasHintCert + ")"
+	case c == http.StatusNotFound, c == http.StatusMethodNotAllowed, c == http.StatusBadRequest:
+		o.kind = kindConfig
+		o.hint = wrongPortHint(u, "the region has no leases endpoint at "+u.Path)
+	case c == http.StatusRequestEntityTooLarge:
+		o.kind = kindConfig
+		o.hint = "the region refuses a request this large: lower region.batch_max"
 	default:
-		return resultError, true
+		o.kind = kindConfig
+		o.hint = "the region answered " + http.StatusText(c) + ": check region.url"
 	}
+	return o
 }
 
-// checkRetry is the retryablehttp policy: it runs after every attempt, on
-// the sending goroutine, so it also keeps the metrics and the outage log.
-func (d *Deliverer) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
-	if ctx.Err() != nil {
-		return false, ctx.Err()
+// wrongPortHint adds where MAAS serves the endpoint to what was wrong.
+func wrongPortHint(u *url.URL, what string) string {
+	port := u.Port()
+	if port == "" {
+		port = "443"
 	}
-	result, retry := classify(resp, err)
-	d.m.attempts.WithLabelValues(result).Inc()
-	if retry {
-		what := ""
-		if err != nil {
-			what = err.Error()
-		} else {
-			what = "HTTP " + resp.Status
-		}
-		d.outage.failed(d, what, result == resultError)
-	} else {
-		d.outage.reachable(d)
+	s := what + ": wrong port or path? MAAS's internal leases API is https://REGION:" + maasPort + "/MAAS/a/v3internal/leases"
+	switch port {
+	case "5240", "5443":
+		s += " (port " + port + " is MAAS's public API)"
 	}
-	return retry, nil
+	return s
 }
 
-// backoff is exponential with full jitter in [min, min·2^attempt] capped
-// at max, unless the answer carried a Retry-After, which wins (at least
-// min, at most MaxRetryAfter).
-func (d *Deliverer) backoff(min, max time.Duration, attempt int, resp *http.Response) time.Duration {
-	if resp != nil {
-		if ra, ok := parseRetryAfter(resp.Header.Get("Retry-After"), d.now()); ok {
-			return clamp(ra, min, MaxRetryAfter)
-		}
+// classifyErr decides what an attempt without an answer means: most are
+// an outage (wait), but a TLS trust failure or a plain HTTP port is the
+// configuration and will not heal by waiting.
+func classifyErr(err error, cfg *Config, u *url.URL, serverName string) outcome {
+	o := outcome{kind: kindOutage, what: err.Error()}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		o.what = ue.Err.Error()
 	}
-	return jitter(min, max, attempt)
-}
-
-func jitter(min, max time.Duration, attempt int) time.Duration {
-	ceil := max
-	if attempt < 32 {
-		if c := min << attempt; c > 0 && c < max {
-			ceil = c
-		}
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		record    tls.RecordHeaderError
+		opErr     *net.OpError
+		dnsErr    *net.DNSError
+	)
+	ca := cfg.CAFile
+	if ca == "" {
+		ca = "the system's roots"
 	}
-	if ceil <= min {
-		return min
+	switch {
+	case errors.As(err, &unknownCA):
+		o.kind = kindConfig
+		o.hint = fmt.Sprintf("the region's certificate is not signed by a CA in region.ca_file (%s): ", ca) +
+			wrongPortHint(u, "wrong CA (on a MAAS rack: ca.pem in "+maasCertDir+", cacerts.pem before 3.8)")
+	case errors.As(err, &hostname):
+		names := hostname.Certificate.DNSNames
+		o.kind = kindConfig
+		o.hint = fmt.Sprintf("the region's certificate is for %s, not %q: set region.server_name to one of its names (MAAS: \"maas\")",
+			strings.Join(names, ", "), serverName)
+	case errors.As(err, &invalid):
+		o.kind = kindConfig
+		o.hint = "the region's certificate is not valid here: " + invalid.Error()
+	case errors.As(err, &record), strings.Contains(o.what, "server gave HTTP response to HTTPS client"):
+		// (net/http reports a plain HTTP answer to the handshake with a
+		// new error that does not wrap the RecordHeaderError.)
+		o.kind = kindConfig
+		o.hint = wrongPortHint(u, "the region's port does not speak TLS")
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		// The region ended the handshake with an alert: MAAS before 3.8
+		// requires a client certificate from its CA right there.
+		o.kind = kindConfig
+		o.hint = fmt.Sprintf("the region refused the TLS handshake (%v): it wants a client certificate signed by its CA: set region.cert_file and region.key_file (%s)", opErr.Err, maasHintCert)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		o.hint = fmt.Sprintf("nothing listens at %s: regiond is down, or the port is wrong (MAAS's internal API is on %s)", u.Host, maasPort)
+	case errors.As(err, &dnsErr):
+		o.hint = fmt.Sprintf("cannot resolve %q: check region.url and DNS", dnsErr.Name)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		o.hint = "no answer in time: the region is down or overloaded"
 	}
-	return min + rand.N(ceil-min+1)
-}
-
-func clamp(d, lo, hi time.Duration) time.Duration {
-	return min(max(d, lo), hi)
+	return o
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
@@ -240,4 +332,23 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false
+}
+
+// jitter is exponential backoff with full jitter in
+// [min, min·2^attempt] capped at max.
+func jitter(min, max time.Duration, attempt int) time.Duration {
+	ceil := max
+	if attempt < 32 {
+		if c := min << attempt; c > 0 && c < max {
+			ceil = c
+		}
+	}
+	if ceil <= min {
+		return min
+	}
+	return min + rand.N(ceil-min+1)
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration {
+	return min(max(d, lo), hi)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -11,12 +12,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
-	"github.com/hashicorp/go-retryablehttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -43,68 +45,117 @@ type depther interface{ Depth() int }
 
 // Defaults for the zero values of Config.
 const (
-	DefaultBatchMax   = 100
-	DefaultTimeout    = 10 * time.Second
-	DefaultMinBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff = 30 * time.Second
-	DefaultWarnEvery  = 30 * time.Second
-	DefaultUserAgent  = "leasekeeper/dev"
+	DefaultBatchMax       = 100
+	DefaultTimeout        = 10 * time.Second
+	DefaultAnswerTimeout  = 5 * time.Minute
+	DefaultMinBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+	DefaultWarnEvery      = 30 * time.Second
+	DefaultPoisonAttempts = 5
+	DefaultUserAgent      = "leasekeeper/dev"
 
 	// pollInterval re-checks the queue even without a Notify, in case a
 	// wake-up was consumed elsewhere (Flush) or lost.
 	pollInterval = 5 * time.Second
 	// maxReason bounds the region's answer kept with a dead letter.
 	maxReason = 512
+	// maxProbes bounds the neighbours tried, one by one, to tell a poison
+	// event from a region failing everything.
+	maxProbes = 3
 )
 
 // Config says where and how to deliver. Zero values take the defaults above.
 type Config struct {
-	URL       string // https://region:5443/MAAS/a/v3internal/leases
-	CAFile    string // PEM CA bundle to trust; "" = the system's roots
-	CertFile  string // client certificate (PEM), with KeyFile
-	KeyFile   string
-	TokenFile string // bearer token; must be mode 0600 or stricter
+	URL        string // https://region:5242/MAAS/a/v3internal/leases
+	ServerName string // the name to verify in the region's certificate; "" = the URL's host (MAAS: "maas")
+	CAFile     string // PEM CA bundle to trust; "" = the system's roots
+	CertFile   string // client certificate (PEM), with KeyFile: MAAS's only credentials
+	KeyFile    string
+	TokenFile  string // bearer token (not MAAS's); must be mode 0600 or stricter
 
-	BatchMax  int           // events per request
-	Timeout   time.Duration // bound on each attempt, answer included
-	UserAgent string        // "leasekeeper/VERSION"
+	BatchMax      int           // events per request
+	Timeout       time.Duration // bound on connecting and the TLS handshake
+	AnswerTimeout time.Duration // bound on waiting for an answer on a live connection
+	UserAgent     string        // "leasekeeper/VERSION"
 
 	MinBackoff, MaxBackoff time.Duration // between retries of one batch
-	WarnEvery              time.Duration // rate limit of "region unreachable" warnings
+	WarnEvery              time.Duration // rate limit of repeated problem logs
+	// PoisonAttempts is how many times an event alone must fail with 500
+	// before a neighbour is tried to tell a poison event from a failing
+	// region.
+	PoisonAttempts int
+}
+
+// link is one configuration's way to the region; Reload swaps it whole.
+type link struct {
+	cfg        Config
+	u          *url.URL
+	serverName string
+	hc         *http.Client
+	token      string
 }
 
 // Deliverer sends queued events to the region. Run and Flush may be
 // called concurrently; they take turns, one batch at a time.
 type Deliverer struct {
-	cfg    Config
-	q      Queue
-	log    zerolog.Logger
-	now    func() time.Time
-	client *retryablehttp.Client
-	hc     *http.Client
-	token  string
-	m      metrics
-	reg    prometheus.Registerer
+	q   Queue
+	log zerolog.Logger
+	now func() time.Time
+	m   metrics
+	reg prometheus.Registerer
+
+	link     atomic.Pointer[link]
+	reloaded chan struct{} // a retry waiting for its backoff tries the new link at once
 
 	turn   chan struct{} // held by whoever is sending: one batch in flight, ever
 	last   atomic.Int64  // Unix ns of the last 2xx
-	outage outage        // only touched by the holder of turn
+	health health
 }
 
 // New checks cfg, loads the credentials and registers the metrics on reg
 // (nil: none). now is the clock (nil: time.Now).
 func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Deliverer, error) {
 	if q == nil {
-		return nil, errors.New("deliver: no queue")
+		return nil, errors.New("no queue")
 	}
 	if now == nil {
 		now = time.Now
 	}
+	l, err := newLink(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deliverer{q: q, log: log, now: now, turn: make(chan struct{}, 1), reloaded: make(chan struct{}, 1)}
+	d.health.h.State = StateUnknown
+	d.setLink(l)
+	d.m = newMetrics()
+	if err := d.m.register(reg); err != nil {
+		return nil, fmt.Errorf("deliver: metrics: %w", err)
+	}
+	d.reg = reg
+	return d, nil
+}
+
+// Check does what New does with cfg's values and files — the URL, the CA,
+// the client certificate and key, the token — without delivering.
+func Check(cfg Config) error {
+	l, err := newLink(cfg)
+	if err != nil {
+		return err
+	}
+	l.hc.CloseIdleConnections()
+	return nil
+}
+
+func withDefaults(cfg Config) (Config, error) {
 	if cfg.BatchMax <= 0 {
 		cfg.BatchMax = DefaultBatchMax
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.AnswerTimeout <= 0 {
+		cfg.AnswerTimeout = DefaultAnswerTimeout
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = DefaultUserAgent
@@ -116,49 +167,83 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 		cfg.MaxBackoff = DefaultMaxBackoff
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
-		return nil, fmt.Errorf("deliver: max backoff %v is below min backoff %v", cfg.MaxBackoff, cfg.MinBackoff)
+		return cfg, fmt.Errorf("max backoff %v is below min backoff %v", cfg.MaxBackoff, cfg.MinBackoff)
 	}
 	if cfg.WarnEvery <= 0 {
 		cfg.WarnEvery = DefaultWarnEvery
 	}
+	if cfg.PoisonAttempts <= 0 {
+		cfg.PoisonAttempts = DefaultPoisonAttempts
+	}
+	return cfg, nil
+}
+
+func newLink(cfg Config) (*link, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
 	u, err := checkURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("deliver: %w", err)
+		return nil, err
 	}
-	tc, err := tlsConfig(&cfg)
-	if err != nil {
-		return nil, fmt.Errorf("deliver: %w", err)
+	l := &link{u: u, serverName: cfg.ServerName}
+	if l.serverName == "" {
+		l.serverName = u.Hostname()
 	}
-	d := &Deliverer{cfg: cfg, q: q, log: log, now: now, turn: make(chan struct{}, 1)}
 	if cfg.TokenFile != "" {
-		if d.token, err = readToken(cfg.TokenFile); err != nil {
-			return nil, fmt.Errorf("deliver: %w", err)
+		if l.token, err = readToken(cfg.TokenFile); err != nil {
+			return nil, err
 		}
 	}
 	// Plain http, which checkURL allows to loopback only (a local stub,
-	// tests), may go without credentials, as the config allows.
-	if d.token == "" && len(tc.Certificates) == 0 && u.Scheme != "http" {
-		return nil, errors.New("deliver: no credentials for the region: set cert_file and key_file, or token_file")
+	// tests), uses no TLS file at all and may go without credentials.
+	var tc *tls.Config
+	if u.Scheme == "https" {
+		if tc, err = tlsConfig(&cfg, u.Hostname()); err != nil {
+			return nil, err
+		}
+		if l.token == "" && len(tc.Certificates) == 0 {
+			return nil, errors.New("no credentials for the region: set cert_file and key_file (MAAS), or token_file")
+		}
 	}
-	if d.token != "" && u.Scheme == "http" {
-		d.log.Warn().Str("url", u.String()).Msg("sending the bearer token over plain http (loopback)")
+	cfg.URL = u.String()
+	l.cfg = cfg
+	l.hc = newHTTPClient(&l.cfg, tc)
+	return l, nil
+}
+
+func (d *Deliverer) setLink(l *link) {
+	if old := d.link.Swap(l); old != nil {
+		old.hc.CloseIdleConnections()
 	}
-	d.cfg.URL = u.String()
-	d.hc = newHTTPClient(&d.cfg, tc)
-	d.client = d.newRetryClient(d.hc)
-	d.m = newMetrics()
-	if err := d.m.register(reg); err != nil {
-		return nil, fmt.Errorf("deliver: metrics: %w", err)
+	if l.token != "" && strings.Contains(l.u.Path, "/v3internal/") {
+		d.log.Warn().Str("url", l.cfg.URL).Msg("region.token_file is set, but MAAS's internal API takes no bearer token: only the client certificate counts")
 	}
-	d.reg = reg
-	return d, nil
+}
+
+// Reload puts a new configuration in force: the next attempt (a retry
+// waiting for its backoff at once) uses it. On error the running one
+// stays.
+func (d *Deliverer) Reload(cfg Config) error {
+	l, err := newLink(cfg)
+	if err != nil {
+		return err
+	}
+	d.setLink(l)
+	d.log.Info().Str("url", l.cfg.URL).Str("server_name", l.serverName).Msg("region settings reloaded")
+	select {
+	case d.reloaded <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // Close unregisters the metrics and drops idle connections, so that a
 // reload can build a new Deliverer. Call it after Run has returned.
 func (d *Deliverer) Close() {
 	d.m.unregister(d.reg)
-	d.hc.CloseIdleConnections()
+	d.link.Load().hc.CloseIdleConnections()
 }
 
 // LastDelivery is when the region last accepted a batch (zero if never).
@@ -175,7 +260,8 @@ func (d *Deliverer) LastDelivery() time.Time {
 // errors are logged and retried with backoff, never returned: the agent
 // must stay up through a full disk.
 func (d *Deliverer) Run(ctx context.Context) error {
-	d.log.Info().Str("url", d.cfg.URL).Int("batch_max", d.cfg.BatchMax).Msg("delivering to the region")
+	l := d.link.Load()
+	d.log.Info().Str("url", l.cfg.URL).Str("server_name", l.serverName).Int("batch_max", l.cfg.BatchMax).Msg("delivering to the region")
 	poll := time.NewTicker(pollInterval)
 	defer poll.Stop()
 	var wait time.Duration
@@ -185,7 +271,8 @@ func (d *Deliverer) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			wait = clamp(2*wait, d.cfg.MinBackoff, d.cfg.MaxBackoff)
+			l := d.link.Load()
+			wait = clamp(2*wait, l.cfg.MinBackoff, l.cfg.MaxBackoff)
 			d.log.Error().Err(err).Dur("retry_in", wait).Msg("delivery stalled; retrying")
 			if !sleep(ctx, wait) {
 				return nil
@@ -235,7 +322,7 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	defer func() { <-d.turn }()
-	batch, err := d.q.Peek(d.cfg.BatchMax)
+	batch, err := d.q.Peek(d.link.Load().cfg.BatchMax)
 	if err != nil {
 		var ce *outbox.CorruptError
 		if errors.As(err, &ce) {
@@ -248,7 +335,21 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	return len(batch), d.deliver(ctx, batch, d.now())
+	if err := d.deliver(ctx, batch, d.now()); err != nil && !errors.Is(err, errRepeek) {
+		return len(batch), err
+	}
+	return len(batch), nil
+}
+
+// errRepeek ends a batch early: the queue's head changed in a way the
+// batch in hand does not know (a neighbour was delivered out of its
+// place to test a suspect), so the rest is peeked again.
+var errRepeek = errors.New("peek again")
+
+// bisection is what one batch's delivery, splits included, knows.
+type bisection struct {
+	peeked time.Time // when the batch was taken, for latency
+	logged bool      // the 500 that started the search was logged
 }
 
 // deliver sends batch: events that cannot be valid are dead-lettered
@@ -270,67 +371,252 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 	if len(good) == 0 {
 		return nil
 	}
-	return d.send(ctx, good, peeked)
+	return d.send(ctx, good, &bisection{peeked: peeked})
 }
 
-// send posts batch, retrying until a 2xx (ack) or a refusal (split).
-func (d *Deliverer) send(ctx context.Context, batch []event.Queued, peeked time.Time) error {
-	status, answer, err := d.post(ctx, batch)
-	if err != nil {
-		return err
+// send posts batch until the region answers for its content: a 2xx acks
+// it; a 422 or a 500 splits it in halves sent in order (a lone event
+// refused with 422 is dead-lettered, one failing with 500 goes to lone);
+// anything else (no answer, an outage status, a configuration problem)
+// is waited out and the same batch sent again.
+func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection) error {
+	for attempt := 0; ; attempt++ {
+		o, err := d.post(ctx, batch)
+		if err != nil {
+			return err
+		}
+		switch o.kind {
+		case kindOK:
+			return d.delivered(ctx, batch, b.peeked)
+		case kindRefused:
+			if len(batch) == 1 {
+				return d.deadLetter(ctx, batch[0], o.what)
+			}
+			d.log.Debug().Int("events", len(batch)).Str("answer", o.what).Msg("region refused a batch; splitting it")
+			return d.split(ctx, batch, b)
+		case kindFailed:
+			if len(batch) == 1 {
+				return d.lone(ctx, batch[0], o, b)
+			}
+			if !b.logged {
+				b.logged = true
+				d.log.Warn().Int("events", len(batch)).Str("answer", o.what).
+					Msg("region failed a batch (HTTP 500); splitting it to find an event it cannot place")
+			}
+			return d.split(ctx, batch, b)
+		default:
+			if !d.pause(ctx, d.retryDelay(o, attempt), false) {
+				return ctx.Err()
+			}
+		}
 	}
-	if status >= 200 && status < 300 {
-		return d.delivered(ctx, batch, peeked)
-	}
-	reason := fmt.Sprintf("HTTP %d: %s", status, answer)
-	if len(batch) == 1 {
-		return d.deadLetter(ctx, batch[0], reason)
-	}
-	d.log.Debug().Int("events", len(batch)).Str("answer", reason).Msg("region refused a batch; splitting it")
+}
+
+func (d *Deliverer) split(ctx context.Context, batch []event.Queued, b *bisection) error {
 	mid := len(batch) / 2
-	if err := d.send(ctx, batch[:mid], peeked); err != nil {
+	if err := d.send(ctx, batch[:mid], b); err != nil {
 		return err
 	}
-	return d.send(ctx, batch[mid:], peeked)
+	return d.send(ctx, batch[mid:], b)
 }
 
-// post sends one batch with retries and returns the final status and the
-// start of the answer's body; an error only when ctx ended.
-func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (int, string, error) {
+// lone handles one event the region failed with 500 on its own, at the
+// head of the queue. A 500 is a poison event (an address in no subnet) or
+// the region failing everything (its database away), and only the second
+// must never cost a dead letter. So the event is retried alone, with
+// backoff, PoisonAttempts times in all; if it still fails, a neighbour is
+// sent alone (the next queued event sharing no IP or MAC with it or with
+// anything skipped: it may overtake the suspect without changing what
+// the region ends with), and the suspect once more right after. Only when
+// the neighbour is accepted and the suspect fails again is it
+// dead-lettered, with the region's answer. When no neighbour is accepted
+// the region is taken to be failing: the suspect is retried with growing
+// backoff, forever, and nothing is dead-lettered.
+func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *bisection) (err error) {
+	one := []event.Queued{q}
+	fails, last, outages, rounds := 1, first, 0, 0
+	consumed := false // a neighbour went out of turn: the batch in hand is stale
+	evidence := false // a neighbour was just accepted: the next 500 is the suspect's own
+	defer func() {
+		if err == nil && consumed {
+			err = errRepeek
+		}
+	}()
+	cfg := d.link.Load().cfg
+	delay, wake := jitter(cfg.MinBackoff, cfg.MaxBackoff, 0), false
+	for {
+		if !d.pause(ctx, delay, wake) {
+			return ctx.Err()
+		}
+		cfg, wake = d.link.Load().cfg, false
+		o, err := d.post(ctx, one)
+		if err != nil {
+			return err
+		}
+		switch o.kind {
+		case kindOK:
+			return d.delivered(ctx, one, b.peeked)
+		case kindRefused:
+			return d.deadLetter(ctx, q, o.what)
+		case kindFailed:
+			fails, last, outages = fails+1, o, 0
+			if evidence {
+				return d.deadLetter(ctx, q, fmt.Sprintf("%s (failed alone %d times; the region accepted another event in between)", last.what, fails))
+			}
+			if fails < cfg.PoisonAttempts {
+				delay = jitter(cfg.MinBackoff, cfg.MaxBackoff, fails-1)
+				continue
+			}
+			accepted, tried, err := d.probe(ctx, q, b)
+			if err != nil {
+				return err
+			}
+			if accepted {
+				// Once more, right after: a region that just came back
+				// takes the suspect now.
+				consumed, evidence, delay = true, true, 0
+				continue
+			}
+			rounds++
+			why := "the region fails every event it is sent with HTTP 500"
+			if tried == 0 {
+				why = "the region fails this event with HTTP 500, and no other event is queued to tell whether it fails them all"
+				wake = true // a new event makes a neighbour to try
+			}
+			d.health.failing(d, last.what, why+"; nothing is dead-lettered: see regiond's log for the cause")
+			delay = jitter(cfg.MinBackoff, cfg.MaxBackoff, cfg.PoisonAttempts+rounds)
+		default:
+			outages, evidence = outages+1, false // stale after an outage
+			delay = d.retryDelay(o, outages-1)
+		}
+	}
+}
+
+// probe sends neighbours of the suspect q one by one, up to maxProbes of
+// them, and reports whether one was accepted (and acked). A neighbour is
+// an event queued after q sharing neither IP nor MAC with q, with an
+// event it would overtake, or with a neighbour that failed.
+func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (accepted bool, tried int, err error) {
+	queued, err := d.q.Peek(d.link.Load().cfg.BatchMax + 1)
+	if err != nil {
+		return false, 0, fmt.Errorf("peek: %w", err)
+	}
+	if len(queued) == 0 || queued[0].Seq != q.Seq {
+		return false, 0, errRepeek // cannot happen: only the holder of the turn removes events
+	}
+	ips := map[netip.Addr]bool{q.Event.IP: true}
+	macs := map[string]bool{q.Event.MAC: true}
+	for _, c := range queued[1:] {
+		if tried == maxProbes {
+			break
+		}
+		e := c.Event
+		if e.Normalize() != nil {
+			continue // dead-lettered in its turn; never sent
+		}
+		c.Event = e
+		if ips[e.IP] || macs[e.MAC] {
+			ips[e.IP], macs[e.MAC] = true, true
+			continue
+		}
+		tried++
+		o, err := d.post(ctx, []event.Queued{c})
+		if err != nil {
+			return false, tried, err
+		}
+		switch o.kind {
+		case kindOK:
+			d.log.Info().Uint64("suspect_seq", q.Seq).Str("suspect_ip", q.Event.IP.String()).Uint64("neighbour_seq", c.Seq).
+				Msg("region accepted a neighbour of an event it fails: trying the suspect once more")
+			return true, tried, d.delivered(ctx, []event.Queued{c}, b.peeked)
+		case kindRefused, kindFailed:
+			ips[e.IP], macs[e.MAC] = true, true
+		default:
+			return false, tried, nil // an outage now says nothing either way
+		}
+	}
+	return false, tried, nil
+}
+
+// retryDelay is the wait before attempt+1 after o: the region's
+// Retry-After when it gave one (at least MinBackoff, at most
+// MaxRetryAfter), else exponential backoff with jitter.
+func (d *Deliverer) retryDelay(o outcome, attempt int) time.Duration {
+	cfg := d.link.Load().cfg
+	if o.retryOK {
+		return clamp(o.retryAfter, cfg.MinBackoff, MaxRetryAfter)
+	}
+	return jitter(cfg.MinBackoff, cfg.MaxBackoff, attempt)
+}
+
+// pause waits d, or less when the region settings were reloaded (or,
+// with onNotify, when new events were queued). False when ctx ended.
+func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify bool) bool {
+	if wait <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var notify <-chan struct{}
+	if onNotify {
+		notify = d.q.Notify()
+	}
+	select {
+	case <-t.C:
+	case <-d.reloaded:
+	case <-notify:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// post sends one batch once and says what came of it; an error only when
+// ctx ended.
+func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, error) {
+	l := d.link.Load()
 	items := make([]event.RegionItem, len(batch))
 	for i := range batch {
 		items[i] = batch[i].Event.Item()
 	}
 	body, err := json.Marshal(items)
 	if err != nil {
-		return 0, "", fmt.Errorf("encode batch: %w", err) // cannot happen: strings and ints
+		return outcome{}, fmt.Errorf("encode batch: %w", err) // cannot happen: strings and ints
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, d.cfg.URL, body)
+	actx, cancel := context.WithTimeout(ctx, l.cfg.Timeout+l.cfg.AnswerTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, l.cfg.URL, bytes.NewReader(body))
 	if err != nil {
-		return 0, "", err
+		return outcome{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", d.cfg.UserAgent)
+	req.Header.Set("User-Agent", l.cfg.UserAgent)
 	req.Header.Set("Idempotency-Key", IdempotencyKey(batch))
-	if d.token != "" {
-		req.Header.Set("Authorization", "Bearer "+d.token)
+	if l.token != "" {
+		req.Header.Set("Authorization", "Bearer "+l.token)
 	}
-	resp, err := d.client.Do(req)
+	var o outcome
+	resp, err := l.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, "", ctx.Err()
+			return outcome{}, ctx.Err()
 		}
-		return 0, "", err
+		o = classifyErr(err, &l.cfg, l.u, l.serverName)
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
+		resp.Body.Close()
+		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
-	return resp.StatusCode, oneLine(b, maxReason), nil
+	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
+	d.health.observe(d, o)
+	return o, nil
 }
 
 // IdempotencyKey names a batch by its Seqs: the same batch gets the same
 // key on every retry and after a restart, a different batch (a half after
-// a split) another.
+// a split) another. MAAS ignores it; it lets a region or a proxy that
+// honours it drop a duplicate, and tests tell retries apart.
 func IdempotencyKey(batch []event.Queued) string {
 	h := sha256.New()
 	var b [8]byte
@@ -399,7 +685,8 @@ func (d *Deliverer) persist(ctx context.Context, write func() error) error {
 		if err == nil {
 			return nil
 		}
-		wait = clamp(2*wait, d.cfg.MinBackoff, d.cfg.MaxBackoff)
+		cfg := d.link.Load().cfg
+		wait = clamp(2*wait, cfg.MinBackoff, cfg.MaxBackoff)
 		d.log.Error().Err(err).Dur("retry_in", wait).Msg("outbox write failed after delivery; retrying before the next batch")
 		if !sleep(ctx, wait) {
 			return fmt.Errorf("outbox write: %w (%w)", err, ctx.Err())
@@ -430,44 +717,4 @@ func (d *Deliverer) depthString() string {
 		return fmt.Sprintf("%d", n)
 	}
 	return "some"
-}
-
-// outage keeps the "region unreachable" log readable: a warning at the
-// first failure, then one every WarnEvery, and an info line on recovery.
-type outage struct {
-	since    time.Time // zero while the region answers
-	lastWarn time.Time
-	failures int
-}
-
-func (o *outage) failed(d *Deliverer, what string, config bool) {
-	now := d.now()
-	o.failures++
-	lvl := zerolog.WarnLevel
-	if config {
-		lvl = zerolog.ErrorLevel
-	}
-	if o.since.IsZero() {
-		o.since, o.lastWarn = now, now
-		d.log.WithLevel(lvl).Str("error", what).Int("queued", d.depth()).
-			Msg("region delivery failed; retrying until it answers")
-		return
-	}
-	if now.Sub(o.lastWarn) < d.cfg.WarnEvery {
-		return
-	}
-	o.lastWarn = now
-	down := now.Sub(o.since).Round(time.Second)
-	d.log.WithLevel(lvl).Str("error", what).Int("failed_attempts", o.failures).Int("queued", d.depth()).
-		Dur("down_for", down).Msgf("region unreachable for %s, %s events queued", down, d.depthString())
-}
-
-func (o *outage) reachable(d *Deliverer) {
-	if o.since.IsZero() {
-		return
-	}
-	down := d.now().Sub(o.since).Round(time.Millisecond)
-	d.log.Info().Dur("down_for", down).Int("failed_attempts", o.failures).Int("queued", d.depth()).
-		Msgf("region reachable again after %s", down)
-	*o = outage{}
 }

@@ -1,7 +1,29 @@
 // Package deliver moves queued lease events from the durable outbox to
-// the region's leases endpoint (DESIGN.md, "Region API"), so that every
-// event reaches the region, in order per IP, through outages and poison
-// items.
+// the region's leases endpoint (DESIGN.md, "Region API — MAAS as it
+// really is"), so that every event reaches the region, in order per IP,
+// through outages, poison events and configuration mistakes.
+//
+// # Transport
+//
+// POST https://REGION:5242/MAAS/a/v3internal/leases, mutual TLS: the
+// client certificate and key (on a MAAS rack the rack's own), the CA to
+// verify the region against, and the name to verify in its certificate
+// (ServerName; MAAS's certificate names only "maas", so the address in
+// the URL would not verify; MAAS's own agent skips the name check, this
+// one keeps it). A bearer token (TokenFile) is sent when set, for regions
+// other than MAAS, which ignores it. https only, except to a loopback host
+// (tests, a local proxy), where no TLS file is read.
+//
+// Config.Timeout bounds connecting and the TLS handshake. Once a batch is
+// sent the answer is awaited as long as the connection is alive — TCP
+// keepalive and TCP_USER_TIMEOUT notice a vanished region within about
+// half a minute — up to AnswerTimeout (5 min). The region applies what it
+// received even when the client has gone, and applies copies in arrival
+// order with no timestamp comparison: re-sending a batch while the first
+// copy may still be running could land that copy after the next batch
+// (issue 13). Only a region slower than AnswerTimeout, or a connection
+// that dies mid-answer, leaves a batch's fate unknown; it is then sent
+// again before anything after it.
 //
 // # Order
 //
@@ -10,47 +32,56 @@
 // events first, and acks a batch (removes it from the outbox) only after a
 // 2xx; it peeks the next batch only after the ack is on disk. A batch is
 // never sent while an earlier one is unresolved, so per-IP order holds
-// across retries, restarts and splits.
+// across retries, restarts and splits. The one exception is below
+// (a neighbour of a suspect), and it never overtakes an event for the
+// same IP or MAC.
 //
-// # Retries
+// # Answers
 //
-// Transport errors, 408, 429 and 5xx are retried for as long as the
-// context lives — a region away for an hour loses nothing — with
-// exponential backoff and full jitter between MinBackoff and MaxBackoff,
-// or after the Retry-After the region asked for (seconds or an HTTP date,
-// capped at MaxRetryAfter, never less than MinBackoff). Each attempt is
-// bounded by Config.Timeout. 401, 403, 407, 3xx and other statuses that
-// are not the items' fault (bad credentials, a redirect) are retried the
-// same way and logged as errors: dead-lettering every item for a
-// configuration mistake would be worse than waiting for the fix.
+//   - 2xx: delivered, acked. (MAAS answers 204.)
+//   - 422 (an item fails the region's schema; the whole batch is refused):
+//     the batch is split in halves sent in order, recursively; each good
+//     half is delivered, and a lone refused event is dead-lettered with
+//     the region's words ("HTTP 422: …", cut to 512 bytes).
+//   - 500 (the region could not apply the batch: an address in no subnet,
+//     a family mismatch — or the region itself failing; MAAS rolls the
+//     whole batch back): split the same way. A lone event failing with 500
+//     is retried alone with backoff, PoisonAttempts (5) times in all. If
+//     it still fails, a neighbour — the next queued event sharing no IP or
+//     MAC with it or with anything it would overtake — is sent alone, then
+//     the suspect once more. Only when the neighbour is accepted and the
+//     suspect fails again is the suspect dead-lettered, with the region's
+//     answer. When no neighbour is accepted (up to three are tried) the
+//     region is failing everything: nothing is dead-lettered, the suspect
+//     is retried with growing backoff, and Health says so.
+//   - No answer (refused connection, reset, timeout), 408, 429, 502, 503,
+//     504 and other 5xx: an outage. The same batch is retried for as long
+//     as it takes, with exponential backoff and full jitter between
+//     MinBackoff and MaxBackoff, or after the Retry-After the region asked
+//     for (capped at MaxRetryAfter). Never dead-lettered.
+//   - The agent's configuration: a redirect (not followed: MAAS's own
+//     agent counts a 3xx as delivered and loses the events), 400, 404,
+//     405 (a wrong port or path: MAAS's public API has no such route),
+//     401, 403 (403 "Client certificate required." without a client
+//     certificate), another 4xx, and TLS failures that waiting will not
+//     heal (the region's certificate not from ca_file, not for
+//     server_name; a port that does not speak TLS; a handshake the region
+//     ends because it wants a client certificate, as MAAS before 3.8
+//     does). Retried like an outage, never dead-lettered, and reported in
+//     Health and the log with what to change. Reload puts new settings in
+//     force at once.
 //
-// A retried batch carries the same Idempotency-Key (a hash of its Seqs).
-// The region can see a batch twice only when its fate was unknown to the
-// agent: the region processed it but the answer was lost (a timeout, a
-// reset, a 502 from a proxy). The duplicate follows the original
-// immediately, before any later batch, so it changes nothing the region
-// ends up with.
+// A retried batch carries the same Idempotency-Key (a hash of its Seqs);
+// MAAS ignores it. An event that does not even pass event.Normalize is
+// dead-lettered without being sent. Events for the same IP queued after a
+// dead-lettered one are still delivered: the region must reach the IP's
+// latest state. The dead letter is kept for an operator, who may retry it
+// (it then goes behind those events).
 //
-// # Poison items
+// # Log and status
 //
-// Any other 4xx (the region refused the content) splits the batch in two
-// halves, sent first then second, recursively: each good half is delivered
-// and acked in order, and the one bad item ends alone; a lone refused item
-// goes to the outbox's dead letters with the region's answer
-// ("HTTP 422: …", cut to 512 bytes) and delivery continues. An event that
-// does not even pass event.Normalize is dead-lettered without being sent.
-// Events for the same IP queued after a dead-lettered one are still
-// delivered: the region must reach the IP's latest state, and holding them
-// back would leave it with a stale row forever. The dead letter is kept
-// for an operator, who may retry it (it then goes behind those events).
-//
-// A wrong URL path that makes the region answer 404 to everything would
-// therefore dead-letter everything (recoverably: `leasekeeper deadletter
-// retry`); each dead letter is logged at warn.
-//
-// # Security
-//
-// https only, except to a loopback host (tests, a local proxy). mTLS with
-// ca_file, cert_file and key_file, and/or a bearer token from token_file,
-// which must be a non-empty regular file readable by its owner only.
+// A problem is logged when it begins or changes (warn for an outage,
+// error otherwise, with a hint an operator can act on), then once every
+// WarnEvery while it lasts, and its end once. Health is the same for
+// `leasekeeper status`.
 package deliver

@@ -22,7 +22,7 @@ func newMetrics() metrics {
 		}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_delivery_attempts_total",
-			Help: "HTTP attempts to deliver a batch, by result: ok (2xx), retry (transport error, 408, 429, 5xx), rejected (another 4xx: the batch is split), error (401, 403, 3xx…: retried, a configuration problem).",
+			Help: "HTTP attempts to deliver a batch, by result: ok (2xx), rejected (422: the batch is split, a lone event dead-lettered), failed (500: the batch is split, a lone event tested against its neighbours), retry (no answer, 408, 429, 502, 503, 504…: retried), error (3xx, 400, 401, 403, 404, 405, TLS trust…: the agent's configuration, retried and never dead-lettered).",
 		}, []string{"result"}),
 		lastDelivery: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_last_delivery_timestamp_seconds",
@@ -35,10 +35,10 @@ func newMetrics() metrics {
 		}),
 		deadlettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deadlettered_total",
-			Help: "Events the region refused on their own, moved to the dead letters.",
+			Help: "Events the region refused (422) or failed (500, alone and again after a neighbour was accepted) on their own, moved to the dead letters.",
 		}),
 	}
-	for _, r := range []string{resultOK, resultRetry, resultRejected, resultError} {
+	for _, r := range resultLabel {
 		m.attempts.WithLabelValues(r)
 	}
 	return m

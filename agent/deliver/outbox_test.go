@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"net/http"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -23,18 +22,20 @@ var (
 )
 
 // TestRealOutbox runs the deliverer on the bbolt outbox against the stub
-// over mTLS, failing 20 % of requests, with one poison event, and restarts
+// over mTLS, failing 20 % of requests, with one poison event (an address
+// in no subnet: 500), and restarts
 // the agent half way (deliverer stopped, outbox closed and reopened, more
 // events appended after the restart). Everything but the poison event
 // reaches the region in queue order; the poison one is a dead letter in
 // the outbox with the region's answer.
 func TestRealOutbox(t *testing.T) {
 	t.Parallel()
-	s, f := stub(t, regionstub.Options{})
+	// 203.0.113.99 is in no subnet of this region: MAAS fails any batch
+	// holding it with 500.
+	s, f := stub(t, regionstub.Options{Subnets: []regionstub.Subnet{regionstub.WholeSubnet("198.18.0.0/15")}})
 	s.SetFlaky(0.2, 7)
 	poison := event.Event{Action: event.Commit, Family: event.IPv4, MAC: "02:00:00:00:ff:ff",
 		IP: netip.MustParseAddr("203.0.113.99"), Timestamp: 1, LeaseTime: 600, Hostname: "poison"}
-	s.Poison(poison.IP.String(), http.StatusNotFound)
 	evs := events(3000, 150)
 	first := slices.Insert(slices.Clone(evs[:2000]), 1234, poison)
 	path := filepath.Join(t.TempDir(), "state", "outbox.db")
@@ -77,8 +78,9 @@ func TestRealOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dl) != 1 || dl[0].Event.IP != poison.IP || !strings.HasPrefix(dl[0].Reason, "HTTP 404: ") {
-		t.Fatalf("dead letters %+v, want the poison event with the region's 404", dl)
+	if len(dl) != 1 || dl[0].Event.IP != poison.IP || !strings.HasPrefix(dl[0].Reason, "HTTP 500: ") ||
+		!strings.Contains(dl[0].Reason, regionstub.MsgInternalError) {
+		t.Fatalf("dead letters %+v, want the poison event with the region's 500", dl)
 	}
 	t.Logf("%d requests, %d duplicate batches (answer lost); dead letter: %s", len(s.Requests()), dups, dl[0].Reason)
 }

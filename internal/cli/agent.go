@@ -25,7 +25,13 @@ import (
 // reloadable are the keys a SIGHUP puts in force without a restart.
 // Tasks that implement agent.Reloader may apply more; list them here so
 // the log does not tell the operator to restart for them.
-var reloadable = map[string]bool{"log.level": true, "release.token_file": true}
+var reloadable = func() map[string]bool {
+	m := map[string]bool{"log.level": true, "release.token_file": true}
+	for _, k := range agent.ReloadableRegionKeys {
+		m[k] = true
+	}
+	return m
+}()
 
 func newAgentCmd(env *Env) *cobra.Command {
 	var (
@@ -54,9 +60,11 @@ Signals:
                    a bound, persist, exit 0. A second signal kills at once.
   SIGHUP           reload: re-read --config (with the same --set). A file
                    with errors is logged and ignored; the running
-                   configuration stays. log.level takes effect at once; the
-                   log names every other changed key, which takes effect at
-                   the next restart.
+                   configuration stays. log.level and the [region] keys
+                   take effect at once (a delivery waiting out a
+                   configuration error is retried with the new settings);
+                   the log names every other changed key, which takes
+                   effect at the next restart.
 
 Under systemd (Type=notify) the agent sends READY=1 once every part runs,
 STATUS= with the queue depth, watchdog pings while every part makes
@@ -85,6 +93,11 @@ part failed (the reason is on stderr and in the log), 2 for bad flags.`,
 				return err
 			}
 			if printConfig {
+				// What start reads besides the file: the region's
+				// certificates, key and token.
+				if err := agent.CheckRegion(cfg); err != nil {
+					return fmt.Errorf("config %s: %w", configPath, err)
+				}
 				return cfg.WriteTOML(env.Stdout)
 			}
 			sigs := make(chan os.Signal, 4)
@@ -102,7 +115,7 @@ part failed (the reason is on stderr and in the log), 2 for bad flags.`,
 	f.StringVarP(&configPath, "config", "c", config.DefaultPath, "configuration file")
 	f.StringArrayVar(&sets, "set", nil, "override one key: section.key=value (repeatable)")
 	f.StringVar(&logLevel, "log-level", "", "same as --set log.level=LEVEL (trace, debug, info, warn, error)")
-	f.BoolVar(&printConfig, "print-config", false, "validate the configuration, print it with defaults filled in, and exit")
+	f.BoolVar(&printConfig, "print-config", false, "validate the configuration and the region's certificate, key and token files as start does, print it with defaults filled in, and exit")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
 	"github.com/leasekeeper/leasekeeper/internal/testlog"
 )
 
@@ -44,7 +45,7 @@ func TestAgentHelp(t *testing.T) {
 
 func TestAgentBadConfig(t *testing.T) {
 	bad := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\ntoken_file = \"/t\"\ntimeout = \"5x\"\n[log]\nlevl = \"debug\"\n")
-	invalid := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\n")
+	invalid := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\ncert_file = \"\"\nkey_file = \"\"\n")
 	good := writeFile(t, "lk.toml", "[region]\nurl = \"http://127.0.0.1:1/leases\"\n[metrics]\nlisten = \"\"\n")
 	tests := []struct {
 		name   string
@@ -82,8 +83,31 @@ func TestAgentBadConfig(t *testing.T) {
 	}
 }
 
+// TestAgentPrintConfig: --print-config validates what start does —
+// the file, and the region's certificate, key, CA and token files — and
+// prints every value.
 func TestAgentPrintConfig(t *testing.T) {
-	path := writeFile(t, "lk.toml", "[region]\nurl = \"https://r/leases\"\ntoken_file = \"/t\"\n")
+	pki, err := regionstub.NewPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := pki.WriteFiles(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, "lk.toml", fmt.Sprintf("[region]\nurl = \"https://r/leases\"\nca_file = %q\ncert_file = %q\nkey_file = %q\n",
+		f.CA, f.ClientCert, f.ClientKey))
+	for _, tc := range []struct{ name, set, want string }{
+		{"missing certificate", "region.cert_file=/nonexistent/agent.crt", "region: cert_file/key_file: open /nonexistent/agent.crt: no such file or directory"},
+		{"key of another certificate", "region.key_file=" + f.ServerKey, "region: cert_file/key_file: tls: private key does not match public key"},
+		{"missing token", "region.token_file=/nonexistent/token", "region: token_file: open /nonexistent/token"},
+		{"not a CA", "region.ca_file=" + f.ClientKey, "region: ca_file " + f.ClientKey + ": no PEM certificate in it"},
+	} {
+		_, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", tc.set)
+		if code != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", tc.name, code, stderr, tc.want)
+		}
+	}
 	out, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", "region.batch_max=7")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -33,6 +33,11 @@ func newStatusCmd(env *Env) *cobra.Command {
 		Long: `Ask the running agent (GET /status on its HTTP listener, metrics.listen)
 how delivery to the region is going:
 
+  region         ok, or the problem and what to change: an outage (no
+                 answer; waiting), a configuration error (wrong port or
+                 path, no client certificate, a certificate the region
+                 does not trust; retried, never dead-lettered) or a region
+                 failing every event (HTTP 500)
   queue depth    events accepted and not yet delivered
   last delivery  when the region last accepted a batch, and how long ago
   dead letters   events the region refused (see leasekeeper deadletter)
@@ -48,8 +53,10 @@ on every interface is reached on loopback).
 --json prints the agent's answer as it is: an object with the keys
 version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
 null), deadletters, lag_seconds (null when unknown), tasks
-([{name, state}]), uptime_seconds and mode ({mode, detected, forced,
-unsure, why, kept_back}, null before the reconciler ran).
+([{name, state}]), uptime_seconds, mode ({mode, detected, forced,
+unsure, why, kept_back}, null before the reconciler ran) and region
+({state, error, hint, since, failed_attempts}; state is unknown, ok,
+outage, config or failing).
 
 Exit status: 0 when the agent answered, 1 when it could not be reached or
 answered with an error, 2 for bad flags.`,
@@ -156,6 +163,7 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		state = "ready"
 	}
 	fmt.Fprintf(tw, "agent\t%s (version %s, up %s)\n", state, r.Version, roundAge(time.Duration(r.UptimeSeconds*float64(time.Second))))
+	writeRegion(tw, r)
 	if r.QueueDepth != nil {
 		fmt.Fprintf(tw, "queue depth\t%d\n", *r.QueueDepth)
 	} else {
@@ -204,6 +212,40 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		fmt.Fprintf(tw, "parts\t%s\n", strings.Join(parts, ", "))
 	}
 	return tw.Flush()
+}
+
+// writeRegion shows how delivery to the region goes, and while there is a
+// problem what it is and what to change.
+func writeRegion(w io.Writer, r *agent.StatusReport) {
+	g := r.Region
+	if g == nil {
+		return
+	}
+	type words struct{ label, tail string }
+	wd, ok := map[string]words{
+		"unknown": {"nothing sent yet", ""},
+		"ok":      {"ok", ""},
+		"outage":  {"OUTAGE", "no answer, retrying (nothing is lost)"},
+		"config":  {"CONFIGURATION ERROR", "retrying, nothing is dead-lettered"},
+		"failing": {"FAILING", "the region fails every event, retrying (nothing is dead-lettered)"},
+	}[g.State]
+	if !ok {
+		wd = words{g.State, ""}
+	}
+	what := wd.label
+	if g.Since != nil {
+		what += fmt.Sprintf(" for %s (%d attempts)", roundAge(r.Time.Sub(*g.Since)), g.FailedAttempts)
+	}
+	if wd.tail != "" {
+		what += ": " + wd.tail
+	}
+	fmt.Fprintf(w, "region\t%s\n", what)
+	if g.Hint != "" {
+		fmt.Fprintf(w, "\t%s\n", g.Hint)
+	}
+	if g.Error != "" && g.State != "ok" {
+		fmt.Fprintf(w, "\tlast error: %s\n", g.Error)
+	}
 }
 
 // roundAge shows a duration at a precision fit for a human.

@@ -75,6 +75,29 @@ parts          hooksock ready, http ready
 	}
 }
 
+// TestStatusRegionProblem: a configuration error is shown with what to
+// change (agent/deliver words it), how long it has lasted and the last
+// error.
+func TestStatusRegionProblem(t *testing.T) {
+	srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
+		"queue_depth":40,"last_delivery":null,"deadletters":0,"lag_seconds":120,"tasks":[],"uptime_seconds":10800,
+		"region":{"state":"config","error":"HTTP 403: {\"detail\":\"Client certificate required.\"}",
+		"hint":"the region wants a client certificate: set region.cert_file and region.key_file","since":"2026-11-29T11:58:00Z","failed_attempts":9}}`, 200)
+	out, _, code := run(t, "status", "--url", srv.URL)
+	want := `agent          ready (version 1.2.3, up 3h0m0s)
+region         CONFIGURATION ERROR for 2m0s (9 attempts): retrying, nothing is dead-lettered
+               the region wants a client certificate: set region.cert_file and region.key_file
+               last error: HTTP 403: {"detail":"Client certificate required."}
+queue depth    40
+last delivery  never
+dead letters   0
+lag            2m0s
+`
+	if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+		t.Errorf("exit %d (-want +got):\n%s", code, diff)
+	}
+}
+
 func TestStatusUnknowns(t *testing.T) {
 	srv := statusServer(t, `{"version":"dev","ready":false,"started":"2026-11-29T12:00:00Z","time":"2026-11-29T12:00:00.2Z",
 		"queue_depth":null,"last_delivery":null,"deadletters":null,"lag_seconds":null,"tasks":[{"name":"outbox","state":"starting"}],"uptime_seconds":0.2}`, 200)

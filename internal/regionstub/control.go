@@ -3,6 +3,8 @@ package regionstub
 import (
 	"encoding/json"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -10,11 +12,15 @@ import (
 // ControlHandler lets a demo or an end-to-end test drive a running stub
 // over plain HTTP (serve it on loopback only):
 //
-//	GET  /items[?ip=IP]                            accepted items, JSON
+//	GET  /items[?ip=IP]                            items taken, JSON
 //	GET  /requests                                 every request seen, JSON
+//	GET  /leases                                   the region's view: IP → lease, JSON
+//	GET  /subnets                                  MAAS's subnets, JSON
+//	POST /subnets?add=CIDR[=FIRST-LAST[+…]]        add one (see ParseSubnet)
+//	DELETE /subnets?cidr=CIDR                      remove one
 //	POST /fail?for=30s[&status=503][&retry_after=5][&close=1][&accept=1]
 //	POST /fail?next=N[&status=…]                   the next N requests instead of a window
-//	POST /poison?ip=IP[&status=404]                DELETE /poison?ip=IP undoes it
+//	POST /poison?ip=IP[&status=500]                DELETE /poison?ip=IP undoes it
 //	POST /delay?d=200ms
 //	POST /flaky?p=0.3[&seed=1]
 //	POST /clear                                    end every fault
@@ -33,6 +39,38 @@ func (s *Server) ControlHandler() http.Handler {
 		reply(w, s.Items())
 	})
 	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) { reply(w, s.Requests()) })
+	mux.HandleFunc("GET /leases", func(w http.ResponseWriter, r *http.Request) { reply(w, s.Leases()) })
+	mux.HandleFunc("GET /subnets", func(w http.ResponseWriter, r *http.Request) {
+		type subnet struct {
+			CIDR   string   `json:"cidr"`
+			Ranges []string `json:"ranges"`
+		}
+		out := []subnet{}
+		for _, sub := range s.Subnets() {
+			x := subnet{CIDR: sub.CIDR.String(), Ranges: []string{}}
+			for _, r := range sub.Ranges {
+				x.Ranges = append(x.Ranges, r.String())
+			}
+			out = append(out, x)
+		}
+		reply(w, out)
+	})
+	mux.HandleFunc("POST /subnets", func(w http.ResponseWriter, r *http.Request) {
+		sub, err := ParseSubnet(r.URL.Query().Get("add"))
+		if err != nil {
+			bad(w, "add: "+err.Error())
+			return
+		}
+		s.AddSubnet(sub)
+	})
+	mux.HandleFunc("DELETE /subnets", func(w http.ResponseWriter, r *http.Request) {
+		p, err := netip.ParsePrefix(r.URL.Query().Get("cidr"))
+		if err != nil {
+			bad(w, "cidr: want a prefix")
+			return
+		}
+		s.SetSubnets(slices.DeleteFunc(s.Subnets(), func(sub Subnet) bool { return sub.CIDR == p.Masked() }))
+	})
 	mux.HandleFunc("POST /fail", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		f := Fault{Status: http.StatusServiceUnavailable, RetryAfter: q.Get("retry_after"),

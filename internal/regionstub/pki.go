@@ -12,22 +12,41 @@ import (
 	"fmt"
 	"io/fs"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 )
 
-// PKI is a throw-away certificate authority with one server and one client
-// certificate, all ECDSA P-256 (fast to generate in tests).
+// Names in the certificates, as MAAS makes them (maasserver/start_up.py,
+// _create_cluster_certificate_if_necessary: the CA "maas-ca" signs the
+// cluster certificate "maas-cluster" with the one SAN "DNS:maas";
+// maasserver/utils/certificates.py adds O=MAAS, OU=the MAAS UUID, and no
+// key usage extensions).
+const (
+	CAName     = "maas-ca"
+	ServerCN   = "maas-cluster"
+	ServerName = "maas" // the only name in the server certificate: a client's server_name
+	maasOrg    = "MAAS"
+	maasUUID   = "00000000-0000-4000-8000-0000005eed00" // OU, a fixed stand-in for the MAAS UUID
+	// ClientCN is the client certificate's CN: MAAS's agent certificates
+	// carry the agent's UUID there (maasapiserver/v3/api/internal/handlers/agent.py).
+	ClientCN = "0a9e0000-1eae-4eee-8000-000000000001"
+)
+
+// PKI is a throw-away MAAS-style certificate authority with the region's
+// server certificate and one rack (client) certificate, all ECDSA P-256
+// (MAAS uses RSA 4096, slow to make in tests; the key type changes nothing
+// a client sees but the signature algorithm).
 type PKI struct {
-	CAPEM         []byte // the CA certificate; both sides trust it
-	ServerCertPEM []byte
+	CAPEM         []byte // the CA certificate; both sides trust it (MAAS: ca.pem / cacerts.pem)
+	ServerCertPEM []byte // CN maas-cluster, SAN DNS:maas only (MAAS: cluster.pem)
 	ServerKeyPEM  []byte
-	ClientCertPEM []byte
-	ClientKeyPEM  []byte
+	ClientCertPEM []byte // CN ClientCN (MAAS: agent.crt)
+	ClientKeyPEM  []byte // (MAAS: agent.key)
 
 	caPool *x509.CertPool
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey // nil when loaded from files
 	server tls.Certificate
 	client tls.Certificate
 }
@@ -38,13 +57,15 @@ type Files struct {
 	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 }
 
-// File names inside a cert dir.
+// File names inside a cert dir: MAAS's own names on a rack 3.8+
+// (/var/lib/maas/certificates: agent.crt, agent.key, ca.pem) for what the
+// agent reads, and the region's cluster.pem/cluster.key for the server.
 const (
 	caFile         = "ca.pem"
-	serverCertFile = "server.pem"
-	serverKeyFile  = "server-key.pem"
-	clientCertFile = "client.pem"
-	clientKeyFile  = "client-key.pem"
+	serverCertFile = "cluster.pem"
+	serverKeyFile  = "cluster.key"
+	clientCertFile = "agent.crt"
+	clientKeyFile  = "agent.key"
 )
 
 // FilesIn names the PEM files in dir.
@@ -58,9 +79,9 @@ func FilesIn(dir string) Files {
 	}
 }
 
-// NewPKI makes a CA and signs a server certificate for localhost,
-// 127.0.0.1, ::1 and hosts (names or addresses), and a client certificate.
-func NewPKI(hosts ...string) (*PKI, error) {
+// NewPKI makes a CA, the region's server certificate and a client
+// certificate, named as MAAS names them.
+func NewPKI() (*PKI, error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -68,7 +89,7 @@ func NewPKI(hosts ...string) (*PKI, error) {
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "leasekeeper region stub CA"},
+		Subject:               pkix.Name{CommonName: CAName, Organization: []string{maasOrg}, OrganizationalUnit: []string{maasUUID}},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
@@ -83,46 +104,46 @@ func NewPKI(hosts ...string) (*PKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	leaf := func(cn string, usage x509.ExtKeyUsage, hosts []string) (certPEM, keyPEM []byte, err error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		}
-		for _, h := range hosts {
-			if ip := net.ParseIP(h); ip != nil {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-			} else {
-				tmpl.DNSNames = append(tmpl.DNSNames, h)
-			}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s certificate: %w", cn, err)
-		}
-		kder, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), nil
-	}
-	p := &PKI{CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
-	names := append([]string{"localhost", "127.0.0.1", "::1"}, hosts...)
-	if p.ServerCertPEM, p.ServerKeyPEM, err = leaf("leasekeeper region stub", x509.ExtKeyUsageServerAuth, names); err != nil {
+	p := &PKI{CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), caCert: ca, caKey: caKey}
+	if p.ServerCertPEM, p.ServerKeyPEM, err = p.Sign(ServerCN, ServerName); err != nil {
 		return nil, err
 	}
-	if p.ClientCertPEM, p.ClientKeyPEM, err = leaf("leasekeeper agent", x509.ExtKeyUsageClientAuth, nil); err != nil {
+	if p.ClientCertPEM, p.ClientKeyPEM, err = p.Sign(ClientCN); err != nil {
 		return nil, err
 	}
 	return p, p.parse()
+}
+
+// Sign makes a key and a certificate signed by the CA with the subject
+// CN cn ("" = no CN) and the DNS names dnsNames, as MAAS signs its
+// certificates: no key usage extensions. Only a PKI made by NewPKI can
+// sign (one loaded from files has no CA key).
+func (p *PKI) Sign(cn string, dnsNames ...string) (certPEM, keyPEM []byte, err error) {
+	if p.caKey == nil {
+		return nil, nil, errors.New("regionstub: this PKI has no CA key")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: []string{maasOrg}, OrganizationalUnit: []string{maasUUID}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		DNSNames:     dnsNames,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certificate %q: %w", cn, err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), nil
 }
 
 func serial() *big.Int {
@@ -138,6 +159,14 @@ func (p *PKI) parse() error {
 	if !p.caPool.AppendCertsFromPEM(p.CAPEM) {
 		return errors.New("ca: no certificate in PEM")
 	}
+	if p.caCert == nil {
+		b, _ := pem.Decode(p.CAPEM)
+		ca, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return fmt.Errorf("ca: %w", err)
+		}
+		p.caCert = ca
+	}
 	var err error
 	if p.server, err = tls.X509KeyPair(p.ServerCertPEM, p.ServerKeyPEM); err != nil {
 		return fmt.Errorf("server key pair: %w", err)
@@ -151,7 +180,7 @@ func (p *PKI) parse() error {
 // LoadOrCreatePKI reads the PEM files in dir, or when there are none makes
 // a new PKI and writes them, so a restarted stub keeps its identity and an
 // agent configured with the files keeps working across the restart.
-func LoadOrCreatePKI(dir string, hosts ...string) (*PKI, Files, error) {
+func LoadOrCreatePKI(dir string) (*PKI, Files, error) {
 	f := FilesIn(dir)
 	if _, err := os.Stat(f.CA); err == nil {
 		p := &PKI{}
@@ -173,7 +202,7 @@ func LoadOrCreatePKI(dir string, hosts ...string) (*PKI, Files, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, Files{}, err
 	}
-	p, err := NewPKI(hosts...)
+	p, err := NewPKI()
 	if err != nil {
 		return nil, Files{}, err
 	}
@@ -182,7 +211,7 @@ func LoadOrCreatePKI(dir string, hosts ...string) (*PKI, Files, error) {
 }
 
 // WriteFiles writes the PEM files into dir (created 0700 if missing); keys
-// are written 0600.
+// are written 0600, as MAAS writes agent.key and cluster.key.
 func (p *PKI) WriteFiles(dir string) (Files, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Files{}, err
@@ -212,7 +241,9 @@ func (p *PKI) CAPool() *x509.CertPool { return p.caPool }
 // ClientCertificate is the client key pair, for an in-memory client.
 func (p *PKI) ClientCertificate() tls.Certificate { return p.client }
 
-// ClientTLSConfig trusts the CA and presents the client certificate.
+// ClientTLSConfig is what MAAS's own rack agent does before 3.8 and what
+// leasekeeper does: trust the CA, present the client certificate, and
+// verify the server certificate for ServerName ("maas").
 func (p *PKI) ClientTLSConfig() *tls.Config {
-	return &tls.Config{RootCAs: p.caPool, Certificates: []tls.Certificate{p.client}, MinVersion: tls.VersionTLS12}
+	return &tls.Config{RootCAs: p.caPool, Certificates: []tls.Certificate{p.client}, ServerName: ServerName, MinVersion: tls.VersionTLS12}
 }

@@ -2,7 +2,6 @@ package regionstub
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -10,55 +9,75 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
-	"mime"
 	"net"
 	"net/http"
-	"strings"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 )
 
-// DefaultPath is where MAAS 3.6+ serves the internal leases endpoint.
-const DefaultPath = "/MAAS/a/v3internal/leases"
+// LeasesPath is where MAAS 3.6+ serves the internal leases endpoint, on
+// the region's port 5242 (src/maasagent/internal/client/client.go:
+// apiURL "/MAAS/a/v3internal", plus "/leases").
+const LeasesPath = "/MAAS/a/v3internal/leases"
 
-// maxBody bounds a request body; MAAS's own limit is of this order.
+// DefaultPath is LeasesPath (the name older callers use).
+const DefaultPath = LeasesPath
+
+// maxBody bounds a request body.
 const maxBody = 32 << 20
 
-// Options configure a Server. The zero value is a stub on a random
-// loopback port at DefaultPath that requires a client certificate.
-type Options struct {
-	Addr  string   // listen address; default "127.0.0.1:0"
-	Path  string   // endpoint path; default DefaultPath
-	PKI   *PKI     // certificates; nil makes a fresh PKI for Hosts
-	Hosts []string // extra names or addresses for the server certificate
+// The region's own words (src/maasapiserver/common/api/models/responses/errors.py,
+// src/maasapiserver/v3/middlewares/client_certificate.py, FastAPI's
+// defaults for an unknown route or method).
+const (
+	MsgClientCertRequired = "Client certificate required."
+	MsgInternalError      = "Unexpected internal server error. Please check the server logs for more details."
+	MsgValidation         = "Failed to validate the request."
+)
 
-	// Token, when set, is a bearer token the stub accepts. With a token,
-	// a client certificate becomes optional (verified if presented):
-	// a request needs one or the other.
-	Token string
-	// NoClientCert stops the stub asking for client certificates at all;
-	// then only Token (if set) authenticates.
-	NoClientCert bool
+// Options configure a Server. The zero value is a stub of the newest MAAS
+// on a random loopback port with DefaultSubnets.
+type Options struct {
+	Addr string // listen address; default "127.0.0.1:0" (MAAS: port 5242)
+	PKI  *PKI   // certificates; nil makes a fresh PKI
+
+	// Version is the MAAS version to behave as: "3.6", "3.7", "3.8" or
+	// later; "" is the newest. Before 3.8 the TLS handshake itself
+	// requires a client certificate and an empty mac is refused; from 3.8
+	// a request without one is answered 403 and mac "" is accepted.
+	Version string
+
+	// Subnets are MAAS's subnets and their IP ranges; nil is
+	// DefaultSubnets(), an empty non-nil slice none at all.
+	Subnets []Subnet
 
 	ErrorLog *log.Logger // http.Server's log (TLS handshake errors); nil discards
 }
 
-// Batch is one accepted request.
+// Batch is one request the region took (204).
 type Batch struct {
 	At             time.Time
 	IdempotencyKey string
-	Items          []event.RegionItem
+	Items          []event.RegionItem // every item, as MAAS read it (mac normalised)
+	Ignored        int                // items for addresses outside every range of their subnet
 }
 
 // Request is one request the stub saw, whatever became of it.
 type Request struct {
-	At             time.Time
+	At             time.Time // when it arrived
+	Done           time.Time // when it was answered (or closed)
+	Method, Path   string
+	ClientCN       string // the client certificate's CN, "" without one
 	Status         int    // 0 when the connection was closed without an answer
 	Fault          string // the injected fault, "" if none
 	Items          int    // items in a valid body
+	Ignored        int    // of which outside every range of their subnet
 	Accepted       bool   // the batch was recorded (even if its answer was then lost)
+	Error          string // why the region refused or failed, as its log would say
 	IdempotencyKey string
 	UserAgent      string
 }
@@ -91,9 +110,11 @@ func (f Fault) String() string {
 }
 
 // Server is the region stub: an HTTPS server implementing the MAAS
-// leases endpoint, recording what it accepted, with injectable faults.
+// internal leases endpoint, recording every request, with injectable
+// faults.
 type Server struct {
 	opts    Options
+	version version
 	pki     *PKI
 	srv     *http.Server
 	ln      net.Listener
@@ -102,6 +123,8 @@ type Server struct {
 	once    sync.Once
 
 	mu       sync.Mutex
+	subnets  []Subnet
+	view     view
 	batches  []Batch
 	items    []event.RegionItem
 	requests []Request
@@ -129,30 +152,34 @@ func Start(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// New makes a stub without starting it; Handler serves it in-process.
+// New makes a stub without starting it.
 func New(opts Options) (*Server, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	if opts.Path == "" {
-		opts.Path = DefaultPath
-	}
-	if !strings.HasPrefix(opts.Path, "/") {
-		return nil, fmt.Errorf("path %q does not start with /", opts.Path)
+	v, err := parseVersion(opts.Version)
+	if err != nil {
+		return nil, err
 	}
 	p := opts.PKI
 	if p == nil {
-		var err error
-		if p, err = NewPKI(opts.Hosts...); err != nil {
+		if p, err = NewPKI(); err != nil {
 			return nil, err
 		}
 	}
 	if opts.ErrorLog == nil {
 		opts.ErrorLog = log.New(io.Discard, "", 0)
 	}
+	subnets := opts.Subnets
+	if subnets == nil {
+		subnets = DefaultSubnets()
+	}
 	s := &Server{
 		opts:    opts,
+		version: v,
 		pki:     p,
+		subnets: slices.Clone(subnets),
+		view:    newView(),
 		closing: make(chan struct{}),
 		changed: make(chan struct{}),
 		poison:  map[string]int{},
@@ -161,20 +188,20 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// TLSConfig is the server side TLS configuration, by Options.
+// TLSConfig is the server side TLS configuration. MAAS's uvicorn verifies
+// a client certificate against its CA; before 3.8 it requires one
+// (ssl.CERT_REQUIRED), from 3.8 on it takes one if given
+// (ssl.CERT_OPTIONAL) and RequireClientCertMiddleware answers 403 without
+// (src/maasapiserver/main.py, craft_internal_app).
 func (s *Server) TLSConfig() *tls.Config {
 	c := &tls.Config{
 		Certificates: []tls.Certificate{s.pki.server},
 		ClientCAs:    s.pki.caPool,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
 		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"http/1.1"}, // hijacking (the close fault) needs HTTP/1
+		NextProtos:   []string{"http/1.1"}, // uvicorn speaks HTTP/1.1; hijacking (the close fault) needs it
 	}
-	switch {
-	case s.opts.NoClientCert:
-		c.ClientAuth = tls.NoClientCert
-	case s.opts.Token != "":
-		c.ClientAuth = tls.VerifyClientCertIfGiven
-	default:
+	if !s.version.atLeast(3, 8) {
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return c
@@ -188,7 +215,7 @@ func (s *Server) Start() error {
 	}
 	s.ln = ln
 	s.srv = &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s,
 		TLSConfig:         s.TLSConfig(),
 		ErrorLog:          s.opts.ErrorLog,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -197,12 +224,14 @@ func (s *Server) Start() error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	s.url = "https://" + net.JoinHostPort(host, port) + s.opts.Path
+	s.url = "https://" + net.JoinHostPort(host, port) + LeasesPath
 	go s.srv.Serve(tls.NewListener(ln, s.srv.TLSConfig)) //nolint:errcheck // ends with Close
 	return nil
 }
 
 // URL is the endpoint's full URL (https://127.0.0.1:PORT/MAAS/a/v3internal/leases).
+// The certificate does not name that address: a client must verify it
+// for ServerName ("maas").
 func (s *Server) URL() string { return s.url }
 
 // Addr is the address the stub listens on.
@@ -210,6 +239,9 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // PKI is the stub's certificates (for a client's ca_file, cert_file, key_file).
 func (s *Server) PKI() *PKI { return s.pki }
+
+// Version is the MAAS version the stub behaves as ("3.8").
+func (s *Server) Version() string { return s.version.String() }
 
 // ClientTLSConfig is a client configuration the stub accepts.
 func (s *Server) ClientTLSConfig() *tls.Config { return s.pki.ClientTLSConfig() }
@@ -230,75 +262,62 @@ func (s *Server) Close() error {
 	return err
 }
 
-// Handler serves the endpoint at Options.Path.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc(s.opts.Path, s.serveLeases)
-	if s.opts.Path != "/" {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
-		})
-	}
-	return mux
-}
-
-// apiError is the MAAS v3 API error body.
-type apiError struct {
-	Kind    string        `json:"kind"`
-	Code    int           `json:"code"`
-	Message string        `json:"message"`
-	Details []errorDetail `json:"details,omitempty"`
-}
-
-type errorDetail struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	Index   *int   `json:"index,omitempty"`
-}
-
-func writeError(w http.ResponseWriter, code int, msg string, details ...errorDetail) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(apiError{Kind: "Error", Code: code, Message: msg, Details: details}) //nolint:errcheck
-}
-
-func (s *Server) serveLeases(w http.ResponseWriter, r *http.Request) {
-	req := Request{At: time.Now(), IdempotencyKey: r.Header.Get("Idempotency-Key"), UserAgent: r.UserAgent()}
-	status := s.handle(w, r, &req)
-	req.Status = status
+// ServeHTTP answers as MAAS's internal API app (on any port: nginx's
+// stream proxy on 5242 passes TLS through to it) and records the request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req := Request{At: time.Now(), Method: r.Method, Path: r.URL.Path,
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), UserAgent: r.UserAgent()}
+	req.Status = s.handle(w, r, &req)
+	req.Done = time.Now()
 	s.mu.Lock()
 	s.requests = append(s.requests, req)
 	s.mu.Unlock()
 }
 
+// clientCN is the verified client certificate's CN, as MAAS's patched
+// uvicorn puts it in the request scope (src/maasapiserver/tls.py).
+func clientCN(cs *tls.ConnectionState) string {
+	if cs == nil || len(cs.VerifiedChains) == 0 {
+		return ""
+	}
+	return cs.VerifiedChains[0][0].Subject.CommonName
+}
+
 // handle answers one request and returns the status sent (0: closed).
 func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *Request) int {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
-		return http.StatusMethodNotAllowed
+	// The middlewares run before routing: any path without a client
+	// certificate (or one without a CN) is a 403.
+	req.ClientCN = clientCN(r.TLS)
+	if req.ClientCN == "" {
+		req.Error = "no client certificate CN"
+		return writeJSON(w, http.StatusForbidden, map[string]string{"detail": MsgClientCertRequired})
 	}
-	if !s.authorized(r) {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeError(w, http.StatusUnauthorized, "no valid client certificate or bearer token")
-		return http.StatusUnauthorized
-	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, "content type must be application/json")
-		return http.StatusUnsupportedMediaType
+	switch r.URL.Path {
+	case LeasesPath:
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			return writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"detail": "Method Not Allowed"})
+		}
+	case LeasesPath + "/":
+		// Starlette's redirect_slashes.
+		w.Header().Set("Location", LeasesPath)
+		w.WriteHeader(http.StatusTemporaryRedirect)
+		return http.StatusTemporaryRedirect
+	default:
+		return writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"})
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body too large")
-			return http.StatusRequestEntityTooLarge
+			return writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"detail": "Request Entity Too Large"})
 		}
 		return 0 // the client went away
 	}
 	fault, faulty := s.pickFault(req)
 	if d := s.currentDelay(); d > 0 {
+		// The region goes on with the request even if the client gives
+		// up: it does not watch the connection.
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -309,27 +328,25 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *Request) in
 	if faulty && !fault.Accept {
 		return s.fail(w, fault)
 	}
-	items, err := Validate(body)
-	if err != nil {
-		var ie *ItemError
-		d := errorDetail{Type: "ValidationError", Message: err.Error()}
-		if errors.As(err, &ie) {
-			d.Field = ie.Field
-			if ie.Index >= 0 {
-				d.Index = &ie.Index
-			}
-		}
-		writeError(w, http.StatusUnprocessableEntity, "Failed to validate the request.", d)
-		return http.StatusUnprocessableEntity
+	items, details := validate(body, s.version)
+	if details != nil {
+		req.Error = fmt.Sprintf("%d validation errors, first %s: %s", len(details), details[0].Field, details[0].Message)
+		return writeJSON(w, http.StatusUnprocessableEntity, errorBody{Kind: "Error", Code: 422, Message: MsgValidation, Details: details})
 	}
 	req.Items = len(items)
 	if i, code, bad := s.poisoned(items); bad {
-		writeError(w, code, fmt.Sprintf("item %d: ip %s: rejected", i, items[i].IP),
-			errorDetail{Type: "PoisonError", Message: "poisoned address " + items[i].IP, Field: "ip", Index: &i})
-		return code
+		req.Error = fmt.Sprintf("injected poison: item %d, ip %s", i, items[i].IP)
+		if code == http.StatusInternalServerError {
+			return writeJSON(w, code, internalError())
+		}
+		return writeJSON(w, code, errorBody{Kind: "Error", Code: code, Message: "injected poison " + items[i].IP})
 	}
-	s.record(Batch{At: time.Now(), IdempotencyKey: req.IdempotencyKey, Items: items})
-	req.Accepted = true
+	ignored, err := s.store(items, req.IdempotencyKey)
+	if err != nil {
+		req.Error = err.Error()
+		return writeJSON(w, http.StatusInternalServerError, internalError())
+	}
+	req.Accepted, req.Ignored = true, ignored
 	if faulty {
 		return s.fail(w, fault)
 	}
@@ -337,17 +354,52 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *Request) in
 	return http.StatusNoContent
 }
 
-func (s *Server) authorized(r *http.Request) bool {
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-		return true
+// errorBody is MAAS's v3 error body (ErrorBodyResponse).
+type errorBody struct {
+	Kind    string             `json:"kind"`
+	Code    int                `json:"code"`
+	Message string             `json:"message"`
+	Details []ValidationDetail `json:"details"`
+}
+
+func internalError() errorBody {
+	return errorBody{Kind: "Error", Code: http.StatusInternalServerError, Message: MsgInternalError}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v) //nolint:errcheck
+	return code
+}
+
+// store runs a valid batch as one transaction: every item is checked
+// first (the checks depend on the configuration only), so a failure
+// leaves nothing applied, like MAAS's rollback; then the items are
+// applied in order and the batch recorded.
+func (s *Server) store(items []item, key string) (ignored int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	skip := make([]bool, len(items))
+	for i := range items {
+		if skip[i], err = place(s.subnets, &items[i]); err != nil {
+			return 0, err
+		}
 	}
-	if s.opts.Token != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) == 1
+	b := Batch{At: time.Now(), IdempotencyKey: key, Items: make([]event.RegionItem, len(items))}
+	for i := range items {
+		b.Items[i] = items[i].RegionItem
+		if skip[i] {
+			b.Ignored++
+			continue
+		}
+		s.view.apply(&items[i])
 	}
-	// Without a token, the TLS handshake already demanded a verified
-	// certificate unless client certificates are off altogether.
-	return s.opts.NoClientCert
+	s.batches = append(s.batches, b)
+	s.items = append(s.items, b.Items...)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return b.Ignored, nil
 }
 
 func (s *Server) fail(w http.ResponseWriter, f Fault) int {
@@ -363,8 +415,10 @@ func (s *Server) fail(w http.ResponseWriter, f Fault) int {
 	if f.RetryAfter != "" {
 		w.Header().Set("Retry-After", f.RetryAfter)
 	}
-	writeError(w, f.Status, "injected failure")
-	return f.Status
+	if f.Status == http.StatusInternalServerError {
+		return writeJSON(w, f.Status, internalError())
+	}
+	return writeJSON(w, f.Status, errorBody{Kind: "Error", Code: f.Status, Message: "injected failure"})
 }
 
 // abort closes conn with a TCP reset, as a crashed or killed region would.
@@ -413,7 +467,7 @@ func (s *Server) currentDelay() time.Duration {
 	return s.delay
 }
 
-func (s *Server) poisoned(items []event.RegionItem) (int, int, bool) {
+func (s *Server) poisoned(items []item) (int, int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.poison) == 0 {
@@ -427,13 +481,28 @@ func (s *Server) poisoned(items []event.RegionItem) (int, int, bool) {
 	return 0, 0, false
 }
 
-func (s *Server) record(b Batch) {
+// Configuration, safe to change while serving.
+
+// SetSubnets replaces MAAS's subnets (as an operator adding or removing
+// one in MAAS).
+func (s *Server) SetSubnets(subnets []Subnet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.batches = append(s.batches, b)
-	s.items = append(s.items, b.Items...)
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.subnets = slices.Clone(subnets)
+}
+
+// AddSubnet adds a subnet after the others.
+func (s *Server) AddSubnet(sub Subnet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.subnets = append(s.subnets, sub)
+}
+
+// Subnets is MAAS's subnets now.
+func (s *Server) Subnets() []Subnet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.subnets)
 }
 
 // Faults, all safe to call while serving.
@@ -462,10 +531,12 @@ func (s *Server) Unavailable(d time.Duration, retryAfter string) {
 // CloseFor closes every connection abruptly, without an answer, for the next d.
 func (s *Server) CloseFor(d time.Duration) { s.FailFor(d, Fault{Close: true}) }
 
-// Poison makes any batch holding ip fail with status (0 means 404).
+// Poison makes any valid batch holding ip fail with status (0 means 500,
+// with MAAS's body), whatever the subnets say. A real poison item needs
+// no injection: an address in no subnet is one.
 func (s *Server) Poison(ip string, status int) {
 	if status == 0 {
-		status = http.StatusNotFound
+		status = http.StatusInternalServerError
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -479,7 +550,8 @@ func (s *Server) Unpoison(ip string) {
 	delete(s.poison, ip)
 }
 
-// SetDelay delays every answer by d (the batch is processed after the delay).
+// SetDelay delays every answer by d; the batch is processed after the
+// delay even if the client has gone (as MAAS's handler would).
 func (s *Server) SetDelay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -506,14 +578,15 @@ func (s *Server) ClearFaults() {
 
 // Records.
 
-// Items is every accepted item, in the order accepted.
+// Items is every item of every batch the region took (204), in order,
+// including those it ignored (outside every range).
 func (s *Server) Items() []event.RegionItem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]event.RegionItem(nil), s.items...)
+	return slices.Clone(s.items)
 }
 
-// ItemsFor is the accepted items for one IP, in order.
+// ItemsFor is the taken items for one IP, in order.
 func (s *Server) ItemsFor(ip string) []event.RegionItem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -526,28 +599,48 @@ func (s *Server) ItemsFor(ip string) []event.RegionItem {
 	return out
 }
 
-// Batches is every accepted batch, in order.
+// Batches is every batch taken, in order.
 func (s *Server) Batches() []Batch {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Batch(nil), s.batches...)
+	return slices.Clone(s.batches)
 }
 
 // Requests is every request seen, in the order answered.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	return slices.Clone(s.requests)
 }
 
-// Len is the number of accepted items.
+// Len is the number of items taken.
 func (s *Server) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.items)
 }
 
-// WaitItems waits until at least n items were accepted, or ctx ends.
+// Leases is the region's view now: the current lease of every address
+// that has one, after applying what it took in arrival order.
+func (s *Server) Leases() map[string]Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]Lease, len(s.view.leases))
+	for k, v := range s.view.leases {
+		out[k] = v
+	}
+	return out
+}
+
+// Lease is the region's view of one address.
+func (s *Server) Lease(ip netip.Addr) (Lease, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.view.leases[ip.String()]
+	return l, ok
+}
+
+// WaitItems waits until at least n items were taken, or ctx ends.
 func (s *Server) WaitItems(ctx context.Context, n int) error {
 	for {
 		s.mu.Lock()
@@ -564,7 +657,7 @@ func (s *Server) WaitItems(ctx context.Context, n int) error {
 	}
 }
 
-// WaitFunc waits until ok(items) holds for the accepted items, or ctx ends.
+// WaitFunc waits until ok(items) holds for the taken items, or ctx ends.
 func (s *Server) WaitFunc(ctx context.Context, ok func([]event.RegionItem) bool) error {
 	for {
 		s.mu.Lock()
