@@ -35,6 +35,7 @@ const (
 	hooksOK      = "ok"      // the packaging snippet running leasekeeper-hook
 	hooksNoExec  = "noexec"  // the snippet, but the program is not executable
 	hooksFailing = "failing" // the snippet, but the program exits 1
+	hooksMAAS    = "maas"    // MAAS's blocks running a stand-in for MAAS's helper, sending to maasSock
 )
 
 // world is one lab: dhcpd, clients, the region stub and an agent.
@@ -53,6 +54,10 @@ type world struct {
 	// what the last stopped agent left: its log and metrics
 	lastLogs  *testlog.Buffer
 	lastSynth map[string]float64 // leasekeeper_synthesised_total by reason
+
+	// maasSock is where the MAAS helper stand-in sends (hooksMAAS):
+	// MAAS's dhcpd.sock, not the agent's.
+	maasSock string
 }
 
 func newWorld(t *testing.T, hooks string, lease int) *world {
@@ -81,6 +86,9 @@ func newWorld(t *testing.T, hooks string, lease int) *world {
 		if err := os.WriteFile(w.hook, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	case hooksMAAS:
+		w.hook = lab.MAASHelper(t, w.dir)
+		w.maasSock = filepath.Join(w.dir, "maas-dhcpd.sock")
 	}
 	return w
 }
@@ -90,7 +98,11 @@ func (w *world) conf(lo, hi int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n",
 		w.lease, w.lease, w.lease)
-	if w.hooks != hooksNone {
+	switch w.hooks {
+	case hooksNone:
+	case hooksMAAS:
+		b.WriteString(lab.MAASSnippet(w.t, w.hook, w.maasSock))
+	default:
 		b.WriteString(lab.HookSnippet(w.t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
 	}
 	b.WriteString(w.lab.SubnetConf(fmt.Sprintf("  range 203.0.113.%d 203.0.113.%d;", lo, hi)))
