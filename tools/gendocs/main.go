@@ -240,9 +240,10 @@ func hookPage(help string, h header) ([]byte, error) {
 	}
 	var b strings.Builder
 	b.WriteString(h.title("leasekeeper-hook"))
-	b.WriteString("# NAME\n\nleasekeeper-hook \\- hand one lease event from ISC dhcpd to the leasekeeper agent\n\n")
+	b.WriteString("# NAME\n\nleasekeeper-hook \\- hand lease events from ISC dhcpd to the leasekeeper agent; clean its leases file (maas-dhcp-helper)\n\n")
 	b.WriteString("# SYNOPSIS\n\n")
-	b.WriteString(block(strings.TrimPrefix(usage, "Usage: ")))
+	// Every synopsis line loses the indent "Usage: " gave it.
+	b.WriteString(block(strings.ReplaceAll(strings.TrimPrefix(usage, "Usage: "), "\n       ", "\n")))
 	b.WriteString("# DESCRIPTION\n\n")
 	b.WriteString(prose(rest))
 	b.WriteString("# ENVIRONMENT\n\n")
