@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 )
@@ -63,8 +64,8 @@ type Options struct {
 	// AgentUser is the user the agent runs as (the Debian unit's
 	// "leasekeeper"); "" skips the check that it can read dhcpd.conf.
 	AgentUser string
-	// ServerName is the name to verify in the region's certificate;
-	// "" = "maas", the only name MAAS's certificate holds.
+	// ServerName overrides region.server_name, the name verified in the
+	// region's certificate (tests).
 	ServerName string
 	Timeout    time.Duration // for the region; 0 = 5s
 	// Port is the port region.url must name; "" = MAASPort (tests run
@@ -348,13 +349,24 @@ func (r *Report) region(ctx context.Context, o Options) {
 	if c.TokenFile != "" {
 		r.add(Problem, "certificates", "region.token_file is set: MAAS's internal API takes no bearer token, only the rack's client certificate.", "remove token_file; set cert_file, key_file and ca_file")
 	}
+	if err := agent.CheckRegion(o.Config); err != nil {
+		r.add(Problem, "region-url", "the agent would refuse to start: "+err.Error()+".", "fix [region] in leasekeeper.toml; leasekeeper agent --print-config checks it")
+	}
 	tc, ok := r.certificates(c.CertFile, c.KeyFile, c.CAFile)
 	if !ok || u.Scheme != "https" {
 		return
 	}
-	tc.ServerName = o.ServerName
+	// As the agent does: region.server_name, else the URL's host.
+	tc.ServerName = c.ServerName
+	if o.ServerName != "" {
+		tc.ServerName = o.ServerName
+	}
 	if tc.ServerName == "" {
-		tc.ServerName = "maas"
+		tc.ServerName = u.Hostname()
+		if u.Hostname() != config.MAASServerName {
+			r.add(Note, "region-url", fmt.Sprintf("region.server_name is empty, so the region's certificate must name %s; MAAS's names only %q.", u.Hostname(), config.MAASServerName),
+				fmt.Sprintf("set region.server_name = %q", config.MAASServerName))
+		}
 	}
 	r.connect(ctx, u, tc, o.Timeout)
 }
@@ -446,7 +458,7 @@ func (r *Report) connect(ctx context.Context, u *url.URL, tc *tls.Config, timeou
 		switch {
 		case errors.As(err, &he):
 			r.add(Problem, "region", fmt.Sprintf("the region at %s has a certificate for %v, not %q: %v.", hostport, he.Certificate.DNSNames, tc.ServerName, err),
-				"set region.server_name to the name in the region's certificate (MAAS: \"maas\")")
+				fmt.Sprintf("set region.server_name to the name in the region's certificate (MAAS: %q)", config.MAASServerName))
 		case errors.As(err, &ue), errors.As(err, &ce):
 			r.add(Problem, "region", fmt.Sprintf("the region's certificate at %s does not chain to region.ca_file: %v.", hostport, err), "set region.ca_file to MAAS's CA")
 		case errors.Is(err, syscall.ECONNREFUSED):

@@ -132,7 +132,7 @@ func newWorld(t *testing.T) *world {
 	cfg.Region.CertFile, cfg.Region.KeyFile, cfg.Region.CAFile = w.pki.clientCert, w.pki.clientKy, w.pki.caFile
 	cfg.Region.TokenFile = ""
 	w.cfg = cfg
-	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), ServerName: "maas", Timeout: 5 * time.Second}
+	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), Timeout: 5 * time.Second}
 	return w
 }
 
