@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,9 +92,9 @@ func tlsConfig(cfg *Config, host string) (*tls.Config, error) {
 		c.ServerName = cfg.ServerName
 	}
 	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+		pem, err := readRegionFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
+			return nil, fmt.Errorf("ca_file: %w%s", err, maasFileHint(cfg.CAFile, err))
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -105,16 +106,54 @@ func tlsConfig(cfg *Config, host string) (*tls.Config, error) {
 		return nil, errors.New("cert_file and key_file go together: set both or neither")
 	}
 	if cfg.CertFile != "" {
-		pair, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		certPEM, err := readRegionFile(cfg.CertFile)
 		if err != nil {
-			if errors.Is(err, os.ErrPermission) {
-				return nil, fmt.Errorf("cert_file/key_file: %w (the agent runs as user %s: give it a copy it can read, see README.Debian)", err, userName())
-			}
-			return nil, fmt.Errorf("cert_file/key_file: %w", err)
+			return nil, fmt.Errorf("cert_file/key_file: %w%s", err, maasFileHint(cfg.CertFile, err))
+		}
+		keyPEM, err := readRegionFile(cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file/key_file: %w%s", err, maasFileHint(cfg.KeyFile, err))
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file/key_file %s, %s: %w", cfg.CertFile, cfg.KeyFile, err)
 		}
 		c.Certificates = []tls.Certificate{pair}
 	}
 	return c, nil
+}
+
+// readRegionFile reads ca_file, cert_file or key_file. When the agent may
+// not read it — a MAAS rack keeps its key for MAAS's user only — but
+// systemd passed the service a credential of the same base name
+// (LoadCredential=agent.key:/var/lib/maas/certificates/agent.key; systemd
+// reads the file as root and hands the service a private copy), that copy
+// is read instead.
+func readRegionFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil || !errors.Is(err, os.ErrPermission) {
+		return b, err
+	}
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		if c, cerr := os.ReadFile(filepath.Join(dir, filepath.Base(path))); cerr == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// maasFileHint says what to do about a region file the agent cannot read:
+// one of MAAS's (by default) that is missing, or that MAAS keeps from the
+// agent's user.
+func maasFileHint(path string, err error) string {
+	switch {
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Sprintf(" (the agent runs as user %s and MAAS keeps its rack key for MAAS only: have systemd pass it, LoadCredential=%s:%s, see README.Debian)",
+			userName(), filepath.Base(path), path)
+	case errors.Is(err, os.ErrNotExist) && strings.HasPrefix(path, maasCertDir+"/"):
+		return " (the defaults are a MAAS 3.8+ deb rack's; MAAS 3.6 and 3.7 keep cluster.pem, cluster.key and cacerts.pem there, a snap under /var/snap/maas: see [region] in leasekeeper.toml)"
+	}
+	return ""
 }
 
 func userName() string {

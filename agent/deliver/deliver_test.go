@@ -13,9 +13,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1216,5 +1218,54 @@ func TestOneLine(t *testing.T) {
 		if got := oneLine([]byte(tc.in), maxReason); got != tc.want {
 			t.Errorf("oneLine(%.20q) = %.40q, want %.40q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestCredentialFallback: a key the agent's user may not read (MAAS keeps
+// agent.key 0600 for its own user) is read from the copy systemd passes
+// with LoadCredential= of the same name; without one, the error says how
+// to give it.
+func TestCredentialFallback(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (to read files as another user with setfsuid)")
+	}
+	s, f := stub(t, regionstub.Options{})
+	cfg := fastConfig(s, f)
+	creds := t.TempDir()
+	if err := os.Chmod(creds, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(f.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(creds, "agent.key"), key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// f.ClientKey is root's, mode 0600: nobody may read it, and the rest.
+	for _, d := range []string{filepath.Dir(f.ClientKey), filepath.Dir(filepath.Dir(f.ClientKey))} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asNobody := func() error {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := syscall.Setfsuid(65534); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Setfsuid(0) //nolint:errcheck
+		u, _ := url.Parse(cfg.URL)
+		_, err := tlsConfig(&cfg, u.Hostname())
+		return err
+	}
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	if err := asNobody(); err == nil || !strings.Contains(err.Error(), "permission denied") ||
+		!strings.Contains(err.Error(), "LoadCredential=agent.key:"+f.ClientKey) {
+		t.Errorf("without a credential: %v, want permission denied and how to pass the key", err)
+	}
+	t.Setenv("CREDENTIALS_DIRECTORY", creds)
+	if err := asNobody(); err != nil {
+		t.Errorf("with the credential: %v", err)
 	}
 }

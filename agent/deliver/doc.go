@@ -10,7 +10,10 @@
 // verify the region against, and the name to verify in its certificate
 // (ServerName; MAAS's certificate names only "maas", so the address in
 // the URL would not verify; MAAS's own agent skips the name check, this
-// one keeps it). A bearer token (TokenFile) is sent when set, for regions
+// one keeps it). A file the agent's user may not read (MAAS keeps the
+// rack's key for its own user) is read from the copy systemd passes with
+// LoadCredential= under the same base name, when there is one. A bearer
+// token (TokenFile) is sent when set, for regions
 // other than MAAS, which ignores it. https only, except to a loopback host
 // (tests, a local proxy), where no TLS file is read.
 //

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
 )
 
 // waitDelivered waits until the region has every event of evs and the
@@ -323,17 +324,19 @@ func TestKill9Restart(t *testing.T) {
 	a.stop()
 }
 
-// TestPoisonItem: the region refuses (422) every batch holding one
-// address while 1 000 other events flow. The others arrive within
-// seconds, the poisoned event is dead-lettered, listed by `leasekeeper
-// deadletter list`, and delivered by `leasekeeper deadletter retry` once
-// the region takes it.
+// TestPoisonItem (issue 11, must show): one event's address is in no
+// subnet of the region, so MAAS fails every batch holding it with 500,
+// while 1 000 other events flow. The others arrive within seconds, in
+// order; the poisoned event is dead-lettered with the region's words once
+// it failed alone and again after a neighbour was accepted, listed by
+// `leasekeeper deadletter list`, and delivered by `leasekeeper deadletter
+// retry` once the region has the subnet.
 func TestPoisonItem(t *testing.T) {
 	e := newEnv(t)
 	a := e.startAgent(agentOptions{})
 	g := newGen(4)
-	poisonIP := ipOf(500)
-	e.region.stub().Poison(poisonIP, 422)
+	poisonIP := ipOf(500) // 198.18.2.1; the others are in 198.18.0.0/24
+	e.region.stub().SetSubnets([]regionstub.Subnet{regionstub.WholeSubnet("198.18.0.0/23")})
 	others := g.events(1000, 0, 100)
 	poison := g.event(500)
 	evs := slices.Concat(others[:500], []hookEvent{poison}, others[500:])
@@ -357,8 +360,9 @@ func TestPoisonItem(t *testing.T) {
 	if err := json.Unmarshal([]byte(cli(t, "deadletter", "list", "--json", "--url", a.base)), &dls); err != nil {
 		t.Fatal(err)
 	}
-	if len(dls) != 1 || dls[0].Event.IP != poisonIP || !strings.Contains(dls[0].Reason, "422") {
-		t.Fatalf("deadletter list --json: %+v, want the event for %s with the region's 422", dls, poisonIP)
+	if len(dls) != 1 || dls[0].Event.IP != poisonIP || !strings.HasPrefix(dls[0].Reason, "HTTP 500: ") ||
+		!strings.Contains(dls[0].Reason, regionstub.MsgInternalError) {
+		t.Fatalf("deadletter list --json: %+v, want the event for %s with the region's 500", dls, poisonIP)
 	}
 	if itemKey(dls[0].Event) != poison.key() {
 		t.Errorf("dead letter %+v is not the poisoned event (%s)", dls[0].Event, poison.key())
@@ -369,7 +373,7 @@ func TestPoisonItem(t *testing.T) {
 	}
 	t.Logf("1 000 good events delivered %s after the last hook; dead letters:\n%s", took.Round(time.Millisecond), list)
 
-	e.region.stub().Unpoison(poisonIP)
+	e.region.stub().AddSubnet(regionstub.WholeSubnet("198.18.2.0/24"))
 	cli(t, "deadletter", "retry", strconv.FormatUint(dls[0].Seq, 10), "--url", a.base)
 	e.waitDelivered(a, []hookEvent{poison}, 10*time.Second)
 	if got := e.region.stub().ItemsFor(poisonIP); len(got) != 1 || got[0].Hostname != poison.host && poison.action == event.Commit {

@@ -271,16 +271,28 @@ func waitFor(timeout time.Duration, ok func() bool) bool {
 
 // agentOptions vary the agent's configuration.
 type agentOptions struct {
-	allowedUIDs string   // TOML array; default the test's own uid
-	stateDir    string   // default env.state
-	batchMax    int      // default 100
-	activated   *os.File // a socket passed as systemd socket activation does
-	noWait      bool     // do not wait for ready
+	allowedUIDs string       // TOML array; default the test's own uid
+	stateDir    string       // default env.state
+	batchMax    int          // default 100
+	activated   *os.File     // a socket passed as systemd socket activation does
+	noWait      bool         // do not wait for ready
+	region      regionConfig // default: the stub, over mTLS with the rack's files
+}
+
+// regionConfig is the agent's [region] as the test sets it; empty fields
+// take the stub's values (url, the PKI's files, server_name "maas").
+type regionConfig struct {
+	url       string
+	noCert    bool   // cert_file = "", key_file = ""
+	tokenFile string // token_file
 }
 
 // agentProc is one `leasekeeper agent` process.
 type agentProc struct {
 	tb      testing.TB
+	env     *env
+	opts    agentOptions
+	cfgPath string
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -296,49 +308,9 @@ func (e *env) startAgent(opts agentOptions) *agentProc {
 	tb.Helper()
 	e.agents++
 	name := fmt.Sprintf("agent-%d", e.agents)
-	if opts.allowedUIDs == "" {
-		opts.allowedUIDs = fmt.Sprintf("[%d]", os.Getuid())
-	}
-	if opts.stateDir == "" {
-		opts.stateDir = e.state
-	}
-	if opts.batchMax == 0 {
-		opts.batchMax = 100
-	}
-	cfg := fmt.Sprintf(`[dhcpd]
-leases = %q
-config = ""
-pid_file = ""
-
-[hook]
-socket = %q
-spool = %q
-allowed_uids = %s
-
-[region]
-url = %q
-ca_file = %q
-cert_file = %q
-key_file = %q
-batch_max = %d
-timeout = "3s"
-
-[state]
-dir = %q
-
-[metrics]
-listen = "127.0.0.1:0"
-
-[log]
-level = "info"
-format = "json"
-`, filepath.Join(e.dir, "dhcpd.leases"), e.socket, e.spool, opts.allowedUIDs,
-		e.region.url, e.region.files.CA, e.region.files.ClientCert, e.region.files.ClientKey, opts.batchMax, opts.stateDir)
 	cfgPath := filepath.Join(e.dir, name+".toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	a := &agentProc{tb: tb, name: name, logPath: filepath.Join(e.dir, name+".log"), exited: make(chan struct{})}
+	e.writeAgentConfig(cfgPath, opts)
+	a := &agentProc{tb: tb, name: name, cfgPath: cfgPath, opts: opts, env: e, logPath: filepath.Join(e.dir, name+".log"), exited: make(chan struct{})}
 	logf, err := os.Create(a.logPath)
 	if err != nil {
 		tb.Fatal(err)
@@ -370,6 +342,79 @@ format = "json"
 		a.waitReady(60 * time.Second)
 	}
 	return a
+}
+
+// writeAgentConfig writes the agent's configuration for opts to path.
+func (e *env) writeAgentConfig(path string, opts agentOptions) {
+	tb := e.tb
+	tb.Helper()
+	if opts.allowedUIDs == "" {
+		opts.allowedUIDs = fmt.Sprintf("[%d]", os.Getuid())
+	}
+	if opts.stateDir == "" {
+		opts.stateDir = e.state
+	}
+	if opts.batchMax == 0 {
+		opts.batchMax = 100
+	}
+	r := opts.region
+	if r.url == "" {
+		r.url = e.region.url
+	}
+	cert, key := e.region.files.ClientCert, e.region.files.ClientKey
+	if r.noCert {
+		cert, key = "", ""
+	}
+	cfg := fmt.Sprintf(`[dhcpd]
+leases = %q
+config = ""
+pid_file = ""
+
+[hook]
+socket = %q
+spool = %q
+allowed_uids = %s
+
+[region]
+url = %q
+ca_file = %q
+cert_file = %q
+key_file = %q
+server_name = "maas"
+token_file = %q
+batch_max = %d
+timeout = "3s"
+
+[state]
+dir = %q
+
+[metrics]
+listen = "127.0.0.1:0"
+
+[log]
+level = "info"
+format = "json"
+`, filepath.Join(e.dir, "dhcpd.leases"), e.socket, e.spool, opts.allowedUIDs,
+		r.url, e.region.files.CA, cert, key, r.tokenFile, opts.batchMax, opts.stateDir)
+	// Written whole, then renamed: a reload never reads half a file.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// reconfigure rewrites the agent's configuration with opts and makes it
+// reload (SIGHUP), as `systemctl reload leasekeeper` does.
+func (a *agentProc) reconfigure(opts agentOptions) {
+	a.tb.Helper()
+	a.opts = opts
+	a.env.writeAgentConfig(a.cfgPath, opts)
+	if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		a.tb.Fatal(err)
+	}
 }
 
 // agentEnviron is the test's environment without what would confuse the
@@ -527,6 +572,11 @@ type statusReport struct {
 	LastDelivery *time.Time `json:"last_delivery"`
 	DeadLetters  *int       `json:"deadletters"`
 	LagSeconds   *float64   `json:"lag_seconds"`
+	Region       *struct {
+		State string `json:"state"`
+		Error string `json:"error"`
+		Hint  string `json:"hint"`
+	} `json:"region"`
 }
 
 // deadLetter is one element of `leasekeeper deadletter list --json`.

@@ -110,7 +110,7 @@ func (d *demo) run() error {
 	lab.Require(d.tb, "dhcpd", "dhclient")
 	d.dir = d.tb.TempDir()
 
-	say("a region stub (the MAAS region's leases endpoint, TLS with client certificates)")
+	say("a MAAS-shaped region stub: the internal leases API (port 5242 on MAAS) over mutual TLS, its certificate naming only \"maas\"")
 	stub, err := regionstub.Start(regionstub.Options{})
 	if err != nil {
 		return err
@@ -241,6 +241,7 @@ url = %q
 ca_file = %q
 cert_file = %q
 key_file = %q
+server_name = "maas"
 [state]
 dir = %q
 [reconcile]
