@@ -381,6 +381,12 @@ func (a *Agent) statusLine() string {
 	} else {
 		fmt.Fprintf(&b, "%s ago", a.now().Sub(t).Round(time.Second))
 	}
+	if g, ok := a.status.(Regioner); ok {
+		if r := g.RegionReport(); r != nil && r.State != "ok" && r.State != "unknown" {
+			fmt.Fprintf(&b, "; region %s (leasekeeper status)", map[string]string{
+				"config": "CONFIGURATION ERROR", "outage": "outage", "failing": "failing every event"}[r.State])
+		}
+	}
 	return b.String()
 }
 

@@ -1056,6 +1056,9 @@ func TestConfigurationErrors(t *testing.T) {
 			if tc.state == StateConfig && !strings.Contains(logs, `"level":"error"`) {
 				t.Errorf("a configuration error is not logged as an error:\n%.2000s", logs)
 			}
+			if v := metric(t, h.reg, "leasekeeper_region_state", "state", tc.state); v != 1 {
+				t.Errorf("leasekeeper_region_state{state=%q} = %v, want 1", tc.state, v)
+			}
 			// Fixed: delivery resumes, in order.
 			if err := h.d.Reload(good); err != nil {
 				t.Fatal(err)
@@ -1067,6 +1070,9 @@ func TestConfigurationErrors(t *testing.T) {
 			checkOrder(t, items(evs), got)
 			if hl := h.d.Health(); hl.State != StateOK {
 				t.Errorf("health after the fix: %+v", hl)
+			}
+			if ok, bad := metric(t, h.reg, "leasekeeper_region_state", "state", StateOK), metric(t, h.reg, "leasekeeper_region_state", "state", tc.state); ok != 1 || bad != 0 {
+				t.Errorf("leasekeeper_region_state after the fix: ok %v, %s %v", ok, tc.state, bad)
 			}
 			if !strings.Contains(h.log.String(), "region reachable again") {
 				t.Error("no log line for the recovery")

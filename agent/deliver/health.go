@@ -81,6 +81,7 @@ func (hs *health) problem(d *Deliverer, state, what, hint string) {
 	h.State, h.Error, h.Hint = state, what, hint
 	h.Attempts++
 	snap := *h
+	d.m.setState(state)
 	logNow := changed || now.Sub(hs.lastLog) >= d.link.Load().cfg.WarnEvery
 	if logNow {
 		hs.lastLog = now
@@ -119,6 +120,7 @@ func (hs *health) ok(d *Deliverer) {
 	hs.mu.Lock()
 	was := hs.h
 	hs.h = Health{State: StateOK}
+	d.m.setState(StateOK)
 	hs.mu.Unlock()
 	switch was.State {
 	case StateOK, StateUnknown:

@@ -12,6 +12,7 @@ type metrics struct {
 	lastDelivery prometheus.Gauge
 	latency      prometheus.Histogram
 	deadlettered prometheus.Counter
+	state        *prometheus.GaugeVec
 }
 
 func newMetrics() metrics {
@@ -38,14 +39,32 @@ func newMetrics() metrics {
 			Help: "Events the region refused (422) or failed (500, alone and again after a neighbour was accepted) on their own, moved to the dead letters.",
 		}),
 	}
+	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "leasekeeper_region_state",
+		Help: "1 for the state delivery to the region is in: unknown (nothing sent yet), ok, outage (no answer: waiting), config (the agent's settings are wrong: retried, nothing dead-lettered; see leasekeeper status), failing (the region fails every event with 500).",
+	}, []string{"state"})
 	for _, r := range resultLabel {
 		m.attempts.WithLabelValues(r)
 	}
+	for _, st := range []string{StateUnknown, StateOK, StateOutage, StateConfig, StateFailing} {
+		m.state.WithLabelValues(st)
+	}
+	m.setState(StateUnknown)
 	return m
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered}
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.state}
+}
+
+func (m *metrics) setState(state string) {
+	for _, st := range []string{StateUnknown, StateOK, StateOutage, StateConfig, StateFailing} {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		m.state.WithLabelValues(st).Set(v)
+	}
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
