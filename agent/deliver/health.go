@@ -35,8 +35,8 @@ func (d *Deliverer) Health() Health {
 }
 
 // health keeps Health and the log readable: a problem is logged when it
-// begins or changes, then once every WarnEvery while it lasts, and its
-// end once.
+// begins or changes (another state or another hint), then once every
+// WarnEvery while it lasts, and its end once.
 type health struct {
 	mu      sync.Mutex
 	h       Health
@@ -74,7 +74,9 @@ func (hs *health) problem(d *Deliverer, state, what, hint string) {
 	now := d.now()
 	hs.mu.Lock()
 	h := &hs.h
-	changed := h.State != state || h.Error != what
+	// Not the error text: it may name an ephemeral port and change on
+	// every attempt of one and the same problem.
+	changed := h.State != state || h.Hint != hint
 	if h.State != state {
 		h.Since, h.Attempts = now, 0
 	}
