@@ -185,6 +185,11 @@ func want(ip netip.Addr, l Lease) (event.Event, bool) {
 		}
 	case parser.StateReleased:
 		ev.Action, ev.Timestamp, ev.Reason = event.Release, l.Ends, ReasonMissedRelease
+		if l.Family == event.IPv6 {
+			// dhcpd -6 keeps the address's end on release and moves
+			// its IA's cltt (Starts here) to the release.
+			ev.Timestamp = l.Starts
+		}
 	case parser.StateFree, parser.StateExpired, parser.StateAbandoned, parser.StateReset, parser.StateBackup:
 		ev.Action, ev.Timestamp, ev.Reason = event.Expiry, l.Ends, ReasonMissedExpiry
 	default:
