@@ -1,7 +1,8 @@
 // Package agent is the `leasekeeper agent` process: it runs the agent's
 // parts (hook socket, spool drain, outbox, delivery, reconciler — each in
 // its own subpackage) as tasks under one errgroup, serves /metrics,
-// /healthz, /status and /deadletters on metrics.listen, and talks to
+// /healthz and /status on metrics.listen, the dead letters on the control
+// socket (control.go), and talks to
 // systemd: READY=1 once every task is ready, STATUS= with the queue depth,
 // watchdog pings while every task makes progress, STOPPING=1 on the way
 // out.
@@ -252,8 +253,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cfg.Metrics.Listen != "" {
 		a.tasks = append(a.tasks, &taskState{name: "http", task: TaskFunc(a.serveHTTP)})
 	} else {
-		a.log.Info().Msg("metrics.listen is empty: no /metrics, /status or /deadletters")
+		a.log.Info().Msg("metrics.listen is empty: no /metrics, /healthz or /status over TCP")
 		close(a.addrCh)
+	}
+	if cfg.Control.Socket != "" {
+		a.tasks = append(a.tasks, &taskState{name: "control", task: TaskFunc(a.serveControl)})
+	} else {
+		a.log.Info().Msg("control.socket is empty: `leasekeeper deadletter` works on the state directory only while the agent is stopped")
 	}
 	a.started.Store(a.now().UnixNano())
 	a.log.Info().Str("version", a.Version).Strs("tasks", a.taskNames(nil)).Msg("starting")
@@ -501,7 +507,7 @@ func (a *Agent) serveHTTP(ctx context.Context, ready func()) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          newStdLog(log),
 	}
-	log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics, /healthz, /status, /deadletters")
+	log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics, /healthz, /status")
 	ready()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

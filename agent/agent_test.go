@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ func testConfig() *config.Config {
 	c := config.Default()
 	c.Region.URL = "http://127.0.0.1:1/leases"
 	c.Metrics.Listen = "127.0.0.1:0"
+	c.Control.Socket = "" // TestControlSocket and TestHTTP set one of their own
 	return c
 }
 
@@ -343,6 +345,19 @@ func (f *fakeDead) DropDeadLetter(seq uint64) error {
 
 func get(t *testing.T, method, url string, header bool) (int, string) {
 	t.Helper()
+	return do(t, http.DefaultClient, method, url, header)
+}
+
+// unixClient talks HTTP over the unix socket at path (URLs "http://control/…").
+func unixClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
+}
+
+func do(t *testing.T, c *http.Client, method, url string, header bool) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +365,7 @@ func get(t *testing.T, method, url string, header bool) (int, string) {
 	if header {
 		req.Header.Set(ClientHeader, "test")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +377,9 @@ func get(t *testing.T, method, url string, header bool) (int, string) {
 func TestHTTP(t *testing.T) {
 	notifySocket(t)
 	clock := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	a, err := New(testConfig(), zerolog.New(zerolog.NewTestWriter(t)), nil, func() time.Time { return clock })
+	cfg := testConfig()
+	cfg.Control.Socket = filepath.Join(t.TempDir(), "control.sock")
+	a, err := New(cfg, zerolog.New(zerolog.NewTestWriter(t)), nil, func() time.Time { return clock })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +415,7 @@ func TestHTTP(t *testing.T) {
 	depth, dl, lag, last := 12, 1, 1.5, clock.Add(-3*time.Second)
 	want := StatusReport{Version: "1.2.3", Ready: true, Started: clock, Time: clock, QueueDepth: &depth,
 		LastDelivery: &last, DeadLetters: &dl, LagSeconds: &lag,
-		Tasks: []TaskReport{{"steady", "ready"}, {"http", "ready"}}}
+		Tasks: []TaskReport{{"steady", "ready"}, {"http", "ready"}, {"control", "ready"}}}
 	if diff := cmp.Diff(want, rep); diff != "" {
 		t.Errorf("/status (-want +got):\n%s", diff)
 	}
@@ -416,7 +433,17 @@ func TestHTTP(t *testing.T) {
 		t.Errorf("/metrics: %d\n%s", code, body)
 	}
 
-	code, body = get(t, "GET", base+"/deadletters", false)
+	// Dead letters are not served over TCP, to anyone.
+	for _, path := range []string{"/deadletters", "/deadletters/41/retry"} {
+		if code, body := get(t, "GET", base+path, true); code != 403 || !strings.Contains(body, "control socket") {
+			t.Errorf("TCP %s: %d %s", path, code, body)
+		}
+	}
+	if fi, err := os.Stat(cfg.Control.Socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("control socket: %v, %v; want mode 0600", fi, err)
+	}
+	ctl, cbase := unixClient(cfg.Control.Socket), "http://control"
+	code, body = do(t, ctl, "GET", cbase+"/deadletters", false)
 	var ds []DeadLetterReport
 	if err := json.Unmarshal([]byte(body), &ds); code != 200 || err != nil {
 		t.Fatalf("/deadletters: %d %v %s", code, err, body)
@@ -436,15 +463,14 @@ func TestHTTP(t *testing.T) {
 		header       bool
 		code         int
 	}{
-		{"POST", "/deadletters/41/retry", false, 403},
-		{"POST", "/deadletters/41/retry", true, 204},
+		{"POST", "/deadletters/41/retry", false, 204},
 		{"POST", "/deadletters/41/retry", true, 404},
 		{"DELETE", "/deadletters/42", true, 204},
 		{"DELETE", "/deadletters/42", true, 404},
 		{"DELETE", "/deadletters/x", true, 400},
 		{"GET", "/deadletters/42", true, 405},
 	} {
-		if code, body := get(t, tc.method, base+tc.path, tc.header); code != tc.code {
+		if code, body := do(t, ctl, tc.method, cbase+tc.path, tc.header); code != tc.code {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, body, tc.code)
 		}
 	}

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -100,35 +102,66 @@ func DeadLetterReports(ds []outbox.DeadLetter) []DeadLetterReport {
 	return out
 }
 
-// ClientHeader must be present on requests that change dead letters: a
-// web page cannot set it on a cross-origin request without a CORS
-// preflight, which the agent never answers.
+// ClientHeader must be present on POST /leases/{ip}/release: a web page
+// cannot set it on a cross-origin request without a CORS preflight, which
+// the agent never answers.
 const ClientHeader = "X-Leasekeeper-Client"
 
-// handler serves:
+// handler serves the TCP listener (metrics.listen), which anyone who can
+// reach the port may use; it discloses counts and states only:
 //
 //	GET    /metrics                  Prometheus, from the injected registry
 //	GET    /healthz                  200 "ok" once ready and no task is wedged, else 503
 //	GET    /status                   StatusReport
-//	GET    /deadletters              []DeadLetterReport          (loopback clients only)
-//	POST   /deadletters/{seq}/retry  requeue one; 204, 404       (loopback, ClientHeader)
-//	DELETE /deadletters/{seq}        drop one; 204, 404          (loopback, ClientHeader)
 //	POST   /leases/{ip}/release      release on behalf (release.go) (loopback, ClientHeader,
 //	                                 bearer token of release.token_file; off when unset)
+//
+// /status and the release must name this machine in their Host header
+// (hostGuard); /metrics and /healthz, which a remote Prometheus may scrape
+// by any of the rack's names, need not.
 func (a *Agent) handler() http.Handler {
 	mux := http.NewServeMux()
+	names := localNames()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	mux.HandleFunc("GET /healthz", a.serveHealthz)
-	mux.HandleFunc("GET /status", a.serveStatus)
-	mux.HandleFunc("GET /deadletters", a.loopbackOnly(a.serveDeadLetters))
-	mux.HandleFunc("POST /deadletters/{seq}/retry", a.loopbackOnly(a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
-		return d.RetryDeadLetter(seq)
-	})))
-	mux.HandleFunc("DELETE /deadletters/{seq}", a.loopbackOnly(a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
-		return d.DropDeadLetter(seq)
-	})))
-	mux.HandleFunc("POST /leases/{ip}/release", a.loopbackOnly(a.releaseAuth(newReleaseGate(a.Config), a.serveRelease)))
+	mux.Handle("GET /status", hostGuard(http.HandlerFunc(a.serveStatus), names))
+	mux.HandleFunc("/deadletters", a.deadLettersMoved)
+	mux.HandleFunc("/deadletters/", a.deadLettersMoved)
+	mux.Handle("POST /leases/{ip}/release", hostGuard(a.loopbackOnly(a.releaseAuth(newReleaseGate(a.Config), a.serveRelease)), names))
 	return mux
+}
+
+// controlHandler serves the control socket (control.go), whose callers
+// the kernel has checked:
+//
+//	GET    /healthz, /status         as on the TCP listener
+//	GET    /deadletters              []DeadLetterReport
+//	POST   /deadletters/{seq}/retry  requeue one; 204, 404
+//	DELETE /deadletters/{seq}        drop one; 204, 404
+func (a *Agent) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.serveHealthz)
+	mux.HandleFunc("GET /status", a.serveStatus)
+	mux.HandleFunc("GET /deadletters", a.serveDeadLetters)
+	mux.HandleFunc("POST /deadletters/{seq}/retry", a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
+		return d.RetryDeadLetter(seq)
+	}))
+	mux.HandleFunc("DELETE /deadletters/{seq}", a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
+		return d.DropDeadLetter(seq)
+	}))
+	return mux
+}
+
+// deadLettersMoved answers the dead-letter paths on the TCP listener,
+// where they are no longer served: they disclose MACs and hostnames and
+// change what reaches the region, so only the control socket's callers,
+// whom the kernel knows, may use them.
+func (a *Agent) deadLettersMoved(w http.ResponseWriter, _ *http.Request) {
+	where := "the control socket (control.socket)"
+	if p := a.Config().Control.Socket; p != "" {
+		where = "the control socket " + p
+	}
+	http.Error(w, "dead letters are served on "+where+" only: use `leasekeeper deadletter`", http.StatusForbidden)
 }
 
 func (a *Agent) serveHealthz(w http.ResponseWriter, _ *http.Request) {
@@ -204,10 +237,6 @@ func (a *Agent) serveDeadLetters(w http.ResponseWriter, _ *http.Request) {
 
 func (a *Agent) changeDeadLetter(op func(DeadLetters, uint64) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(ClientHeader) == "" {
-			http.Error(w, "missing "+ClientHeader+" header", http.StatusForbidden)
-			return
-		}
 		if a.dead == nil {
 			http.Error(w, "dead letters are not available in this agent", http.StatusServiceUnavailable)
 			return
@@ -224,7 +253,11 @@ func (a *Agent) changeDeadLetter(op func(DeadLetters, uint64) error) http.Handle
 			a.log.Error().Err(err).Uint64("seq", seq).Str("op", r.Method).Msg("dead letter change failed")
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		default:
-			a.log.Info().Uint64("seq", seq).Str("op", opName(r.Method)).Msg("dead letter changed by operator")
+			ev := a.log.Info().Uint64("seq", seq).Str("op", opName(r.Method))
+			if p, ok := peerOf(r); ok {
+				ev = ev.Uint32("caller_uid", p.UID).Int32("caller_pid", p.PID)
+			}
+			ev.Msg("dead letter changed by operator")
 			w.WriteHeader(http.StatusNoContent)
 		}
 	}
@@ -238,18 +271,60 @@ func opName(method string) string {
 }
 
 // loopbackOnly refuses clients that are not on this machine: the
-// listener may be bound to every address for a remote Prometheus, and
-// dead letters hold MACs and hostnames and can be changed.
+// listener may be bound to every address for a remote Prometheus.
 func (a *Agent) loopbackOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		ip, perr := netip.ParseAddr(host)
 		if err != nil || perr != nil || !ip.Unmap().IsLoopback() {
-			http.Error(w, "dead letters are served to loopback clients only", http.StatusForbidden)
+			http.Error(w, "served to loopback clients only", http.StatusForbidden)
 			return
 		}
 		h(w, r)
 	}
+}
+
+// hostGuard refuses a request whose Host header names anything but this
+// machine: an IP address, "localhost" or a name under it, or this host's
+// name as the system has it. A web page on another site that resolves its
+// own name to 127.0.0.1 (DNS rebinding) sends its own name and is refused.
+func hostGuard(h http.Handler, names []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !localHost(r.Host, names) {
+			http.Error(w, "Host header does not name this machine", http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// localNames are this machine's names for hostGuard.
+func localNames() []string {
+	names := []string{"localhost"}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		names = append(names, strings.ToLower(h))
+	}
+	return names
+}
+
+func localHost(hostport string, names []string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if host == "" {
+		return false
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, n := range names {
+		if host == n || strings.HasSuffix(host, ".localhost") {
+			return true
+		}
+	}
+	return false
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

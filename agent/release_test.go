@@ -62,6 +62,7 @@ func TestServeRelease(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
 			r.RemoteAddr = "127.0.0.1:4000"
+			r.Host = "127.0.0.1:9742" // httptest says example.com, which hostGuard refuses
 			if tc.remote != "" {
 				r.RemoteAddr = tc.remote
 			}
@@ -109,6 +110,7 @@ func tokenFile(t *testing.T, token string) string {
 func postRelease(h http.Handler, token string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("POST", "/leases/203.0.113.7/release", strings.NewReader(`{"mac":"02:00:00:00:00:01"}`))
 	r.RemoteAddr = "127.0.0.1:4000"
+	r.Host = "127.0.0.1:9742" // httptest says example.com, which hostGuard refuses
 	r.Header.Set(ClientHeader, "test")
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)

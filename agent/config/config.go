@@ -31,6 +31,7 @@ type Config struct {
 	State     State     `toml:"state"`
 	Reconcile Reconcile `toml:"reconcile"`
 	Metrics   Metrics   `toml:"metrics"`
+	Control   Control   `toml:"control"`
 	Release   Release   `toml:"release"`
 	Log       Log       `toml:"log"`
 }
@@ -102,6 +103,17 @@ type Metrics struct {
 	Listen string `toml:"listen"` // host:port; "" disables the listener
 }
 
+// Control is the agent's control socket: a unix stream socket serving
+// what changes or discloses the agent's state (dead letters, with the
+// status and health the TCP listener also serves). Who may connect is
+// decided by the socket file's owner, group and mode, checked by the
+// kernel at connect() on the caller's full credentials: root, the agent's
+// user, and Group's members when it is set.
+type Control struct {
+	Socket string `toml:"socket"` // "" disables the control socket
+	Group  string `toml:"group"`  // group name; "" = root and the agent's user only
+}
+
 // Release gates POST /leases/{ip}/release on the metrics listener, which
 // makes dhcpd free a lease on a client's behalf.
 type Release struct {
@@ -145,6 +157,7 @@ func Default() *Config {
 			Mode:         "auto",
 		},
 		Metrics: Metrics{Listen: "127.0.0.1:9742"},
+		Control: Control{Socket: "/run/leasekeeper/control.sock"},
 		Log:     Log{Level: "info"},
 	}
 }

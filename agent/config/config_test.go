@@ -60,6 +60,9 @@ expiry_grace = "0s"
 poll_interval = "500ms"
 [metrics]
 listen = ""
+[control]
+socket = "/run/lk/control.sock"
+group = "adm"
 [log]
 level = "debug"
 format = "console"
@@ -77,6 +80,7 @@ format = "console"
 			BatchMax: 10000, Timeout: 90 * time.Second},
 		State:     State{Dir: "/srv/lk"},
 		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond, Mode: "auto"},
+		Control:   Control{Socket: "/run/lk/control.sock", Group: "adm"},
 		Log:       Log{Level: "debug", Format: "console"},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
@@ -94,7 +98,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"syntax", "[region\n", []string{"t.toml:", "expected '.' or ']'"}},
 		{"unknown section", "[regoin]\nurl = \"x\"", []string{`regoin: unknown key (did you mean "region"?)`}},
-		{"unknown section far", "[zzzzzzzz]\n", []string{"zzzzzzzz: unknown key (sections: dhcpd, hook, log,"}},
+		{"unknown section far", "[zzzzzzzz]\n", []string{"zzzzzzzz: unknown key (sections: control, dhcpd, hook, log,"}},
 		{"unknown key", "[reconcile]\nexpiry_grase = \"1s\"", []string{`reconcile.expiry_grase: unknown key (did you mean "expiry_grace"?)`}},
 		{"unknown nested", "[region.tls]\nverify = false", []string{"region.tls: unknown key"}},
 		{"top-level key", "listen = \"x\"", []string{"listen: unknown key"}},
@@ -323,7 +327,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 25 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 27 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from

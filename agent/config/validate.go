@@ -81,6 +81,17 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	path("control.socket", c.Control.Socket, false)
+	if len(c.Control.Socket) > maxSocketPath {
+		badf("control.socket", "%q is longer than %d bytes, the limit for a unix socket path", c.Control.Socket, maxSocketPath)
+	}
+	if c.Control.Socket != "" && c.Control.Socket == c.Hook.Socket {
+		badf("control.socket", "%q is also hook.socket", c.Control.Socket)
+	}
+	if g := c.Control.Group; g != "" && !validGroup(g) {
+		badf("control.group", "%q is not a group name", g)
+	}
+
 	path("release.token_file", c.Release.TokenFile, false)
 
 	if !oneOf(c.Log.Level, levels) {

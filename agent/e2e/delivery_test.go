@@ -357,7 +357,7 @@ func TestPoisonItem(t *testing.T) {
 	}
 
 	var dls []deadLetter
-	if err := json.Unmarshal([]byte(cli(t, "deadletter", "list", "--json", "--url", a.base)), &dls); err != nil {
+	if err := json.Unmarshal([]byte(cli(t, "deadletter", "list", "--json", "--socket", e.control())), &dls); err != nil {
 		t.Fatal(err)
 	}
 	if len(dls) != 1 || dls[0].Event.IP != poisonIP || !strings.HasPrefix(dls[0].Reason, "HTTP 500: ") ||
@@ -367,19 +367,19 @@ func TestPoisonItem(t *testing.T) {
 	if itemKey(dls[0].Event) != poison.key() {
 		t.Errorf("dead letter %+v is not the poisoned event (%s)", dls[0].Event, poison.key())
 	}
-	list := cli(t, "deadletter", "list", "--url", a.base)
+	list := cli(t, "deadletter", "list", "--socket", e.control())
 	if !strings.Contains(list, poisonIP) {
 		t.Errorf("deadletter list does not show %s:\n%s", poisonIP, list)
 	}
 	t.Logf("1 000 good events delivered %s after the last hook; dead letters:\n%s", took.Round(time.Millisecond), list)
 
 	e.region.stub().AddSubnet(regionstub.WholeSubnet("198.18.2.0/24"))
-	cli(t, "deadletter", "retry", strconv.FormatUint(dls[0].Seq, 10), "--url", a.base)
+	cli(t, "deadletter", "retry", strconv.FormatUint(dls[0].Seq, 10), "--socket", e.control())
 	e.waitDelivered(a, []hookEvent{poison}, 10*time.Second)
 	if got := e.region.stub().ItemsFor(poisonIP); len(got) != 1 || got[0].Hostname != poison.host && poison.action == event.Commit {
 		t.Errorf("region items for %s after the retry: %+v", poisonIP, got)
 	}
-	if left := strings.TrimSpace(cli(t, "deadletter", "list", "--json", "--url", a.base)); left != "[]" {
+	if left := strings.TrimSpace(cli(t, "deadletter", "list", "--json", "--socket", e.control())); left != "[]" {
 		t.Errorf("dead letters after the retry: %s", left)
 	}
 	a.stop()

@@ -136,6 +136,9 @@ func newEnv(tb testing.TB) *env {
 	return e
 }
 
+// control is the agents' control socket (one agent runs at a time).
+func (e *env) control() string { return filepath.Join(e.dir, "control.sock") }
+
 // region is the region stub, which may be stopped and started again on
 // the same address; its records span every incarnation.
 type region struct {
@@ -391,11 +394,14 @@ dir = %q
 [metrics]
 listen = "127.0.0.1:0"
 
+[control]
+socket = %q
+
 [log]
 level = "info"
 format = "json"
 `, filepath.Join(e.dir, "dhcpd.leases"), e.socket, e.spool, opts.allowedUIDs,
-		r.url, e.region.files.CA, cert, key, r.tokenFile, opts.batchMax, opts.stateDir)
+		r.url, e.region.files.CA, cert, key, r.tokenFile, opts.batchMax, opts.stateDir, e.control())
 	// Written whole, then renamed: a reload never reads half a file.
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {

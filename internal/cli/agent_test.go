@@ -144,8 +144,8 @@ func TestRunAgentSignals(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "")
 	dir := t.TempDir()
 	base := fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/leases\"\n[hook]\nsocket = %q\nspool = %q\n[state]\ndir = %q\n"+
-		"[metrics]\nlisten = \"127.0.0.1:0\"\n[log]\nformat = \"json\"\n",
-		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"))
+		"[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[log]\nformat = \"json\"\n",
+		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "control.sock"))
 	path := writeFile(t, "lk.toml", base)
 	var logs syncBuffer
 	env := &Env{Version: "test", Stderr: &logs}

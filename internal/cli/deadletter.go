@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -22,10 +23,10 @@ import (
 )
 
 // deadLetterAccess is where the dead letters are reached: the running
-// agent's HTTP listener, or the outbox file itself.
+// agent's control socket, or the outbox file itself.
 type deadLetterAccess struct {
-	env                   *Env
-	url, config, stateDir string
+	env                      *Env
+	socket, config, stateDir string
 }
 
 func newDeadLetterCmd(env *Env) *cobra.Command {
@@ -42,9 +43,11 @@ IP) or forget it (drop).
 
 Where the dead letters are read: the outbox is a bbolt file that one
 process at a time may open, so while the agent runs these commands go
-through its HTTP listener (GET /deadletters, POST /deadletters/SEQ/retry,
-DELETE /deadletters/SEQ on metrics.listen; the agent serves them to
-loopback clients only). When the agent does not answer, they open the
+through its control socket (control.socket from --config, or --socket:
+GET /deadletters, POST /deadletters/SEQ/retry, DELETE /deadletters/SEQ).
+Dead letters hold MACs and hostnames and decide what reaches the region,
+so only root, the agent's user and control.group's members may use it
+(the kernel checks, at connect). When no agent listens, they open the
 outbox file directly (state.dir from --config). --state-dir skips the
 agent and opens the outbox in DIR (the agent must be stopped: the file is
 locked while it runs).
@@ -65,8 +68,8 @@ locked, no such dead letter, …), 2 for bad arguments.`,
 		RunE: func(*cobra.Command, []string) error { return nil },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&acc.url, "url", "", "the agent's HTTP listener (default: metrics.listen from --config)")
-	pf.StringVarP(&acc.config, "config", "c", config.DefaultPath, "the agent's configuration file (metrics.listen, state.dir)")
+	pf.StringVar(&acc.socket, "socket", "", "the agent's control socket (default: control.socket from --config)")
+	pf.StringVarP(&acc.config, "config", "c", config.DefaultPath, "the agent's configuration file (control.socket, state.dir)")
 	pf.StringVar(&acc.stateDir, "state-dir", "", "open the outbox in this directory directly, without asking the agent")
 
 	var asJSON bool
@@ -150,13 +153,13 @@ region to what dhcpd's leases file says.`))
 func (acc *deadLetterAccess) list(ctx context.Context) ([]agent.DeadLetterReport, error) {
 	var ds []agent.DeadLetterReport
 	err := acc.do(ctx,
-		func(base string) error {
-			body, err := agentGet(ctx, base+"/deadletters")
+		func(c *http.Client) error {
+			body, err := agentGet(ctx, c, controlBase+"/deadletters")
 			if err != nil {
 				return err
 			}
 			if err := json.Unmarshal(body, &ds); err != nil {
-				return fmt.Errorf("%s/deadletters: unexpected answer: %w", base, err)
+				return fmt.Errorf("%s: GET /deadletters: unexpected answer: %w", acc.socket, err)
 			}
 			return nil
 		},
@@ -173,12 +176,12 @@ func (acc *deadLetterAccess) list(ctx context.Context) ([]agent.DeadLetterReport
 func (acc *deadLetterAccess) change(ctx context.Context, op string, seq uint64) error {
 	notFound := fmt.Errorf("no dead letter %d", seq)
 	return acc.do(ctx,
-		func(base string) error {
-			method, url := http.MethodPost, fmt.Sprintf("%s/deadletters/%d/retry", base, seq)
+		func(c *http.Client) error {
+			method, url := http.MethodPost, fmt.Sprintf("%s/deadletters/%d/retry", controlBase, seq)
 			if op == "drop" {
-				method, url = http.MethodDelete, fmt.Sprintf("%s/deadletters/%d", base, seq)
+				method, url = http.MethodDelete, fmt.Sprintf("%s/deadletters/%d", controlBase, seq)
 			}
-			_, err := agentDo(ctx, method, url, http.StatusNoContent)
+			_, err := agentDo(ctx, c, method, url, http.StatusNoContent)
 			var he *httpError
 			if errors.As(err, &he) && he.Code == http.StatusNotFound {
 				return notFound
@@ -203,7 +206,7 @@ func (acc *deadLetterAccess) change(ctx context.Context, op string, seq uint64) 
 // do runs viaAgent against the running agent, or, when it does not
 // answer (or --state-dir was given), viaFile on the outbox file; noFile
 // runs when there is no outbox file at all.
-func (acc *deadLetterAccess) do(ctx context.Context, viaAgent func(base string) error,
+func (acc *deadLetterAccess) do(ctx context.Context, viaAgent func(*http.Client) error,
 	viaFile func(*outbox.Store) error, noFile func() error) error {
 	dir := acc.stateDir
 	var agentErr error
@@ -213,13 +216,17 @@ func (acc *deadLetterAccess) do(ctx context.Context, viaAgent func(base string) 
 			return err
 		}
 		dir = cfg.State.Dir
-		base, err := agentURL(acc.env, acc.url, acc.config)
-		if err == nil {
-			err = viaAgent(base)
+		if acc.socket == "" {
+			acc.socket = cfg.Control.Socket
+		}
+		if acc.socket != "" {
+			err = viaAgent(controlClient(acc.socket))
 			var nr *notRunningError
-			if !errors.As(err, &nr) {
-				return err // the agent answered (or failed in another way)
+			if !errors.As(err, &nr) || errors.Is(err, syscall.EACCES) {
+				return err // the agent answered, refused this user, or failed in another way
 			}
+		} else {
+			err = errors.New("control.socket is empty: no agent to ask")
 		}
 		agentErr = err
 	}
@@ -230,7 +237,7 @@ func (acc *deadLetterAccess) do(ctx context.Context, viaAgent func(base string) 
 	s, err := outbox.Open(path, outbox.Options{Logger: zerolog.Nop(), Now: acc.env.Now})
 	if err != nil {
 		if errors.Is(err, outbox.ErrLocked) && agentErr != nil {
-			return fmt.Errorf("%w; and the outbox is locked, so an agent is running: is metrics.listen the same in %s?", agentErr, acc.config)
+			return fmt.Errorf("%w; and the outbox is locked, so an agent is running: is control.socket the same in %s?", agentErr, acc.config)
 		}
 		if errors.Is(err, outbox.ErrLocked) {
 			return fmt.Errorf("%w: stop the agent, or drop --state-dir to go through it", err)

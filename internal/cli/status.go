@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	neturl "net/url"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -46,9 +48,10 @@ how delivery to the region is going:
                  check-maas explains it); events kept back because the
                  region cannot take them (no six-octet MAC)
 
-The agent is found at --url, else at metrics.listen in --config (the
-default 127.0.0.1:9742 when the file does not exist; an address listening
-on every interface is reached on loopback).
+The agent is asked at --url, else on its control socket (control.socket
+in --config) when this user may use it, else at metrics.listen in
+--config (the default 127.0.0.1:9742 when the file does not exist; an
+address listening on every interface is reached on loopback).
 
 --json prints the agent's answer as it is: an object with the keys
 version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
@@ -65,11 +68,11 @@ answered with an error, 2 for bad flags.`,
   leasekeeper status --url 127.0.0.1:9742`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			base, err := agentURL(env, url, configPath)
+			c, base, err := statusEndpoint(env, url, configPath)
 			if err != nil {
 				return err
 			}
-			body, err := agentGet(cmd.Context(), base+"/status")
+			body, err := agentGet(cmd.Context(), c, base+"/status")
 			if err != nil {
 				return err
 			}
@@ -91,14 +94,50 @@ answered with an error, 2 for bad flags.`,
 	return cmd
 }
 
+// controlBase is the URL of the control socket's HTTP service; the host
+// is a placeholder, the connection goes to the socket.
+const controlBase = "http://leasekeeper-control"
+
+// controlClient talks HTTP to the agent over its control socket.
+func controlClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", path)
+			if errors.Is(err, syscall.EACCES) {
+				return nil, fmt.Errorf("%w: only root, the agent's user and control.group's members may use the control socket", err)
+			}
+			return c, err
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
+// statusEndpoint is where status asks: --url if given; else the control
+// socket when this user may use it; else the TCP listener, which serves
+// /status to anyone.
+func statusEndpoint(env *Env, flagURL, configPath string) (*http.Client, string, error) {
+	if flagURL == "" {
+		cfg, err := decodeAgentConfig(env, configPath)
+		if err != nil {
+			return nil, "", err
+		}
+		if p := cfg.Control.Socket; p != "" && syscall.Access(p, 2 /* W_OK: connect needs it */) == nil {
+			return controlClient(p), controlBase, nil
+		}
+	}
+	base, err := agentURL(env, flagURL, configPath)
+	return http.DefaultClient, base, err
+}
+
 // agentGet fetches one URL from the running agent.
-func agentGet(ctx context.Context, url string) ([]byte, error) {
-	return agentDo(ctx, http.MethodGet, url, http.StatusOK)
+func agentGet(ctx context.Context, c *http.Client, url string) ([]byte, error) {
+	return agentDo(ctx, c, http.MethodGet, url, http.StatusOK)
 }
 
 // agentDo makes one request to the agent and returns the body of an
 // answer with status want. A transport failure is a *notRunningError.
-func agentDo(ctx context.Context, method, url string, want int) ([]byte, error) {
+func agentDo(ctx context.Context, c *http.Client, method, url string, want int) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
@@ -106,7 +145,7 @@ func agentDo(ctx context.Context, method, url string, want int) ([]byte, error) 
 		return nil, err
 	}
 	req.Header.Set(agent.ClientHeader, "leasekeeper-cli")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		var ue *neturl.Error
 		if errors.As(err, &ue) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -206,16 +207,29 @@ const lettersTable = `SEQ  DEAD-LETTERED         ACTION  IP           MAC       
 42   2026-11-29T12:00:00Z  expiry  203.0.113.7  02:00:00:0a:0b:0c  -         404 Not Found
 `
 
+// unixServer serves h on a unix socket, as the agent's control socket.
+func unixServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: h}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return sock
+}
+
 func TestDeadLetterViaAgent(t *testing.T) {
 	fake := &deadLetterAgent{letters: agent.DeadLetterReports(sampleLetters())}
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
+	sock := unixServer(t, fake)
 
-	out, stderr, code := run(t, "deadletter", "list", "--url", srv.URL)
+	out, stderr, code := run(t, "deadletter", "list", "--socket", sock)
 	if diff := cmp.Diff(lettersTable, out); code != 0 || diff != "" {
 		t.Errorf("exit %d %s (-want +got):\n%s", code, stderr, diff)
 	}
-	out, _, _ = run(t, "deadletter", "list", "--json", "--url", srv.URL)
+	out, _, _ = run(t, "deadletter", "list", "--json", "--socket", sock)
 	var got []agent.DeadLetterReport
 	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 2 || got[0].Event.Hostname != "bad_name" || got[1].Source != "file" {
 		t.Errorf("--json: %v\n%s", err, out)
@@ -226,15 +240,15 @@ func TestDeadLetterViaAgent(t *testing.T) {
 		}
 	}
 
-	out, stderr, code = run(t, "deadletter", "retry", "41", "--url", srv.URL)
+	out, stderr, code = run(t, "deadletter", "retry", "41", "--socket", sock)
 	if code != 0 || out != "retried 41\n" {
 		t.Errorf("retry: exit %d %q %s", code, out, stderr)
 	}
-	out, stderr, code = run(t, "deadletter", "drop", "42", "41", "--url", srv.URL)
+	out, stderr, code = run(t, "deadletter", "drop", "42", "41", "--socket", sock)
 	if code != 1 || out != "dropped 42\n" || !strings.Contains(stderr, "no dead letter 41") {
 		t.Errorf("drop: exit %d %q %s", code, out, stderr)
 	}
-	out, _, _ = run(t, "deadletter", "list", "--url", srv.URL)
+	out, _, _ = run(t, "deadletter", "list", "--socket", sock)
 	if out != "no dead letters\n" {
 		t.Errorf("list after: %q", out)
 	}
@@ -282,7 +296,8 @@ func TestDeadLetterViaFile(t *testing.T) {
 
 	// The agent is not running: with --config, the commands fall back to
 	// the outbox in state.dir.
-	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[metrics]\nlisten = %q\n[state]\ndir = %q\n", closedAddr(t), dir))
+	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[metrics]\nlisten = %q\n[control]\nsocket = %q\n[state]\ndir = %q\n",
+		closedAddr(t), filepath.Join(t.TempDir(), "control.sock"), dir))
 	out, stderr, code = run(t, "deadletter", "retry", fmt.Sprint(first), "--config", cfg)
 	if code != 0 || out != fmt.Sprintf("retried %d\n", first) {
 		t.Errorf("retry: exit %d %q %s", code, out, stderr)
@@ -303,7 +318,7 @@ func TestDeadLetterViaFile(t *testing.T) {
 	}
 	defer s.Close()
 	_, stderr, code = run(t, "deadletter", "list", "--config", cfg)
-	if code != 1 || !strings.Contains(stderr, "cannot reach the agent at") || !strings.Contains(stderr, "the outbox is locked, so an agent is running") {
+	if code != 1 || !strings.Contains(stderr, "cannot reach the agent at") || !strings.Contains(stderr, "the outbox is locked, so an agent is running: is control.socket the same") {
 		t.Errorf("locked: exit %d %s", code, stderr)
 	}
 	_, stderr, code = run(t, "deadletter", "list", "--state-dir", dir)
@@ -345,8 +360,8 @@ func TestDeadLetterUsage(t *testing.T) {
 	}
 }
 
-// TestAgentEndToEnd runs the real agent's HTTP listener with a real
-// outbox and drives it with status and deadletter.
+// TestAgentEndToEnd runs the real agent's HTTP listener and control
+// socket with a real outbox and drives them with status and deadletter.
 func TestAgentEndToEnd(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	t.Setenv("WATCHDOG_USEC", "")
@@ -356,7 +371,8 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/x\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[state]\ndir = %q\n", dir))
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/x\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[state]\ndir = %q\n", sock, dir))
 	env := &Env{Version: "e2e"}
 	env.defaults()
 	c, err := loadAgentConfig(env, cfg, nil)
@@ -389,16 +405,27 @@ func TestAgentEndToEnd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ready (version e2e") {
 		t.Errorf("status: exit %d %s\n%s", code, stderr, out)
 	}
+	// Without --url, status asks on the control socket.
+	out, stderr, code = run(t, "status", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "ready (version e2e") {
+		t.Errorf("status via the control socket: exit %d %s\n%s", code, stderr, out)
+	}
+	// Dead letters are not on the TCP listener.
+	if resp, err := http.Get(url + "/deadletters"); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET /deadletters over TCP: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	ds, _ := store.DeadLetters()
-	out, stderr, code = run(t, "deadletter", "list", "--url", url)
+	out, stderr, code = run(t, "deadletter", "list", "--config", cfg)
 	if code != 0 || strings.Count(out, "\n") != 3 {
 		t.Errorf("list: exit %d %s\n%s", code, stderr, out)
 	}
-	out, stderr, code = run(t, "deadletter", "retry", fmt.Sprint(ds[0].Seq), "--url", url)
+	out, stderr, code = run(t, "deadletter", "retry", fmt.Sprint(ds[0].Seq), "--socket", sock)
 	if code != 0 || out != fmt.Sprintf("retried %d\n", ds[0].Seq) {
 		t.Errorf("retry: exit %d %q %s", code, out, stderr)
 	}
-	out, stderr, code = run(t, "deadletter", "drop", fmt.Sprint(ds[1].Seq), fmt.Sprint(ds[0].Seq), "--url", url)
+	out, stderr, code = run(t, "deadletter", "drop", fmt.Sprint(ds[1].Seq), fmt.Sprint(ds[0].Seq), "--socket", sock)
 	if code != 1 || out != fmt.Sprintf("dropped %d\n", ds[1].Seq) || !strings.Contains(stderr, fmt.Sprintf("no dead letter %d", ds[0].Seq)) {
 		t.Errorf("drop: exit %d %q %s", code, out, stderr)
 	}

@@ -249,10 +249,12 @@ expiry_grace = "3s"
 poll_interval = "1s"
 [metrics]
 listen = ""
+[control]
+socket = %q
 [log]
 format = "json"
 `, d.d.LeasesPath(), d.d.ConfPath(), filepath.Join(d.d.Dir, "dhcpd.pid"), filepath.Join(d.dir, "hook.sock"), filepath.Join(d.dir, "spool"),
-		d.stub.URL(), files.CA, files.ClientCert, files.ClientKey, filepath.Join(d.dir, "state"))
+		d.stub.URL(), files.CA, files.ClientCert, files.ClientKey, filepath.Join(d.dir, "state"), filepath.Join(d.dir, "control.sock"))
 	path := filepath.Join(d.dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err

@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestControlSocketWho: the control socket serves dead letters to root,
+// and to another user only when control.group names a group of theirs;
+// the kernel refuses everyone else at connect. The callers are real
+// processes of another user (setpriv), talking HTTP over the socket
+// (curl --unix-socket).
+func TestControlSocketWho(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs clients as another user")
+	}
+	for _, bin := range []string{"setpriv", "curl"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed", bin)
+		}
+	}
+	for _, tc := range []struct {
+		name, group string
+		nobody      bool // may nobody (uid 65534, gid 65534 = nogroup) list them?
+		mode        os.FileMode
+	}{
+		{"no group", "", false, 0o600},
+		{"nobody's group", "nogroup", true, 0o660},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A directory anyone may traverse: only the socket's own
+			// owner, group and mode decide.
+			dir := t.TempDir()
+			for _, d := range []string{filepath.Dir(dir), dir} {
+				if err := os.Chmod(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := testConfig()
+			cfg.Control.Socket = filepath.Join(dir, "control.sock")
+			cfg.Control.Group = tc.group
+			a := newAgent(t, cfg)
+			a.SetDeadLetters(&fakeDead{})
+			start(t, a)
+			<-a.Ready()
+			if fi, err := os.Stat(cfg.Control.Socket); err != nil || fi.Mode().Perm() != tc.mode {
+				t.Fatalf("socket: %v %v, want mode %v", fi, err, tc.mode)
+			}
+			curl := func(asNobody bool, args ...string) (string, error) {
+				argv := append([]string{"curl", "-sS", "--fail-with-body", "--max-time", "5", "--unix-socket", cfg.Control.Socket}, args...)
+				if asNobody {
+					argv = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}, argv...)
+				}
+				out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+				return string(out), err
+			}
+			if out, err := curl(false, "http://control/deadletters"); err != nil || strings.TrimSpace(out) != "[]" {
+				t.Errorf("root: %v %s", err, out)
+			}
+			for _, req := range [][]string{
+				{"http://control/deadletters"},
+				{"-X", "DELETE", "http://control/deadletters/1"},
+			} {
+				out, err := curl(true, req...)
+				switch {
+				case tc.nobody && err != nil && !strings.Contains(out, "no dead letter"):
+					t.Errorf("nobody, in control.group, %v: %v %s", req, err, out)
+				case !tc.nobody && (err == nil || !strings.Contains(out, "Couldn't connect")):
+					t.Errorf("nobody, not allowed, %v: %v %s; want the connect refused", req, err, out)
+				}
+			}
+		})
+	}
+}
+
+// TestHostGuard: /status and the release answer only requests that name
+// this machine; /metrics and /healthz answer any name (a remote
+// Prometheus scrapes by the rack's FQDN).
+func TestHostGuard(t *testing.T) {
+	names := []string{"localhost", "rack1"}
+	for host, want := range map[string]bool{
+		"127.0.0.1:9742":        true,
+		"[::1]:9742":            true,
+		"203.0.113.5":           true,
+		"localhost:9742":        true,
+		"LOCALHOST.":            true,
+		"status.localhost:9742": true,
+		"rack1:9742":            true,
+		"rack1.evil.example":    false,
+		"evil.example:9742":     false,
+		"localhost.evil":        false,
+		"":                      false,
+	} {
+		if got := localHost(host, names); got != want {
+			t.Errorf("Host %q: %v, want %v", host, got, want)
+		}
+	}
+	a := newAgent(t, testConfig())
+	h := a.handler()
+	for _, tc := range []struct {
+		path, host string
+		code       int
+	}{
+		{"/status", "evil.example:9742", 421},
+		{"/status", "127.0.0.1:9742", 200},
+		{"/metrics", "rack1.maas.example:9742", 200},
+		{"/healthz", "rack1.maas.example:9742", 503}, // not ready: but answered
+	} {
+		r := httptest.NewRequest("GET", tc.path, nil)
+		r.Host = tc.host
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.code {
+			t.Errorf("%s with Host %s: %d, want %d", tc.path, tc.host, w.Code, tc.code)
+		}
+	}
+}
