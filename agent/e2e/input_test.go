@@ -156,15 +156,20 @@ func TestBadInput(t *testing.T) {
 		{"IPv6 address as ipv4", "malformed", []byte(`{"action":"expiry","mac":"2:0:0:0:9:5","ip_family":"ipv4","ip":"2001:db8::5","timestamp":1}`)},
 		{"hostname not a string", "malformed", []byte(`{"action":"commit","mac":"2:0:0:0:9:6","ip_family":"ipv4","ip":"198.18.9.6","timestamp":1,"hostname":{"a":1}}`)},
 		{"70 000 bytes", "truncated", rawEvent("198.18.9.7", "02:00:00:00:09:07", strings.Repeat("h", 70_000))},
+		{"a time no clock shows (2^63-1)", "timestamp", []byte(`{"action":"commit","mac":"2:0:0:0:9:8","ip_family":"ipv4","ip":"198.18.9.8","timestamp":9223372036854775807,"lease_time":600,"hostname":"x"}`)},
+		{"a time before 2000", "timestamp", []byte(`{"action":"commit","mac":"2:0:0:0:9:9","ip_family":"ipv4","ip":"198.18.9.9","timestamp":1,"lease_time":600,"hostname":"x"}`)},
 	}
-	// Kept, with the host name repaired: each names its own address.
+	// Kept, with the host name made what the region can take
+	// (event.RegionHostname: MAAS fails a whole batch on a name it cannot
+	// coerce): each names its own address.
 	longName := strings.Repeat("n", 64<<10-400) // the datagram stays within 64 KiB
 	kept := []struct {
 		name, ip, hostname string
 		b                  []byte
 	}{
-		{"a 64 KiB datagram (host name cut to 4 KiB)", "198.18.8.1", longName[:event.MaxHostname], rawEvent("198.18.8.1", "02:00:00:00:08:01", longName)},
-		{"invalid UTF-8 in the host name", "198.18.8.2", "bad\uFFFD\uFFFDname", rawEvent("198.18.8.2", "02:00:00:00:08:02", "bad\xff\xfename")},
+		{"a 64 KiB datagram (host name too long for the region: none)", "198.18.8.1", "", rawEvent("198.18.8.1", "02:00:00:00:08:01", longName)},
+		{"invalid UTF-8 in the host name", "198.18.8.2", "bad-name", rawEvent("198.18.8.2", "02:00:00:00:08:02", "bad\xff\xfename")},
+		{"NUL and control characters in the host name", "198.18.8.4", "nul-ctl", rawEvent("198.18.8.4", "02:00:00:00:08:04", `NUL\u0000ctl\u0007\t`)},
 		{"maas-dhcp-helper's datagram", "198.18.8.3", "maas-node", []byte(`{"action": "commit", "mac": "2:0:0:0:8:3", "ip_family": "ipv4", "ip": "198.18.8.3", "timestamp": 1795000000, "lease_time": 600, "hostname": "maas-node"}`)},
 	}
 	if len(kept[0].b) > 64<<10 {
@@ -179,7 +184,7 @@ func TestBadInput(t *testing.T) {
 		bads = append(bads, k.b)
 	}
 	g := newGen(7)
-	good := g.events(120, 0, 10)
+	good := g.events(160, 0, 10)
 	for i, h := range good {
 		if err := e.hook(h); err != nil {
 			t.Fatal(err)
@@ -227,16 +232,16 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s: region got %.200v, want one commit with hostname %.60q… (%d bytes)", k.name, got, k.hostname, len(k.hostname))
 		}
 	}
-	if got := byIP[hookLong.ip]; len(got) != 1 || got[0].Hostname != strings.Repeat("L", 255) {
-		t.Errorf("hook with a 64 KiB host name: region got %.200v, want the name cut to 255 bytes", got)
+	if got := byIP[hookLong.ip]; len(got) != 1 || got[0].Hostname != "" {
+		t.Errorf("hook with a 64 KiB host name: region got %.200v, want no host name (too long for the region)", got)
 	}
-	if got := byIP[hookBad.ip]; len(got) != 1 || !utf8.ValidString(got[0].Hostname) || got[0].Hostname != "caf\uFFFD-\uFFFD" {
+	if got := byIP[hookBad.ip]; len(got) != 1 || !utf8.ValidString(got[0].Hostname) || got[0].Hostname != "caf" {
 		t.Errorf("hook with invalid UTF-8 in the host name: region got %+v", got)
 	}
 	if got := byIP[ipOf(52)]; len(got) != 0 {
 		t.Errorf("an event with a bad MAC reached the region: %+v", got)
 	}
-	for _, reason := range []string{"malformed", "truncated"} {
+	for _, reason := range []string{"malformed", "truncated", "timestamp"} {
 		want := 0
 		for _, r := range rejects {
 			if r.reason == reason {
@@ -247,7 +252,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("rejected %s: %v, want %d", reason, got, want)
 		}
 	}
-	for _, ip := range []string{"198.18.9.1", "198.18.9.2", "198.18.9.3", "198.18.9.4", "198.18.9.6", "198.18.9.7"} {
+	for _, ip := range []string{"198.18.9.1", "198.18.9.2", "198.18.9.3", "198.18.9.4", "198.18.9.6", "198.18.9.7", "198.18.9.8", "198.18.9.9"} {
 		if got := byIP[ip]; len(got) != 0 {
 			t.Errorf("a rejected datagram reached the region: %+v", got)
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -93,11 +94,52 @@ type RegionItem struct {
 	LeaseTime int64  `json:"lease_time"`
 }
 
-// Item returns the event as the region API wants it, lease_time at most
-// MaxLeaseTime (events queued by an older agent were not clamped).
+// Item returns the event as the region API wants it: lease_time at most
+// MaxLeaseTime (events queued by an older agent were not clamped), the
+// hostname as RegionHostname makes it.
 func (e *Event) Item() RegionItem {
-	return RegionItem{Action: e.Action, Family: e.Family, Hostname: e.Hostname, MAC: e.MAC,
+	return RegionItem{Action: e.Action, Family: e.Family, Hostname: RegionHostname(e.Hostname), MAC: e.MAC,
 		IP: e.IP.String(), Timestamp: e.Timestamp, LeaseTime: min(e.LeaseTime, MaxLeaseTime)}
+}
+
+// MaxRegionHostname is the longest hostname the region keeps.
+const MaxRegionHostname = 64
+
+// RegionHostname is a lease's hostname as the region can take it. MAAS
+// gives a committed lease's hostname to its DNS
+// (maasservicelayer/services/dnsresources.py, update_dynamic_hostname),
+// which first coerces it (maascommon/utils/network.py,
+// coerce_to_valid_hostname: lower case, every run of characters other
+// than ASCII letters, digits and '-' made one '-', '-' trimmed at both
+// ends) and asserts that something of at most 64 characters is left:
+// otherwise the whole batch fails with 500. So the name is sent coerced
+// the same way — control characters, NUL, spaces and dots never reach
+// the region — and "" (no hostname, as for dhcpd's "(none)") when
+// nothing valid is left. Only Unicode letters whose lower case is ASCII
+// can differ from MAAS's own result, in the name, never in validity.
+func RegionHostname(h string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range h {
+		r = unicode.ToLower(r)
+		if r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+		if b.Len() > 4*MaxRegionHostname {
+			return "" // far too long whatever follows
+		}
+	}
+	out := strings.Trim(b.String(), "-")
+	if out == "none" && h == "(none)" || len(out) > MaxRegionHostname {
+		return ""
+	}
+	return out
 }
 
 // Key is what the region keys rows by: the IP address alone.

@@ -221,3 +221,33 @@ func FuzzParseDatagram(f *testing.F) {
 		}
 	})
 }
+
+// TestRegionHostname pins what the region can take, as MAAS's
+// coerce_to_valid_hostname (maascommon/utils/network.py) makes it and
+// update_dynamic_hostname (maasservicelayer/services/dnsresources.py)
+// asserts: a name that coerces to nothing or to more than 64 characters
+// would fail the whole batch with 500, so it is sent as "".
+func TestRegionHostname(t *testing.T) {
+	for in, want := range map[string]string{
+		"node-1":                      "node-1",
+		"Node_1":                      "node-1",
+		"web01.example.com":           "web01-example-com",
+		"  spaced  name ":             "spaced-name",
+		"nul\x00in\x00it":             "nul-in-it",
+		"ctl\x01\x1f\x7fchars\n":      "ctl-chars",
+		"ünïcode":                     "n-code",
+		"(none)":                      "",
+		"":                            "",
+		"   ":                         "",
+		"---":                         "",
+		"!!!":                         "",
+		strings.Repeat("a", 64):       strings.Repeat("a", 64),
+		strings.Repeat("a", 65):       "",
+		"-" + strings.Repeat("b", 64): strings.Repeat("b", 64),
+		strings.Repeat("x.", 200):     "",
+	} {
+		if got := RegionHostname(in); got != want {
+			t.Errorf("RegionHostname(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

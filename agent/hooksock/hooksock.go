@@ -82,6 +82,9 @@ func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, n
 	if cfg.Batch <= 0 {
 		cfg.Batch = 512
 	}
+	if now == nil {
+		now = time.Now
+	}
 	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now)}
 	l.m.received = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_events_received_total", Help: "Lease events accepted, by source.",
@@ -296,7 +299,30 @@ func (l *Listener) decode(b, oob []byte, flags int) (ev event.Event, reason stri
 	if err != nil {
 		return ev, "malformed", err
 	}
+	if err := checkTime(ev, l.now()); err != nil {
+		return ev, "timestamp", err
+	}
 	return ev, "", nil
+}
+
+// Event times the agent believes: from 2000 on, and at most a day ahead
+// of its own clock (a hook runs on this machine, on this clock). A time
+// outside is a broken clock or a forged datagram; the region would store
+// it as the lease's start.
+const (
+	minTimestamp = 946684800 // 2000-01-01T00:00:00Z
+	maxAhead     = 24 * time.Hour
+)
+
+func checkTime(ev event.Event, now time.Time) error {
+	limit := now.Add(maxAhead).Unix()
+	if ev.Timestamp < minTimestamp || ev.Timestamp > limit {
+		return fmt.Errorf("timestamp %d is not between 2000-01-01 and a day from now", ev.Timestamp)
+	}
+	if ns := ev.TimestampNS; ns != 0 && (ns/1e9 < minTimestamp || ns/1e9 > limit) {
+		return fmt.Errorf("timestamp_ns %d is not between 2000-01-01 and a day from now", ns)
+	}
+	return nil
 }
 
 func senderUID(oob []byte) (uint32, bool) {

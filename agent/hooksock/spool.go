@@ -222,10 +222,18 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 			l.reject("spool-overlong", fmt.Errorf("%s: line %d is longer than %d bytes; skipped", path, lineNo, maxSpoolLine), long)
 		} else if len(b) > 0 {
 			ev, ok := parseSpoolLine(b)
-			if !ok {
+			var terr error
+			if ok {
+				terr = checkTime(ev, l.now())
+			}
+			switch {
+			case !ok:
 				bad++
 				l.reject("spool-malformed", fmt.Errorf("%s: line %d is not an event", path, lineNo), len(b))
-			} else {
+			case terr != nil:
+				bad++
+				l.reject("spool-timestamp", fmt.Errorf("%s: line %d: %w", path, lineNo, terr), len(b))
+			default:
 				select {
 				case out <- item{ev: ev, ok: true}:
 				case <-ctx.Done():
