@@ -99,7 +99,7 @@ func TestAgentPrintConfig(t *testing.T) {
 		f.CA, f.ClientCert, f.ClientKey))
 	for _, tc := range []struct{ name, set, want string }{
 		{"missing certificate", "region.cert_file=/nonexistent/agent.crt", "region: cert_file/key_file: open /nonexistent/agent.crt: no such file or directory"},
-		{"key of another certificate", "region.key_file=" + f.ServerKey, "region: cert_file/key_file: tls: private key does not match public key"},
+		{"key of another certificate", "region.key_file=" + f.ServerKey, "tls: private key does not match public key"},
 		{"missing token", "region.token_file=/nonexistent/token", "region: token_file: open /nonexistent/token"},
 		{"not a CA", "region.ca_file=" + f.ClientKey, "region: ca_file " + f.ClientKey + ": no PEM certificate in it"},
 	} {
