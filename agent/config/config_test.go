@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -344,8 +345,8 @@ func TestKeys(t *testing.T) {
 }
 
 // TestReleaseTokenFile: release.token_file is off by default; when set,
-// Parse refuses a token file that group or others can access (the token
-// frees any lease) or that holds no token, naming the key.
+// Parse refuses a token file that others can access or its group write
+// (the token frees any lease) or that holds no token, naming the key.
 func TestReleaseTokenFile(t *testing.T) {
 	dir := t.TempDir()
 	file := func(name, content string, mode os.FileMode) string {
@@ -364,8 +365,9 @@ func TestReleaseTokenFile(t *testing.T) {
 	}{
 		{name: "0600", path: file("ok", "s3cret\n", 0o600)},
 		{name: "0400", path: file("ro", "s3cret", 0o400)},
-		{name: "0644", path: file("world", "s3cret\n", 0o644), want: "release.token_file: " + dir + "/world has mode 0644: group or others can access it; chmod 600 it"},
-		{name: "0620", path: file("group-writable", "s3cret\n", 0o620), want: "has mode 0620: group or others can access it"},
+		{name: "0640: the agent's group may read it", path: file("group-readable", "s3cret\n", 0o640)},
+		{name: "0644", path: file("world", "s3cret\n", 0o644), want: "release.token_file: " + dir + "/world has mode 0644: others can access it, or its group can write it; chmod 600 it, or 640 with the agent's group"},
+		{name: "0620", path: file("group-writable", "s3cret\n", 0o620), want: "has mode 0620: others can access it"},
 		{name: "0604", path: file("other-readable", "s3cret\n", 0o604), want: "has mode 0604"},
 		{name: "empty", path: file("empty", " \n", 0o600), want: "release.token_file: " + dir + "/empty is empty"},
 		{name: "space inside", path: file("spaced", "two words\n", 0o600), want: "white space or control characters"},
@@ -436,4 +438,54 @@ func TestLogResolve(t *testing.T) {
 			t.Errorf("%+v: got %s", tc, got)
 		}
 	}
+}
+
+// TestTokenUnreadableByAgentUser: a root-only token file, as an operator
+// would make it, read by the agent as the package runs it (another user):
+// the error says what to do. The reader is this test binary run as nobody.
+func TestTokenUnreadableByAgentUser(t *testing.T) {
+	if os.Getenv("LK_TOKEN_CHILD") != "" {
+		return // the child's part is TestReadTokenChild
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs the reader as another user")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		os.Chmod(d, 0o755)
+	}
+	tok := filepath.Join(dir, "release.token")
+	if err := os.WriteFile(tok, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "config.test")
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestReadTokenChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "LK_TOKEN_CHILD="+tok)
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "permission denied: the agent runs as uid 65534; give the file to its group, mode 0640") {
+		t.Errorf("the agent's user reading a root-only token:\n%s", out)
+	}
+}
+
+func TestReadTokenChild(t *testing.T) {
+	p := os.Getenv("LK_TOKEN_CHILD")
+	if p == "" {
+		t.Skip("run by TestTokenUnreadableByAgentUser")
+	}
+	_, err := ReadToken(p)
+	t.Log(err)
 }

@@ -1,22 +1,35 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
+
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
 // maxToken bounds what ReadToken reads of a token file.
 const maxToken = 64 << 10
 
-// ReadToken reads a bearer token file (release.token_file): one line, the
-// token, surrounding white space ignored. It refuses a file that is not
-// a regular file, that group or others can read or write (the token
-// authorises freeing any lease), an empty one and a token with white
-// space or control characters inside.
+// ReadToken reads a bearer token file (release.token_file,
+// region.token_file): one line, the token, surrounding white space
+// ignored. The file must be a regular file (opened without blocking) that
+// others cannot access at all and its group can at most read: mode 0600,
+// or 0640 with the agent's group, as the Debian package runs the agent as
+// the user leasekeeper (install -m 0640 -o root -g leasekeeper). An
+// empty file and a token with white space or control characters inside
+// are refused too.
 func ReadToken(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path, safefile.FollowLinks)
+	if errors.Is(err, fs.ErrPermission) {
+		return "", fmt.Errorf("%w: the agent runs as uid %d; give the file to its group, mode 0640 (install -m 0640 -o root -g leasekeeper …)", err, os.Geteuid())
+	}
+	if errors.Is(err, safefile.ErrNotRegular) {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -25,11 +38,8 @@ func ReadToken(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("%s has mode %04o: group or others can access it; chmod 600 it", path, perm)
+	if perm := fi.Mode().Perm(); perm&0o037 != 0 {
+		return "", fmt.Errorf("%s has mode %04o: others can access it, or its group can write it; chmod 600 it, or 640 with the agent's group", path, perm)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxToken+1))
 	if err != nil {

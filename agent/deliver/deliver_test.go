@@ -1137,7 +1137,8 @@ func TestToken(t *testing.T) {
 	}{
 		{"ok", "s3cret-token\n", 0o600, ""},
 		{"read-only", "s3cret-token", 0o400, ""},
-		{"group readable", "s3cret-token", 0o640, "mode 0640"},
+		{"group readable (the agent's group)", "s3cret-token", 0o640, ""},
+		{"group writable", "s3cret-token", 0o660, "mode 0660"},
 		{"world readable", "s3cret-token", 0o644, "mode 0644"},
 		{"empty", "", 0o600, "is empty"},
 		{"two words", "a b", 0o600, "white space"},
@@ -1163,8 +1164,8 @@ func TestToken(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 2 || got[0] != "Bearer s3cret-token" {
-		t.Errorf("Authorization headers %q, want two bearer tokens", got)
+	if len(got) != 3 || got[0] != "Bearer s3cret-token" {
+		t.Errorf("Authorization headers %q, want three bearer tokens (one per accepted file)", got)
 	}
 }
 
