@@ -30,7 +30,7 @@ type DhcpdConfig struct {
 	Conf      string   // dhcpd.conf content
 	Leases    string   // initial dhcpd.leases content; "" for an empty file
 	Iface     string   // interface to serve; default the lab's bridge
-	Family    int      // 4 (default); 6 only for CheckLeaseFile (the lab is IPv4-only)
+	Family    int      // 4 (default); 6 needs a lab made WithIPv6 (or CheckLeaseFile)
 	ExtraArgs []string // more dhcpd arguments, placed before the interface
 	// Prelude, when set, is shell run before dhcpd the way MAAS's
 	// maas-dhcpd.service does it: `sh -ec 'PRELUDE; exec dhcpd …'`, with
@@ -54,7 +54,7 @@ type Dhcpd struct {
 }
 
 // StartDhcpd writes cfg's files into a directory of t's, starts
-// `dhcpd -4 -f -d -cf CONF -lf LEASES -pf PID [ExtraArgs] IFACE` in the
+// `dhcpd -4|-6 -f -d -cf CONF -lf LEASES -pf PID [ExtraArgs] IFACE` in the
 // server namespace and waits until it serves: "Server starting service."
 // logged and the leases file rewritten. It fails the test if dhcpd exits
 // or is not ready in time, with dhcpd's log. dhcpd is stopped when t ends.
@@ -63,8 +63,11 @@ func (l *Lab) StartDhcpd(t testing.TB, cfg DhcpdConfig) *Dhcpd {
 	if cfg.Family == 0 {
 		cfg.Family = 4
 	}
-	if cfg.Family != 4 {
-		t.Fatalf("lab: dhcpd family %d: the lab has IPv4 only (IPv6 is disabled in its namespaces)", cfg.Family)
+	switch {
+	case cfg.Family == 6 && !l.Addr6.IsValid():
+		t.Fatalf("lab: dhcpd family 6: the lab has IPv4 only (make it WithIPv6)")
+	case cfg.Family != 4 && cfg.Family != 6:
+		t.Fatalf("lab: dhcpd family %d: want 4 or 6", cfg.Family)
 	}
 	if cfg.Iface == "" {
 		cfg.Iface = l.Bridge
@@ -126,7 +129,7 @@ func (d *Dhcpd) start() error {
 	f.Close()
 	off := fileSize(d.log)
 
-	argv := []string{d.bin, "-4", "-f", "-d", "-cf", d.conf, "-lf", d.leases, "-pf", d.pid}
+	argv := []string{d.bin, fmt.Sprintf("-%d", d.cfg.Family), "-f", "-d", "-cf", d.conf, "-lf", d.leases, "-pf", d.pid}
 	argv = append(argv, d.cfg.ExtraArgs...)
 	argv = append(argv, d.cfg.Iface)
 	if d.cfg.Prelude != "" {

@@ -17,10 +17,11 @@
 //
 //	Require(t, bins...)                  skip unless root, `ip netns` works and bins exist
 //	LookBin(name)                        a binary in PATH, /usr/sbin, /sbin, /usr/local/sbin
-//	New(t, opts...) *Lab                 WithAddr(prefix) picks the bridge address
+//	New(t, opts...) *Lab                 WithAddr(prefix) picks the bridge address, WithIPv6(prefix) adds one in 2001:db8::/32
 //	(*Lab).Command(ns, argv...)          an *exec.Cmd running argv inside ns (CommandContext too)
 //	(*Lab).Exec(ctx, ns, argv...)        run it, combined output, error carries the output
 //	(*Lab).SubnetConf(body)              "subnet … netmask … { body }" for the bridge subnet
+//	(*Lab).Subnet6Conf(body)             "subnet6 PREFIX { body }" for the bridge's IPv6 subnet (WithIPv6)
 //	(*Lab).AddClient(name, opts...)      WithMAC, WithHostname, WithDhclientConf
 //	(*Client).Dhclient(ctx, args...)     obtain a lease, configure it on eth0, keep dhclient running
 //	(*Client).Release(ctx)               dhclient -r (DHCPRELEASE), drop the address
@@ -42,9 +43,13 @@
 // Addresses: only 203.0.113.0/24, 198.51.100.0/24 (labs) and
 // 198.18.0.0/15 (load) are accepted, for the bridge and for any address
 // a client is given. IPv6 is disabled in every lab namespace, so not
-// even link-local traffic leaves an interface; the lab is IPv4-only and
-// StartDhcpd refuses Family 6 (CheckLeaseFile accepts it: -T never
-// touches the network).
+// even link-local traffic leaves an interface, except on the bridge of a
+// lab made WithIPv6: there it is enabled for that one interface (no
+// router advertisements, no duplicate address detection) with an address
+// inside 2001:db8::/32, and StartDhcpd runs dhcpd -6 for Family 6 (the
+// bridge's ports are veths into client namespaces, where IPv6 stays
+// off). CheckLeaseFile accepts Family 6 anywhere: -T never touches the
+// network.
 //
 // Processes: the lab kills only processes it started, by pid (ip netns
 // exec execs in place, so the pid the lab holds is dhcpd's or

@@ -27,8 +27,15 @@ var allowed = []netip.Prefix{
 	netip.MustParsePrefix("198.18.0.0/15"),
 }
 
+// allowed6 is the only IPv6 range a lab may use (WithIPv6): the
+// documentation prefix.
+var allowed6 = netip.MustParsePrefix("2001:db8::/32")
+
 // Allowed reports whether addr lies in a range labs may use.
 func Allowed(addr netip.Addr) bool {
+	if addr.Is6() && !addr.Is4In6() {
+		return allowed6.Contains(addr)
+	}
 	for _, p := range allowed {
 		if p.Contains(addr) {
 			return true
@@ -103,7 +110,8 @@ func randHex(n int) string {
 type Option func(*config)
 
 type config struct {
-	addr netip.Prefix
+	addr  netip.Prefix
+	addr6 netip.Prefix
 }
 
 // WithAddr sets the bridge's address and prefix (default 203.0.113.1/24).
@@ -112,12 +120,21 @@ func WithAddr(p netip.Prefix) Option {
 	return func(c *config) { c.addr = p }
 }
 
+// WithIPv6 enables IPv6 on the server namespace's bridge, and only
+// there, with the address p (inside 2001:db8::/32, no duplicate address
+// detection, no router advertisements), so that dhcpd -6 can serve it
+// (StartDhcpd with Family 6). Client namespaces stay IPv4-only.
+func WithIPv6(p netip.Prefix) Option {
+	return func(c *config) { c.addr6 = p }
+}
+
 // Lab is a server namespace with a bridge, and the client namespaces
 // attached to it.
 type Lab struct {
 	NS     string       // server namespace, "lk-" + 8 hex digits
 	Bridge string       // "br0", in NS
 	Addr   netip.Prefix // the bridge's address, e.g. 203.0.113.1/24
+	Addr6  netip.Prefix // the bridge's IPv6 address (WithIPv6); invalid without
 	Dir    string       // scratch directory removed with the test
 
 	t  testing.TB
@@ -141,10 +158,14 @@ func New(t testing.TB, opts ...Option) *Lab {
 	if !allowedPrefix(cfg.addr) {
 		t.Fatalf("lab: address %s is outside 203.0.113.0/24, 198.51.100.0/24 and 198.18.0.0/15", cfg.addr)
 	}
+	if cfg.addr6.IsValid() && !allowedPrefix6(cfg.addr6) {
+		t.Fatalf("lab: IPv6 address %s is outside 2001:db8::/32", cfg.addr6)
+	}
 	ip, _ := LookBin("ip")
 	l := &Lab{
 		Bridge:  "br0",
 		Addr:    cfg.addr,
+		Addr6:   cfg.addr6,
 		Dir:     t.TempDir(),
 		t:       t,
 		ip:      ip,
@@ -166,7 +187,35 @@ func New(t testing.TB, opts ...Option) *Lab {
 	); err != nil {
 		t.Fatalf("lab: %v", err)
 	}
+	if l.Addr6.IsValid() {
+		if err := l.enableIPv6(); err != nil {
+			t.Fatalf("lab: %v", err)
+		}
+	}
 	return l
+}
+
+// enableIPv6 turns IPv6 on for the bridge alone (the namespace's default
+// stays off, so veths added later have none) and gives it Addr6.
+func (l *Lab) enableIPv6() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	dir := "/proc/sys/net/ipv6/conf/" + l.Bridge
+	script := fmt.Sprintf(`[ -d /proc/sys/net/ipv6 ] || { echo "no IPv6 in this kernel"; exit 1; }
+echo 0 > %[1]s/accept_ra
+echo 0 > %[1]s/autoconf
+echo 0 > %[1]s/accept_dad
+echo 0 > %[1]s/disable_ipv6`, dir)
+	if out, err := l.Exec(ctx, l.NS, "/bin/sh", "-c", script); err != nil {
+		return fmt.Errorf("enable IPv6 on %s: %v: %s", l.Bridge, err, out)
+	}
+	return l.setup(l.NS, []string{"addr", "add", l.Addr6.String(), "dev", l.Bridge, "nodad"})
+}
+
+// allowedPrefix6 reports whether an IPv6 bridge address and its whole
+// subnet lie inside 2001:db8::/32.
+func allowedPrefix6(p netip.Prefix) bool {
+	return p.IsValid() && p.Addr().Is6() && !p.Addr().Is4In6() && p.Bits() >= allowed6.Bits() && allowed6.Contains(p.Addr())
 }
 
 // allowedPrefix reports whether a bridge address and its whole subnet
@@ -265,6 +314,12 @@ func (l *Lab) SubnetConf(body string) string {
 	p := l.Addr.Masked()
 	mask := net.CIDRMask(p.Bits(), 32)
 	return fmt.Sprintf("subnet %s netmask %s {\n%s\n}\n", p.Addr(), net.IP(mask).String(), body)
+}
+
+// Subnet6Conf returns a dhcpd subnet6 declaration for the bridge's IPv6
+// subnet (WithIPv6) with body inside.
+func (l *Lab) Subnet6Conf(body string) string {
+	return fmt.Sprintf("subnet6 %s {\n%s\n}\n", l.Addr6.Masked(), body)
 }
 
 // bin returns the path to run a binary from, copied into the lab's

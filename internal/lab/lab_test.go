@@ -202,6 +202,51 @@ func TestLabAllowed(t *testing.T) {
 	}
 }
 
+func TestLabAllowed6(t *testing.T) {
+	for _, tc := range []struct {
+		p    string
+		want bool
+	}{
+		{"2001:db8:1::1/64", true},
+		{"2001:db8::1/32", true},
+		{"2001:db8::1/31", false}, // subnet spills out of the prefix
+		{"2001:db9::1/64", false},
+		{"fd00::1/64", false},
+		{"::ffff:203.0.113.1/120", false},
+	} {
+		if got := allowedPrefix6(netip.MustParsePrefix(tc.p)); got != tc.want {
+			t.Errorf("allowedPrefix6(%s) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if !Allowed(netip.MustParseAddr("2001:db8::5")) || Allowed(netip.MustParseAddr("2001:4860::1")) {
+		t.Error("Allowed: IPv6 outside 2001:db8::/32 must be refused, inside accepted")
+	}
+}
+
+// TestLabDhcpd6: a lab made WithIPv6 runs dhcpd -6 on its bridge, which
+// rewrites its leases file at start; IPv6 stays off everywhere else in
+// the namespace.
+func TestLabDhcpd6(t *testing.T) {
+	Require(t, "dhcpd")
+	t.Parallel()
+	l := New(t, WithIPv6(netip.MustParsePrefix("2001:db8:1::1/64")))
+	d := l.StartDhcpd(t, DhcpdConfig{Family: 6,
+		Conf: l.Subnet6Conf("range6 2001:db8:1::100 2001:db8:1::1ff;")})
+	if !strings.Contains(d.Logs(), "2001:db8:1::/64") {
+		t.Errorf("dhcpd -6 does not serve the bridge's subnet; its log:\n%s", d.Logs())
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, d.LeasesPath()); !strings.Contains(got, "server-duid") {
+		t.Errorf("leases file not rewritten:\n%s", got)
+	}
+	out, err := l.Exec(context.Background(), l.NS, "/bin/sh", "-c", "cat /proc/sys/net/ipv6/conf/default/disable_ipv6 /proc/sys/net/ipv6/conf/lo/disable_ipv6")
+	if err != nil || strings.Fields(string(out))[0] != "1" || strings.Fields(string(out))[1] != "1" {
+		t.Errorf("IPv6 must stay disabled off the bridge: %q, %v", out, err)
+	}
+}
+
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
