@@ -36,6 +36,25 @@ type StatusReport struct {
 	UptimeSeconds float64       `json:"uptime_seconds"`
 	Mode          *ModeReport   `json:"mode"`   // null before the reconciler has run
 	Region        *RegionReport `json:"region"` // null when no deliverer is wired
+	// Held are events read from the hook socket or spool that wait, in
+	// memory, for the outbox to store them (a full disk); their datagrams
+	// stay in the socket. Null when no part can hold events.
+	Held *HeldReport `json:"held"`
+	// Unhealthy is why /healthz answers 503 ("" when it answers 200).
+	Unhealthy string `json:"unhealthy"`
+}
+
+// HeldReport is StatusReport.Held: how many events wait and since when
+// (null when none wait).
+type HeldReport struct {
+	Events int        `json:"events"`
+	Since  *time.Time `json:"since"`
+}
+
+// Holder is a task that can hold events outside the outbox (the hook
+// socket, while the outbox cannot store them).
+type Holder interface {
+	Held() (int, time.Time)
 }
 
 // RegionReport is how delivery to the region is going, in StatusReport
@@ -192,6 +211,24 @@ func (a *Agent) Report() StatusReport {
 		Time:          now.UTC(),
 		UptimeSeconds: now.Sub(started).Seconds(),
 		Tasks:         a.taskReport(),
+	}
+	for _, ts := range a.tasks {
+		if h, ok := ts.task.(Holder); ok {
+			if r.Held == nil {
+				r.Held = &HeldReport{}
+			}
+			n, since := h.Held()
+			r.Held.Events += n
+			if !since.IsZero() && (r.Held.Since == nil || since.Before(*r.Held.Since)) {
+				s := since.UTC()
+				r.Held.Since = &s
+			}
+		}
+	}
+	if !r.Ready {
+		r.Unhealthy = "starting"
+	} else if err := a.healthy(time.Minute); err != nil {
+		r.Unhealthy = err.Error()
 	}
 	if s := a.status; s != nil {
 		depth, dead := s.Depth(), s.DeadLetterCount()

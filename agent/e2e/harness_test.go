@@ -583,6 +583,9 @@ type statusReport struct {
 		Error string `json:"error"`
 		Hint  string `json:"hint"`
 	} `json:"region"`
+	Held *struct {
+		Events int `json:"events"`
+	} `json:"held"`
 }
 
 // deadLetter is one element of `leasekeeper deadletter list --json`.

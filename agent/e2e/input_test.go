@@ -328,6 +328,9 @@ func TestFullStateDisk(t *testing.T) {
 	if spooled == 0 {
 		t.Error("no hook spooled while the disk was full")
 	}
+	if rep.Held == nil || rep.Held.Events == 0 {
+		t.Errorf("status shows no events held while the outbox cannot store them: %+v", rep.Held)
+	}
 
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)

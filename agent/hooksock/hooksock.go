@@ -28,6 +28,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,6 +68,36 @@ type Listener struct {
 	now     func() time.Time
 	m       metrics
 	limiter *lograte.Limiter
+
+	beat       atomic.Int64 // Unix ns: the reader's last turn
+	heldSince  atomic.Int64 // Unix ns: since when events wait for a failing sink; 0 if none
+	heldEvents atomic.Int64
+}
+
+// LastProgress is when the hook socket last made progress (agent.Prober):
+// the reader's last turn (it wakes at least every second), or, while
+// events wait for an outbox that cannot store them (a full disk), when
+// they began to wait. A wedged reader or a held outbox thus turns the
+// agent's health and the watchdog bad after a while.
+func (l *Listener) LastProgress() time.Time {
+	if ns := l.heldSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	if ns := l.beat.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Held is how many events read from the socket or the spool wait, in
+// memory, for the outbox to take them, and since when (0, zero time when
+// none). Their datagrams stay in the socket meanwhile.
+func (l *Listener) Held() (int, time.Time) {
+	ns := l.heldSince.Load()
+	if ns == 0 {
+		return 0, time.Time{}
+	}
+	return int(l.heldEvents.Load()), time.Unix(0, ns)
 }
 
 type metrics struct {
@@ -268,6 +299,7 @@ func (l *Listener) read(ctx context.Context, sk *sock, out chan<- item) error {
 	buf := make([]byte, MaxDatagram+1)
 	oob := make([]byte, syscall.CmsgSpace(syscall.SizeofUcred))
 	for ctx.Err() == nil {
+		l.beat.Store(l.now().UnixNano())
 		n, oobn, flags, err := sk.next(ctx, buf, oob, spoolCheck)
 		switch {
 		case err == errNoData:
@@ -409,6 +441,7 @@ const stopGrace = 5 * time.Second
 func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 	backoff := 100 * time.Millisecond
 	var deadline time.Time
+	defer l.heldSince.Store(0)
 	for {
 		err := l.sink.Accept(context.WithoutCancel(ctx), batch)
 		if err == nil {
@@ -424,6 +457,8 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 				return fmt.Errorf("stopping with %d hook events not stored (the reconciler recovers them from dhcpd.leases): %w", len(batch), err)
 			}
 		}
+		l.heldEvents.Store(int64(len(batch)))
+		l.heldSince.CompareAndSwap(0, l.now().UnixNano())
 		l.log.Error().Err(err).Int("events", len(batch)).Dur("retry_in", backoff).
 			Msg("cannot store hook events; holding them and retrying")
 		time.Sleep(backoff)

@@ -229,6 +229,16 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 	} else {
 		fmt.Fprintf(tw, "lag\tunknown\n")
 	}
+	if h := r.Held; h != nil && h.Events > 0 {
+		since := ""
+		if h.Since != nil {
+			since = fmt.Sprintf(" for %s", roundAge(r.Time.Sub(*h.Since)))
+		}
+		fmt.Fprintf(tw, "held\t%d events%s: the outbox cannot store them (disk full? see the log); hooks spool meanwhile\n", h.Events, since)
+	}
+	if r.Unhealthy != "" && r.Ready {
+		fmt.Fprintf(tw, "health\tunhealthy: %s\n", r.Unhealthy)
+	}
 	if m := r.Mode; m != nil {
 		line := m.Mode
 		switch {

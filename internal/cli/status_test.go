@@ -196,14 +196,14 @@ func sampleLetters() []outbox.DeadLetter {
 	return []outbox.DeadLetter{
 		{Seq: 41, Reason: "422 Unprocessable Entity: {\"hostname\": [\"not a valid\n hostname\"]}", Time: clock.Add(-time.Hour),
 			Event: event.Event{Action: event.Commit, Family: event.IPv4, MAC: "02:00:00:0a:0b:0c", IP: ip,
-				Hostname: "bad_name", Timestamp: 1700000000, LeaseTime: 600, Source: event.SourceHook}},
+				Hostname: "bad_name" /* listed as sent: bad-name */, Timestamp: 1700000000, LeaseTime: 600, Source: event.SourceHook}},
 		{Seq: 42, Reason: "404 Not Found", Time: clock, Event: event.Event{Action: event.Expiry, Family: event.IPv4,
 			MAC: "02:00:00:0a:0b:0c", IP: ip, Timestamp: 1700000600, Source: event.SourceFile}},
 	}
 }
 
 const lettersTable = `SEQ  DEAD-LETTERED         ACTION  IP           MAC                HOSTNAME  REASON
-41   2026-11-29T11:00:00Z  commit  203.0.113.7  02:00:00:0a:0b:0c  bad_name  422 Unprocessable Entity: {"hostname": ["not a valid hostname"]}
+41   2026-11-29T11:00:00Z  commit  203.0.113.7  02:00:00:0a:0b:0c  bad-name  422 Unprocessable Entity: {"hostname": ["not a valid hostname"]}
 42   2026-11-29T12:00:00Z  expiry  203.0.113.7  02:00:00:0a:0b:0c  -         404 Not Found
 `
 
@@ -231,7 +231,7 @@ func TestDeadLetterViaAgent(t *testing.T) {
 	}
 	out, _, _ = run(t, "deadletter", "list", "--json", "--socket", sock)
 	var got []agent.DeadLetterReport
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 2 || got[0].Event.Hostname != "bad_name" || got[1].Source != "file" {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 2 || got[0].Event.Hostname != "bad-name" || got[1].Source != "file" {
 		t.Errorf("--json: %v\n%s", err, out)
 	}
 	for _, key := range []string{`"seq": 41`, `"time": "2026-11-29T11:00:00Z"`, `"reason": `, `"source": "hook"`, `"event": {`, `"ip_family": "ipv4"`, `"lease_time": 600`} {
