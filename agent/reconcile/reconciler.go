@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,6 +226,11 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	r.pid = readPID(r.cfg.PIDFile)
 	changes, err := r.fol.resume(r.loadedPos)
 	r.round(ctx, changes, err)
+	// Resumed on the file the last run read whole, and nothing found
+	// wrong since: the file is as consistent as it was then.
+	if err == nil && r.fol.resumed && !slices.ContainsFunc(changes, func(c change) bool { return c.kind == changeSnapshot && !c.complete }) {
+		r.met.consistent.Store(true)
+	}
 	r.log.Info().Str("leases", r.cfg.Leases).Dur("poll_interval", r.cfg.Poll).Msg("following dhcpd.leases")
 	ready()
 

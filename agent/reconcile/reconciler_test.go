@@ -277,6 +277,9 @@ func TestTaskResumeReadsTail(t *testing.T) {
 	if n := testutil.ToFloat64(h.r.met.snapshots.WithLabelValues("complete")); n != 0 {
 		t.Errorf("the restarted agent read the file whole %v times, want 0 (tail only)", n)
 	}
+	if !h.r.met.consistent.Load() {
+		t.Error("leasekeeper_reconcile_file_consistent is 0 after a clean restart on a file that read whole")
+	}
 }
 
 // TestTaskHoldsOnGarbage: a rewrite that does not parse decides nothing

@@ -97,6 +97,9 @@ type follower struct {
 	pos     Position
 	hasPos  bool
 	missing bool // the path did not exist at the last open
+	// resumed: resume found the file at the stored position, which is
+	// only ever stored on a file that read whole.
+	resumed bool
 
 	// buffered output of the current sync
 	out     []change
@@ -160,7 +163,7 @@ func (w *follower) resume(pos *Position) ([]change, error) {
 	if pos.matches(f, idOf(fi), fi.Size()) {
 		w.f, w.id, w.base, w.read = f, idOf(fi), pos.Offset, pos.Offset
 		w.dec = parser.NewDecoder()
-		w.pos, w.hasPos = *pos, true
+		w.pos, w.hasPos, w.resumed = *pos, true, true
 		if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
 			w.close()
 			return nil, err
