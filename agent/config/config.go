@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
 // DefaultPath is where the Debian package installs the config file.
@@ -165,7 +166,7 @@ func Default() *Config {
 // Load reads the file at path over the defaults, applies overrides
 // ("section.key=value", as from --set) in order, and validates the result.
 func Load(path string, overrides ...string) (*Config, error) {
-	f, err := os.Open(path)
+	f, err := safefile.Open(path, safefile.FollowLinks)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
 // Mode is how the reconciler shares the work with dhcpd's hooks.
@@ -328,7 +330,7 @@ func identity(p string, env DetectEnv) (k Kind, why string, sure bool) {
 			return KindLeasekeeper, "the same file as " + ours, true
 		}
 	}
-	f, err := os.Open(p)
+	f, err := safefile.Open(p, safefile.FollowLinks)
 	if err != nil {
 		return KindUnknown, "cannot read it: " + err.Error(), false
 	}
@@ -444,7 +446,7 @@ func scanConf(path string) ([]execCall, []string, error) {
 			return nil
 		}
 		seen[p] = true
-		raw, err := os.ReadFile(p)
+		raw, err := safefile.ReadFile(p, safefile.FollowLinks, 64<<20)
 		if err != nil {
 			return err
 		}
