@@ -60,10 +60,10 @@ type world struct {
 	maasSock string
 }
 
-func newWorld(t *testing.T, hooks string, lease int) *world {
+func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
 	t.Helper()
 	lab.Require(t, "dhcpd", "dhclient")
-	w := &world{t: t, lab: lab.New(t), dir: t.TempDir(), hooks: hooks, lease: lease, grace: 3 * time.Second}
+	w := &world{t: t, lab: lab.New(t, opts...), dir: t.TempDir(), hooks: hooks, lease: lease, grace: 3 * time.Second}
 	stub, err := regionstub.Start(regionstub.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +150,7 @@ func (w *world) startAgent() {
 		cfg.Reconcile.Mode = "replacement"
 	}
 	cfg.Metrics.Listen = ""
+	cfg.Control.Socket = ""
 	if err := cfg.Validate(); err != nil {
 		w.t.Fatal(err)
 	}

@@ -25,6 +25,7 @@
 //	(*Lab).AddClient(name, opts...)      WithMAC, WithHostname, WithDhclientConf
 //	(*Client).Dhclient(ctx, args...)     obtain a lease, configure it on eth0, keep dhclient running
 //	(*Client).Release(ctx)               dhclient -r (DHCPRELEASE), drop the address
+//	(*Client).Dhclient6 / Release6       dhclient -6 and dhclient -6 -r (WithIPv6; "-D", "LL" for a DUID-LL), LeaseFile6
 //	(*Client).Kill()                     the client vanishes without a release (SIGKILL)
 //	(*Client).Addr / LeaseFile / Logs
 //	(*Client).Destroy()                  the client's namespace is deleted (a force-deleted container)
@@ -35,6 +36,9 @@
 //	Allowed(addr)                        whether an address is in a lab range
 //	CheckLeaseFile(t, DhcpdConfig)       dhcpd -T (lease-file test mode), no namespace
 //	BuildHook(t) / HookSnippet(t, …)     leasekeeper-hook built for the test, the shipped snippet running it
+//	HookSnippet6(t, …)                   the same for dhcpd -6 (leasekeeper6.conf: the DUID as --mac)
+//	MAASHelper(t, dir) / MAASSnippet     a stand-in for MAAS's maas-dhcp-helper (Python, sends to --socket),
+//	                                     MAAS's "Notify MAAS" blocks running it (maas.go)
 //	StartUserManager(t)                  a real systemd manager (user mode, private mount namespace)
 //	(*Lab).StartUserManager(t, ns)       the same inside a lab namespace's network
 //
@@ -48,8 +52,11 @@
 // router advertisements, no duplicate address detection) with an address
 // inside 2001:db8::/32, and StartDhcpd runs dhcpd -6 for Family 6 (the
 // bridge's ports are veths into client namespaces, where IPv6 stays
-// off). CheckLeaseFile accepts Family 6 anywhere: -T never touches the
-// network.
+// off until a client runs Dhclient6: then it is on for that client's
+// eth0 alone, link-local only, same settings, and the bridge stops
+// snooping multicast so DHCPv6 and neighbour discovery need no MLD
+// querier). CheckLeaseFile accepts Family 6 anywhere: -T never touches
+// the network.
 //
 // Processes: the lab kills only processes it started, by pid (ip netns
 // exec execs in place, so the pid the lab holds is dhcpd's or

@@ -70,7 +70,19 @@ const hookCall = `"/usr/sbin/leasekeeper-hook", "notify",`
 // and spool instead of the installed paths.
 func HookSnippet(t testing.TB, hook, sock, spool string) string {
 	t.Helper()
-	const rel = "packaging/dhcpd/leasekeeper.conf"
+	return snippet(t, "packaging/dhcpd/leasekeeper.conf", hook, sock, spool)
+}
+
+// HookSnippet6 is HookSnippet for dhcpd -6: the shipped
+// packaging/dhcpd/leasekeeper6.conf, which passes the client's DUID as
+// --mac.
+func HookSnippet6(t testing.TB, hook, sock, spool string) string {
+	t.Helper()
+	return snippet(t, "packaging/dhcpd/leasekeeper6.conf", hook, sock, spool)
+}
+
+func snippet(t testing.TB, rel, hook, sock, spool string) string {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(ModuleRoot(t), rel))
 	if err != nil {
 		t.Fatal(err)
