@@ -374,7 +374,7 @@ func (r *Report) region(ctx context.Context, o Options) {
 // certificates checks the client certificate, its key and the CA, as the
 // rack's maas-agent has them, and returns the TLS configuration.
 func (r *Report) certificates(certFile, keyFile, caFile string) (*tls.Config, bool) {
-	fix := "set region.cert_file, key_file and ca_file to the rack's maas-agent agent.crt, agent.key and ca.pem (deb: /var/lib/maas/certificates/; snap: /var/snap/maas/current/certificates/ up to 3.7, /var/snap/maas/common/var/lib/maas/certificates/ from 3.8), readable by the agent's user"
+	fix := "set region.cert_file, key_file and ca_file to the rack's certificate, key and MAAS's CA, as maas-agent uses them (3.8+: agent.crt, agent.key, ca.pem; 3.6 and 3.7: cluster.pem, cluster.key, cacerts.pem; deb: /var/lib/maas/certificates, snap: /var/snap/maas/current/certificates, from 3.8 possibly /var/snap/maas/common/var/lib/maas/certificates), readable by the agent's user (README.Debian, section 1)"
 	var missing []string
 	for k, v := range map[string]string{"cert_file": certFile, "key_file": keyFile, "ca_file": caFile} {
 		if v == "" {
