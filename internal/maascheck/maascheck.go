@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -71,6 +72,30 @@ type Options struct {
 	// Port is the port region.url must name; "" = MAASPort (tests run
 	// the region elsewhere).
 	Port string
+	// Credentials lists the credential names systemd passes the agent's
+	// unit (LoadCredential=NAME:PATH); nil asks systemctl.
+	Credentials func() []string
+}
+
+// unitCredentials asks systemd for the names of the credentials
+// leasekeeper.service gets (LoadCredential=); none when it cannot tell.
+func unitCredentials() []string {
+	out, err := exec.Command("systemctl", "show", "--property=LoadCredential", "leasekeeper.service").Output()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "LoadCredential=")
+		if !ok {
+			continue
+		}
+		for _, cred := range strings.Fields(v) {
+			name, _, _ := strings.Cut(cred, ":")
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // MAASPort is the only port MAAS serves its internal API on (nginx passes
@@ -92,7 +117,11 @@ func Run(ctx context.Context, o Options) *Report {
 	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
 	r.mode(r.Mode, "dhcpd.config")
 	r.hooks(r.Mode)
-	r.agentAccess(o.AgentUser, r.Mode, c)
+	creds := o.Credentials
+	if creds == nil {
+		creds = unitCredentials
+	}
+	r.agentAccess(o.AgentUser, r.Mode, c, creds)
 	if c.DHCPD.Config6 != "" {
 		d := reconcile.Detect(c.DHCPD.Config6, reconcile.ModeAuto, env)
 		r.Mode6 = &d
@@ -201,7 +230,7 @@ func (r *Report) helperSocket(h reconcile.Hook) {
 // agentAccess checks that the agent's user can read what mode detection
 // reads: MAAS writes its dhcpd.conf readable by root only (0640,
 // maas-write-file), and then the agent cannot tell the mode.
-func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Config) {
+func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Config, creds func() []string) {
 	if name == "" {
 		return
 	}
@@ -221,9 +250,14 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Confi
 		if f == "" {
 			continue
 		}
-		if why := unreadable(f, uid, gids); why != "" {
+		why := unreadable(f, uid, gids)
+		switch {
+		case why == "":
+		case slices.Contains(creds(), filepath.Base(f)):
+			r.add(OK, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s, but systemd hands it a copy (LoadCredential=%s:…).", name, f, filepath.Base(f)), "")
+		default:
 			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot connect to the region.", name, f, why),
-				fmt.Sprintf("let %s read it (e.g. a copy owned by %s, mode 0600, updated when maas-agent renews it)", name, name))
+				fmt.Sprintf("have systemd pass it a copy: systemctl edit leasekeeper, [Service] LoadCredential=%s:%s (README.Debian, section 1)", filepath.Base(f), f))
 		}
 	}
 	if d.Conf == "" || d.Forced {
