@@ -467,16 +467,23 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 				delay = jitter(cfg.MinBackoff, cfg.MaxBackoff, fails-1)
 				continue
 			}
-			accepted, tried, err := d.probe(ctx, q, b)
+			p, err := d.probe(ctx, q, b)
 			if err != nil {
 				return err
 			}
-			if accepted {
+			switch {
+			case p.accepted:
 				// Once more, right after: a region that just came back
 				// takes the suspect now.
 				consumed, evidence, delay = true, true, 0
 				continue
+			case p.outage != nil:
+				// Says nothing either way: wait it out and start over.
+				outages++
+				delay = d.retryDelay(*p.outage, outages-1)
+				continue
 			}
+			tried := p.tried
 			rounds++
 			why := "the region fails every event it is sent with HTTP 500"
 			if tried == 0 {
@@ -492,22 +499,29 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 	}
 }
 
+// probed is what probe found.
+type probed struct {
+	accepted bool     // a neighbour was accepted (and acked)
+	tried    int      // neighbours sent
+	outage   *outcome // a neighbour got no answer about itself: nothing learnt
+}
+
 // probe sends neighbours of the suspect q one by one, up to maxProbes of
-// them, and reports whether one was accepted (and acked). A neighbour is
-// an event queued after q sharing neither IP nor MAC with q, with an
-// event it would overtake, or with a neighbour that failed.
-func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (accepted bool, tried int, err error) {
+// them, until one is accepted. A neighbour is an event queued after q
+// sharing neither IP nor MAC with q, with an event it would overtake, or
+// with a neighbour that failed.
+func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (p probed, err error) {
 	queued, err := d.q.Peek(d.link.Load().cfg.BatchMax + 1)
 	if err != nil {
-		return false, 0, fmt.Errorf("peek: %w", err)
+		return p, fmt.Errorf("peek: %w", err)
 	}
 	if len(queued) == 0 || queued[0].Seq != q.Seq {
-		return false, 0, errRepeek // cannot happen: only the holder of the turn removes events
+		return p, errRepeek // cannot happen: only the holder of the turn removes events
 	}
 	ips := map[netip.Addr]bool{q.Event.IP: true}
 	macs := map[string]bool{q.Event.MAC: true}
 	for _, c := range queued[1:] {
-		if tried == maxProbes {
+		if p.tried == maxProbes {
 			break
 		}
 		e := c.Event
@@ -519,23 +533,25 @@ func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (ac
 			ips[e.IP], macs[e.MAC] = true, true
 			continue
 		}
-		tried++
+		p.tried++
 		o, err := d.post(ctx, []event.Queued{c})
 		if err != nil {
-			return false, tried, err
+			return p, err
 		}
 		switch o.kind {
 		case kindOK:
 			d.log.Info().Uint64("suspect_seq", q.Seq).Str("suspect_ip", q.Event.IP.String()).Uint64("neighbour_seq", c.Seq).
 				Msg("region accepted a neighbour of an event it fails: trying the suspect once more")
-			return true, tried, d.delivered(ctx, []event.Queued{c}, b.peeked)
+			p.accepted = true
+			return p, d.delivered(ctx, []event.Queued{c}, b.peeked)
 		case kindRefused, kindFailed:
 			ips[e.IP], macs[e.MAC] = true, true
 		default:
-			return false, tried, nil // an outage now says nothing either way
+			p.outage = &o
+			return p, nil
 		}
 	}
-	return false, tried, nil
+	return p, nil
 }
 
 // retryDelay is the wait before attempt+1 after o: the region's
