@@ -33,6 +33,10 @@ type Decoder struct {
 	closed    bool
 	// stmtLine is the first line of the statement being decoded.
 	stmtLine int
+	// rec: dhcpd's recovery after a refused block is running (refuse.go).
+	rec recovery
+	// mid: the input consumed so far does not end at a line's end.
+	mid bool
 }
 
 // Handler receives decoded statements and syntax errors in input order;
@@ -50,6 +54,10 @@ func NewDecoder() *Decoder {
 // Offset is the number of input bytes consumed: the end of the last
 // complete statement (plus any skipped garbage).
 func (d *Decoder) Offset() int64 { return d.off }
+
+// clean reports whether the decoder is where a decoder starting at the
+// same offset would be: nothing held, no resync or recovery running.
+func (d *Decoder) clean() bool { return len(d.tail) == 0 && !d.resync && !d.rec.on }
 
 // Pending is the number of bytes held back as an unfinished statement.
 func (d *Decoder) Pending() int { return len(d.tail) }
@@ -121,11 +129,14 @@ func (d *Decoder) Close(h Handler) error {
 // left unconsumed is an unfinished statement. No statement starting at or
 // after limit is decoded.
 func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
-	p := stmtParser{lx: lexer{b: buf, line: d.line, final: final}, order: d.order, hostOrder: d.hostOrder}
+	p := stmtParser{lx: lexer{b: buf, line: d.line, final: final, mid0: d.mid}, order: d.order, hostOrder: d.hostOrder}
 	lx := &p.lx
 	consumed := 0
 	// commit records that everything before lx.p has been consumed.
 	commit := func() {
+		if lx.p > consumed {
+			d.mid = buf[lx.p-1] != '\n'
+		}
 		d.off += int64(lx.p - consumed)
 		consumed = lx.p
 		d.line = lx.line
@@ -139,6 +150,12 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 				return consumed
 			}
 			d.resync = false
+		}
+		if d.rec.on {
+			if !d.recoverStep(&p, buf, final, limit, h, commit) {
+				return consumed
+			}
+			continue
 		}
 		start, startLine := lx.p, lx.line
 		lx.inStmt = false
@@ -190,6 +207,9 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 		switch {
 		case err == nil:
 			commit()
+			if r, ok := st.(*Refused); ok && r.recover {
+				d.rec = recovery{on: true, from: r.Line}
+			}
 			if st != nil {
 				h(st, nil)
 			}
@@ -209,6 +229,120 @@ func (d *Decoder) decode(buf []byte, final bool, limit int, h Handler) int {
 		}
 		d.order = p.order
 	}
+}
+
+// recovery is where dhcpd's top-level loop is after a refused block
+// (lease_file_subparse): reading a token, or skipping to ';' or over a
+// block after one it did not know. It is kept token by token, across
+// Feed calls: a recovery that outlasts the input is not a torn statement,
+// and when the input ends it ends, as dhcpd's does at the end of the file.
+type recovery struct {
+	on    bool
+	from  int  // line of the refused block
+	skip  bool // in the skip
+	depth int  // braces open in the skip
+	n     int  // tokens read in the skip
+	line  int  // line of the token the skip follows
+	sw    *Refused
+	swn   int // n when sw's first word was read
+}
+
+// recoverStep reads one token of dhcpd's recovery. A token that starts a
+// top-level statement where dhcpd reads one ends the recovery; a
+// statement the skip swallows whole is reported as a *Refused when the
+// skip ends. It returns false when decode must return (more input
+// needed, or limit reached).
+func (d *Decoder) recoverStep(p *stmtParser, buf []byte, final bool, limit int, h Handler, commit func()) bool {
+	lx := &p.lx
+	rc := &d.rec
+	lx.inStmt = false
+	lx.next()
+	switch {
+	case lx.kind == tEnd:
+		commit()
+		switch {
+		case len(buf)-lx.p > MaxStatement:
+			if buf[lx.p] != '#' {
+				h(nil, tooLong(lx.line))
+			}
+			*rc = recovery{}
+			d.resync = true
+			return true
+		case final:
+			// dhcpd's recovery ends with the file; a word cut by the end
+			// is the last thing it skips.
+			lx.p = len(buf)
+			commit()
+			if rc.sw != nil {
+				h(rc.sw, nil)
+			}
+			*rc = recovery{}
+		}
+		return false
+	case lx.start >= limit:
+		lx.p, lx.line = limit, lx.tline
+		commit()
+		return false
+	case lx.kind == tBad:
+		h(nil, &SyntaxError{Line: lx.tline, Msg: lx.msg})
+		lx.p, lx.line = lx.start, lx.tline
+		commit()
+		*rc = recovery{}
+		d.resync = true
+		return true
+	case !rc.skip && lx.kind == tWord && dhcpdTopKeyword(lx.text()):
+		lx.p, lx.line = lx.start, lx.tline
+		commit()
+		*rc = recovery{}
+		return true
+	case !rc.skip:
+		// "Corrupt lease file - possible data loss!": skip_to_semi.
+		rc.skip, rc.depth, rc.n, rc.line, rc.sw = true, 0, 0, lx.tline, nil
+		commit()
+		return true
+	}
+	i := rc.n
+	rc.n++
+	end := false
+	switch lx.kind {
+	case tRBrace:
+		if rc.depth > 0 {
+			rc.depth--
+		}
+		end = rc.depth == 0
+	case tLBrace:
+		rc.depth++
+	case tSemi:
+		end = rc.depth == 0
+	case tWord, tString:
+		w := lx.text()
+		switch {
+		case lx.kind == tWord && rc.depth > 0 && lx.col0 && topKeyword(w):
+			// A block inside the skip interrupted by a keyword line was
+			// torn: resume there, as everywhere else.
+			msg := fmt.Sprintf("not closed before line %d (torn write?)", lx.tline)
+			if rc.sw != nil {
+				msg = rc.sw.What + ": " + msg
+			}
+			h(nil, &SyntaxError{Line: rc.line, Msg: msg})
+			lx.p, lx.line = lx.start, lx.tline
+			commit()
+			*rc = recovery{}
+			return true
+		case rc.sw == nil && lx.kind == tWord && rc.depth == 0 && (i == 0 || lx.col0) && dhcpdTopKeyword(w):
+			rc.sw, rc.swn = &Refused{Line: lx.tline, What: string(lower(w)), Swallowed: true, At: rc.from}, i
+		case rc.sw != nil && i == rc.swn+1:
+			rc.sw.What += " " + clip(string(w)) // the address or name
+		}
+	}
+	commit()
+	if end {
+		if rc.sw != nil {
+			h(rc.sw, nil)
+		}
+		rc.skip, rc.sw = false, nil
+	}
+	return true
 }
 
 // resyncPoint finds the next line at or after from that starts with a

@@ -27,7 +27,9 @@ const (
 )
 
 // Var is a `set NAME = VALUE;` binding or an `option NAME VALUE;` line.
-// A quoted value is decoded; any other value is kept as written.
+// A set value is what dhcpd holds and writes back: a quoted string or hex
+// octets (a1:b2) as their bytes, true or false in lower case, %DECIMAL as
+// written. An option value is decoded if quoted, else kept as written.
 type Var struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`

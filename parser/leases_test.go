@@ -43,6 +43,14 @@ func describe(s Statement) string {
 		fmt.Fprintf(&b, "failover %q line=%d my=%s@%s partner=%s@%s mclt=%d", s.Peer, s.Line, s.MyState, s.MyStateAt, s.PartnerState, s.PartnerStateAt, s.MCLT)
 	case *ClassEntry:
 		fmt.Fprintf(&b, "class %q line=%d subclass=%t data=%q limit=%d", s.Name, s.Line, s.Subclass, s.Data, s.LeaseLimit)
+	case *Refused:
+		fmt.Fprintf(&b, "refused: %s", s)
+		if s.IA != nil {
+			for _, l := range s.IA.Leases {
+				b.WriteString("\n  read before: ")
+				describeLease(&b, l)
+			}
+		}
 	default:
 		fmt.Fprintf(&b, "unknown %T", s)
 	}
@@ -183,14 +191,22 @@ func checkParallel(t *testing.T, data []byte) {
 		for _, e := range ls.Errors {
 			got = append(got, "error: "+e.Error())
 		}
+		for _, r := range ls.Refused() {
+			got = append(got, describe(r))
+		}
 		var wantErrs []string
 		for _, l := range want {
 			if strings.HasPrefix(l, "error: ") {
 				wantErrs = append(wantErrs, l)
 			}
 		}
+		for _, l := range want {
+			if strings.HasPrefix(l, "refused: ") {
+				wantErrs = append(wantErrs, l)
+			}
+		}
 		if diff := cmp.Diff(wantErrs, got); diff != "" {
-			t.Errorf("workers=%d errors (-sequential +parallel):\n%s", workers, diff)
+			t.Errorf("workers=%d errors and refusals (-sequential +parallel):\n%s", workers, diff)
 		}
 		var eff []string
 		for _, l := range ls.Leases() {
@@ -480,12 +496,12 @@ func TestDecodeFrom(t *testing.T) {
 }
 
 func TestVars(t *testing.T) {
-	ls, err := ParseLeases(strings.NewReader("lease 203.0.113.1 {\n  set a = \"1\";\n  set b = 2:3;\n  set a = \"x\\\"y\";\n  set empty = \"\";\n}\n"))
+	ls, err := ParseLeases(strings.NewReader("lease 203.0.113.1 {\n  set a = \"1\";\n  set b = b2:3;\n  set a = \"x\\\"y\";\n  set empty = \"\";\n}\n"))
 	if err != nil || len(ls.Errors) > 0 {
 		t.Fatal(err, ls.Errors)
 	}
 	l, _ := ls.Lookup(key("203.0.113.1"))
-	want := []Var{{"a", "1"}, {"b", "2:3"}, {"a", "x\"y"}, {"empty", ""}}
+	want := []Var{{"a", "1"}, {"b", "\xb2\x03"}, {"a", "x\"y"}, {"empty", ""}}
 	if diff := cmp.Diff(want, l.Vars()); diff != "" {
 		t.Errorf("Vars (-want +got):\n%s", diff)
 	}

@@ -57,6 +57,9 @@ type lexer struct {
 	// inStmt is set once a statement's first token has been read: from
 	// then on a top-level keyword at the start of a line is tTorn.
 	inStmt bool
+	// mid0: b[0] is not at the start of a line (the decoder consumed
+	// part of the line already).
+	mid0 bool
 
 	// The current token.
 	kind  tokKind
@@ -101,7 +104,7 @@ func (lx *lexer) next() {
 	lx.p = p
 	lx.tline = lx.line
 	lx.start = p
-	lx.col0 = p == 0 || b[p-1] == '\n'
+	lx.col0 = (p == 0 && !lx.mid0) || (p > 0 && b[p-1] == '\n')
 	if p >= len(b) {
 		lx.kind = tEnd
 		return

@@ -17,6 +17,10 @@ import (
 // independently to exactly what one decoder reading the whole file would
 // produce. Each segment carries the keyword line that follows it as
 // lookahead, so a statement torn at the boundary is reported the same way.
+// The exception is dhcpd's recovery after a refused block (refuse.go),
+// which reads on through such a line: a segment that ends inside one is
+// finished, and the segments after it decoded, by one decoder in file
+// order until it is back at a statement boundary.
 
 // segmentSize is how much of the file one segment holds.
 const segmentSize = 1 << 20
@@ -35,6 +39,14 @@ type segment struct {
 	items      []item
 	incomplete *IncompleteError
 	done       chan struct{}
+	// dec is the segment's decoder as it stopped at stop. clean: it
+	// stopped at limit in the state a decoder reading the whole file
+	// would be in there. A statement dhcpd's recovery from a refused
+	// block swallows (refuse.go) may cross the boundary: then the next
+	// segments are decoded again, in order, from stop.
+	dec   *Decoder
+	stop  int
+	clean bool
 }
 
 type item struct {
@@ -42,7 +54,7 @@ type item struct {
 	err error
 }
 
-func (s *segment) decode(free chan<- []byte) {
+func (s *segment) decode() {
 	d := &Decoder{line: s.line, order: binary.NativeEndian, hostOrder: true}
 	s.items = make([]item, 0, len(s.buf)/512)
 	h := func(st Statement, err error) { s.items = append(s.items, item{st, err}) }
@@ -51,15 +63,10 @@ func (s *segment) decode(free chan<- []byte) {
 		if n < len(s.buf) {
 			s.incomplete = &IncompleteError{Line: d.stmtLine}
 		}
-	} else if n := d.decode(s.buf, false, s.limit, h); n < s.limit {
-		// Unreachable by construction; say so rather than lose it.
-		h(nil, &SyntaxError{Line: d.stmtLine, Msg: "statement not closed at a segment boundary"})
+	} else {
+		n := d.decode(s.buf, false, s.limit, h)
+		s.dec, s.stop, s.clean = d, n, n == s.limit && d.clean()
 	}
-	select {
-	case free <- s.buf[:0]:
-	default:
-	}
-	s.buf = nil
 	close(s.done)
 }
 
@@ -102,7 +109,7 @@ func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *Incom
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				s.decode(free)
+				s.decode()
 			}
 		}()
 	}
@@ -168,45 +175,87 @@ func decodeParallel(r io.Reader, workers, segSize int, h Handler) (int64, *Incom
 	var incomplete *IncompleteError
 	hostBig := binary.NativeEndian.Uint16([]byte{0, 1}) == 1
 	fileBig := hostBig
+	// emit hands a statement decoded in the host's byte order on.
+	emit := func(st Statement, err error) {
+		if err != nil {
+			h(nil, err)
+			return
+		}
+		var ia *IA
+		switch st := st.(type) {
+		case *ByteOrder:
+			fileBig = st.BigEndian
+		case *IA:
+			ia = st
+		case *Refused:
+			ia = st.IA
+		}
+		// Segments decode IAIDs in the host's order; the file's
+		// authoring-byte-order may say otherwise.
+		if ia != nil && fileBig != hostBig {
+			ia.IAID = bits.ReverseBytes32(ia.IAID)
+		}
+		h(st, nil)
+	}
+	release := func(s *segment) {
+		select {
+		case free <- s.buf[:0]:
+		default:
+		}
+		s.buf = nil
+	}
+	// seq, when set, decodes in order what a segment's decoder could not
+	// finish, and the following segments until it is clean again.
+	var seq *Decoder
 	for s := range ordered {
 		<-s.done
 		if s.rest {
 			// The reader has stopped: r is ours now. The segment starts
 			// at a boundary, where a decoder reading the whole file
-			// would start a statement too.
-			d := &Decoder{line: s.line, order: binary.ByteOrder(binary.LittleEndian)}
-			if fileBig {
-				d.order = binary.BigEndian
+			// would start a statement too, unless seq is running.
+			d, out := seq, emit
+			if d == nil {
+				d, out = &Decoder{line: s.line, order: binary.ByteOrder(binary.LittleEndian)}, h
+				if fileBig {
+					d.order = binary.BigEndian
+				}
 			}
-			d.Feed(s.buf, h)
-			n, err := d.DecodeFrom(r, h)
+			d.Feed(s.buf, out)
+			n, err := d.DecodeFrom(r, out)
 			total += n
 			if err != nil && readErr == nil {
 				readErr = err
 			}
-			if err := d.Close(h); err != nil {
+			if err := d.Close(out); err != nil {
 				incomplete, _ = err.(*IncompleteError)
 			}
 			continue
 		}
-		for _, it := range s.items {
-			if it.err != nil {
-				h(nil, it.err)
-				continue
+		switch {
+		case seq != nil && s.last:
+			seq.Feed(s.buf, emit)
+			if err := seq.Close(emit); err != nil {
+				incomplete, _ = err.(*IncompleteError)
 			}
-			switch st := it.s.(type) {
-			case *ByteOrder:
-				fileBig = st.BigEndian
-			case *IA:
-				// Segments decode IAIDs in the host's order; the file's
-				// authoring-byte-order may say otherwise.
-				if fileBig != hostBig {
-					st.IAID = bits.ReverseBytes32(st.IAID)
+		case seq != nil:
+			seq.Feed(s.buf[:s.limit], emit)
+			if seq.clean() {
+				seq = nil
+			}
+		default:
+			for _, it := range s.items {
+				emit(it.s, it.err)
+			}
+			incomplete = s.incomplete
+			if !s.last && !s.clean {
+				seq = s.dec
+				seq.Feed(s.buf[s.stop:s.limit], emit)
+				if seq.clean() {
+					seq = nil
 				}
 			}
-			h(it.s, nil)
 		}
-		incomplete = s.incomplete
+		release(s)
 	}
 	wg.Wait()
 	return total, incomplete, readErr

@@ -42,6 +42,10 @@ type stmtParser struct {
 
 	memo     [4]memoBlock
 	memoNext int
+
+	// ds reads tokens as dhcpd's lexer would, where what dhcpd does with
+	// a statement depends on it (refuse.go).
+	ds dstream
 }
 
 // memoBlock is a block skipBlock skipped: its bytes from after '{'
@@ -105,6 +109,7 @@ func (p *stmtParser) torn() error {
 func (p *stmtParser) parseTop() (Statement, error) {
 	lx := &p.lx
 	p.line0, p.ctx, p.arg = lx.tline, "", nil
+	p.ds = dstream{}
 	switch lx.kind {
 	case tSemi:
 		return nil, nil
@@ -114,7 +119,12 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	default:
 		return nil, &SyntaxError{Line: lx.tline, Msg: fmt.Sprintf("unexpected %q at top level", clip(string(lx.text())))}
 	}
-	switch p.ctx = keywordName(lx.text()); p.ctx {
+	w := lx.text()
+	if p.ctx = keywordName(w); p.ctx == string(w) {
+		// dhcpd matches its keywords case-insensitively.
+		p.ctx = keywordName(lower(w))
+	}
+	switch p.ctx {
 	case "lease":
 		return p.parseLease()
 	case "ia-na", "ia-ta", "ia-pd":
@@ -206,7 +216,7 @@ func (p *stmtParser) item() (bool, error) {
 	}
 }
 
-func (p *stmtParser) parseLease() (*Lease, error) {
+func (p *stmtParser) parseLease() (Statement, error) {
 	lx := &p.lx
 	if lx.next(); lx.kind != tWord {
 		return nil, p.unexpected("an address")
@@ -217,36 +227,55 @@ func (p *stmtParser) parseLease() (*Lease, error) {
 	}
 	p.arg = lx.text()
 	l := newLease(IPv4, ip, p.line0)
-	if err := p.leaseBody(l); err != nil {
+	if err := p.open(); err != nil {
 		return nil, err
 	}
-	return l, nil
+	p.vars, p.strs, p.hasHost = p.vars[:0], p.strs[:0], false
+	var fatal *refusal
+	for {
+		var err error
+		switch lx.next(); lx.kind {
+		case tRBrace:
+			if fatal != nil {
+				return p.refused(fatal, p.where(), ip, nil)
+			}
+			p.finishStrings(l)
+			return l, nil
+		case tWord:
+			err = p.leaseStmt(l, lx.text())
+		case tEnd, tTorn, tBad:
+			return nil, p.unexpected("a statement")
+		default:
+			// A stray ';', string or brace is, to dhcpd, an unknown
+			// statement.
+			line := lx.tline
+			if err = p.skipFrom(0); err == nil {
+				err = p.refuse(line, "unexpected %q", lx.text())
+			}
+		}
+		if err != nil {
+			r, ok := err.(*refusal)
+			switch {
+			case !ok:
+				return nil, err
+			case r.fatal:
+				// dhcpd exits at start; where it would have gone on
+				// does not matter. Read to the end of the block.
+				fatal = r
+			default:
+				st, err := p.refused(r, p.where(), ip, nil)
+				if rf, ok := st.(*Refused); ok {
+					rf.Fatal = fatal != nil
+				}
+				return st, err
+			}
+		}
+	}
 }
 
 func newLease(f Family, ip netip.Addr, line int) *Lease {
 	return &Lease{Family: f, IP: ip, Line: line,
 		Starts: NoTime, Ends: NoTime, Tstp: NoTime, Tsfp: NoTime, Atsfp: NoTime, Cltt: NoTime}
-}
-
-// leaseBody parses the block of a lease, iaaddr or iaprefix.
-func (p *stmtParser) leaseBody(l *Lease) error {
-	if err := p.open(); err != nil {
-		return err
-	}
-	p.vars, p.strs, p.hasHost = p.vars[:0], p.strs[:0], false
-	for {
-		more, err := p.item()
-		if err != nil {
-			return err
-		}
-		if !more {
-			p.finishStrings(l)
-			return nil
-		}
-		if err := p.leaseStmt(l); err != nil {
-			return err
-		}
-	}
 }
 
 // finishStrings gives the block's hostname and set values their storage:
@@ -263,10 +292,12 @@ func (p *stmtParser) finishStrings(l *Lease) {
 	l.vars = all[n:]
 }
 
-// leaseStmt parses one statement of a lease block, keyword current.
-func (p *stmtParser) leaseStmt(l *Lease) error {
+// leaseStmt parses one statement of an IPv4 lease block, its first word
+// kw current. Keywords match case-insensitively, as in dhcpd; a statement
+// dhcpd does not know in a lease makes it refuse the block.
+func (p *stmtParser) leaseStmt(l *Lease, kw []byte) error {
 	var err error
-	switch string(p.lx.text()) {
+	switch string(kw) {
 	case "starts":
 		l.Starts, err = p.date()
 	case "ends":
@@ -280,51 +311,30 @@ func (p *stmtParser) leaseStmt(l *Lease) error {
 	case "cltt":
 		l.Cltt, err = p.date()
 	case "binding":
-		l.State, err = p.bindingState(l)
+		err = p.stateStmt(l, "binding", &l.State)
 	case "next":
-		if err = p.keyword("binding"); err == nil {
-			l.NextState, err = p.bindingState(l)
-		}
+		err = p.stateStmt(l, "next", &l.NextState)
 	case "rewind":
-		if err = p.keyword("binding"); err == nil {
-			l.RewindState, err = p.bindingState(l)
-		}
+		err = p.stateStmt(l, "rewind", &l.RewindState)
 	case "hardware":
 		l.HardwareType, l.HardwareAddr, err = p.hardware(l.inline[:0:8])
 	case "uid":
-		if l.UID, err = p.id(l.inline[8:8:16]); err == nil {
-			err = p.semi()
-		}
+		err = p.uidStmt(l)
 	case "client-hostname":
-		start := len(p.strs)
-		switch p.lx.next(); p.lx.kind {
-		case tString:
-			p.strs = unquoteTo(p.strs, p.lx.text())
-		case tWord: // dhcpd takes a bare name too
-			p.strs = append(p.strs, p.lx.text()...)
-		default:
-			return p.unexpected("a string")
-		}
-		// dhcpd keeps the name as a C string: a NUL ends it.
-		end := len(p.strs)
-		if i := bytes.IndexByte(p.strs[start:], 0); i >= 0 {
-			end = start + i
-		}
-		p.host, p.hasHost = [2]int{start, end}, true
-		err = p.semi()
+		err = p.hostnameStmt()
 	case "set":
-		err = p.setVar()
-	case "option":
+		err = p.setStmt(false)
+	case "option", "supersede":
 		var v Var
 		if v, err = p.option(); err == nil {
 			l.Options = append(l.Options, v)
 		}
 	case "reserved":
 		l.Reserved = true
-		err = p.semi()
-	case "bootp", "dynamic-bootp":
+		err = p.dsemi()
+	case "dynamic-bootp":
 		l.Bootp = true
-		err = p.semi()
+		err = p.dsemi()
 	case "on":
 		var on On
 		if on, err = p.on(); err == nil {
@@ -333,22 +343,45 @@ func (p *stmtParser) leaseStmt(l *Lease) error {
 	case "abandoned":
 		// Old dhcpd wrote the state as a statement of its own.
 		l.State, l.NextState = StateAbandoned, StateAbandoned
-		err = p.semi()
+		err = p.dsemi()
 	case "ddns-fwd-name", "ddns-rev-name":
 		// Older spellings of `set ddns-…-name = …;`, read as dhcpd does.
-		err = p.setValue(varName(p.lx.text()))
-	case "preferred-life":
-		l.PreferredLife, err = p.uint32()
-	case "max-life":
-		l.MaxLife, err = p.uint32()
-	default:
-		// billing, ddns-*, abandoned and future statements.
+		err = p.bindingValue(varName(kw), p.lx.tline)
+	case "class":
+		err = p.classStmt()
+	case "billing":
 		err = p.skip()
+	case "timestamp":
+		line := p.lx.tline
+		if _, err = p.date(); err == nil {
+			err = &refusal{reason: "timestamp", line: line, fatal: true}
+		}
+	default:
+		if low := lower(kw); &low[0] != &kw[0] {
+			return p.leaseStmt(l, low)
+		}
+		line := p.lx.tline
+		if err = p.dskip(0); err == nil {
+			err = p.refuse(line, "%s", unknownStatement(kw))
+		}
 	}
 	return err
 }
 
-func (p *stmtParser) parseIA() (*IA, error) {
+// unknownStatement says why dhcpd does not take a word as a statement of
+// an IPv4 lease.
+func unknownStatement(kw []byte) string {
+	switch string(kw) {
+	case "bootp":
+		return `"bootp;" on its own (dhcpd reads "dynamic-bootp;" or "binding state bootp;")`
+	case "preferred-life", "max-life":
+		return fmt.Sprintf("%q, an IPv6 statement", kw)
+	}
+	return fmt.Sprintf("unknown statement %q", clip(string(kw)))
+}
+
+func (p *stmtParser) parseIA() (Statement, error) {
+	lx := &p.lx
 	ia := &IA{Type: p.ctx, Cltt: NoTime, Line: p.line0}
 	id, err := p.id(nil)
 	if err != nil {
@@ -358,31 +391,46 @@ func (p *stmtParser) parseIA() (*IA, error) {
 		return nil, p.fail("identifier shorter than an IAID")
 	}
 	ia.IAID, ia.DUID = p.order.Uint32(id[:4]), id[4:]
-	if err := p.open(); err != nil {
-		return nil, err
+	kind := iaKind(ia.Type)
+	// refuse is dhcpd's "corrupt lease file; expecting …": it skips to
+	// ';' from the token it found and gives the IA up.
+	refuse := func(want string) (Statement, error) {
+		text, line := lx.text(), lx.tline
+		if err := p.skipFrom(0); err != nil {
+			return nil, err
+		}
+		return p.refused(&refusal{reason: clip(fmt.Sprintf("%q where dhcpd expects %s", text, want)), line: line},
+			ia.Type, netip.Addr{}, ia)
 	}
+	switch lx.next(); lx.kind {
+	case tLBrace:
+	case tEnd, tTorn, tBad:
+		return nil, p.unexpected("{")
+	default:
+		return refuse("{")
+	}
+loop:
 	for {
-		more, err := p.item()
-		if err != nil {
-			return nil, err
-		}
-		if !more {
-			break
-		}
-		switch kw := string(p.lx.text()); kw {
-		case "cltt":
-			ia.Cltt, err = p.date()
-		case "iaaddr", "iaprefix":
-			var l *Lease
-			if l, err = p.parseIAAddr(ia, kw); err == nil {
-				ia.Leases = append(ia.Leases, l)
+		switch lx.next(); {
+		case lx.kind == tRBrace:
+			break loop
+		case lx.kind == tEnd || lx.kind == tTorn || lx.kind == tBad:
+			return nil, p.unexpected(kind + " or }")
+		case lx.kind == tWord && bytes.EqualFold(lx.text(), []byte("cltt")):
+			if ia.Cltt, err = p.date(); err != nil {
+				return nil, err
 			}
+		case lx.kind == tWord && bytes.EqualFold(lx.text(), []byte(kind)):
+			l, err := p.parseIAAddr(ia, kind)
 			p.ctx, p.arg = ia.Type, nil
+			if r, ok := err.(*refusal); ok {
+				return p.refused(r, ia.Type, netip.Addr{}, ia)
+			} else if err != nil {
+				return nil, err
+			}
+			ia.Leases = append(ia.Leases, l)
 		default:
-			err = p.skip()
-		}
-		if err != nil {
-			return nil, err
+			return refuse(kind + " or }")
 		}
 	}
 	for _, l := range ia.Leases {
@@ -391,6 +439,8 @@ func (p *stmtParser) parseIA() (*IA, error) {
 	return ia, nil
 }
 
+// parseIAAddr parses `iaaddr ADDR { … }` or `iaprefix P/N { … }` after
+// the keyword. A *refusal means dhcpd gives the whole IA up.
 func (p *stmtParser) parseIAAddr(ia *IA, kw string) (*Lease, error) {
 	lx := &p.lx
 	line := lx.tline
@@ -415,7 +465,18 @@ func (p *stmtParser) parseIAAddr(ia *IA, kw string) (*Lease, error) {
 	}
 	l.IA = ia
 	p.ctx, p.arg = kw, lx.text()
-	if err := p.leaseBody(l); err != nil {
+	switch lx.next(); lx.kind {
+	case tLBrace:
+	case tEnd, tTorn, tBad:
+		return nil, p.unexpected("{")
+	default:
+		brace := lx.tline
+		if err := p.skipFrom(0); err != nil {
+			return nil, err
+		}
+		return nil, p.refuse(brace, "%s: no '{'", p.where())
+	}
+	if err := p.iaBody(l); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -649,39 +710,6 @@ func (p *stmtParser) id(dst []byte) ([]byte, error) {
 	return nil, p.unexpected("an identifier")
 }
 
-// bindingState reads `state NAME;`. The legacy names bootp and reserved
-// mean active with that flag set on l, as in dhcpd.
-func (p *stmtParser) bindingState(l *Lease) (State, error) {
-	if rest := p.lx.b[p.lx.p:]; len(rest) > 7 && string(rest[:7]) == " state " {
-		p.lx.p += 6 // fastWord takes the space
-	} else if err := p.keyword("state"); err != nil {
-		return StateNone, err
-	}
-	lx := &p.lx
-	save := lx.p
-	if w, ok := p.fastWord(); ok {
-		if s, ok := parseStateBytes(w); ok {
-			return s, nil
-		}
-		lx.p = save // the general path reports it, or reads bootp
-	}
-	if lx.next(); lx.kind != tWord {
-		return StateNone, p.unexpected("a binding state")
-	}
-	s, ok := parseStateBytes(lx.text())
-	if !ok {
-		switch string(lx.text()) {
-		case "bootp":
-			s, l.Bootp = StateActive, true
-		case "reserved":
-			s, l.Reserved = StateActive, true
-		default:
-			return StateNone, p.fail("unknown binding state %q", lx.text())
-		}
-	}
-	return s, p.semi()
-}
-
 func parseStateBytes(b []byte) (State, bool) {
 	switch string(b) {
 	case "free":
@@ -888,32 +916,6 @@ func fastDate(b []byte) (Time, bool) {
 		return Never, true
 	}
 	return Time(daysFromCivil(c*100+yy, mo, dd)*86400 + int64(h*3600+mi*60+s)), true
-}
-
-// setVar parses `set NAME = VALUE;` after the keyword into p.vars.
-func (p *stmtParser) setVar() error {
-	lx := &p.lx
-	if lx.next(); lx.kind != tWord {
-		return p.unexpected("a variable name")
-	}
-	name := varName(lx.text())
-	if lx.next(); lx.kind != tPunct || lx.b[lx.start] != '=' {
-		return p.unexpected("=")
-	}
-	return p.setValue(name)
-}
-
-// setValue reads a variable's value through the semicolon into p.vars.
-func (p *stmtParser) setValue(name string) error {
-	v, err := p.value()
-	if err != nil {
-		return err
-	}
-	p.vars = binary.AppendUvarint(p.vars, uint64(len(name)))
-	p.vars = append(p.vars, name...)
-	p.vars = binary.AppendUvarint(p.vars, uint64(len(v)))
-	p.vars = append(p.vars, v...)
-	return nil
 }
 
 // varName interns the variable names MAAS and dhcpd write on every lease.

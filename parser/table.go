@@ -7,17 +7,30 @@ import (
 )
 
 // Table is the effective content of a leases file, built the way dhcpd
-// builds its own on start: the last block for an address wins (IPv6: per
-// address or delegated prefix), the last host statement of a name wins
-// and a deleted one removes it.
+// builds its own on start: the last block for an address wins, the last
+// host statement of a name wins and a deleted one removes it, and blocks
+// dhcpd refuses (Refused) change nothing but what dhcpd changes.
+//
+// IPv6 follows dhcpd's IAs (parse_ia_*_declaration, cleanup_lease6): an
+// IA's block replaces the IA's previous block, so an address or prefix
+// the new block no longer lists is gone; an address bound to one IA moves
+// when another IA's block binds it, and stays when another IA's block
+// only reports it unbound. Unlike dhcpd, which keeps only bound (active
+// and abandoned) addresses in memory, the table keeps the expired,
+// released and free ones its blocks list, as the file says, until the
+// IA's next block: the agent must see an address leave the active state.
 type Table struct {
 	// list holds the leases in order of first appearance; the maps index
-	// it, IPv4 on a cheap key. Replacing a lease keeps its slot.
+	// it, IPv4 on a cheap key. Replacing a lease keeps its slot; removing
+	// one leaves a nil (dead counts them).
 	list       []*Lease
+	dead       int
 	v4         map[uint32]int32
 	v6         map[netip.Prefix]int32
+	ias        map[string][]netip.Prefix // an IA's addresses in its last block
 	hosts      map[string]*HostEntry
 	failover   map[string]*FailoverState
+	refused    []*Refused
 	ServerDUID *ServerDUID
 	ByteOrder  *ByteOrder
 	// Blocks counts the lease blocks applied (before last-wins).
@@ -29,6 +42,7 @@ func NewTable() *Table {
 	return &Table{
 		v4:       make(map[uint32]int32),
 		v6:       make(map[netip.Prefix]int32),
+		ias:      make(map[string][]netip.Prefix),
 		hosts:    make(map[string]*HostEntry),
 		failover: make(map[string]*FailoverState),
 	}
@@ -41,9 +55,11 @@ func (t *Table) Apply(s Statement) {
 		t.Blocks++
 		t.put(s)
 	case *IA:
-		for _, l := range s.Leases {
-			t.Blocks++
-			t.put(l)
+		t.applyIA(s)
+	case *Refused:
+		t.refused = append(t.refused, s)
+		if s.IA != nil {
+			t.takeBack(s.IA)
 		}
 	case *HostEntry:
 		if s.Deleted {
@@ -85,13 +101,89 @@ func (t *Table) put(l *Lease) {
 	}
 }
 
+// iaKey identifies an IA as dhcpd does: type, IAID and DUID.
+func iaKey(ia *IA) string {
+	var b [4]byte
+	b[0], b[1], b[2], b[3] = byte(ia.IAID>>24), byte(ia.IAID>>16), byte(ia.IAID>>8), byte(ia.IAID)
+	return ia.Type + string(b[:]) + string(ia.DUID)
+}
+
+// bound6 reports whether dhcpd keeps an IPv6 address in an IA: only
+// active and abandoned ones (parse_ia_*_declaration).
+func bound6(s State) bool { return s == StateActive || s == StateAbandoned }
+
+// applyIA applies an IA's block: its addresses, then the removal of the
+// addresses its previous block had and this one does not list.
+func (t *Table) applyIA(ia *IA) {
+	id := iaKey(ia)
+	for _, l := range ia.Leases {
+		t.Blocks++
+		if old, ok := t.Lookup(l.Key()); ok && old.IA != nil && bound6(old.State) && !bound6(l.State) && iaKey(old.IA) != id {
+			// cleanup_lease6: an IA that no longer binds an address does
+			// not take it from the IA that does.
+			continue
+		}
+		t.put(l)
+	}
+	keys := make([]netip.Prefix, len(ia.Leases))
+	for i, l := range ia.Leases {
+		keys[i] = l.Key()
+	}
+	for _, k := range t.ias[id] {
+		if cur, ok := t.Lookup(k); ok && cur.IA != nil && cur.IA != ia && iaKey(cur.IA) == id {
+			t.remove(k)
+		}
+	}
+	if len(keys) > 0 {
+		t.ias[id] = keys
+	} else {
+		delete(t.ias, id)
+	}
+}
+
+// takeBack applies what dhcpd did while reading a refused IA, before it
+// gave up: each address it read was taken from the IA that had it bound
+// (cleanup_lease6), if this IA binds it and the other was another IA, or
+// if this IA unbinds it and the other was the same IA. The refused IA
+// itself binds nothing.
+func (t *Table) takeBack(ia *IA) {
+	id := iaKey(ia)
+	for _, l := range ia.Leases {
+		old, ok := t.Lookup(l.Key())
+		if !ok || old.IA == nil || !bound6(old.State) {
+			continue
+		}
+		if (iaKey(old.IA) == id) != bound6(l.State) {
+			t.remove(l.Key())
+		}
+	}
+}
+
+// remove deletes the lease for an address, leaving its slot empty.
+func (t *Table) remove(k netip.Prefix) {
+	var i int32
+	if k.Addr().Is4() && k.Bits() == 32 {
+		kk := v4key(k.Addr())
+		i = t.v4[kk]
+		delete(t.v4, kk)
+	} else {
+		i = t.v6[k]
+		delete(t.v6, k)
+	}
+	t.list[i] = nil
+	t.dead++
+}
+
+// Refused returns the blocks dhcpd refuses, in file order.
+func (t *Table) Refused() []*Refused { return t.refused }
+
 func v4key(a netip.Addr) uint32 {
 	b := a.As4()
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 // Len is the number of distinct leases.
-func (t *Table) Len() int { return len(t.list) }
+func (t *Table) Len() int { return len(t.list) - t.dead }
 
 // Lookup returns the lease for an address (or delegated prefix).
 func (t *Table) Lookup(key netip.Prefix) (*Lease, bool) {
@@ -113,14 +205,21 @@ func (t *Table) Lookup(key netip.Prefix) (*Lease, bool) {
 // Each calls fn for every lease, in order of first appearance.
 func (t *Table) Each(fn func(*Lease)) {
 	for _, l := range t.list {
-		fn(l)
+		if l != nil {
+			fn(l)
+		}
 	}
 }
 
 // Leases returns the leases sorted by family, then address, then prefix
 // length.
 func (t *Table) Leases() []*Lease {
-	out := slices.Clone(t.list)
+	out := make([]*Lease, 0, t.Len())
+	for _, l := range t.list {
+		if l != nil {
+			out = append(out, l)
+		}
+	}
 	slices.SortFunc(out, func(a, b *Lease) int {
 		if c := a.IP.Compare(b.IP); c != 0 {
 			return c

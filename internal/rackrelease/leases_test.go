@@ -179,12 +179,17 @@ func TestWaitReleasedReadsAppendsOnly(t *testing.T) {
 
 // TestCurrentUnreadable: a statement the parser had to skip after the
 // address's last block may be the address's current block; the check
-// refuses (nothing sent) instead of trusting the older block.
+// refuses (nothing sent) instead of trusting the older block. A block
+// dhcpd itself refuses is no such statement: dhcpd keeps the older block,
+// and so does the check.
 func TestCurrentUnreadable(t *testing.T) {
 	ip := netip.MustParseAddr("203.0.113.100")
 	mac := net.HardwareAddr{2, 0, 0, 0, 0, 1}
 	badFor := func(addr string) string {
-		return "lease " + addr + " {\n  binding state bogus;\n  hardware ethernet 02:00:00:00:00:01;\n}\n"
+		return "lease " + addr + " {\n  starts 9 2026/13/29 11:55:00;\n  hardware ethernet 02:00:00:00:00:01;\n}\n"
+	}
+	refusedFor := func(addr string) string {
+		return "lease " + addr + " {\n  binding state free;\n  bootp;\n  hardware ethernet 02:00:00:00:00:01;\n}\n"
 	}
 	for _, tc := range []struct {
 		name string
@@ -193,7 +198,7 @@ func TestCurrentUnreadable(t *testing.T) {
 		msg  string // in the error
 	}{
 		{name: "bad block after", text: activeBlock + badFor("203.0.113.100"), want: ErrUnreadable,
-			msg: `dhcpd.leases:9: lease 203.0.113.100: unknown binding state "bogus"; after its block at line 1`},
+			msg: `dhcpd.leases:9: lease 203.0.113.100: bad date "2026/13/29" "11:55:00"; after its block at line 1`},
 		{name: "only a bad block", text: badFor("203.0.113.100"), want: ErrUnreadable, msg: "dhcpd.leases:2: lease 203.0.113.100"},
 		{name: "torn block after", text: activeBlock + "lease 203.0.113.100 {\n  starts 0 2026/11/29 11:58:00;\n" + badFor("198.51.100.1"),
 			want: ErrUnreadable, msg: "dhcpd.leases:8: lease 203.0.113.100: not closed before line 10 (torn write?)"},
@@ -201,6 +206,8 @@ func TestCurrentUnreadable(t *testing.T) {
 		{name: "ends inside a block", text: activeBlock + "lease 203.0.113.100 {\n  starts 0 2026/11/29 11:58:00;\n",
 			want: ErrUnreadable, msg: "ends inside a statement at line 8"},
 		{name: "bad block before", text: badFor("203.0.113.100") + activeBlock},
+		{name: "block dhcpd refuses after", text: activeBlock + refusedFor("203.0.113.100")},
+		{name: "block dhcpd swallows after", text: activeBlock + refusedFor("203.0.113.101") + releasedBlock},
 		{name: "other address's bad block", text: activeBlock + badFor("203.0.113.101") + badFor("198.51.100.100")},
 		{name: "bad host after", text: activeBlock + "host h1 {\n  dynamic;\n  hardware ethernet zz;\n}\n"},
 		{name: "unparsable address after", text: activeBlock + "lease 203.0.113.1OO {\n}\n"},

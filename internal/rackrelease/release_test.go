@@ -23,7 +23,7 @@ func TestReleaseRefuses(t *testing.T) {
 	// The owner's block, then a block for the same address the parser
 	// cannot read: the lease in force is unknown.
 	unreadable := filepath.Join(t.TempDir(), "dhcpd.leases")
-	if err := os.WriteFile(unreadable, []byte(leasesText+"lease 203.0.113.100 {\n  binding state bogus;\n}\n"), 0o644); err != nil {
+	if err := os.WriteFile(unreadable, []byte(leasesText+"lease 203.0.113.100 {\n  starts 9 2026/13/29 11:55:00;\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	clock := func() time.Time { return now }
@@ -41,7 +41,7 @@ func TestReleaseRefuses(t *testing.T) {
 		{name: "no MAC", opts: Options{IP: netip.MustParseAddr("203.0.113.100")}, msg: "6-byte"},
 		{name: "IPv6 server", opts: Options{IP: netip.MustParseAddr("203.0.113.100"), MAC: owner, Server: netip.MustParseAddr("2001:db8::1")}, msg: "IPv4 only"},
 		{name: "unreadable later block", opts: Options{IP: netip.MustParseAddr("203.0.113.100"), MAC: owner, LeasesPath: unreadable}, want: ErrUnreadable,
-			msg: `lease 203.0.113.100: unknown binding state "bogus"`},
+			msg: `lease 203.0.113.100: bad date "2026/13/29"`},
 		{name: "no leases file", opts: Options{IP: netip.MustParseAddr("203.0.113.100"), MAC: owner, LeasesPath: filepath.Join(t.TempDir(), "none")}, want: os.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
