@@ -64,6 +64,9 @@ func TestCommands(t *testing.T) {
 		{"pools.txt", []string{"pools", "--leases", leases, "--config", conf}, 0, ""},
 		{"check.json", []string{"check", "--json", "--leases", leases, "--config", conf}, 1, ""},
 		{"check.txt", []string{"check", "--leases", leases, "--config", conf}, 1, ""},
+		{"pools6.json", []string{"pools", "--json", "--leases", "testdata/dhcpd6.leases", "--config", "testdata/dhcpd6.conf"}, 0,
+			"dhcpd6.leases:line 21: ia-na iaid 3 duid 00:01:00:01:2f:00:00:01:02:00:00:00:00:03: dhcpd refuses the whole IA: iaaddr 2001:db8:2::100 has no ends"},
+		{"pools6.txt", []string{"pools", "--leases", "testdata/dhcpd6.leases", "--config", "testdata/dhcpd6.conf"}, 0, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

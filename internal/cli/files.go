@@ -7,8 +7,9 @@ import (
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
-// loadLeases parses a leases file. Statements the parser had to skip and
-// an unfinished last statement are reported on stderr, not fatal: the rest
+// loadLeases parses a leases file. Blocks dhcpd refuses (left out, as
+// dhcpd leaves them out), statements the parser had to skip and an
+// unfinished last statement are reported on stderr, not fatal: the rest
 // of the file is still dhcpd's truth.
 func loadLeases(env *Env, path string) (*parser.Leases, error) {
 	f, err := env.Open(path)
@@ -19,6 +20,9 @@ func loadLeases(env *Env, path string) (*parser.Leases, error) {
 	ls, err := parser.ParseLeases(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, r := range ls.Refused() {
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v\n", path, r)
 	}
 	for _, e := range ls.Errors {
 		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v (statement skipped)\n", path, e)

@@ -25,13 +25,26 @@ func newLeasesCmd(env *Env) *cobra.Command {
 		Use:   "leases [--json] [--state STATE] FILE",
 		Short: "Print the effective lease table of a dhcpd.leases file",
 		Long: `Print the lease table dhcpd itself would load from FILE: the last block for
-each address wins (IPv6: each address or delegated prefix), and a block
-without a binding state is active if it ends in the future, as in dhcpd.
+each address wins (IPv6: each address or delegated prefix, an IA's block
+replacing its previous one), and a block without a binding state is active
+if it ends in the future, as in dhcpd.
+
+A block dhcpd refuses when it loads the file is left out as dhcpd leaves it
+out, keeping the address's earlier block, with a warning on stderr naming
+its line: a lease holding a statement dhcpd rejects (an unknown word,
+"bootp;" on its own, preferred-life or max-life, "set x = word;"), an IPv6
+IA one of whose addresses lacks ends or binding state or is in a state
+DHCPv6 does not have (backup, reset). So is the statement after it when
+dhcpd's recovery from the refused block swallows it. A "timestamp"
+statement in a lease stops dhcpd 4.4 from starting at all: the warning says
+so. Statements leasekeeper cannot read are skipped with a warning too; an
+unfinished last block (dhcpd still writing it) is ignored.
 
 --json prints an array of objects with the keys ip, family, state,
 next_state, mac, hostname, starts, ends (RFC 3339 UTC, null for never or
 absent), cltt, uid, and for IPv6 ia_type, iaid, duid and prefix_len.
-Statements dhcpd would reject are skipped with a warning on stderr.`,
+IPv6 addresses that are not bound (expired, released) are listed as the
+file says, although dhcpd forgets them.`,
 		Example: `  leasekeeper leases /var/lib/dhcp/dhcpd.leases
   leasekeeper leases --json --state active /var/lib/dhcp/dhcpd.leases`,
 		Args: exactArgs(1),

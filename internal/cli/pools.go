@@ -53,7 +53,9 @@ block per address, a missing binding state inferred from its end time.
 
 --json prints {"ranges": [...], "shared_networks": [...], "summary": {...}};
 each range has family, first, last, subnet, shared_network, failover, size,
-active, backup, touched and free (size - active).`,
+active, backup, touched and free (size - active). Sizes are exact, 2^64 for
+a /64: size and free are JSON integers written in full, which for IPv6 may
+exceed what an int64 or a double holds (decode them as big integers).`,
 		Example: `  leasekeeper pools --leases /var/lib/dhcp/dhcpd.leases --config /etc/dhcp/dhcpd.conf`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -78,11 +80,11 @@ func writePoolsTable(w io.Writer, rep pools.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "SHARED NETWORK\tFIRST\tLAST\tSIZE\tACTIVE\tBACKUP\tTOUCHED\tFREE\tUSED%\t")
 	for _, u := range rep.Ranges {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t\n",
 			orDash(u.SharedNetwork), u.First, u.Last, u.Size, u.Active, u.Backup, u.Touched, u.Free, percent(u.Active, u.Size))
 	}
 	for _, t := range append(rep.SharedNetworks, total(rep.Summary)) {
-		fmt.Fprintf(tw, "%s\t\t\t%d\t%d\t%d\t%d\t%d\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t\t\t%s\t%d\t%d\t%d\t%s\t%s\t\n",
 			t.Name, t.Size, t.Active, t.Backup, t.Touched, t.Free, percent(t.Active, t.Size))
 	}
 	return tw.Flush()
@@ -93,9 +95,10 @@ func total(t pools.Totals) pools.Totals {
 	return t
 }
 
-func percent(n, of int64) string {
-	if of <= 0 {
+func percent(n int64, of pools.Count) string {
+	r, ok := of.Ratio(n)
+	if !ok {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f", 100*float64(n)/float64(of))
+	return fmt.Sprintf("%.1f", 100*r)
 }

@@ -19,13 +19,13 @@ type Usage struct {
 	Subnet        string `json:"subnet"`
 	SharedNetwork string `json:"shared_network"`
 	Failover      string `json:"failover,omitempty"`
-	// Size is the number of addresses (prefix6: of delegated prefixes).
-	// IPv6 ranges can exceed any integer type: Size saturates at 2^63-1.
-	Size    int64 `json:"size"`
+	// Size is the number of addresses (prefix6: of delegated prefixes),
+	// exact: 2^64 for a /64 (see Count for the JSON).
+	Size    Count `json:"size"`
 	Active  int64 `json:"active"`
 	Backup  int64 `json:"backup"`
 	Touched int64 `json:"touched"` // free, expired, released, abandoned
-	Free    int64 `json:"free"`    // Size - Active, as dhcpd-pools defines it
+	Free    Count `json:"free"`    // Size - Active, as dhcpd-pools defines it
 
 	first, last netip.Addr
 }
@@ -33,19 +33,19 @@ type Usage struct {
 // Totals sums ranges (a shared network, or everything).
 type Totals struct {
 	Name    string `json:"name,omitempty"`
-	Size    int64  `json:"size"`
+	Size    Count  `json:"size"`
 	Active  int64  `json:"active"`
 	Backup  int64  `json:"backup"`
 	Touched int64  `json:"touched"`
-	Free    int64  `json:"free"`
+	Free    Count  `json:"free"`
 }
 
 func (t *Totals) add(u *Usage) {
-	t.Size = satAdd(t.Size, u.Size)
+	t.Size = t.Size.Add(u.Size)
 	t.Active += u.Active
 	t.Backup += u.Backup
 	t.Touched += u.Touched
-	t.Free = satAdd(t.Free, u.Free)
+	t.Free = t.Free.Add(u.Free)
 }
 
 // Report is the usage of every range.
@@ -92,7 +92,7 @@ func Summarize(cfg *parser.Config, t *parser.Table, now parser.Time) Report {
 	byName := map[string]int{}
 	for i := range rep.Ranges {
 		u := &rep.Ranges[i]
-		u.Free = u.Size - u.Active
+		u.Free = u.Size.Sub(CountOf(u.Active))
 		rep.Summary.add(u)
 		if u.SharedNetwork == "" {
 			continue
@@ -109,49 +109,6 @@ func Summarize(cfg *parser.Config, t *parser.Table, now parser.Time) Report {
 		rep.SharedNetworks = []Totals{}
 	}
 	return rep
-}
-
-// size is the number of addresses in a range, or of prefixes for prefix6,
-// saturated at the largest int64.
-func size(r parser.Range) int64 {
-	a, b := r.First.As16(), r.Last.As16()
-	shift := 0
-	if r.Kind == parser.RangeKindPrefix6 {
-		shift = 128 - r.PrefixLen
-	}
-	hi := func(x [16]byte) (uint64, uint64) {
-		var h, l uint64
-		for i := 0; i < 8; i++ {
-			h = h<<8 | uint64(x[i])
-			l = l<<8 | uint64(x[i+8])
-		}
-		return h, l
-	}
-	ah, al := hi(a)
-	bh, bl := hi(b)
-	// d = b - a (128-bit), then >> shift, then + 1.
-	dl := bl - al
-	dh := bh - ah
-	if bl < al {
-		dh--
-	}
-	for s := shift; s > 0; {
-		n := min(s, 63)
-		dl = dl>>n | dh<<(64-n)
-		dh >>= n
-		s -= n
-	}
-	if dh != 0 || dl >= 1<<63-1 {
-		return 1<<63 - 1
-	}
-	return int64(dl) + 1
-}
-
-func satAdd(a, b int64) int64 {
-	if a > 1<<63-1-b {
-		return 1<<63 - 1
-	}
-	return a + b
 }
 
 // index finds the ranges containing an address: ranges sorted by first

@@ -3,6 +3,7 @@ package pools
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -84,29 +85,30 @@ func TestSummarize(t *testing.T) {
 		lease("192.0.2.1", "active", "") // outside every range: counted nowhere
 	rep := Summarize(mustConfig(t, conf), mustLeases(t, leases), now)
 	type row struct {
-		First                         string
-		Size, Active, Backup, Touched int64
-		Shared                        string
+		First                   string
+		Size                    Count
+		Active, Backup, Touched int64
+		Shared                  string
 	}
 	var got []row
 	for _, u := range rep.Ranges {
 		got = append(got, row{u.First, u.Size, u.Active, u.Backup, u.Touched, u.SharedNetwork})
 	}
 	want := []row{
-		{"203.0.113.10", 10, 2, 0, 3, ""},
-		{"203.0.113.15", 10, 2, 0, 3, ""},
-		{"203.0.113.30", 1, 1, 0, 0, ""},
-		{"198.51.100.10", 20, 0, 0, 1, "office"},
-		{"198.51.100.100", 50, 0, 2, 0, "office"},
+		{"203.0.113.10", CountOf(10), 2, 0, 3, ""},
+		{"203.0.113.15", CountOf(10), 2, 0, 3, ""},
+		{"203.0.113.30", CountOf(1), 1, 0, 0, ""},
+		{"198.51.100.10", CountOf(20), 0, 0, 1, "office"},
+		{"198.51.100.100", CountOf(50), 0, 2, 0, "office"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ranges (-want +got):\n%s", diff)
 	}
-	wantShared := []Totals{{Name: "office", Size: 70, Active: 0, Backup: 2, Touched: 1, Free: 70}}
+	wantShared := []Totals{{Name: "office", Size: CountOf(70), Active: 0, Backup: 2, Touched: 1, Free: CountOf(70)}}
 	if diff := cmp.Diff(wantShared, rep.SharedNetworks); diff != "" {
 		t.Errorf("shared networks (-want +got):\n%s", diff)
 	}
-	wantSum := Totals{Size: 91, Active: 5, Backup: 2, Touched: 7, Free: 86}
+	wantSum := Totals{Size: CountOf(91), Active: 5, Backup: 2, Touched: 7, Free: CountOf(86)}
 	if diff := cmp.Diff(wantSum, rep.Summary); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
@@ -131,11 +133,11 @@ ia-pd "\002\000\000\000\000\001" {
   iaprefix 2001:db8:100::/48 { binding state active; ends never; }
 }`)
 	rep := Summarize(cfg, tab, now)
-	got := [][2]int64{}
+	got := [][2]string{}
 	for _, u := range rep.Ranges {
-		got = append(got, [2]int64{u.Size, u.Active})
+		got = append(got, [2]string{u.Size.String(), strconv.FormatInt(u.Active, 10)})
 	}
-	want := [][2]int64{{256, 1}, {1 << 48, 0}, {256, 1}}
+	want := [][2]string{{"256", "1"}, {"281474976710656", "0"}, {"256", "1"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -151,17 +153,20 @@ func TestSize(t *testing.T) {
 	}
 	tests := []struct {
 		r    parser.Range
-		want int64
+		want string
 	}{
-		{a("10.0.0.1-10.0.0.1"), 1},
-		{a("10.0.0.0-10.0.255.255"), 65536},
-		{a("::-::ffff:ffff:ffff:ffff"), 1<<63 - 1}, // 2^64 saturates
-		{a("2001:db8::-2001:db8::ffff:ffff"), 1 << 32},
-		{parser.Range{Kind: parser.RangeKindPrefix6, First: mustAddr("2001:db8:100::"), Last: mustAddr("2001:db8:1ff::"), PrefixLen: 48}, 256},
+		{a("10.0.0.1-10.0.0.1"), "1"},
+		{a("10.0.0.0-10.0.255.255"), "65536"},
+		{a("::-::ffff:ffff:ffff:ffff"), "18446744073709551616"}, // 2^64: a /64
+		{a("2001:db8::-2001:db8::7fff:ffff:ffff:ffff"), "9223372036854775808"},
+		{a("2001:db8::-2001:db8::ffff:ffff"), "4294967296"},
+		{a("::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "340282366920938463463374607431768211456"}, // 2^128
+		{parser.Range{Kind: parser.RangeKindPrefix6, First: mustAddr("2001:db8:100::"), Last: mustAddr("2001:db8:1ff::"), PrefixLen: 48}, "256"},
+		{parser.Range{Kind: parser.RangeKindPrefix6, First: mustAddr("2001:db8::"), Last: mustAddr("2001:db8:ffff:ffff::"), PrefixLen: 64}, "4294967296"},
 	}
 	for _, tc := range tests {
-		if got := size(tc.r); got != tc.want {
-			t.Errorf("size(%v-%v) = %d, want %d", tc.r.First, tc.r.Last, got, tc.want)
+		if got := size(tc.r); got.String() != tc.want {
+			t.Errorf("size(%v-%v) = %s, want %s", tc.r.First, tc.r.Last, got, tc.want)
 		}
 	}
 }
@@ -275,7 +280,11 @@ func TestMatchesDhcpdPools(t *testing.T) {
 			rep := Summarize(mustConfig(t, tc.conf), mustLeases(t, tc.leases), now)
 			got := map[string][4]int64{}
 			for _, u := range rep.Ranges {
-				got[u.First+"-"+u.Last] = [4]int64{u.Size, u.Active, u.Touched, u.Backup}
+				n, ok := u.Size.Int64()
+				if !ok {
+					t.Fatalf("%s-%s: size %s", u.First, u.Last, u.Size)
+				}
+				got[u.First+"-"+u.Last] = [4]int64{n, u.Active, u.Touched, u.Backup}
 			}
 			if len(want) == 0 {
 				t.Fatal("dhcpd-pools reported no ranges")
@@ -288,3 +297,46 @@ func TestMatchesDhcpdPools(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestSummarizeExactSizes: a /64 holds 2^64 addresses, and range, shared
+// network and summary agree on it, in Go and in JSON.
+func TestSummarizeExactSizes(t *testing.T) {
+	cfg := mustConfig(t, `
+shared-network "v6" {
+  subnet6 2001:db8:1::/64 { range6 2001:db8:1::/64; }
+  subnet6 2001:db8:2::/64 { range6 2001:db8:2::/64; }
+}`)
+	tab := mustLeases(t, `
+ia-na "\001\000\000\000\000\001" {
+  iaaddr 2001:db8:1::100 { binding state active; ends never; }
+}`)
+	rep := Summarize(cfg, tab, now)
+	const twoTo64, twoTo65 = "18446744073709551616", "36893488147419103232"
+	for _, c := range []struct {
+		what string
+		got  Count
+		want string
+	}{
+		{"range 1 size", rep.Ranges[0].Size, twoTo64},
+		{"range 1 free", rep.Ranges[0].Free, "18446744073709551615"},
+		{"range 2 free", rep.Ranges[1].Free, twoTo64},
+		{"shared network size", rep.SharedNetworks[0].Size, twoTo65},
+		{"summary size", rep.Summary.Size, twoTo65},
+		{"summary free", rep.Summary.Free, "36893488147419103231"},
+	} {
+		if c.got.String() != c.want {
+			t.Errorf("%s = %s, want %s", c.what, c.got, c.want)
+		}
+	}
+	b, err := json.Marshal(rep.Summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"size":36893488147419103232,"active":1,"backup":0,"touched":0,"free":36893488147419103231}`; string(b) != want {
+		t.Errorf("JSON %s, want %s", b, want)
+	}
+	var back Totals
+	if err := json.Unmarshal(b, &back); err != nil || !back.Size.Equal(rep.Summary.Size) || !back.Free.Equal(rep.Summary.Free) {
+		t.Errorf("JSON round trip: %+v, %v", back, err)
+	}
+}
