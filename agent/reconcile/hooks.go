@@ -6,16 +6,18 @@ package reconcile
 // detection picks complement.
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
@@ -80,7 +82,7 @@ type Hook struct {
 	Why       string     `json:"why"`                 // how it was identified, or why it cannot run
 }
 
-// Diversion is one entry of dpkg's diversions database: From is
+// Diversion is one of dpkg's diversions (dpkg-divert --list): From is
 // installed as To; Package is the package that made it ("" for a local
 // diversion, dpkg-divert --local).
 type Diversion struct {
@@ -112,8 +114,8 @@ type DetectEnv struct {
 	// the same file (after symbolic links) is ours. Besides these, any Go
 	// binary whose build information names the hook's package is ours.
 	OurHooks []string
-	// Diversions is dpkg's diversions database ("" = none).
-	Diversions string
+	// Diversions lists dpkg's diversions (nil = none).
+	Diversions func() ([]Diversion, error)
 	// Path is dhcpd's PATH, for execute() of a bare name (dhcpd uses
 	// execvp).
 	Path string
@@ -125,7 +127,7 @@ type DetectEnv struct {
 func DefaultDetectEnv() DetectEnv {
 	return DetectEnv{
 		OurHooks:   []string{"/usr/sbin/leasekeeper-hook"},
-		Diversions: "/var/lib/dpkg/diversions",
+		Diversions: listDiversions,
 		Path:       "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		SnapDir:    "/snap",
 	}
@@ -167,7 +169,10 @@ func detect(conf string, env DetectEnv) Detection {
 	if err != nil {
 		return unsure("cannot read dhcpd.conf (" + err.Error() + ")")
 	}
-	divs, _ := readDiversions(env.Diversions) // none readable: none reported
+	var divs []Diversion
+	if env.Diversions != nil {
+		divs, _ = env.Diversions() // none listed: none reported
+	}
 	for _, c := range calls {
 		if !isReporter(c, env) {
 			d.Others = append(d.Others, c.at+" "+c.prog)
@@ -365,34 +370,42 @@ func identity(p string, env DetectEnv) (k Kind, why string, sure bool) {
 
 var maasHelperRe = regexp.MustCompile(`maas-dhcpd|dhcpd\.sock`)
 
-// readDiversions reads dpkg's diversions database: records of three
-// lines (diverted path, where it went, the package or ":" for local).
-func readDiversions(path string) ([]Diversion, error) {
-	if path == "" {
-		return nil, nil
-	}
-	f, err := os.Open(path)
+// listDiversions asks dpkg for its diversions (dpkg's database is not
+// an interface: dpkg-divert is). No dpkg-divert, or one that fails or
+// hangs, lists none.
+func listDiversions() ([]Diversion, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "dpkg-divert", "--list").Output()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dpkg-divert --list: %w", err)
 	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	var out []Diversion
-	for i := 0; i+2 < len(lines); i += 3 {
-		pkg := lines[i+2]
-		if pkg == ":" {
-			pkg = ""
+	return parseDivertList(out), nil
+}
+
+// divertRe is a line of dpkg-divert --list: "diversion of FROM to TO by
+// PACKAGE", or "local diversion of FROM to TO".
+var divertRe = regexp.MustCompile(`^(local )?diversion of (\S+)(?: to (\S+))?(?: by (\S+))?$`)
+
+// parseDivertList reads dpkg-divert --list's output; lines it does not
+// know are skipped.
+func parseDivertList(out []byte) []Diversion {
+	var divs []Diversion
+	for _, line := range strings.Split(string(out), "\n") {
+		m := divertRe.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
 		}
-		out = append(out, Diversion{From: lines[i], To: lines[i+1], Package: pkg})
+		d := Diversion{From: m[2], To: m[3], Package: m[4]}
+		if d.To == "" {
+			d.To = d.From + ".distrib"
+		}
+		if m[1] != "" {
+			d.Package = ""
+		}
+		divs = append(divs, d)
 	}
-	return out, nil
+	return divs
 }
 
 // execCall is one execute() statement.

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,7 +70,10 @@ func TestDetect(t *testing.T) {
 	ours := write("usr/sbin/leasekeeper-hook", "#!/bin/true\n", 0o755)
 	diverted := link(ours, "usr/sbin/maas-dhcp-helper")
 	write("usr/sbin/maas-dhcp-helper.distrib", maasHelperScript, 0o755)
-	divs := write("diversions", diverted+"\n"+diverted+".distrib\n:\n", 0o644)
+	divs := func() ([]Diversion, error) {
+		return parseDivertList([]byte("diversion of /usr/share/man/man1/perf.1.gz to /usr/share/man/man1/perf.wrapper.1.gz by linux-perf\n" +
+			"local diversion of " + diverted + " to " + diverted + ".distrib\n")), nil
+	}
 	// MAAS's helper, undiverted, as a deb installs it and inside a snap.
 	maasDeb := write("deb/usr/sbin/maas-dhcp-helper", maasHelperScript, 0o755)
 	maasSnap := write("snap/maas/40000/usr/sbin/maas-dhcp-helper", maasHelperScript, 0o755)
@@ -227,5 +231,25 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("replace"); err == nil {
 		t.Error("ParseMode(replace) accepted")
+	}
+}
+
+// TestParseDivertList: dpkg-divert --list's lines (dpkg's
+// src/divertcmd.c, diversion_describe), package and local.
+func TestParseDivertList(t *testing.T) {
+	got := parseDivertList([]byte("diversion of /usr/sbin/maas-dhcp-helper to /usr/sbin/maas-dhcp-helper.distrib by leasekeeper\n" +
+		"local diversion of /usr/bin/x to /usr/bin/x.real\n" +
+		"something else\n\n"))
+	want := []Diversion{
+		{From: "/usr/sbin/maas-dhcp-helper", To: "/usr/sbin/maas-dhcp-helper.distrib", Package: "leasekeeper"},
+		{From: "/usr/bin/x", To: "/usr/bin/x.real"},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if _, err := exec.LookPath("dpkg-divert"); err == nil {
+		if _, err := listDiversions(); err != nil {
+			t.Errorf("listDiversions on this system: %v", err)
+		}
 	}
 }
