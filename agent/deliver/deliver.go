@@ -365,6 +365,17 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 			}
 			continue
 		}
+		if err := e.Deliverable(); err != nil {
+			// Valid, but the region cannot take it: not sent, and not
+			// a dead letter either (every such DHCPv6 lease would be one).
+			if err := d.persist(ctx, func() error { return d.q.Ack(q.Seq) }); err != nil {
+				return err
+			}
+			d.m.keptBack.Inc()
+			d.log.Warn().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Err(err).
+				Msg("queued event the region cannot take; not sent (leasekeeper_deliver_kept_back_total)")
+			continue
+		}
 		q.Event = e
 		good = append(good, q)
 	}

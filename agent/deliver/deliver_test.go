@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -1308,5 +1309,37 @@ func TestCredentialFallback(t *testing.T) {
 	t.Setenv("CREDENTIALS_DIRECTORY", creds)
 	if err := asNobody(); err != nil {
 		t.Errorf("with the credential: %v", err)
+	}
+}
+
+// TestKeptBackNotSent: a queued event the region cannot take (a DHCPv6
+// lease whose DUID holds no MAC, queued by an older agent) is taken off
+// the queue unsent and counted, never dead-lettered; its neighbours go.
+func TestKeptBackNotSent(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	q := newMemQueue()
+	reg := prometheus.NewRegistry()
+	d, err := New(fastConfig(s, f), q, zerolog.Nop(), reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events(4, 4)
+	v6 := event.Event{Action: event.Commit, Family: event.IPv6, IP: netip.MustParseAddr("2001:db8::5"),
+		DUID: "00:02:00:00:ab:11:01:02", Timestamp: 1_700_000_000, LeaseTime: 600, Source: event.SourceHook}
+	q.Append(evs[0], evs[1], v6, evs[2], evs[3])
+	if err := d.Flush(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.Items()); got != 4 {
+		t.Errorf("region got %d items, want the 4 neighbours", got)
+	}
+	if n := q.Depth(); n != 0 {
+		t.Errorf("queue depth %d, want 0", n)
+	}
+	if n := testutil.ToFloat64(d.m.keptBack); n != 1 {
+		t.Errorf("kept back %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(d.m.deadlettered); n != 0 {
+		t.Errorf("dead-lettered %v, want 0", n)
 	}
 }

@@ -12,6 +12,7 @@ type metrics struct {
 	lastDelivery prometheus.Gauge
 	latency      prometheus.Histogram
 	deadlettered prometheus.Counter
+	keptBack     prometheus.Counter
 	state        *prometheus.GaugeVec
 }
 
@@ -38,6 +39,10 @@ func newMetrics() metrics {
 			Name: "leasekeeper_deadlettered_total",
 			Help: "Events the region refused (422) or failed (500, alone and again after a neighbour was accepted) on their own, moved to the dead letters.",
 		}),
+		keptBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_deliver_kept_back_total",
+			Help: "Queued events the region cannot take (no six-octet MAC: a DHCPv6 DUID without one), taken off the queue unsent; the reconciler keeps such events back before they are queued, so these were queued by an older agent.",
+		}),
 	}
 	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "leasekeeper_region_state",
@@ -54,7 +59,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.state}
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.state}
 }
 
 func (m *metrics) setState(state string) {
