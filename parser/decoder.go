@@ -59,6 +59,12 @@ func (d *Decoder) Offset() int64 { return d.off }
 // same offset would be: nothing held, no resync or recovery running.
 func (d *Decoder) clean() bool { return len(d.tail) == 0 && !d.resync && !d.rec.on }
 
+// Recovering reports whether the decoder is inside dhcpd's recovery
+// after a refused block (see Refused): Offset is then no statement
+// boundary, and a new Decoder started there would not read what follows
+// as dhcpd does. Resume positions should be taken when it is false.
+func (d *Decoder) Recovering() bool { return d.rec.on }
+
 // Pending is the number of bytes held back as an unfinished statement.
 func (d *Decoder) Pending() int { return len(d.tail) }
 

@@ -3,32 +3,43 @@ package parser_test
 // The differential harness: for every fixture in testdata/differential,
 // real dhcpd loads the file and writes out what it loaded (it rewrites its
 // leases file at every start), and that must be leasekeeper's table for
-// the same file, difference for difference:
+// the same file.
 //
-//   - dhcpd's start-up processing is applied to ours first (rtAfterStart:
-//     IPv4 leases whose time has come change state; IPv6 leases are
-//     expired by a timer after the rewrite, which is cut at its
-//     server-duid line);
-//   - deliberate differences, each checked to be what it claims:
-//   - a lease outside every range (IPv6: every pool) is in our table and
-//     not in dhcpd's: dhcpd drops it at load, and that is the loss the
-//     agent exists to report;
-//   - an unfinished last statement (a torn tail) is not in our table:
-//     in a live file it is a block dhcpd is still writing, which the
-//     agent reads when it is whole; dhcpd, reading it at start, keeps
-//     what it read of it;
-//   - IPv6 addresses in a state other than active or abandoned are in
-//     our table and not in dhcpd's, which keeps only bound addresses in
-//     its IAs: the agent must see an address leave the active state.
+// dhcpd runs in a network namespace of the test's own (internal/lab; IPv6
+// fixtures on a bridge made WithIPv6) and is stopped once it serves; its
+// rewrite is cut at the server-duid line it appends right after the
+// rename, so that what the running server appends later (IPv6 expiry
+// timers) is not compared. Its start-up processing is applied to our
+// table first: IPv4 leases whose time has come change state
+// (rtAfterStart), a backup lease in a pool without a failover peer becomes
+// free (lease_instantiate), a free lease nobody holds is written only when
+// it has a tsfp (write_leases4). Fixture dates are in 2001 or 2037, so
+// nothing depends on the day the test runs.
+//
+// The differences that remain are deliberate, and each is checked to be
+// what it claims:
+//
+//   - A lease outside every range (IPv6: every pool) is in our table and
+//     not in dhcpd's: dhcpd drops it at load, and that loss is what the
+//     agent exists to report.
+//   - An unfinished last statement (a torn tail) is not in our table: in a
+//     live file it is a block dhcpd is still writing, which the agent reads
+//     once it is whole; dhcpd, reading the file at start, keeps what it
+//     read of it (checked: it has the address).
+//   - IPv6 addresses in a state other than active or abandoned are in our
+//     table and not in dhcpd's, which keeps only bound addresses in its
+//     IAs: the agent must see an address leave the active state.
+//
+// No fixture may hold a statement the parser reports as a syntax error:
+// those are outside what it promises to read as dhcpd does. And dhcpd must
+// have complained about a line of every block we refuse.
 //
 // Fixtures: NAME.leases, with NAME.conf beside it or the default
-// configuration for its family (v6-* files are IPv6). Dates are in 2001
-// or 2037, so that no lease changes state between one day and another.
-// A line "# differential: dhcpd exits: TEXT" says dhcpd must refuse to
-// start on the file, logging TEXT (checked with dhcpd -T).
-//
-// The fixtures are golden-tested too (TestDifferentialGolden), so what
-// the parser makes of them is pinned where dhcpd is not installed.
+// configuration for its family (v6-* files are IPv6). A line
+// "# differential: dhcpd exits: TEXT" says dhcpd must refuse to start on
+// the file, logging TEXT (checked with dhcpd -T). TestDifferentialGolden
+// pins what the parser reads from the same fixtures where dhcpd is not
+// installed.
 
 import (
 	"bufio"

@@ -325,6 +325,49 @@ func TestLeasesHostile(t *testing.T) {
 	}
 }
 
+// TestRecovering: after a refused block the decoder follows dhcpd's
+// recovery, which ends at the next statement dhcpd reads; the rest of a
+// file that ends during it is not a torn statement.
+func TestRecovering(t *testing.T) {
+	d := NewDecoder()
+	var got []string
+	h := func(s Statement, err error) {
+		if err != nil {
+			got = append(got, "error: "+err.Error())
+			return
+		}
+		got = append(got, describe(s))
+	}
+	d.Feed([]byte("lease 203.0.113.1 {\n  bootp;\n  binding state active;\n}\n"), h)
+	if !d.Recovering() || d.Pending() != 0 {
+		t.Errorf("after the refused block: Recovering %t, Pending %d; want true, 0", d.Recovering(), d.Pending())
+	}
+	d.Feed([]byte("lease 203.0.113.2 {\n  binding state active;\n}\nlease 203.0.113.3 {\n"), h)
+	if d.Recovering() {
+		t.Error("still recovering after the swallowed block")
+	}
+	if err := d.Close(h); err == nil {
+		t.Error("Close: want the unfinished last block reported")
+	}
+	want := []string{
+		`refused: line 1: lease 203.0.113.1: dhcpd refuses the whole block: "bootp;" on its own (dhcpd reads "dynamic-bootp;" or "binding state bootp;") (line 2); it keeps the address's earlier block, if any`,
+		"refused: line 5: lease 203.0.113.2: left out, as dhcpd leaves it out: its recovery from the refused block at line 1 skips this statement",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// A refused block last in the file: nothing is held, nothing torn.
+	d = NewDecoder()
+	got = nil
+	d.Feed([]byte("lease 203.0.113.1 {\n  frob;\n}\n"), h)
+	if d.Pending() != 0 {
+		t.Errorf("Pending %d after a refused last block", d.Pending())
+	}
+	if err := d.Close(h); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
 func TestIncompleteError(t *testing.T) {
 	d := NewDecoder()
 	var n int

@@ -1,0 +1,108 @@
+package parser
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestTableIA: IPv6 leases follow dhcpd's IAs (parse_ia_*_declaration,
+// cleanup_lease6), and refused blocks change only what dhcpd changes.
+// testdata/differential checks the same against real dhcpd.
+func TestTableIA(t *testing.T) {
+	ia := func(n, body string) string {
+		return "ia-na \"\\00" + n + "\\000\\000\\000duid\" {\n" + body + "}\n"
+	}
+	addr := func(a, state string) string {
+		return "  iaaddr 2001:db8::" + a + " {\n    binding state " + state + ";\n    ends never;\n  }\n"
+	}
+	noEnds := func(a string) string { return "  iaaddr 2001:db8::" + a + " {\n    binding state active;\n  }\n" }
+	for _, tc := range []struct {
+		name string
+		file string
+		want []string // address/state/IAID, in address order
+	}{
+		{"a new block replaces the IA's addresses",
+			ia("1", addr("1", "active")+addr("2", "active")) + ia("1", addr("1", "active")),
+			[]string{"::1 active 1"}},
+		{"an address moves to the IA that binds it",
+			ia("1", addr("1", "active")) + ia("2", addr("1", "active")),
+			[]string{"::1 active 2"}},
+		{"an IA reporting an address unbound does not take it from another",
+			ia("1", addr("1", "active")) + ia("2", addr("1", "released")),
+			[]string{"::1 active 1"}},
+		{"unbound addresses are kept until the IA's next block",
+			ia("1", addr("1", "active")) + ia("1", addr("1", "expired")),
+			[]string{"::1 expired 1"}},
+		{"a refused IA keeps the IA's earlier block",
+			ia("1", addr("1", "active")) + ia("1", addr("1", "active")+noEnds("2")),
+			[]string{"::1 active 1"}},
+		{"a refused IA had already taken out an address it reported unbound",
+			ia("1", addr("1", "active")) + ia("1", addr("1", "released")+noEnds("2")),
+			[]string{}},
+		{"a refused IA takes the addresses it read from other IAs",
+			ia("1", addr("1", "active")+addr("3", "active")) + ia("2", addr("1", "active")+noEnds("2")) + ia("4", addr("4", "active")),
+			[]string{"::3 active 1"}}, // IA 4 swallowed by dhcpd's recovery
+		{"an address taken away comes back",
+			ia("1", addr("1", "active")+addr("2", "active")) + ia("1", addr("1", "active")) + ia("3", addr("2", "active")),
+			[]string{"::1 active 1", "::2 active 3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, err := ParseLeases(strings.NewReader("authoring-byte-order little-endian;\n" + tc.file))
+			if err != nil || len(ls.Errors) > 0 {
+				t.Fatal(err, ls.Errors)
+			}
+			got := []string{}
+			for _, l := range ls.Leases() {
+				got = append(got, strings.TrimPrefix(l.IP.String(), "2001:db8")+" "+l.State.String()+" "+string(rune('0'+l.IA.IAID)))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			n := 0
+			ls.Each(func(*Lease) { n++ })
+			if n != ls.Len() || n != len(got) {
+				t.Errorf("Each visits %d, Len %d, Leases %d", n, ls.Len(), len(got))
+			}
+		})
+	}
+}
+
+// TestTableRefused: a refused IPv4 block leaves the earlier block, and
+// the table lists the refusals in file order.
+func TestTableRefused(t *testing.T) {
+	ls, err := ParseLeases(strings.NewReader(`lease 203.0.113.1 {
+  binding state active;
+  hardware ethernet 02:00:00:00:00:01;
+}
+lease 203.0.113.1 {
+  binding state free;
+  hardware ethernet 02:00:00:00:00:02;
+  hostname "x";
+}
+lease 203.0.113.2 {
+  binding state active;
+}
+`))
+	if err != nil || len(ls.Errors) > 0 {
+		t.Fatal(err, ls.Errors)
+	}
+	l, ok := ls.Lookup(key("203.0.113.1"))
+	if !ok || l.Line != 1 || l.State != StateActive {
+		t.Errorf("203.0.113.1 = %+v; want the block at line 1", l)
+	}
+	if _, ok := ls.Lookup(key("203.0.113.2")); ok {
+		t.Error("203.0.113.2: dhcpd's recovery swallows it; the table has it")
+	}
+	var got []string
+	for _, r := range ls.Refused() {
+		got = append(got, r.What)
+	}
+	if diff := cmp.Diff([]string{"lease 203.0.113.1", "lease 203.0.113.2"}, got); diff != "" {
+		t.Errorf("refused (-want +got):\n%s", diff)
+	}
+	if r := ls.Refused()[0]; r.IP != key("203.0.113.1").Addr() || r.At != 8 || r.Swallowed || !ls.Refused()[1].Swallowed {
+		t.Errorf("refusals %+v %+v", r, ls.Refused()[1])
+	}
+}
