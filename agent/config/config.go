@@ -29,6 +29,7 @@ type Config struct {
 	DHCPD     DHCPD     `toml:"dhcpd"`
 	Hook      Hook      `toml:"hook"`
 	Region    Region    `toml:"region"`
+	MAAS      MAAS      `toml:"maas"`
 	State     State     `toml:"state"`
 	Reconcile Reconcile `toml:"reconcile"`
 	Metrics   Metrics   `toml:"metrics"`
@@ -67,6 +68,14 @@ type Region struct {
 	TokenFile  string        `toml:"token_file"`  // a bearer token; not MAAS's
 	BatchMax   int           `toml:"batch_max"`
 	Timeout    time.Duration `toml:"timeout"`
+}
+
+// MAAS is the region's public API 2.0, used to free an address MAAS
+// still lists as observed after dhcpd dropped its lease because the
+// address left every range (agent/orphans). Both keys or neither.
+type MAAS struct {
+	APIURL     string `toml:"api_url"`      // what `maas login` takes: http://REGION:5240/MAAS/
+	APIKeyFile string `toml:"api_key_file"` // an administrator's API key, consumer:token:secret
 }
 
 // MAASCertDir is where a deb-installed MAAS rack keeps the certificates
@@ -198,6 +207,11 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	if c.Release.TokenFile != "" {
 		if _, err := ReadToken(c.Release.TokenFile); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "release.token_file", Err: err})
+		}
+	}
+	if c.MAAS.APIKeyFile != "" {
+		if _, err := ReadMAASKey(c.MAAS.APIKeyFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "maas.api_key_file", Err: err})
 		}
 	}
 	return c, nil

@@ -328,7 +328,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 27 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 29 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from
@@ -488,4 +488,59 @@ func TestReadTokenChild(t *testing.T) {
 	}
 	_, err := ReadToken(p)
 	t.Log(err)
+}
+
+func TestMAASKeys(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "maas.key")
+	if err := os.WriteFile(keyFile, []byte("ck:tk:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := "[dhcpd]\nleases = \"/l\"\n[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n"
+	for _, c := range []struct {
+		name, maas string
+		want       string // "" = valid
+	}{
+		{"neither", "", ""},
+		{"both", "api_url = \"http://r:5240/MAAS/\"\napi_key_file = \"" + keyFile + "\"\n", ""},
+		{"url alone", "api_url = \"http://r:5240/MAAS/\"\n", "together"},
+		{"key alone", "api_key_file = \"" + keyFile + "\"\n", "together"},
+		{"bad url", "api_url = \"ftp://r/\"\napi_key_file = \"" + keyFile + "\"\n", "maas.api_url"},
+		{"unknown key", "api_token = \"x\"\n", "maas.api_token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(base+"[maas]\n"+c.maas), "test.toml")
+			if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name, content string
+		mode          os.FileMode
+		want          string
+	}{
+		{"ok", "c:t:s\n", 0o600, ""},
+		{"group may read", "c:t:s", 0o640, ""},
+		{"others may read", "c:t:s", 0o604, "others can access"},
+		{"two parts", "c:t", 0o600, "consumer_key:token_key:token_secret"},
+		{"empty part", "c::s", 0o600, "consumer_key:token_key:token_secret"},
+	} {
+		t.Run("file/"+c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "k")
+			if err := os.WriteFile(p, []byte(c.content), c.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, c.mode); err != nil {
+				t.Fatal(err)
+			}
+			k, err := ReadMAASKey(p)
+			if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+			if err == nil && (k.Consumer != "c" || k.Token != "t" || k.Secret != "s") {
+				t.Errorf("key %+v", k)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
@@ -56,4 +57,19 @@ func ReadToken(path string) (string, error) {
 		return "", fmt.Errorf("%s: the token contains white space or control characters", path)
 	}
 	return tok, nil
+}
+
+// ReadMAASKey reads maas.api_key_file: a MAAS API key
+// (consumer_key:token_key:token_secret, as `maas apikey` prints it) on one
+// line, by ReadToken's rules (not readable by others, group read at most).
+func ReadMAASKey(path string) (maasapi.Key, error) {
+	tok, err := ReadToken(path)
+	if err != nil {
+		return maasapi.Key{}, err
+	}
+	k, err := maasapi.ParseKey(tok)
+	if err != nil {
+		return maasapi.Key{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 )
 
 // ErrRequired is wrapped by the error for a key that must be set.
@@ -62,6 +64,16 @@ func (c *Config) Validate() error {
 	}
 
 	c.validateRegion(bad, badf, path)
+
+	path("maas.api_key_file", c.MAAS.APIKeyFile, false)
+	if u := c.MAAS.APIURL; u != "" {
+		if _, err := maasapi.BaseURL(u); err != nil {
+			bad("maas.api_url", err)
+		}
+	}
+	if (c.MAAS.APIURL == "") != (c.MAAS.APIKeyFile == "") {
+		badf("maas.api_key_file", "set maas.api_url and maas.api_key_file together, or neither")
+	}
 
 	path("state.dir", c.State.Dir, true)
 

@@ -129,6 +129,7 @@ type Server struct {
 	items    []event.RegionItem
 	requests []Request
 	changed  chan struct{} // closed and replaced whenever a batch is recorded
+	api2     api2State     // the public API 2.0 stand-in (api2.go)
 
 	// faults, under mu
 	next       []Fault

@@ -1,0 +1,186 @@
+package maasapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// Allocation types of a MAAS StaticIPAddress (src/maascommon/enums/ipaddress.py).
+const (
+	AllocAuto         = 0
+	AllocSticky       = 1
+	AllocUserReserved = 4
+	AllocDHCP         = 5
+	AllocDiscovered   = 6 // "Observed" in the UI: learnt from a lease
+)
+
+// Errors a caller branches on.
+var (
+	// ErrAbsent: a forced release found no record of that type for the
+	// address ("IP address … does not exist."): nothing left to free.
+	ErrAbsent = errors.New("maas: no such address record")
+	// ErrForbidden: the key's user is not an administrator.
+	ErrForbidden = errors.New("maas: the API key's user is not an administrator (force-releasing needs admin rights)")
+	// ErrUnauthorized: MAAS does not know the key (revoked, mistyped).
+	ErrUnauthorized = errors.New("maas: the API key was refused (401)")
+)
+
+// StatusError is an answer the client did not expect.
+type StatusError struct {
+	Op     string
+	Status int
+	Body   string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("maas: %s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), e.Body)
+}
+
+// Client talks to one region's API 2.0.
+type Client struct {
+	base string // …/MAAS/api/2.0/
+	key  Key
+	http *http.Client
+	ua   string
+}
+
+// New returns a client for apiURL, the URL `maas login` takes
+// ("http://REGION:5240/MAAS/", with or without "api/2.0/"). hc nil means
+// http.DefaultClient.
+func New(apiURL string, key Key, hc *http.Client, userAgent string) (*Client, error) {
+	base, err := BaseURL(apiURL)
+	if err != nil {
+		return nil, err
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: base, key: key, http: hc, ua: userAgent}, nil
+}
+
+// BaseURL is the API 2.0 root for the URL maas login takes.
+func BaseURL(apiURL string) (string, error) {
+	u, err := url.Parse(apiURL)
+	if err != nil {
+		return "", fmt.Errorf("maas api_url: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("maas api_url %q: want http(s)://REGION:5240/MAAS/", apiURL)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	p = strings.TrimSuffix(p, "/api/2.0")
+	u.Path = p + "/api/2.0/"
+	return u.String(), nil
+}
+
+// Base is the API 2.0 root the client uses.
+func (c *Client) Base() string { return c.base }
+
+// User is what whoami returns (the fields used).
+type User struct {
+	Username    string `json:"username"`
+	IsSuperuser bool   `json:"is_superuser"`
+}
+
+// Whoami returns the key's user (GET users/?op=whoami).
+func (c *Client) Whoami(ctx context.Context) (User, error) {
+	var u User
+	err := c.do(ctx, "whoami", http.MethodGet, "users/?op=whoami", nil, &u)
+	return u, err
+}
+
+// Interface is an interface in an address record (the fields used).
+type Interface struct {
+	ID         int    `json:"id"`
+	Name       string `json:"name"`
+	MACAddress string `json:"mac_address"`
+}
+
+// IPAddress is one record of GET ipaddresses/ (the fields used).
+type IPAddress struct {
+	IP            string      `json:"ip"`
+	AllocType     int         `json:"alloc_type"`
+	AllocTypeName string      `json:"alloc_type_name"`
+	Interfaces    []Interface `json:"interface_set"`
+}
+
+// MACs are the record's interfaces' MAC addresses.
+func (a IPAddress) MACs() []string {
+	out := make([]string, 0, len(a.Interfaces))
+	for _, i := range a.Interfaces {
+		out = append(out, strings.ToLower(i.MACAddress))
+	}
+	return out
+}
+
+// Records returns every record MAAS has for ip, of any type (GET
+// ipaddresses/?ip=IP&all=true; all needs an administrator's key, or only
+// the user's own reservations are listed).
+func (c *Client) Records(ctx context.Context, ip netip.Addr) ([]IPAddress, error) {
+	var out []IPAddress
+	q := url.Values{"ip": {ip.String()}, "all": {"true"}}
+	err := c.do(ctx, "read "+ip.String(), http.MethodGet, "ipaddresses/?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// ReleaseDiscovered frees the DISCOVERED record of ip (POST ipaddresses/
+// op=release ip force=true discovered=true). ErrAbsent when there is none.
+func (c *Client) ReleaseDiscovered(ctx context.Context, ip netip.Addr) error {
+	form := url.Values{"op": {"release"}, "ip": {ip.String()}, "force": {"true"}, "discovered": {"true"}}
+	return c.do(ctx, "release "+ip.String(), http.MethodPost, "ipaddresses/", form, nil)
+}
+
+func (c *Client) do(ctx context.Context, op, method, path string, form url.Values, out any) error {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Authorization", c.key.Sign())
+	if c.ua != "" {
+		req.Header.Set("User-Agent", c.ua)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("maas: %s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("maas: %s: reading the answer: %w", op, err)
+	}
+	text := strings.TrimSpace(string(b))
+	if len(text) > 300 {
+		text = text[:300] + "…"
+	}
+	switch {
+	case resp.StatusCode == http.StatusBadRequest && strings.Contains(text, "does not exist"):
+		return fmt.Errorf("%w: %s", ErrAbsent, text)
+	case resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%w: %s", ErrForbidden, text)
+	case resp.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("%w: %s", ErrUnauthorized, text)
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return &StatusError{Op: op, Status: resp.StatusCode, Body: text}
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("maas: %s: answer is not the JSON expected: %w", op, err)
+		}
+	}
+	return nil
+}

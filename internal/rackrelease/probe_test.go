@@ -1,0 +1,51 @@
+//go:build linux
+
+package rackrelease
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+)
+
+func TestARPProbeFrameAndClaims(t *testing.T) {
+	self := net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}
+	other := net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}
+	ip := netip.MustParseAddr("203.0.113.7")
+	f := arpProbeFrame(self, ip)
+	if len(f) != 42 {
+		t.Fatalf("frame is %d bytes, want 42", len(f))
+	}
+	// RFC 5227: sender protocol address zero, target hardware zero.
+	if got := f[28:32]; string(got) != "\x00\x00\x00\x00" {
+		t.Errorf("sender IP %v, want 0.0.0.0", got)
+	}
+	if _, ok := arpClaims(f, self, ip); ok {
+		t.Error("our own probe counted as an answer")
+	}
+	reply := func(sha net.HardwareAddr, spa netip.Addr) []byte {
+		r := append([]byte(nil), f...)
+		copy(r[0:6], self)
+		copy(r[6:12], sha)
+		r[21] = 2 // reply
+		copy(r[22:28], sha)
+		a := spa.As4()
+		copy(r[28:32], a[:])
+		return r
+	}
+	for _, c := range []struct {
+		name  string
+		frame []byte
+		want  bool
+	}{
+		{"reply from the holder", reply(other, ip), true},
+		{"reply for another address", reply(other, netip.MustParseAddr("203.0.113.8")), false},
+		{"our own address", reply(self, ip), false},
+		{"truncated", reply(other, ip)[:30], false},
+	} {
+		by, ok := arpClaims(c.frame, self, ip)
+		if ok != c.want || (ok && by.String() != other.String()) {
+			t.Errorf("%s: got %v %v, want %v", c.name, by, ok, c.want)
+		}
+	}
+}
