@@ -12,6 +12,7 @@ import (
 // Labels of leasekeeper_reconcile_file_problems_total.
 const (
 	problemSyntax    = "syntax"    // a statement dhcpd would reject, skipped
+	problemRefused   = "refused"   // an appended block dhcpd refuses when it loads the file, skipped
 	problemTorn      = "torn"      // a whole read that stayed unfinished from one poll to the next
 	problemRead      = "read"      // an I/O error reading the file or the directory
 	problemWatch     = "watch"     // an inotify error

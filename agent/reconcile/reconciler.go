@@ -34,6 +34,18 @@ type Config struct {
 	// Detect is what mode detection reads besides dhcpd.conf; the zero
 	// value means DefaultDetectEnv.
 	Detect *DetectEnv
+	// Orphans receives the addresses whose dropped lease left every
+	// range (State.TakeOrphans), in the transaction that queues their
+	// expiry; nil = only the expiry is sent.
+	Orphans OrphanSink
+}
+
+// OrphanSink keeps orphaned addresses for freeing (agent/orphans).
+type OrphanSink interface {
+	// Put stores them in tx, the outbox transaction of the commit.
+	Put(tx *bbolt.Tx, o []Orphan, now time.Time) error
+	// Wake says a commit with Put in it is on disk.
+	Wake()
 }
 
 // Tunables.
@@ -81,6 +93,7 @@ type Reconciler struct {
 	pos      *Position // matches st; nil before the first read
 	posDirty bool
 	unsent   []event.Event // synthesised and recorded as told, not yet committed
+	orphans  []Orphan      // taken from the state, not yet committed
 	flushAt  time.Time     // zero: nothing waiting to be persisted
 	flushNow bool          // a whole read was applied: persist it at once
 	retryAt  time.Time     // after a failed commit
@@ -399,6 +412,11 @@ func (r *Reconciler) apply(c change, now time.Time) {
 		r.met.problems.WithLabelValues(kind).Inc()
 		r.log.Warn().Err(err).Str("leases", r.cfg.Leases).Msg("leases file: statement skipped")
 	}
+	for _, what := range c.refused {
+		r.met.problems.WithLabelValues(problemRefused).Inc()
+		r.log.Warn().Str("leases", r.cfg.Leases).Str("refused", what).
+			Msg("leases file: a block dhcpd will refuse at its next start (it keeps the address's earlier one); skipped as dhcpd does")
+	}
 	switch c.kind {
 	case changeAppend:
 		r.st.Appended(c.leases, now.Unix())
@@ -422,6 +440,15 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			return
 		}
 		baseline := !r.st.Baselined
+		r.st.OutOfRange = nil
+		if r.cfg.DhcpdConf != "" {
+			in, err := loadRanges(r.cfg.DhcpdConf)
+			if err != nil {
+				r.log.Warn().Err(err).Str("config", r.cfg.DhcpdConf).
+					Msg("cannot read dhcpd.conf's ranges: a lease this rewrite dropped is expired, never freed in the region as one outside every range")
+			}
+			r.st.OutOfRange = in
+		}
 		vanished := r.st.Snapshot(c.table, true, now.Unix())
 		r.flushNow = true // rare and possibly large: not left for later
 		r.met.snapshots.WithLabelValues("complete").Inc()
@@ -476,7 +503,12 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 			Int64("timestamp", ev.Timestamp).Str("reason", ev.Reason).Msg("synthesised event")
 		evs = append(evs, ev)
 	}
-	waiting := len(r.unsent) > 0 || len(evs) > 0 || r.flushNow
+	for _, o := range r.st.TakeOrphans() {
+		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
+			Msg("orphaned address: its lease was dropped because the address left every range, and it has ended; the region ignores its expiry, so it is to be freed there")
+		r.orphans = append(r.orphans, o)
+	}
+	waiting := len(r.unsent) > 0 || len(evs) > 0 || r.flushNow || len(r.orphans) > 0
 	if !waiting && !r.retryAt.IsZero() && now.Before(r.retryAt) {
 		r.publish()
 		return
@@ -514,14 +546,27 @@ func (r *Reconciler) commit(ctx context.Context, evs []event.Event) error {
 	if len(r.unsent) > 0 {
 		all = append(append([]event.Event(nil), r.unsent...), evs...)
 	}
+	orphans := r.orphans
+	if r.cfg.Orphans == nil {
+		orphans = nil
+	}
+	now := r.now()
 	err = r.store.Update(ctx, bucketName, func(b *bbolt.Bucket) ([]event.Event, error) {
+		if len(orphans) > 0 {
+			if err := r.cfg.Orphans.Put(b.Tx(), orphans, now); err != nil {
+				return nil, err
+			}
+		}
 		return all, write(b, recs)
 	})
 	if err != nil {
 		r.st.MarkDirty(d)
 		return err
 	}
-	r.unsent, r.flushNow = nil, false
+	r.unsent, r.flushNow, r.orphans = nil, false, nil
+	if len(orphans) > 0 {
+		r.cfg.Orphans.Wake()
+	}
 	if pos != nil {
 		r.posDirty = false
 	}
@@ -535,7 +580,7 @@ func (r *Reconciler) shutdown(ctx context.Context) {
 	defer cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.unsent) == 0 && len(r.st.dirty) == 0 && !r.st.metaDirty && !r.posDirty {
+	if len(r.unsent) == 0 && len(r.orphans) == 0 && len(r.st.dirty) == 0 && !r.st.metaDirty && !r.posDirty {
 		return
 	}
 	if err := r.commit(cctx, nil); err != nil {

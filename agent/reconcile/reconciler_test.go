@@ -433,3 +433,27 @@ func TestTaskLeasesFIFO(t *testing.T) {
 	}
 	h.stop()
 }
+
+// TestTaskRefusedAppend: a block dhcpd would refuse on its next start,
+// appended to the file, is skipped as dhcpd skips it, with a warning and a
+// count; the address keeps its earlier block, so nothing is decided.
+func TestTaskRefusedAppend(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), true)
+	h.start(30 * time.Second)
+	h.d.append("lease " + ip1 + " {\n  starts 3 2026/01/07 10:00:00;\n  binding state free;\n  frobnicate;\n}\n")
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemRefused)) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused block counted:\n%s", h.logText())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(h.logText(), "a block dhcpd will refuse") {
+		t.Errorf("no warning:\n%s", h.logText())
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := h.queued(); len(got) != 0 {
+		t.Errorf("queued %q from a refused block", got)
+	}
+	h.stop()
+}

@@ -50,6 +50,9 @@ type change struct {
 	// after the rename at start, none at the hourly rewrite).
 	duid bool
 	errs []error // syntax errors, skipped statements
+	// refused: appended blocks dhcpd would refuse when it loads the file
+	// (parser.Refused), described; skipped as dhcpd skips them.
+	refused []string
 
 	table *parser.Table // changeSnapshot
 	// complete: the whole file decoded with no syntax error and ends at
@@ -337,7 +340,10 @@ func (w *follower) readNew() error {
 		w.snap, w.snapErrs = nil, nil
 		w.retry = !complete
 	}
-	if w.following() && (!w.hasPos || w.pos.Offset != w.offset()) {
+	// A position inside dhcpd's recovery from a refused block is no
+	// statement boundary: a decoder restarted there would misread what
+	// follows. Wait for the next one.
+	if w.following() && !w.dec.Recovering() && (!w.hasPos || w.pos.Offset != w.offset()) {
 		pos, err := positionOf(w.f, w.id, w.offset())
 		if err != nil {
 			return fmt.Errorf("%s: %w", w.path, err)
@@ -400,6 +406,10 @@ func (w *follower) handle(s parser.Statement, err error, old bool) {
 		c.leases = append(c.leases, s.Leases...)
 	case *parser.ServerDUID:
 		c.duid = true
+	case *parser.Refused:
+		// dhcpd would refuse this block on its next start (and keep the
+		// address's earlier one): nothing to decide on, but worth a line.
+		c.refused = append(c.refused, s.String())
 	}
 }
 
