@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -13,8 +14,10 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/deliver"
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
+	"github.com/leasekeeper/leasekeeper/agent/orphans"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 )
 
 // flushTimeout bounds the delivery attempt a stopping agent makes for
@@ -27,7 +30,11 @@ const flushTimeout = 5 * time.Second
 // told in the same transaction as it queues the event), and the delivery
 // to the region draining the outbox. The returned close function closes
 // the outbox; call it after a.Run returns.
-func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer, version string) (func() error, error) {
+func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer, version string, opts ...AssembleOption) (func() error, error) {
+	var o assembleOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	now := a.now
 	if err := os.MkdirAll(cfg.State.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("state.dir: %w", err)
@@ -53,11 +60,17 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		d.Close()
 		return fail(fmt.Errorf("reconcile.mode: %w", err))
 	}
+	orph, err := newOrphans(cfg, store, log.With().Str("component", "orphans").Logger(), reg, now, version, o)
+	if err != nil {
+		d.Close()
+		return fail(err)
+	}
 	rec, err := reconcile.New(reconcile.Config{
 		Leases: cfg.DHCPD.Leases, DhcpdConf: cfg.DHCPD.Config, PIDFile: cfg.DHCPD.PIDFile,
-		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: mode,
+		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: mode, Orphans: orph.Sink(),
 	}, store, log.With().Str("component", "reconcile").Logger(), reg, now)
 	if err != nil {
+		orph.Close()
 		d.Close()
 		return fail(err)
 	}
@@ -69,14 +82,16 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 	}, rec, log.With().Str("component", "hooksock").Logger(), reg, now)
 	if err != nil {
 		rec.Close()
+		orph.Close()
 		d.Close()
 		return fail(err)
 	}
 
 	a.SetDeadLetters(store)
-	a.SetStatus(status{store, d, rec})
+	a.SetStatus(status{store, d, rec, orph})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
+	a.Add("orphans", TaskFunc(orph.Run))
 	a.Add("deliver", deliverTask{d: d, version: version, run: TaskFunc(func(ctx context.Context, ready func()) error {
 		ready()
 		err := d.Run(ctx)
@@ -88,7 +103,40 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		}
 		return err
 	})})
-	return func() error { rec.Close(); d.Close(); return store.Close() }, nil
+	return func() error { rec.Close(); orph.Close(); d.Close(); return store.Close() }, nil
+}
+
+// AssembleOption changes how Assemble builds a part.
+type AssembleOption func(*assembleOptions)
+
+type assembleOptions struct {
+	prober        orphans.Prober
+	probeInterval time.Duration
+}
+
+// WithOrphanProber replaces the ARP probe run before an orphaned address
+// is freed (a test runs it inside the lab's rack namespace), and how
+// often an address that answers is probed again (0: the default).
+func WithOrphanProber(p orphans.Prober, interval time.Duration) AssembleOption {
+	return func(o *assembleOptions) { o.prober, o.probeInterval = p, interval }
+}
+
+// newOrphans builds the task freeing orphaned addresses in the region,
+// with an API 2.0 client when [maas] is configured.
+func newOrphans(cfg *config.Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time, version string, o assembleOptions) (*orphans.Releaser, error) {
+	oc := orphans.Config{Probe: o.prober, ProbeInterval: o.probeInterval}
+	if cfg.MAAS.APIURL != "" {
+		key, err := config.ReadMAASKey(cfg.MAAS.APIKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("maas.api_key_file: %w", err)
+		}
+		c, err := maasapi.New(cfg.MAAS.APIURL, key, &http.Client{Timeout: 30 * time.Second}, "leasekeeper/"+version)
+		if err != nil {
+			return nil, fmt.Errorf("maas.api_url: %w", err)
+		}
+		oc.Client = c
+	}
+	return orphans.New(oc, store, log, reg, now)
 }
 
 // regionConfig is the deliverer's configuration from [region].
@@ -134,6 +182,20 @@ type status struct {
 	s *outbox.Store
 	d *deliver.Deliverer
 	r *reconcile.Reconciler
+	o *orphans.Releaser
+}
+
+func (x status) OrphanReports() []OrphanReport {
+	out := []OrphanReport{}
+	for _, j := range x.o.Jobs() {
+		r := OrphanReport{IP: j.IP.String(), State: j.State, Reason: j.Reason, Ends: time.Unix(j.Ends, 0).UTC(), Attempts: j.Attempts}
+		if !j.Next.IsZero() {
+			t := j.Next.UTC()
+			r.Next = &t
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func (x status) Depth() int               { return x.s.Depth() }

@@ -42,6 +42,26 @@ type StatusReport struct {
 	Held *HeldReport `json:"held"`
 	// Unhealthy is why /healthz answers 503 ("" when it answers 200).
 	Unhealthy string `json:"unhealthy"`
+	// Orphans are the addresses whose lease a dhcpd reload dropped out of
+	// every range, which the region still holds as observed, and why each
+	// is not freed yet (agent/orphans). Null when no part frees them.
+	Orphans []OrphanReport `json:"orphans"`
+}
+
+// OrphanReport is one address in StatusReport.Orphans (no MAC: /status
+// discloses states only).
+type OrphanReport struct {
+	IP       string     `json:"ip"`
+	State    string     `json:"state"` // waiting, unconfigured, retrying, busy, blocked, refused
+	Reason   string     `json:"reason,omitempty"`
+	Ends     time.Time  `json:"ends"` // the lease's end
+	Attempts int        `json:"attempts"`
+	Next     *time.Time `json:"next"` // null: at once, or (unconfigured) never
+}
+
+// Orphaner is optionally implemented by a Status: the orphaned addresses.
+type Orphaner interface {
+	OrphanReports() []OrphanReport
 }
 
 // HeldReport is StatusReport.Held: how many events wait and since when
@@ -242,6 +262,9 @@ func (a *Agent) Report() StatusReport {
 		}
 		if m, ok := s.(Moder); ok {
 			r.Mode = m.ModeReport()
+		}
+		if o, ok := s.(Orphaner); ok {
+			r.Orphans = o.OrphanReports()
 		}
 		if l, ok := s.(Lagger); ok {
 			lag := 0.0

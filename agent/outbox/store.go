@@ -472,6 +472,18 @@ func (s *Store) Update(ctx context.Context, name string, fn func(b *bbolt.Bucket
 	})
 }
 
+// KVBucket is the bucket called name in the key/value area, created on
+// first use, inside tx: the transaction of an Update (b.Tx()), for a
+// caller that keeps a second record in the same commit (the reconciler
+// queues a release job for an orphaned address with the expiry that
+// reveals it).
+func KVBucket(tx *bbolt.Tx, name string) (*bbolt.Bucket, error) {
+	if name == "" {
+		return nil, errors.New("outbox: empty bucket name")
+	}
+	return tx.Bucket(bucketKV).CreateBucketIfNotExists([]byte(name))
+}
+
 // View gives fn the bucket called name in the key/value area, in a
 // read-only transaction; b is nil when nothing was ever stored under name.
 // fn must not keep b or its slices after returning.

@@ -50,6 +50,21 @@ type Told struct {
 type Pending struct {
 	Event event.Event `json:"event"`
 	Due   int64       `json:"due"` // Unix seconds
+	// Orphan: a vanished lease whose address left every range of
+	// dhcpd.conf. The region ignores events outside its dynamic ranges,
+	// so the expiry alone leaves the address observed there; at the
+	// same time the address is handed on to be freed (TakeOrphans).
+	Orphan bool `json:"orphan,omitempty"`
+}
+
+// Orphan is an address whose lease a reload dropped because it left every
+// range, due now: the region still lists it, and only freeing its record
+// (agent/orphans) clears it.
+type Orphan struct {
+	IP       netip.Addr
+	MAC      string
+	Hostname string
+	Ends     int64 // the lease's own end, Unix seconds
 }
 
 // State is everything the reconciler knows. The zero value is not ready:
@@ -73,6 +88,10 @@ type State struct {
 	// synthesised: rule 2. Rules 1 and 3 would duplicate what the
 	// hooks already told the region. Set by the caller from the mode.
 	Complement bool `json:"-"`
+	// OutOfRange tells whether an address lies outside every range of
+	// dhcpd.conf as dhcpd read it at its last start; nil when unknown
+	// (no dhcpd.conf, unreadable). Set by the caller before Snapshot.
+	OutOfRange func(netip.Addr) bool `json:"-"`
 
 	// dirty are the addresses whose File, Told or Pending entry changed
 	// since TakeDirty; metaDirty is Baselined changing. They let the
@@ -83,6 +102,8 @@ type State struct {
 	// File on every Due; built on first use, entries checked when popped.
 	ends    endsHeap
 	indexed bool
+	// orphans are the Orphan pendings Due reached, for TakeOrphans.
+	orphans []Orphan
 }
 
 // NewState returns an empty state waiting for its baseline.
@@ -388,7 +409,8 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		due := max(l.Ends, now)
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonVanished}
-		s.schedule(ip, Pending{Event: ev, Due: due})
+		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
+		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan})
 		vanished++
 	}
 	return vanished
@@ -431,6 +453,9 @@ func (s *State) Due(now int64) []event.Event {
 		var g group
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
+			if q[i].Orphan {
+				s.orphaned(ip, q[i])
+			}
 			if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}
@@ -465,6 +490,31 @@ func (s *State) Due(now int64) []event.Event {
 	}
 	return evs
 }
+
+// orphaned hands on an Orphan pending reaching its time, unless the
+// address is back in the file (a range holds it again: the region hears
+// of it normally) or was committed to another MAC since (rule 4).
+func (s *State) orphaned(ip netip.Addr, p Pending) {
+	if _, back := s.File[ip]; back {
+		return
+	}
+	if t, ok := s.Told[ip]; ok && t.Action == event.Commit && t.MAC != p.Event.MAC {
+		return
+	}
+	s.orphans = append(s.orphans, Orphan{IP: ip, MAC: p.Event.MAC, Hostname: p.Event.Hostname, Ends: p.Event.Timestamp})
+}
+
+// TakeOrphans returns the orphaned addresses Due reached since the last
+// call, and forgets them. The caller keeps them in the same commit as
+// Due's events (a failed commit hands them back with PutOrphans).
+func (s *State) TakeOrphans() []Orphan {
+	o := s.orphans
+	s.orphans = nil
+	return o
+}
+
+// PutOrphans gives back what TakeOrphans returned (a failed commit).
+func (s *State) PutOrphans(o []Orphan) { s.orphans = append(o, s.orphans...) }
 
 // coveredUpTo returns the index of the pending event the region was
 // already told (the same action for the same MAC, told at its time or up

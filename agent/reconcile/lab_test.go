@@ -58,6 +58,10 @@ type world struct {
 	// maasSock is where the MAAS helper stand-in sends (hooksMAAS):
 	// MAAS's dhcpd.sock, not the agent's.
 	maasSock string
+	// maasURL and maasKeyFile are the agent's [maas] (orphans_lab_test.go);
+	// agentOpts go to agent.Assemble.
+	maasURL, maasKeyFile string
+	agentOpts            []agent.AssembleOption
 }
 
 func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
@@ -151,6 +155,7 @@ func (w *world) startAgent() {
 	}
 	cfg.Metrics.Listen = ""
 	cfg.Control.Socket = ""
+	cfg.MAAS.APIURL, cfg.MAAS.APIKeyFile = w.maasURL, w.maasKeyFile
 	if err := cfg.Validate(); err != nil {
 		w.t.Fatal(err)
 	}
@@ -161,7 +166,7 @@ func (w *world) startAgent() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	closeParts, err := agent.Assemble(a, cfg, log, reg, "test")
+	closeParts, err := agent.Assemble(a, cfg, log, reg, "test", w.agentOpts...)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -1,0 +1,42 @@
+package orphans
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	found, busy, freed prometheus.Counter
+	refused            *prometheus.CounterVec
+	held               prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		found: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_orphans_found_total",
+			Help: "Addresses whose lease a dhcpd reload dropped because they left every range, handed over to be freed in the region at the lease's end.",
+		}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_orphans_probed_busy_total",
+			Help: "Probes before freeing an orphaned address that found it in use (something answered ARP for it): kept and probed again.",
+		}),
+		freed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_orphans_freed_total",
+			Help: "Orphaned addresses the region no longer holds: freed (ipaddresses op=release), or found already free.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_orphans_refused_total",
+			Help: "Orphaned addresses not freed, by reason: other-mac and not-discovered (the region's record is someone else's: left alone), api-key (the key is refused or not an administrator's: alert).",
+		}, []string{"reason"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasekeeper_orphans_held",
+			Help: "Orphaned addresses waiting to be freed in the region (leasekeeper status lists them and why).",
+		}),
+	}
+	for _, r := range []string{"other-mac", "not-discovered", "api-key"} {
+		m.refused.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.found, m.busy, m.freed, m.refused, m.held}
+}

@@ -1,0 +1,405 @@
+package orphans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
+	"github.com/leasekeeper/leasekeeper/internal/promreg"
+	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
+)
+
+// Defaults.
+const (
+	DefaultProbeInterval = 30 * time.Second // an address that answers is probed again this often
+	DefaultProbeWait     = time.Second      // how long a probe listens
+	backoffMin           = time.Second
+	backoffMax           = time.Minute
+	refusedRetry         = 10 * time.Minute
+	requestTimeout       = 30 * time.Second
+)
+
+// Prober asks whether anybody holds an address on the rack's link.
+type Prober func(ctx context.Context, ip netip.Addr, wait time.Duration) (rackrelease.Probe, error)
+
+// Config is what the Releaser needs.
+type Config struct {
+	// Client is the region's API 2.0; nil when [maas] is not configured.
+	Client        *maasapi.Client
+	Probe         Prober // nil: rackrelease.ProbeARP
+	ProbeInterval time.Duration
+	ProbeWait     time.Duration
+}
+
+// Outcome is how an attempt on a job ended.
+type Outcome struct {
+	Done   bool   // the job is finished (freed, already free, or left alone)
+	Result string // freed, gone, other-mac, not-discovered, or the job's state
+	Reason string
+	By     string // who answered the probe (logs only: /status discloses no MACs)
+}
+
+// Releaser is the agent task working the jobs.
+type Releaser struct {
+	cfg   Config
+	store *outbox.Store
+	log   zerolog.Logger
+	reg   prometheus.Registerer
+	now   func() time.Time
+	met   *metrics
+	wake  chan struct{}
+
+	mu     sync.Mutex // guards jobs, admin, warned
+	jobs   map[netip.Addr]Job
+	admin  *maasapi.User
+	warned map[netip.Addr]bool
+	work   sync.Mutex // one attempt at a time (the task or ReleaseNow)
+}
+
+// New loads the stored jobs.
+func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Releaser, error) {
+	if cfg.Probe == nil {
+		cfg.Probe = rackrelease.ProbeARP
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = DefaultProbeInterval
+	}
+	cfg.ProbeInterval = min(cfg.ProbeInterval, time.Minute)
+	if cfg.ProbeWait <= 0 {
+		cfg.ProbeWait = DefaultProbeWait
+	}
+	if now == nil {
+		now = time.Now
+	}
+	r := &Releaser{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), wake: make(chan struct{}, 1),
+		jobs: map[netip.Addr]Job{}, warned: map[netip.Addr]bool{}}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	if err := promreg.Register(reg, r.met.collectors()...); err != nil {
+		return nil, fmt.Errorf("orphans: metrics: %w", err)
+	}
+	return r, nil
+}
+
+// Sink is what the reconciler hands orphans to.
+func (r *Releaser) Sink() Sink { return Sink{r} }
+
+// Close unregisters the metrics.
+func (r *Releaser) Close() { promreg.Unregister(r.reg, r.met.collectors()...) }
+
+// Wake makes the task read the stored jobs again.
+func (r *Releaser) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// load reads the jobs from the store, counting the new ones as found.
+func (r *Releaser) load() error {
+	var m map[netip.Addr]Job
+	var bad int
+	if err := r.store.View(Bucket, func(b *bbolt.Bucket) error { m, bad = readJobs(b); return nil }); err != nil {
+		return fmt.Errorf("orphans: read jobs: %w", err)
+	}
+	if bad > 0 {
+		r.log.Warn().Int("records", bad).Msg("stored orphan jobs did not decode; skipped")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ip, j := range m {
+		old, had := r.jobs[ip]
+		if !had || old.Found != j.Found {
+			r.met.found.Inc()
+			r.jobs[ip] = j
+		}
+	}
+	r.met.held.Set(float64(len(r.jobs)))
+	return nil
+}
+
+// Jobs are the addresses waiting to be freed, by address.
+func (r *Releaser) Jobs() []Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Job, 0, len(r.jobs))
+	for _, j := range r.jobs {
+		out = append(out, j)
+	}
+	sortJobs(out)
+	return out
+}
+
+func sortJobs(js []Job) { slices.SortFunc(js, func(a, b Job) int { return a.IP.Compare(b.IP) }) }
+
+// Run works the jobs until ctx ends.
+func (r *Releaser) Run(ctx context.Context, ready func()) error {
+	if r.cfg.Client == nil {
+		r.log.Info().Msg("[maas] api_url and api_key_file are not set: addresses MAAS keeps as observed after their lease was dropped out of range are listed in status, not freed")
+	}
+	ready()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+			if err := r.load(); err != nil {
+				r.log.Error().Err(err).Msg("cannot read the orphan jobs; retrying at the next wake")
+			}
+		case <-timer.C:
+		}
+		next := r.runDue(ctx)
+		d := time.Hour
+		if !next.IsZero() {
+			d = max(next.Sub(r.now()), 0)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d)
+	}
+}
+
+// runDue makes an attempt on every job whose time has come and returns
+// the earliest next attempt (zero: none).
+func (r *Releaser) runDue(ctx context.Context) time.Time {
+	for _, j := range r.Jobs() {
+		if ctx.Err() != nil {
+			return time.Time{}
+		}
+		if j.State == StateUnconfigured && r.cfg.Client == nil {
+			continue
+		}
+		if !j.Next.IsZero() && r.now().Before(j.Next) {
+			continue
+		}
+		r.attempt(ctx, j.IP)
+	}
+	var next time.Time
+	for _, j := range r.Jobs() {
+		if j.State == StateUnconfigured {
+			continue
+		}
+		if next.IsZero() || j.Next.Before(next) {
+			next = j.Next
+		}
+	}
+	return next
+}
+
+// ReleaseNow makes an attempt on ip's job now, with every check
+// (`leasekeeper orphans --release`). A job that is not there is an error.
+func (r *Releaser) ReleaseNow(ctx context.Context, ip netip.Addr) (Outcome, error) {
+	r.mu.Lock()
+	_, ok := r.jobs[ip]
+	r.mu.Unlock()
+	if !ok {
+		return Outcome{}, fmt.Errorf("no orphaned address %s", ip)
+	}
+	return r.attempt(ctx, ip), nil
+}
+
+// attempt runs the checks and the release for ip's job and records the outcome.
+func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
+	r.work.Lock()
+	defer r.work.Unlock()
+	r.mu.Lock()
+	j, ok := r.jobs[ip]
+	r.mu.Unlock()
+	if !ok {
+		return Outcome{Done: true, Result: "gone"}
+	}
+	now := r.now()
+	out := r.check(ctx, j)
+	j.Last = now
+	log := r.log.With().Stringer("ip", j.IP).Str("mac", j.MAC).Logger()
+	if out.Done {
+		switch out.Result {
+		case "freed":
+			r.met.freed.Inc()
+			log.Info().Str("reason", out.Reason).Msg("freed the observed address in the region")
+		case "gone":
+			r.met.freed.Inc()
+			log.Info().Str("reason", out.Reason).Msg("the region no longer holds the address: nothing to free")
+		default:
+			r.met.refused.WithLabelValues(out.Result).Inc()
+			log.Warn().Str("reason", out.Reason).Str("region_macs", out.By).Msg("left the address alone in the region")
+		}
+		r.finish(ctx, j)
+		return out
+	}
+	prev := j.State
+	j.State, j.Reason = out.Result, out.Reason
+	switch out.Result {
+	case StateUnconfigured:
+		j.Next = time.Time{}
+		r.mu.Lock()
+		first := !r.warned[j.IP]
+		r.warned[j.IP] = true
+		r.mu.Unlock()
+		if first {
+			log.Warn().Int64("ends", j.Ends).Msg("the region keeps this address as observed until an API key is configured ([maas] api_url, api_key_file): the expiry alone does not free an address outside its dynamic ranges")
+		}
+	case StateBusy:
+		j.Next = now.Add(r.cfg.ProbeInterval)
+		r.met.busy.Inc()
+		log.Info().Str("reason", out.Reason).Str("answered_by", out.By).Time("next", j.Next).Msg("kept the address: something answers for it; probing again")
+	case StateBlocked:
+		j.Next = now.Add(r.cfg.ProbeInterval)
+		log.Warn().Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: cannot tell whether it is in use")
+	case StateRefused:
+		j.Next = now.Add(refusedRetry)
+		r.met.refused.WithLabelValues("api-key").Inc()
+		if prev != StateRefused || j.Attempts == 0 {
+			log.Error().Str("reason", out.Reason).Time("next", j.Next).
+				Str("fix", "put an administrator's API key (maas apikey --username ADMIN) in maas.api_key_file and reload").
+				Msg("the region refuses to free the address with this API key")
+		}
+	default: // retrying
+		j.Attempts++
+		d := min(backoffMin<<min(j.Attempts-1, 10), backoffMax)
+		j.Next = now.Add(d)
+		log.Warn().Str("reason", out.Reason).Dur("retry_in", d).Msg("could not free the address yet; retrying")
+	}
+	r.save(ctx, j)
+	return out
+}
+
+// check decides and, when everything allows it, frees the address.
+func (r *Releaser) check(ctx context.Context, j Job) Outcome {
+	c := r.cfg.Client
+	if c == nil {
+		return Outcome{Result: StateUnconfigured, Reason: "no [maas] api_url/api_key_file: the region keeps listing the address as observed until an API key is configured"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if o, ok := r.checkAdmin(ctx); !ok {
+		return o
+	}
+	recs, err := c.Records(ctx, j.IP)
+	if err != nil {
+		return apiOutcome(err)
+	}
+	var disc *maasapi.IPAddress
+	var other []string
+	for i := range recs {
+		if recs[i].AllocType == maasapi.AllocDiscovered {
+			disc = &recs[i]
+		} else {
+			other = append(other, recs[i].AllocTypeName)
+		}
+	}
+	if disc == nil {
+		if len(other) > 0 {
+			return Outcome{Done: true, Result: "not-discovered", Reason: fmt.Sprintf("the region's record for the address is %v, not observed (discovered): someone reserved or assigned it", other)}
+		}
+		return Outcome{Done: true, Result: "gone", Reason: "the region has no record of the address"}
+	}
+	mac, err := event.NormalizeMAC(j.MAC)
+	if err != nil {
+		mac = j.MAC
+	}
+	macs := disc.MACs()
+	if !slices.Contains(macs, mac) {
+		return Outcome{Done: true, Result: "other-mac", Reason: "the region's observed record is tied to another MAC than the lease's: another client has it now", By: fmt.Sprint(macs)}
+	}
+	p, err := r.cfg.Probe(ctx, j.IP, r.cfg.ProbeWait)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return Outcome{Result: StateRetrying, Reason: "probe interrupted: " + err.Error()}
+	case err != nil:
+		return Outcome{Result: StateBlocked, Reason: err.Error()}
+	case p.Local:
+		return Outcome{Result: StateBusy, Reason: "the address is this rack's own"}
+	case p.By != nil:
+		return Outcome{Result: StateBusy, Reason: "something answers an ARP probe for it on " + p.Iface, By: p.By.String()}
+	}
+	switch err := c.ReleaseDiscovered(ctx, j.IP); {
+	case err == nil:
+		return Outcome{Done: true, Result: "freed", Reason: "observed for the lease's MAC, silent on " + p.Iface}
+	case errors.Is(err, maasapi.ErrAbsent):
+		return Outcome{Done: true, Result: "gone", Reason: "the region answered that no discovered record exists (freed meanwhile)"}
+	default:
+		return apiOutcome(err)
+	}
+}
+
+// checkAdmin asks once who the key belongs to; an answer that it is not
+// an administrator is asked again at the next attempt.
+func (r *Releaser) checkAdmin(ctx context.Context) (Outcome, bool) {
+	r.mu.Lock()
+	u := r.admin
+	r.mu.Unlock()
+	if u != nil && u.IsSuperuser {
+		return Outcome{}, true
+	}
+	who, err := r.cfg.Client.Whoami(ctx)
+	if err != nil {
+		return apiOutcome(err), false
+	}
+	r.mu.Lock()
+	r.admin = &who
+	r.mu.Unlock()
+	if !who.IsSuperuser {
+		return Outcome{Result: StateRefused, Reason: fmt.Sprintf("the API key is %q's, who is not an administrator: MAAS answers 403 to a forced release", who.Username)}, false
+	}
+	return Outcome{}, true
+}
+
+func apiOutcome(err error) Outcome {
+	if errors.Is(err, maasapi.ErrForbidden) || errors.Is(err, maasapi.ErrUnauthorized) {
+		return Outcome{Result: StateRefused, Reason: err.Error()}
+	}
+	return Outcome{Result: StateRetrying, Reason: err.Error()}
+}
+
+// save stores j; a failure is logged and the job kept in memory.
+func (r *Releaser) save(ctx context.Context, j Job) {
+	r.mu.Lock()
+	r.jobs[j.IP] = j
+	r.mu.Unlock()
+	err := r.store.Update(context.WithoutCancel(ctx), Bucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+		return nil, putJob(b, j)
+	})
+	if err != nil {
+		r.log.Error().Err(err).Stringer("ip", j.IP).Msg("cannot store the orphan job's state")
+	}
+}
+
+// finish removes j (unless a newer job for the address replaced it).
+func (r *Releaser) finish(ctx context.Context, j Job) {
+	err := r.store.Update(context.WithoutCancel(ctx), Bucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+		m, _ := readJobs(b)
+		if cur, ok := m[j.IP]; ok && !cur.Found.Equal(j.Found) {
+			return nil, nil
+		}
+		return nil, b.Delete([]byte(j.IP.String()))
+	})
+	if err != nil {
+		r.log.Error().Err(err).Stringer("ip", j.IP).Msg("cannot remove the finished orphan job; it is checked again")
+		return
+	}
+	r.mu.Lock()
+	if cur, ok := r.jobs[j.IP]; ok && cur.Found.Equal(j.Found) {
+		delete(r.jobs, j.IP)
+	}
+	r.met.held.Set(float64(len(r.jobs)))
+	r.mu.Unlock()
+}
