@@ -1,0 +1,446 @@
+package oracle
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// Block is one IPv4 lease block as dhcpd wrote it.
+type Block struct {
+	IP     string
+	MAC    string // normalised, lower-case, zero-padded; "" without hardware
+	Active bool   // binding state active (as dhcpd infers it when absent)
+	Ends   int64  // Unix seconds; 0 for never or absent
+}
+
+// Generation is one leases file (one inode): the table a rewrite wrote,
+// then the blocks appended to it.
+type Generation struct {
+	Name   string
+	Blocks []Block
+	// Table is how many leading Blocks are the rewrite's table (those
+	// before the server-duid line dhcpd appends at start); 0 for a file
+	// that was empty when dhcpd started.
+	Table int
+	// Rewrite tells whether this generation replaced the previous one
+	// (dhcpd started on it); leases the table lacks vanished.
+	Rewrite bool
+}
+
+// ParseGeneration reads one leases file. A torn last block (dhcpd killed
+// mid-write, or a copy taken mid-append) is left out, never guessed.
+func ParseGeneration(name string, data []byte, now time.Time) Generation {
+	g := Generation{Name: name}
+	seenDUID := false
+	d := parser.NewDecoder()
+	h := func(s parser.Statement, err error) {
+		switch st := s.(type) {
+		case *parser.ServerDUID:
+			if !seenDUID {
+				seenDUID = true
+				g.Table = len(g.Blocks)
+				g.Rewrite = true
+			}
+		case *parser.Lease:
+			if st.Family != parser.IPv4 || !st.IP.IsValid() {
+				return
+			}
+			b := Block{IP: st.IP.String(), MAC: NormMAC(st.HardwareAddr.String()),
+				Active: st.Binding(parser.Time(now.Unix())) == parser.StateActive}
+			if st.Ends.IsSet() && !st.Ends.IsNever() {
+				b.Ends = int64(st.Ends)
+			}
+			g.Blocks = append(g.Blocks, b)
+		}
+	}
+	d.Feed(data, h)
+	_ = d.Close(h) // an incomplete tail is dropped
+	return g
+}
+
+// NormMAC writes a MAC as the region does: six lower-case, zero-padded
+// octets ("2:0:0:a:b:c" → "02:00:00:0a:0b:0c"). Anything else is returned
+// lower-cased.
+func NormMAC(mac string) string {
+	parts := strings.Split(strings.ToLower(mac), ":")
+	if len(parts) != 6 {
+		return strings.ToLower(mac)
+	}
+	for i, p := range parts {
+		if len(p) == 1 {
+			parts[i] = "0" + p
+		}
+	}
+	return strings.Join(parts, ":")
+}
+
+// Item is one item the region took, with the time its batch arrived.
+type Item struct {
+	At     time.Time
+	Action string // commit, expiry, release
+	IP     string
+	MAC    string
+}
+
+// Input is a run to judge.
+type Input struct {
+	Generations []Generation // in the order dhcpd wrote them
+	Items       []Item       // in the order the region applied them
+	// End is when the run was judged: a Vanished lease ending after it
+	// is still due, and the region may still hold it.
+	End time.Time
+	// Slack is how early an expiry may arrive against a lease's end
+	// (dhcpd writes whole seconds); default 1 s.
+	Slack time.Duration
+}
+
+// Version is one state of an IP in the truth.
+type Version struct {
+	Active   bool
+	MAC      string // Active: the holder; inactive: the MAC whose lease ended ("" if none)
+	Ends     int64  // the lease's end (latest renewal); for Vanished, the due time
+	Vanished bool   // dropped by a rewrite: its end is synthesised
+	Where    string // generation and block, for evidence
+}
+
+func (v Version) String() string {
+	s := "inactive"
+	if v.Active {
+		s = "active"
+	}
+	if v.Vanished {
+		s = "vanished"
+	}
+	return fmt.Sprintf("%s(%s ends %s @%s)", s, v.MAC, fmtUnix(v.Ends), v.Where)
+}
+
+func fmtUnix(t int64) string {
+	if t == 0 {
+		return "-"
+	}
+	return time.Unix(t, 0).UTC().Format("15:04:05")
+}
+
+// Violation is one broken promise.
+type Violation struct {
+	Rule     string // false, order, early, lost, final
+	IP       string
+	Evidence string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("%-6s %-15s %s", v.Rule, v.IP, v.Evidence) }
+
+// Report is the oracle's verdict.
+type Report struct {
+	IPs         int
+	Versions    int            // truth states, all IPs
+	Events      map[string]int // truth transitions: commit, end, vanished
+	Items       int            // region items
+	ItemsBy     map[string]int // by action
+	Duplicates  int            // items repeating the IP's current version
+	Vanished    int            // vanished leases
+	VanishedHit int            // of which the region got the expiry
+	Violations  []Violation
+	ByRule      map[string]int
+}
+
+// Truth builds the per-IP versions from the generations.
+func Truth(gens []Generation) map[string][]Version {
+	vs := map[string][]Version{}
+	push := func(ip string, v Version) {
+		q := vs[ip]
+		if n := len(q); n > 0 {
+			last := &q[n-1]
+			if last.Active && v.Active && last.MAC == v.MAC {
+				last.Ends = max(last.Ends, v.Ends) // a renewal
+				return
+			}
+			if !last.Active && !v.Active {
+				return // still inactive
+			}
+		} else if !v.Active {
+			return // never leased yet: nothing to tell
+		}
+		vs[ip] = append(q, v)
+	}
+	for gi, g := range gens {
+		if g.Rewrite && gi > 0 {
+			inTable := map[string]bool{}
+			for _, b := range g.Blocks[:g.Table] {
+				inTable[b.IP] = true
+			}
+			ips := make([]string, 0, len(vs))
+			for ip := range vs {
+				ips = append(ips, ip)
+			}
+			sort.Strings(ips)
+			for _, ip := range ips {
+				q := vs[ip]
+				if last := q[len(q)-1]; last.Active && !inTable[ip] {
+					push(ip, Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite"})
+				}
+			}
+		}
+		for bi, b := range g.Blocks {
+			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi)}
+			if !b.Active {
+				v.MAC, v.Ends = "", b.Ends
+				if q := vs[b.IP]; len(q) > 0 && q[len(q)-1].Active {
+					v.MAC = q[len(q)-1].MAC
+				}
+			}
+			push(b.IP, v)
+		}
+	}
+	return vs
+}
+
+// Check judges in against the truth.
+func Check(in Input) Report {
+	if in.Slack == 0 {
+		in.Slack = time.Second
+	}
+	truth := Truth(in.Generations)
+	r := Report{Events: map[string]int{}, ItemsBy: map[string]int{}, ByRule: map[string]int{}, IPs: len(truth), Items: len(in.Items)}
+	for _, q := range truth {
+		r.Versions += len(q)
+		for _, v := range q {
+			switch {
+			case v.Vanished:
+				r.Events["vanished"]++
+				r.Vanished++
+			case v.Active:
+				r.Events["commit"]++
+			default:
+				r.Events["end"]++
+			}
+		}
+	}
+	add := func(rule, ip, format string, args ...any) {
+		r.Violations = append(r.Violations, Violation{Rule: rule, IP: ip, Evidence: fmt.Sprintf(format, args...)})
+		r.ByRule[rule]++
+	}
+
+	pos := map[string]int{}          // IP → index of the current version
+	hit := map[string]map[int]bool{} // IP → versions matched
+	history := map[string][]string{} // IP → the region's items, for evidence
+	for i, it := range in.Items {
+		r.ItemsBy[it.Action]++
+		q := truth[it.IP]
+		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000")))
+		match := func(v Version) bool {
+			if it.Action == "commit" {
+				return v.Active && v.MAC == it.MAC
+			}
+			return !v.Active && v.MAC == it.MAC
+		}
+		p, started := pos[it.IP]
+		if !started {
+			p = 0
+		}
+		j := -1
+		for k := p; k < len(q); k++ {
+			if match(q[k]) {
+				j = k
+				break
+			}
+		}
+		if j < 0 {
+			older := -1
+			for k := 0; k < p && k < len(q); k++ {
+				if match(q[k]) {
+					older = k
+				}
+			}
+			if older >= 0 {
+				add("order", it.IP, "item %d %s %s at %s matches only %s, older than the current %s; the region's items for the IP so far: %s",
+					i, it.Action, it.MAC, it.At.UTC().Format("15:04:05.000"), q[older], q[p], strings.Join(history[it.IP], ", "))
+			} else {
+				add("false", it.IP, "item %d %s %s at %s: the files never showed it; truth %s",
+					i, it.Action, it.MAC, it.At.UTC().Format("15:04:05.000"), versions(q))
+			}
+			continue
+		}
+		if started && j == p {
+			r.Duplicates++
+		}
+		v := q[j]
+		if v.Vanished && it.Action != "commit" && it.At.Add(in.Slack).Unix() < v.Ends {
+			add("early", it.IP, "expiry %s at %s before the lease's end %s (%s)", it.MAC, it.At.UTC().Format("15:04:05.000"), fmtUnix(v.Ends), v)
+		}
+		if hit[it.IP] == nil {
+			hit[it.IP] = map[int]bool{}
+		}
+		if v.Vanished && !hit[it.IP][j] {
+			r.VanishedHit++
+		}
+		hit[it.IP][j] = true
+		pos[it.IP] = j
+	}
+
+	ips := make([]string, 0, len(truth))
+	for ip := range truth {
+		ips = append(ips, ip)
+	}
+	sort.Strings(ips)
+	end := in.End.Unix()
+	for _, ip := range ips {
+		q := truth[ip]
+		for k, v := range q {
+			if hit[ip][k] {
+				continue
+			}
+			if v.Vanished && (v.Ends > end || k+1 < len(q) && q[k+1].Active && q[k+1].MAC != v.MAC) {
+				continue // not due yet, or superseded by another MAC's commit
+			}
+			add("lost", ip, "%s never reached the region; its items: %s", v, strings.Join(history[ip], ", "))
+		}
+	}
+
+	// The final view, both sides applied with the region's semantics.
+	want := newView()
+	for _, ev := range truthOrder(in.Generations, end) {
+		want.apply(ev.Action, ev.IP, ev.MAC)
+	}
+	got := newView()
+	for _, it := range in.Items {
+		got.apply(it.Action, it.IP, it.MAC)
+	}
+	all := map[string]bool{}
+	for ip := range want.lease {
+		all[ip] = true
+	}
+	for ip := range got.lease {
+		all[ip] = true
+	}
+	finals := make([]string, 0, len(all))
+	for ip := range all {
+		finals = append(finals, ip)
+	}
+	sort.Strings(finals)
+	for _, ip := range finals {
+		if w, g := want.lease[ip], got.lease[ip]; w != g {
+			add("final", ip, "region holds %q, the files say %q; truth %s; region's items %s", g, w, versions(truth[ip]), strings.Join(history[ip], ", "))
+		}
+	}
+	return r
+}
+
+func versions(q []Version) string {
+	s := make([]string, len(q))
+	for i, v := range q {
+		s[i] = v.String()
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+type truthEvent struct{ Action, IP, MAC string }
+
+// truthOrder is the truth as one stream of region items in write order
+// (vanished leases ending at their rewrite's place, if due by end).
+func truthOrder(gens []Generation, end int64) []truthEvent {
+	var out []truthEvent
+	// Replay the generations the way Truth does, emitting each version
+	// as it is pushed: Truth's collapsing is mirrored by comparing with
+	// the IP's current state.
+	cur := map[string]Version{}
+	emit := func(ip string, v Version) {
+		c, ok := cur[ip]
+		if ok && c.Active == v.Active && (!v.Active || c.MAC == v.MAC) {
+			if v.Active {
+				c.Ends = max(c.Ends, v.Ends)
+				cur[ip] = c
+			}
+			return
+		}
+		if !ok && !v.Active {
+			return
+		}
+		cur[ip] = v
+		if v.Active {
+			out = append(out, truthEvent{"commit", ip, v.MAC})
+		} else {
+			out = append(out, truthEvent{"expiry", ip, v.MAC})
+		}
+	}
+	for gi, g := range gens {
+		if g.Rewrite && gi > 0 {
+			inTable := map[string]bool{}
+			for _, b := range g.Blocks[:g.Table] {
+				inTable[b.IP] = true
+			}
+			ips := make([]string, 0, len(cur))
+			for ip := range cur {
+				ips = append(ips, ip)
+			}
+			sort.Strings(ips)
+			for _, ip := range ips {
+				if c := cur[ip]; c.Active && !inTable[ip] && c.Ends <= end {
+					emit(ip, Version{MAC: c.MAC})
+				}
+			}
+		}
+		for _, b := range g.Blocks {
+			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends}
+			if !b.Active {
+				if c, ok := cur[b.IP]; ok && c.Active {
+					v.MAC = c.MAC
+				}
+			}
+			emit(b.IP, v)
+		}
+	}
+	return out
+}
+
+// view is the region's discovered addresses (internal/regionstub's
+// view.apply, reduced to what the oracle compares): per IP the MAC.
+type view struct {
+	lease map[string]string   // IP → MAC
+	byMAC map[string][]string // MAC → IPs
+}
+
+func newView() *view { return &view{lease: map[string]string{}, byMAC: map[string][]string{}} }
+
+func (v *view) apply(action, ip, mac string) {
+	for _, other := range v.byMAC[mac] {
+		if other != ip && v.lease[other] == mac {
+			delete(v.lease, other)
+		}
+	}
+	v.byMAC[mac] = nil
+	if action == "commit" {
+		v.lease[ip] = mac
+		v.byMAC[mac] = []string{ip}
+		return
+	}
+	if v.lease[ip] == mac {
+		delete(v.lease, ip)
+	}
+}
+
+// Sorted returns the violations by rule then IP.
+func (r *Report) Sorted() []Violation {
+	out := append([]Violation(nil), r.Violations...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Rule != out[j].Rule {
+			return out[i].Rule < out[j].Rule
+		}
+		return ipLess(out[i].IP, out[j].IP)
+	})
+	return out
+}
+
+func ipLess(a, b string) bool {
+	x, e1 := netip.ParseAddr(a)
+	y, e2 := netip.ParseAddr(b)
+	if e1 != nil || e2 != nil {
+		return a < b
+	}
+	return x.Less(y)
+}

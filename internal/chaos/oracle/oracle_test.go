@@ -1,0 +1,197 @@
+package oracle
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const (
+	ip1 = "203.0.113.10"
+	ip2 = "203.0.113.11"
+	m1  = "02:00:00:00:00:01"
+	m2  = "02:00:00:00:00:02"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// at is t0 plus s seconds.
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func act(ip, mac string, ends int) Block {
+	return Block{IP: ip, MAC: mac, Active: true, Ends: at(ends).Unix()}
+}
+
+func free(ip, mac string, ends int) Block { return Block{IP: ip, MAC: mac, Ends: at(ends).Unix()} }
+
+// gen is a first generation (no table) or, with table set, a rewrite
+// whose first len(table) blocks are the table.
+func gen(name string, table []Block, appended ...Block) Generation {
+	return Generation{Name: name, Blocks: append(append([]Block(nil), table...), appended...), Table: len(table), Rewrite: table != nil}
+}
+
+func item(s int, action, ip, mac string) Item {
+	return Item{At: at(s), Action: action, IP: ip, MAC: mac}
+}
+
+// rules is "rule ip" for each violation, sorted.
+func rules(r Report) []string {
+	var out []string
+	for _, v := range r.Violations {
+		out = append(out, v.Rule+" "+v.IP)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestCheck(t *testing.T) {
+	// One lease life on ip1: commit, renewal, expiry.
+	life := []Generation{gen("g0", nil, act(ip1, m1, 20), act(ip1, m1, 30), free(ip1, m1, 30))}
+	// A reload drops ip1's active lease (ends at 50); ip2 stays.
+	dropped := []Generation{
+		gen("g0", nil, act(ip1, m1, 50), act(ip2, m2, 50)),
+		gen("g1", []Block{act(ip2, m2, 50)}),
+	}
+	// A reload drops ip1's lease of m1, then a range holds it again and
+	// m2 takes it before m1's end.
+	droppedTaken := []Generation{
+		gen("g0", nil, act(ip1, m1, 50)),
+		gen("g1", []Block{}),
+		gen("g2", []Block{}, act(ip1, m2, 60)),
+	}
+	// ip1: m1 commits and releases, then m1 commits again.
+	again := []Generation{gen("g0", nil, act(ip1, m1, 20), free(ip1, m1, 5), act(ip1, m1, 40))}
+
+	tests := []struct {
+		name  string
+		gens  []Generation
+		items []Item
+		end   int
+		want  []string
+		dups  int
+	}{
+		{name: "all delivered", gens: life, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(10, "commit", ip1, m1), item(31, "expiry", ip1, m1)},
+			dups:  1},
+		{name: "exact duplicates that do not go back", gens: life, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip1, m1), item(31, "expiry", ip1, m1), item(32, "expiry", ip1, m1)},
+			dups:  2},
+		{name: "expiry lost", gens: life, end: 100,
+			items: []Item{item(1, "commit", ip1, m1)},
+			want:  []string{"final " + ip1, "lost " + ip1}},
+		{name: "commit lost", gens: life, end: 100,
+			items: []Item{item(31, "expiry", ip1, m1)},
+			want:  []string{"lost " + ip1}},
+		{name: "nothing delivered", gens: life, end: 100,
+			want: []string{"lost " + ip1, "lost " + ip1}},
+		{name: "invented commit", gens: life, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2), item(31, "expiry", ip1, m1), item(32, "expiry", ip2, m2)},
+			want:  []string{"false " + ip2, "false " + ip2}},
+		{name: "expiry for a MAC that never held the IP", gens: life, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(5, "expiry", ip1, m2), item(31, "expiry", ip1, m1)},
+			want:  []string{"false " + ip1}},
+		{name: "expiry while still active (sent early, nothing in the file)", gens: dropped, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(1, "commit", ip2, m2), item(5, "expiry", ip2, m2)},
+			want:  []string{"false " + ip2, "final " + ip1, "final " + ip2, "lost " + ip1}},
+		{name: "vanished lease expired at its end", gens: dropped, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(1, "commit", ip2, m2), item(50, "expiry", ip1, m1)}},
+		{name: "vanished lease expired early", gens: dropped, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(1, "commit", ip2, m2), item(20, "expiry", ip1, m1)},
+			want:  []string{"early " + ip1}},
+		{name: "vanished lease never expired (synthesis disabled)", gens: dropped, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(1, "commit", ip2, m2)},
+			want:  []string{"final " + ip1, "lost " + ip1}},
+		{name: "vanished lease not due yet at the end", gens: dropped, end: 40,
+			items: []Item{item(1, "commit", ip1, m1), item(1, "commit", ip2, m2)}},
+		{name: "vanished lease taken by another MAC: no expiry for the old MAC", gens: droppedTaken, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(30, "commit", ip1, m2)}},
+		{name: "old MAC's expiry after the new MAC's commit", gens: droppedTaken, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(30, "commit", ip1, m2), item(50, "expiry", ip1, m1)},
+			want:  []string{"order " + ip1}},
+		{name: "older commit re-applied after the release (the slow-region re-post)", gens: life, end: 100,
+			items: []Item{item(1, "commit", ip1, m1), item(31, "expiry", ip1, m1), item(32, "commit", ip1, m1)},
+			want:  []string{"final " + ip1, "order " + ip1}},
+		{name: "a replayed pair that cannot go back", gens: again, end: 30,
+			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(6, "commit", ip1, m1), item(7, "commit", ip1, m1)},
+			dups:  1},
+		{name: "release and new commit of the same MAC, the release replayed last", gens: again, end: 30,
+			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(6, "commit", ip1, m1), item(7, "release", ip1, m1)},
+			want:  []string{"final " + ip1, "order " + ip1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Check(Input{Generations: tt.gens, Items: tt.items, End: at(tt.end)})
+			if diff := cmp.Diff(tt.want, rules(r)); diff != "" {
+				t.Errorf("violations (-want +got):\n%s\n%s", diff, evidence(r))
+			}
+			if r.Duplicates != tt.dups {
+				t.Errorf("duplicates = %d, want %d", r.Duplicates, tt.dups)
+			}
+		})
+	}
+}
+
+func evidence(r Report) string {
+	var b strings.Builder
+	for _, v := range r.Violations {
+		fmt.Fprintln(&b, v)
+	}
+	return b.String()
+}
+
+func TestTruth(t *testing.T) {
+	gens := []Generation{
+		gen("g0", nil, free(ip2, "", 0), act(ip1, m1, 20), act(ip1, m1, 30), free(ip1, m1, 30), act(ip1, m2, 60)),
+		gen("g1", []Block{}),
+	}
+	got := map[string][]string{}
+	for ip, q := range Truth(gens) {
+		for _, v := range q {
+			got[ip] = append(got[ip], v.String())
+		}
+	}
+	want := map[string][]string{ip1: {
+		"active(" + m1 + " ends 12:00:30 @g0#1)",
+		"inactive(" + m1 + " ends 12:00:30 @g0#3)",
+		"active(" + m2 + " ends 12:01:00 @g0#4)",
+		"vanished(" + m2 + " ends 12:01:00 @g1:rewrite)",
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Truth (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseGeneration(t *testing.T) {
+	file := `# The format of this file is documented in the dhcpd.leases(5) manual page.
+lease 203.0.113.10 {
+  starts 4 2026/01/01 11:59:00;
+  ends 4 2026/01/01 12:00:20;
+  binding state active;
+  next binding state free;
+  hardware ethernet 02:00:00:00:00:01;
+}
+server-duid "\000\001\000\001";
+
+lease 203.0.113.11 {
+  starts 4 2026/01/01 12:00:00;
+  ends 4 2026/01/01 12:00:20;
+  binding state free;
+  hardware ethernet 2:0:0:0:0:2;
+}
+lease 203.0.113.12 {
+  starts 4 2026/01/01 12:00:00;
+  ends 4 2026/01/01 12:00:20;
+  binding state act`
+	g := ParseGeneration("g", []byte(file), t0)
+	want := Generation{Name: "g", Table: 1, Rewrite: true, Blocks: []Block{
+		{IP: ip1, MAC: m1, Active: true, Ends: at(20).Unix()},
+		{IP: ip2, MAC: m2, Ends: at(20).Unix()},
+	}}
+	if diff := cmp.Diff(want, g); diff != "" {
+		t.Errorf("ParseGeneration (-want +got):\n%s", diff)
+	}
+}
