@@ -106,6 +106,10 @@ type Version struct {
 	Ends     int64  // the lease's end (latest renewal); for Vanished, the due time
 	Vanished bool   // dropped by a rewrite: its end is synthesised
 	Where    string // generation and block, for evidence
+	// Count is how many events the files show for the version: appended
+	// blocks collapsed into it (renewals), 1 for a vanished lease, 0 for
+	// a rewrite's table repeating it.
+	Count int
 }
 
 func (v Version) String() string {
@@ -142,7 +146,7 @@ type Report struct {
 	Events      map[string]int // truth transitions: commit, end, vanished
 	Items       int            // region items
 	ItemsBy     map[string]int // by action
-	Duplicates  int            // items repeating the IP's current version
+	Duplicates  int            // items beyond the events the files show for their version
 	Vanished    int            // vanished leases
 	VanishedHit int            // of which the region got the expiry
 	Violations  []Violation
@@ -158,6 +162,7 @@ func Truth(gens []Generation) map[string][]Version {
 			last := &q[n-1]
 			if last.Active && v.Active && last.MAC == v.MAC {
 				last.Ends = max(last.Ends, v.Ends) // a renewal
+				last.Count += v.Count
 				return
 			}
 			if !last.Active && !v.Active {
@@ -182,12 +187,15 @@ func Truth(gens []Generation) map[string][]Version {
 			for _, ip := range ips {
 				q := vs[ip]
 				if last := q[len(q)-1]; last.Active && !inTable[ip] {
-					push(ip, Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite"})
+					push(ip, Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite", Count: 1})
 				}
 			}
 		}
 		for bi, b := range g.Blocks {
 			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi)}
+			if bi >= g.Table {
+				v.Count = 1
+			}
 			if !b.Active {
 				v.MAC, v.Ends = "", b.Ends
 				if q := vs[b.IP]; len(q) > 0 && q[len(q)-1].Active {
@@ -227,7 +235,7 @@ func Check(in Input) Report {
 	}
 
 	pos := map[string]int{}          // IP → index of the current version
-	hit := map[string]map[int]bool{} // IP → versions matched
+	hit := map[string]map[int]int{}  // IP → version → items matched
 	history := map[string][]string{} // IP → the region's items, for evidence
 	for i, it := range in.Items {
 		r.ItemsBy[it.Action]++
@@ -239,10 +247,7 @@ func Check(in Input) Report {
 			}
 			return !v.Active && v.MAC == it.MAC
 		}
-		p, started := pos[it.IP]
-		if !started {
-			p = 0
-		}
+		p := pos[it.IP] // 0 before the first item
 		j := -1
 		for k := p; k < len(q); k++ {
 			if match(q[k]) {
@@ -266,20 +271,20 @@ func Check(in Input) Report {
 			}
 			continue
 		}
-		if started && j == p {
-			r.Duplicates++
-		}
 		v := q[j]
 		if v.Vanished && it.Action != "commit" && it.At.Add(in.Slack).Unix() < v.Ends {
 			add("early", it.IP, "expiry %s at %s before the lease's end %s (%s)", it.MAC, it.At.UTC().Format("15:04:05.000"), fmtUnix(v.Ends), v)
 		}
 		if hit[it.IP] == nil {
-			hit[it.IP] = map[int]bool{}
+			hit[it.IP] = map[int]int{}
 		}
-		if v.Vanished && !hit[it.IP][j] {
+		if v.Vanished && hit[it.IP][j] == 0 {
 			r.VanishedHit++
 		}
-		hit[it.IP][j] = true
+		hit[it.IP][j]++
+		if hit[it.IP][j] > max(v.Count, 1) {
+			r.Duplicates++
+		}
 		pos[it.IP] = j
 	}
 
@@ -292,7 +297,7 @@ func Check(in Input) Report {
 	for _, ip := range ips {
 		q := truth[ip]
 		for k, v := range q {
-			if hit[ip][k] {
+			if hit[ip][k] > 0 {
 				continue
 			}
 			if v.Vanished && (v.Ends > end || k+1 < len(q) && q[k+1].Active && q[k+1].MAC != v.MAC) {

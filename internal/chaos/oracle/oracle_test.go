@@ -75,10 +75,9 @@ func TestCheck(t *testing.T) {
 		dups  int
 	}{
 		{name: "all delivered", gens: life, end: 100,
-			items: []Item{item(1, "commit", ip1, m1), item(10, "commit", ip1, m1), item(31, "expiry", ip1, m1)},
-			dups:  1},
+			items: []Item{item(1, "commit", ip1, m1), item(10, "commit", ip1, m1), item(31, "expiry", ip1, m1)}},
 		{name: "exact duplicates that do not go back", gens: life, end: 100,
-			items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip1, m1), item(31, "expiry", ip1, m1), item(32, "expiry", ip1, m1)},
+			items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip1, m1), item(3, "commit", ip1, m1), item(31, "expiry", ip1, m1), item(32, "expiry", ip1, m1)},
 			dups:  2},
 		{name: "expiry lost", gens: life, end: 100,
 			items: []Item{item(1, "commit", ip1, m1)},

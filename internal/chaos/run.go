@@ -1,0 +1,735 @@
+// Package chaos runs leasekeeper under randomly mixed, overlapping faults
+// against the real thing (dhcpd, dhclient and perfdhcp in network
+// namespaces, the packaged hook blocks, the agent under a socket holder,
+// the MAAS-shaped region stub) and judges the run with internal/chaos/oracle.
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
+	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+)
+
+// Options configure a run.
+type Options struct {
+	Duration time.Duration // faults and clients run this long, then the run settles
+	Seed     uint64
+	AgentBin string // leasekeeper
+	HookBin  string // leasekeeper-hook
+	Snippet  string // packaging/dhcpd/leasekeeper.conf
+	Dir      string // the run's files; kept on failure
+	Lease    int    // lease time, seconds
+	Clients  int    // dhclients
+	Faults   []string
+}
+
+// Fault kinds.
+const (
+	FDhcpdRestart = "dhcpd-restart"
+	FDhcpdRange   = "dhcpd-range"
+	FDhcpdKill    = "dhcpd-kill9"
+	FAgentKill    = "agent-kill9"
+	FAgentTerm    = "agent-term"
+	FRegionDown   = "region-down"
+	FRegionSlow   = "region-slow"
+	FRegion500    = "region-500"
+	FHooksFail    = "hooks-fail"
+	FStateFull    = "state-full"
+)
+
+// AllFaults is every fault kind a run injects by default.
+var AllFaults = []string{FDhcpdRestart, FDhcpdRange, FDhcpdKill, FAgentKill, FAgentTerm,
+	FRegionDown, FRegionSlow, FRegion500, FHooksFail, FStateFull}
+
+// ranges are the dynamic ranges dhcpd serves in turn (203.0.113.X-Y):
+// the full one, shrunk, moved.
+var ranges = [][2]int{{100, 199}, {100, 149}, {130, 229}, {150, 199}}
+
+type run struct {
+	opts Options
+	tb   *runTB
+	rng  *rand.Rand
+	rmu  sync.Mutex
+	t0   time.Time
+
+	lab   *lab.Lab
+	d     *lab.Dhcpd
+	dmu   sync.Mutex // dhcpd restarts
+	stub  *regionstub.Server
+	files regionstub.Files
+
+	sock, sockAway, spool, state string
+	holder                       *os.File // the activated socket, held as systemd holds it
+
+	amu    sync.Mutex // agent restarts
+	agent  *exec.Cmd
+	agentN int
+	exited chan struct{}
+
+	fmu    sync.Mutex
+	faults map[string]int
+	log    *os.File
+
+	capt *capture
+}
+
+// Result is a run's outcome.
+type Result struct {
+	Report oracle.Report
+	Faults map[string]int // injected, by kind
+}
+
+// Run runs the chaos and returns the oracle's report.
+func Run(ctx context.Context, o Options) (res Result, err error) {
+	if o.Lease == 0 {
+		o.Lease = 20
+	}
+	if o.Clients == 0 {
+		o.Clients = 4
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = AllFaults
+	}
+	tb := &runTB{dir: o.Dir}
+	r := &run{opts: o, tb: tb, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed)), faults: map[string]int{}, t0: time.Now()}
+	defer tb.cleanup()
+	defer func() {
+		if p := recover(); p != nil {
+			if _, ok := p.(fatal); !ok {
+				panic(p)
+			}
+			if err == nil {
+				err = errors.New("the run failed to set up or drive the lab (see above)")
+			}
+		}
+	}()
+	defer func() { res.Faults = r.Faults() }()
+	res.Report, err = r.run(ctx)
+	return res, err
+}
+
+func (r *run) intn(n int) int {
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	return r.rng.IntN(n)
+}
+
+// between is a random duration in [lo, hi).
+func (r *run) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.intn(int((hi-lo)/time.Millisecond)))*time.Millisecond
+}
+
+func (r *run) say(format string, args ...any) {
+	line := fmt.Sprintf("%7.1fs ", time.Since(r.t0).Seconds()) + fmt.Sprintf(format, args...)
+	fmt.Println(line)
+	if r.log != nil {
+		fmt.Fprintln(r.log, line)
+	}
+}
+
+func (r *run) run(ctx context.Context) (oracle.Report, error) {
+	o := r.opts
+	var err error
+	if r.log, err = os.Create(filepath.Join(o.Dir, "chaos.log")); err != nil {
+		return oracle.Report{}, err
+	}
+	r.tb.Cleanup(func() { r.log.Close() })
+	lab.Require(r.tb, "dhcpd", "dhclient", "perfdhcp")
+
+	r.stub, err = regionstub.Start(regionstub.Options{})
+	if err != nil {
+		return oracle.Report{}, err
+	}
+	r.tb.Cleanup(func() { r.stub.Close() })
+	if r.files, err = r.stub.WriteFiles(filepath.Join(o.Dir, "pki")); err != nil {
+		return oracle.Report{}, err
+	}
+
+	r.sock = filepath.Join(o.Dir, "hook.sock")
+	r.sockAway = filepath.Join(o.Dir, "hook.sock.away")
+	r.spool = filepath.Join(o.Dir, "spool")
+	r.state = filepath.Join(o.Dir, "state")
+	if err := r.mountState(); err != nil {
+		return oracle.Report{}, err
+	}
+	if r.holder, err = lab.UnixgramQlen(r.sock, 512); err != nil {
+		return oracle.Report{}, fmt.Errorf("socket holder: %w", err)
+	}
+	r.tb.Cleanup(func() { r.holder.Close() })
+
+	r.lab = lab.New(r.tb)
+	r.d = r.lab.StartDhcpd(r.tb, lab.DhcpdConfig{Conf: r.conf(ranges[0])})
+	r.say("dhcpd pid %d, range %v, leases %s", r.d.Pid(), ranges[0], r.d.LeasesPath())
+	r.capt = newCapture(r.d.LeasesPath())
+	cctx, stopCapture := context.WithCancel(context.Background())
+	capDone := make(chan struct{})
+	go func() { r.capt.follow(cctx); close(capDone) }()
+	defer func() { stopCapture(); <-capDone }()
+
+	r.startAgent()
+	r.tb.Cleanup(func() { r.stopAgent(syscall.SIGTERM) })
+
+	// The client population and the faults, for Duration.
+	wctx, stopWork := context.WithTimeout(ctx, o.Duration)
+	defer stopWork()
+	var wg sync.WaitGroup
+	for i := range o.Clients {
+		c := r.lab.AddClient(fmt.Sprintf("c%d", i+1), lab.WithHostname(fmt.Sprintf("chaos-%d", i+1)))
+		wg.Add(1)
+		go func() { defer wg.Done(); r.dhclientLoop(wctx, c) }()
+	}
+	perf := r.lab.AddClient("perf")
+	if _, err := r.lab.Exec(ctx, perf.NS, "ip", "addr", "add", "203.0.113.2/24", "dev", perf.Iface); err != nil {
+		return oracle.Report{}, err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); r.perfLoop(wctx, perf) }()
+	go func() { defer wg.Done(); r.faultLoop(wctx) }()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return oracle.Report{}, ctx.Err()
+	}
+
+	// Settle: every fault undone, clients gone (their leases expire),
+	// dhcpd back on its full range, then wait until the leases ended
+	// and the region heard nothing new for a while.
+	r.say("faults stop; clients vanish; settling")
+	r.undoAll()
+	r.dmu.Lock()
+	if err := r.d.Restart(r.conf(ranges[0])); err != nil {
+		r.dmu.Unlock()
+		return oracle.Report{}, fmt.Errorf("dhcpd restart: %w", err)
+	}
+	r.dmu.Unlock()
+	r.fault("settle: dhcpd restart on the full range")
+	deadline := time.Now().Add(time.Duration(o.Lease)*time.Second + 90*time.Second)
+	lastEnd := time.Now().Add(time.Duration(o.Lease)*time.Second + 5*time.Second)
+	n, quiet := r.stub.Len(), time.Now()
+	for time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			return oracle.Report{}, ctx.Err()
+		}
+		time.Sleep(500 * time.Millisecond)
+		if m := r.stub.Len(); m != n {
+			n, quiet = m, time.Now()
+		}
+		if time.Now().After(lastEnd) && time.Since(quiet) > 15*time.Second {
+			break
+		}
+	}
+	end := time.Now()
+	r.capt.poll()
+	r.stopAgent(syscall.SIGTERM)
+	r.capt.poll()
+	r.say("judging: %d region items, %d leases file generations", r.stub.Len(), len(r.capt.gens))
+	return r.judge(end), nil
+}
+
+func (r *run) judge(end time.Time) oracle.Report {
+	gens := r.capt.generations(end, r.opts.Dir)
+	var items []oracle.Item
+	for _, b := range r.stub.Batches() {
+		for _, it := range b.Items {
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC})
+		}
+	}
+	return oracle.Check(oracle.Input{Generations: gens, Items: items, End: end})
+}
+
+func (r *run) fault(kind string) {
+	r.fmu.Lock()
+	r.faults[kind]++
+	r.fmu.Unlock()
+	r.say("FAULT %s", kind)
+}
+
+func (r *run) conf(rg [2]int) string {
+	var b strings.Builder
+	l := r.opts.Lease
+	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n", l, l, l)
+	b.WriteString(snippet(r.tb, r.opts.Snippet, r.opts.HookBin, r.sock, r.spool))
+	b.WriteString(r.lab.SubnetConf(fmt.Sprintf("  range 203.0.113.%d 203.0.113.%d;", rg[0], rg[1])))
+	return b.String()
+}
+
+const hookCall = `"/usr/sbin/leasekeeper-hook", "notify",`
+
+// snippet is the packaged hook blocks running hook with this run's socket
+// and spool (lab.HookSnippet does the same from a test's module root).
+func snippet(tb *runTB, path, hook, sock, spool string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	if n := strings.Count(string(raw), hookCall); n != 3 {
+		tb.Fatalf("%s: %d execute calls of the form %s, want 3", path, n, hookCall)
+	}
+	return strings.ReplaceAll(string(raw), hookCall,
+		fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", hook, sock, spool)) + "\n"
+}
+
+// mountState puts the agent's state directory on a small tmpfs, so that
+// the state-full fault can fill it.
+func (r *run) mountState() error {
+	if err := os.MkdirAll(r.state, 0o700); err != nil {
+		return err
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "chaos-state", r.state).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %v: %s", r.state, err, out)
+	}
+	r.tb.Cleanup(func() {
+		if out, err := exec.Command("umount", r.state).CombinedOutput(); err != nil {
+			exec.Command("umount", "-l", r.state).Run() //nolint:errcheck
+			r.tb.Errorf("umount %s: %v: %s", r.state, err, out)
+		}
+	})
+	return nil
+}
+
+// The agent.
+
+func (r *run) startAgent() {
+	r.amu.Lock()
+	defer r.amu.Unlock()
+	r.agentN++
+	cfg := fmt.Sprintf(`[dhcpd]
+leases = %q
+config = %q
+pid_file = ""
+[hook]
+socket = %q
+spool = %q
+[region]
+url = %q
+ca_file = %q
+cert_file = %q
+key_file = %q
+server_name = "maas"
+batch_max = 50
+timeout = "3s"
+[state]
+dir = %q
+[reconcile]
+expiry_grace = "3s"
+poll_interval = "1s"
+[metrics]
+listen = ""
+[control]
+socket = %q
+[log]
+format = "json"
+`, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.stub.URL(), r.files.CA, r.files.ClientCert, r.files.ClientKey,
+		r.state, filepath.Join(r.opts.Dir, "control.sock"))
+	path := filepath.Join(r.opts.Dir, "leasekeeper.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		r.tb.Fatalf("%v", err)
+	}
+	logPath := filepath.Join(r.opts.Dir, fmt.Sprintf("agent-%d.log", r.agentN))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		r.tb.Fatalf("%v", err)
+	}
+	defer logf.Close()
+	// As systemd's socket activation: fd 3, LISTEN_PID the service's own
+	// pid (the shell's, which exec keeps).
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, r.opts.AgentBin, "agent", "--config", path)
+	cmd.ExtraFiles = []*os.File{r.holder}
+	cmd.Env = append(cleanEnv(), "LISTEN_FDS=1", "LISTEN_FDNAMES=hook")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		r.tb.Fatalf("start agent: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() //nolint:errcheck // the exit is judged by the oracle
+	r.agent, r.exited = cmd, exited
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			r.tb.Fatalf("agent %d exited while starting; its log %s:\n%s", r.agentN, logPath, tailFile(logPath, 20))
+		default:
+		}
+		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), `"message":"ready"`) {
+			r.say("agent %d ready (pid %d)", r.agentN, cmd.Process.Pid)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.say("agent %d not ready after 60 s (state dir full?), going on; log %s", r.agentN, logPath)
+}
+
+// stopAgent signals the agent (by its own process) and waits for it.
+func (r *run) stopAgent(sig syscall.Signal) {
+	r.amu.Lock()
+	defer r.amu.Unlock()
+	if r.agent == nil {
+		return
+	}
+	_ = r.agent.Process.Signal(sig)
+	select {
+	case <-r.exited:
+	case <-time.After(30 * time.Second):
+		r.say("agent %d ignored %v for 30 s: killed", r.agentN, sig)
+		_ = r.agent.Process.Kill()
+		<-r.exited
+	}
+	if sig == syscall.SIGTERM && r.agent.ProcessState != nil && !r.agent.ProcessState.Success() {
+		r.say("agent %d: exit after SIGTERM: %v", r.agentN, r.agent.ProcessState)
+	}
+	r.agent = nil
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func tailFile(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Clients.
+
+// dhclientLoop: lease (dhclient keeps renewing), hold, then release or
+// vanish, pause, again.
+func (r *run) dhclientLoop(ctx context.Context, c *lab.Client) {
+	for ctx.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ip, err := c.Dhclient(lctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.say("client %s: no lease: %v", c.Name, firstLine(err.Error()))
+				sleep(ctx, 2*time.Second)
+			}
+			continue
+		}
+		_ = ip
+		sleep(ctx, r.between(3*time.Second, time.Duration(r.opts.Lease)*2*time.Second))
+		if r.intn(2) == 0 {
+			rctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			if err := c.Release(rctx); err != nil {
+				r.say("client %s: release: %v", c.Name, firstLine(err.Error()))
+				_ = c.Kill()
+			}
+			cancel()
+		} else {
+			_ = c.Kill()
+		}
+		sleep(ctx, r.between(time.Second, time.Duration(r.opts.Lease)*time.Second))
+	}
+	_ = c.Kill()
+}
+
+// perfLoop runs perfdhcp (as a relay from 203.0.113.2) in bursts: new
+// leases, renewals and releases from a pool of 60 MACs.
+func (r *run) perfLoop(ctx context.Context, c *lab.Client) {
+	bin, err := lab.LookBin("perfdhcp")
+	if err != nil {
+		r.say("perfdhcp: %v", err)
+		return
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		secs := 5 + r.intn(10)
+		out := filepath.Join(r.opts.Dir, "perfdhcp.log")
+		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return
+		}
+		cmd := r.lab.CommandContext(ctx, c.NS, bin, "-4", "-r", "3", "-f", "1", "-F", "1", "-R", "60",
+			"-s", fmt.Sprint(r.opts.Seed+uint64(i)), "-p", fmt.Sprint(secs), "-l", c.Iface, "203.0.113.1")
+		cmd.Stdout, cmd.Stderr = f, f
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		_ = cmd.Run()
+		f.Close()
+		sleep(ctx, r.between(time.Second, 10*time.Second))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+// Faults.
+
+func (r *run) faultLoop(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sleep(ctx, 5*time.Second)
+	for ctx.Err() == nil {
+		kind := r.opts.Faults[r.intn(len(r.opts.Faults))]
+		wg.Add(1)
+		go func() { defer wg.Done(); r.inject(ctx, kind) }()
+		sleep(ctx, r.between(2*time.Second, 8*time.Second))
+	}
+}
+
+// busy serialises faults of one kind (a second region-slow while one
+// runs would end the first one's window early).
+var busyMu sync.Mutex
+
+func (r *run) inject(ctx context.Context, kind string) {
+	switch kind {
+	case FDhcpdRestart, FDhcpdRange, FDhcpdKill:
+		r.dmu.Lock()
+		defer r.dmu.Unlock()
+		r.fault(kind)
+		var err error
+		switch kind {
+		case FDhcpdRestart:
+			err = r.d.Restart("")
+		case FDhcpdRange:
+			rg := ranges[r.intn(len(ranges))]
+			r.say("  dhcpd range now 203.0.113.%d-%d", rg[0], rg[1])
+			err = r.d.Restart(r.conf(rg))
+		case FDhcpdKill:
+			if pid := r.d.Pid(); pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			time.Sleep(r.between(0, 3*time.Second))
+			// Restart first reports the death it finds, then starts.
+			if err = r.d.Restart(""); err != nil && r.d.Pid() == 0 {
+				err = r.d.Restart("")
+			}
+		}
+		if err != nil {
+			r.tb.Fatalf("dhcpd: %v", err)
+		}
+	case FAgentKill, FAgentTerm:
+		sig := syscall.SIGKILL
+		if kind == FAgentTerm {
+			sig = syscall.SIGTERM
+		}
+		r.fault(kind)
+		r.stopAgent(sig)
+		sleep(ctx, r.between(0, 5*time.Second))
+		r.startAgent()
+	case FRegionDown:
+		r.fault(kind)
+		d := r.between(3*time.Second, 20*time.Second)
+		if r.intn(2) == 0 {
+			r.stub.CloseFor(d)
+		} else {
+			r.stub.Unavailable(d, "1")
+		}
+	case FRegion500:
+		r.fault(kind)
+		r.stub.FailFor(r.between(3*time.Second, 15*time.Second), regionstub.Fault{Status: 500})
+	case FRegionSlow:
+		if !busyMu.TryLock() {
+			return
+		}
+		defer busyMu.Unlock()
+		r.fault(kind)
+		// Slower than the agent's region.timeout (3 s).
+		r.stub.SetDelay(r.between(4*time.Second, 10*time.Second))
+		sleep(ctx, r.between(10*time.Second, 20*time.Second))
+		r.stub.SetDelay(0)
+	case FHooksFail:
+		if err := os.Rename(r.sock, r.sockAway); err != nil {
+			return // already away
+		}
+		r.fault(kind)
+		sleep(ctx, r.between(3*time.Second, 15*time.Second))
+		_ = os.Rename(r.sockAway, r.sock)
+	case FStateFull:
+		filler := filepath.Join(r.state, "chaos-filler")
+		f, err := os.OpenFile(filler, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return // already full
+		}
+		r.fault(kind)
+		buf := make([]byte, 1<<20)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				break
+			}
+		}
+		f.Close()
+		sleep(ctx, r.between(3*time.Second, 15*time.Second))
+		_ = os.Remove(filler)
+	}
+}
+
+// undoAll ends every fault still running.
+func (r *run) undoAll() {
+	r.stub.ClearFaults()
+	_ = os.Rename(r.sockAway, r.sock)
+	_ = os.Remove(filepath.Join(r.state, "chaos-filler"))
+	r.amu.Lock()
+	running := r.agent != nil
+	r.amu.Unlock()
+	if !running {
+		r.startAgent()
+	}
+}
+
+// Faults returns the faults injected, by kind.
+func (r *run) Faults() map[string]int {
+	r.fmu.Lock()
+	defer r.fmu.Unlock()
+	out := map[string]int{}
+	for k, v := range r.faults {
+		out[k] = v
+	}
+	return out
+}
+
+// The leases files: every generation (inode) dhcpd wrote, its longest
+// content kept.
+
+type capture struct {
+	path string
+	mu   sync.Mutex
+	gens []*gen // in the order first seen
+	by   map[uint64]*gen
+}
+
+type gen struct {
+	ino  uint64
+	data []byte
+}
+
+func newCapture(path string) *capture { return &capture{path: path, by: map[uint64]*gen{}} }
+
+func (c *capture) follow(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		c.poll()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// poll reads dhcpd.leases~ (the previous generation, complete once
+// dhcpd renamed the new one in) and dhcpd.leases.
+func (c *capture) poll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range []string{c.path + "~", c.path} {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		fi, err := f.Stat()
+		if err != nil || fi.Size() == 0 {
+			f.Close()
+			continue
+		}
+		ino := fi.Sys().(*syscall.Stat_t).Ino
+		g := c.by[ino]
+		if g == nil {
+			g = &gen{ino: ino}
+			c.by[ino] = g
+			c.gens = append(c.gens, g)
+		}
+		if fi.Size() > int64(len(g.data)) {
+			b, err := readAll(f)
+			if err == nil && len(b) > len(g.data) {
+				g.data = b
+			}
+		}
+		f.Close()
+	}
+}
+
+func readAll(f *os.File) ([]byte, error) {
+	var b []byte
+	r := bufio.NewReader(f)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			if err.Error() == "EOF" {
+				return b, nil
+			}
+			return b, err
+		}
+	}
+}
+
+// generations parses what was captured and keeps a copy of each file
+// in dir/leases/.
+func (c *capture) generations(now time.Time, dir string) []oracle.Generation {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = os.MkdirAll(filepath.Join(dir, "leases"), 0o755)
+	var out []oracle.Generation
+	for i, g := range c.gens {
+		name := fmt.Sprintf("gen%03d", i)
+		_ = os.WriteFile(filepath.Join(dir, "leases", name+".leases"), g.data, 0o644)
+		out = append(out, oracle.ParseGeneration(name, g.data, now))
+	}
+	return out
+}
+
+// Summary prints the run's table.
+func Summary(w *os.File, faults map[string]int, rep oracle.Report, seed uint64, took time.Duration) {
+	fmt.Fprintf(w, "\n== chaos summary (seed %d, %s)\n", seed, took.Round(time.Second))
+	fmt.Fprintf(w, "faults injected:\n")
+	kinds := make([]string, 0, len(faults))
+	for k := range faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "  %-40s %d\n", k, faults[k])
+	}
+	fmt.Fprintf(w, "truth (leases files): %d IPs, commits %d, lease ends %d, vanished on reload %d\n",
+		rep.IPs, rep.Events["commit"], rep.Events["end"], rep.Events["vanished"])
+	fmt.Fprintf(w, "region: %d items (commit %d, expiry %d, release %d), duplicates %d, vanished expiries delivered %d of %d\n",
+		rep.Items, rep.ItemsBy["commit"], rep.ItemsBy["expiry"], rep.ItemsBy["release"], rep.Duplicates, rep.VanishedHit, rep.Vanished)
+	fmt.Fprintf(w, "violations: %d", len(rep.Violations))
+	for _, rule := range []string{"false", "order", "early", "lost", "final"} {
+		fmt.Fprintf(w, "  %s %d", rule, rep.ByRule[rule])
+	}
+	fmt.Fprintln(w)
+	for i, v := range rep.Sorted() {
+		if i == 40 {
+			fmt.Fprintf(w, "  … %d more\n", len(rep.Violations)-40)
+			break
+		}
+		fmt.Fprintf(w, "  %s\n", v)
+	}
+}
