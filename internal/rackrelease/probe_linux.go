@@ -142,8 +142,8 @@ func arpProbeFrame(hw net.HardwareAddr, ip netip.Addr) []byte {
 	f = append(f, 6, 4)
 	f = binary.BigEndian.AppendUint16(f, 1) // request
 	f = append(f, hw...)
-	f = append(f, 0, 0, 0, 0)          // sender IP: a probe
-	f = append(f, 0, 0, 0, 0, 0, 0)    // target hardware: unknown
+	f = append(f, 0, 0, 0, 0)       // sender IP: a probe
+	f = append(f, 0, 0, 0, 0, 0, 0) // target hardware: unknown
 	t := ip.As4()
 	return append(f, t[:]...)
 }

@@ -1,0 +1,189 @@
+package regionstub_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+)
+
+const (
+	adminKey = "ac:at:as"
+	userKey  = "uc:ut:us"
+)
+
+// api2 is a stub with one observed address (203.0.113.120 for
+// 02:00:00:00:00:01) learnt through the leases API, and API 2.0 keys for
+// an administrator and a plain user.
+func api2(t *testing.T) (*regionstub.Server, string, netip.Addr) {
+	t.Helper()
+	s, err := regionstub.Start(regionstub.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	u, err := s.StartAPI2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AddAPIKey(adminKey, regionstub.APIUser{Name: "admin", Admin: true}) //nolint:errcheck
+	s.AddAPIKey(userKey, regionstub.APIUser{Name: "user"})                //nolint:errcheck
+	ip := netip.MustParseAddr("203.0.113.120")
+	postItems(t, s, []event.RegionItem{{Action: "commit", Family: "ipv4", MAC: "02:00:00:00:00:01", IP: ip.String(), Timestamp: 1700000000, LeaseTime: 600}})
+	if _, ok := s.Lease(ip); !ok {
+		t.Fatal("the commit did not make the address observed")
+	}
+	return s, u, ip
+}
+
+func client(t *testing.T, u, key string) *maasapi.Client {
+	t.Helper()
+	k, err := maasapi.ParseKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := maasapi.New(u, k, nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// src/maasserver/api/auth.py: no OAuth header, an unknown consumer, a
+// wrong token or signature are all 401.
+func TestAPI2OAuth(t *testing.T) {
+	s, u, _ := api2(t)
+	ctx := context.Background()
+	resp, err := http.Get(u + "api/2.0/ipaddresses/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous: %d, want 401", resp.StatusCode)
+	}
+	for _, key := range []string{"xx:at:as", "ac:xx:as", "ac:at:xx"} {
+		if _, err := client(t, u, key).Whoami(ctx); !errors.Is(err, maasapi.ErrUnauthorized) {
+			t.Errorf("key %s: %v, want 401", key, err)
+		}
+	}
+	// src/maasserver/api/users.py, whoami.
+	who, err := client(t, u, adminKey).Whoami(ctx)
+	if err != nil || who.Username != "admin" || !who.IsSuperuser {
+		t.Errorf("whoami: %+v %v", who, err)
+	}
+	if n := len(s.API2Requests()); n != 5 {
+		t.Errorf("%d requests recorded, want 5", n)
+	}
+}
+
+// src/maasserver/api/ip_addresses.py, read: an administrator with all=true
+// sees the DISCOVERED record ("Observed", src/maasserver/enum.py) with the
+// MAC's interface; a plain user sees only their own reservations.
+func TestAPI2ReadIP(t *testing.T) {
+	_, u, ip := api2(t)
+	ctx := context.Background()
+	recs, err := client(t, u, adminKey).Records(ctx, ip)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records: %+v %v", recs, err)
+	}
+	r := recs[0]
+	if r.AllocType != maasapi.AllocDiscovered || r.AllocTypeName != "Observed" || r.IP != ip.String() ||
+		len(r.MACs()) != 1 || r.MACs()[0] != "02:00:00:00:00:01" {
+		t.Errorf("record %+v", r)
+	}
+	if recs, err := client(t, u, userKey).Records(ctx, ip); err != nil || len(recs) != 0 {
+		t.Errorf("a plain user sees %+v %v", recs, err)
+	}
+	if recs, err := client(t, u, adminKey).Records(ctx, netip.MustParseAddr("203.0.113.121")); err != nil || len(recs) != 0 {
+		t.Errorf("another address: %+v %v", recs, err)
+	}
+	k, _ := maasapi.ParseKey(adminKey)
+	req, _ := http.NewRequest(http.MethodGet, u+"api/2.0/ipaddresses/?ip=nope", nil)
+	req.Header.Set("Authorization", k.Sign())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("ip=nope: %d, want 400", resp.StatusCode)
+	}
+}
+
+// src/maasserver/api/ip_addresses.py, release: force needs an
+// administrator (403); force without discovered leaves a discovered
+// record (400 "does not exist"); force+discovered frees it (204), and
+// again is 400 "does not exist."; the region's view no longer lists it.
+func TestAPI2Release(t *testing.T) {
+	s, u, ip := api2(t)
+	ctx := context.Background()
+	if err := client(t, u, userKey).ReleaseDiscovered(ctx, ip); !errors.Is(err, maasapi.ErrForbidden) ||
+		!strings.Contains(err.Error(), regionstub.MsgForceNeedsAdmin) {
+		t.Errorf("plain user: %v, want 403", err)
+	}
+	k, _ := maasapi.ParseKey(adminKey)
+	post := func(form url.Values) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, u+"api/2.0/ipaddresses/", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", k.Sign())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 1024)
+		n, _ := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		return resp.StatusCode, b.String()
+	}
+	if code, body := post(url.Values{"op": {"release"}, "ip": {ip.String()}, "force": {"true"}}); code != 400 || !strings.Contains(body, "does not exist.") {
+		t.Errorf("force without discovered: %d %q", code, body)
+	}
+	if code, body := post(url.Values{"op": {"release"}, "ip": {ip.String()}}); code != 400 || !strings.Contains(body, "use force=true") {
+		t.Errorf("no force: %d %q", code, body)
+	}
+	if _, ok := s.Lease(ip); !ok {
+		t.Fatal("a refused release freed the address")
+	}
+	if err := client(t, u, adminKey).ReleaseDiscovered(ctx, ip); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Lease(ip); ok {
+		t.Error("still observed after the release")
+	}
+	if err := client(t, u, adminKey).ReleaseDiscovered(ctx, ip); !errors.Is(err, maasapi.ErrAbsent) {
+		t.Errorf("again: %v, want ErrAbsent", err)
+	}
+	if n := s.Releases(ip.String()); n != 5 {
+		t.Errorf("%d release requests recorded, want 5", n)
+	}
+}
+
+// postItems sends items to the leases API over mTLS.
+func postItems(t *testing.T, s *regionstub.Server, items []event.RegionItem) {
+	t.Helper()
+	b, err := json.Marshal(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: s.ClientTLSConfig()}}
+	resp, err := c.Post(s.URL(), "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("leases API: %d", resp.StatusCode)
+	}
+}
