@@ -36,6 +36,11 @@ const (
 	hooksNoExec  = "noexec"  // the snippet, but the program is not executable
 	hooksFailing = "failing" // the snippet, but the program exits 1
 	hooksMAAS    = "maas"    // MAAS's blocks running a stand-in for MAAS's helper, sending to maasSock
+	// MAAS's blocks, their helper diverted to leasekeeper-hook (a link
+	// named maas-dhcp-helper, as README.Debian's recipe makes it): the
+	// hook drops MAAS's --socket and sends to the agent's socket
+	// ($LEASEKEEPER_SOCKET in dhcpd's environment, as in the package).
+	hooksDiverted = "diverted"
 )
 
 // world is one lab: dhcpd, clients, the region stub and an agent.
@@ -93,6 +98,12 @@ func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world 
 	case hooksMAAS:
 		w.hook = lab.MAASHelper(t, w.dir)
 		w.maasSock = filepath.Join(w.dir, "maas-dhcpd.sock")
+	case hooksDiverted:
+		w.hook = filepath.Join(w.dir, "maas-dhcp-helper")
+		if err := os.Symlink(lab.BuildHook(t), w.hook); err != nil {
+			t.Fatal(err)
+		}
+		w.maasSock = filepath.Join(w.dir, "maas-dhcpd.sock")
 	}
 	return w
 }
@@ -104,7 +115,7 @@ func (w *world) conf(lo, hi int) string {
 		w.lease, w.lease, w.lease)
 	switch w.hooks {
 	case hooksNone:
-	case hooksMAAS:
+	case hooksMAAS, hooksDiverted:
 		b.WriteString(lab.MAASSnippet(w.t, w.hook, w.maasSock))
 	default:
 		b.WriteString(lab.HookSnippet(w.t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
@@ -114,7 +125,12 @@ func (w *world) conf(lo, hi int) string {
 }
 
 func (w *world) startDhcpd(lo, hi int) {
-	w.d = w.lab.StartDhcpd(w.t, lab.DhcpdConfig{Conf: w.conf(lo, hi)})
+	cfg := lab.DhcpdConfig{Conf: w.conf(lo, hi)}
+	if w.hooks == hooksDiverted {
+		cfg.Prelude = fmt.Sprintf("export LEASEKEEPER_SOCKET=%q LEASEKEEPER_SPOOL=%q",
+			filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool"))
+	}
+	w.d = w.lab.StartDhcpd(w.t, cfg)
 }
 
 func (w *world) restartDhcpd(lo, hi int) {
