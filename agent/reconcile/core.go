@@ -88,6 +88,13 @@ type State struct {
 	// synthesised: rule 2. Rules 1 and 3 would duplicate what the
 	// hooks already told the region. Set by the caller from the mode.
 	Complement bool `json:"-"`
+	// Hookless: dhcpd runs no reporting hook (grace 0). Set by the
+	// caller from the mode.
+	Hookless bool `json:"-"`
+	// Pair is dhcpd's failover pair (failover.go): in one, the file's
+	// rules apply only to the side that speaks for them. The caller sets
+	// Peer and Role from dhcpd.conf; FailoverSeen the states.
+	Pair Pair `json:"-"`
 	// OutOfRange tells whether an address lies outside every range of
 	// dhcpd.conf as dhcpd read it at its last start; nil when unknown
 	// (no dhcpd.conf, unreadable). Set by the caller before Snapshot.
@@ -265,7 +272,7 @@ func (s *State) Superseded(ev event.Event) bool {
 	if !ok {
 		return false
 	}
-	if t.At > ev.Timestamp {
+	if t.At > ev.Timestamp || s.pairRepeat(t, ev) {
 		return true
 	}
 	return ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp
@@ -296,7 +303,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
 	}
-	if s.Complement {
+	if !s.tellsFromFile() {
 		// The hooks told the region (MAAS's helper, through MAAS): keep
 		// the record of what it heard, synthesise nothing. Only a lease
 		// that vanishes is ours to report (Snapshot).
@@ -405,6 +412,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if l.State != parser.StateActive {
 			continue
 		}
+		if !s.tellsVanished() {
+			continue // the pair's primary reports it (failover.go)
+		}
 		// Rule 2: dropped by the rewrite; expire at its own end.
 		due := max(l.Ends, now)
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
@@ -426,7 +436,7 @@ func (s *State) Due(now int64) []event.Event {
 	// region through the other program, and an expiry of ours could
 	// reach the region after news that followed it.
 	s.index()
-	for !s.Complement && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
+	for s.tellsFromFile() && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
 		e := heap.Pop(&s.ends).(endsEntry)
 		l, ok := s.File[e.ip]
 		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
@@ -570,7 +580,7 @@ func (s *State) NextDue() (int64, bool) {
 		}
 	}
 	s.index()
-	for !s.Complement && len(s.ends) > 0 {
+	for s.tellsFromFile() && len(s.ends) > 0 {
 		e := s.ends[0]
 		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			heap.Pop(&s.ends) // stale

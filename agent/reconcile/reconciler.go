@@ -418,6 +418,8 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			Msg("leases file: a block dhcpd will refuse at its next start (it keeps the address's earlier one); skipped as dhcpd does")
 	}
 	switch c.kind {
+	case changeFailover:
+		r.failoverSeen(c.failover)
 	case changeAppend:
 		r.st.Appended(c.leases, now.Unix())
 		if c.duid && !r.classifyAt.IsZero() {
@@ -449,6 +451,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			}
 			r.st.OutOfRange = in
 		}
+		r.failoverSeen(c.table.Failover())
 		vanished := r.st.Snapshot(c.table, true, now.Unix())
 		r.flushNow = true // rare and possibly large: not left for later
 		r.met.snapshots.WithLabelValues("complete").Inc()
@@ -612,6 +615,8 @@ func (r *Reconciler) scanMode(when string) {
 	r.st.Grace = int64(grace / time.Second)
 	r.st.Complement = d.Mode == ModeComplement
 	r.hookless = d.Mode == ModeHookless
+	r.st.Hookless = r.hookless
+	r.scanPair(when)
 	r.met.hookless.Store(r.hookless)
 	r.met.setMode(d.Mode, d.Unsure)
 	r.mode.Store(&d)

@@ -40,6 +40,7 @@ type changeKind uint8
 const (
 	changeAppend   changeKind = iota + 1 // blocks appended to the file being followed
 	changeSnapshot                       // a whole file
+	changeFailover                       // failover state records appended (failover.go)
 )
 
 // change is one thing the follower read, in file order.
@@ -55,6 +56,10 @@ type change struct {
 	refused []string
 
 	table *parser.Table // changeSnapshot
+	// failover: changeFailover's records, in file order. A change of
+	// its own, so that blocks before and after it are decided under the
+	// pair state dhcpd had when it wrote them.
+	failover []*parser.FailoverState
 	// complete: the whole file decoded with no syntax error and ends at
 	// a statement boundary. A snapshot that is not complete is an alert:
 	// decide nothing on it.
@@ -396,6 +401,11 @@ func (w *follower) handle(s parser.Statement, err error, old bool) {
 	}
 	if err != nil {
 		w.appendErr(err, old)
+		return
+	}
+	if fs, ok := s.(*parser.FailoverState); ok {
+		w.flush()
+		w.out = append(w.out, change{kind: changeFailover, failover: []*parser.FailoverState{fs}, oldFile: old})
 		return
 	}
 	c := w.appending(old)

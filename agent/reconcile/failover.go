@@ -1,0 +1,135 @@
+package reconcile
+
+// Failover pairs: which side of a dhcpd failover pair this agent's dhcpd
+// is, what state dhcpd says the pair is in, and so which of the file's
+// rules this agent applies (see the README, "Failover pairs"). Pure.
+
+import (
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// Failover roles, as dhcpd.conf's failover peer declaration says.
+const (
+	RolePrimary   = "primary"
+	RoleSecondary = "secondary"
+)
+
+// StatePartnerDown is dhcpd's failover state in which a server has taken
+// over the whole pool because its partner is known to be down.
+const StatePartnerDown = "partner-down"
+
+// Pair is what the agent knows of its dhcpd's failover pair. The zero
+// value is a dhcpd on its own.
+type Pair struct {
+	// Peer names the failover peer declaration; "" when dhcpd.conf
+	// declares none (or none of its pools uses one).
+	Peer string `json:"peer,omitempty"`
+	// Role is RolePrimary or RoleSecondary.
+	Role string `json:"role,omitempty"`
+	// MyState is this server's failover state as its leases file last
+	// recorded it ("normal", "communications-interrupted",
+	// "partner-down", "recover", …); "" before dhcpd wrote one.
+	MyState string `json:"my_state,omitempty"`
+	// PartnerState is the partner's state as this server last knew it.
+	PartnerState string `json:"partner_state,omitempty"`
+}
+
+// InPair reports whether dhcpd runs in a failover pair.
+func (p Pair) InPair() bool { return p.Peer != "" }
+
+// Survivor reports whether this server has taken over for a partner
+// known to be down: its hooks and its file are then the only witnesses of
+// everything the pair does.
+func (p Pair) Survivor() bool { return p.InPair() && p.MyState == StatePartnerDown }
+
+// PairOf finds dhcpd's failover pair in its configuration: the first
+// failover peer that a pool uses and that says primary or secondary. A
+// peer declared but used by no pool changes nothing dhcpd does to leases.
+func PairOf(cfg *parser.Config) Pair {
+	if cfg == nil {
+		return Pair{}
+	}
+	used := map[string]bool{}
+	for _, r := range cfg.Ranges {
+		if r.Failover != "" {
+			used[r.Failover] = true
+		}
+	}
+	for _, fp := range cfg.FailoverPeers {
+		if used[fp.Name] && (fp.Role == RolePrimary || fp.Role == RoleSecondary) {
+			return Pair{Peer: fp.Name, Role: fp.Role}
+		}
+	}
+	return Pair{}
+}
+
+// withState returns p with the states of the file's record for its peer,
+// if fs is one.
+func (p Pair) withState(fs *parser.FailoverState) Pair {
+	if fs != nil && p.InPair() && fs.Peer == p.Peer {
+		p.MyState, p.PartnerState = fs.MyState, fs.PartnerState
+	}
+	return p
+}
+
+// FailoverSeen folds failover state records dhcpd wrote (appended, or a
+// whole file's) into the pair's state. It reports whether this agent's
+// part changed (taking over, or stepping back).
+func (s *State) FailoverSeen(records []*parser.FailoverState) (changed bool) {
+	was := s.Pair.Survivor()
+	for _, fs := range records {
+		s.Pair = s.Pair.withState(fs)
+	}
+	return was != s.Pair.Survivor()
+}
+
+// tellsFromFile reports whether rules 1 and 3 apply: this agent turns
+// what the file shows, and no hook reported, into events. Alone: unless
+// another program's hooks tell the region (complement). In a pair, a
+// block may be the peer's binding update, which the peer's hooks and
+// agent report; so only a survivor (partner down: no one else is left)
+// speaks for the file, or, with no hooks on either side, the primary
+// (the one speaker; the secondary's file holds the same updates).
+func (s *State) tellsFromFile() bool {
+	if s.Complement {
+		return false
+	}
+	if !s.Pair.InPair() {
+		return true
+	}
+	return s.Pair.Survivor() || (s.Hookless && s.Pair.Role == RolePrimary)
+}
+
+// tellsVanished reports whether rule 2 applies: both peers drop the same
+// leases when the range shrinks on both (as MAAS configures them), so
+// only the primary reports them, or a survivor.
+func (s *State) tellsVanished() bool {
+	return !s.Pair.InPair() || s.Pair.Role == RolePrimary || s.Pair.Survivor()
+}
+
+// pairRepeat reports whether a hook's expiry or release repeats what the
+// region was told or is a replay: in a pair dhcpd runs on expiry when the
+// lease goes free (an MCLT after it expired), so a survivor that told the
+// expiry from the expired block hears it again from its hook; and a
+// server recovering from its partner's partner-down runs the on expiry
+// its own old copy of a lease still carries when the partner's update
+// frees it — news the survivor told while it spoke for the pair (dhcpd
+// serves no client while recovering, so no hook of its is new then).
+func (s *State) pairRepeat(t Told, ev event.Event) bool {
+	if !s.Pair.InPair() || ev.Action == event.Commit {
+		return false
+	}
+	return s.Pair.Recovering() || (t.Action != event.Commit && t.MAC == ev.MAC)
+}
+
+// Recovering reports whether dhcpd is catching up with its partner after
+// the partner ran alone (recover, recover-wait, recover-done): it serves
+// no client and its hooks replay its partner's news.
+func (p Pair) Recovering() bool {
+	switch p.MyState {
+	case "recover", "recover-wait", "recover-done":
+		return true
+	}
+	return false
+}

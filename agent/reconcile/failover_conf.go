@@ -1,0 +1,70 @@
+package reconcile
+
+import (
+	"io"
+	"path/filepath"
+
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// readPair reads dhcpd.conf (and its includes) for dhcpd's failover pair.
+func readPair(conf string) (Pair, error) {
+	f, err := safefile.Open(conf, safefile.FollowLinks)
+	if err != nil {
+		return Pair{}, err
+	}
+	defer f.Close()
+	cfg, err := parser.ParseConfig(f, parser.ConfigOptions{
+		BaseDir: filepath.Dir(conf),
+		Name:    conf,
+		Open:    func(p string) (io.ReadCloser, error) { return safefile.Open(p, safefile.FollowLinks) },
+	})
+	if err != nil {
+		return Pair{}, err
+	}
+	return PairOf(cfg), nil
+}
+
+// scanPair sets the core's pair from dhcpd.conf, at start and at every
+// dhcpd restart (when dhcpd read it). The states stay until the file
+// records new ones. An unreadable dhcpd.conf keeps what was known. r.mu
+// is held, or the task is not running yet.
+func (r *Reconciler) scanPair(when string) {
+	if r.cfg.DhcpdConf == "" {
+		return
+	}
+	p, err := readPair(r.cfg.DhcpdConf)
+	if err != nil {
+		r.log.Warn().Err(err).Str("config", r.cfg.DhcpdConf).Str("when", when).
+			Msg("cannot read dhcpd.conf for a failover peer: keeping what was known")
+		return
+	}
+	old := r.st.Pair
+	if p.Peer == old.Peer && p.Role == old.Role {
+		return
+	}
+	r.st.Pair = p
+	if !p.InPair() {
+		r.log.Info().Str("when", when).Msg("dhcpd is on its own (no failover peer in dhcpd.conf)")
+		return
+	}
+	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("when", when).
+		Msg("dhcpd is in a failover pair: the file's events are told by the primary alone, or by a survivor in partner-down")
+}
+
+// failoverSeen folds failover state records into the core and logs
+// taking over and stepping back. r.mu is held.
+func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
+	if !r.st.FailoverSeen(fs) {
+		return
+	}
+	p := r.st.Pair
+	if p.Survivor() {
+		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).
+			Msg("failover: partner down — taking over reporting for every lease in the file")
+		return
+	}
+	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
+		Msg("failover: partner back — stepping back to reporting only this side's part")
+}

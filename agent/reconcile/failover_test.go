@@ -1,0 +1,217 @@
+package reconcile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// fostate writes a failover state record the way dhcpd does.
+func fostate(my, partner string) string {
+	return fmt.Sprintf("failover peer \"fo\" state {\n  my state %s at 4 2026/11/26 12:00:00;\n  partner state %s at 4 2026/11/26 12:00:00;\n  mclt 3600;\n}\n", my, partner)
+}
+
+// runPair is run for one side of a pair: appended text is fed in file
+// order, failover state records included.
+func runPair(t *testing.T, pair Pair, hookless bool, steps []step) {
+	t.Helper()
+	s := NewState(grace)
+	s.Pair, s.Hookless = pair, hookless
+	if hookless {
+		s.Grace = 0
+	}
+	for i, st := range steps {
+		now := t0 + st.at
+		if st.hook != nil {
+			s.Hook(*st.hook)
+		}
+		if st.appended != "" {
+			d := parser.NewDecoder()
+			var ls []*parser.Lease
+			h := func(x parser.Statement, err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch x := x.(type) {
+				case *parser.Lease:
+					ls = append(ls, x)
+				case *parser.FailoverState:
+					s.Appended(ls, now)
+					ls = nil
+					s.FailoverSeen([]*parser.FailoverState{x})
+				}
+			}
+			d.Feed([]byte(st.appended), h)
+			if err := d.Close(h); err != nil {
+				t.Fatal(err)
+			}
+			s.Appended(ls, now)
+		}
+		if st.snapshot != "" {
+			tab, complete := table(t, st.snapshot)
+			s.FailoverSeen(tab.Failover())
+			s.Snapshot(tab, complete, now)
+		}
+		var got []string
+		for _, ev := range s.Due(now) {
+			got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
+			s.Hook(ev)
+		}
+		if diff := cmp.Diff(st.want, got); diff != "" {
+			t.Fatalf("step %d (t+%ds) (-want +got):\n%s", i, st.at, diff)
+		}
+	}
+}
+
+func TestPairOf(t *testing.T) {
+	conf := func(peer string) string {
+		return strings.Join([]string{
+			`failover peer "fo" { ` + peer + `address 203.0.113.1; peer address 203.0.113.2; max-response-delay 60; max-unacked-updates 10; load balance max seconds 3; mclt 3600; split 255; }`,
+			"subnet 203.0.113.0 netmask 255.255.255.0 {",
+			`  pool { failover peer "fo"; range 203.0.113.100 203.0.113.150; }`,
+			"}",
+		}, "\n")
+	}
+	for _, tc := range []struct {
+		name, conf string
+		want       Pair
+	}{
+		{"primary", conf("primary; "), Pair{Peer: "fo", Role: RolePrimary}},
+		{"secondary", strings.Replace(conf("secondary; "), " mclt 3600; split 255;", "", 1), Pair{Peer: "fo", Role: RoleSecondary}},
+		{"alone", "subnet 203.0.113.0 netmask 255.255.255.0 { range 203.0.113.100 203.0.113.150; }", Pair{}},
+		{"declared, used by no pool", strings.Replace(conf("primary; "), `failover peer "fo"; `, "", 1), Pair{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parser.ParseConfig(strings.NewReader(tc.conf), parser.ConfigOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, PairOf(cfg)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFailoverRules steps one side of a pair through what dhcpd writes:
+// the peer's binding updates, partner-down, recovery, a range shrink.
+func TestFailoverRules(t *testing.T) {
+	primary := Pair{Peer: "fo", Role: RolePrimary}
+	secondary := Pair{Peer: "fo", Role: RoleSecondary}
+	base := fostate("normal", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)
+	tests := []struct {
+		name     string
+		pair     Pair
+		hookless bool
+		steps    []step
+	}{{
+		name: "a peer's binding updates are recorded as told, never synthesised",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			// The primary committed a new lease and renewed another: its
+			// hooks told the region; the secondary's file gets the BNDUPDs.
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+610) + block(ip2, "active", macB, t0+10, t0+5010)},
+			// The primary released ip1 and expired it.
+			{at: 20, appended: block(ip1, "released", macA, t0-100, t0+20) + block(ip1, "free", macA, t0-100, t0+20)},
+			{at: 10000},
+		},
+	}, {
+		name: "the primary is quiet too when hooks report (the secondary's hooks may have)",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+610)},
+			{at: 600, appended: block(ip1, "expired", macA, t0-100, t0+500)},
+			{at: 10000},
+		},
+	}, {
+		name:     "hookless pair: the primary alone speaks for the file",
+		pair:     primary,
+		hookless: true,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+610),
+				want: []string{"commit 203.0.113.12 " + macA + " +10 missed-commit"}},
+		},
+	}, {
+		name:     "hookless pair: the secondary stays quiet",
+		pair:     secondary,
+		hookless: true,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+610)},
+			{at: 10000},
+		},
+	}, {
+		name: "partner down: the survivor takes over without a gap, then steps back",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			// The primary dies. Communications-interrupted: the survivor
+			// renews ip2 (its hook reports), nothing expires.
+			{at: 100, appended: fostate("communications-interrupted", "normal")},
+			{at: 110, hook: ev(hook("commit", ip2, macB, t0+110)), appended: block(ip2, "active", macB, t0+110, t0+3000)},
+			// Partner-down: ip1 ran out while the primary was dead;
+			// dhcpd writes it expired (the free comes after the MCLT).
+			{at: 200, appended: fostate("partner-down", "normal")},
+			{at: 500, appended: block(ip1, "expired", macA, t0-100, t0+500)},
+			{at: 500 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +500 missed-expiry"}},
+			// A new client the survivor serves, whose hook failed.
+			{at: 600, appended: block(ip1, "active", macB, t0+600, t0+1200)},
+			{at: 600 + grace, want: []string{"commit 203.0.113.10 " + macB + " +600 missed-commit"}},
+			// The survivor's pool timer expires ip1 at its end.
+			{at: 1200, appended: block(ip1, "expired", macB, t0+600, t0+1200)},
+			{at: 1200 + grace, want: []string{"expiry 203.0.113.10 " + macB + " +1200 missed-expiry"}},
+			// ip2's renewal runs out and dhcpd writes nothing (stuck):
+			// rule 3, as for a dhcpd on its own.
+			{at: 3000 + grace, want: []string{"expiry 203.0.113.11 " + macB + " +3000 ends-passed"}},
+			// The MCLT later ip1 goes free: the same news, nothing new.
+			{at: 4100, appended: block(ip1, "free", macB, t0+600, t0+1200)},
+			{at: 4100 + grace},
+			// The primary returns: recover, normal. Its updates to the
+			// survivor's file are its own hooks' news: no burst.
+			{at: 5000, appended: fostate("partner-down", "recover") + fostate("normal", "normal")},
+			{at: 5010, appended: block(ip1, "active", macA, t0+5010, t0+5610) + block(ip2, "free", macB, t0+110, t0+3000)},
+			{at: 10000},
+		},
+	}, {
+		name: "partner down: rule 3 for leases dhcpd never expires (stuck or dying)",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: fostate("partner-down", "communications-interrupted") + block(ip1, "active", macA, t0-100, t0+500)},
+			{at: 500 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +500 ends-passed"}},
+		},
+	}, {
+		name: "range shrink on both peers: the primary expires the dropped lease",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 500, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		},
+	}, {
+		name: "range shrink on both peers: the secondary leaves it to the primary",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10000},
+		},
+	}, {
+		name: "range shrink while the primary is down: the survivor expires it",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: fostate("partner-down", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, snapshot: fostate("partner-down", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 500, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { runPair(t, tc.pair, tc.hookless, tc.steps) })
+	}
+}
