@@ -130,9 +130,10 @@ type Agent struct {
 	reg  *prometheus.Registry
 	now  func() time.Time
 
-	tasks  []*taskState
-	status Status
-	dead   DeadLetters
+	tasks   []*taskState
+	status  Status
+	dead    DeadLetters
+	orphans Orphans
 
 	cfgMu sync.Mutex // guards cfg after Run started
 

@@ -88,6 +88,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 	}
 
 	a.SetDeadLetters(store)
+	a.SetOrphans(orph)
 	a.SetStatus(status{store, d, rec, orph})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)

@@ -1,12 +1,19 @@
 package agent
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/orphans"
 )
 
 // TestControlSocketWho: the control socket serves dead letters to root,
@@ -117,5 +124,69 @@ func TestHostGuard(t *testing.T) {
 		if w.Code != tc.code {
 			t.Errorf("%s with Host %s: %d, want %d", tc.path, tc.host, w.Code, tc.code)
 		}
+	}
+}
+
+// fakeOrphans is an Orphans with fixed jobs; ReleaseNow frees the first.
+type fakeOrphans struct{ jobs []orphans.Job }
+
+func (f *fakeOrphans) Jobs() []orphans.Job { return f.jobs }
+func (f *fakeOrphans) ReleaseNow(_ context.Context, ip netip.Addr) (orphans.Outcome, error) {
+	for i, j := range f.jobs {
+		if j.IP == ip {
+			if i == 0 {
+				return orphans.Outcome{Done: true, Result: "freed"}, nil
+			}
+			return orphans.Outcome{Result: "busy", Reason: "answers an ARP probe"}, nil
+		}
+	}
+	return orphans.Outcome{}, fmt.Errorf("no orphaned address %s", ip)
+}
+
+// TestControlOrphans: GET /orphans lists the held addresses with their
+// MACs (the control socket's callers may see them), POST
+// /orphans/{ip}/release runs the checked release and says how it went.
+func TestControlOrphans(t *testing.T) {
+	a := newAgent(t, testConfig())
+	ends := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	a.SetOrphans(&fakeOrphans{jobs: []orphans.Job{
+		{IP: netip.MustParseAddr("203.0.113.100"), MAC: "02:00:00:00:00:01", Ends: ends.Unix(), State: "waiting"},
+		{IP: netip.MustParseAddr("203.0.113.101"), MAC: "02:00:00:00:00:02", Ends: ends.Unix(), State: "busy", Reason: "answers", Attempts: 2},
+	}})
+	h := a.controlHandler()
+	call := func(method, path string) (int, string) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		return w.Code, w.Body.String()
+	}
+	code, body := call("GET", "/orphans")
+	var list []OrphanItem
+	if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list) != 2 ||
+		list[0].MAC != "02:00:00:00:00:01" || !list[0].Ends.Equal(ends) || list[1].State != "busy" || list[1].Attempts != 2 {
+		t.Fatalf("GET /orphans: %d %v %s", code, err, body)
+	}
+	for _, tc := range []struct {
+		ip     string
+		code   int
+		result string
+	}{
+		{"203.0.113.100", 200, "freed"},
+		{"203.0.113.101", 200, "busy"},
+		{"203.0.113.7", 404, ""},
+		{"x", 400, ""},
+	} {
+		code, body := call("POST", "/orphans/"+tc.ip+"/release")
+		var out OrphanRelease
+		if code != tc.code || (code == 200 && (json.Unmarshal([]byte(body), &out) != nil || out.Result != tc.result)) {
+			t.Errorf("release %s: %d %s, want %d %s", tc.ip, code, body, tc.code, tc.result)
+		}
+	}
+	// Not on the TCP listener.
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/orphans", nil)
+	r.Host = "127.0.0.1"
+	a.handler().ServeHTTP(w, r)
+	if w.Code != 404 && w.Code != 405 {
+		t.Errorf("TCP GET /orphans: %d, want not served", w.Code)
 	}
 }

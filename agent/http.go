@@ -177,6 +177,8 @@ func (a *Agent) handler() http.Handler {
 //	GET    /deadletters              []DeadLetterReport
 //	POST   /deadletters/{seq}/retry  requeue one; 204, 404
 //	DELETE /deadletters/{seq}        drop one; 204, 404
+//	GET    /orphans                  []OrphanItem (orphanctl.go)
+//	POST   /orphans/{ip}/release     the checked release, now; OrphanRelease, 404
 func (a *Agent) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.serveHealthz)
@@ -188,6 +190,8 @@ func (a *Agent) controlHandler() http.Handler {
 	mux.HandleFunc("DELETE /deadletters/{seq}", a.changeDeadLetter(func(d DeadLetters, seq uint64) error {
 		return d.DropDeadLetter(seq)
 	}))
+	mux.HandleFunc("GET /orphans", a.serveOrphans)
+	mux.HandleFunc("POST /orphans/{ip}/release", a.releaseOrphan)
 	return mux
 }
 

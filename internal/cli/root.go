@@ -92,6 +92,7 @@ Operator commands read dhcpd's own files and never modify them.`,
 		newAgentCmd(&env),
 		newStatusCmd(&env),
 		newDeadLetterCmd(&env),
+		newOrphansCmd(&env),
 		withShutdownGuard(newReleaseCmd(&env), &env),
 		newInstallShutdownUnitCmd(&env),
 	)
