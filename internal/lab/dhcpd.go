@@ -37,6 +37,10 @@ type DhcpdConfig struct {
 	// $LEASES_FILE set to the leases file. dhcpd keeps sh's pid; a
 	// failing prelude is a failed start, with its output in Logs.
 	Prelude string
+	// NS is the namespace to run in: the lab's server namespace by
+	// default, or another of the lab's namespaces (a second server of a
+	// failover pair, joined to the bridge as a client is, see AddServer).
+	NS string
 }
 
 // Dhcpd is a dhcpd the test owns, running in the lab's server namespace.
@@ -69,8 +73,16 @@ func (l *Lab) StartDhcpd(t testing.TB, cfg DhcpdConfig) *Dhcpd {
 	case cfg.Family != 4 && cfg.Family != 6:
 		t.Fatalf("lab: dhcpd family %d: want 4 or 6", cfg.Family)
 	}
+	if cfg.NS == "" {
+		cfg.NS = l.NS
+	} else if err := l.own(cfg.NS); err != nil {
+		t.Fatalf("lab: dhcpd: %v", err)
+	}
 	if cfg.Iface == "" {
 		cfg.Iface = l.Bridge
+		if cfg.NS != l.NS {
+			cfg.Iface = "eth0"
+		}
 	}
 	bin, err := l.bin("dhcpd")
 	if err != nil {
@@ -136,7 +148,7 @@ func (d *Dhcpd) start() error {
 		script := "LEASES_FILE=" + shellQuote(d.leases) + "\n" + d.cfg.Prelude + "\nexec \"$0\" \"$@\""
 		argv = append([]string{"/bin/sh", "-ec", script}, argv...)
 	}
-	p, err := startProc(d.lab.Command(d.lab.NS, argv...), d.log)
+	p, err := startProc(d.lab.Command(d.cfg.NS, argv...), d.log)
 	if err != nil {
 		return fmt.Errorf("start dhcpd: %w", err)
 	}

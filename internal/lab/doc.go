@@ -31,6 +31,8 @@
 //	(*Client).Destroy()                  the client's namespace is deleted (a force-deleted container)
 //	(*Client).AddLink / (*Lab).IP / (*Lab).Sysctl   more links and settings for multi-homed tests (multihome.go)
 //	(*Lab).StartDhcpd(t, DhcpdConfig)    dhcpd -4 -f -d in the server namespace, ready
+//	                                     (NS: another of the lab's namespaces, e.g. AddServer's)
+//	(*Lab).AddServer(name, addr)         a second server namespace on the bridge, for a failover pair (pair.go)
 //	                                     (Prelude: run under sh -ec first, as maas-dhcpd.service)
 //	(*Dhcpd).Stop / Restart / Running / Pid / LeasesPath / ConfPath / Logs
 //	Allowed(addr)                        whether an address is in a lab range

@@ -1,0 +1,241 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/parser"
+)
+
+// pairConf is dhcpd.conf for one side of a failover pair shaped as MAAS
+// generates it (primary with mclt and split 255, pools naming the peer,
+// default ports), with lab timers: a short mclt, max-response-delay and
+// auto-partner-down, so that partner-down comes within seconds.
+func pairConf(t *testing.T, w *world, role, me, peer string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n",
+		w.lease, w.lease, w.lease)
+	b.WriteString(lab.HookSnippet(t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
+	fmt.Fprintf(&b, "failover peer \"fo-vlan1\" {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n", role, me, peer)
+	if role == "primary" {
+		b.WriteString("  mclt 10;\n  split 255;\n")
+	}
+	b.WriteString("}\n")
+	b.WriteString(w.lab.SubnetConf("  pool {\n    failover peer \"fo-vlan1\";\n    range 203.0.113.100 203.0.113.150;\n  }"))
+	return b.String()
+}
+
+// myState is the last "my state" dhcpd recorded in its leases file.
+func myState(t *testing.T, d *lab.Dhcpd) string {
+	t.Helper()
+	b, err := os.ReadFile(d.LeasesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := parser.ParseLeases(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range ls.Table.Failover() {
+		return fs.MyState
+	}
+	return ""
+}
+
+func waitState(t *testing.T, d *lab.Dhcpd, state string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for myState(t, d) != state {
+		if time.Now().After(deadline) {
+			t.Fatalf("dhcpd (%s) not in failover state %s after %s (last %q); its log:\n%s", d.Dir, state, within, myState(t, d), d.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// truth is the pair's truth: the active leases (IP → MAC) of a file.
+func truth(t *testing.T, d *lab.Dhcpd) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(d.LeasesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := parser.ParseLeases(strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	now := parser.Time(time.Now().Unix())
+	ls.Table.Each(func(l *parser.Lease) {
+		if l.Binding(now) == parser.StateActive {
+			out[l.IP.String()] = parser.HexString(l.HardwareAddr)
+		}
+	})
+	return out
+}
+
+func regionView(stub *regionstub.Server) map[string]string {
+	out := map[string]string{}
+	for ip, l := range stub.Leases() {
+		out[ip] = l.MAC
+	}
+	return out
+}
+
+// checkOrder checks, per address, that the region never got an event
+// older than one it had (it applies in arrival order, comparing no
+// timestamps) and never the same event twice.
+func checkOrder(t *testing.T, as []arrival) {
+	t.Helper()
+	last := map[string]arrival{}
+	for _, a := range as {
+		if p, ok := last[a.IP]; ok {
+			if a.Timestamp < p.Timestamp {
+				t.Errorf("%s: older state after a newer one: %s after %s", a.IP, a, p)
+			}
+			if a.Action == p.Action && a.MAC == p.MAC && (a.Action != event.Commit || a.Timestamp == p.Timestamp) {
+				t.Errorf("%s: duplicate: %s after %s", a.IP, a, p)
+			}
+		}
+		last[a.IP] = a
+	}
+}
+
+// TestLabFailoverPair runs two real dhcpd in failover, MAAS-shaped
+// (primary, split 255), each with leasekeeper-hook and its own agent
+// following its own file, and one region stub. Clients lease from the
+// primary; the primary rack dies (dhcpd and agent); the secondary goes
+// partner-down and serves; leases expire there; the primary returns and
+// the pair is normal again. The region's view equals the pair's truth
+// throughout, no synthesised event repeats a hooked one, and per address
+// no older state follows a newer one.
+func TestLabFailoverPair(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	t.Parallel()
+	// One lab, one stub, two racks: w1 (the primary, in the lab's server
+	// namespace on the bridge, 203.0.113.1) and w2 (the secondary, a
+	// second server namespace on the bridge, 203.0.113.2).
+	w1 := newWorld(t, hooksOK, 20)
+	w2 := &world{t: t, lab: w1.lab, stub: w1.stub, files: w1.files, dir: t.TempDir(), hooks: hooksOK, hook: w1.hook, lease: 20, grace: 2 * time.Second}
+	w1.grace = 2 * time.Second
+	sec := w1.lab.AddServer("sec", netip.MustParseAddr("203.0.113.2"))
+	conf1 := pairConf(t, w1, "primary", "203.0.113.1", "203.0.113.2")
+	conf2 := pairConf(t, w2, "secondary", "203.0.113.2", "203.0.113.1")
+	w1.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf1})
+	w2.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf2, NS: sec.NS})
+	waitState(t, w1.d, "normal", 30*time.Second)
+	waitState(t, w2.d, "normal", 30*time.Second)
+	w1.startAgent()
+	w2.startAgent()
+	for _, w := range []*world{w1, w2} {
+		if !strings.Contains(w.agent.logs.String(), `"peer":"fo-vlan1"`) {
+			t.Fatalf("agent did not see the failover pair:\n%s", w.agent.logs)
+		}
+	}
+
+	// Normal: the primary serves (split 255), its hooks report; the
+	// secondary's file gets the binding updates and its agent is quiet.
+	c1, c2 := w1.lab.AddClient("c1"), w1.lab.AddClient("c2")
+	ip1, ip2 := w1.dhclient(c1), w1.dhclient(c2)
+	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	w1.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w1.waitArrival(ip1, event.Release, mac(c1), 5*time.Second)
+	time.Sleep(w2.grace + 1500*time.Millisecond) // anything the secondary would synthesise comes now
+	if got := synthesised(t, w2.agent.reg); len(got) != 0 {
+		t.Fatalf("the secondary's agent synthesised %v for the primary's leases", got)
+	}
+	if got, want := regionView(w1.stub), truth(t, w2.d); !equalMaps(got, want) {
+		t.Fatalf("region %v, the secondary's file %v", got, want)
+	}
+
+	// The primary rack dies: dhcpd and agent.
+	w1.stopAgent()
+	if err := w1.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w2.d, "partner-down", 30*time.Second)
+	// c2 stops renewing (its dhclient gone): its lease runs out on the
+	// survivor, whose dhcpd writes it expired and runs no hook yet.
+	if err := c2.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// A new client leases from the survivor; its hook reports.
+	c3 := w1.lab.AddClient("c3")
+	ip3 := w2.dhclient(c3)
+	w2.waitArrival(ip3, event.Commit, mac(c3), 5*time.Second)
+	w2.waitArrival(ip2, event.Expiry, mac(c2), 40*time.Second)
+	if err := c3.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w2.waitArrival(ip3, event.Expiry, mac(c3), 60*time.Second)
+
+	if got := synthesised(t, w2.agent.reg); got["missed-expiry"]+got["ends-passed"] == 0 {
+		t.Errorf("the survivor synthesised %v, want the expiry its hooks never report", got)
+	}
+	if !strings.Contains(w2.agent.logs.String(), "taking over") {
+		t.Errorf("the survivor's agent did not log taking over:\n%s", w2.agent.logs)
+	}
+
+	// The primary rack returns on its own files: recover, then normal.
+	// Its file learns from the survivor what happened; no stale event
+	// reaches the region, and the survivor steps back.
+	before := len(w1.arrivals(netip.Addr{}))
+	w1.startAgent() // the rack's agent is up before its dhcpd (see the README: spooled replays)
+	if err := w1.d.Restart(""); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, "normal", 60*time.Second)
+	waitState(t, w2.d, "normal", 60*time.Second)
+	time.Sleep(w1.grace + 1500*time.Millisecond)
+	if after := w1.arrivals(netip.Addr{}); len(after) != before {
+		t.Errorf("the region got events on the primary's return:\n%s", describeArrivals(after[before:]))
+	}
+	if !strings.Contains(w2.agent.logs.String(), "stepping back") {
+		t.Errorf("the survivor's agent did not step back:\n%s", w2.agent.logs)
+	}
+	// Normal again: the primary serves and its hook reports, once.
+	c4 := w1.lab.AddClient("c4")
+	ip4 := w1.dhclient(c4)
+	w1.waitArrival(ip4, event.Commit, mac(c4), 5*time.Second)
+	time.Sleep(w2.grace + 1500*time.Millisecond)
+	w1.stopAgent()
+	w2.stopAgent()
+	if got := w1.lastSynth; len(got) != 0 {
+		t.Errorf("the returned primary's agent synthesised %v", got)
+	}
+	all := w1.arrivals(netip.Addr{})
+	t.Logf("the region got:\n%s", describeArrivals(all))
+	checkOrder(t, all)
+	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
+		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
+	}
+	if a, b := truth(t, w1.d), truth(t, w2.d); !equalMaps(a, b) {
+		t.Errorf("the peers disagree: primary %v, secondary %v", a, b)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
