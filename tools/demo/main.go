@@ -85,6 +85,8 @@ type demo struct {
 	lab   *lab.Lab
 	d     *lab.Dhcpd
 	stub  *regionstub.Server
+	// apiURL, apiKey: the region's API 2.0 and the key file for it.
+	apiURL, apiKey string
 	dir   string
 	agent *exec.Cmd
 }
@@ -110,21 +112,41 @@ func (d *demo) run() error {
 	lab.Require(d.tb, "dhcpd", "dhclient")
 	d.dir = d.tb.TempDir()
 
-	say("a MAAS-shaped region stub: the internal leases API (port 5242 on MAAS) over mutual TLS, its certificate naming only \"maas\"")
-	stub, err := regionstub.Start(regionstub.Options{})
-	if err != nil {
+	// The rack is a network namespace: dhcpd, the agent and the region's
+	// ports (on its loopback) live there, as on a rack whose region is
+	// reached over its network; the clients are namespaces on its bridge.
+	d.lab = lab.New(d.tb)
+	say("a MAAS-shaped region stub: the internal leases API (port 5242 on MAAS) over mutual TLS, its certificate naming only \"maas\"; API 2.0 with an administrator's key; subnet 203.0.113.0/24, dynamic range .100-.150")
+	var stub *regionstub.Server
+	var apiURL string
+	if err := d.lab.InNetns(d.lab.NS, func() error {
+		var err error
+		if stub, err = regionstub.Start(regionstub.Options{}); err != nil {
+			return err
+		}
+		apiURL, err = stub.StartAPI2()
+		return err
+	}); err != nil {
 		return err
 	}
 	d.tb.Cleanup(func() { stub.Close() })
 	d.stub = stub
+	d.stubRange(100, 150)
 	files, err := stub.WriteFiles(filepath.Join(d.dir, "pki"))
 	if err != nil {
+		return err
+	}
+	const apiKey = "demoConsumer:demoToken:demoSecret"
+	if err := stub.AddAPIKey(apiKey, regionstub.APIUser{Name: "admin", Admin: true}); err != nil {
+		return err
+	}
+	d.apiURL, d.apiKey = apiURL, filepath.Join(d.dir, "maas.key")
+	if err := os.WriteFile(d.apiKey, []byte(apiKey+"\n"), 0o600); err != nil {
 		return err
 	}
 	go d.printRegion(ctx)
 
 	say("dhcpd in a network namespace, range 203.0.113.100-150, %d s leases, hooks from %s", d.lease, d.snippet)
-	d.lab = lab.New(d.tb)
 	d.d = d.lab.StartDhcpd(d.tb, lab.DhcpdConfig{Conf: d.conf(100, 150)})
 	d.show("dhcpd", "pid %d, leases file %s", d.d.Pid(), d.d.LeasesPath())
 
@@ -188,11 +210,12 @@ func (d *demo) run() error {
 		return err
 	}
 	d.waitRegion(ctx, ip3, "commit", 5*time.Second)
-	if err := c1.Kill(); err != nil {
+	if err := c1.Destroy(); err != nil {
 		return err
 	}
 	ends3 := d.leaseEnds(ip3)
 	lo := int(ip3.As4()[3]) + 1
+	d.stubRange(lo, 150) // MAAS's range shrinks with dhcpd's
 	if err := d.d.Restart(d.conf(lo, 150)); err != nil {
 		return err
 	}
@@ -209,14 +232,35 @@ func (d *demo) run() error {
 		return errors.New("the synthesised expiry did not arrive")
 	}
 	d.show("demo", "the expiry arrived %.1f s after the lease's end", got.Sub(time.Unix(ends3, 0)).Seconds())
+	if _, ok := d.stub.Lease(ip3); ok {
+		d.show("region", "%s still observed: MAAS ignores events outside its dynamic ranges", ip3)
+	}
+	say("so the agent frees it through MAAS's API 2.0, once the region's record is still DISCOVERED for c1's MAC and nothing answers an ARP probe for it")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := d.stub.Lease(ip3); !ok {
+			d.show("region", "%s no longer observed: freed %.1f s after the lease's end", ip3, time.Since(time.Unix(ends3, 0)).Seconds())
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the region still lists %s as observed 30 s after the lease's end", ip3)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
-	say("done: every event reached the region, including the one dhcpd never reported")
+	say("done: every event reached the region, including the one dhcpd never reported, and the address MAAS would have kept for ever is free")
 	d.stopAgent()
 	return nil
 }
 
 // conf is dhcpd.conf with the packaging snippet, the hook and socket
 // paths of this demo, and a range.
+// stubRange sets the region's dynamic range of 203.0.113.0/24.
+func (d *demo) stubRange(lo, hi int) {
+	a := func(n int) netip.Addr { return netip.AddrFrom4([4]byte{203, 0, 113, byte(n)}) }
+	d.stub.SetSubnets([]regionstub.Subnet{{CIDR: netip.MustParsePrefix("203.0.113.0/24"), Ranges: []regionstub.Range{{First: a(lo), Last: a(hi)}}}})
+}
+
 func (d *demo) conf(lo, hi int) string {
 	raw, err := os.ReadFile(d.snippet)
 	if err != nil {
@@ -251,15 +295,20 @@ poll_interval = "1s"
 listen = ""
 [control]
 socket = %q
+[maas]
+api_url = %q
+api_key_file = %q
 [log]
 format = "json"
 `, d.d.LeasesPath(), d.d.ConfPath(), filepath.Join(d.d.Dir, "dhcpd.pid"), filepath.Join(d.dir, "hook.sock"), filepath.Join(d.dir, "spool"),
-		d.stub.URL(), files.CA, files.ClientCert, files.ClientKey, filepath.Join(d.dir, "state"), filepath.Join(d.dir, "control.sock"))
+		d.stub.URL(), files.CA, files.ClientCert, files.ClientKey, filepath.Join(d.dir, "state"), filepath.Join(d.dir, "control.sock"),
+		d.apiURL, d.apiKey)
 	path := filepath.Join(d.dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	cmd := exec.Command(d.agentBin, "agent", "--config", path)
+	// In the rack's namespace, as dhcpd: it probes the rack's link.
+	cmd := d.lab.Command(d.lab.NS, d.agentBin, "agent", "--config", path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
