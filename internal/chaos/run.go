@@ -6,7 +6,9 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -19,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
 	"github.com/leasekeeper/leasekeeper/internal/lab"
 	"github.com/leasekeeper/leasekeeper/internal/regionstub"
@@ -49,11 +52,12 @@ const (
 	FRegion500    = "region-500"
 	FHooksFail    = "hooks-fail"
 	FStateFull    = "state-full"
+	FRegion422    = "region-422-poison"
 )
 
 // AllFaults is every fault kind a run injects by default.
 var AllFaults = []string{FDhcpdRestart, FDhcpdRange, FDhcpdKill, FAgentKill, FAgentTerm,
-	FRegionDown, FRegionSlow, FRegion500, FHooksFail, FStateFull}
+	FRegionDown, FRegionSlow, FRegion500, FRegion422, FHooksFail, FStateFull}
 
 // ranges are the dynamic ranges dhcpd serves in turn (203.0.113.X-Y):
 // the full one, shrunk, moved.
@@ -247,7 +251,40 @@ func (r *run) judge(end time.Time) oracle.Report {
 			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC})
 		}
 	}
-	return oracle.Check(oracle.Input{Generations: gens, Items: items, End: end})
+	rep := oracle.Check(oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters()})
+	var reqs []oracle.Request
+	for _, q := range r.stub.Requests() {
+		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
+	}
+	rep.Posts = oracle.CheckPosts(reqs, 3*time.Second)
+	for _, o := range rep.Posts.Overlapping {
+		rep.Violations = append(rep.Violations, oracle.Violation{Rule: "repost", Evidence: o})
+		rep.ByRule["repost"]++
+	}
+	return rep
+}
+
+// deadLetters are the events the (stopped) agent dead-lettered.
+func (r *run) deadLetters() []oracle.Item {
+	out, err := exec.Command(r.opts.AgentBin, "deadletter", "list", "--json", "--state-dir", r.state).Output()
+	if err != nil {
+		r.say("deadletter list: %v", err)
+		return nil
+	}
+	var dls []struct {
+		Reason string           `json:"reason"`
+		Event  event.RegionItem `json:"event"`
+	}
+	if err := json.Unmarshal(out, &dls); err != nil {
+		r.say("deadletter list: %v: %s", err, out)
+		return nil
+	}
+	var items []oracle.Item
+	for _, d := range dls {
+		r.say("dead letter: %s %s %s (%s)", d.Event.Action, d.Event.IP, d.Event.MAC, d.Reason)
+		items = append(items, oracle.Item{Action: d.Event.Action, IP: d.Event.IP, MAC: d.Event.MAC})
+	}
+	return items
 }
 
 func (r *run) fault(kind string) {
@@ -561,6 +598,18 @@ func (r *run) inject(ctx context.Context, kind string) {
 		r.stub.SetDelay(r.between(4*time.Second, 10*time.Second))
 		sleep(ctx, r.between(10*time.Second, 20*time.Second))
 		r.stub.SetDelay(0)
+	case FRegion422:
+		// One item refused by the schema: the IP of the latest item taken.
+		items := r.stub.Items()
+		if len(items) == 0 {
+			return
+		}
+		ip := items[len(items)-1].IP
+		r.fault(kind)
+		r.say("  poisoned %s", ip)
+		r.stub.Poison(ip, 422)
+		sleep(ctx, r.between(2*time.Second, 8*time.Second))
+		r.stub.Unpoison(ip)
 	case FHooksFail:
 		if err := os.Rename(r.sock, r.sockAway); err != nil {
 			return // already away
@@ -658,18 +707,25 @@ func (c *capture) poll() {
 		}
 		ino := fi.Sys().(*syscall.Stat_t).Ino
 		g := c.by[ino]
-		if g == nil {
+		if g != nil && fi.Size() == int64(len(g.data)) {
+			f.Close()
+			continue
+		}
+		b, err := readAll(f)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		// A generation only grows; content that does not extend what was
+		// read is a new file that reuses a freed inode number.
+		if g == nil || !bytes.HasPrefix(b, g.data[:min(len(g.data), len(b))]) {
 			g = &gen{ino: ino}
 			c.by[ino] = g
 			c.gens = append(c.gens, g)
 		}
-		if fi.Size() > int64(len(g.data)) {
-			b, err := readAll(f)
-			if err == nil && len(b) > len(g.data) {
-				g.data = b
-			}
+		if len(b) > len(g.data) {
+			g.data = b
 		}
-		f.Close()
 	}
 }
 
@@ -720,8 +776,11 @@ func Summary(w *os.File, faults map[string]int, rep oracle.Report, seed uint64, 
 		rep.IPs, rep.Events["commit"], rep.Events["end"], rep.Events["vanished"])
 	fmt.Fprintf(w, "region: %d items (commit %d, expiry %d, release %d), duplicates %d, vanished expiries delivered %d of %d\n",
 		rep.Items, rep.ItemsBy["commit"], rep.ItemsBy["expiry"], rep.ItemsBy["release"], rep.Duplicates, rep.VanishedHit, rep.Vanished)
+	fmt.Fprintf(w, "dead-lettered (422 poison) states not delivered: %d\n", rep.Refused)
+	fmt.Fprintf(w, "slow region: %d accepted requests outlived the agent's 3 s timeout; re-posts overlapping a copy still applied: %d\n",
+		rep.Posts.Slow, len(rep.Posts.Overlapping))
 	fmt.Fprintf(w, "violations: %d", len(rep.Violations))
-	for _, rule := range []string{"false", "order", "early", "lost", "final"} {
+	for _, rule := range []string{"false", "order", "early", "lost", "final", "repost"} {
 		fmt.Fprintf(w, "  %s %d", rule, rep.ByRule[rule])
 	}
 	fmt.Fprintln(w)

@@ -94,6 +94,10 @@ type Input struct {
 	// End is when the run was judged: a Vanished lease ending after it
 	// is still due, and the region may still hold it.
 	End time.Time
+	// Refused are the events the agent dead-lettered (the region refused
+	// them alone, 422): not lost, but the region never had them, so the
+	// IP's final view is not judged.
+	Refused []Item
 	// Slack is how early an expiry may arrive against a lease's end
 	// (dhcpd writes whole seconds); default 1 s.
 	Slack time.Duration
@@ -149,6 +153,8 @@ type Report struct {
 	Duplicates  int            // items beyond the events the files show for their version
 	Vanished    int            // vanished leases
 	VanishedHit int            // of which the region got the expiry
+	Refused     int            // versions never delivered because the agent dead-lettered them
+	Posts       Posts
 	Violations  []Violation
 	ByRule      map[string]int
 }
@@ -294,6 +300,10 @@ func Check(in Input) Report {
 	}
 	sort.Strings(ips)
 	end := in.End.Unix()
+	refused := map[string]bool{} // "IP MAC"
+	for _, it := range in.Refused {
+		refused[it.IP+" "+it.MAC] = true
+	}
 	for _, ip := range ips {
 		q := truth[ip]
 		for k, v := range q {
@@ -302,6 +312,10 @@ func Check(in Input) Report {
 			}
 			if v.Vanished && (v.Ends > end || k+1 < len(q) && q[k+1].Active && q[k+1].MAC != v.MAC) {
 				continue // not due yet, or superseded by another MAC's commit
+			}
+			if refused[ip+" "+v.MAC] {
+				r.Refused++
+				continue
 			}
 			add("lost", ip, "%s never reached the region; its items: %s", v, strings.Join(history[ip], ", "))
 		}
@@ -329,7 +343,7 @@ func Check(in Input) Report {
 	}
 	sort.Strings(finals)
 	for _, ip := range finals {
-		if w, g := want.lease[ip], got.lease[ip]; w != g {
+		if w, g := want.lease[ip], got.lease[ip]; w != g && !refused[ip+" "+w] && !refused[ip+" "+g] {
 			add("final", ip, "region holds %q, the files say %q; truth %s; region's items %s", g, w, versions(truth[ip]), strings.Join(history[ip], ", "))
 		}
 	}
@@ -448,4 +462,56 @@ func ipLess(a, b string) bool {
 		return a < b
 	}
 	return x.Less(y)
+}
+
+// Request is one request the region saw.
+type Request struct {
+	Key      string // Idempotency-Key: one batch, however often posted
+	At, Done time.Time
+	Accepted bool
+	Items    int
+	Status   int
+}
+
+// Posts is what the request log says about re-posts.
+type Posts struct {
+	Slow int // accepted requests that took longer than the timeout
+	// Overlapping are requests arriving while an earlier request of
+	// the same batch was still being applied: the re-post the deliverer
+	// must never make (an older state could land after a newer one).
+	Overlapping []string
+}
+
+// CheckPosts reads the request log: a batch may be posted again only
+// once the region answered (or dropped) the previous copy.
+func CheckPosts(reqs []Request, timeout time.Duration) Posts {
+	var p Posts
+	byKey := map[string][]Request{}
+	for _, q := range reqs {
+		if q.Accepted && q.Done.Sub(q.At) > timeout {
+			p.Slow++
+		}
+		if q.Key != "" {
+			byKey[q.Key] = append(byKey[q.Key], q)
+		}
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		qs := byKey[k]
+		sort.Slice(qs, func(i, j int) bool { return qs[i].At.Before(qs[j].At) })
+		for i := 1; i < len(qs); i++ {
+			for j := 0; j < i; j++ {
+				if qs[i].At.Before(qs[j].Done) {
+					p.Overlapping = append(p.Overlapping, fmt.Sprintf("batch %s (%d items): a copy arrived at %s while the copy of %s was being applied until %s",
+						k, qs[i].Items, qs[i].At.UTC().Format("15:04:05.000"), qs[j].At.UTC().Format("15:04:05.000"), qs[j].Done.UTC().Format("15:04:05.000")))
+					break
+				}
+			}
+		}
+	}
+	return p
 }

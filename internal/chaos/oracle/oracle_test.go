@@ -67,13 +67,17 @@ func TestCheck(t *testing.T) {
 	again := []Generation{gen("g0", nil, act(ip1, m1, 20), free(ip1, m1, 5), act(ip1, m1, 40))}
 
 	tests := []struct {
-		name  string
-		gens  []Generation
-		items []Item
-		end   int
-		want  []string
-		dups  int
+		name    string
+		gens    []Generation
+		items   []Item
+		end     int
+		want    []string
+		dups    int
+		refused []Item
 	}{
+		{name: "a dead-lettered expiry is not lost", gens: life, end: 100,
+			items:   []Item{item(1, "commit", ip1, m1)},
+			refused: []Item{item(31, "expiry", ip1, m1)}},
 		{name: "all delivered", gens: life, end: 100,
 			items: []Item{item(1, "commit", ip1, m1), item(10, "commit", ip1, m1), item(31, "expiry", ip1, m1)}},
 		{name: "exact duplicates that do not go back", gens: life, end: 100,
@@ -123,7 +127,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Check(Input{Generations: tt.gens, Items: tt.items, End: at(tt.end)})
+			r := Check(Input{Generations: tt.gens, Items: tt.items, End: at(tt.end), Refused: tt.refused})
 			if diff := cmp.Diff(tt.want, rules(r)); diff != "" {
 				t.Errorf("violations (-want +got):\n%s\n%s", diff, evidence(r))
 			}
@@ -192,5 +196,29 @@ lease 203.0.113.12 {
 	}}
 	if diff := cmp.Diff(want, g); diff != "" {
 		t.Errorf("ParseGeneration (-want +got):\n%s", diff)
+	}
+}
+
+func TestCheckPosts(t *testing.T) {
+	slow := Request{Key: "a", At: at(0), Done: at(10), Accepted: true, Items: 2}
+	tests := []struct {
+		name    string
+		reqs    []Request
+		slow    int
+		overlap int
+	}{
+		{"one slow copy", []Request{slow}, 1, 0},
+		{"re-posted after the answer", []Request{slow, {Key: "a", At: at(11), Done: at(12), Accepted: true}}, 1, 0},
+		{"re-posted while the first was applied (the old deliverer)",
+			[]Request{slow, {Key: "a", At: at(3), Done: at(13), Accepted: true}, {Key: "a", At: at(6), Done: at(16), Accepted: true}}, 3, 2},
+		{"other batches may overlap", []Request{slow, {Key: "b", At: at(3), Done: at(4), Accepted: true}}, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := CheckPosts(tt.reqs, 3*time.Second)
+			if p.Slow != tt.slow || len(p.Overlapping) != tt.overlap {
+				t.Errorf("slow %d overlapping %d (%v), want %d %d", p.Slow, len(p.Overlapping), p.Overlapping, tt.slow, tt.overlap)
+			}
+		})
 	}
 }
