@@ -273,6 +273,11 @@ func TestMatchesDhcpdPools(t *testing.T) {
 		{"shared networks, pools, failover, overlaps", handConf, handLeases},
 		{"generated MAAS-style", maasConf, maasLeases},
 		{"generated plain", plainConf, plainLeases},
+		// Written by a real failover pair (agent/reconcile's
+		// TestLabFailoverPair, after partner-down and recovery):
+		// free/backup split, expired and released leases, state records.
+		{"real pair, primary", readTestdata(t, "pair-primary.conf"), readTestdata(t, "pair-primary.leases")},
+		{"real pair, secondary", readTestdata(t, "pair-secondary.conf"), readTestdata(t, "pair-secondary.leases")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cp, lp := write("dhcpd.conf", tc.conf), write("dhcpd.leases", tc.leases)
@@ -294,6 +299,15 @@ func TestMatchesDhcpdPools(t *testing.T) {
 			}
 		})
 	}
+}
+
+func readTestdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
