@@ -510,11 +510,17 @@ func (a *Agent) serveHTTP(ctx context.Context, ready func()) error {
 	}
 	log.Info().Str("listen", ln.Addr().String()).Msg("serving /metrics, /healthz, /status")
 	ready()
+	return serve(ctx, "http", srv, ln)
+}
+
+// serve runs srv on ln until ctx ends, then shuts it down within 5 s
+// (requests in flight finish) and returns; a failing Serve is an error.
+func serve(ctx context.Context, name string, srv *http.Server, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("http: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -523,7 +529,7 @@ func (a *Agent) serveHTTP(ctx context.Context, ready func()) error {
 		srv.Close()
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -62,22 +61,7 @@ func (a *Agent) serveControl(ctx context.Context, ready func()) error {
 	}
 	log.Info().Str("socket", cfg.Socket).Str("group", group).Msg("control socket: /status, /healthz, /deadletters")
 	ready()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("control: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("control: %w", err)
-	}
-	return nil
+	return serve(ctx, "control", srv, ln)
 }
 
 // listenControl binds the socket at path with the access it must have
