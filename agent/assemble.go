@@ -92,7 +92,7 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 	a.SetStatus(status{store, d, rec, orph})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
-	a.Add("orphans", TaskFunc(orph.Run))
+	a.Add("orphans", orphansTask{r: orph, version: version})
 	a.Add("deliver", deliverTask{d: d, version: version, run: TaskFunc(func(ctx context.Context, ready func()) error {
 		ready()
 		err := d.Run(ctx)
@@ -126,18 +126,46 @@ func WithOrphanProber(p orphans.Prober, interval time.Duration) AssembleOption {
 // with an API 2.0 client when [maas] is configured.
 func newOrphans(cfg *config.Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time, version string, o assembleOptions) (*orphans.Releaser, error) {
 	oc := orphans.Config{Probe: o.prober, ProbeInterval: o.probeInterval}
-	if cfg.MAAS.APIURL != "" {
-		key, err := config.ReadMAASKey(cfg.MAAS.APIKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("maas.api_key_file: %w", err)
-		}
-		c, err := maasapi.New(cfg.MAAS.APIURL, key, &http.Client{Timeout: 30 * time.Second}, "leasekeeper/"+version)
-		if err != nil {
-			return nil, fmt.Errorf("maas.api_url: %w", err)
-		}
-		oc.Client = c
+	c, err := maasClient(cfg, version)
+	if err != nil {
+		return nil, err
 	}
+	oc.Client = c
 	return orphans.New(oc, store, log, reg, now)
+}
+
+// maasClient is the region's API 2.0 from [maas], nil when not set.
+func maasClient(cfg *config.Config, version string) (*maasapi.Client, error) {
+	if cfg.MAAS.APIURL == "" {
+		return nil, nil
+	}
+	key, err := config.ReadMAASKey(cfg.MAAS.APIKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("maas.api_key_file: %w", err)
+	}
+	c, err := maasapi.New(cfg.MAAS.APIURL, key, &http.Client{Timeout: 30 * time.Second}, "leasekeeper/"+version)
+	if err != nil {
+		return nil, fmt.Errorf("maas.api_url: %w", err)
+	}
+	return c, nil
+}
+
+// orphansTask runs the releaser and puts a reloaded [maas] in force
+// without a restart.
+type orphansTask struct {
+	r       *orphans.Releaser
+	version string
+}
+
+func (t orphansTask) Run(ctx context.Context, ready func()) error { return t.r.Run(ctx, ready) }
+
+func (t orphansTask) Reload(cfg *config.Config) error {
+	c, err := maasClient(cfg, t.version)
+	if err != nil {
+		return err // the [maas] in force stays
+	}
+	t.r.SetClient(c)
+	return nil
 }
 
 // regionConfig is the deliverer's configuration from [region].

@@ -144,9 +144,30 @@ func (r *Releaser) Jobs() []Job {
 
 func sortJobs(js []Job) { slices.SortFunc(js, func(a, b Job) int { return a.IP.Compare(b.IP) }) }
 
+// client is the region's API 2.0 in force (nil: [maas] not configured).
+func (r *Releaser) client() *maasapi.Client {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg.Client
+}
+
+// SetClient puts a reloaded [maas] in force (nil: not configured any
+// more): the next attempt uses it, the administrator check is made again,
+// and every job is due at once, those left unconfigured included.
+func (r *Releaser) SetClient(c *maasapi.Client) {
+	r.mu.Lock()
+	r.cfg.Client, r.admin = c, nil
+	for ip, j := range r.jobs {
+		j.Next = time.Time{}
+		r.jobs[ip] = j
+	}
+	r.mu.Unlock()
+	r.Wake()
+}
+
 // Run works the jobs until ctx ends.
 func (r *Releaser) Run(ctx context.Context, ready func()) error {
-	if r.cfg.Client == nil {
+	if r.client() == nil {
 		r.log.Info().Msg("[maas] api_url and api_key_file are not set: addresses MAAS keeps as observed after their lease was dropped out of range are listed in status, not freed")
 	}
 	ready()
@@ -184,7 +205,7 @@ func (r *Releaser) runDue(ctx context.Context) time.Time {
 		if ctx.Err() != nil {
 			return time.Time{}
 		}
-		if j.State == StateUnconfigured && r.cfg.Client == nil {
+		if j.State == StateUnconfigured && r.client() == nil {
 			continue
 		}
 		if !j.Next.IsZero() && r.now().Before(j.Next) {
@@ -284,7 +305,7 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 
 // check decides and, when everything allows it, frees the address.
 func (r *Releaser) check(ctx context.Context, j Job) Outcome {
-	c := r.cfg.Client
+	c := r.client()
 	if c == nil {
 		return Outcome{Result: StateUnconfigured, Reason: "no [maas] api_url/api_key_file: the region keeps listing the address as observed until an API key is configured"}
 	}
@@ -350,7 +371,7 @@ func (r *Releaser) checkAdmin(ctx context.Context) (Outcome, bool) {
 	if u != nil && u.IsSuperuser {
 		return Outcome{}, true
 	}
-	who, err := r.cfg.Client.Whoami(ctx)
+	who, err := r.client().Whoami(ctx)
 	if err != nil {
 		return apiOutcome(err), false
 	}

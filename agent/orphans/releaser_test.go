@@ -138,3 +138,54 @@ func TestReleaserDecides(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaserReload: without [maas] a held address stays
+// "unconfigured"; a reload that sets it (SetClient) frees it at the next
+// attempt, without a restart.
+func TestReleaserReload(t *testing.T) {
+	s, err := regionstub.Start(regionstub.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	api, err := s.StartAPI2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AddAPIKey(adminKey, regionstub.APIUser{Name: "admin", Admin: true})
+	observe(t, s, macA)
+	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	addr := netip.MustParseAddr(ip)
+	if err := store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
+		return nil, orphans.Sink{}.Put(b.Tx(), []reconcile.Orphan{{IP: addr, MAC: macA, Ends: time.Now().Unix()}}, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	silent := func(context.Context, netip.Addr, time.Duration) (rackrelease.Probe, error) {
+		return rackrelease.Probe{Iface: "br0"}, nil
+	}
+	r, err := orphans.New(orphans.Config{Probe: silent}, store, zerolog.Nop(), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if out, err := r.ReleaseNow(context.Background(), addr); err != nil || out.Result != orphans.StateUnconfigured {
+		t.Fatalf("without [maas]: %+v, %v", out, err)
+	}
+	key, _ := maasapi.ParseKey(adminKey)
+	client, err := maasapi.New(api, key, http.DefaultClient, "leasekeeper/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetClient(client)
+	if out, err := r.ReleaseNow(context.Background(), addr); err != nil || out.Result != "freed" {
+		t.Fatalf("after the reload: %+v, %v", out, err)
+	}
+	if _, still := s.Lease(addr); still {
+		t.Error("the region still lists the address")
+	}
+}
