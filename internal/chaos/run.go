@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -89,12 +90,16 @@ type run struct {
 	log    *os.File
 
 	capt *capture
+
+	metrics string // the agent's metrics listener, host:port
+	meas    measure
 }
 
 // Result is a run's outcome.
 type Result struct {
 	Report oracle.Report
 	Faults map[string]int // injected, by kind
+	Agent  Measures
 }
 
 // Run runs the chaos and returns the oracle's report.
@@ -121,8 +126,14 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 			}
 		}
 	}()
-	defer func() { res.Faults = r.Faults() }()
+	defer func() { res.Faults, res.Agent = r.Faults(), r.meas.result() }()
 	res.Report, err = r.run(ctx)
+	if err == nil {
+		for _, v := range r.meas.result().Violations() {
+			res.Report.Violations = append(res.Report.Violations, v)
+			res.Report.ByRule[v.Rule]++
+		}
+	}
 	return res, err
 }
 
@@ -184,8 +195,15 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	go func() { r.capt.follow(cctx); close(capDone) }()
 	defer func() { stopCapture(); <-capDone }()
 
+	if r.metrics, err = freePort(); err != nil {
+		return oracle.Report{}, err
+	}
 	r.startAgent()
 	r.tb.Cleanup(func() { r.stopAgent(syscall.SIGTERM) })
+	sctx, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	go func() { r.sampleLoop(sctx); close(sampled) }()
+	defer func() { stopSampling(); <-sampled }()
 
 	// The client population and the faults, for Duration.
 	wctx, stopWork := context.WithTimeout(ctx, o.Duration)
@@ -364,13 +382,13 @@ dir = %q
 expiry_grace = "3s"
 poll_interval = "1s"
 [metrics]
-listen = ""
+listen = %q
 [control]
 socket = %q
 [log]
 format = "json"
 `, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.stub.URL(), r.files.CA, r.files.ClientCert, r.files.ClientKey,
-		r.state, filepath.Join(r.opts.Dir, "control.sock"))
+		r.state, r.metrics, filepath.Join(r.opts.Dir, "control.sock"))
 	path := filepath.Join(r.opts.Dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		r.tb.Fatalf("%v", err)
@@ -417,6 +435,7 @@ func (r *run) stopAgent(sig syscall.Signal) {
 	if r.agent == nil {
 		return
 	}
+	r.sample(r.agentN, r.agent.Process.Pid) // its last counts and peak
 	_ = r.agent.Process.Signal(sig)
 	select {
 	case <-r.exited:
@@ -671,8 +690,14 @@ type capture struct {
 }
 
 type gen struct {
-	ino  uint64
-	data []byte
+	ino   uint64
+	data  []byte
+	marks []mark // where each read's new bytes start, and when
+}
+
+type mark struct {
+	off int
+	at  time.Time
 }
 
 func newCapture(path string) *capture { return &capture{path: path, by: map[uint64]*gen{}} }
@@ -724,6 +749,7 @@ func (c *capture) poll() {
 			c.gens = append(c.gens, g)
 		}
 		if len(b) > len(g.data) {
+			g.marks = append(g.marks, mark{off: len(g.data), at: time.Now()})
 			g.data = b
 		}
 	}
@@ -755,13 +781,22 @@ func (c *capture) generations(now time.Time, dir string) []oracle.Generation {
 	for i, g := range c.gens {
 		name := fmt.Sprintf("gen%03d", i)
 		_ = os.WriteFile(filepath.Join(dir, "leases", name+".leases"), g.data, 0o644)
-		out = append(out, oracle.ParseGeneration(name, g.data, now))
+		chunks := make([]oracle.Chunk, len(g.marks))
+		for j, m := range g.marks {
+			end := len(g.data)
+			if j+1 < len(g.marks) {
+				end = g.marks[j+1].off
+			}
+			chunks[j] = oracle.Chunk{At: m.at, Data: g.data[m.off:end]}
+		}
+		out = append(out, oracle.ParseChunks(name, chunks, now))
 	}
 	return out
 }
 
 // Summary prints the run's table.
-func Summary(w *os.File, faults map[string]int, rep oracle.Report, seed uint64, took time.Duration) {
+func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
+	faults, rep, m := res.Faults, res.Report, res.Agent
 	fmt.Fprintf(w, "\n== chaos summary (seed %d, %s)\n", seed, took.Round(time.Second))
 	fmt.Fprintf(w, "faults injected:\n")
 	kinds := make([]string, 0, len(faults))
@@ -774,13 +809,23 @@ func Summary(w *os.File, faults map[string]int, rep oracle.Report, seed uint64, 
 	}
 	fmt.Fprintf(w, "truth (leases files): %d IPs, commits %d, lease ends %d, vanished on reload %d\n",
 		rep.IPs, rep.Events["commit"], rep.Events["end"], rep.Events["vanished"])
+	fmt.Fprintf(w, "events by source (the agent's counters, last read just before each stop): hook %d, spool %d, synthesised %d",
+		m.Received["hook"], m.Received["spool"], m.SynthesisedTotal())
+	if len(m.Synthesised) > 0 {
+		fmt.Fprintf(w, " (%s)", joinCounts(m.Synthesised))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "region: %d items (commit %d, expiry %d, release %d), duplicates %d, vanished expiries delivered %d of %d\n",
 		rep.Items, rep.ItemsBy["commit"], rep.ItemsBy["expiry"], rep.ItemsBy["release"], rep.Duplicates, rep.VanishedHit, rep.Vanished)
+	fmt.Fprintf(w, "delivery lag (the file showed it → the region got it; %d changes): p50 %s, p99 %s, max %s (%s)\n",
+		rep.Lag.N, rep.Lag.P50.Round(time.Millisecond), rep.Lag.P99.Round(time.Millisecond), rep.Lag.Max.Round(time.Millisecond), rep.Lag.Worst)
+	fmt.Fprintf(w, "agent: peak RSS %s (bound %s) over %d processes; state dir peak %s (bound %s, the state-full filler not counted); spool peak %s\n",
+		mib(m.PeakRSS), mib(RSSBound), m.Processes, mib(m.PeakState), mib(StateBound), mib(m.PeakSpool))
 	fmt.Fprintf(w, "dead-lettered (422 poison) states not delivered: %d\n", rep.Refused)
 	fmt.Fprintf(w, "slow region: %d accepted requests outlived the agent's 3 s timeout; re-posts overlapping a copy still applied: %d\n",
 		rep.Posts.Slow, len(rep.Posts.Overlapping))
 	fmt.Fprintf(w, "violations: %d", len(rep.Violations))
-	for _, rule := range []string{"false", "order", "early", "lost", "final", "repost"} {
+	for _, rule := range []string{"false", "order", "early", "lost", "final", "repost", "bound"} {
 		fmt.Fprintf(w, "  %s %d", rule, rep.ByRule[rule])
 	}
 	fmt.Fprintln(w)

@@ -69,7 +69,7 @@ func run(o chaos.Options, keep bool) int {
 		fmt.Fprintf(os.Stderr, "chaos: the run's files are in %s (seed %d)\n", dir, o.Seed)
 		return 1
 	}
-	chaos.Summary(os.Stdout, res.Faults, res.Report, o.Seed, time.Since(start))
+	chaos.Summary(os.Stdout, res, o.Seed, time.Since(start))
 	if len(res.Report.Violations) > 0 {
 		fmt.Printf("FAIL: %d violations; the run's files are in %s (rerun: make chaos SEED=%d)\n", len(res.Report.Violations), dir, o.Seed)
 		return 1

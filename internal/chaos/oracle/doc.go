@@ -26,4 +26,8 @@
 //	final    the region's view at the end differs from the files' last word
 //	         (applied with the region's semantics: keyed by IP, a commit moves the
 //	         MAC's other address away, an end for another MAC changes nothing)
+//
+// Check also measures the delivery lag: for each version the region
+// heard of, from its Due (when its first block was read from the file, as
+// ParseChunks records; a Vanished lease's end) to the first item for it.
 package oracle

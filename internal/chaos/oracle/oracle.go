@@ -2,7 +2,9 @@ package oracle
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +18,9 @@ type Block struct {
 	MAC    string // normalised, lower-case, zero-padded; "" without hardware
 	Active bool   // binding state active (as dhcpd infers it when absent)
 	Ends   int64  // Unix seconds; 0 for never or absent
+	// Seen is when the block was first read from the file (zero:
+	// unknown); the start of its delivery lag.
+	Seen time.Time
 }
 
 // Generation is one leases file (one inode): the table a rewrite wrote,
@@ -35,7 +40,21 @@ type Generation struct {
 // ParseGeneration reads one leases file. A torn last block (dhcpd killed
 // mid-write, or a copy taken mid-append) is left out, never guessed.
 func ParseGeneration(name string, data []byte, now time.Time) Generation {
+	return ParseChunks(name, []Chunk{{Data: data}}, now)
+}
+
+// Chunk is a piece of a leases file as it was read: the bytes it added
+// to what had been read before, and when.
+type Chunk struct {
+	At   time.Time
+	Data []byte
+}
+
+// ParseChunks reads one leases file given as the chunks it grew by, in
+// order; a block's Seen is the At of the chunk that completed it.
+func ParseChunks(name string, chunks []Chunk, now time.Time) Generation {
 	g := Generation{Name: name}
+	var seen time.Time
 	seenDUID := false
 	d := parser.NewDecoder()
 	h := func(s parser.Statement, err error) {
@@ -51,14 +70,17 @@ func ParseGeneration(name string, data []byte, now time.Time) Generation {
 				return
 			}
 			b := Block{IP: st.IP.String(), MAC: NormMAC(st.HardwareAddr.String()),
-				Active: st.Binding(parser.Time(now.Unix())) == parser.StateActive}
+				Active: st.Binding(parser.Time(now.Unix())) == parser.StateActive, Seen: seen}
 			if st.Ends.IsSet() && !st.Ends.IsNever() {
 				b.Ends = int64(st.Ends)
 			}
 			g.Blocks = append(g.Blocks, b)
 		}
 	}
-	d.Feed(data, h)
+	for _, c := range chunks {
+		seen = c.At
+		d.Feed(c.Data, h)
+	}
 	_ = d.Close(h) // an incomplete tail is dropped
 	return g
 }
@@ -114,6 +136,10 @@ type Version struct {
 	// blocks collapsed into it (renewals), 1 for a vanished lease, 0 for
 	// a rewrite's table repeating it.
 	Count int
+	// Due is when the region could first hear of the version: when its
+	// first block was read from the file; for Vanished, the later of the
+	// rewrite's and the lease's end. Zero: unknown.
+	Due time.Time
 }
 
 func (v Version) String() string {
@@ -155,6 +181,7 @@ type Report struct {
 	VanishedHit int            // of which the region got the expiry
 	Refused     int            // versions never delivered because the agent dead-lettered them
 	Posts       Posts
+	Lag         Lag // from each version's Due to the first item for it
 	Violations  []Violation
 	ByRule      map[string]int
 }
@@ -193,7 +220,14 @@ func Truth(gens []Generation) map[string][]Version {
 			for _, ip := range ips {
 				q := vs[ip]
 				if last := q[len(q)-1]; last.Active && !inTable[ip] {
-					push(ip, Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite", Count: 1})
+					v := Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite", Count: 1}
+					if seen := g.seen(); !seen.IsZero() {
+						v.Due = seen
+						if end := time.Unix(last.Ends, 0); end.After(seen) {
+							v.Due = end
+						}
+					}
+					push(ip, v)
 				}
 			}
 		}
@@ -201,6 +235,9 @@ func Truth(gens []Generation) map[string][]Version {
 			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi)}
 			if bi >= g.Table {
 				v.Count = 1
+			}
+			if !b.Seen.IsZero() {
+				v.Due = b.Seen
 			}
 			if !b.Active {
 				v.MAC, v.Ends = "", b.Ends
@@ -212,6 +249,31 @@ func Truth(gens []Generation) map[string][]Version {
 		}
 	}
 	return vs
+}
+
+// seen is when the generation was first read: its first block's Seen.
+func (g Generation) seen() time.Time {
+	if len(g.Blocks) > 0 {
+		return g.Blocks[0].Seen
+	}
+	return time.Time{}
+}
+
+// Lag is the delivery lag: from when the file showed a change (a version's
+// Due) to the arrival of the region's first item for it.
+type Lag struct {
+	N             int
+	P50, P99, Max time.Duration
+	Worst         string // the IP and version of Max
+}
+
+func lagOf(lags []time.Duration, worst string) Lag {
+	if len(lags) == 0 {
+		return Lag{}
+	}
+	slices.Sort(lags)
+	q := func(p float64) time.Duration { return lags[max(0, int(math.Ceil(p*float64(len(lags))))-1)] }
+	return Lag{N: len(lags), P50: q(0.50), P99: q(0.99), Max: lags[len(lags)-1], Worst: worst}
 }
 
 // Check judges in against the truth.
@@ -240,6 +302,9 @@ func Check(in Input) Report {
 		r.ByRule[rule]++
 	}
 
+	var lags []time.Duration
+	var worst string
+	var worstLag time.Duration
 	pos := map[string]int{}          // IP → index of the current version
 	hit := map[string]map[int]int{}  // IP → version → items matched
 	history := map[string][]string{} // IP → the region's items, for evidence
@@ -287,12 +352,23 @@ func Check(in Input) Report {
 		if v.Vanished && hit[it.IP][j] == 0 {
 			r.VanishedHit++
 		}
+		if hit[it.IP][j] == 0 && !v.Due.IsZero() {
+			// The capture reads the file every 100 ms: a hook's event can
+			// arrive before the file was read.
+			lag := max(it.At.Sub(v.Due), 0)
+			lags = append(lags, lag)
+			if lag >= worstLag {
+				worstLag, worst = lag, fmt.Sprintf("%s %s %s", it.IP, it.Action, v)
+			}
+		}
 		hit[it.IP][j]++
 		if hit[it.IP][j] > max(v.Count, 1) {
 			r.Duplicates++
 		}
 		pos[it.IP] = j
 	}
+
+	r.Lag = lagOf(lags, worst)
 
 	ips := make([]string, 0, len(truth))
 	for ip := range truth {

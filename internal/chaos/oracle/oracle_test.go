@@ -222,3 +222,47 @@ func TestCheckPosts(t *testing.T) {
 		})
 	}
 }
+
+func TestParseChunks(t *testing.T) {
+	block := func(ip, mac string) string {
+		return "lease " + ip + " {\n  starts 4 2026/01/01 12:00:00;\n  ends 4 2026/01/01 12:00:20;\n  binding state active;\n  hardware ethernet " + mac + ";\n}\n"
+	}
+	b2 := block(ip2, m2)
+	g := ParseChunks("g", []Chunk{
+		{At: at(1), Data: []byte(block(ip1, m1) + b2[:10])}, // the second block torn at the first read
+		{At: at(2), Data: []byte(b2[10:])},
+	}, t0)
+	want := []Block{
+		{IP: ip1, MAC: m1, Active: true, Ends: at(20).Unix(), Seen: at(1)},
+		{IP: ip2, MAC: m2, Active: true, Ends: at(20).Unix(), Seen: at(2)},
+	}
+	if diff := cmp.Diff(want, g.Blocks); diff != "" {
+		t.Errorf("blocks (-want +got):\n%s", diff)
+	}
+}
+
+func TestLag(t *testing.T) {
+	seen := func(b Block, s int) Block { b.Seen = at(s); return b }
+	gens := []Generation{
+		gen("g0", nil, seen(act(ip1, m1, 50), 1), seen(act(ip1, m1, 60), 5), seen(act(ip2, m2, 30), 2)),
+		gen("g1", []Block{seen(act(ip2, m2, 30), 10)}),
+	}
+	items := []Item{
+		item(1, "commit", ip1, m1),  // 0 s: the hook beat the capture's read
+		item(3, "commit", ip2, m2),  // 1 s
+		item(6, "commit", ip1, m1),  // a duplicate of the renewal: no lag
+		item(63, "expiry", ip1, m1), // vanished at the rewrite (10 s), due at its renewed end (60 s): 3 s
+	}
+	r := Check(Input{Generations: gens, Items: items, End: at(100)})
+	if len(r.Violations) != 0 {
+		t.Fatalf("violations:\n%s", evidence(r))
+	}
+	got := Lag{N: r.Lag.N, P50: r.Lag.P50, P99: r.Lag.P99, Max: r.Lag.Max}
+	want := Lag{N: 3, P50: time.Second, P99: 3 * time.Second, Max: 3 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("lag (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(r.Lag.Worst, ip1+" expiry vanished") {
+		t.Errorf("worst = %q, want ip1's vanished expiry", r.Lag.Worst)
+	}
+}
