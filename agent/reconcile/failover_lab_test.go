@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 	"github.com/leasekeeper/leasekeeper/internal/lab"
 	"github.com/leasekeeper/leasekeeper/internal/regionstub"
 	"github.com/leasekeeper/leasekeeper/parser"
@@ -21,6 +22,11 @@ import (
 // default ports), with lab timers: a short mclt, max-response-delay and
 // auto-partner-down, so that partner-down comes within seconds.
 func pairConf(t *testing.T, w *world, role, me, peer string) string {
+	return pairConfRange(t, w, role, me, peer, 100, 150)
+}
+
+// pairConfRange is pairConf with the pool's range 203.0.113.lo-hi.
+func pairConfRange(t *testing.T, w *world, role, me, peer string, lo, hi int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n",
 		w.lease, w.lease, w.lease)
@@ -30,7 +36,7 @@ func pairConf(t *testing.T, w *world, role, me, peer string) string {
 		b.WriteString("  mclt 10;\n  split 255;\n")
 	}
 	b.WriteString("}\n")
-	b.WriteString(w.lab.SubnetConf("  pool {\n    failover peer \"fo-vlan1\";\n    range 203.0.113.100 203.0.113.150;\n  }"))
+	b.WriteString(w.lab.SubnetConf(fmt.Sprintf("  pool {\n    failover peer \"fo-vlan1\";\n    range 203.0.113.%d 203.0.113.%d;\n  }", lo, hi)))
 	return b.String()
 }
 
@@ -121,26 +127,7 @@ func checkOrder(t *testing.T, as []arrival) {
 func TestLabFailoverPair(t *testing.T) {
 	lab.Require(t, "dhcpd", "dhclient")
 	t.Parallel()
-	// One lab, one stub, two racks: w1 (the primary, in the lab's server
-	// namespace on the bridge, 203.0.113.1) and w2 (the secondary, a
-	// second server namespace on the bridge, 203.0.113.2).
-	w1 := newWorld(t, hooksOK, 20)
-	w2 := &world{t: t, lab: w1.lab, stub: w1.stub, files: w1.files, dir: t.TempDir(), hooks: hooksOK, hook: w1.hook, lease: 20, grace: 2 * time.Second}
-	w1.grace = 2 * time.Second
-	sec := w1.lab.AddServer("sec", netip.MustParseAddr("203.0.113.2"))
-	conf1 := pairConf(t, w1, "primary", "203.0.113.1", "203.0.113.2")
-	conf2 := pairConf(t, w2, "secondary", "203.0.113.2", "203.0.113.1")
-	w1.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf1})
-	w2.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf2, NS: sec.NS})
-	waitState(t, w1.d, "normal", 30*time.Second)
-	waitState(t, w2.d, "normal", 30*time.Second)
-	w1.startAgent()
-	w2.startAgent()
-	for _, w := range []*world{w1, w2} {
-		if !strings.Contains(w.agent.logs.String(), `"peer":"fo-vlan1"`) {
-			t.Fatalf("agent did not see the failover pair:\n%s", w.agent.logs)
-		}
-	}
+	w1, w2 := startPair(t, 20)
 
 	// Normal: the primary serves (split 255), its hooks report; the
 	// secondary's file gets the binding updates and its agent is quiet.
@@ -219,6 +206,118 @@ func TestLabFailoverPair(t *testing.T) {
 	}
 	all := w1.arrivals(netip.Addr{})
 	t.Logf("the region got:\n%s", describeArrivals(all))
+	checkOrder(t, all)
+	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
+		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
+	}
+	if a, b := truth(t, w1.d), truth(t, w2.d); !equalMaps(a, b) {
+		t.Errorf("the peers disagree: primary %v, secondary %v", a, b)
+	}
+}
+
+// startPair starts one lab, one stub and two racks, with leases of lease
+// seconds: w1 (the primary, in the lab's server namespace on the bridge,
+// 203.0.113.1) and w2 (the secondary, a second server namespace on the
+// bridge, 203.0.113.2), each dhcpd with leasekeeper-hook and its agent,
+// once the pair is normal.
+func startPair(t *testing.T, lease int) (w1, w2 *world) {
+	t.Helper()
+	w1 = newWorld(t, hooksOK, lease)
+	w2 = &world{t: t, lab: w1.lab, stub: w1.stub, files: w1.files, dir: t.TempDir(), hooks: hooksOK, hook: w1.hook, lease: lease, grace: 2 * time.Second}
+	w1.grace = 2 * time.Second
+	sec := w1.lab.AddServer("sec", netip.MustParseAddr("203.0.113.2"))
+	conf1 := pairConf(t, w1, "primary", "203.0.113.1", "203.0.113.2")
+	conf2 := pairConf(t, w2, "secondary", "203.0.113.2", "203.0.113.1")
+	w1.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf1})
+	w2.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf2, NS: sec.NS})
+	waitState(t, w1.d, "normal", 30*time.Second)
+	waitState(t, w2.d, "normal", 30*time.Second)
+	w1.startAgent()
+	w2.startAgent()
+	for _, w := range []*world{w1, w2} {
+		if !strings.Contains(w.agent.logs.String(), `"peer":"fo-vlan1"`) {
+			t.Fatalf("agent did not see the failover pair:\n%s", w.agent.logs)
+		}
+	}
+	return w1, w2
+}
+
+// TestLabFailoverShrink is the range shrink MAAS applies to both racks
+// of a pair: both dhcpd get the smaller range and restart together, and
+// both drop the lease of a client that left (no hook runs for it). The
+// region gets exactly one expiry for it, from the primary's agent, not
+// before the lease's own end; the secondary's agent sends nothing; per
+// address no duplicate and no older state after a newer one.
+func TestLabFailoverShrink(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w1, w2 := startPair(t, 20)
+	c1, c2 := w1.lab.AddClient("c1"), w1.lab.AddClient("c2")
+	ip1, ip2 := w1.dhclient(c1), w1.dhclient(c2)
+	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	w1.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w1.leaseEnds(ip1)
+
+	// MAAS writes both racks' dhcpd.conf and restarts both. Together:
+	// one peer down for longer than max-response-delay would let the
+	// other declare partner-down (the lab sets auto-partner-down).
+	lo, hi := shrinkAway(ip1, ip2)
+	confs := []string{
+		pairConfRange(t, w1, "primary", "203.0.113.1", "203.0.113.2", lo, hi),
+		pairConfRange(t, w2, "secondary", "203.0.113.2", "203.0.113.1", lo, hi),
+	}
+	errs := make(chan error, 2)
+	for i, w := range []*world{w1, w2} {
+		go func() { errs <- w.d.Restart(confs[i]) }()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("dhcpd restart: %v", err)
+		}
+	}
+	for _, w := range []*world{w1, w2} {
+		if strings.Contains(readFile(t, w.d.LeasesPath()), "lease "+ip1.String()+" ") {
+			t.Fatalf("dhcpd (%s) kept %s after the shrink; the test premise is gone", w.d.Dir, ip1)
+		}
+	}
+	for _, w := range []*world{w1, w2} {
+		if s := myState(t, w.d); s == reconcile.StatePartnerDown {
+			t.Fatalf("dhcpd (%s) went partner-down during the restart; the test premise is gone", w.d.Dir)
+		}
+	}
+	w1.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+15*time.Second)
+	waitState(t, w1.d, "normal", 30*time.Second)
+	waitState(t, w2.d, "normal", 30*time.Second)
+	time.Sleep(w2.grace + 1500*time.Millisecond) // anything else would come now
+	w1.stopAgent()
+	w2.stopAgent()
+
+	all := w1.arrivals(netip.Addr{})
+	t.Logf("the region got:\n%s", describeArrivals(all))
+	var frees []arrival
+	for _, a := range all {
+		if a.Action != event.Commit {
+			frees = append(frees, a)
+		}
+	}
+	if len(frees) != 1 || frees[0].IP != ip1.String() || frees[0].MAC != mac(c1) || frees[0].Action != event.Expiry {
+		t.Fatalf("want exactly one expiry, for %s %s", ip1, mac(c1))
+	}
+	if at := frees[0].at.Unix(); at < ends {
+		t.Errorf("expiry arrived at %d, before the lease's end %d", at, ends)
+	}
+	if got := w1.lastSynth; len(got) != 1 || got["vanished"] != 1 {
+		t.Errorf("the primary's agent synthesised %v, want vanished=1 only", got)
+	}
+	if got := w2.lastSynth; len(got) != 0 {
+		t.Errorf("the secondary's agent synthesised %v, want nothing", got)
+	}
 	checkOrder(t, all)
 	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
 		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
