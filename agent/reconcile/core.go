@@ -93,7 +93,8 @@ type State struct {
 	Hookless bool `json:"-"`
 	// Pair is dhcpd's failover pair (failover.go): in one, the file's
 	// rules apply only to the side that speaks for them. The caller sets
-	// Peer and Role from dhcpd.conf; FailoverSeen the states.
+	// Peer and Role from dhcpd.conf (SetPeer); FailoverSeen the states.
+	// Persisted with Baselined (metaDirty).
 	Pair Pair `json:"-"`
 	// OutOfRange tells whether an address lies outside every range of
 	// dhcpd.conf as dhcpd read it at its last start; nil when unknown
@@ -101,7 +102,7 @@ type State struct {
 	OutOfRange func(netip.Addr) bool `json:"-"`
 
 	// dirty are the addresses whose File, Told or Pending entry changed
-	// since TakeDirty; metaDirty is Baselined changing. They let the
+	// since TakeDirty; metaDirty is Baselined or Pair changing. They let the
 	// caller persist per address, not the whole state per change.
 	dirty     map[netip.Addr]struct{}
 	metaDirty bool
@@ -134,7 +135,7 @@ func (s *State) touch(ip netip.Addr) {
 // Dirty says what changed since the last TakeDirty.
 type Dirty struct {
 	IPs  map[netip.Addr]struct{}
-	Meta bool // Baselined
+	Meta bool // Baselined, Pair
 }
 
 // Empty reports whether nothing changed.

@@ -77,11 +77,28 @@ func (p Pair) withState(fs *parser.FailoverState) Pair {
 // whole file's) into the pair's state. It reports whether this agent's
 // part changed (taking over, or stepping back).
 func (s *State) FailoverSeen(records []*parser.FailoverState) (changed bool) {
-	was := s.Pair.Survivor()
+	was := s.Pair
 	for _, fs := range records {
 		s.Pair = s.Pair.withState(fs)
 	}
-	return was != s.Pair.Survivor()
+	if s.Pair != was {
+		// Persisted with the file position it goes with: a restarted
+		// agent resuming after these records reads them no more.
+		s.metaDirty = true
+	}
+	return was.Survivor() != s.Pair.Survivor()
+}
+
+// SetPeer sets the pair's peer and role from dhcpd.conf. The states
+// stay while the peer and role are the same (a restarted agent resumes
+// with those it persisted); for another pair they are unknown until the
+// file records them.
+func (s *State) SetPeer(p Pair) {
+	if p.Peer == s.Pair.Peer && p.Role == s.Pair.Role {
+		return
+	}
+	s.Pair = Pair{Peer: p.Peer, Role: p.Role}
+	s.metaDirty = true
 }
 
 // tellsFromFile reports whether rules 1 and 3 apply: this agent turns

@@ -44,7 +44,7 @@ func (r *Reconciler) scanPair(when string) {
 	if p.Peer == old.Peer && p.Role == old.Role {
 		return
 	}
-	r.st.Pair = p
+	r.st.SetPeer(p)
 	if !p.InPair() {
 		r.log.Info().Str("when", when).Msg("dhcpd is on its own (no failover peer in dhcpd.conf)")
 		return

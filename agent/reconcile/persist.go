@@ -23,6 +23,7 @@ import (
 //	reconcile/version    1
 //	reconcile/baselined  present once a first complete snapshot was taken
 //	reconcile/pos        JSON Position: where reading dhcpd.leases stopped
+//	reconcile/pair       JSON Pair: dhcpd's failover pair and its states as of pos (absent alone)
 //	reconcile/file/IP    the IP's last block (encodeLease; an IPv6 block's DUID last, when it has one)
 //	reconcile/told/IP    the last event queued for the IP (encodeTold)
 //	reconcile/pending/IP JSON []Pending: synthesised events waiting
@@ -37,6 +38,7 @@ var (
 	keyVersion   = []byte("version")
 	keyBaselined = []byte("baselined")
 	keyPos       = []byte("pos")
+	keyPair      = []byte("pair")
 	subFile      = []byte("file")
 	subTold      = []byte("told")
 	subPending   = []byte("pending")
@@ -142,6 +144,14 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 			v = []byte{1}
 		}
 		recs = append(recs, record{nil, keyBaselined, v})
+		var pv []byte
+		if s.Pair.InPair() {
+			var err error
+			if pv, err = json.Marshal(s.Pair); err != nil {
+				return nil, err
+			}
+		}
+		recs = append(recs, record{nil, keyPair, pv})
 	}
 	if pos != nil {
 		v, err := json.Marshal(pos)
@@ -201,6 +211,12 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 		if json.Unmarshal(v, &p) == nil {
 			pos = &p
 		} else {
+			bad++
+		}
+	}
+	if v := b.Get(keyPair); v != nil {
+		if json.Unmarshal(v, &s.Pair) != nil {
+			s.Pair = Pair{}
 			bad++
 		}
 	}

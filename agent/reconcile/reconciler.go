@@ -116,7 +116,15 @@ type Reconciler struct {
 	// onRound, when set (tests, benchmarks), runs with mu held after each
 	// round of file changes and decisions.
 	onRound func(*State)
+
+	// read is closed once Run has applied its first read of the file;
+	// ended when Run returns. Accept waits for read (see there).
+	read, ended chan struct{}
 }
+
+// errNotFollowing: hook events cannot be judged, the task stopped before
+// it read the leases file.
+var errNotFollowing = errors.New("reconcile: the reconciler stopped before it read the leases file")
 
 // New loads the reconciler's persisted state from store and returns the
 // task. reg receives its metrics (nil: none); now is the clock (nil:
@@ -132,7 +140,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		now = time.Now
 	}
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
-		classifyWait: defaultClassifyWait}
+		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{})}
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
 		var err error
@@ -172,7 +180,26 @@ func (r *Reconciler) LastProgress() time.Time {
 // stale ones (State.Superseded) and queues the rest, in one outbox
 // transaction with the record. On error nothing is recorded: the caller
 // retries the same events.
+//
+// It waits until Run has applied its first read of the leases file (or
+// ctx ends, or Run stops before): events spooled while the agent was
+// down are drained at start, and judging them before the file is read
+// would judge them without what dhcpd wrote meanwhile — in a failover
+// pair, the "my state recover" that marks the hooks of a server
+// returning from its partner's partner-down as replays of news the
+// survivor told (failover.go, pairRepeat).
 func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
+	select {
+	case <-r.read:
+	default:
+		select {
+		case <-r.read:
+		case <-r.ended:
+			return errNotFollowing
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	type prev struct {
@@ -224,6 +251,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 // Run follows dhcpd.leases until ctx ends. ready is called once the
 // file has been read (or found absent) and the watch is in place.
 func (r *Reconciler) Run(ctx context.Context, ready func()) error {
+	defer close(r.ended)
 	defer r.fol.close()
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -239,6 +267,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	r.pid = readPID(r.cfg.PIDFile)
 	changes, err := r.fol.resume(r.loadedPos)
 	r.round(ctx, changes, err)
+	close(r.read)
 	// Resumed on the file the last run read whole, and nothing found
 	// wrong since: the file is as consistent as it was then.
 	if err == nil && r.fol.resumed && !slices.ContainsFunc(changes, func(c change) bool { return c.kind == changeSnapshot && !c.complete }) {

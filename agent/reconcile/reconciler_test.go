@@ -31,6 +31,8 @@ type harness struct {
 	r     *Reconciler
 	stop  func()
 	logs  *strings.Builder
+	// beforeRun, when set, runs between New and Run in start.
+	beforeRun func(*Reconciler)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -77,6 +79,9 @@ func (h *harness) start(grace time.Duration) {
 	}
 	r.classifyWait = 300 * time.Millisecond
 	h.r = r
+	if h.beforeRun != nil {
+		h.beforeRun(r)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
 	go func() { done <- r.Run(ctx, func() { close(ready) }) }()

@@ -1,0 +1,114 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// pairHooked writes a dhcpd.conf for one side of a failover pair running
+// an executable leasekeeper-hook (replacement mode).
+func (h *harness) pairHooked(role string) {
+	h.t.Helper()
+	hook := filepath.Join(h.dir, "leasekeeper-hook")
+	if err := os.WriteFile(hook, []byte("#!/bin/true\n"), 0o755); err != nil {
+		h.t.Fatal(err)
+	}
+	conf := fmt.Sprintf("on commit { execute(%q, \"notify\"); }\n"+
+		"failover peer \"fo\" { %s; address 203.0.113.1; peer address 203.0.113.2; max-response-delay 60; max-unacked-updates 10; mclt 3600; split 255; }\n"+
+		"subnet 203.0.113.0 netmask 255.255.255.0 { pool { failover peer \"fo\"; range 203.0.113.10 203.0.113.50; } }\n", hook, role)
+	if err := os.WriteFile(h.conf, []byte(conf), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// TestTaskSpooledReplayWaitsForFile is the returning rack of a pair whose
+// agent starts after its dhcpd: dhcpd, recovering from its partner's
+// partner-down, ran the on expiry its old copy of a lease carried when
+// the survivor's update freed it (news the survivor told the region);
+// the hook spooled it. The spool is drained at the agent's start, before
+// or while the reconciler reads the file: the event must wait for the
+// file's "my state recover" and be dropped, not reach the region again.
+func TestTaskSpooledReplayWaitsForFile(t *testing.T) {
+	h := newHarness(t)
+	h.pairHooked("primary")
+	now := time.Now().Unix()
+	h.d.rewrite(fostate("normal", "normal")+block(ip1, "active", macA, now-100, now+3600), true)
+	h.start(time.Second)
+	if err := h.r.Accept(context.Background(), []event.Event{hook(event.Commit, ip1, macA, now-100)}); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+
+	// The rack was down; its dhcpd starts again (rewrite), recovers, and
+	// the survivor's update frees ip1: the hook runs, the agent is not
+	// there yet, the event is spooled.
+	h.d.rewrite(fostate("recover", "partner-down")+block(ip1, "active", macA, now-100, now+3600), true)
+	h.d.append(block(ip1, "free", macA, now-100, now+5))
+	replay := hook(event.Expiry, ip1, macA, now+10)
+	replay.Source = event.SourceSpool
+	accepted := make(chan error, 1)
+	// The spool drains concurrently with the reconciler's start, as the
+	// agent runs its tasks; here it is handed over before Run begins.
+	h.beforeRun = func(r *Reconciler) {
+		go func() { accepted <- r.Accept(context.Background(), []event.Event{replay}) }()
+	}
+	h.start(time.Second)
+	select {
+	case err := <-accepted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Accept did not return after the reconciler read the file")
+	}
+	if got, want := strings.Join(h.queued(), "|"), "commit 203.0.113.10 00:16:3e:00:00:0a "; got != want {
+		t.Fatalf("queued %q, want only the first commit %q\nlog:\n%s", got, want, h.logText())
+	}
+	if n := testutil.ToFloat64(h.r.met.superseded); n != 1 {
+		t.Errorf("superseded = %v, want 1 (the replay)", n)
+	}
+}
+
+// TestTaskPairStateResumed: the pair's state is persisted with the file
+// position, so an agent restarted while dhcpd runs on (it resumes after
+// the failover records and reads them no more) is still the survivor.
+func TestTaskPairStateResumed(t *testing.T) {
+	h := newHarness(t)
+	h.pairHooked("secondary")
+	now := time.Now().Unix()
+	h.d.rewrite(fostate("normal", "normal")+block(ip1, "active", macA, now-100, now+1), true)
+	h.start(time.Second)
+	h.d.append(fostate("partner-down", "communications-interrupted"))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(h.logText(), "taking over") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor did not take over:\n%s", h.logText())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.stop() // persists the state with the position past the record
+
+	h.start(time.Second)
+	if !h.r.st.Pair.Survivor() {
+		t.Fatalf("after a restart the pair is %+v, want this side partner-down", h.r.st.Pair)
+	}
+	if strings.Count(h.logText(), "leases file read whole") != 1 {
+		t.Fatalf("the restarted agent read the file whole; the test wants a resume:\n%s", h.logText())
+	}
+	// ip1 ends while the primary is down: dhcpd writes it expired and
+	// runs no hook; the survivor's agent tells it after the grace.
+	h.d.append(block(ip1, "expired", macA, now-100, now+1))
+	got, _ := h.waitQueued(1, 10*time.Second)
+	if want := "expiry 203.0.113.10 00:16:3e:00:00:0a missed-expiry"; strings.Join(got, "|") != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+}
