@@ -54,11 +54,12 @@ const (
 	FHooksFail    = "hooks-fail"
 	FStateFull    = "state-full"
 	FRegion422    = "region-422-poison"
+	FRegionSkew   = "region-clock-skew"
 )
 
 // AllFaults is every fault kind a run injects by default.
 var AllFaults = []string{FDhcpdRestart, FDhcpdRange, FDhcpdKill, FAgentKill, FAgentTerm,
-	FRegionDown, FRegionSlow, FRegion500, FRegion422, FHooksFail, FStateFull}
+	FRegionDown, FRegionSlow, FRegion500, FRegion422, FRegionSkew, FHooksFail, FStateFull}
 
 // ranges are the dynamic ranges dhcpd serves in turn (203.0.113.X-Y):
 // the full one, shrunk, moved.
@@ -558,7 +559,7 @@ func (r *run) faultLoop(ctx context.Context) {
 
 // busy serialises faults of one kind (a second region-slow while one
 // runs would end the first one's window early).
-var busyMu sync.Mutex
+var busyMu, skewMu sync.Mutex
 
 func (r *run) inject(ctx context.Context, kind string) {
 	switch kind {
@@ -599,10 +600,14 @@ func (r *run) inject(ctx context.Context, kind string) {
 	case FRegionDown:
 		r.fault(kind)
 		d := r.between(3*time.Second, 20*time.Second)
-		if r.intn(2) == 0 {
+		switch r.intn(3) {
+		case 0:
 			r.stub.CloseFor(d)
-		} else {
+		case 1:
 			r.stub.Unavailable(d, "1")
+		default:
+			// A date on the region's clock, which region-clock-skew moves.
+			r.stub.FailFor(d, regionstub.Fault{Status: 503, RetryAt: 2 * time.Second})
 		}
 	case FRegion500:
 		r.fault(kind)
@@ -617,6 +622,20 @@ func (r *run) inject(ctx context.Context, kind string) {
 		r.stub.SetDelay(r.between(4*time.Second, 10*time.Second))
 		sleep(ctx, r.between(10*time.Second, 20*time.Second))
 		r.stub.SetDelay(0)
+	case FRegionSkew:
+		if !skewMu.TryLock() {
+			return
+		}
+		defer skewMu.Unlock()
+		r.fault(kind)
+		skew := r.between(time.Minute, 30*time.Minute)
+		if r.intn(2) == 0 {
+			skew = -skew
+		}
+		r.say("  region clock %+.1f min", skew.Minutes())
+		r.stub.SetSkew(skew)
+		sleep(ctx, r.between(10*time.Second, 30*time.Second))
+		r.stub.SetSkew(0)
 	case FRegion422:
 		// One item refused by the schema: the IP of the latest item taken.
 		items := r.stub.Items()

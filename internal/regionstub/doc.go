@@ -50,6 +50,7 @@
 //     s.Poison("203.0.113.7", 0)                        // 500 for any batch holding that IP
 //     s.SetDelay(200 * time.Millisecond)                // slow region (it finishes even if the client left)
 //     s.SetFlaky(0.3, seed)                             // 30 % of requests fail at random
+//     s.SetSkew(-10 * time.Minute)                      // the region's clock (Date, Retry-After dates) 10 min behind
 //     s.WaitItems(ctx, 5000); s.Items(); s.ItemsFor(ip); s.Batches(); s.Requests(); s.Leases()
 //
 // Faults apply in this order: the FailNext queue, then a FailFor window,

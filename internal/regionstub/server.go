@@ -56,6 +56,12 @@ type Options struct {
 	Subnets []Subnet
 
 	ErrorLog *log.Logger // http.Server's log (TLS handshake errors); nil discards
+
+	// Clock is the region's clock: what a client can see of it (the Date
+	// header, a Retry-After date). nil is time.Now; SetSkew moves it while
+	// serving. The stub's records (Request.At, Batch.At) and its fault
+	// windows keep the host's time: they are the test's observations.
+	Clock func() time.Time
 }
 
 // Batch is one request the region took (204).
@@ -86,7 +92,10 @@ type Request struct {
 type Fault struct {
 	Status     int    // answer with this status (503, 429, 500, …)
 	RetryAfter string // and this Retry-After header, if not ""
-	Close      bool   // close the connection abruptly (RST) instead of answering
+	// RetryAt, if not 0, makes Retry-After an HTTP date this far ahead on
+	// the region's clock (Now), as a proxy or a region may send it.
+	RetryAt time.Duration
+	Close   bool // close the connection abruptly (RST) instead of answering
 	// Accept makes the stub first accept and record the batch, then fail:
 	// the region did the work but the agent never learns it (a lost
 	// response, the only case where a duplicate is legitimate).
@@ -101,6 +110,9 @@ func (f Fault) String() string {
 		s = fmt.Sprintf("status %d", f.Status)
 		if f.RetryAfter != "" {
 			s += " retry-after " + f.RetryAfter
+		}
+		if f.RetryAt > 0 {
+			s += " retry-after date +" + f.RetryAt.String()
 		}
 	}
 	if f.Accept {
@@ -139,6 +151,7 @@ type Server struct {
 	delay      time.Duration
 	flaky      float64
 	rng        *rand.Rand
+	skew       time.Duration // added to Options.Clock
 }
 
 // Start makes a stub and starts serving it over TLS.
@@ -170,6 +183,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.ErrorLog == nil {
 		opts.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
 	}
 	subnets := opts.Subnets
 	if subnets == nil {
@@ -268,6 +284,9 @@ func (s *Server) Close() error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := Request{At: time.Now(), Method: r.Method, Path: r.URL.Path,
 		IdempotencyKey: r.Header.Get("Idempotency-Key"), UserAgent: r.UserAgent()}
+	// net/http would date the answer by the host's clock; the region's
+	// own may be off.
+	w.Header().Set("Date", s.Now().UTC().Format(http.TimeFormat))
 	req.Status = s.handle(w, r, &req)
 	req.Done = time.Now()
 	s.mu.Lock()
@@ -415,6 +434,9 @@ func (s *Server) fail(w http.ResponseWriter, f Fault) int {
 	}
 	if f.RetryAfter != "" {
 		w.Header().Set("Retry-After", f.RetryAfter)
+	}
+	if f.RetryAt > 0 {
+		w.Header().Set("Retry-After", s.Now().Add(f.RetryAt).UTC().Format(http.TimeFormat))
 	}
 	if f.Status == http.StatusInternalServerError {
 		return writeJSON(w, f.Status, internalError())
@@ -569,11 +591,26 @@ func (s *Server) SetFlaky(p float64, seed uint64) {
 	s.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
-// ClearFaults ends every injected fault, delay and poison.
+// SetSkew sets the region's clock d ahead of Options.Clock (behind if
+// negative), as a region whose clock is off.
+func (s *Server) SetSkew(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.skew = d
+}
+
+// Now is the region's clock: Options.Clock plus the skew.
+func (s *Server) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.Clock().Add(s.skew)
+}
+
+// ClearFaults ends every injected fault, delay, poison and clock skew.
 func (s *Server) ClearFaults() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.next, s.windowEnds, s.flaky, s.delay = nil, time.Time{}, 0, 0
+	s.next, s.windowEnds, s.flaky, s.delay, s.skew = nil, time.Time{}, 0, 0, 0
 	clear(s.poison)
 }
 

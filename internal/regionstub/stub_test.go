@@ -599,6 +599,27 @@ func TestFaults(t *testing.T) {
 			t.Errorf("took %d items, want 1", s.Len())
 		}
 	})
+	t.Run("skewed clock", func(t *testing.T) {
+		host := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+		s, c := start(t, Options{Clock: func() time.Time { return host }})
+		s.SetSkew(-10 * time.Minute)
+		s.FailNext(1, Fault{Status: http.StatusServiceUnavailable, RetryAt: 5 * time.Second})
+		resp, err := c.Post(s.URL(), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, want := resp.Header.Get("Date"), "Thu, 01 Jan 2026 11:50:00 GMT"; got != want {
+			t.Errorf("Date %q, want %q", got, want)
+		}
+		if got, want := resp.Header.Get("Retry-After"), "Thu, 01 Jan 2026 11:50:05 GMT"; got != want {
+			t.Errorf("Retry-After %q, want %q", got, want)
+		}
+		s.ClearFaults()
+		if !s.Now().Equal(host) {
+			t.Errorf("after ClearFaults the clock is %s, want %s", s.Now(), host)
+		}
+	})
 	t.Run("close", func(t *testing.T) {
 		s, c := start(t, Options{})
 		s.CloseFor(time.Hour)
