@@ -250,7 +250,13 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 	if answer != "" {
 		o.what += ": " + answer
 	}
-	o.retryAfter, o.retryOK = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	// A Retry-After date is on the region's clock, which may be off:
+	// measured from the answer's own Date when it has one.
+	ref := now
+	if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+		ref = d
+	}
+	o.retryAfter, o.retryOK = parseRetryAfter(resp.Header.Get("Retry-After"), ref)
 	switch {
 	case c >= 200 && c < 300:
 		o.kind = kindOK

@@ -811,6 +811,33 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// TestClassifyRetryAfterSkewedRegion: a Retry-After date is measured from
+// the answer's Date (both the region's clock), not from the agent's clock:
+// a region whose clock is 20 min ahead asking for 5 s gets 5 s, not the
+// 10 min cap (found by make chaos, fault region-clock-skew: 78 s of
+// delivery stalled behind a 503 from a region 6.8 min ahead).
+func TestClassifyRetryAfterSkewedRegion(t *testing.T) {
+	u, _ := url.Parse("https://region:5242/MAAS/a/v3internal/leases")
+	agent := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name, date, retry string
+		want              time.Duration
+	}{
+		{"region ahead", "Thu, 01 Jan 2026 12:20:00 GMT", "Thu, 01 Jan 2026 12:20:05 GMT", 5 * time.Second},
+		{"region behind", "Thu, 01 Jan 2026 11:40:00 GMT", "Thu, 01 Jan 2026 11:40:05 GMT", 5 * time.Second},
+		{"no Date: the agent's clock", "", "Thu, 01 Jan 2026 12:00:05 GMT", 5 * time.Second},
+		{"seconds ignore Date", "Thu, 01 Jan 2026 12:20:00 GMT", "7", 7 * time.Second},
+	} {
+		resp := &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": {tc.retry}}}
+		if tc.date != "" {
+			resp.Header.Set("Date", tc.date)
+		}
+		if o := classify(resp, "", agent, u); !o.retryOK || o.retryAfter != tc.want {
+			t.Errorf("%s: retry after %v (ok %v), want %v", tc.name, o.retryAfter, o.retryOK, tc.want)
+		}
+	}
+}
+
 // TestClassify: what each answer means, as MAAS gives them
 // (DESIGN.md, "Region API — MAAS as it really is").
 func TestClassify(t *testing.T) {
