@@ -15,8 +15,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -55,11 +57,12 @@ const (
 	FStateFull    = "state-full"
 	FRegion422    = "region-422-poison"
 	FRegionSkew   = "region-clock-skew"
+	FLeasesDir    = "leases-dir-unreadable"
 )
 
 // AllFaults is every fault kind a run injects by default.
 var AllFaults = []string{FDhcpdRestart, FDhcpdRange, FDhcpdKill, FAgentKill, FAgentTerm,
-	FRegionDown, FRegionSlow, FRegion500, FRegion422, FRegionSkew, FHooksFail, FStateFull}
+	FRegionDown, FRegionSlow, FRegion500, FRegion422, FRegionSkew, FHooksFail, FStateFull, FLeasesDir}
 
 // ranges are the dynamic ranges dhcpd serves in turn (203.0.113.X-Y):
 // the full one, shrunk, moved.
@@ -80,6 +83,11 @@ type run struct {
 
 	sock, sockAway, spool, state string
 	holder                       *os.File // the activated socket, held as systemd holds it
+	// The agent runs as this user and group, not root, as the package
+	// runs it (User=leasekeeper): a uid no account uses, so that file
+	// permissions (the leases-dir-unreadable fault) apply to it.
+	uid, gid  uint32
+	leasesDir string
 
 	amu    sync.Mutex // agent restarts
 	agent  *exec.Cmd
@@ -179,6 +187,9 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.sockAway = filepath.Join(o.Dir, "hook.sock.away")
 	r.spool = filepath.Join(o.Dir, "spool")
 	r.state = filepath.Join(o.Dir, "state")
+	if err := r.agentUser(); err != nil {
+		return oracle.Report{}, err
+	}
 	if err := r.mountState(); err != nil {
 		return oracle.Report{}, err
 	}
@@ -189,6 +200,10 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 
 	r.lab = lab.New(r.tb)
 	r.d = r.lab.StartDhcpd(r.tb, lab.DhcpdConfig{Conf: r.conf(ranges[0])})
+	r.leasesDir = filepath.Dir(r.d.LeasesPath())
+	if err := os.Chmod(r.leasesDir, 0o755); err != nil { // a test's temporary dir is 0700
+		return oracle.Report{}, err
+	}
 	r.say("dhcpd pid %d, range %v, leases %s", r.d.Pid(), ranges[0], r.d.LeasesPath())
 	r.capt = newCapture(r.d.LeasesPath())
 	cctx, stopCapture := context.WithCancel(context.Background())
@@ -344,7 +359,8 @@ func (r *run) mountState() error {
 	if err := os.MkdirAll(r.state, 0o700); err != nil {
 		return err
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "chaos-state", r.state).CombinedOutput(); err != nil {
+	opts := fmt.Sprintf("size=16m,mode=0700,uid=%d,gid=%d", r.uid, r.gid)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "chaos-state", r.state).CombinedOutput(); err != nil {
 		return fmt.Errorf("mount a tmpfs on %s: %v: %s", r.state, err, out)
 	}
 	r.tb.Cleanup(func() {
@@ -354,6 +370,60 @@ func (r *run) mountState() error {
 		}
 	})
 	return nil
+}
+
+// agentUser picks the agent's uid and gid and gives it what the package
+// gives the leasekeeper user: its config, keys and control socket
+// directory; the spool as tmpfiles.d makes it (root, the agent's group,
+// 2770, setgid); the run's directory to pass through. dhcpd and so the
+// hooks run as root, which hook.allowed_uids names.
+func (r *run) agentUser() error {
+	id, err := unusedID()
+	if err != nil {
+		return err
+	}
+	r.uid, r.gid = id, id
+	r.say("the agent runs as uid %d gid %d (no account uses them)", r.uid, r.gid)
+	if err := os.Chmod(r.opts.Dir, 0o711); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(r.spool, 0o770); err != nil {
+		return err
+	}
+	if err := os.Chown(r.spool, 0, int(r.gid)); err != nil {
+		return err
+	}
+	if err := os.Chmod(r.spool, 0o770|os.ModeSetgid); err != nil {
+		return err
+	}
+	run := filepath.Join(r.opts.Dir, "run")
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		return err
+	}
+	return r.chown(run, filepath.Join(r.opts.Dir, "pki"), r.files.CA, r.files.ClientCert, r.files.ClientKey)
+}
+
+func (r *run) chown(paths ...string) error {
+	for _, p := range paths {
+		if err := os.Chown(p, int(r.uid), int(r.gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unusedID is a number from 61000 up that no user and no group has.
+func unusedID() (uint32, error) {
+	for id := 61000; id < 62000; id++ {
+		_, uerr := user.LookupId(strconv.Itoa(id))
+		_, gerr := user.LookupGroupId(strconv.Itoa(id))
+		var nu user.UnknownUserIdError
+		var ng user.UnknownGroupIdError
+		if errors.As(uerr, &nu) && errors.As(gerr, &ng) {
+			return uint32(id), nil
+		}
+	}
+	return 0, errors.New("no unused uid and gid in 61000-61999 for the agent")
 }
 
 // The agent.
@@ -369,6 +439,7 @@ pid_file = ""
 [hook]
 socket = %q
 spool = %q
+allowed_uids = [0]
 [region]
 url = %q
 ca_file = %q
@@ -389,9 +460,12 @@ socket = %q
 [log]
 format = "json"
 `, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.stub.URL(), r.files.CA, r.files.ClientCert, r.files.ClientKey,
-		r.state, r.metrics, filepath.Join(r.opts.Dir, "control.sock"))
+		r.state, r.metrics, filepath.Join(r.opts.Dir, "run", "control.sock"))
 	path := filepath.Join(r.opts.Dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		r.tb.Fatalf("%v", err)
+	}
+	if err := r.chown(path); err != nil {
 		r.tb.Fatalf("%v", err)
 	}
 	logPath := filepath.Join(r.opts.Dir, fmt.Sprintf("agent-%d.log", r.agentN))
@@ -406,7 +480,8 @@ format = "json"
 	cmd.ExtraFiles = []*os.File{r.holder}
 	cmd.Env = append(cleanEnv(), "LISTEN_FDS=1", "LISTEN_FDNAMES=hook")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL,
+		Credential: &syscall.Credential{Uid: r.uid, Gid: r.gid, Groups: []uint32{}}}
 	if err := cmd.Start(); err != nil {
 		r.tb.Fatalf("start agent: %v", err)
 	}
@@ -559,7 +634,7 @@ func (r *run) faultLoop(ctx context.Context) {
 
 // busy serialises faults of one kind (a second region-slow while one
 // runs would end the first one's window early).
-var busyMu, skewMu sync.Mutex
+var busyMu, skewMu, dirMu sync.Mutex
 
 func (r *run) inject(ctx context.Context, kind string) {
 	switch kind {
@@ -655,6 +730,21 @@ func (r *run) inject(ctx context.Context, kind string) {
 		r.fault(kind)
 		sleep(ctx, r.between(3*time.Second, 15*time.Second))
 		_ = os.Rename(r.sockAway, r.sock)
+	case FLeasesDir:
+		// dhcpd (root) goes on writing; the agent (not root) can
+		// neither open the file nor list the directory.
+		if !dirMu.TryLock() {
+			return
+		}
+		defer dirMu.Unlock()
+		r.fault(kind)
+		if err := os.Chmod(r.leasesDir, 0o700); err != nil {
+			r.tb.Fatalf("%v", err)
+		}
+		sleep(ctx, r.between(2*time.Second, 10*time.Second))
+		if err := os.Chmod(r.leasesDir, 0o755); err != nil {
+			r.tb.Fatalf("%v", err)
+		}
 	case FStateFull:
 		filler := filepath.Join(r.state, "chaos-filler")
 		f, err := os.OpenFile(filler, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -679,6 +769,7 @@ func (r *run) undoAll() {
 	r.stub.ClearFaults()
 	_ = os.Rename(r.sockAway, r.sock)
 	_ = os.Remove(filepath.Join(r.state, "chaos-filler"))
+	_ = os.Chmod(r.leasesDir, 0o755)
 	r.amu.Lock()
 	running := r.agent != nil
 	r.amu.Unlock()
