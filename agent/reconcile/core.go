@@ -44,6 +44,13 @@ type Told struct {
 	Action string `json:"action"`
 	MAC    string `json:"mac"`
 	At     int64  `json:"at"` // the event's timestamp
+	// Recorded: taken from the file, not queued by this agent — in a
+	// failover pair outside partner-down the file's blocks are recorded
+	// as told (the peer's hooks report the peer's work), but a block can
+	// also be this side's own work whose hook is still to come (dhcpd
+	// writes a lease expired, and runs on expiry only when the peer's ack
+	// lets it go free). So a hook after a recorded block is news.
+	Recorded bool `json:"recorded,omitempty"`
 }
 
 // Pending is a synthesised event waiting for its time.
@@ -312,7 +319,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			s.dropPending(ip, ReasonVanished)
 		}
 		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
-			s.Hook(ev)
+			s.setTold(ip, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, Recorded: true})
 		}
 		return
 	}

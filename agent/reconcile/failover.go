@@ -133,11 +133,14 @@ func (s *State) tellsVanished() bool {
 // its own old copy of a lease still carries when the partner's update
 // frees it — news the survivor told while it spoke for the pair (dhcpd
 // serves no client while recovering, so no hook of its is new then).
+// What the file merely recorded (Told.Recorded) is not a reason: outside
+// partner-down the expired block comes before this side's own hook, which
+// is then the only one to tell the region.
 func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	if !s.Pair.InPair() || ev.Action == event.Commit {
 		return false
 	}
-	return s.Pair.Recovering() || (t.Action != event.Commit && t.MAC == ev.MAC)
+	return s.Pair.Recovering() || (t.Action != event.Commit && t.MAC == ev.MAC && !t.Recorded)
 }
 
 // Recovering reports whether dhcpd is catching up with its partner after

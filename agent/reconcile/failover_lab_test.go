@@ -247,7 +247,8 @@ func startPair(t *testing.T, lease int) (w1, w2 *world) {
 // both drop the lease of a client that left (no hook runs for it). The
 // region gets exactly one expiry for it, from the primary's agent, not
 // before the lease's own end; the secondary's agent sends nothing; per
-// address no duplicate and no older state after a newer one.
+// address no duplicate and no older state after a newer one. Then a
+// lease ends in normal state: its hook's expiry reaches the region once.
 func TestLabFailoverShrink(t *testing.T) {
 	lab.Require(t, "dhcpd", "dhclient")
 	if testing.Short() {
@@ -294,6 +295,19 @@ func TestLabFailoverShrink(t *testing.T) {
 	w1.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+15*time.Second)
 	waitState(t, w1.d, "normal", 30*time.Second)
 	waitState(t, w2.d, "normal", 30*time.Second)
+
+	// An expiry in normal state: the primary writes the lease expired,
+	// and runs on expiry only once the secondary's ack frees it. Its
+	// agent has read the expired block by then (recorded, not told):
+	// the hook's expiry is the news and must reach the region, once.
+	c3 := w1.lab.AddClient("c3")
+	ip3 := w1.dhclient(c3)
+	w1.waitArrival(ip3, event.Commit, mac(c3), 5*time.Second)
+	if err := c3.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ends3 := w1.leaseEnds(ip3)
+	w1.waitArrival(ip3, event.Expiry, mac(c3), time.Until(time.Unix(ends3, 0))+15*time.Second)
 	time.Sleep(w2.grace + 1500*time.Millisecond) // anything else would come now
 	w1.stopAgent()
 	w2.stopAgent()
@@ -306,11 +320,15 @@ func TestLabFailoverShrink(t *testing.T) {
 			frees = append(frees, a)
 		}
 	}
-	if len(frees) != 1 || frees[0].IP != ip1.String() || frees[0].MAC != mac(c1) || frees[0].Action != event.Expiry {
-		t.Fatalf("want exactly one expiry, for %s %s", ip1, mac(c1))
+	if len(frees) != 2 || frees[0].IP != ip1.String() || frees[0].MAC != mac(c1) || frees[0].Action != event.Expiry ||
+		frees[1].IP != ip3.String() || frees[1].MAC != mac(c3) || frees[1].Action != event.Expiry {
+		t.Fatalf("want exactly one expiry for %s %s (dropped by the shrink), then one for %s %s (its hook)", ip1, mac(c1), ip3, mac(c3))
 	}
 	if at := frees[0].at.Unix(); at < ends {
 		t.Errorf("expiry arrived at %d, before the lease's end %d", at, ends)
+	}
+	if at := frees[1].at.Unix(); at < ends3 {
+		t.Errorf("expiry arrived at %d, before the lease's end %d", at, ends3)
 	}
 	if got := w1.lastSynth; len(got) != 1 || got["vanished"] != 1 {
 		t.Errorf("the primary's agent synthesised %v, want vanished=1 only", got)

@@ -2,11 +2,13 @@ package reconcile
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
@@ -213,5 +215,89 @@ func TestFailoverRules(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runPair(t, tc.pair, tc.hookless, tc.steps) })
+	}
+}
+
+// TestPairSameMACRule is the rule that drops a pair's hook repeating what
+// the region was told, against hooks that bring news and must pass. Each
+// case feeds one side of a pair what happened (the file's blocks, events
+// queued) and asks Superseded of the last hook.
+func TestPairSameMACRule(t *testing.T) {
+	primary := Pair{Peer: "fo", Role: RolePrimary, MyState: "normal", PartnerState: "normal"}
+	survivor := Pair{Peer: "fo", Role: RoleSecondary, MyState: StatePartnerDown, PartnerState: "normal"}
+	base := block(ip1, "active", macA, t0-100, t0+500)
+	for _, tc := range []struct {
+		name     string
+		pair     Pair
+		appended string        // blocks dhcpd wrote, in order
+		queued   []event.Event // events queued before (hooks, synthesised)
+		hook     event.Event
+		drop     bool
+	}{{
+		name:     "survivor: the hook's expiry when the lease goes free repeats the expiry told from the expired block",
+		pair:     survivor,
+		appended: block(ip1, "expired", macA, t0-100, t0+500),
+		queued:   []event.Event{hook(event.Expiry, ip1, macA, t0+500)},
+		hook:     hook(event.Expiry, ip1, macA, t0+4100),
+		drop:     true,
+	}, {
+		name:   "a release the hook reported, reported again",
+		pair:   primary,
+		queued: []event.Event{hook(event.Release, ip1, macA, t0+20)},
+		hook:   hook(event.Release, ip1, macA, t0+21),
+		drop:   true,
+	}, {
+		name:   "older than what was told",
+		pair:   primary,
+		queued: []event.Event{hook(event.Commit, ip1, macB, t0+30)},
+		hook:   hook(event.Expiry, ip1, macA, t0+20),
+		drop:   true,
+	}, {
+		name:     "recovering: a replay of the survivor's news",
+		pair:     Pair{Peer: "fo", Role: RolePrimary, MyState: "recover", PartnerState: StatePartnerDown},
+		appended: block(ip1, "free", macA, t0-100, t0+500),
+		hook:     hook(event.Expiry, ip1, macA, t0+5000),
+		drop:     true,
+	}, {
+		// Newer news: none of these may be dropped.
+		name: "normal: the file shows this side's expired block first, its hook's expiry comes when the peer's ack frees the lease",
+		pair: primary, appended: block(ip1, "expired", macA, t0-100, t0+500),
+		hook: hook(event.Expiry, ip1, macA, t0+501),
+	}, {
+		name: "normal: the file shows the released block before the hook's release",
+		pair: primary, appended: block(ip1, "released", macA, t0-100, t0+200),
+		hook: hook(event.Release, ip1, macA, t0+200),
+	}, {
+		name:   "a commit for the same MAC after its release",
+		pair:   primary,
+		queued: []event.Event{hook(event.Release, ip1, macA, t0+20)},
+		hook:   hook(event.Commit, ip1, macA, t0+40),
+	}, {
+		name:   "an expiry after the same MAC's renewal",
+		pair:   survivor,
+		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+500), hook(event.Commit, ip1, macA, t0+600)},
+		hook:   hook(event.Expiry, ip1, macA, t0+1200),
+	}, {
+		name:   "an expiry for another MAC than the one told free",
+		pair:   primary,
+		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+500)},
+		hook:   hook(event.Expiry, ip1, macB, t0+1500),
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.Pair = tc.pair
+			tab, _ := table(t, base)
+			s.Snapshot(tab, true, t0)
+			if tc.appended != "" {
+				s.Appended(blocks(t, tc.appended), t0+500)
+			}
+			for _, q := range tc.queued {
+				s.Hook(q)
+			}
+			if got := s.Superseded(tc.hook); got != tc.drop {
+				tr := s.Told[netip.MustParseAddr(ip1)]
+				t.Errorf("Superseded(%s %s %s) = %t, want %t (told %+v)", tc.hook.Action, tc.hook.MAC, tc.hook.IP, got, tc.drop, tr)
+			}
+		})
 	}
 }

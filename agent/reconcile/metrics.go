@@ -60,7 +60,7 @@ func newMetrics() *metrics {
 		}, []string{"kind"}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_superseded_total",
-			Help: "Hook expiries or releases dropped because the address was committed to another MAC since (the region would free the new lease).",
+			Help: "Hook events dropped because the region was told newer news about the address (the address committed to another MAC since: the region would free the new lease), or, in a failover pair, the same news or a recovering server's replay.",
 		}),
 		keptBack: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_events_kept_back_total",

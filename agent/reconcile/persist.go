@@ -292,12 +292,18 @@ func decodeLease(b []byte) (Lease, error) {
 	return l, r.err
 }
 
-// encodeTold: version, action, time (varint), MAC.
+// encodeTold: version, action, time (varint), MAC, and a last byte 1
+// when Recorded (absent otherwise, so records read as an older agent
+// wrote them).
 func encodeTold(t Told) []byte {
-	b := make([]byte, 0, 2+binary.MaxVarintLen64+1+len(t.MAC))
+	b := make([]byte, 0, 2+binary.MaxVarintLen64+2+len(t.MAC))
 	b = append(b, 1, actionByte(t.Action))
 	b = binary.AppendVarint(b, t.At)
-	return appendString(b, t.MAC)
+	b = appendString(b, t.MAC)
+	if t.Recorded {
+		b = append(b, 1)
+	}
+	return b
 }
 
 func decodeTold(b []byte) (Told, error) {
@@ -310,6 +316,12 @@ func decodeTold(b []byte) (Told, error) {
 	t.At, t.MAC = r.varint(), r.str()
 	if r.err == nil && t.Action == "" {
 		r.err = fmt.Errorf("unknown action %d", b[1])
+	}
+	if r.err == nil && len(r.b) > 0 {
+		if len(r.b) != 1 || r.b[0] != 1 {
+			r.err = errShortRecord
+		}
+		t.Recorded = true
 	}
 	return t, r.err
 }

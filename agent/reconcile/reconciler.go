@@ -120,6 +120,9 @@ type Reconciler struct {
 	// read is closed once Run has applied its first read of the file;
 	// ended when Run returns. Accept waits for read (see there).
 	read, ended chan struct{}
+	// catchUp asks Run to read what dhcpd appended now, and to close the
+	// channel sent once it is applied (Accept, in a failover pair).
+	catchUp chan chan struct{}
 }
 
 // errNotFollowing: hook events cannot be judged, the task stopped before
@@ -140,7 +143,8 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		now = time.Now
 	}
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
-		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{})}
+		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{}),
+		catchUp: make(chan chan struct{})}
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
 		var err error
@@ -201,6 +205,12 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		}
 	}
 	r.mu.Lock()
+	pair := r.st.Pair.InPair()
+	r.mu.Unlock()
+	if pair && slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit }) {
+		r.readUpToNow(ctx)
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	type prev struct {
 		t  Told
@@ -224,8 +234,8 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			t := r.st.Told[ev.IP]
 			r.met.superseded.Inc()
 			r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
-				Str("source", ev.Source.String()).Str("committed_to", t.MAC).Int64("committed_at", t.At).
-				Msg("dropped a hook event: the address was committed to another MAC since")
+				Str("source", ev.Source.String()).Str("told", t.Action).Str("told_mac", t.MAC).Int64("told_at", t.At).
+				Msg("dropped a hook event: older than, or in a failover pair a repeat of, what the region was told about the address")
 			continue
 		}
 		if _, ok := undo[ev.IP]; !ok {
@@ -246,6 +256,30 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		return err
 	}
 	return nil
+}
+
+// readUpToNow has Run read and apply what dhcpd appended to the file so
+// far. In a failover pair a hook's expiry or release is judged against
+// the file (pairRepeat): dhcpd writes and fsyncs its failover state
+// records and the lease's blocks before it runs the hook, but the file's
+// reader may not have got to them when the hook's datagram arrives —
+// the "my state recover" that makes it a replay, or this side's own
+// expired block that the hook's expiry follows. Without Run (stopped),
+// the event is judged on what was read.
+func (r *Reconciler) readUpToNow(ctx context.Context) {
+	done := make(chan struct{})
+	select {
+	case r.catchUp <- done:
+	case <-r.ended:
+		return
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-done:
+	case <-r.ended:
+	case <-ctx.Done():
+	}
 }
 
 // Run follows dhcpd.leases until ctx ends. ready is called once the
@@ -322,6 +356,10 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 			settling = false
 			r.sync(ctx, false)
 			r.arm(timer)
+		case done := <-r.catchUp:
+			r.sync(ctx, false)
+			r.arm(timer)
+			close(done)
 		case <-poll.C:
 			if !watching {
 				watching = r.watch(w, dir)
