@@ -16,6 +16,9 @@ type CheckJSON struct {
 	// Unchecked lists host fixed addresses written as names, which check
 	// does not resolve.
 	Unchecked []string `json:"unchecked"`
+	// Failover: the failover peers the ranges use and their states, as
+	// in `pools --json` (not problems: they never change the exit status).
+	Failover []pools.Pair `json:"failover"`
 }
 
 func newCheckCmd(env *Env) *cobra.Command {
@@ -30,9 +33,14 @@ func newCheckCmd(env *Env) *cobra.Command {
   duplicate-mac   one MAC address holding several active IPv4 leases
   fixed-address   an active dynamic lease on a host declaration's fixed address
 
+In a failover pair, a peer whose state is not normal is noted (partner-down:
+this server answers for the whole pool; recover: it answers nobody until it
+caught up); a note is not a problem.
+
 Exit status: 0 when nothing is found, 1 when problems are found (or on an
-error), 2 on a usage error. --json prints {"problems": [...], "unchecked": [...]};
-each problem has kind, ip, mac, detail and, where relevant, ips and host.`,
+error), 2 on a usage error. --json prints {"problems": [...], "unchecked": [...],
+"failover": [...]}; each problem has kind, ip, mac, detail and, where
+relevant, ips and host; failover entries are those of pools --json.`,
 		Example: `  leasekeeper check --leases /var/lib/dhcp/dhcpd.leases --config /etc/dhcp/dhcpd.conf`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,9 +48,11 @@ each problem has kind, ip, mac, detail and, where relevant, ips and host.`,
 			if err != nil {
 				return err
 			}
-			problems, unresolved := pools.Check(cfg, ls.Table, parser.TimeOf(env.Now()))
+			now := parser.TimeOf(env.Now())
+			problems, unresolved := pools.Check(cfg, ls.Table, now)
+			pairs := pools.Summarize(cfg, ls.Table, now).Failover
 			if ff.asJSON {
-				out := CheckJSON{Problems: problems, Unchecked: unresolved}
+				out := CheckJSON{Problems: problems, Unchecked: unresolved, Failover: pairs}
 				if out.Problems == nil {
 					out.Problems = []pools.Problem{}
 				}
@@ -60,6 +70,11 @@ each problem has kind, ip, mac, detail and, where relevant, ips and host.`,
 				}
 				for _, u := range unresolved {
 					fmt.Fprintf(env.Stderr, "leasekeeper: note: fixed address %s is a name; not checked\n", u)
+				}
+				for _, p := range pairs {
+					if p.MyState != "normal" {
+						fmt.Fprintf(env.Stdout, "note: %s\n", pairLine(p))
+					}
 				}
 				if len(problems) == 0 {
 					fmt.Fprintf(env.Stdout, "ok: %d leases, %d ranges, no problems\n", ls.Len(), len(cfg.Ranges))

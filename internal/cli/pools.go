@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -51,9 +52,17 @@ expired, released, abandoned) lease, like dhcpd-pools, whose counts it
 matches on files dhcpd wrote. States are those dhcpd would load: the last
 block per address, a missing binding state inferred from its end time.
 
---json prints {"ranges": [...], "shared_networks": [...], "summary": {...}};
-each range has family, first, last, subnet, shared_network, failover, size,
-active, backup, touched and free (size - active). Sizes are exact, 2^64 for
+For a failover pair, one line per failover peer the pools use: this
+server's role, its state and its partner's as the leases file last
+recorded them (partner-down: this server answers for the whole pool;
+recover: it answers nobody until it caught up), the MCLT and the backup
+leases (free addresses the secondary may hand out on its own).
+
+--json prints {"ranges": [...], "shared_networks": [...], "summary": {...},
+"failover": [...]}; each range has family, first, last, subnet,
+shared_network, failover, size, active, backup, touched and free (size -
+active); each failover entry has peer, role, my_state, my_state_at,
+partner_state, partner_state_at (RFC 3339 UTC or null), mclt and backup. Sizes are exact, 2^64 for
 a /64: size and free are JSON integers written in full, which for IPv6 may
 exceed what an int64 or a double holds (decode them as big integers).`,
 		Example: `  leasekeeper pools --leases /var/lib/dhcp/dhcpd.leases --config /etc/dhcp/dhcpd.conf`,
@@ -87,7 +96,40 @@ func writePoolsTable(w io.Writer, rep pools.Report) error {
 		fmt.Fprintf(tw, "%s\t\t\t%s\t%d\t%d\t%d\t%s\t%s\t\n",
 			t.Name, t.Size, t.Active, t.Backup, t.Touched, t.Free, percent(t.Active, t.Size))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range rep.Failover {
+		if _, err := fmt.Fprintln(w, pairLine(p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pairLine describes a failover peer and its states in one line.
+func pairLine(p pools.Pair) string {
+	role := p.Role
+	if role == "" {
+		role = "no role"
+	}
+	s := fmt.Sprintf("failover peer %q (%s): ", p.Peer, role)
+	if p.MyState == "" {
+		s += "no state recorded in the leases file"
+	} else {
+		s += "my state " + p.MyState + since(p.MyStateAt) + ", partner state " + orDash(p.PartnerState) + since(p.PartnerStateAt)
+		if p.MCLT > 0 {
+			s += fmt.Sprintf(", mclt %d", p.MCLT)
+		}
+	}
+	return s + fmt.Sprintf(", backup %d", p.Backup)
+}
+
+func since(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return " since " + t.Format(time.RFC3339)
 }
 
 func total(t pools.Totals) pools.Totals {

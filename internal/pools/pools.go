@@ -53,6 +53,9 @@ type Report struct {
 	Ranges         []Usage  `json:"ranges"`
 	SharedNetworks []Totals `json:"shared_networks"`
 	Summary        Totals   `json:"summary"`
+	// Failover: the failover peers the ranges use and their states
+	// (Pairs); empty when dhcpd runs on its own.
+	Failover []Pair `json:"failover"`
 }
 
 // Summarize counts, per range, the leases whose address it contains, by
@@ -108,6 +111,7 @@ func Summarize(cfg *parser.Config, t *parser.Table, now parser.Time) Report {
 	if rep.SharedNetworks == nil {
 		rep.SharedNetworks = []Totals{}
 	}
+	rep.Failover = Pairs(cfg, t, rep)
 	return rep
 }
 

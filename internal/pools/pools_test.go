@@ -354,3 +354,45 @@ ia-na "\001\000\000\000\000\001" {
 		t.Errorf("JSON round trip: %+v, %v", back, err)
 	}
 }
+
+// TestPairs: the failover peers the pools use, with the states the
+// leases file last recorded — on the files a real pair wrote (both
+// normal again after partner-down and recovery; dhcpd-pools shows only
+// the backup counts, matched above) and on a survivor's file.
+func TestPairs(t *testing.T) {
+	at := func(s string) *time.Time {
+		x, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &x
+	}
+	survivorLeases := `failover peer "fo" state {
+  my state partner-down at 2 2026/12/01 12:00:00;
+  partner state communications-interrupted at 2 2026/12/01 11:59:00;
+  mclt 3600;
+}
+` + lease("198.51.100.100", "backup", "")
+	for _, tc := range []struct {
+		name, conf, leases string
+		want               []Pair
+	}{
+		{"real pair, primary", readTestdata(t, "pair-primary.conf"), readTestdata(t, "pair-primary.leases"), []Pair{{
+			Peer: "fo-vlan1", Role: "primary", MyState: "normal", MyStateAt: at("2026-12-01T12:27:25Z"),
+			PartnerState: "normal", PartnerStateAt: at("2026-12-01T12:27:25Z"), Backup: 25}}},
+		{"real pair, secondary", readTestdata(t, "pair-secondary.conf"), readTestdata(t, "pair-secondary.leases"), []Pair{{
+			Peer: "fo-vlan1", Role: "secondary", MyState: "normal", MyStateAt: at("2026-12-01T12:27:24Z"),
+			PartnerState: "normal", PartnerStateAt: at("2026-12-01T12:27:25Z"), MCLT: 10, Backup: 25}}},
+		{"survivor", conf, survivorLeases, []Pair{{
+			Peer: "fo", Role: "primary", MyState: "partner-down", MyStateAt: at("2026-12-01T12:00:00Z"),
+			PartnerState: "communications-interrupted", PartnerStateAt: at("2026-12-01T11:59:00Z"), MCLT: 3600, Backup: 1}}},
+		{"alone", "subnet 203.0.113.0 netmask 255.255.255.0 { range 203.0.113.10 203.0.113.20; }", survivorLeases, []Pair{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Summarize(mustConfig(t, tc.conf), mustLeases(t, tc.leases), now)
+			if diff := cmp.Diff(tc.want, rep.Failover); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
