@@ -107,6 +107,13 @@ type State struct {
 	// dhcpd.conf as dhcpd read it at its last start; nil when unknown
 	// (no dhcpd.conf, unreadable). Set by the caller before Snapshot.
 	OutOfRange func(netip.Addr) bool `json:"-"`
+	// Unknown: what the file says now is not known — the last read of it
+	// failed (permission denied, an I/O error) or a whole read is held
+	// unfinished (torn, garbage). File may be out of date (dhcpd may have
+	// renewed a lease File still shows ending), so nothing is synthesised
+	// from it until a read succeeds: Due returns nothing and keeps what is
+	// pending. Hook events are not affected. Set by the caller.
+	Unknown bool `json:"-"`
 
 	// dirty are the addresses whose File, Told or Pending entry changed
 	// since TakeDirty; metaDirty is Baselined or Pair changing. They let the
@@ -439,6 +446,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 // back, the IP went to another MAC). It also applies rule 3. The caller
 // queues the events for the region and then calls Hook for each.
 func (s *State) Due(now int64) []event.Event {
+	if s.Unknown {
+		return nil
+	}
 	// Rule 3: active leases dhcpd should have expired by now. Not in
 	// complement mode: dhcpd's on expiry, when it comes, tells the
 	// region through the other program, and an expiry of ours could

@@ -98,7 +98,10 @@ type Reconciler struct {
 	flushNow bool          // a whole read was applied: persist it at once
 	retryAt  time.Time     // after a failed commit
 	hookless bool
-	mode     atomic.Pointer[Detection] // the last detection, for status
+	// readFailed: the last read of the leases file failed; wholeHeld: a
+	// whole read is held unfinished. Either makes st.Unknown (core.go).
+	readFailed, wholeHeld bool
+	mode                  atomic.Pointer[Detection] // the last detection, for status
 	// keptBackWarned: kinds of kept-back events already explained at
 	// warn level (later ones are logged at debug).
 	keptBackWarned map[string]bool
@@ -433,14 +436,16 @@ func (r *Reconciler) sync(ctx context.Context, poll bool) {
 func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	if err != nil {
 		r.met.problems.WithLabelValues(problemRead).Inc()
-		r.log.Error().Err(err).Msg("reading the leases file failed; retrying at the next poll")
+		r.log.Error().Err(err).Msg("reading the leases file failed; holding every synthesised event until it reads again; retrying at the next poll")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
+	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)
 	}
+	r.st.Unknown = r.readFailed || r.wholeHeld
 	if pos, ok := r.fol.position(); ok && (r.pos == nil || *r.pos != pos) {
 		r.pos, r.posDirty = &pos, true
 	}
@@ -495,6 +500,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 	case changeSnapshot:
 		start := time.Now()
 		if !c.complete {
+			r.wholeHeld = true
 			r.st.Snapshot(c.table, false, now.Unix())
 			r.met.snapshots.WithLabelValues("held").Inc()
 			if c.torn {
@@ -519,6 +525,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			r.st.OutOfRange = in
 		}
 		r.failoverSeen(c.table.Failover())
+		r.wholeHeld = false
 		vanished := r.st.Snapshot(c.table, true, now.Unix())
 		r.flushNow = true // rare and possibly large: not left for later
 		r.met.snapshots.WithLabelValues("complete").Inc()

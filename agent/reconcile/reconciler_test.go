@@ -462,3 +462,42 @@ func TestTaskRefusedAppend(t *testing.T) {
 	}
 	h.stop()
 }
+
+// TestTaskUnreadableHoldsSynthesis: while the leases file cannot be read,
+// what the agent last read may be out of date (dhcpd may have renewed a
+// lease it still shows ending), so nothing is synthesised from it: a
+// lease whose end passes meanwhile gets no expiry, and once the file reads
+// again and shows the lease renewed, none ever comes. (Found by make
+// chaos with the leases directory made unreadable.)
+func TestTaskUnreadableHoldsSynthesis(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, 2*time.Second), true)
+	h.start(time.Second)
+	// The file becomes unreadable: something that is not a regular file
+	// takes its place (the agent runs as root in tests, so a mode would
+	// not stop it).
+	os.Remove(h.d.path)
+	if err := syscall.Mkfifo(h.d.path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // past the lease's end and the grace
+	if got := h.queued(); len(got) != 0 {
+		t.Fatalf("queued %q while the file could not be read", got)
+	}
+	if !strings.Contains(h.logText(), "holding every synthesised event") {
+		t.Errorf("the log does not say decisions are held:\n%s", h.logText())
+	}
+	// dhcpd had renewed it.
+	os.Remove(h.d.path)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), false)
+	time.Sleep(2 * time.Second)
+	// No hook reported the renewal here, so its commit is synthesised
+	// (rule 1); what must never come is an expiry.
+	for _, q := range h.queued() {
+		if strings.HasPrefix(q, "expiry ") {
+			t.Errorf("queued %q for a lease dhcpd renewed", q)
+		}
+	}
+	h.stop()
+}
