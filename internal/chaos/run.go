@@ -78,6 +78,7 @@ type run struct {
 	lab   *lab.Lab
 	d     *lab.Dhcpd
 	dmu   sync.Mutex // dhcpd restarts
+	afmu  sync.Mutex // agent faults, one at a time (each stops, then starts one agent)
 	stub  *regionstub.Server
 	files regionstub.Files
 
@@ -664,6 +665,10 @@ func (r *run) inject(ctx context.Context, kind string) {
 			r.tb.Fatalf("dhcpd: %v", err)
 		}
 	case FAgentKill, FAgentTerm:
+		// Two overlapping agent faults would start two agents, the second
+		// refused by the first's outbox lock (seen in a 30 min run).
+		r.afmu.Lock()
+		defer r.afmu.Unlock()
 		sig := syscall.SIGKILL
 		if kind == FAgentTerm {
 			sig = syscall.SIGTERM
