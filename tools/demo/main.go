@@ -82,13 +82,13 @@ type demo struct {
 	lease                      int
 	start                      time.Time
 
-	lab   *lab.Lab
-	d     *lab.Dhcpd
-	stub  *regionstub.Server
+	lab  *lab.Lab
+	d    *lab.Dhcpd
+	stub *regionstub.Server
 	// apiURL, apiKey: the region's API 2.0 and the key file for it.
 	apiURL, apiKey string
-	dir   string
-	agent *exec.Cmd
+	dir            string
+	agent          *exec.Cmd
 }
 
 var out sync.Mutex
