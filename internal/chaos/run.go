@@ -209,7 +209,7 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.capt = newCapture(r.d.LeasesPath())
 	cctx, stopCapture := context.WithCancel(context.Background())
 	capDone := make(chan struct{})
-	go func() { r.capt.follow(cctx); close(capDone) }()
+	go func() { defer r.guard(); r.capt.follow(cctx); close(capDone) }()
 	defer func() { stopCapture(); <-capDone }()
 
 	if r.metrics, err = freePort(); err != nil {
@@ -219,7 +219,7 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.tb.Cleanup(func() { r.stopAgent(syscall.SIGTERM) })
 	sctx, stopSampling := context.WithCancel(context.Background())
 	sampled := make(chan struct{})
-	go func() { r.sampleLoop(sctx); close(sampled) }()
+	go func() { defer r.guard(); r.sampleLoop(sctx); close(sampled) }()
 	defer func() { stopSampling(); <-sampled }()
 
 	// The client population and the faults, for Duration.
@@ -229,15 +229,15 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	for i := range o.Clients {
 		c := r.lab.AddClient(fmt.Sprintf("c%d", i+1), lab.WithHostname(fmt.Sprintf("chaos-%d", i+1)))
 		wg.Add(1)
-		go func() { defer wg.Done(); r.dhclientLoop(wctx, c) }()
+		go func() { defer wg.Done(); defer r.guard(); r.dhclientLoop(wctx, c) }()
 	}
 	perf := r.lab.AddClient("perf")
 	if _, err := r.lab.Exec(ctx, perf.NS, "ip", "addr", "add", "203.0.113.2/24", "dev", perf.Iface); err != nil {
 		return oracle.Report{}, err
 	}
 	wg.Add(2)
-	go func() { defer wg.Done(); r.perfLoop(wctx, perf) }()
-	go func() { defer wg.Done(); r.faultLoop(wctx) }()
+	go func() { defer wg.Done(); defer r.guard(); r.perfLoop(wctx, perf) }()
+	go func() { defer wg.Done(); defer r.guard(); r.faultLoop(wctx) }()
 	wg.Wait()
 	if ctx.Err() != nil {
 		return oracle.Report{}, ctx.Err()
@@ -628,7 +628,7 @@ func (r *run) faultLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		kind := r.opts.Faults[r.intn(len(r.opts.Faults))]
 		wg.Add(1)
-		go func() { defer wg.Done(); r.inject(ctx, kind) }()
+		go func() { defer wg.Done(); defer r.guard(); r.inject(ctx, kind) }()
 		sleep(ctx, r.between(2*time.Second, 8*time.Second))
 	}
 }
@@ -781,6 +781,23 @@ func (r *run) undoAll() {
 	if !running {
 		r.startAgent()
 	}
+}
+
+// guard ends the whole program after a fatal error in a goroutine of the
+// run (a panic there would skip Run's recovery and its cleanups, leaving
+// namespaces and processes behind): it runs every cleanup, then exits 2.
+// The run's directory is kept for a post-mortem.
+func (r *run) guard() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if _, ok := p.(fatal); !ok {
+		panic(p)
+	}
+	fmt.Fprintf(os.Stderr, "chaos: the run failed while driving the lab (see above); cleaning up; files in %s (rerun: make chaos SEED=%d)\n", r.opts.Dir, r.opts.Seed)
+	r.tb.cleanup()
+	os.Exit(2)
 }
 
 // Faults returns the faults injected, by kind.
