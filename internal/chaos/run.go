@@ -70,7 +70,7 @@ var ranges = [][2]int{{100, 199}, {100, 149}, {130, 229}, {150, 199}}
 
 type run struct {
 	opts Options
-	tb   *runTB
+	tb   *lab.ProgramTB
 	rng  *rand.Rand
 	rmu  sync.Mutex
 	t0   time.Time
@@ -123,12 +123,12 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	if len(o.Faults) == 0 {
 		o.Faults = AllFaults
 	}
-	tb := &runTB{dir: o.Dir}
+	tb := &lab.ProgramTB{Prog: "chaos", TempRoot: o.Dir}
 	r := &run{opts: o, tb: tb, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed)), faults: map[string]int{}, t0: time.Now()}
-	defer tb.cleanup()
+	defer tb.RunCleanups()
 	defer func() {
 		if p := recover(); p != nil {
-			if _, ok := p.(fatal); !ok {
+			if _, ok := p.(lab.Fatal); !ok {
 				panic(p)
 			}
 			if err == nil {
@@ -342,7 +342,7 @@ const hookCall = `"/usr/sbin/leasekeeper-hook", "notify",`
 
 // snippet is the packaged hook blocks running hook with this run's socket
 // and spool (lab.HookSnippet does the same from a test's module root).
-func snippet(tb *runTB, path, hook, sock, spool string) string {
+func snippet(tb *lab.ProgramTB, path, hook, sock, spool string) string {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		tb.Fatalf("%v", err)
@@ -792,11 +792,11 @@ func (r *run) guard() {
 	if p == nil {
 		return
 	}
-	if _, ok := p.(fatal); !ok {
+	if _, ok := p.(lab.Fatal); !ok {
 		panic(p)
 	}
 	fmt.Fprintf(os.Stderr, "chaos: the run failed while driving the lab (see above); cleaning up; files in %s (rerun: make chaos SEED=%d)\n", r.opts.Dir, r.opts.Seed)
-	r.tb.cleanup()
+	r.tb.RunCleanups()
 	os.Exit(2)
 }
 

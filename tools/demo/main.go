@@ -28,7 +28,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/internal/lab"
@@ -46,12 +45,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: demo -agent PATH -hook PATH [-lease SECS]")
 		os.Exit(2)
 	}
-	tb := &demoTB{}
+	tb := &lab.ProgramTB{Prog: "demo"}
 	code := 0
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				if _, ok := p.(fatal); !ok {
+				if _, ok := p.(lab.Fatal); !ok {
 					panic(p)
 				}
 				code = 1
@@ -64,7 +63,7 @@ func main() {
 		}
 	}()
 	say("cleaning up: agent, dhcpd, dhclients, namespaces")
-	tb.cleanup()
+	tb.RunCleanups()
 	os.Exit(code)
 }
 
@@ -77,7 +76,7 @@ func abs(p string) string {
 }
 
 type demo struct {
-	tb                         *demoTB
+	tb                         *lab.ProgramTB
 	agentBin, hookBin, snippet string
 	lease                      int
 	start                      time.Time
@@ -440,70 +439,4 @@ func (d *demo) leaseEnds(ip netip.Addr) int64 {
 		d.tb.Fatalf("%s is not in the leases file", ip)
 	}
 	return int64(l.Ends)
-}
-
-// demoTB lets the lab (written for tests) run in a program: failures
-// print and unwind to main, cleanups run at the end, last first.
-type demoTB struct {
-	testing.TB // not set: calling anything else panics
-	mu         sync.Mutex
-	cleanups   []func()
-}
-
-type fatal struct{}
-
-func (t *demoTB) Helper()                 {}
-func (t *demoTB) Name() string            { return "demo" }
-func (t *demoTB) Failed() bool            { return false }
-func (t *demoTB) Logf(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }
-func (t *demoTB) Log(a ...any)            { fmt.Println(append([]any{"   "}, a...)...) }
-func (t *demoTB) Errorf(f string, a ...any) {
-	fmt.Fprintf(os.Stderr, "demo: "+f+"\n", a...)
-}
-func (t *demoTB) Error(a ...any) { fmt.Fprintln(os.Stderr, append([]any{"demo:"}, a...)...) }
-func (t *demoTB) Fatalf(f string, a ...any) {
-	t.Errorf(f, a...)
-	panic(fatal{})
-}
-func (t *demoTB) Fatal(a ...any) {
-	t.Error(a...)
-	panic(fatal{})
-}
-func (t *demoTB) Skipf(f string, a ...any) { t.Fatalf("cannot run: "+f, a...) }
-func (t *demoTB) Skip(a ...any)            { t.Fatal(append([]any{"cannot run:"}, a...)...) }
-func (t *demoTB) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-func (t *demoTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "leasekeeper-demo-")
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-func (t *demoTB) cleanup() {
-	for {
-		t.mu.Lock()
-		if len(t.cleanups) == 0 {
-			t.mu.Unlock()
-			return
-		}
-		f := t.cleanups[len(t.cleanups)-1]
-		t.cleanups = t.cleanups[:len(t.cleanups)-1]
-		t.mu.Unlock()
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					if _, ok := p.(fatal); !ok {
-						fmt.Fprintln(os.Stderr, "demo: cleanup:", p)
-					}
-				}
-			}()
-			f()
-		}()
-	}
 }
