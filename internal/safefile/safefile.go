@@ -84,30 +84,18 @@ func ReadFile(path string, follow Follow, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	var r io.Reader = f
+	if limit > 0 {
+		r = io.LimitReader(f, limit+1)
+	}
+	b, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
 	}
-	if limit > 0 && fi.Size() > limit {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d expected of it", path, fi.Size(), limit)
+	if limit > 0 && int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: more than the %d bytes expected of it", path, limit)
 	}
-	b := make([]byte, 0, fi.Size()+512)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if limit > 0 && int64(len(b)) > limit {
-			return nil, fmt.Errorf("%s: more than the %d bytes expected of it", path, limit)
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return b, nil
-			}
-			return nil, err
-		}
-	}
+	return b, nil
 }
 
 func kind(mode uint32) string {
