@@ -65,10 +65,12 @@ demo: test-deps
 # checks the region's records against every leases file dhcpd wrote
 # (nothing lost, nothing false, per-IP order) and exits 1 on a violation.
 # SEED repeats a run's choices (0: a fresh one, printed). Needs root.
+# FAULTS names the fault kinds to mix (comma-separated; "" = all).
 DURATION ?= 10m
 SEED     ?= 0
+FAULTS   ?=
 chaos: test-deps build
-	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED)
+	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)"
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built
 # with dpkg-buildpackage in a copy of the tree and checked by lintian (no
