@@ -1,0 +1,255 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
+)
+
+var (
+	hooklessLeases = flag.Int("hookless.leases", 20000, "BenchmarkHooklessLease: lease blocks appended per iteration")
+	hooklessRate   = flag.Int("hookless.rate", 5000, "BenchmarkHooklessLease: blocks appended per second (dhcpd under perfdhcp: ~5 000–7 000)")
+)
+
+// BenchmarkHooklessLease is the agent's whole per-lease path in hookless
+// mode, in this process so that `go test -cpuprofile` sees all of it:
+// dhcpd.conf runs no hook, a writer appends one lease block per write(2)
+// to dhcpd.leases at -hookless.rate (as dhcpd does, one commit after the
+// other, each for a new address), and the agent (agent.Assemble, as
+// `leasekeeper agent` runs it: inotify wake-up, read of the appended
+// bytes, parse, table update, outbox commit with fsync on the real disk,
+// delivery over mutual TLS) delivers them to the region stub, which runs
+// as a separate process (tools/regionstub) so that its CPU is not
+// counted, and so does the writer (this test binary again, TestMain).
+// The figure is cpu-µs/lease: this process's user+system CPU from the
+// first block written to the last one delivered, per lease.
+//
+//	go test ./agent -run '^$' -bench HooklessLease -benchtime 1x -cpuprofile cpu.out
+//	go tool pprof -top -tagfocus part=agent agent.test cpu.out
+func BenchmarkHooklessLease(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds and runs the region stub")
+	}
+	dir := b.TempDir()
+	stubURL, pki := startStubProcess(b, dir)
+	conf := filepath.Join(dir, "dhcpd.conf")
+	leases := filepath.Join(dir, "dhcpd.leases")
+	if err := os.WriteFile(conf, []byte("subnet 198.18.0.0 netmask 255.254.0.0 {\n  range 198.18.0.1 198.19.255.254;\n}\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(leases, []byte("# The format of this file is documented in the dhcpd.leases(5) manual page.\n# This lease file was written by isc-dhcp-4.4.3-P1\n\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.DHCPD.Leases, cfg.DHCPD.Config, cfg.DHCPD.PIDFile = leases, conf, ""
+	cfg.Hook.Socket, cfg.Hook.Spool, cfg.Hook.AllowedUIDs = filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), []int{os.Getuid()}
+	cfg.Region.URL, cfg.Region.ServerName = stubURL, "maas"
+	cfg.Region.CAFile, cfg.Region.CertFile, cfg.Region.KeyFile = filepath.Join(pki, "ca.pem"), filepath.Join(pki, "agent.crt"), filepath.Join(pki, "agent.key")
+	cfg.State.Dir = filepath.Join(dir, "state")
+	cfg.Metrics.Listen, cfg.Control.Socket = "", ""
+	reg := prometheus.NewRegistry()
+	log := zerolog.Nop()
+	a, err := New(cfg, log, reg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	closeParts, err := Assemble(a, cfg, log, reg, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	pprof.Do(ctx, pprof.Labels("part", "agent"), func(ctx context.Context) {
+		go func() { done <- a.Run(ctx) }()
+	})
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+		closeParts()
+	}()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		b.Fatal(err)
+	case <-time.After(30 * time.Second):
+		b.Fatal("agent not ready after 30 s")
+	}
+	delivered := func() float64 { return gathered(b, reg, "leasekeeper_delivered_total") }
+	n, first := *hooklessLeases, 0
+	var cpu, wall time.Duration
+	commits0 := gathered(b, reg, "leasekeeper_outbox_commit_seconds")
+	posts0 := gathered(b, reg, "leasekeeper_delivery_attempts_total")
+	b.ResetTimer()
+	for range b.N {
+		base := delivered()
+		c0, t0 := processCPU(), time.Now()
+		writeLeases(b, leases, first, n, *hooklessRate)
+		for delivered() < base+float64(n) {
+			if time.Since(t0) > 5*time.Minute {
+				b.Fatalf("%v of %d delivered after 5 minutes", delivered()-base, n)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		cpu += processCPU() - c0
+		wall += time.Since(t0)
+		first += n
+	}
+	b.StopTimer()
+	per := float64(cpu.Microseconds()) / float64(b.N*n)
+	b.ReportMetric(per, "cpu-µs/lease")
+	b.ReportMetric(0, "ns/op")
+	commits := gathered(b, reg, "leasekeeper_outbox_commit_seconds") - commits0
+	posts := gathered(b, reg, "leasekeeper_delivery_attempts_total") - posts0
+	b.Logf("%d leases at %d/s: agent CPU %s (%.1f µs per lease) over %s; %.0f outbox commits, %.0f region requests",
+		b.N*n, *hooklessRate, cpu.Round(time.Millisecond), per, wall.Round(time.Millisecond), commits, posts)
+}
+
+// appendEnv makes the test binary the benchmark's dhcpd stand-in
+// (TestMain): "PATH FIRST N RATE".
+const appendEnv = "LEASEKEEPER_BENCH_APPEND"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(appendEnv); spec != "" {
+		var path string
+		var first, n, rate int
+		if _, err := fmt.Sscan(spec, &path, &first, &n, &rate); err != nil {
+			fmt.Fprintln(os.Stderr, appendEnv+":", err)
+			os.Exit(2)
+		}
+		if err := appendLeases(path, first, n, rate); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// writeLeases runs appendLeases in a process of its own (this test
+// binary, TestMain), so that its CPU is not the agent's.
+func writeLeases(b *testing.B, path string, first, n, rate int) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %d", appendEnv, path, first, n, rate))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("appending leases: %v\n%s", err, out)
+	}
+}
+
+// appendLeases appends n lease blocks, one write(2) each as dhcpd does,
+// for addresses first+1… of 198.18.0.0/15, at rate per second.
+func appendLeases(path string, first, n, rate int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	start := time.Now()
+	buf := make([]byte, 0, 512)
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); wait > 0 {
+			time.Sleep(wait)
+		}
+		k := first + i + 1
+		ip := netip.AddrFrom4([4]byte{198, 18 + byte(k>>16&1), byte(k >> 8), byte(k)})
+		now := time.Now().UTC()
+		ts := now.Format("2006/01/02 15:04:05")
+		end := now.Add(time.Hour).Format("2006/01/02 15:04:05")
+		buf = fmt.Appendf(buf[:0], "lease %s {\n  starts %d %s;\n  ends %d %s;\n  cltt %d %s;\n  binding state active;\n  next binding state free;\n  rewind binding state free;\n  hardware ethernet 02:00:%02x:%02x:%02x:%02x;\n  uid \"\\001\\002\\000\\000\\000\\000\\000\";\n  client-hostname \"bench-%d\";\n}\n",
+			ip, now.Weekday(), ts, now.Weekday(), end, now.Weekday(), ts, byte(k>>24), byte(k>>16), byte(k>>8), byte(k), k)
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func rusage(who int) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func processCPU() time.Duration { return rusage(syscall.RUSAGE_SELF) }
+
+// gathered is the value of the single-series metric name in reg.
+func gathered(b *testing.B, reg *prometheus.Registry, name string) float64 {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var v float64
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+		return v
+	}
+	return 0
+}
+
+// startStubProcess builds and starts tools/regionstub on a free loopback
+// port; it returns the leases URL and the directory of its PEM files.
+func startStubProcess(b *testing.B, dir string) (string, string) {
+	b.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "regionstub")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/leasekeeper/leasekeeper/tools/regionstub").CombinedOutput(); err != nil {
+		b.Fatalf("go build regionstub: %v\n%s", err, out)
+	}
+	pki := filepath.Join(dir, "pki")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	out, err := os.Create(filepath.Join(dir, "stub.out"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(bin, "-listen", addr, "-cert-dir", pki)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for range 100 {
+		if s, _ := os.ReadFile(out.Name()); strings.Contains(string(s), "https://") {
+			return "https://" + addr + "/MAAS/a/v3internal/leases", pki
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, _ := os.ReadFile(out.Name())
+	b.Fatalf("region stub did not start:\n%s", s)
+	return "", ""
+}
