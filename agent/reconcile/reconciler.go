@@ -56,7 +56,13 @@ const (
 	// busyRound and busyBlocks: after a read that found at least
 	// busyBlocks blocks (dhcpd under load), the next read waits until
 	// busyRound after it, so a busy dhcpd costs a few dozen reads,
-	// commits and deliveries a second instead of hundreds.
+	// commits and deliveries a second instead of hundreds. Until then
+	// the directory's inotify watch is removed: dhcpd writes each lease
+	// with a write of its own, and each would wake the agent (the
+	// watcher's goroutine, then Run's) only to be ignored — at thousands
+	// of leases a second, the largest part of what a lease cost. The
+	// watch is added again before the next read, so whatever is written
+	// after that read is signalled as before.
 	busyRound  = 100 * time.Millisecond
 	busyBlocks = 16
 	// flushDelay bounds how long a state change with no event to queue
@@ -319,6 +325,8 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	settling := false
+	// paused: the watch is off until the next read (busyRound).
+	paused := false
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	r.arm(timer)
@@ -357,7 +365,15 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 			r.arm(timer)
 		case <-settle.C:
 			settling = false
+			if paused {
+				// Before the read: a write after it is signalled.
+				paused, watching = false, r.watch(w, dir)
+			}
 			r.sync(ctx, false)
+			if watching && r.lastBlocks >= busyBlocks && w.Remove(dir) == nil {
+				paused, settling = true, true
+				settle.Reset(max(settleDelay, busyRound-time.Since(r.lastSync)))
+			}
 			r.arm(timer)
 		case done := <-r.catchUp:
 			r.sync(ctx, false)

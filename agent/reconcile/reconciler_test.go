@@ -501,3 +501,31 @@ func TestTaskUnreadableHoldsSynthesis(t *testing.T) {
 	}
 	h.stop()
 }
+
+// TestTaskBusyWatchPaused: after a read that found busyBlocks blocks the
+// inotify watch is off until the next read (reconciler.go, busyRound);
+// it must be on again after it, so a lone block dhcpd appends once the
+// burst is over is read at once. The poll is an hour here: only the watch
+// can find it.
+func TestTaskBusyWatchPaused(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite("", true)
+	h.beforeRun = func(r *Reconciler) { r.cfg.Poll = time.Hour }
+	h.start(30 * time.Second)
+	ip := func(i int) string { return fmt.Sprintf("203.0.113.%d", 10+i) }
+	mac := func(i int) string { return fmt.Sprintf("00:16:3e:00:01:%02x", i) }
+	var burst strings.Builder
+	for i := range busyBlocks + 4 {
+		burst.WriteString(nowBlock(ip(i), "active", mac(i), 0, time.Hour))
+	}
+	h.d.append(burst.String())
+	n := busyBlocks + 4
+	h.waitQueued(n, 5*time.Second)
+	for i := n; i < n+3; i++ {
+		h.d.append(nowBlock(ip(i), "active", mac(i), 0, time.Hour))
+		got, _ := h.waitQueued(i+1, 5*time.Second)
+		if want := "commit " + ip(i) + " " + mac(i); !strings.HasPrefix(got[i], want) {
+			t.Fatalf("event %d is %q, want %q…", i, got[i], want)
+		}
+	}
+}
