@@ -44,6 +44,11 @@ type Told struct {
 	Action string `json:"action"`
 	MAC    string `json:"mac"`
 	At     int64  `json:"at"` // the event's timestamp
+	// AtNS is the event's time to the nanosecond when a hook reported it
+	// (its timestamp_ns), 0 otherwise: it orders two events of the same
+	// second, which At alone cannot (a client's commit and its release
+	// often share one). See after.
+	AtNS int64 `json:"at_ns,omitempty"`
 	// Recorded: taken from the file, not queued by this agent — in a
 	// failover pair outside partner-down the file's blocks are recorded
 	// as told (the peer's hooks report the peer's work), but a block can
@@ -252,7 +257,7 @@ func want(ip netip.Addr, l Lease) (event.Event, bool) {
 // would take the region back in time: a commit after the release that
 // followed it, an expiry after the renewal that followed it).
 func satisfied(t Told, ok bool, ev event.Event) bool {
-	if ok && t.At > ev.Timestamp {
+	if ok && t.after(ev) {
 		return true
 	}
 	switch ev.Action {
@@ -272,7 +277,38 @@ func satisfied(t Told, ok bool, ev event.Event) bool {
 // Hook records an event a hook reported (or the agent queued for any
 // reason): the region has been told it.
 func (s *State) Hook(ev event.Event) {
-	s.setTold(ev.IP, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp})
+	s.setTold(ev.IP, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)})
+}
+
+// fineTime is ev's time to the nanosecond if a hook took it: its
+// timestamp_ns, read from the same clock reading as its timestamp (so
+// within that second). dhcpd runs its hooks one after another, so among
+// a server's hook events it is dhcpd's order. 0 for anything else: a
+// synthesised event is stamped with the lease's own second and, to the
+// nanosecond, with when it was synthesised, which is no order against a
+// hook's.
+func fineTime(ev event.Event) int64 {
+	if ev.Source != event.SourceHook && ev.Source != event.SourceSpool {
+		return 0
+	}
+	if ns := ev.TimestampNS; ns > 0 && ns/1e9 == ev.Timestamp {
+		return ns
+	}
+	return 0
+}
+
+// after reports whether what the region was told happened after ev: in
+// an earlier second, or in the same second when both are hook events
+// timed to the nanosecond. (Replayed after a crash, a spooled or peeked
+// commit of the same second as the release that followed it would
+// otherwise pass as news, and the region, which applies in arrival
+// order, would end on the commit.)
+func (t Told) after(ev event.Event) bool {
+	if t.At != ev.Timestamp {
+		return t.At > ev.Timestamp
+	}
+	ns := fineTime(ev)
+	return t.AtNS != 0 && ns != 0 && t.AtNS > ns
 }
 
 // Superseded reports whether ev, an event a hook reported, is older than
@@ -287,7 +323,7 @@ func (s *State) Superseded(ev event.Event) bool {
 	if !ok {
 		return false
 	}
-	if t.At > ev.Timestamp || s.pairRepeat(t, ev) {
+	if t.after(ev) || s.pairRepeat(t, ev) {
 		return true
 	}
 	return ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp

@@ -365,6 +365,50 @@ func TestSuperseded(t *testing.T) {
 	}
 }
 
+// TestSupersededSameSecond: a client's commit and its release often share
+// a second (perfdhcp renews and releases within one; so does a dhclient
+// -r right after its lease). Replayed after a crash — a datagram read but
+// not yet consumed, a spool drained again — the older of the two must be
+// dropped, or the region, which applies in arrival order, ends on it
+// (found by make chaos: a commit delivered after the release that
+// followed it, the region holding the address for a client gone).
+// Hook events carry timestamp_ns; synthesised ones have no fine time and
+// keep the whole-second rule.
+func TestSupersededSameSecond(t *testing.T) {
+	ns := func(ev event.Event, frac int64) event.Event {
+		ev.TimestampNS = ev.Timestamp*1e9 + frac
+		return ev
+	}
+	spool := func(ev event.Event) event.Event { ev.Source = event.SourceSpool; return ev }
+	file := func(ev event.Event) event.Event { ev.Source = event.SourceFile; return ev }
+	commit := ns(hook(event.Commit, ip1, macA, t0+10), 100)
+	release := ns(hook(event.Release, ip1, macA, t0+10), 900)
+	tests := []struct {
+		name string
+		told event.Event
+		ev   event.Event
+		want bool
+	}{
+		{"commit replayed after the release of its second", release, commit, true},
+		{"spooled commit drained after the release of its second", release, spool(commit), true},
+		{"the release itself again (a duplicate, same state)", release, release, false},
+		{"release after the commit of its second", commit, release, false},
+		{"commit later in the second than the release", release, ns(hook(event.Commit, ip1, macA, t0+10), 950), false},
+		{"commit without timestamp_ns (MAAS's helper's format)", release, hook(event.Commit, ip1, macA, t0+10), false},
+		{"told without a fine time (synthesised)", file(release), commit, false},
+		{"timestamp_ns outside its timestamp's second is ignored", release, ns(hook(event.Commit, ip1, macA, t0+10), -5e8), false},
+		{"older second, fine times aside", release, ns(hook(event.Commit, ip1, macA, t0+9), 999), true},
+	}
+	for _, tc := range tests {
+		s := NewState(grace)
+		s.Snapshot(parser.NewTable(), true, t0)
+		s.Hook(tc.told)
+		if got := s.Superseded(tc.ev); got != tc.want {
+			t.Errorf("%s: Superseded = %t, want %t (told %+v)", tc.name, got, tc.want, s.Told[tc.ev.IP])
+		}
+	}
+}
+
 func ips(d Dirty) []string {
 	var out []string
 	for ip := range d.IPs {

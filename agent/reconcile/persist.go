@@ -292,15 +292,29 @@ func decodeLease(b []byte) (Lease, error) {
 	return l, r.err
 }
 
-// encodeTold: version, action, time (varint), MAC, and a last byte 1
+// encodeTold: version 1 is action, time (varint), MAC, and a last byte 1
 // when Recorded (absent otherwise, so records read as an older agent
-// wrote them).
+// wrote them). Version 2, written only when AtNS is set, has a flags byte
+// (1: Recorded) and AtNS (varint) after the MAC. An older agent refuses a
+// version 2 record (errShortRecord) and goes on without it.
 func encodeTold(t Told) []byte {
-	b := make([]byte, 0, 2+binary.MaxVarintLen64+2+len(t.MAC))
-	b = append(b, 1, actionByte(t.Action))
+	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+2+len(t.MAC))
+	version := byte(1)
+	if t.AtNS != 0 {
+		version = 2
+	}
+	b = append(b, version, actionByte(t.Action))
 	b = binary.AppendVarint(b, t.At)
 	b = appendString(b, t.MAC)
-	if t.Recorded {
+	switch {
+	case version == 2:
+		var flags byte
+		if t.Recorded {
+			flags |= 1
+		}
+		b = append(b, flags)
+		b = binary.AppendVarint(b, t.AtNS)
+	case t.Recorded:
 		b = append(b, 1)
 	}
 	return b
@@ -308,7 +322,7 @@ func encodeTold(t Told) []byte {
 
 func decodeTold(b []byte) (Told, error) {
 	var t Told
-	if len(b) < 2 || b[0] != 1 {
+	if len(b) < 2 || (b[0] != 1 && b[0] != 2) {
 		return t, errShortRecord
 	}
 	t.Action = actionName(b[1])
@@ -317,7 +331,19 @@ func decodeTold(b []byte) (Told, error) {
 	if r.err == nil && t.Action == "" {
 		r.err = fmt.Errorf("unknown action %d", b[1])
 	}
-	if r.err == nil && len(r.b) > 0 {
+	switch {
+	case r.err != nil:
+	case b[0] == 2:
+		if len(r.b) < 1 || r.b[0]&^1 != 0 {
+			return t, errShortRecord
+		}
+		t.Recorded = r.b[0]&1 != 0
+		r.b = r.b[1:]
+		t.AtNS = r.varint()
+		if r.err == nil && len(r.b) > 0 {
+			r.err = errShortRecord
+		}
+	case len(r.b) > 0:
 		if len(r.b) != 1 || r.b[0] != 1 {
 			r.err = errShortRecord
 		}

@@ -40,6 +40,9 @@ func TestRecordCodecs(t *testing.T) {
 		{Action: event.Commit, MAC: macA, At: t0},
 		{Action: event.Expiry, At: -1},
 		{Action: event.Release, MAC: macB, At: math.MaxInt64},
+		{Action: event.Release, MAC: macB, At: t0, Recorded: true},
+		{Action: event.Commit, MAC: macA, At: t0, AtNS: t0*1e9 + 123456789},
+		{Action: event.Expiry, MAC: macA, At: t0, AtNS: t0*1e9 + 1, Recorded: true},
 	} {
 		got, err := decodeTold(encodeTold(x))
 		if err != nil || got != x {
@@ -55,6 +58,18 @@ func TestRecordCodecs(t *testing.T) {
 	}
 	if _, err := decodeTold([]byte{1, 9, 0, 0}); err == nil {
 		t.Error("unknown action decoded")
+	}
+	// A record without a fine time is written as an older agent wrote it
+	// (version 1), so a downgrade reads it; one with a fine time cut short
+	// is an error.
+	if b := encodeTold(Told{Action: event.Commit, MAC: macA, At: t0, Recorded: true}); b[0] != 1 {
+		t.Errorf("told without at_ns written as version %d, want 1", b[0])
+	}
+	fine := encodeTold(Told{Action: event.Commit, MAC: macA, At: t0, AtNS: t0*1e9 + 5})
+	for i := range len(fine) {
+		if _, err := decodeTold(fine[:i]); err == nil {
+			t.Errorf("told cut at %d of %d decoded", i, len(fine))
+		}
 	}
 }
 

@@ -349,6 +349,40 @@ func TestTaskSupersededHook(t *testing.T) {
 	}
 }
 
+// TestTaskSameSecondReplay: a client commits and releases in one second;
+// the agent restarts and the commit comes again (a datagram read but not
+// consumed when it was killed, a spool drained twice). The fine time of
+// the release survives the restart and the replayed commit is not queued:
+// queued, the region would end on the commit (make chaos, seed 42).
+func TestTaskSameSecondReplay(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(30 * time.Second)
+	now := time.Now().Unix()
+	commit := hook(event.Commit, ip1, macA, now)
+	commit.TimestampNS = now*1e9 + 100_000_000
+	release := hook(event.Release, ip1, macA, now)
+	release.TimestampNS = now*1e9 + 600_000_000
+	if err := h.r.Accept(context.Background(), []event.Event{commit, release}); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	h.start(30 * time.Second)
+	replay := commit
+	replay.Source = event.SourceSpool
+	if err := h.r.Accept(context.Background(), []event.Event{replay}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.queued()
+	if want := "commit 203.0.113.10 00:16:3e:00:00:0a |release 203.0.113.10 00:16:3e:00:00:0a "; strings.Join(got, "|") != want {
+		t.Fatalf("queued %q, want %q", got, want)
+	}
+	if n := testutil.ToFloat64(h.r.met.superseded); n != 1 {
+		t.Errorf("superseded = %v, want 1", n)
+	}
+}
+
 // TestTaskToldPersisted: what hooks reported survives a restart, so the
 // restarted agent does not send it again from the file.
 func TestTaskToldPersisted(t *testing.T) {
