@@ -278,6 +278,33 @@ func satisfied(t Told, ok bool, ev event.Event) bool {
 // reason): the region has been told it.
 func (s *State) Hook(ev event.Event) {
 	s.setTold(ev.IP, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)})
+	if ev.Action == event.Commit && ev.Source != event.SourceFile {
+		s.renewedVanished(ev)
+	}
+}
+
+// renewedVanished: a hook's commit for a lease a rewrite dropped, to the
+// same MAC and ending later than the end the file showed, is a renewal
+// the file never showed the agent (it was down, or could not read the
+// file, between dhcpd's append and its rewrite). dhcpd held the lease
+// until the renewed end, so the expiry waits for it. Were the commit a
+// new binding after the rewrite instead, the file shows the address
+// again and the expiry is dropped then (observe).
+func (s *State) renewedVanished(ev event.Event) {
+	if ev.LeaseTime <= 0 {
+		return
+	}
+	end := ev.Timestamp + ev.LeaseTime
+	q := s.Pending[ev.IP]
+	for i := range q {
+		p := &q[i]
+		if p.Event.Reason != ReasonVanished || p.Event.MAC != ev.MAC || p.Event.Timestamp >= end {
+			continue
+		}
+		p.Event.Timestamp = end
+		p.Due = max(p.Due, end)
+		s.touch(ev.IP)
+	}
 }
 
 // fineTime is ev's time to the nanosecond if a hook took it: its
@@ -466,8 +493,19 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if !s.tellsVanished() {
 			continue // the pair's primary reports it (failover.go)
 		}
-		// Rule 2: dropped by the rewrite; expire at its own end.
-		due := max(l.Ends, now)
+		// Rule 2: dropped by the rewrite; expire at its own end. One
+		// that has already ended waits the grace all the same: the file
+		// may not have shown its last renewal (the agent was down or
+		// could not read it when dhcpd wrote it), and that renewal's
+		// hook, still on its way (spooled, queued on the socket), moves
+		// the expiry to the renewed end (Hook).
+		// (In complement mode the hooks tell MAAS, never the agent:
+		// nothing to wait for.)
+		wait := s.Grace
+		if s.Complement {
+			wait = 0
+		}
+		due := max(l.Ends, now+wait)
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
