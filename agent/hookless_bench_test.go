@@ -25,13 +25,15 @@ import (
 var (
 	hooklessLeases = flag.Int("hookless.leases", 20000, "BenchmarkHooklessLease: lease blocks appended per iteration")
 	hooklessRate   = flag.Int("hookless.rate", 5000, "BenchmarkHooklessLease: blocks appended per second (dhcpd under perfdhcp: ~5 000–7 000)")
+	hooklessIPs    = flag.Int("hookless.ips", 20000, "BenchmarkHooklessLease: addresses the blocks cycle over (renewals once each has one)")
 )
 
 // BenchmarkHooklessLease is the agent's whole per-lease path in hookless
 // mode, in this process so that `go test -cpuprofile` sees all of it:
 // dhcpd.conf runs no hook, a writer appends one lease block per write(2)
 // to dhcpd.leases at -hookless.rate (as dhcpd does, one commit after the
-// other, each for a new address), and the agent (agent.Assemble, as
+// other, cycling over -hookless.ips addresses so that most blocks renew a
+// lease, as perfdhcp's clients do), and the agent (agent.Assemble, as
 // `leasekeeper agent` runs it: inotify wake-up, read of the appended
 // bytes, parse, table update, outbox commit with fsync on the real disk,
 // delivery over mutual TLS) delivers them to the region stub, which runs
@@ -93,48 +95,63 @@ func BenchmarkHooklessLease(b *testing.B) {
 		b.Fatal("agent not ready after 30 s")
 	}
 	delivered := func() float64 { return gathered(b, reg, "leasekeeper_delivered_total") }
+	if *hooklessIPs < 3**hooklessRate {
+		// reconcile's commitSlack: a commit within 2 s of the one told is
+		// the same news.
+		b.Fatalf("-hookless.ips %d < 3 × -hookless.rate %d: an address would come back within 3 s, which is no news", *hooklessIPs, *hooklessRate)
+	}
 	n, first := *hooklessLeases, 0
 	var cpu, wall time.Duration
 	commits0 := gathered(b, reg, "leasekeeper_outbox_commit_seconds")
 	posts0 := gathered(b, reg, "leasekeeper_delivery_attempts_total")
+	var events float64
 	b.ResetTimer()
 	for range b.N {
 		base := delivered()
 		c0, t0 := processCPU(), time.Now()
-		writeLeases(b, leases, first, n, *hooklessRate)
-		for delivered() < base+float64(n) {
+		writeLeases(b, leases, first, n, *hooklessRate, *hooklessIPs)
+		// Done once the agent is idle: nothing queued, and nothing more
+		// delivered for a while (the reconciler reads every busyRound).
+		last, idleSince := delivered(), time.Now()
+		for time.Since(idleSince) < 500*time.Millisecond || gathered(b, reg, "leasekeeper_outbox_depth") > 0 {
 			if time.Since(t0) > 5*time.Minute {
 				b.Fatalf("%v of %d delivered after 5 minutes", delivered()-base, n)
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond)
+			if d := delivered(); d != last {
+				last, idleSince = d, time.Now()
+			}
 		}
 		cpu += processCPU() - c0
-		wall += time.Since(t0)
+		wall += idleSince.Sub(t0)
+		events += last - base
 		first += n
 	}
 	b.StopTimer()
-	per := float64(cpu.Microseconds()) / float64(b.N*n)
-	b.ReportMetric(per, "cpu-µs/lease")
+	per := float64(cpu.Microseconds()) / events
+	b.ReportMetric(per, "cpu-µs/event")
+	b.ReportMetric(events/float64(b.N*n), "events/block")
 	b.ReportMetric(0, "ns/op")
 	commits := gathered(b, reg, "leasekeeper_outbox_commit_seconds") - commits0
 	posts := gathered(b, reg, "leasekeeper_delivery_attempts_total") - posts0
-	b.Logf("%d leases at %d/s: agent CPU %s (%.1f µs per lease) over %s; %.0f outbox commits, %.0f region requests",
-		b.N*n, *hooklessRate, cpu.Round(time.Millisecond), per, wall.Round(time.Millisecond), commits, posts)
+	b.Logf("%d blocks at %d/s over %d addresses: %.0f events delivered; agent CPU %s (%.1f µs per event) over %s; %.0f outbox commits, %.0f region requests, %.0f coalesced",
+		b.N*n, *hooklessRate, *hooklessIPs, events, cpu.Round(time.Millisecond), per, wall.Round(time.Millisecond), commits, posts,
+		gathered(b, reg, "leasekeeper_outbox_coalesced_total"))
 }
 
 // appendEnv makes the test binary the benchmark's dhcpd stand-in
-// (TestMain): "PATH FIRST N RATE".
+// (TestMain): "PATH FIRST N RATE IPS".
 const appendEnv = "LEASEKEEPER_BENCH_APPEND"
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(appendEnv); spec != "" {
 		var path string
-		var first, n, rate int
-		if _, err := fmt.Sscan(spec, &path, &first, &n, &rate); err != nil {
+		var first, n, rate, ips int
+		if _, err := fmt.Sscan(spec, &path, &first, &n, &rate, &ips); err != nil {
 			fmt.Fprintln(os.Stderr, appendEnv+":", err)
 			os.Exit(2)
 		}
-		if err := appendLeases(path, first, n, rate); err != nil {
+		if err := appendLeases(path, first, n, rate, ips); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -145,18 +162,19 @@ func TestMain(m *testing.M) {
 
 // writeLeases runs appendLeases in a process of its own (this test
 // binary, TestMain), so that its CPU is not the agent's.
-func writeLeases(b *testing.B, path string, first, n, rate int) {
+func writeLeases(b *testing.B, path string, first, n, rate, ips int) {
 	b.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %d", appendEnv, path, first, n, rate))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %d %d", appendEnv, path, first, n, rate, ips))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("appending leases: %v\n%s", err, out)
 	}
 }
 
 // appendLeases appends n lease blocks, one write(2) each as dhcpd does,
-// for addresses first+1… of 198.18.0.0/15, at rate per second.
-func appendLeases(path string, first, n, rate int) error {
+// for addresses of 198.18.0.0/15 (the (first+i)%ips-th), at rate per
+// second. An address comes back ips blocks later, ips/rate seconds.
+func appendLeases(path string, first, n, rate, ips int) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
@@ -168,7 +186,7 @@ func appendLeases(path string, first, n, rate int) error {
 		if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); wait > 0 {
 			time.Sleep(wait)
 		}
-		k := first + i + 1
+		k := (first+i)%ips + 1
 		ip := netip.AddrFrom4([4]byte{198, 18 + byte(k>>16&1), byte(k >> 8), byte(k)})
 		now := time.Now().UTC()
 		ts := now.Format("2006/01/02 15:04:05")
@@ -205,7 +223,7 @@ func gathered(b *testing.B, reg *prometheus.Registry, name string) float64 {
 		}
 		var v float64
 		for _, m := range mf.GetMetric() {
-			v += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 		return v
 	}
