@@ -67,6 +67,10 @@ type Pending struct {
 	// so the expiry alone leaves the address observed there; at the
 	// same time the address is handed on to be freed (TakeOrphans).
 	Orphan bool `json:"orphan,omitempty"`
+	// PairWait: a vanished lease's expiry from a failover pair's primary
+	// outside partner-down, dropped if the file shows before it is due
+	// that the partner spoke for the pair (failover.go, pairVanished).
+	PairWait bool `json:"pair_wait,omitempty"`
 }
 
 // Orphan is an address whose lease a reload dropped because it left every
@@ -509,7 +513,8 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
-		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan})
+		due, pairWait := s.pairVanished(due, now)
+		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait})
 		vanished++
 	}
 	return vanished

@@ -77,6 +77,13 @@ func (p Pair) withState(fs *parser.FailoverState) Pair {
 // whole file's) into the pair's state. It reports whether this agent's
 // part changed (taking over, or stepping back).
 func (s *State) FailoverSeen(records []*parser.FailoverState) (changed bool) {
+	changed, _ = s.failoverSeen(records)
+	return changed
+}
+
+// failoverSeen is FailoverSeen, also returning how many rule-2 expiries
+// it dropped because the partner spoke for them (dropPairWaits).
+func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dropped int) {
 	was := s.Pair
 	for _, fs := range records {
 		s.Pair = s.Pair.withState(fs)
@@ -86,7 +93,8 @@ func (s *State) FailoverSeen(records []*parser.FailoverState) (changed bool) {
 		// agent resuming after these records reads them no more.
 		s.metaDirty = true
 	}
-	return was.Survivor() != s.Pair.Survivor()
+	dropped = s.dropPairWaits()
+	return was.Survivor() != s.Pair.Survivor(), dropped
 }
 
 // SetPeer sets the pair's peer and role from dhcpd.conf. The states
@@ -120,9 +128,90 @@ func (s *State) tellsFromFile() bool {
 
 // tellsVanished reports whether rule 2 applies: both peers drop the same
 // leases when the range shrinks on both (as MAAS configures them), so
-// only the primary reports them, or a survivor.
+// only the primary reports them, or a survivor — and not a primary whose
+// file already shows that its partner spoke for the pair (partnerSpoke).
 func (s *State) tellsVanished() bool {
-	return !s.Pair.InPair() || s.Pair.Role == RolePrimary || s.Pair.Survivor()
+	if !s.Pair.InPair() || s.Pair.Survivor() {
+		return true
+	}
+	return s.Pair.Role == RolePrimary && !s.Pair.partnerSpoke()
+}
+
+// pairSettle is how long (seconds) after the rewrite that dropped a lease
+// a pair's primary, not in partner-down, waits before expiring it, for its
+// dhcpd to learn its partner's state: dhcpd connects to its partner as it
+// starts and leaves its startup state on the partner's answer, or after
+// 15 seconds without one (server/failover.c, the startup timeout). See
+// pairVanished.
+const pairSettle = 20
+
+// pairVanished returns when to expire a lease a rewrite dropped (rule 2),
+// due at due, and whether the expiry waits on the pair's state (Pending.
+// PairWait): dropped if the file shows, before it is sent, that the
+// partner spoke for the pair.
+//
+// A range shrink applied while this side's rack was down reached the
+// survivor first: MAAS writes both racks' dhcpd.conf and restarts the
+// dhcpd that is up, so the survivor (partner-down) dropped the lease from
+// its file and expired it in the region then (it speaks for every lease
+// while its partner is down). This side's dhcpd drops the same lease
+// when it starts again with the same configuration, and its file last
+// showed the lease active: on its own that is a second expiry of the
+// same lease. What tells the two apart is dhcpd's own failover state as
+// this side's file records it after the restart: returning to a partner
+// in partner-down, dhcpd records its partner's state as partner-down and
+// its own as recover (it must catch up before serving); after a shrink
+// applied to both while both were up it records no partner-down at all.
+// But the first records after the restart are dhcpd's startup, which
+// repeat the state it had before it stopped (server/failover.c,
+// write_failover_state writes the saved state during startup), so the
+// expiry waits pairSettle for the partner's answer, and is dropped the
+// moment a record shows it (FailoverSeen). A record showing the partner
+// in partner-down is never wrong evidence, even one written before the
+// restart: the partner was the pair's speaker then, with the same
+// configuration applied to it. A survivor never waits: no one else is
+// left to speak.
+func (s *State) pairVanished(due, now int64) (int64, bool) {
+	if !s.Pair.InPair() || s.Pair.Survivor() {
+		return due, false
+	}
+	return max(due, now+pairSettle), true
+}
+
+// partnerSpoke reports whether the file shows that the partner has been
+// speaking for the pair: its state is partner-down, or this server is
+// catching up after it (recover, recover-wait, recover-done).
+func (p Pair) partnerSpoke() bool {
+	return p.PartnerState == StatePartnerDown || p.Recovering()
+}
+
+// dropPairWaits drops the rule-2 expiries waiting on the pair's state
+// (Pending.PairWait) once the file shows the partner spoke for the pair:
+// it expired the same leases when the same shrink reached it.
+func (s *State) dropPairWaits() (dropped int) {
+	if !s.Pair.partnerSpoke() || s.Pair.Survivor() {
+		return 0
+	}
+	for ip, q := range s.Pending {
+		keep := q[:0]
+		for _, p := range q {
+			if p.PairWait && p.Event.Reason == ReasonVanished {
+				dropped++
+				continue
+			}
+			keep = append(keep, p)
+		}
+		if len(keep) == len(q) {
+			continue
+		}
+		s.touch(ip)
+		if len(keep) == 0 {
+			delete(s.Pending, ip)
+		} else {
+			s.Pending[ip] = keep
+		}
+	}
+	return dropped
 }
 
 // pairRepeat reports whether a hook's expiry or release repeats what the

@@ -56,10 +56,16 @@ func (r *Reconciler) scanPair(when string) {
 // failoverSeen folds failover state records into the core and logs
 // taking over and stepping back. r.mu is held.
 func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
-	if !r.st.FailoverSeen(fs) {
+	changed, dropped := r.st.failoverSeen(fs)
+	p := r.st.Pair
+	if dropped > 0 {
+		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
+			Int("dropped", dropped).
+			Msg("failover: the partner spoke for the pair while this side was down (partner-down): the expiries of leases this restart dropped were its to send; dropped here")
+	}
+	if !changed {
 		return
 	}
-	p := r.st.Pair
 	if p.Survivor() {
 		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).
 			Msg("failover: partner down — taking over reporting for every lease in the file")

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/lab"
 	"github.com/leasekeeper/leasekeeper/internal/regionstub"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // pairConf is dhcpd.conf for one side of a failover pair shaped as MAAS
@@ -292,7 +294,9 @@ func TestLabFailoverShrink(t *testing.T) {
 			t.Fatalf("dhcpd (%s) went partner-down during the restart; the test premise is gone", w.d.Dir)
 		}
 	}
-	w1.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+15*time.Second)
+	// The primary waits up to 20 s after the rewrite for its dhcpd to
+	// learn the partner's state (pairSettle) before it expires the lease.
+	w1.waitArrival(ip1, event.Expiry, mac(c1), max(time.Until(time.Unix(ends, 0)), 20*time.Second)+15*time.Second)
 	waitState(t, w1.d, "normal", 30*time.Second)
 	waitState(t, w2.d, "normal", 30*time.Second)
 
@@ -355,4 +359,162 @@ func equalMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestLabFailoverShrinkPrimaryDown is the range shrink MAAS applies while
+// the primary rack is down: the survivor (partner-down) restarts with the
+// smaller range, drops the lease of a client that left and speaks for it;
+// later the primary returns with the same smaller range, drops the same
+// lease from its own file and recovers (its partner was partner-down).
+// The region gets exactly one expiry for the lease: the survivor's, not
+// before the lease's end; none from the returning primary (whose file
+// last showed the lease active, and who speaks for a shrink in normal
+// state: TestLabFailoverShrink).
+func TestLabFailoverShrinkPrimaryDown(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w1, w2 := startPair(t, 20)
+	// One client, which leaves: a second one renewing through the
+	// primary's death would add acks from both servers in one second
+	// (its unicast retry to the returning primary, its broadcast to the
+	// survivor), which is not this test's matter.
+	c1 := w1.lab.AddClient("c1")
+	ip1 := w1.dhclient(c1)
+	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w1.leaseEnds(ip1)
+	ip2 := ip1.Next() // an address the smaller range keeps
+
+	// The primary rack dies; the secondary takes over.
+	w1.stopAgent()
+	if err := w1.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w2.d, reconcile.StatePartnerDown, 30*time.Second)
+
+	// MAAS shrinks the range: the survivor restarts with it now, the
+	// primary's rack gets it when it returns.
+	lo, hi := shrinkAway(ip1, ip2)
+	if err := w2.d.Restart(pairConfRange(t, w2, "secondary", "203.0.113.2", "203.0.113.1", lo, hi)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(readFile(t, w2.d.LeasesPath()), "lease "+ip1.String()+" ") {
+		t.Fatalf("the survivor kept %s after the shrink; the test premise is gone", ip1)
+	}
+	waitState(t, w2.d, reconcile.StatePartnerDown, 30*time.Second)
+	first := w2.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+15*time.Second)
+	if at := first.at.Unix(); at < ends {
+		t.Errorf("expiry arrived at %d, before the lease's end %d", at, ends)
+	}
+
+	// The primary returns with the smaller range: its file drops the
+	// lease too, and it recovers from its partner's partner-down.
+	w1.startAgent()
+	if err := w1.d.Restart(pairConfRange(t, w1, "primary", "203.0.113.1", "203.0.113.2", lo, hi)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(readFile(t, w1.d.LeasesPath()), "lease "+ip1.String()+" ") {
+		t.Fatalf("the primary kept %s after the shrink; the test premise is gone", ip1)
+	}
+	waitState(t, w1.d, "normal", 60*time.Second)
+	waitState(t, w2.d, "normal", 60*time.Second)
+	time.Sleep(w1.grace + 1500*time.Millisecond) // anything else would come now
+	// and whatever either agent still holds for later has been sent
+	// (or dropped): nothing pending, the outboxes empty.
+	w1.waitQuiet(60 * time.Second)
+	w2.waitQuiet(60 * time.Second)
+	w1.stopAgent()
+	w2.stopAgent()
+
+	all := w1.arrivals(netip.Addr{})
+	t.Logf("the region got:\n%s", describeArrivals(all))
+	var got []arrival
+	for _, a := range w1.arrivals(ip1) {
+		if a.Action != event.Commit {
+			got = append(got, a)
+		}
+	}
+	if len(got) != 1 {
+		t.Errorf("want exactly one expiry for %s %s (dropped by the shrink on both peers), got %d:\n%s", ip1, mac(c1), len(got), describeArrivals(got))
+	}
+	if got := w2.lastSynth; got["vanished"] != 1 {
+		t.Errorf("the survivor's agent synthesised %v, want vanished=1", got)
+	}
+	if got := w1.lastSynth; got["vanished"] != 0 {
+		t.Errorf("the returning primary's agent synthesised %v, want no vanished", got)
+	}
+	checkOrder(t, all)
+	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
+		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
+	}
+	if a, b := truth(t, w1.d), truth(t, w2.d); !equalMaps(a, b) {
+		t.Errorf("the peers disagree: primary %v, secondary %v", a, b)
+	}
+	if t.Failed() {
+		for _, w := range []*world{w1, w2} {
+			t.Logf("%s failover records:\n%s", w.d.Dir, failoverRecords(readFile(t, w.d.LeasesPath())))
+		}
+	}
+}
+
+// failoverRecords is the failover state records of a leases file's text,
+// with the line each starts on (for the test's log).
+func failoverRecords(text string) string {
+	var b strings.Builder
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "failover peer ") || strings.HasPrefix(l, "server-duid") {
+			fmt.Fprintf(&b, "%5d: %s", i+1, l)
+			for j := i + 1; j < len(lines) && j < i+4 && strings.HasPrefix(lines[j], "  "); j++ {
+				b.WriteString(" |" + strings.TrimSpace(lines[j]))
+			}
+			b.WriteString("\n")
+		}
+		if strings.HasPrefix(l, "lease ") {
+			fmt.Fprintf(&b, "%5d: %s\n", i+1, l)
+		}
+	}
+	return b.String()
+}
+
+// waitQuiet waits until the running agent holds nothing for later: no
+// synthesised event pending (leasekeeper_reconcile_pending) and its
+// outbox delivered (leasekeeper_outbox_depth).
+func (w *world) waitQuiet(within time.Duration) {
+	w.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		g := gauges(w.t, w.agent.reg, "leasekeeper_reconcile_pending", "leasekeeper_outbox_depth")
+		if g["leasekeeper_reconcile_pending"] == 0 && g["leasekeeper_outbox_depth"] == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("agent (%s) not quiet after %s: %v", w.d.Dir, within, g)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// gauges reads the named gauges (summed over their labels).
+func gauges(t *testing.T, reg *prometheus.Registry, names ...string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if !slices.Contains(names, mf.GetName()) {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			out[mf.GetName()] += m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

@@ -212,6 +212,52 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10, snapshot: fostate("partner-down", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
 			{at: 500, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
+	}, {
+		// ... and the primary, returning with the same smaller range,
+		// drops the lease its file last showed active: its restart's
+		// first records repeat the state it had (dhcpd's startup), then
+		// it learns its partner is partner-down and recovers. The
+		// survivor spoke; the primary sends nothing (issue 14).
+		name: "range shrink while the primary was down: the returning primary leaves it to the survivor",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 602, appended: fostate("normal", "partner-down")},
+			{at: 603, appended: fostate("recover", "partner-down")},
+			{at: 10000},
+		},
+	}, {
+		name: "range shrink while the primary was down, agent started after its dhcpd recovered: nothing",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("recover-wait", "partner-down") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10000},
+		},
+	}, {
+		// The lease has ended: the primary still waits for its dhcpd to
+		// learn the partner's state (pairSettle; and the grace for a renewal
+		// the file never showed) before expiring it.
+		name: "range shrink on both peers, lease ended: the primary waits for the partner's state",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 602, appended: fostate("normal", "normal")},
+			{at: 600 + max(grace, pairSettle) - 1},
+			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		},
+	}, {
+		name: "range shrink while the secondary was down: the surviving primary does not wait",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: fostate("partner-down", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 600, snapshot: fostate("partner-down", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 600 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runPair(t, tc.pair, tc.hookless, tc.steps) })
