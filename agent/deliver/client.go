@@ -238,6 +238,9 @@ type outcome struct {
 	hint       string        // what an operator can do about it
 	retryAfter time.Duration // from Retry-After, when retryAfterOK
 	retryOK    bool
+	// down: no connection to the region could be made (probe.go): its
+	// return is watched for during the wait.
+	down bool
 }
 
 // classify decides what an answer means. MAAS answers 204 on success,
@@ -308,7 +311,7 @@ func wrongPortHint(u *url.URL, what string) string {
 // an outage (wait), but a TLS trust failure or a plain HTTP port is the
 // configuration and will not heal by waiting.
 func classifyErr(err error, cfg *Config, u *url.URL, serverName string) outcome {
-	o := outcome{kind: kindOutage, what: err.Error()}
+	o := outcome{kind: kindOutage, what: err.Error(), down: unreachable(err)}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		o.what = ue.Err.Error()

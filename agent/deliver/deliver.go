@@ -106,6 +106,9 @@ type Deliverer struct {
 
 	link     atomic.Pointer[link]
 	reloaded chan struct{} // a retry waiting for its backoff tries the new link at once
+	// probeEvery: while the region is down, how often its return is
+	// probed for (probe.go); 0: never.
+	probeEvery time.Duration
 
 	turn   chan struct{} // held by whoever is sending: one batch in flight, ever
 	last   atomic.Int64  // Unix ns of the last 2xx
@@ -125,7 +128,8 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 	if err != nil {
 		return nil, err
 	}
-	d := &Deliverer{q: q, log: log, now: now, turn: make(chan struct{}, 1), reloaded: make(chan struct{}, 1)}
+	d := &Deliverer{q: q, log: log, now: now, turn: make(chan struct{}, 1), reloaded: make(chan struct{}, 1),
+		probeEvery: DefaultProbeInterval}
 	d.health.h.State = StateUnknown
 	d.setLink(l)
 	d.m = newMetrics()
@@ -416,7 +420,7 @@ func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection
 			}
 			return d.split(ctx, batch, b)
 		default:
-			if !d.pause(ctx, d.retryDelay(o, attempt), false) {
+			if !d.pause(ctx, d.retryDelay(o, attempt), false, o.down) {
 				return ctx.Err()
 			}
 		}
@@ -454,12 +458,12 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 		}
 	}()
 	cfg := d.link.Load().cfg
-	delay, wake := jitter(cfg.MinBackoff, cfg.MaxBackoff, 0), false
+	delay, wake, down := jitter(cfg.MinBackoff, cfg.MaxBackoff, 0), false, false
 	for {
-		if !d.pause(ctx, delay, wake) {
+		if !d.pause(ctx, delay, wake, down) {
 			return ctx.Err()
 		}
-		cfg, wake = d.link.Load().cfg, false
+		cfg, wake, down = d.link.Load().cfg, false, false
 		o, err := d.post(ctx, one)
 		if err != nil {
 			return err
@@ -491,7 +495,7 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 			case p.outage != nil:
 				// Says nothing either way: wait it out and start over.
 				outages++
-				delay = d.retryDelay(*p.outage, outages-1)
+				delay, down = d.retryDelay(*p.outage, outages-1), p.outage.down
 				continue
 			}
 			tried := p.tried
@@ -505,7 +509,7 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 			delay = jitter(cfg.MinBackoff, cfg.MaxBackoff, cfg.PoisonAttempts+rounds)
 		default:
 			outages, evidence = outages+1, false // stale after an outage
-			delay = d.retryDelay(o, outages-1)
+			delay, down = d.retryDelay(o, outages-1), o.down
 		}
 	}
 }
@@ -577,21 +581,29 @@ func (d *Deliverer) retryDelay(o outcome, attempt int) time.Duration {
 }
 
 // pause waits d, or less when the region settings were reloaded (or,
-// with onNotify, when new events were queued). False when ctx ended.
-func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify bool) bool {
+// with onNotify, when new events were queued; with down, when the region,
+// which could not be reached, accepts connections again: probe.go).
+// False when ctx ended.
+func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify, down bool) bool {
 	if wait <= 0 {
 		return ctx.Err() == nil
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	var notify <-chan struct{}
+	var notify, back <-chan struct{}
 	if onNotify {
 		notify = d.q.Notify()
+	}
+	if down {
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		back = d.whenBack(pctx)
 	}
 	select {
 	case <-t.C:
 	case <-d.reloaded:
 	case <-notify:
+	case <-back:
 	case <-ctx.Done():
 		return false
 	}

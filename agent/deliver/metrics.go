@@ -14,6 +14,7 @@ type metrics struct {
 	deadlettered prometheus.Counter
 	keptBack     prometheus.Counter
 	state        *prometheus.GaugeVec
+	probes       *prometheus.CounterVec
 }
 
 func newMetrics() metrics {
@@ -44,6 +45,13 @@ func newMetrics() metrics {
 			Help: "Queued events the region cannot take (no six-octet MAC: a DHCPv6 DUID without one), taken off the queue unsent; the reconciler keeps such events back before they are queued, so these were queued by an older agent.",
 		}),
 	}
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasekeeper_region_probes_total",
+		Help: "Connection probes of a region that could not be reached at the last attempt (probe.go), by result: down (no connection), up (connected: the batch is retried at once).",
+	}, []string{"result"})
+	for _, r := range []string{"down", "up"} {
+		m.probes.WithLabelValues(r)
+	}
 	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "leasekeeper_region_state",
 		Help: "1 for the state delivery to the region is in: unknown (nothing sent yet), ok, outage (no answer: waiting), config (the agent's settings are wrong: retried, nothing dead-lettered; see leasekeeper status), failing (the region fails every event with 500).",
@@ -59,7 +67,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.state}
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.state, m.probes}
 }
 
 func (m *metrics) setState(state string) {
