@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,7 +51,9 @@ func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.R
 		return nil, err
 	}
 
-	d, err := deliver.New(regionConfig(cfg, version), store, log.With().Str("component", "deliver").Logger(), reg, now)
+	dcfg := regionConfig(cfg, version)
+	dcfg.InflightFile = filepath.Join(cfg.State.Dir, "region-request")
+	d, err := deliver.New(dcfg, store, log.With().Str("component", "deliver").Logger(), reg, now)
 	if err != nil {
 		return fail(fmt.Errorf("region: %w", err))
 	}
@@ -174,6 +177,7 @@ func regionConfig(cfg *config.Config, version string) deliver.Config {
 	return deliver.Config{
 		URL: r.URL, ServerName: r.ServerName, CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
 		TokenFile: r.TokenFile, BatchMax: r.BatchMax, Timeout: r.Timeout, UserAgent: "leasekeeper/" + version,
+		UnansweredHold: r.UnansweredHold,
 	}
 }
 

@@ -68,6 +68,10 @@ type Region struct {
 	TokenFile  string        `toml:"token_file"`  // a bearer token; not MAAS's
 	BatchMax   int           `toml:"batch_max"`
 	Timeout    time.Duration `toml:"timeout"`
+	// UnansweredHold: after a restart that left a request unanswered,
+	// how long from that request's start nothing is sent (the region
+	// may still be applying it; agent/deliver, inflight.go).
+	UnansweredHold time.Duration `toml:"unanswered_hold"`
 }
 
 // MAAS is the region's public API 2.0, used to free an address MAAS
@@ -153,12 +157,13 @@ func Default() *Config {
 			Spool:  "/var/spool/leasekeeper",
 		},
 		Region: Region{
-			CAFile:     MAASCertDir + "/ca.pem",
-			CertFile:   MAASCertDir + "/agent.crt",
-			KeyFile:    MAASCertDir + "/agent.key",
-			ServerName: MAASServerName,
-			BatchMax:   100,
-			Timeout:    10 * time.Second,
+			CAFile:         MAASCertDir + "/ca.pem",
+			CertFile:       MAASCertDir + "/agent.crt",
+			KeyFile:        MAASCertDir + "/agent.key",
+			ServerName:     MAASServerName,
+			BatchMax:       100,
+			Timeout:        10 * time.Second,
+			UnansweredHold: 30 * time.Second,
 		},
 		State: State{Dir: "/var/lib/leasekeeper"},
 		Reconcile: Reconcile{

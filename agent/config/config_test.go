@@ -78,7 +78,7 @@ format = "console"
 		Hook: Hook{Socket: "/run/lk/h.sock", SocketGroup: "dhcpd", Spool: "/var/spool/lk", AllowedUIDs: []int{0, 108}},
 		Region: Region{URL: "https://10.0.0.1:5242/MAAS/a/v3internal/leases", CAFile: "/etc/lk/ca.pem",
 			CertFile: "/etc/lk/c.pem", KeyFile: "/etc/lk/k.pem", ServerName: "region.internal", TokenFile: "/etc/lk/token",
-			BatchMax: 10000, Timeout: 90 * time.Second},
+			BatchMax: 10000, Timeout: 90 * time.Second, UnansweredHold: 30 * time.Second},
 		State:     State{Dir: "/srv/lk"},
 		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond, Mode: "auto"},
 		Control:   Control{Socket: "/run/lk/control.sock", Group: "adm"},
@@ -328,7 +328,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 29 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 30 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from

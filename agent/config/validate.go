@@ -143,6 +143,9 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 	if r.Timeout <= 0 || r.Timeout > 10*time.Minute {
 		badf("region.timeout", "%s is not between 0s (excluded) and 10m", r.Timeout)
 	}
+	if r.UnansweredHold < time.Second || r.UnansweredHold > 10*time.Minute {
+		badf("region.unanswered_hold", "%s is not between 1s and 10m", r.UnansweredHold)
+	}
 
 	if r.URL == "" {
 		bad("region.url", fmt.Errorf("%w: the region's leases endpoint, e.g. https://region.example:5242/MAAS/a/v3internal/leases", ErrRequired))

@@ -84,6 +84,12 @@ type Config struct {
 	// before a neighbour is tried to tell a poison event from a failing
 	// region.
 	PoisonAttempts int
+	// InflightFile records a request's start until its answer, across a
+	// crash (inflight.go); "" keeps no record. UnansweredHold is how long
+	// after the start of a request the previous run left unanswered the
+	// first request of this run waits.
+	InflightFile   string
+	UnansweredHold time.Duration
 }
 
 // link is one configuration's way to the region; Reload swaps it whole.
@@ -113,6 +119,9 @@ type Deliverer struct {
 	turn   chan struct{} // held by whoever is sending: one batch in flight, ever
 	last   atomic.Int64  // Unix ns of the last 2xx
 	health health
+
+	inflight  *inflight    // nil: no record kept
+	holdUntil atomic.Int64 // Unix ns before which nothing is sent; 0: none
 }
 
 // New checks cfg, loads the credentials and registers the metrics on reg
@@ -137,6 +146,20 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 		return nil, fmt.Errorf("deliver: metrics: %w", err)
 	}
 	d.reg = reg
+	if cfg.InflightFile != "" {
+		in, started, unanswered, err := openInflight(cfg.InflightFile)
+		if err != nil {
+			return nil, err
+		}
+		d.inflight = in
+		hold := cfg.UnansweredHold
+		if hold <= 0 {
+			hold = DefaultUnansweredHold
+		}
+		if until := holdUntil(started, unanswered, now(), hold); !until.IsZero() {
+			d.holdUntil.Store(until.UnixNano())
+		}
+	}
 	return d, nil
 }
 
@@ -248,6 +271,7 @@ func (d *Deliverer) Reload(cfg Config) error {
 func (d *Deliverer) Close() {
 	d.m.unregister(d.reg)
 	d.link.Load().hc.CloseIdleConnections()
+	d.inflight.close()
 }
 
 // LastDelivery is when the region last accepted a batch (zero if never).
@@ -634,8 +658,20 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	if l.token != "" {
 		req.Header.Set("Authorization", "Bearer "+l.token)
 	}
+	if !d.waitHold(ctx) {
+		return outcome{}, ctx.Err()
+	}
+	if err := d.inflight.begin(d.now()); err != nil {
+		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
+	}
 	var o outcome
 	resp, err := l.hc.Do(req)
+	if ctx.Err() == nil {
+		// Answered, or failed: either way this run, not a restarted one,
+		// decides what comes next. Left set when the agent stops with
+		// the request out (ctx ended): the next run holds.
+		d.inflight.end() //nolint:errcheck // a stale record only delays the next start
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return outcome{}, ctx.Err()

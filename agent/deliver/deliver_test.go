@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -1396,5 +1397,108 @@ func TestKeptBackNotSent(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(d.m.deadlettered); n != 0 {
 		t.Errorf("dead-lettered %v, want 0", n)
+	}
+}
+
+// TestRestartHoldsForUnansweredRequest: the agent stops while the region,
+// slow, is still applying a batch (MAAS goes on applying after the client
+// has gone). The restarted agent sends nothing before the hold has passed
+// since that request's start, so the first copy is applied before the
+// copy sent again and before the newer events queued behind it: an older
+// state never lands after a newer one (make chaos: agent restarts against
+// a slow region).
+func TestRestartHoldsForUnansweredRequest(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	s.SetDelay(1500 * time.Millisecond)
+	q := newMemQueue()
+	cfg := fastConfig(s, f)
+	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
+	cfg.UnansweredHold = 3 * time.Second
+	first := events(10, 3)
+	q.Append(first...)
+
+	h1 := newDeliverer(t, cfg, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	if err := h1.d.Flush(ctx); err == nil {
+		t.Fatal("Flush returned nil with the region still applying")
+	}
+	cancel()
+	h1.d.Close()
+	if b, err := os.ReadFile(cfg.InflightFile); err != nil || len(b) != 8 || binary.LittleEndian.Uint64(b) == 0 {
+		t.Fatalf("record after a stop mid-request = %x, %v; want the request's start", b, err)
+	}
+
+	s.SetDelay(0)
+	newer := events(10, 3)
+	for i := range newer {
+		newer[i].Timestamp += 100
+	}
+	q.Append(newer...)
+	h2 := newDeliverer(t, cfg, q)
+	if err := h2.d.Flush(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The interrupted request is applied whatever the agents do.
+	waitFor(t, 10*time.Second, "the interrupted request and the restarted run's", func() bool { return len(s.Requests()) >= 2 })
+	r := s.Requests()
+	slices.SortFunc(r, func(a, b regionstub.Request) int { return a.At.Compare(b.At) })
+	for i := 1; i < len(r); i++ {
+		if r[i].At.Before(r[0].Done) {
+			t.Errorf("request %d of the restarted run arrived at %s, before the interrupted request was applied (%s)",
+				i, r[i].At.Format("15:04:05.000"), r[0].Done.Format("15:04:05.000"))
+		}
+	}
+	if !strings.Contains(h2.log.String(), "waiting before sending anything") {
+		t.Errorf("the hold was not logged:\n%s", h2.log.String())
+	}
+	// Per IP, the state each applied batch leaves (a batch is one
+	// transaction: its last item for the IP) never goes back in time,
+	// every copy counted.
+	state := map[string]int64{}
+	for i, b := range s.Batches() {
+		after := map[string]int64{}
+		for _, it := range b.Items {
+			after[it.IP] = it.Timestamp
+		}
+		for ip, ts := range after {
+			if ts < state[ip] {
+				t.Errorf("batch %d took %s back from %d to %d", i, ip, state[ip], ts)
+			}
+			state[ip] = ts
+		}
+	}
+	if len(state) == 0 {
+		t.Error("the region applied nothing")
+	}
+	if b, err := os.ReadFile(cfg.InflightFile); err != nil || binary.LittleEndian.Uint64(b) != 0 {
+		t.Errorf("record after every request was answered = %x, %v; want zero", b, err)
+	}
+
+	// Answered in full: the next start holds nothing.
+	h3 := newDeliverer(t, cfg, q)
+	if ns := h3.d.holdUntil.Load(); ns != 0 {
+		t.Errorf("a start after a clean run holds until %s", time.Unix(0, ns))
+	}
+}
+
+func TestHoldUntil(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	hold := 30 * time.Second
+	for _, tc := range []struct {
+		name       string
+		started    time.Time
+		unanswered bool
+		want       time.Time
+	}{
+		{"nothing recorded", time.Time{}, false, time.Time{}},
+		{"started 10 s ago", now.Add(-10 * time.Second), true, now.Add(20 * time.Second)},
+		{"started long ago: nothing to wait for", now.Add(-time.Hour), true, now.Add(-time.Hour + hold)},
+		{"unknown start (a torn record)", time.Time{}, true, now.Add(hold)},
+		{"start in the future (clock stepped back)", now.Add(time.Hour), true, now.Add(hold)},
+	} {
+		if got := holdUntil(tc.started, tc.unanswered, now, hold); !got.Equal(tc.want) {
+			t.Errorf("%s: holdUntil = %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }

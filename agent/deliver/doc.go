@@ -26,7 +26,10 @@
 // copy may still be running could land that copy after the next batch
 // (issue 13). Only a region slower than AnswerTimeout, or a connection
 // that dies mid-answer, leaves a batch's fate unknown; it is then sent
-// again before anything after it.
+// again before anything after it. Across a restart the same holds: a run
+// that stopped (or was killed) with a request out leaves its start in
+// InflightFile, and the next run sends nothing until UnansweredHold (30 s)
+// after it, so the region is done with the first copy (inflight.go).
 //
 // # Order
 //

@@ -387,6 +387,9 @@ server_name = "maas"
 token_file = %q
 batch_max = %d
 timeout = "3s"
+# A killed agent's unanswered request holds the next start this long; the
+# stub applies at once unless a test slows it.
+unanswered_hold = "1s"
 
 [state]
 dir = %q

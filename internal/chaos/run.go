@@ -449,6 +449,7 @@ key_file = %q
 server_name = "maas"
 batch_max = 50
 timeout = "3s"
+unanswered_hold = "12s"
 [state]
 dir = %q
 [reconcile]

@@ -1,0 +1,133 @@
+package deliver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultUnansweredHold is how long after the start of a request the
+// previous run left unanswered a restarted agent waits before it sends
+// anything (Config.UnansweredHold).
+const DefaultUnansweredHold = 30 * time.Second
+
+// Across a restart, one request at a time.
+//
+// The region applies a request to the end even when its client has gone,
+// and applies concurrent requests in arrival order with no timestamp
+// comparison (MAAS: maasservicelayer/services/leases.py, one transaction
+// per request). An agent killed (or stopped) while a request was in
+// flight cannot know when the region finishes it; had the restarted agent
+// sent that batch and the next one at once, the first copy, still being
+// applied, could land after the next batch: an older state after a newer
+// one (make chaos: a slow region and agent restarts).
+//
+// So before each request the agent records its start in a small file in
+// the state directory, and clears it when the request has an answer (or
+// failed without reaching the region: its connection never opened). A
+// start that finds the record set waits until the recorded start plus
+// Config.UnansweredHold before its first request. The record is written
+// without fsync: a kill -9 keeps what the page cache holds; only a power
+// loss can lose it, and then the rack, and its request, went down too.
+
+// inflight is the record's file: eight bytes, the start in Unix
+// nanoseconds, or zero.
+type inflight struct {
+	f *os.File
+}
+
+// openInflight opens (creating) the record at path and returns when the
+// request it records started; the zero time when none is recorded. A
+// record that does not read as one (torn, foreign) is taken as a request
+// of unknown start: the caller holds from now.
+func openInflight(path string) (*inflight, time.Time, bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, time.Time{}, false, fmt.Errorf("in-flight record: %w", err)
+	}
+	var b [9]byte
+	n, err := f.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.Close()
+		return nil, time.Time{}, false, fmt.Errorf("in-flight record: %w", err)
+	}
+	in := &inflight{f: f}
+	switch {
+	case n == 0:
+		return in, time.Time{}, false, nil
+	case n != 8:
+		return in, time.Time{}, true, nil // not ours to read: hold from now
+	}
+	ns := int64(binary.LittleEndian.Uint64(b[:8]))
+	if ns == 0 {
+		return in, time.Time{}, false, nil
+	}
+	return in, time.Unix(0, ns), true, nil
+}
+
+// begin records that a request starts at t.
+func (in *inflight) begin(t time.Time) error {
+	if in == nil {
+		return nil
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(t.UnixNano()))
+	_, err := in.f.WriteAt(b[:], 0)
+	return err
+}
+
+// end records that no request is in flight.
+func (in *inflight) end() error {
+	if in == nil {
+		return nil
+	}
+	var b [8]byte
+	_, err := in.f.WriteAt(b[:], 0)
+	return err
+}
+
+func (in *inflight) close() {
+	if in != nil {
+		in.f.Close()
+	}
+}
+
+// holdUntil is when a start that found a request of the previous run
+// unanswered may send: the request's start plus hold, but no later than
+// now plus hold (a clock stepped back, a record of unknown start).
+func holdUntil(started time.Time, known bool, now time.Time, hold time.Duration) time.Time {
+	if !known {
+		return time.Time{}
+	}
+	if started.IsZero() || started.After(now) {
+		started = now
+	}
+	return started.Add(hold)
+}
+
+// waitHold waits, before the first request of this run, for the region
+// to be done with the one the previous run left unanswered. It reports
+// false when ctx ended first.
+func (d *Deliverer) waitHold(ctx context.Context) bool {
+	ns := d.holdUntil.Load()
+	if ns == 0 {
+		return true
+	}
+	until := time.Unix(0, ns)
+	wait := until.Sub(d.now())
+	if wait > 0 {
+		d.log.Warn().Time("until", until).Dur("wait", wait).
+			Msg("the previous run stopped with a request to the region unanswered, which the region may still be applying; waiting before sending anything so that it cannot land after newer news")
+		if !sleep(ctx, wait) {
+			return false
+		}
+	}
+	d.holdUntil.Store(0)
+	return true
+}
