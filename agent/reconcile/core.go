@@ -56,6 +56,13 @@ type Told struct {
 	// writes a lease expired, and runs on expiry only when the peer's ack
 	// lets it go free). So a hook after a recorded block is news.
 	Recorded bool `json:"recorded,omitempty"`
+	// PeerOwns: in a failover pair, this lease's end is the peer's to
+	// tell — the peer acked it last (the file recorded its commit and
+	// this side's hook reported none), or the file recorded the end while
+	// the partner spoke for the pair. A hook of this side's for it then
+	// runs an on expiry (or on release) dhcpd kept from an older ack of
+	// its own (failover.go, recordTold, pairRepeat).
+	PeerOwns bool `json:"peer_owns,omitempty"`
 }
 
 // Pending is a synthesised event waiting for its time.
@@ -393,7 +400,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			s.dropPending(ip, ReasonVanished)
 		}
 		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
-			s.setTold(ip, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, Recorded: true})
+			s.setTold(ip, s.recordTold(t, told, ev))
 		}
 		return
 	}

@@ -224,12 +224,62 @@ func (s *State) dropPairWaits() (dropped int) {
 // serves no client while recovering, so no hook of its is new then).
 // What the file merely recorded (Told.Recorded) is not a reason: outside
 // partner-down the expired block comes before this side's own hook, which
-// is then the only one to tell the region.
+// is then the only one to tell the region — unless the lease's end is the
+// peer's to tell (Told.PeerOwns, recordTold): the peer acked it last, or
+// the file recorded the end while the partner spoke for the pair; this
+// side's hook then runs the on expiry or on release of an older ack,
+// also after recovery has ended.
 func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	if !s.Pair.InPair() || ev.Action == event.Commit {
 		return false
 	}
-	return s.Pair.Recovering() || (t.Action != event.Commit && t.MAC == ev.MAC && !t.Recorded)
+	if s.Pair.Recovering() {
+		return true
+	}
+	if t.MAC != ev.MAC {
+		return false
+	}
+	if t.Action != event.Commit && !t.Recorded {
+		return true
+	}
+	return t.PeerOwns && !s.Pair.Survivor()
+}
+
+// recordTold is what the region has been told once the file recorded ev,
+// a block this side does not tell (outside partner-down in a pair, or
+// complement), after t (told: whether there was one).
+//
+// In a pair it also decides whose hook tells the lease's end (PeerOwns).
+// dhcpd attaches the on expiry and on release statements to a lease when
+// it acks it, keeps them through its partner's binding updates (a
+// partner's update carries no statements: server/mdb.c supersede_lease
+// keeps the old ones), and runs them when the lease goes free
+// (make_binding_state_transition) — whoever expired or freed it. So after
+// the client moved from one server to the other (a partner-down, a
+// load-balanced ack), both servers run on expiry for the same end: the
+// one that acked it last, and the one with an old copy; and a server
+// returning from its partner's partner-down runs its old copy's on
+// expiry after recovery has ended, when the lease its partner expired
+// (and told the region about) finally goes free. dhcpd's own records
+// tell which is which: the file recorded a commit this side's hook did
+// not report (the peer acked it last), or an end while the partner was
+// the pair's speaker (partner state partner-down, or this side
+// recovering). The last acker's hook is the one that tells.
+func (s *State) recordTold(t Told, told bool, ev event.Event) Told {
+	out := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, Recorded: true}
+	if !s.Pair.InPair() {
+		return out
+	}
+	switch {
+	case ev.Action == event.Commit:
+		// This side's own ack is reported by its hook (before or after
+		// dhcpd writes the block): the same MAC, at the block's start.
+		own := told && t.Action == event.Commit && t.MAC == ev.MAC && !t.Recorded && t.At >= ev.Timestamp-commitSlack
+		out.PeerOwns = !own
+	default:
+		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || s.Pair.partnerSpoke()
+	}
+	return out
 }
 
 // Recovering reports whether dhcpd is catching up with its partner after

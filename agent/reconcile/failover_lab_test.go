@@ -518,3 +518,120 @@ func gauges(t *testing.T, reg *prometheus.Registry, names ...string) map[string]
 	}
 	return out
 }
+
+// leaseState is the binding state dhcpd's file shows for ip now (the
+// zero State when it shows none).
+func leaseState(t *testing.T, d *lab.Dhcpd, ip netip.Addr) parser.State {
+	t.Helper()
+	ls, err := parser.ParseLeases(strings.NewReader(readFile(t, d.LeasesPath())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok := ls.Lookup(netip.PrefixFrom(ip, 32))
+	if !ok {
+		return 0
+	}
+	return l.Binding(parser.Time(time.Now().Unix()))
+}
+
+// waitFree waits until dhcpd's file shows ip free: by then dhcpd has run
+// any on expiry the lease carried (it runs it in the transition to free,
+// before it writes the block).
+func waitFree(t *testing.T, d *lab.Dhcpd, ip netip.Addr, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for leaseState(t, d, ip) != parser.StateFree {
+		if time.Now().After(deadline) {
+			t.Fatalf("dhcpd (%s): %s not free after %s (%q)", d.Dir, ip, within, leaseState(t, d, ip))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestLabFailoverStaleOnExpiry is what happens after recovery has ended:
+// each dhcpd keeps the on expiry of a lease it once acked, and runs it
+// whenever the lease goes free, even after its partner acked it last.
+// A client leases from the primary; the primary rack dies; the client
+// renews through the survivor (partner-down); the primary returns and
+// recovers; both are normal; the client leaves and its lease expires.
+// The primary expires it (in normal state only the primary expires
+// leases) and runs its old on expiry, the secondary runs its own when
+// the primary's update frees it: two hooks for one expiry, both after
+// recovery. The region must get it once.
+func TestLabFailoverStaleOnExpiry(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	if testing.Short() {
+		t.Skip("waits for leases to end (-short)")
+	}
+	t.Parallel()
+	w1, w2 := startPair(t, 20)
+	c1 := w1.lab.AddClient("c1")
+	ip1 := w1.dhclient(c1)
+	first := w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+
+	w1.stopAgent()
+	if err := w1.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w2.d, reconcile.StatePartnerDown, 30*time.Second)
+	// The client's renewal to the dead primary goes unanswered; it
+	// rebinds, and the survivor acks it.
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		var renewed bool
+		for _, a := range w2.arrivals(ip1) {
+			renewed = renewed || (a.Action == event.Commit && a.Timestamp > first.Timestamp)
+		}
+		if renewed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor did not renew %s; the stub has:\n%s", ip1, describeArrivals(w1.arrivals(netip.Addr{})))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	w1.startAgent()
+	if err := w1.d.Restart(""); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, "normal", 60*time.Second)
+	waitState(t, w2.d, "normal", 60*time.Second)
+	if err := c1.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ends := w2.leaseEnds(ip1)
+	w1.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+30*time.Second)
+	waitFree(t, w1.d, ip1, 30*time.Second)
+	waitFree(t, w2.d, ip1, 30*time.Second)
+	time.Sleep(w1.grace + 1500*time.Millisecond) // a second hook's event would come now
+	w1.waitQuiet(60 * time.Second)
+	w2.waitQuiet(60 * time.Second)
+	w1.stopAgent()
+	w2.stopAgent()
+
+	all := w1.arrivals(netip.Addr{})
+	t.Logf("the region got:\n%s", describeArrivals(all))
+	var frees []arrival
+	for _, a := range w1.arrivals(ip1) {
+		if a.Action != event.Commit {
+			frees = append(frees, a)
+		}
+	}
+	if len(frees) != 1 {
+		t.Errorf("want exactly one expiry for %s %s, got %d:\n%s", ip1, mac(c1), len(frees), describeArrivals(frees))
+	}
+	checkOrder(t, all)
+	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
+		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
+	}
+	// Both dhcpd ran on expiry; the primary's was its old ack's.
+	for _, w := range []*world{w1, w2} {
+		if n := strings.Count(w.d.Logs(), "argv[7] = expiry"); n != 1 {
+			t.Errorf("dhcpd (%s) ran on expiry %d times, want once (the test's premise)", w.d.Dir, n)
+		}
+	}
+	if !strings.Contains(w1.lastLogs.String(), `"message":"dropped a hook event`) || !strings.Contains(w1.lastLogs.String(), `"ip":"`+ip1.String()+`"`) {
+		t.Errorf("the primary's agent did not drop its hook's expiry (the survivor acked the lease last):\n%s", w1.lastLogs)
+	}
+}

@@ -277,6 +277,8 @@ func TestPairSameMACRule(t *testing.T) {
 		pair     Pair
 		appended string        // blocks dhcpd wrote, in order
 		queued   []event.Event // events queued before (hooks, synthesised)
+		after    string        // blocks dhcpd wrote after those
+		then     *Pair         // the pair's states when the hook comes, if they changed
 		hook     event.Event
 		drop     bool
 	}{{
@@ -305,7 +307,46 @@ func TestPairSameMACRule(t *testing.T) {
 		hook:     hook(event.Expiry, ip1, macA, t0+5000),
 		drop:     true,
 	}, {
+		// dhcpd keeps the on expiry of an old ack through the peer's
+		// updates and runs it when the lease goes free (issue 14).
+		name:     "normal: the peer acked the lease last (its renewal recorded, no hook here); this side's old on expiry",
+		pair:     primary,
+		appended: block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "expired", macA, t0+200, t0+700),
+		hook:     hook(event.Expiry, ip1, macA, t0+701),
+		drop:     true,
+	}, {
+		name:     "the peer acked last, then the client released to it: this side's old on release",
+		pair:     primary,
+		appended: block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+300),
+		hook:     hook(event.Release, ip1, macA, t0+300),
+		drop:     true,
+	}, {
+		name:     "after recovery: the end the file recorded while the partner was partner-down (the survivor told it)",
+		pair:     Pair{Peer: "fo", Role: RolePrimary, MyState: "recover", PartnerState: StatePartnerDown},
+		appended: block(ip1, "expired", macA, t0-100, t0+500),
+		then:     &primary,
+		hook:     hook(event.Expiry, ip1, macA, t0+900),
+		drop:     true,
+	}, {
 		// Newer news: none of these may be dropped.
+		name:     "normal: this side acked the lease last (its hook's commit, the file's block after it); its on expiry",
+		pair:     primary,
+		appended: block(ip1, "active", macA, t0+200, t0+700),
+		queued:   []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		after:    block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "expired", macA, t0+200, t0+700),
+		hook:     hook(event.Expiry, ip1, macA, t0+701),
+	}, {
+		name:   "normal: this side acked the lease last (the file's block before its hook's commit); its on expiry",
+		pair:   primary,
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		after:  block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "expired", macA, t0+200, t0+700),
+		hook:   hook(event.Expiry, ip1, macA, t0+701),
+	}, {
+		name:     "the peer acked last, the partner-down survivor is this side: its hook's expiry is not judged by who acked",
+		pair:     survivor,
+		appended: block(ip1, "active", macA, t0+200, t0+700),
+		hook:     hook(event.Expiry, ip1, macA, t0+701),
+	}, {
 		name: "normal: the file shows this side's expired block first, its hook's expiry comes when the peer's ack frees the lease",
 		pair: primary, appended: block(ip1, "expired", macA, t0-100, t0+500),
 		hook: hook(event.Expiry, ip1, macA, t0+501),
@@ -339,6 +380,12 @@ func TestPairSameMACRule(t *testing.T) {
 			}
 			for _, q := range tc.queued {
 				s.Hook(q)
+			}
+			if tc.after != "" {
+				s.Appended(blocks(t, tc.after), t0+700)
+			}
+			if tc.then != nil {
+				s.Pair = *tc.then
 			}
 			if got := s.Superseded(tc.hook); got != tc.drop {
 				tr := s.Told[netip.MustParseAddr(ip1)]

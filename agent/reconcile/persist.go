@@ -292,11 +292,12 @@ func decodeLease(b []byte) (Lease, error) {
 	return l, r.err
 }
 
-// encodeTold: version 1 is action, time (varint), MAC, and a last byte 1
-// when Recorded (absent otherwise, so records read as an older agent
-// wrote them). Version 2, written only when AtNS is set, has a flags byte
-// (1: Recorded) and AtNS (varint) after the MAC. An older agent refuses a
-// version 2 record (errShortRecord) and goes on without it.
+// encodeTold: version 1 is action, time (varint), MAC, and a last flags
+// byte when a flag is set (absent otherwise, so records read as an older
+// agent wrote them): 1 Recorded, 2 PeerOwns. Version 2, written only when
+// AtNS is set, has the flags byte and AtNS (varint) after the MAC. An
+// older agent refuses a version 2 record, or one with a flag it does not
+// know (errShortRecord), and goes on without it.
 func encodeTold(t Told) []byte {
 	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+2+len(t.MAC))
 	version := byte(1)
@@ -306,16 +307,19 @@ func encodeTold(t Told) []byte {
 	b = append(b, version, actionByte(t.Action))
 	b = binary.AppendVarint(b, t.At)
 	b = appendString(b, t.MAC)
+	var flags byte
+	if t.Recorded {
+		flags |= 1
+	}
+	if t.PeerOwns {
+		flags |= 2
+	}
 	switch {
 	case version == 2:
-		var flags byte
-		if t.Recorded {
-			flags |= 1
-		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, t.AtNS)
-	case t.Recorded:
-		b = append(b, 1)
+	case flags != 0:
+		b = append(b, flags)
 	}
 	return b
 }
@@ -334,20 +338,20 @@ func decodeTold(b []byte) (Told, error) {
 	switch {
 	case r.err != nil:
 	case b[0] == 2:
-		if len(r.b) < 1 || r.b[0]&^1 != 0 {
+		if len(r.b) < 1 || r.b[0]&^3 != 0 {
 			return t, errShortRecord
 		}
-		t.Recorded = r.b[0]&1 != 0
+		t.Recorded, t.PeerOwns = r.b[0]&1 != 0, r.b[0]&2 != 0
 		r.b = r.b[1:]
 		t.AtNS = r.varint()
 		if r.err == nil && len(r.b) > 0 {
 			r.err = errShortRecord
 		}
 	case len(r.b) > 0:
-		if len(r.b) != 1 || r.b[0] != 1 {
+		if len(r.b) != 1 || r.b[0] == 0 || r.b[0]&^3 != 0 {
 			r.err = errShortRecord
 		}
-		t.Recorded = true
+		t.Recorded, t.PeerOwns = r.b[0]&1 != 0, r.b[0]&2 != 0
 	}
 	return t, r.err
 }
