@@ -140,7 +140,16 @@ type Version struct {
 	// first block was read from the file; for Vanished, the later of the
 	// rewrite's and the lease's end. Zero: unknown.
 	Due time.Time
+	// Seen is when the file first showed the version (for Vanished, the
+	// rewrite); zero: unknown. An item that reached the region well
+	// before it cannot be about it (seenSlack).
+	Seen time.Time
 }
+
+// seenSlack is how long before the file was seen to show a version an
+// item about it may reach the region: the capture reads the file every
+// 100 ms, and dhcpd runs a commit's hook before it writes the lease.
+const seenSlack = 2 * time.Second
 
 func (v Version) String() string {
 	s := "inactive"
@@ -222,7 +231,7 @@ func Truth(gens []Generation) map[string][]Version {
 				if last := q[len(q)-1]; last.Active && !inTable[ip] {
 					v := Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite", Count: 1}
 					if seen := g.seen(); !seen.IsZero() {
-						v.Due = seen
+						v.Due, v.Seen = seen, seen
 						if end := time.Unix(last.Ends, 0); end.After(seen) {
 							v.Due = end
 						}
@@ -237,7 +246,7 @@ func Truth(gens []Generation) map[string][]Version {
 				v.Count = 1
 			}
 			if !b.Seen.IsZero() {
-				v.Due = b.Seen
+				v.Due, v.Seen = b.Seen, b.Seen
 			}
 			if !b.Active {
 				v.MAC, v.Ends = "", b.Ends
@@ -313,6 +322,12 @@ func Check(in Input) Report {
 		q := truth[it.IP]
 		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000")))
 		match := func(v Version) bool {
+			if !v.Seen.IsZero() && v.Seen.After(it.At.Add(seenSlack)) {
+				// Not written yet when the item arrived: the item is a
+				// copy of older news, however alike (a re-post of an
+				// earlier commit must not pass for the next one).
+				return false
+			}
 			if it.Action == "commit" {
 				return v.Active && v.MAC == it.MAC
 			}

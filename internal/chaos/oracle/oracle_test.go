@@ -65,6 +65,9 @@ func TestCheck(t *testing.T) {
 	}
 	// ip1: m1 commits and releases, then m1 commits again.
 	again := []Generation{gen("g0", nil, act(ip1, m1, 20), free(ip1, m1, 5), act(ip1, m1, 40))}
+	// The same, with when the file showed each block.
+	seen := func(b Block, s int) Block { b.Seen = at(s); return b }
+	againSeen := []Generation{gen("g0", nil, seen(act(ip1, m1, 20), 1), seen(free(ip1, m1, 5), 5), seen(act(ip1, m1, 40), 30))}
 
 	tests := []struct {
 		name    string
@@ -121,6 +124,14 @@ func TestCheck(t *testing.T) {
 		{name: "a replayed pair that cannot go back", gens: again, end: 30,
 			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(6, "commit", ip1, m1), item(7, "commit", ip1, m1)},
 			dups:  1},
+		// Found in a chaos run: a re-post of the first commit after the
+		// release was matched forward to the next commit of the same MAC,
+		// written 20 s later, hiding the regression.
+		{name: "a stale commit re-applied before the next commit was written", gens: againSeen, end: 50,
+			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(6, "commit", ip1, m1), item(31, "commit", ip1, m1)},
+			want:  []string{"order " + ip1}},
+		{name: "the next commit's hook, arriving just before the file was read", gens: againSeen, end: 50,
+			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(29, "commit", ip1, m1)}},
 		{name: "release and new commit of the same MAC, the release replayed last", gens: again, end: 30,
 			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(6, "commit", ip1, m1), item(7, "release", ip1, m1)},
 			want:  []string{"final " + ip1, "order " + ip1}},
