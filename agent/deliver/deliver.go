@@ -120,8 +120,9 @@ type Deliverer struct {
 	last   atomic.Int64  // Unix ns of the last 2xx
 	health health
 
-	inflight  *inflight    // nil: no record kept
-	holdUntil atomic.Int64 // Unix ns before which nothing is sent; 0: none
+	inflight  *inflight     // nil: no record kept
+	hold      time.Duration // Config.UnansweredHold, with its default
+	holdUntil atomic.Int64  // Unix ns before which nothing is sent; 0: none
 }
 
 // New checks cfg, loads the credentials and registers the metrics on reg
@@ -156,6 +157,7 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 		if hold <= 0 {
 			hold = DefaultUnansweredHold
 		}
+		d.hold = hold
 		if until := holdUntil(started, unanswered, now(), hold); !until.IsZero() {
 			d.holdUntil.Store(until.UnixNano())
 		}
@@ -661,7 +663,8 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	if !d.waitHold(ctx) {
 		return outcome{}, ctx.Err()
 	}
-	if err := d.inflight.begin(d.now()); err != nil {
+	start := d.now()
+	if err := d.inflight.begin(start); err != nil {
 		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
 	}
 	var o outcome
@@ -671,6 +674,10 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		// decides what comes next. Left set when the agent stops with
 		// the request out (ctx ended): the next run holds.
 		d.inflight.end() //nolint:errcheck // a stale record only delays the next start
+	} else if d.inflight != nil {
+		// Abandoned with the region perhaps applying it: a Flush at
+		// SIGTERM, after Run stopped here, holds like the next run.
+		d.holdUntil.Store(start.Add(d.hold).UnixNano())
 	}
 	if err != nil {
 		if ctx.Err() != nil {

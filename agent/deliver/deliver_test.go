@@ -1502,3 +1502,33 @@ func TestHoldUntil(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushAfterAbandonedRequestHolds: at SIGTERM the agent stops Run,
+// abandoning a request the region is still applying, then flushes what is
+// queued. The flush must not send that batch again (and what follows it)
+// while the first copy may still be running: it holds as a restarted run
+// would.
+func TestFlushAfterAbandonedRequestHolds(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	s.SetDelay(time.Second)
+	q := newMemQueue()
+	cfg := fastConfig(s, f)
+	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
+	cfg.UnansweredHold = 5 * time.Second
+	q.Append(events(10, 3)...)
+	h := newDeliverer(t, cfg, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	if err := h.d.Flush(ctx); err == nil {
+		t.Fatal("Flush returned nil with the region still applying")
+	}
+	cancel()
+	s.SetDelay(0)
+	if err := h.d.Flush(ctxT(t, 2*time.Second)); err == nil {
+		t.Fatal("the second Flush delivered within the hold")
+	}
+	waitFor(t, 10*time.Second, "the abandoned request applied", func() bool { return len(s.Requests()) >= 1 })
+	if r := s.Requests(); len(r) != 1 {
+		t.Errorf("%d requests, want only the abandoned one (the flush sent again during the hold)", len(r))
+	}
+}
