@@ -665,8 +665,11 @@ func (s *State) pointless(ip netip.Addr, p Pending, t Told, ok bool) bool {
 		return true
 	}
 	if p.Event.Reason == ReasonVanished {
-		if l, back := s.File[ip]; back && (l.State == parser.StateActive || l.MAC != p.Event.MAC) {
-			return true // reappeared, or the address moved on
+		if l, back := s.File[ip]; back && (l.State == parser.StateActive || l.MAC != "" && l.MAC != p.Event.MAC) {
+			// Reappeared, or the address moved on. A block with no MAC
+			// (the free lease dhcpd lists when a range holds the address
+			// again) is neither: the region still holds the old lease.
+			return true
 		}
 	}
 	return false

@@ -311,6 +311,14 @@ func TestRules(t *testing.T) {
 			{at: 500},
 			{at: 640},
 		}},
+		{"rule 2: vanished, then a range holds the address again, free: the expiry all the same", []step{
+			{at: 0, snapshot: base},
+			{at: 10, snapshot: block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 20, snapshot: block(ip2, "active", macB, t0-100, t0+5000) +
+				fmt.Sprintf("lease %s {\n  starts %s;\n  ends %s;\n  binding state free;\n}\n", ip1, date(t0-100), date(t0+5))},
+			{at: 499},
+			{at: 500, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +500 vanished"}},
+		}},
 		{"rule 2 and 4: vanished, then committed to another MAC: no expiry for the old one", []step{
 			{at: 0, snapshot: base},
 			{at: 10, snapshot: block(ip2, "active", macB, t0-100, t0+5000)},
