@@ -69,8 +69,12 @@ demo: test-deps
 DURATION ?= 10m
 SEED     ?= 0
 FAULTS   ?=
+# PAIR=1 runs a failover pair instead: two racks (dhcpd peers as MAAS
+# configures them, an agent each), one region; rack deaths and returns,
+# range changes on both peers; the oracle judges both files merged.
+PAIR     ?=
 chaos: test-deps build
-	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)"
+	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair)
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built
 # with dpkg-buildpackage in a copy of the tree and checked by lintian (no

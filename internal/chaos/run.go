@@ -41,6 +41,9 @@ type Options struct {
 	Lease    int    // lease time, seconds
 	Clients  int    // dhclients
 	Faults   []string
+	// Pair runs a failover pair: two racks, each a dhcpd peer with its
+	// own agent, one region (pair.go).
+	Pair bool
 }
 
 // Fault kinds.
@@ -122,6 +125,9 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	}
 	if len(o.Faults) == 0 {
 		o.Faults = AllFaults
+		if o.Pair {
+			o.Faults = PairFaults
+		}
 	}
 	tb := &lab.ProgramTB{Prog: "chaos", TempRoot: o.Dir}
 	r := &run{opts: o, tb: tb, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed)), faults: map[string]int{}, t0: time.Now()}
@@ -137,7 +143,11 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		}
 	}()
 	defer func() { res.Faults, res.Agent = r.Faults(), r.meas.result() }()
-	res.Report, err = r.run(ctx)
+	if o.Pair {
+		res.Report, err = r.runPair(ctx)
+	} else {
+		res.Report, err = r.run(ctx)
+	}
 	if err == nil {
 		for _, v := range r.meas.result().Violations() {
 			res.Report.Violations = append(res.Report.Violations, v)

@@ -4,9 +4,10 @@
 // (internal/chaos/oracle): nothing lost, nothing false, per-IP order.
 // It exits 1 on any violation, keeping the run's directory.
 //
-//	chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook [-duration 10m] [-seed N]
+//	chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook [-duration 10m] [-seed N] [-pair]
 //
-// Run it through `make chaos` (DURATION, SEED). Needs root.
+// Run it through `make chaos` (DURATION, SEED, FAULTS; PAIR=1 for -pair).
+// Needs root.
 package main
 
 import (
@@ -33,6 +34,7 @@ func main() {
 	flag.IntVar(&o.Lease, "lease", 20, "dhcpd lease time, seconds")
 	faults := flag.String("faults", "", "comma-separated fault kinds (default all: "+strings.Join(chaos.AllFaults, ",")+")")
 	keep := flag.Bool("keep", false, "keep the run's directory even when it passes")
+	flag.BoolVar(&o.Pair, "pair", false, "a failover pair: two racks (dhcpd peers as MAAS configures them, an agent each), one region; faults kill and return a rack, change the range on both ("+strings.Join(chaos.PairFaults, ",")+")")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "chaos: needs root (network namespaces, dhcpd, a tmpfs mount); run it as root, e.g. sudo make chaos")

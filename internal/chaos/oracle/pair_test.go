@@ -1,0 +1,94 @@
+package oracle
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestMergePair judges a pair's items against the two peers' files
+// merged: the copies of one event in both files are one event; a restart
+// that kept the range drops nothing even when its table lacks a lease its
+// partner added meanwhile; a shrink drops a lease at the first peer's
+// rewrite (the survivor's, while the other is down), and the returning
+// peer's stale table is no news.
+func TestMergePair(t *testing.T) {
+	seen := func(b Block, s int) Block { b.Seen = at(s); return b }
+	// The primary (f0) commits ip1 to m1 and ip2 to m2; the secondary
+	// (f1) gets both as binding updates a little later.
+	prim := []Generation{gen("p0", nil, seen(act(ip1, m1, 100), 1), seen(act(ip2, m2, 100), 2))}
+	sec := []Generation{gen("s0", nil, seen(act(ip1, m1, 100), 1), seen(act(ip2, m2, 100), 3))}
+	all := func(f, g int, ip string) bool { return true }
+
+	t.Run("copies are one event", func(t *testing.T) {
+		m := MergePair([][]Generation{prim, sec}, all)
+		r := Check(Input{Generations: m, End: at(50), Items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2)}})
+		if got := rules(r); len(got) != 0 || r.Duplicates != 0 {
+			t.Fatalf("violations %v, duplicates %d; merged %+v", got, r.Duplicates, m)
+		}
+	})
+
+	t.Run("a restart that kept the range drops nothing", func(t *testing.T) {
+		// The secondary restarts at 2: its table has ip1 only, ip2's
+		// update comes after.
+		sec := []Generation{
+			gen("s0", nil, seen(act(ip1, m1, 100), 1)),
+			gen("s1", []Block{seen(act(ip1, m1, 100), 2)}, seen(act(ip2, m2, 100), 3)),
+		}
+		m := MergePair([][]Generation{prim, sec}, all)
+		r := Check(Input{Generations: m, End: at(50), Items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2)}})
+		if got := rules(r); len(got) != 0 {
+			t.Fatalf("violations %v; merged %+v", got, m)
+		}
+	})
+
+	// The primary dies at 5; ip1's client leaves. The secondary restarts
+	// at 10 on a range without ip1 (the shrink); the primary returns at
+	// 200 on the same range, its table stale. ip1 is expired once, at
+	// its end (100), by the survivor.
+	shrunk := func(f, g int, ip string) bool { return g == 0 || ip != ip1 }
+	prim2 := []Generation{
+		prim[0],
+		gen("p1", []Block{seen(act(ip2, m2, 100), 200)}),
+	}
+	sec2 := []Generation{
+		sec[0],
+		gen("s1", []Block{seen(act(ip2, m2, 100), 10)}),
+	}
+	m := MergePair([][]Generation{prim2, sec2}, shrunk)
+	tests := []struct {
+		name  string
+		items []Item
+		want  []string
+		dups  int
+	}{{
+		name:  "the survivor's expiry at the end",
+		items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2), item(100, "expiry", ip1, m1)},
+	}, {
+		name:  "the same expiry again from the returning primary: a duplicate",
+		items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2), item(100, "expiry", ip1, m1), item(201, "expiry", ip1, m1)},
+		dups:  1,
+	}, {
+		name:  "early",
+		items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2), item(11, "expiry", ip1, m1)},
+		want:  []string{"early " + ip1},
+	}, {
+		name:  "never expired",
+		items: []Item{item(1, "commit", ip1, m1), item(2, "commit", ip2, m2)},
+		want:  []string{"final " + ip1, "lost " + ip1},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Check(Input{Generations: m, End: at(300), Items: tc.items})
+			if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+				t.Errorf("violations (-want +got):\n%s\nmerged %+v", diff, m)
+			}
+			if r.Duplicates != tc.dups {
+				t.Errorf("duplicates %d, want %d", r.Duplicates, tc.dups)
+			}
+			if r.Vanished != 1 {
+				t.Errorf("vanished %d, want 1", r.Vanished)
+			}
+		})
+	}
+}

@@ -1,0 +1,532 @@
+package chaos
+
+// The failover pair run (Options.Pair, make chaos PAIR=1): two racks, each
+// a dhcpd peer as MAAS configures a pair (a failover peer per VLAN,
+// primary with split 255, pools naming the peer; the lab's short failover
+// timers so that partner-down comes in seconds), with leasekeeper-hook and
+// its own agent, one region stub. Faults kill a whole rack (dhcpd and
+// agent) and bring it back, shrink or move the range on both peers as
+// MAAS does (the peer that is up restarts at once, a dead one gets the
+// configuration when it returns), restart one peer, kill or stop one
+// agent, and the region's faults. The oracle judges the region against
+// the pair's truth: both leases files merged (oracle.MergePair).
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
+	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+)
+
+// Fault kinds of the pair run.
+const (
+	FPrimaryDown   = "primary-rack-down"   // dhcpd and agent of the primary killed, back after 5-30 s
+	FSecondaryDown = "secondary-rack-down" // the same for the secondary
+	FPairRange     = "pair-range"          // a new range on both peers, as MAAS applies it
+	FPeerRestart   = "peer-restart"        // one peer's dhcpd restarted
+)
+
+// PairFaults is every fault kind a pair run injects by default.
+var PairFaults = []string{FPrimaryDown, FSecondaryDown, FPairRange, FPeerRestart, FAgentKill, FAgentTerm,
+	FRegionDown, FRegionSlow, FRegion500, FRegion422, FRegionSkew}
+
+// The peers' addresses on the lab's bridge; perfdhcp relays from a third.
+var (
+	pairAddr = [2]string{"203.0.113.1", "203.0.113.2"}
+	pairRole = [2]string{"primary", "secondary"}
+)
+
+const pairPerfAddr = "203.0.113.3/24"
+
+// rack is one rack of the pair: a run of its own for its dhcpd, agent,
+// socket, spool, state and capture, sharing the lab, the stub and the
+// log with the pair's run.
+type rack struct {
+	*run
+	i    int  // 0 primary, 1 secondary
+	down bool // dhcpd and agent killed (pmu)
+	// starts are the ranges its dhcpd started on, and when (before the
+	// start): the capture's generations are matched to them.
+	starts []rangeStart
+}
+
+type rangeStart struct {
+	at time.Time
+	rg [2]int
+}
+
+type pair struct {
+	*run
+	racks [2]*rack
+	pmu   sync.Mutex // dhcpd starts and stops, rack states, the range
+	rg    [2]int     // the range MAAS configures now
+	// downMu: one rack down at a time (both down is no pair).
+	downMu sync.Mutex
+	nss    [2]string // the namespace each dhcpd runs in
+}
+
+// newRack makes rack i's run in Dir/rackN.
+func (p *pair) newRack(i int) (*rack, error) {
+	o := p.opts
+	o.Dir = filepath.Join(p.opts.Dir, fmt.Sprintf("rack%d", i+1))
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The rack's own run draws no random numbers (the pair's does).
+	sub := &run{opts: o, tb: p.tb, faults: map[string]int{}, t0: p.t0, log: p.log, lab: p.lab, stub: p.stub}
+	var err error
+	if sub.files, err = p.stub.WriteFiles(filepath.Join(o.Dir, "pki")); err != nil {
+		return nil, err
+	}
+	sub.sock = filepath.Join(o.Dir, "hook.sock")
+	sub.sockAway = filepath.Join(o.Dir, "hook.sock.away")
+	sub.spool = filepath.Join(o.Dir, "spool")
+	sub.state = filepath.Join(o.Dir, "state")
+	if err := sub.agentUser(); err != nil {
+		return nil, err
+	}
+	if err := sub.mountState(); err != nil {
+		return nil, err
+	}
+	if sub.holder, err = lab.UnixgramQlen(sub.sock, 512); err != nil {
+		return nil, fmt.Errorf("socket holder: %w", err)
+	}
+	p.tb.Cleanup(func() { sub.holder.Close() })
+	if sub.metrics, err = freePort(); err != nil {
+		return nil, err
+	}
+	return &rack{run: sub, i: i}, nil
+}
+
+// conf is the rack's dhcpd.conf for range rg: the packaged hook blocks
+// and a failover peer as MAAS writes it (src/provisioningserver/
+// templates/dhcp/dhcpd.conf.template: primary with mclt and split 255,
+// max-response-delay, max-unacked-updates 10, load balance max seconds
+// 3, the pool naming the peer), with the lab's timers: mclt 10 s,
+// max-response-delay 5 s and auto-partner-down 1 s, so that a dead rack's
+// partner serves within seconds (MAAS sets no auto-partner-down: there an
+// operator declares it).
+func (k *rack) conf(rg [2]int) string {
+	var b strings.Builder
+	l := k.opts.Lease
+	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n", l, l, l)
+	b.WriteString(snippet(k.tb, k.opts.Snippet, k.opts.HookBin, k.sock, k.spool))
+	fmt.Fprintf(&b, "failover peer \"failover-vlan-5001\" {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n",
+		pairRole[k.i], pairAddr[k.i], pairAddr[1-k.i])
+	if k.i == 0 {
+		b.WriteString("  mclt 10;\n  split 255;\n")
+	}
+	b.WriteString("}\n")
+	b.WriteString(k.lab.SubnetConf(fmt.Sprintf("  pool {\n    failover peer \"failover-vlan-5001\";\n    range 203.0.113.%d 203.0.113.%d;\n  }", rg[0], rg[1])))
+	return b.String()
+}
+
+// startDhcpd starts (or restarts) the rack's dhcpd on range rg. p.pmu
+// is held.
+func (k *rack) startDhcpd(rg [2]int, ns string) error {
+	k.starts = append(k.starts, rangeStart{at: time.Now(), rg: rg})
+	if k.d == nil {
+		k.d = k.lab.StartDhcpd(k.tb, lab.DhcpdConfig{Conf: k.conf(rg), NS: ns})
+		k.leasesDir = filepath.Dir(k.d.LeasesPath())
+		return os.Chmod(k.leasesDir, 0o755) // a test's temporary dir is 0700
+	}
+	err := k.d.Restart(k.conf(rg))
+	if err != nil && k.d.Pid() == 0 {
+		// Restart first reports a dhcpd that had died (killed), then
+		// starts.
+		err = k.d.Restart(k.conf(rg))
+	}
+	return err
+}
+
+// rangeOf is the range generation gen of the rack's file started on: the
+// last start before it was first read.
+func (k *rack) rangeOf(gen oracle.Generation) [2]int {
+	rg := k.starts[0].rg
+	at := time.Time{}
+	if len(gen.Blocks) > 0 {
+		at = gen.Blocks[0].Seen
+	}
+	for _, s := range k.starts {
+		if !at.IsZero() && s.at.After(at) {
+			break
+		}
+		rg = s.rg
+	}
+	return rg
+}
+
+func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
+	o := r.opts
+	var err error
+	if r.log, err = os.Create(filepath.Join(o.Dir, "chaos.log")); err != nil {
+		return oracle.Report{}, err
+	}
+	r.tb.Cleanup(func() { r.log.Close() })
+	lab.Require(r.tb, "dhcpd", "dhclient", "perfdhcp")
+	if err := os.Chmod(o.Dir, 0o711); err != nil {
+		return oracle.Report{}, err
+	}
+	r.stub, err = regionstub.Start(regionstub.Options{})
+	if err != nil {
+		return oracle.Report{}, err
+	}
+	r.tb.Cleanup(func() { r.stub.Close() })
+	r.lab = lab.New(r.tb)
+	p := &pair{run: r, rg: ranges[0]}
+	for i := range 2 {
+		if p.racks[i], err = p.newRack(i); err != nil {
+			return oracle.Report{}, err
+		}
+	}
+	sec := r.lab.AddServer("sec", netip.MustParseAddr(pairAddr[1]))
+	p.nss = [2]string{"", sec.NS}
+	nss := p.nss
+	p.pmu.Lock()
+	for i, k := range p.racks {
+		if err := k.startDhcpd(p.rg, nss[i]); err != nil {
+			p.pmu.Unlock()
+			return oracle.Report{}, fmt.Errorf("%s dhcpd: %w", pairRole[i], err)
+		}
+		r.say("%s dhcpd pid %d, range %v, leases %s", pairRole[i], k.d.Pid(), p.rg, k.d.LeasesPath())
+	}
+	p.pmu.Unlock()
+	if err := p.waitNormal(60 * time.Second); err != nil {
+		return oracle.Report{}, err
+	}
+	var capDone []chan struct{}
+	cctx, stopCapture := context.WithCancel(context.Background())
+	for _, k := range p.racks {
+		k.capt = newCapture(k.d.LeasesPath())
+		done := make(chan struct{})
+		capDone = append(capDone, done)
+		go func() { defer r.guard(); k.capt.follow(cctx); close(done) }()
+	}
+	defer func() {
+		stopCapture()
+		for _, d := range capDone {
+			<-d
+		}
+	}()
+	sctx, stopSampling := context.WithCancel(context.Background())
+	var sampled sync.WaitGroup
+	for _, k := range p.racks {
+		k.startAgent()
+		r.tb.Cleanup(func() { k.stopAgent(syscall.SIGTERM) })
+		sampled.Add(1)
+		go func() { defer sampled.Done(); defer r.guard(); k.sampleLoop(sctx) }()
+	}
+	defer func() { stopSampling(); sampled.Wait() }()
+
+	wctx, stopWork := context.WithTimeout(ctx, o.Duration)
+	defer stopWork()
+	var wg sync.WaitGroup
+	for i := range o.Clients {
+		c := r.lab.AddClient(fmt.Sprintf("c%d", i+1), lab.WithHostname(fmt.Sprintf("chaos-%d", i+1)))
+		wg.Add(1)
+		go func() { defer wg.Done(); defer r.guard(); r.dhclientLoop(wctx, c) }()
+	}
+	perf := r.lab.AddClient("perf")
+	if _, err := r.lab.Exec(ctx, perf.NS, "ip", "addr", "add", pairPerfAddr, "dev", perf.Iface); err != nil {
+		return oracle.Report{}, err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); defer r.guard(); r.perfLoop(wctx, perf) }()
+	go func() { defer wg.Done(); defer r.guard(); p.faultLoop(wctx) }()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return oracle.Report{}, ctx.Err()
+	}
+
+	// Settle: region faults undone, both racks up, both dhcpd restarted
+	// together on the full range (as MAAS applies a change), the pair
+	// normal again; then wait until the leases ended and the region heard
+	// nothing new for a while.
+	r.say("faults stop; clients vanish; settling")
+	r.stub.ClearFaults()
+	p.pmu.Lock()
+	for _, k := range p.racks {
+		if k.down {
+			r.startAgentOf(k)
+			k.down = false
+		}
+	}
+	p.rg = ranges[0]
+	errs := p.restartUp()
+	p.pmu.Unlock()
+	if errs != nil {
+		return oracle.Report{}, errs
+	}
+	r.fault("settle: both dhcpd restart on the full range")
+	if err := p.waitNormal(60 * time.Second); err != nil {
+		r.say("%v", err)
+	}
+	deadline := time.Now().Add(time.Duration(o.Lease)*time.Second + 90*time.Second)
+	lastEnd := time.Now().Add(time.Duration(o.Lease)*time.Second + 5*time.Second)
+	n, quiet := r.stub.Len(), time.Now()
+	for time.Now().Before(deadline) {
+		if ctx.Err() != nil {
+			return oracle.Report{}, ctx.Err()
+		}
+		time.Sleep(500 * time.Millisecond)
+		if m := r.stub.Len(); m != n {
+			n, quiet = m, time.Now()
+		}
+		if time.Now().After(lastEnd) && time.Since(quiet) > 15*time.Second {
+			break
+		}
+	}
+	end := time.Now()
+	for _, k := range p.racks {
+		k.capt.poll()
+		k.stopAgent(syscall.SIGTERM)
+		k.capt.poll()
+	}
+	p.measures()
+	return p.judge(end), nil
+}
+
+// restartUp restarts the dhcpd of each rack that is up on p.rg,
+// together, as MAAS applies a configuration. p.pmu is held.
+func (p *pair) restartUp() error {
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, k := range p.racks {
+		if k.down {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = k.startDhcpd(p.rg, p.nss[i]) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%s dhcpd: %w", pairRole[i], err)
+		}
+	}
+	return nil
+}
+
+// startAgentOf starts rack k's agent (its own lock, as the agent faults
+// take it).
+func (r *run) startAgentOf(k *rack) {
+	k.afmu.Lock()
+	defer k.afmu.Unlock()
+	k.startAgent()
+}
+
+// waitNormal waits until both files record my state normal.
+func (p *pair) waitNormal(within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		ok := true
+		for _, k := range p.racks {
+			ok = ok && lastMyState(k.d.LeasesPath()) == "normal"
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the pair is not normal after %s (primary %q, secondary %q)", within,
+				lastMyState(p.racks[0].d.LeasesPath()), lastMyState(p.racks[1].d.LeasesPath()))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// lastMyState is the last "my state" a leases file records ("" if none).
+func lastMyState(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndex(s, "\n  my state ")
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+len("\n  my state "):])
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+func (p *pair) faultLoop(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	faults := p.opts.Faults
+	sleep(ctx, 5*time.Second)
+	for ctx.Err() == nil {
+		kind := faults[p.intn(len(faults))]
+		wg.Add(1)
+		go func() { defer wg.Done(); defer p.guard(); p.inject(ctx, kind) }()
+		sleep(ctx, p.between(2*time.Second, 8*time.Second))
+	}
+}
+
+func (p *pair) inject(ctx context.Context, kind string) {
+	nss := p.nss
+	switch kind {
+	case FPrimaryDown, FSecondaryDown:
+		if !p.downMu.TryLock() {
+			return
+		}
+		defer p.downMu.Unlock()
+		k := p.racks[0]
+		if kind == FSecondaryDown {
+			k = p.racks[1]
+		}
+		p.fault(kind)
+		k.afmu.Lock()
+		sig := syscall.SIGKILL
+		if p.intn(2) == 0 {
+			sig = syscall.SIGTERM
+		}
+		k.stopAgent(sig)
+		p.pmu.Lock()
+		if p.intn(2) == 0 {
+			if pid := k.d.Pid(); pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			p.say("  %s rack down: agent %v, dhcpd SIGKILL", pairRole[k.i], sig)
+		} else {
+			_ = k.d.Stop()
+			p.say("  %s rack down: agent %v, dhcpd SIGTERM", pairRole[k.i], sig)
+		}
+		k.down = true
+		p.pmu.Unlock()
+		k.afmu.Unlock()
+		sleep(ctx, p.between(5*time.Second, 30*time.Second))
+		// Back as a rack comes back: the agent first (systemd starts it
+		// before dhcpd), then dhcpd on the range MAAS configures now.
+		k.afmu.Lock()
+		k.startAgent()
+		k.afmu.Unlock()
+		p.pmu.Lock()
+		defer p.pmu.Unlock()
+		k.down = false
+		p.say("  %s rack back on range %v", pairRole[k.i], p.rg)
+		if err := k.startDhcpd(p.rg, nss[k.i]); err != nil {
+			p.tb.Fatalf("%s dhcpd: %v", pairRole[k.i], err)
+		}
+	case FPairRange:
+		p.pmu.Lock()
+		defer p.pmu.Unlock()
+		p.fault(kind)
+		p.rg = ranges[p.intn(len(ranges))]
+		down := ""
+		for _, k := range p.racks {
+			if k.down {
+				down = " (" + pairRole[k.i] + " down: it starts on it when it returns)"
+			}
+		}
+		p.say("  range now 203.0.113.%d-%d on both peers%s", p.rg[0], p.rg[1], down)
+		if err := p.restartUp(); err != nil {
+			p.tb.Fatalf("%v", err)
+		}
+	case FPeerRestart:
+		p.pmu.Lock()
+		defer p.pmu.Unlock()
+		k := p.racks[p.intn(2)]
+		if k.down {
+			return
+		}
+		p.fault(kind)
+		p.say("  %s dhcpd restart", pairRole[k.i])
+		if err := k.startDhcpd(p.rg, nss[k.i]); err != nil {
+			p.tb.Fatalf("%s dhcpd: %v", pairRole[k.i], err)
+		}
+	case FAgentKill, FAgentTerm:
+		k := p.racks[p.intn(2)]
+		k.afmu.Lock()
+		defer k.afmu.Unlock()
+		p.pmu.Lock()
+		down := k.down
+		p.pmu.Unlock()
+		if down {
+			return
+		}
+		sig := syscall.SIGKILL
+		if kind == FAgentTerm {
+			sig = syscall.SIGTERM
+		}
+		p.fault(kind)
+		p.say("  %s agent", pairRole[k.i])
+		k.stopAgent(sig)
+		sleep(ctx, p.between(0, 5*time.Second))
+		k.startAgent()
+	default: // the region's faults
+		p.run.inject(ctx, kind)
+	}
+}
+
+// measures folds both racks' agents' measures into the run's.
+func (p *pair) measures() {
+	m := &p.meas
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.counts = map[int]map[string]float64{}
+	for i, k := range p.racks {
+		k.meas.mu.Lock()
+		m.procs += k.meas.procs
+		m.rss = max(m.rss, k.meas.rss)
+		m.state = max(m.state, k.meas.state)
+		m.spool = max(m.spool, k.meas.spool)
+		m.ok += k.meas.ok
+		for n, s := range k.meas.counts {
+			m.counts[i*100000+n] = s
+		}
+		k.meas.mu.Unlock()
+	}
+}
+
+// judge: the region against the pair's truth, both files merged.
+func (p *pair) judge(end time.Time) oracle.Report {
+	var files [][]oracle.Generation
+	for _, k := range p.racks {
+		files = append(files, k.capt.generations(end, k.opts.Dir))
+	}
+	inRange := func(f, g int, ip string) bool {
+		rg := p.racks[f].rangeOf(files[f][g])
+		a, err := netip.ParseAddr(ip)
+		if err != nil || !a.Is4() {
+			return true
+		}
+		last := int(a.As4()[3])
+		return strings.HasPrefix(ip, "203.0.113.") && last >= rg[0] && last <= rg[1]
+	}
+	merged := oracle.MergePair(files, inRange)
+	var items []oracle.Item
+	for _, b := range p.stub.Batches() {
+		for _, it := range b.Items {
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC})
+		}
+	}
+	var refused []oracle.Item
+	for _, k := range p.racks {
+		refused = append(refused, k.deadLetters()...)
+	}
+	p.say("judging: %d region items; leases file generations: primary %d, secondary %d; the pair's merged truth %d",
+		len(items), len(files[0]), len(files[1]), len(merged))
+	rep := oracle.Check(oracle.Input{Generations: merged, Items: items, End: end, Refused: refused})
+	var reqs []oracle.Request
+	for _, q := range p.stub.Requests() {
+		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
+	}
+	rep.Posts = oracle.CheckPosts(reqs, 3*time.Second)
+	for _, o := range rep.Posts.Overlapping {
+		rep.Violations = append(rep.Violations, oracle.Violation{Rule: "repost", Evidence: o})
+		rep.ByRule["repost"]++
+	}
+	return rep
+}
