@@ -176,15 +176,82 @@
 //
 // # Start-up
 //
-// GOMAXPROCS is not updated after start (updatemaxprocs=0), and the
-// runtime's memory mappings are not named (decoratemappings=0: a prctl
-// each, refused with EINVAL on kernels before 5.17 all the same). The Go
-// runtime still reads the cgroup's CPU quota at start (four files) whatever
-// the GODEBUG settings; containermaxprocs=0 would not save those reads.
-// Measured against an empty Go program built the same way (strace -c,
-// perf stat -r 300, issue 16): 1.32 MB against 1.20 MB, 170 page faults
-// against 159, the same runtime syscalls plus /proc/self/cmdline, socket
-// and sendto — what is left above the floor is the runtime itself.
+// dhcpd waits for every hook, so start-up is most of the hook's cost. A Go
+// program runs several threads before main, and on a virtual machine what
+// they cost (thread hand-offs, TLB shoot-downs for pages written after
+// they started, exit) puts an empty Go program well behind /bin/true; the
+// hook keeps what it adds on top small. It imports the standard library
+// only, and of it only errors, strconv, syscall and unicode/utf8
+// (TestStdlibOnly keeps it so): no os (it reads its arguments from
+// /proc/self/cmdline and exits with syscall.Exit), hence no time,
+// internal/godebug or internal/poll; no net/netip (ip.go parses addresses,
+// held to net/netip by FuzzParseIP); no unicode, fmt, flag or
+// encoding/json. updatemaxprocs=0 spares the runtime's goroutine that
+// follows CPU-limit changes, one more wake-up in a process that lives for
+// a millisecond; decoratemappings=0 spares the prctl naming each of the
+// runtime's memory mappings (and refused with EINVAL by kernels built
+// without CONFIG_ANON_VMA_NAME). The runtime still reads the cgroup's CPU quota at start (four
+// files), whatever the GODEBUG settings: containermaxprocs=0 would not
+// save those reads. Against an empty Go program built the same way
+// (strace -c, perf stat -r 300; issue 16): 1.32 MB against 1.20 MB, 170
+// page faults against 159, the same runtime syscalls plus the read of
+// /proc/self/cmdline, socket and sendto — what is left above the floor
+// is the runtime's own start. scripts/bench-hook measures what the hook
+// costs dhcpd against /bin/true and an empty Go program, and
+// BenchmarkProcess what a start costs.
+//
+// # clean
+//
+// MAAS's maas-dhcpd.service and maas-dhcpd6.service (debian/ in MAAS 3.5
+// to 3.8) run "/usr/sbin/maas-dhcp-helper clean $LEASES_FILE" under sh -e
+// just before exec dhcpd, so clean must exit 0 whenever dhcpd can start.
+// MAAS's helper removes every match of `host [^{]+{[^}]+}\n` from the file
+// read as UTF-8 text (package-files/usr/sbin/maas-dhcp-helper, the same in
+// 3.5 to 3.8): the hosts OMAPI wrote and their rubouts, so that dhcpd
+// starts with the hosts of dhcpd.conf only.
+//
+// clean removes the top-level statements whose first word is host and
+// that have a block, each with the line end (LF or CR LF) after its '}',
+// and keeps every other byte. It reads statements as dhcpd's lexer does
+// (quoted strings with \ escapes, # comments, nested blocks). On files
+// as dhcpd writes them it removes exactly what MAAS's helper removes
+// (TestCleanMatchesMAAS, and the lab test on dhcpd's own file), except
+// that the expression cuts into a lease whose strings hold "host " and
+// misses a host with a '}' in a string; clean does neither, and reads
+// any bytes (MAAS's fails on a file that is not UTF-8). At a raw newline
+// inside a string, a '}' closing nothing or a statement torn at the end,
+// it stops and keeps the rest as it is: a host left in the file is
+// harmless to dhcpd, anything else removed would be a lost lease.
+//
+// Only a file that has a host statement is rewritten: a new file beside
+// it (NAME.leasekeeper-clean-PID, O_CREAT|O_EXCL|O_NOFOLLOW) with the
+// original's owner, group and mode, fsynced, then renamed onto it after
+// checking that the original is still the same file, unchanged (dhcpd is
+// meant to be stopped), and the directory fsynced. The original is opened
+// O_NOFOLLOW|O_NONBLOCK: a symbolic link is neither followed nor replaced,
+// and a FIFO does not block. Every case exits 0:
+//
+//   - cleaned, no host statement (not written), missing file or
+//     directory: silent. (MAAS's units create the file first; its helper
+//     exits 1 on a missing one.)
+//   - a link, not a regular file, unreadable, over 1 GiB; a copy that
+//     cannot be created, written, synced, given the owner or mode, or
+//     renamed; a file that changed meanwhile: one line on stderr, the
+//     copy removed, the original as it was.
+//   - the scan stopped early: cleaned up to there, one line saying where.
+//   - the directory fsync failed after the rename: cleaned, one line (a
+//     crash may bring back the old file, which dhcpd reads too).
+//   - killed midway: the original is intact; a stray copy may be left.
+//   - an internal error (a panic) is caught: the file was only ever
+//     replaced whole.
+//
+// Run by the name maas-dhcp-helper (a diversion), clean works the same.
+//
+// # Exit status
+//
+// notify: 0 sent or spooled; 1 lost (neither way took it, or
+// /proc/self/cmdline was unreadable); 2 invalid arguments. clean: 0
+// whenever dhcpd can start on the file; 2 invalid arguments.
 //
 //go:debug updatemaxprocs=0
 //go:debug decoratemappings=0
