@@ -454,7 +454,7 @@ func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection
 }
 
 func (d *Deliverer) split(ctx context.Context, batch []event.Queued, b *bisection) error {
-	mid := len(batch) / 2
+	mid := splitPoint(batch)
 	if err := d.send(ctx, batch[:mid], b); err != nil {
 		return err
 	}

@@ -1532,3 +1532,45 @@ func TestFlushAfterAbandonedRequestHolds(t *testing.T) {
 		t.Errorf("%d requests, want only the abandoned one (the flush sent again during the hold)", len(r))
 	}
 }
+
+// TestResentBatchSplitKeepsIPsWhole: the region applies a batch but its
+// answer is lost; the batch sent again fails with 500 and is split. Each
+// half is its own transaction: an IP whose commit and release straddled
+// the cut would show the region the commit again until the release's half
+// landed. The cut keeps each IP's (and MAC's) events on one side.
+func TestResentBatchSplitKeepsIPsWhole(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	q := newMemQueue()
+	cfg := fastConfig(s, f)
+	// Eight events: four addresses, the middle one (the cut's) with a
+	// commit and its release on either side of the middle.
+	evs := events(8, 8)
+	mid := evs[3]
+	release := mid
+	release.Action, release.LeaseTime, release.Hostname, release.Timestamp = event.Release, 0, "", mid.Timestamp+1
+	evs = append(evs[:4], append([]event.Event{release}, evs[4:7]...)...)
+	q.Append(evs...)
+	s.FailNext(1, regionstub.Fault{Accept: true, Close: true})
+	s.FailNext(1, regionstub.Fault{Status: 500})
+	h := newDeliverer(t, cfg, q)
+	if err := h.d.Flush(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	state := map[string]int64{}
+	for i, b := range s.Batches() {
+		after := map[string]int64{}
+		for _, it := range b.Items {
+			after[it.IP] = it.Timestamp
+		}
+		for ip, ts := range after {
+			if ts < state[ip] {
+				t.Errorf("batch %d (%d items) took %s back from %d to %d", i, len(b.Items), ip, state[ip], ts)
+			}
+			state[ip] = ts
+		}
+	}
+	if n := len(s.Batches()); n < 3 {
+		t.Errorf("%d batches applied, want the lost-answer copy and the halves", n)
+	}
+}
