@@ -288,6 +288,27 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	return r.judge(end), nil
 }
 
+// writeBatches keeps what the region applied, one batch a line in the
+// order applied (arrival time, Idempotency-Key, items with their event
+// timestamps), in region-batches.jsonl for a post-mortem: the oracle's
+// evidence names items by arrival only.
+func (r *run) writeBatches() {
+	f, err := os.Create(filepath.Join(r.opts.Dir, "region-batches.jsonl"))
+	if err != nil {
+		r.say("region-batches.jsonl: %v", err)
+		return
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, b := range r.stub.Batches() {
+		_ = enc.Encode(b)
+	}
+	if err := w.Flush(); err != nil {
+		r.say("region-batches.jsonl: %v", err)
+	}
+}
+
 func (r *run) judge(end time.Time) oracle.Report {
 	gens := r.capt.generations(end, r.opts.Dir)
 	var items []oracle.Item
@@ -296,6 +317,7 @@ func (r *run) judge(end time.Time) oracle.Report {
 			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC})
 		}
 	}
+	r.writeBatches()
 	rep := oracle.Check(oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters()})
 	var reqs []oracle.Request
 	for _, q := range r.stub.Requests() {
