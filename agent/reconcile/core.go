@@ -357,6 +357,7 @@ func (t Told) after(ev event.Event) bool {
 // the region back in time — the region keys rows by IP alone and would
 // free B's address (rule 4) — so the caller drops it.
 func (s *State) Superseded(ev event.Event) bool {
+	s.ownAck(ev)
 	t, ok := s.Told[ev.IP]
 	if !ok {
 		return false

@@ -245,6 +245,25 @@ func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	return t.PeerOwns && !s.Pair.Survivor()
 }
 
+// ownAck notes a hook's commit, ev, as this side's ack of the binding the
+// file last showed for its address, if it is one (the same MAC, the
+// block's start within commitSlack), even when it comes after the file's
+// blocks (an agent that restarted reads the file before the hook events
+// queued meanwhile) and is dropped as older than them: the lease's end is
+// then this side's to tell, not the peer's (Told.PeerOwns).
+func (s *State) ownAck(ev event.Event) {
+	if !s.Pair.InPair() || ev.Action != event.Commit || (ev.Source != event.SourceHook && ev.Source != event.SourceSpool) {
+		return
+	}
+	t, ok := s.Told[ev.IP]
+	l, in := s.File[ev.IP]
+	if !ok || !t.PeerOwns || t.MAC != ev.MAC || !in || l.MAC != ev.MAC || l.Starts < ev.Timestamp-commitSlack || l.Starts > ev.Timestamp+commitSlack {
+		return
+	}
+	t.PeerOwns = false
+	s.setTold(ev.IP, t)
+}
+
 // recordTold is what the region has been told once the file recorded ev,
 // a block this side does not tell (outside partner-down in a pair, or
 // complement), after t (told: whether there was one).

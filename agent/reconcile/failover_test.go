@@ -279,6 +279,7 @@ func TestPairSameMACRule(t *testing.T) {
 		queued   []event.Event // events queued before (hooks, synthesised)
 		after    string        // blocks dhcpd wrote after those
 		then     *Pair         // the pair's states when the hook comes, if they changed
+		pre      []event.Event // hook events judged (Superseded) before the hook, and dropped
 		hook     event.Event
 		drop     bool
 	}{{
@@ -342,6 +343,15 @@ func TestPairSameMACRule(t *testing.T) {
 		after:  block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "expired", macA, t0+200, t0+700),
 		hook:   hook(event.Expiry, ip1, macA, t0+701),
 	}, {
+		// An agent that restarted reads the file before the hook events
+		// queued while it was down: its own ack's commit comes after the
+		// blocks (and is dropped as older), its release after that.
+		name:     "restarted agent: the file's commit and release first, then this side's hooks for them: its release",
+		pair:     primary,
+		appended: block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+300),
+		pre:      []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		hook:     hook(event.Release, ip1, macA, t0+300),
+	}, {
 		name:     "the peer acked last, the partner-down survivor is this side: its hook's expiry is not judged by who acked",
 		pair:     survivor,
 		appended: block(ip1, "active", macA, t0+200, t0+700),
@@ -386,6 +396,11 @@ func TestPairSameMACRule(t *testing.T) {
 			}
 			if tc.then != nil {
 				s.Pair = *tc.then
+			}
+			for _, ev := range tc.pre {
+				if !s.Superseded(ev) {
+					t.Fatalf("Superseded(%s %s) = false, want the older commit dropped", ev.Action, ev.MAC)
+				}
 			}
 			if got := s.Superseded(tc.hook); got != tc.drop {
 				tr := s.Told[netip.MustParseAddr(ip1)]
