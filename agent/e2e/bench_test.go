@@ -281,7 +281,7 @@ func BenchmarkLatency(b *testing.B) {
 
 // BenchmarkDrain: the region is away (connection refused) for
 // -e2e.outage while -e2e.queued events are queued; then it is back.
-// Reports how long the agent took to notice (its retry backoff) and the
+// Reports how long the agent took to notice (deliver's probe) and the
 // drain rate from the first delivery to the empty queue, with the
 // default batch_max (100) and with 1000.
 func BenchmarkDrain(b *testing.B) {
@@ -315,7 +315,7 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(rate, "events/s")
 			b.ReportMetric(first.Sub(back).Seconds(), "s-to-first-delivery")
 			b.ReportMetric(last.Sub(back).Seconds(), "s-to-empty")
-			b.Logf("batch_max %d: %d events queued in %s, region away %s; back: first delivery after %s (retry backoff), queue empty after %s: %.0f events/s over %d requests",
+			b.Logf("batch_max %d: %d events queued in %s, region away %s; back: first delivery after %s (deliver's probe, while the region refused connections), queue empty after %s: %.0f events/s over %d requests",
 				batch, *drainCount, filled.Round(time.Millisecond), back.Sub(down).Round(time.Second),
 				first.Sub(back).Round(time.Millisecond), last.Sub(back).Round(time.Millisecond), rate, len(e.region.requests()))
 			a.stop()
