@@ -178,6 +178,26 @@ func (s *State) pairVanished(due, now int64) (int64, bool) {
 	return max(due, now+pairSettle), true
 }
 
+// pairRewrite ends the wait (PairWait) of the rule-2 expiries of an
+// earlier rewrite, as a new one is read: the evidence of the partner's
+// partner-down is about the restart that dropped the lease, whose first
+// records follow it. A later restart's records are about that restart —
+// a rack that died again after the shrink returns to a partner that
+// went partner-down only then, and never spoke for the lease (seen in
+// make chaos PAIR=1) — so those expiries are this side's to send, at
+// their time. (A whole read comes with a new file: dhcpd's start or its
+// hourly rewrite, or an agent that finds the file rewritten.)
+func (s *State) pairRewrite() {
+	for ip, q := range s.Pending {
+		for i := range q {
+			if q[i].PairWait {
+				q[i].PairWait = false
+				s.touch(ip)
+			}
+		}
+	}
+}
+
 // partnerSpoke reports whether the file shows that the partner has been
 // speaking for the pair: its state is partner-down, or this server is
 // catching up after it (recover, recover-wait, recover-done).

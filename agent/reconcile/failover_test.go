@@ -251,6 +251,20 @@ func TestFailoverRules(t *testing.T) {
 			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
 	}, {
+		// Shrunk with both up; before the expiry is due the primary rack
+		// dies and returns (a new rewrite) to a partner that went
+		// partner-down only then: the partner never spoke for the lease.
+		name: "range shrink on both peers, then the primary dies and returns to a partner-down: still the primary's",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 605, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 606, appended: fostate("normal", "partner-down") + fostate("recover", "partner-down")},
+			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		},
+	}, {
 		name: "range shrink while the secondary was down: the surviving primary does not wait",
 		pair: primary,
 		steps: []step{
