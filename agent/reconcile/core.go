@@ -103,6 +103,10 @@ type State struct {
 	Pending map[netip.Addr][]Pending `json:"pending"`
 	// Baselined is set once a first complete snapshot has been taken.
 	Baselined bool `json:"baselined"`
+	// SureMode is the mode last detected for sure from dhcpd.conf (not
+	// forced, not unsure), kept while dhcpd.conf cannot be read. Set by
+	// the caller; persisted with Baselined.
+	SureMode Mode `json:"sure_mode,omitempty"`
 	// Grace is how long to wait for a hook before synthesising (seconds).
 	Grace int64 `json:"grace"`
 	// Complement: the hooks report to someone else (MAAS's own helper
@@ -178,6 +182,9 @@ func (s *State) TakeDirty() Dirty {
 	s.dirty, s.metaDirty = nil, false
 	return d
 }
+
+// MarkMeta has the next TakeDirty persist Baselined, Pair and SureMode.
+func (s *State) MarkMeta() { s.metaDirty = true }
 
 // MarkDirty adds d back to what changed (a failed write).
 func (s *State) MarkDirty(d Dirty) {
@@ -471,7 +478,6 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 	if !complete {
 		return 0
 	}
-	s.pairRewrite()
 	seen := make(map[netip.Addr]bool, t.Len())
 	baseline := !s.Baselined
 	t.Each(func(b *parser.Lease) {

@@ -98,11 +98,17 @@ type Detection struct {
 	Forced   bool `json:"forced"`   // reconcile.mode set it
 	// Unsure: detection could not tell and took the safe side,
 	// complement (Why says what it could not tell).
-	Unsure bool     `json:"unsure"`
-	Why    string   `json:"why"`
-	Conf   string   `json:"conf"`            // dhcpd.conf, "" when not set
-	Files  []string `json:"files,omitempty"` // dhcpd.conf and its includes, as read
-	Hooks  []Hook   `json:"hooks,omitempty"`
+	Unsure bool   `json:"unsure"`
+	Why    string `json:"why"`
+	// Unreadable: dhcpd.conf (or an include) could not be read; the
+	// reconciler then keeps the mode it last detected for sure (Kept).
+	Unreadable bool `json:"unreadable,omitempty"`
+	// Kept: Mode is the last mode detected for sure, kept because
+	// dhcpd.conf could not be read now.
+	Kept  bool     `json:"kept,omitempty"`
+	Conf  string   `json:"conf"`            // dhcpd.conf, "" when not set
+	Files []string `json:"files,omitempty"` // dhcpd.conf and its includes, as read
+	Hooks []Hook   `json:"hooks,omitempty"`
 	// Others are programs dhcpd.conf executes that are not lease
 	// reporters (file:line and program), ignored for the mode.
 	Others []string `json:"others,omitempty"`
@@ -167,6 +173,7 @@ func detect(conf string, env DetectEnv) Detection {
 	calls, files, err := scanConf(conf)
 	d.Files = files
 	if err != nil {
+		d.Unreadable = true
 		return unsure("cannot read dhcpd.conf (" + err.Error() + ")")
 	}
 	var divs []Diversion

@@ -37,6 +37,7 @@ const bucketName = "reconcile"
 var (
 	keyVersion   = []byte("version")
 	keyBaselined = []byte("baselined")
+	keySureMode  = []byte("sure-mode")
 	keyPos       = []byte("pos")
 	keyPair      = []byte("pair")
 	subFile      = []byte("file")
@@ -144,6 +145,11 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 			v = []byte{1}
 		}
 		recs = append(recs, record{nil, keyBaselined, v})
+		var mv []byte
+		if s.SureMode != "" {
+			mv = []byte(s.SureMode)
+		}
+		recs = append(recs, record{nil, keySureMode, mv})
 		var pv []byte
 		if s.Pair.InPair() {
 			var err error
@@ -206,6 +212,14 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 		return nil, nil, 0, fmt.Errorf("stored state has version %v; this agent reads %d", v, persistVersion)
 	}
 	s.Baselined = b.Get(keyBaselined) != nil
+	if v := b.Get(keySureMode); v != nil {
+		switch m := Mode(v); m {
+		case ModeReplacement, ModeComplement, ModeHookless:
+			s.SureMode = m
+		default:
+			bad++
+		}
+	}
 	if v := b.Get(keyPos); v != nil {
 		var p Position
 		if json.Unmarshal(v, &p) == nil {

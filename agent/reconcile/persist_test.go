@@ -168,7 +168,7 @@ func TestPersistCost(t *testing.T) {
 	}
 	tab, _ := table(t, text)
 	s.Snapshot(tab, true, t0)
-	if recs, _ := records(s, s.TakeDirty(), nil); len(recs) != 3*250+2 { // + baselined, pair
+	if recs, _ := records(s, s.TakeDirty(), nil); len(recs) != 3*250+3 { // + baselined, sure mode, pair
 		t.Fatalf("baseline: %d records", len(recs))
 	}
 	s.Appended(blocks(t, block("203.0.113.7", "free", macA, t0-100, t0+20)), t0+20)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -698,6 +699,21 @@ func (r *Reconciler) scanMode(when string) {
 		env = *r.cfg.Detect
 	}
 	d := Detect(r.cfg.DhcpdConf, r.cfg.Mode, env)
+	switch {
+	case d.Unreadable && !d.Forced && r.st.SureMode != "":
+		// A dhcpd.conf unreadable for a moment (permissions being
+		// changed, a package upgrade) says nothing new about the hooks:
+		// the mode known for sure stays, persisted across restarts. Taken
+		// for complement instead, a replacement rack's agent would
+		// expire at once a dropped lease whose renewal's hook is on its
+		// way (found by make chaos: leases-dir-unreadable and an agent
+		// restart).
+		d.Mode, d.Kept = r.st.SureMode, true
+		d.Why = fmt.Sprintf("%s; keeping the mode last detected for sure, %s", strings.TrimSuffix(d.Why, ": complement mode, the safe side (nothing a hook may already have told the region is sent again)"), d.Mode)
+	case !d.Unsure && !d.Forced && r.st.SureMode != d.Mode:
+		r.st.SureMode = d.Mode
+		r.st.MarkMeta()
+	}
 	grace := r.cfg.Grace
 	if d.Mode == ModeHookless {
 		grace = 0

@@ -385,6 +385,51 @@ func TestTaskSameSecondReplay(t *testing.T) {
 	}
 }
 
+// TestTaskModeKeptWhileConfUnreadable: the agent restarts while
+// dhcpd.conf cannot be read (permissions being changed). The mode it last
+// detected for sure, persisted, stays: replacement, not complement's safe
+// side, which would have expired at once a dropped lease whose renewal's
+// hook was on its way. Without a mode ever detected, complement it is.
+func TestTaskModeKeptWhileConfUnreadable(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(30 * time.Second)
+	if d := h.r.Mode(); d.Mode != ModeReplacement || d.Unsure {
+		t.Fatalf("mode %+v, want replacement for sure", d)
+	}
+	h.stop()
+	unreadable := func() {
+		t.Helper()
+		// As root no permission bit stops a read: a directory does.
+		if err := os.Remove(h.conf); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(h.conf, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unreadable()
+	h.start(30 * time.Second)
+	if d := h.r.Mode(); d.Mode != ModeReplacement || !d.Kept || !d.Unsure {
+		t.Errorf("mode with dhcpd.conf unreadable after a restart = %+v, want replacement kept (and flagged unsure)", d)
+	}
+	h.stop()
+
+	fresh := newHarness(t)
+	fresh.d.rewrite("", true)
+	if err := os.Remove(fresh.conf); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(fresh.conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fresh.start(30 * time.Second)
+	if d := fresh.r.Mode(); d.Mode != ModeComplement || d.Kept {
+		t.Errorf("mode with dhcpd.conf never read = %+v, want complement, the safe side", d)
+	}
+}
+
 // TestTaskToldPersisted: what hooks reported survives a restart, so the
 // restarted agent does not send it again from the file.
 func TestTaskToldPersisted(t *testing.T) {
