@@ -505,6 +505,16 @@ func (p *pair) judge(end time.Time) oracle.Report {
 		last := int(a.As4()[3])
 		return strings.HasPrefix(ip, "203.0.113.") && last >= rg[0] && last <= rg[1]
 	}
+	for f, gens := range files {
+		for _, gen := range gens {
+			at := "-"
+			if len(gen.Blocks) > 0 && !gen.Blocks[0].Seen.IsZero() {
+				at = fmt.Sprintf("%.1fs", gen.Blocks[0].Seen.Sub(p.t0).Seconds())
+			}
+			p.say("  %s %s: started on %v, first read at %s, table %d, appended %d",
+				pairRole[f], gen.Name, p.racks[f].rangeOf(gen), at, gen.Table, len(gen.Blocks)-gen.Table)
+		}
+	}
 	merged := oracle.MergePair(files, inRange)
 	var items []oracle.Item
 	for _, b := range p.stub.Batches() {
