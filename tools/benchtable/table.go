@@ -40,8 +40,8 @@ func rows() []row {
 		{Measure: "  empty Go program vs /bin/true (the floor)", Key: "emptygo_vs_true", Unit: "×", Target: none},
 		{Measure: "ingest, hook datagrams → durable outbox (max_dgram_qlen 512)", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down events/s", Unit: "events/s", Target: 50000},
 		{Measure: "  agent cores during ingest", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down agent-cores", Unit: "cores", AtMost: true, Target: 1},
-		{Measure: "region back after a 60 s outage → first delivery, batch_max 100", Key: "BenchmarkDrain/batch_max=100 s-to-first-delivery", Unit: "s", AtMost: true, Target: 1},
-		{Measure: "region back after a 60 s outage → first delivery, batch_max 1000", Key: "BenchmarkDrain/batch_max=1000 s-to-first-delivery", Unit: "s", AtMost: true, Target: 1},
+		{Measure: "region back after an outage (OUTAGE, 60 s) → first delivery, batch_max 100", Key: "BenchmarkDrain/batch_max=100 s-to-first-delivery", Unit: "s", AtMost: true, Target: 1},
+		{Measure: "region back after an outage (OUTAGE, 60 s) → first delivery, batch_max 1000", Key: "BenchmarkDrain/batch_max=1000 s-to-first-delivery", Unit: "s", AtMost: true, Target: 1},
 		{Measure: "event latency hook → region, p50", Key: "BenchmarkLatency p50-ms", Unit: "ms", AtMost: true, Target: 5},
 		{Measure: "event latency hook → region, p99", Key: "BenchmarkLatency p99-ms", Unit: "ms", AtMost: true, Target: 50},
 	}
