@@ -63,6 +63,10 @@ type Told struct {
 	// runs an on expiry (or on release) dhcpd kept from an older ack of
 	// its own (failover.go, recordTold, pairRepeat).
 	PeerOwns bool `json:"peer_owns,omitempty"`
+	// Ends is a hook's commit's end (its timestamp plus lease_time), 0
+	// otherwise: what the agent knows of a lease the file never showed
+	// it (Snapshot).
+	Ends int64 `json:"ends,omitempty"`
 }
 
 // Pending is a synthesised event waiting for its time.
@@ -295,7 +299,11 @@ func satisfied(t Told, ok bool, ev event.Event) bool {
 // Hook records an event a hook reported (or the agent queued for any
 // reason): the region has been told it.
 func (s *State) Hook(ev event.Event) {
-	s.setTold(ev.IP, Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)})
+	t := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)}
+	if ev.Action == event.Commit && ev.LeaseTime > 0 && ev.Source != event.SourceFile {
+		t.Ends = ev.Timestamp + ev.LeaseTime
+	}
+	s.setTold(ev.IP, t)
 	if ev.Action == event.Commit && ev.Source != event.SourceFile {
 		s.renewedVanished(ev)
 	}
@@ -500,6 +508,11 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 	if !s.Baselined {
 		s.Baselined, s.metaDirty = true, true
 	}
+	if !baseline && !s.Pair.InPair() {
+		// (In a pair the partner's file and hooks speak for much of
+		// what this side's file lacks: failover.go decides from files.)
+		vanished += s.neverShown(seen, now)
+	}
 	for ip, l := range s.File {
 		if seen[ip] {
 			continue
@@ -533,6 +546,41 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		vanished++
 	}
 	return vanished
+}
+
+// neverShown applies rule 2 to leases the agent knows only from a hook:
+// committed (Told, with its end), never shown by the file (not in File:
+// the agent was down, or could not read the file, between dhcpd's append
+// and this rewrite), and not in the rewrite either. dhcpd dropped them
+// like any other; the region holds them: expire each at its end, after
+// the grace as for a lease that has ended. (Found by make chaos: two
+// such leases never expired.)
+func (s *State) neverShown(seen map[netip.Addr]bool, now int64) (n int) {
+	wait := s.Grace
+	if s.Complement {
+		wait = 0
+	}
+	for ip, t := range s.Told {
+		if seen[ip] || t.Action != event.Commit || t.Recorded || t.Ends == 0 {
+			continue
+		}
+		if _, shown := s.File[ip]; shown {
+			continue // the file showed it: the loop over File decides
+		}
+		if q := s.Pending[ip]; len(q) > 0 && q[len(q)-1].Event.Reason == ReasonVanished {
+			continue // already scheduled by an earlier rewrite
+		}
+		family := event.IPv4
+		if ip.Is6() && !ip.Is4In6() {
+			family = event.IPv6
+		}
+		ev := event.Event{Action: event.Expiry, Family: family, MAC: t.MAC, IP: ip,
+			Timestamp: t.Ends, Source: event.SourceFile, Reason: ReasonVanished}
+		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
+		s.schedule(ip, Pending{Event: ev, Due: max(t.Ends, now+wait), Orphan: orphan})
+		n++
+	}
+	return n
 }
 
 // Due returns the synthesised events whose time has come, in time order,

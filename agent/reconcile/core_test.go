@@ -125,6 +125,7 @@ func renewal(ip, mac string, at, leaseTime int64) event.Event {
 
 func TestRules(t *testing.T) {
 	base := block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)
+	only1 := block(ip1, "active", macA, t0-100, t0+5000)
 	tests := []struct {
 		name  string
 		steps []step
@@ -288,6 +289,33 @@ func TestRules(t *testing.T) {
 			{at: 602},
 			{at: 603, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +603 vanished"}},
 			{at: 700},
+		}},
+		// The agent never read the lease's block (down, or the file
+		// unreadable) before a rewrite dropped it: only the hook told
+		// of it. It is expired at its end all the same (found by make
+		// chaos: two such leases never expired).
+		{"rule 2: a lease only a hook told of, dropped by a rewrite: at its end", []step{
+			{at: 0, snapshot: only1},
+			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 60))},
+			{at: 20, snapshot: only1},
+			{at: 69},
+			{at: 70, want: []string{"expiry 203.0.113.11 00:16:3e:00:00:0b +70 vanished"}},
+			{at: 200, snapshot: only1},
+			{at: 300},
+		}},
+		{"rule 2: a lease only a hook told of, in the rewrite: nothing", []step{
+			{at: 0, snapshot: only1},
+			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 60))},
+			{at: 20, snapshot: only1 + block(ip2, "active", macB, t0+10, t0+70)},
+			{at: 69},
+			{at: 70 + grace - 1},
+		}},
+		{"rule 2: a rewrite right after a hook's lease ended waits the grace", []step{
+			{at: 0, snapshot: only1},
+			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 5))},
+			{at: 20, snapshot: only1},
+			{at: 20 + grace - 1},
+			{at: 20 + grace, want: []string{"expiry 203.0.113.11 00:16:3e:00:00:0b +15 vanished"}},
 		}},
 		{"rule 2: a renewal's hook ending before the file's end changes nothing", []step{
 			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+600)},

@@ -315,7 +315,7 @@ func decodeLease(b []byte) (Lease, error) {
 func encodeTold(t Told) []byte {
 	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+2+len(t.MAC))
 	version := byte(1)
-	if t.AtNS != 0 {
+	if t.AtNS != 0 || t.Ends != 0 {
 		version = 2
 	}
 	b = append(b, version, actionByte(t.Action))
@@ -330,8 +330,14 @@ func encodeTold(t Told) []byte {
 	}
 	switch {
 	case version == 2:
+		if t.Ends != 0 {
+			flags |= 4
+		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, t.AtNS)
+		if t.Ends != 0 {
+			b = binary.AppendVarint(b, t.Ends)
+		}
 	case flags != 0:
 		b = append(b, flags)
 	}
@@ -352,12 +358,18 @@ func decodeTold(b []byte) (Told, error) {
 	switch {
 	case r.err != nil:
 	case b[0] == 2:
-		if len(r.b) < 1 || r.b[0]&^3 != 0 {
+		if len(r.b) < 1 || r.b[0]&^7 != 0 {
 			return t, errShortRecord
 		}
-		t.Recorded, t.PeerOwns = r.b[0]&1 != 0, r.b[0]&2 != 0
+		flags := r.b[0]
+		t.Recorded, t.PeerOwns = flags&1 != 0, flags&2 != 0
 		r.b = r.b[1:]
 		t.AtNS = r.varint()
+		if flags&4 != 0 {
+			if t.Ends = r.varint(); r.err == nil && t.Ends == 0 {
+				r.err = errShortRecord
+			}
+		}
 		if r.err == nil && len(r.b) > 0 {
 			r.err = errShortRecord
 		}

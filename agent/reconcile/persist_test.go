@@ -43,6 +43,8 @@ func TestRecordCodecs(t *testing.T) {
 		{Action: event.Release, MAC: macB, At: t0, Recorded: true},
 		{Action: event.Commit, MAC: macA, At: t0, AtNS: t0*1e9 + 123456789},
 		{Action: event.Expiry, MAC: macA, At: t0, AtNS: t0*1e9 + 1, Recorded: true},
+		{Action: event.Commit, MAC: macA, At: t0, AtNS: t0*1e9 + 7, Ends: t0 + 600},
+		{Action: event.Commit, MAC: macA, At: t0, Ends: t0 + 600, PeerOwns: true},
 		{Action: event.Expiry, MAC: macA, At: t0, Recorded: true, PeerOwns: true},
 		{Action: event.Commit, MAC: macA, At: t0, PeerOwns: true},
 		{Action: event.Expiry, MAC: macA, At: t0, AtNS: t0*1e9 + 1, PeerOwns: true},
