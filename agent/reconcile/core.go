@@ -486,6 +486,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 	if !complete {
 		return 0
 	}
+	s.pairRewrite()
 	seen := make(map[netip.Addr]bool, t.Len())
 	baseline := !s.Baselined
 	t.Each(func(b *parser.Lease) {
