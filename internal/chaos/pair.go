@@ -517,9 +517,9 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	}
 	merged := oracle.MergePair(files, inRange)
 	var items []oracle.Item
-	for _, b := range p.stub.Batches() {
+	for bi, b := range p.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1})
 		}
 	}
 	var refused []oracle.Item

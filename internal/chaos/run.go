@@ -312,9 +312,9 @@ func (r *run) writeBatches() {
 func (r *run) judge(end time.Time) oracle.Report {
 	gens := r.capt.generations(end, r.opts.Dir)
 	var items []oracle.Item
-	for _, b := range r.stub.Batches() {
+	for bi, b := range r.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1})
 		}
 	}
 	r.writeBatches()

@@ -107,6 +107,11 @@ type Item struct {
 	Action string // commit, expiry, release
 	IP     string
 	MAC    string
+	// Batch numbers the request that carried the item (items of one
+	// batch share it; 0 for all when unknown). The region applies a
+	// batch in one transaction: only an IP's last item in it is a state
+	// the region shows.
+	Batch int
 }
 
 // Input is a run to judge.
@@ -317,6 +322,21 @@ func Check(in Input) Report {
 	pos := map[string]int{}          // IP → index of the current version
 	hit := map[string]map[int]int{}  // IP → version → items matched
 	history := map[string][]string{} // IP → the region's items, for evidence
+	// inner[i]: a later item of the same batch is for the same IP, so
+	// item i is a step inside a transaction, not a state the region
+	// shows (a batch sent again with more behind it replays older
+	// items before the newer ones in one transaction).
+	inner := make([]bool, len(in.Items))
+	lastIn := map[string]int{} // IP → index of its last item in the current batch
+	for i, it := range in.Items {
+		if i > 0 && it.Batch != in.Items[i-1].Batch {
+			clear(lastIn)
+		}
+		if k, ok := lastIn[it.IP]; ok && it.Batch != 0 {
+			inner[k] = true
+		}
+		lastIn[it.IP] = i
+	}
 	for i, it := range in.Items {
 		r.ItemsBy[it.Action]++
 		q := truth[it.IP]
@@ -340,6 +360,10 @@ func Check(in Input) Report {
 				j = k
 				break
 			}
+		}
+		if j < 0 && inner[i] {
+			r.Duplicates++ // an older step inside a transaction that ends newer
+			continue
 		}
 		if j < 0 {
 			older := -1

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -36,6 +37,14 @@ func gen(name string, table []Block, appended ...Block) Generation {
 
 func item(s int, action, ip, mac string) Item {
 	return Item{At: at(s), Action: action, IP: ip, MAC: mac}
+}
+
+// batchOf numbers items as the request n that carried them.
+func batchOf(n int, items ...Item) []Item {
+	for i := range items {
+		items[i].Batch = n
+	}
+	return items
 }
 
 // rules is "rule ip" for each violation, sorted.
@@ -132,6 +141,18 @@ func TestCheck(t *testing.T) {
 			want:  []string{"order " + ip1}},
 		{name: "the next commit's hook, arriving just before the file was read", gens: againSeen, end: 50,
 			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(29, "commit", ip1, m1)}},
+		// Found in a chaos run: a batch applied but unanswered, sent again
+		// with more behind it. The second transaction replays the first
+		// batch's items before the newer ones; the state it leaves is
+		// newer, and nothing in between is shown.
+		{name: "a resent batch with more behind it, in one transaction", gens: againSeen, end: 50,
+			items: slices.Concat(batchOf(1, item(6, "commit", ip1, m1), item(6, "release", ip1, m1)),
+				batchOf(2, item(31, "commit", ip1, m1), item(31, "release", ip1, m1), item(31, "commit", ip1, m1))),
+			dups: 2},
+		{name: "the same items as separate requests go back in time", gens: againSeen, end: 50,
+			items: slices.Concat(batchOf(1, item(6, "commit", ip1, m1), item(6, "release", ip1, m1)),
+				batchOf(2, item(31, "commit", ip1, m1)), batchOf(3, item(31, "release", ip1, m1)), batchOf(4, item(31, "commit", ip1, m1))),
+			want: []string{"order " + ip1}, dups: 1},
 		{name: "release and new commit of the same MAC, the release replayed last", gens: again, end: 30,
 			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(6, "commit", ip1, m1), item(7, "release", ip1, m1)},
 			want:  []string{"final " + ip1, "order " + ip1}},
