@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,12 +79,15 @@ type run struct {
 	rmu  sync.Mutex
 	t0   time.Time
 
-	lab   *lab.Lab
-	d     *lab.Dhcpd
-	dmu   sync.Mutex // dhcpd restarts
-	afmu  sync.Mutex // agent faults, one at a time (each stops, then starts one agent)
-	stub  *regionstub.Server
-	files regionstub.Files
+	lab *lab.Lab
+	d   *lab.Dhcpd
+	// deaths: when dhcpd was killed or stopped (oracle Input.Deaths).
+	deathMu sync.Mutex
+	deaths  []time.Time
+	dmu     sync.Mutex // dhcpd restarts
+	afmu    sync.Mutex // agent faults, one at a time (each stops, then starts one agent)
+	stub    *regionstub.Server
+	files   regionstub.Files
 
 	sock, sockAway, spool, state string
 	holder                       *os.File // the activated socket, held as systemd holds it
@@ -259,6 +263,7 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.say("faults stop; clients vanish; settling")
 	r.undoAll()
 	r.dmu.Lock()
+	r.died()
 	if err := r.d.Restart(r.conf(ranges[0])); err != nil {
 		r.dmu.Unlock()
 		return oracle.Report{}, fmt.Errorf("dhcpd restart: %w", err)
@@ -288,6 +293,16 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	return r.judge(end), nil
 }
 
+// died records that dhcpd is being killed or stopped now (oracle
+// Input.Deaths). It is recorded just before the signal, and a stop's
+// signal follows within the restart: both are after any hook dhcpd ran
+// before dying.
+func (r *run) died() {
+	r.deathMu.Lock()
+	defer r.deathMu.Unlock()
+	r.deaths = append(r.deaths, time.Now())
+}
+
 // writeBatches keeps what the region applied, one batch a line in the
 // order applied (arrival time, Idempotency-Key, items with their event
 // timestamps), in region-batches.jsonl for a post-mortem: the oracle's
@@ -314,11 +329,14 @@ func (r *run) judge(end time.Time) oracle.Report {
 	var items []oracle.Item
 	for bi, b := range r.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp})
 		}
 	}
 	r.writeBatches()
-	rep := oracle.Check(oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters()})
+	r.deathMu.Lock()
+	deaths := slices.Clone(r.deaths)
+	r.deathMu.Unlock()
+	rep := oracle.Check(oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters(), Deaths: deaths})
 	var reqs []oracle.Request
 	for _, q := range r.stub.Requests() {
 		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
@@ -679,13 +697,16 @@ func (r *run) inject(ctx context.Context, kind string) {
 		var err error
 		switch kind {
 		case FDhcpdRestart:
+			r.died()
 			err = r.d.Restart("")
 		case FDhcpdRange:
 			rg := ranges[r.intn(len(ranges))]
 			r.say("  dhcpd range now 203.0.113.%d-%d", rg[0], rg[1])
+			r.died()
 			err = r.d.Restart(r.conf(rg))
 		case FDhcpdKill:
 			if pid := r.d.Pid(); pid > 0 {
+				r.died()
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 			time.Sleep(r.between(0, 3*time.Second))
@@ -987,6 +1008,7 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 	fmt.Fprintf(w, "agent: peak RSS %s (bound %s) over %d processes; state dir peak %s (bound %s, the state-full filler not counted); spool peak %s\n",
 		mib(m.PeakRSS), mib(RSSBound), m.Processes, mib(m.PeakState), mib(StateBound), mib(m.PeakSpool))
 	fmt.Fprintf(w, "dead-lettered (422 poison) states not delivered: %d\n", rep.Refused)
+	fmt.Fprintf(w, "events dhcpd's hook told just before dhcpd died, never written to its file: %d\n", rep.Unwritten)
 	fmt.Fprintf(w, "slow region: %d accepted requests outlived the agent's 3 s timeout; re-posts overlapping a copy still applied: %d\n",
 		rep.Posts.Slow, len(rep.Posts.Overlapping))
 	fmt.Fprintf(w, "violations: %d", len(rep.Violations))

@@ -112,6 +112,8 @@ type Item struct {
 	// batch in one transaction: only an IP's last item in it is a state
 	// the region shows.
 	Batch int
+	// Timestamp is the event's own time (Unix seconds; 0: unknown).
+	Timestamp int64
 }
 
 // Input is a run to judge.
@@ -128,7 +130,17 @@ type Input struct {
 	// Slack is how early an expiry may arrive against a lease's end
 	// (dhcpd writes whole seconds); default 1 s.
 	Slack time.Duration
+	// Deaths are when dhcpd was killed or stopped. dhcpd runs a commit's
+	// or a release's hook before it writes the lease: killed (or
+	// restarted) in between, it leaves an event its hook told that no
+	// file shows. Such an item, its event at most deathSlack before a
+	// death, is counted (Unwritten), not judged.
+	Deaths []time.Time
 }
+
+// deathSlack is how long before dhcpd's death a hook's event the files
+// never show is taken for one dhcpd ran and died before writing.
+const deathSlack = 2 * time.Second
 
 // Version is one state of an IP in the truth.
 type Version struct {
@@ -191,6 +203,7 @@ type Report struct {
 	Items       int            // region items
 	ItemsBy     map[string]int // by action
 	Duplicates  int            // items beyond the events the files show for their version
+	Unwritten   int            // items whose event dhcpd's hook told just before dhcpd died, never written
 	Vanished    int            // vanished leases
 	VanishedHit int            // of which the region got the expiry
 	Refused     int            // versions never delivered because the agent dead-lettered them
@@ -265,6 +278,20 @@ func Truth(gens []Generation) map[string][]Version {
 	return vs
 }
 
+// unwritten reports whether it's event came from a hook dhcpd ran just
+// before it died (Input.Deaths).
+func unwritten(it Item, deaths []time.Time) bool {
+	if it.Timestamp == 0 {
+		return false
+	}
+	for _, d := range deaths {
+		if it.Timestamp >= d.Add(-deathSlack).Unix() && it.Timestamp <= d.Unix() {
+			return true
+		}
+	}
+	return false
+}
+
 // seen is when the generation was first read: its first block's Seen.
 func (g Generation) seen() time.Time {
 	if len(g.Blocks) > 0 {
@@ -326,7 +353,9 @@ func Check(in Input) Report {
 	// item i is a step inside a transaction, not a state the region
 	// shows (a batch sent again with more behind it replays older
 	// items before the newer ones in one transaction).
+	// last[i] is the index of that later, last item.
 	inner := make([]bool, len(in.Items))
+	last := make([]int, len(in.Items))
 	lastIn := map[string]int{} // IP → index of its last item in the current batch
 	for i, it := range in.Items {
 		if i > 0 && it.Batch != in.Items[i-1].Batch {
@@ -337,11 +366,19 @@ func Check(in Input) Report {
 		}
 		lastIn[it.IP] = i
 	}
-	for i, it := range in.Items {
-		r.ItemsBy[it.Action]++
-		q := truth[it.IP]
-		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000")))
-		match := func(v Version) bool {
+	for i := len(in.Items) - 1; i >= 0; i-- {
+		last[i] = i
+		if inner[i] {
+			for k := i + 1; k < len(in.Items); k++ {
+				if in.Items[k].IP == in.Items[i].IP {
+					last[i] = last[k]
+					break
+				}
+			}
+		}
+	}
+	matcher := func(it Item) func(Version) bool {
+		return func(v Version) bool {
 			if !v.Seen.IsZero() && v.Seen.After(it.At.Add(seenSlack)) {
 				// Not written yet when the item arrived: the item is a
 				// copy of older news, however alike (a re-post of an
@@ -353,16 +390,34 @@ func Check(in Input) Report {
 			}
 			return !v.Active && v.MAC == it.MAC
 		}
-		p := pos[it.IP] // 0 before the first item
-		j := -1
-		for k := p; k < len(q); k++ {
+	}
+	forward := func(q []Version, from, to int, match func(Version) bool) int {
+		for k := from; k < len(q) && k <= to; k++ {
 			if match(q[k]) {
-				j = k
-				break
+				return k
 			}
 		}
+		return -1
+	}
+	for i, it := range in.Items {
+		r.ItemsBy[it.Action]++
+		q := truth[it.IP]
+		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000")))
+		match := matcher(it)
+		p := pos[it.IP] // 0 before the first item
+		bound := len(q)
+		if inner[i] {
+			// A step inside the transaction goes no further than the
+			// state the transaction leaves (its IP's last item).
+			bound = forward(q, p, len(q), matcher(in.Items[last[i]]))
+		}
+		j := forward(q, p, bound, match)
 		if j < 0 && inner[i] {
 			r.Duplicates++ // an older step inside a transaction that ends newer
+			continue
+		}
+		if j < 0 && unwritten(it, in.Deaths) {
+			r.Unwritten++
 			continue
 		}
 		if j < 0 {
