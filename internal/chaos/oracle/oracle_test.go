@@ -352,3 +352,29 @@ func TestUnwritten(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwrittenRelease: the client releases, dhcpd runs the hook and is
+// restarted on a shrunk range before it writes the release; the restart
+// drops the lease. The release is not an early expiry of that lease.
+func TestUnwrittenRelease(t *testing.T) {
+	gens := []Generation{gen("g0", nil, act(ip1, m1, 50)), gen("g1", []Block{})}
+	rel := item(31, "release", ip1, m1)
+	rel.Timestamp = at(29).Unix()
+	for _, tc := range []struct {
+		name      string
+		deaths    []time.Time
+		want      []string
+		unwritten int
+	}{
+		{"dhcpd restarted a second after the release", []time.Time{at(30)}, nil, 1},
+		{"no death near it: early", nil, []string{"early " + ip1}, 0},
+	} {
+		r := Check(Input{Generations: gens, Items: []Item{item(1, "commit", ip1, m1), rel}, End: at(100), Deaths: tc.deaths})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+		if r.Unwritten != tc.unwritten {
+			t.Errorf("%s: Unwritten = %d, want %d", tc.name, r.Unwritten, tc.unwritten)
+		}
+	}
+}
