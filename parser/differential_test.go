@@ -5,7 +5,7 @@ package parser_test
 // leases file at every start), and that must be leasekeeper's table for
 // the same file.
 //
-// dhcpd runs in a network namespace of the test's own (internal/lab; IPv6
+// dhcpd runs in a network namespace of the test's own (internal/lktest/lab; IPv6
 // fixtures on a bridge made WithIPv6) and is stopped once it serves; its
 // rewrite is cut at the server-duid line it appends right after the
 // rename, so that what the running server appends later (IPv6 expiry
@@ -56,7 +56,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 

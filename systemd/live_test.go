@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 // TestInstallLive installs the unit on a running systemd over D-Bus

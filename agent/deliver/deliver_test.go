@@ -29,8 +29,8 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
-	"github.com/leasekeeper/leasekeeper/internal/testlog"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
 // memQueue is an in-memory Queue.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 func TestUnreachable(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 // waitDelivered waits until the region has every event of evs and the

@@ -2,7 +2,7 @@
 // programs: `leasekeeper agent` built from ./cmd/leasekeeper and run as a
 // process with its own configuration, leasekeeper-hook built from ./hook
 // and exec'd the way dhcpd's execute() runs it, and the region stub
-// (internal/regionstub) serving the region API over TLS with client
+// (internal/lktest/regionstub) serving the region API over TLS with client
 // certificates. The tests kill, starve and feed the agent garbage and then
 // compare what the region accepted with what the hooks were given.
 //

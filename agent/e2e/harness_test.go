@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 // bins are the programs under test, built once by TestMain.

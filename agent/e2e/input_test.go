@@ -18,7 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 // TestDisallowedUIDRejected: the hook run as nobody reaches the socket

@@ -19,9 +19,9 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/orphans"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
 )
 
 const (

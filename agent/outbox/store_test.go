@@ -17,7 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/testlog"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
 var cmpAddr = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/leasekeeper/leasekeeper/internal/leasegen"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/leasegen"
 )
 
 // benchTask starts the task on leases (a file already written) with a

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 // TestLabDHCPv6: real dhcpd -6 running the shipped leasekeeper6.conf,

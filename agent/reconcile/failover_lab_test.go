@@ -13,8 +13,8 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/prometheus/client_golang/prometheus"
 )

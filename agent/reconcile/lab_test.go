@@ -1,7 +1,7 @@
 package reconcile_test
 
 // End-to-end tests of the reconciler with the real thing: Debian's dhcpd
-// and dhclient in network namespaces (internal/lab), leasekeeper-hook
+// and dhclient in network namespaces (internal/lktest/lab), leasekeeper-hook
 // built from ./hook and run by dhcpd through the packaging snippet, the
 // region stub over mTLS, and the agent's real parts assembled in-process
 // (agent.Assemble: outbox, hook socket, reconciler, delivery). They need
@@ -23,9 +23,9 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
-	"github.com/leasekeeper/leasekeeper/internal/testlog"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 

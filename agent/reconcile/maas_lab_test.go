@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 // maasSocket stands in for what receives MAAS's helper's datagrams

@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 // Fault kinds of the pair run.

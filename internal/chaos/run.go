@@ -27,8 +27,8 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
-	"github.com/leasekeeper/leasekeeper/internal/lab"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 // Options configure a run.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
-	"github.com/leasekeeper/leasekeeper/internal/testlog"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
 // writeFile writes a file in a new temporary directory.

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/leasekeeper/leasekeeper/internal/leasegen"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/leasegen"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 

@@ -1,6 +1,6 @@
 package rackrelease_test
 
-// End-to-end with the real thing (internal/lab): Debian's dhcpd in a
+// End-to-end with the real thing (internal/lktest/lab): Debian's dhcpd in a
 // server namespace running the packaging hook snippet with the built
 // leasekeeper-hook, which sends to a unixgram socket this test listens
 // on; a real dhclient in a client namespace that is then destroyed
@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 	"github.com/leasekeeper/leasekeeper/parser"
 )

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasekeeper/leasekeeper/internal/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 const script = "leasekeeper-node.sh"

@@ -30,8 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/internal/lab"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 

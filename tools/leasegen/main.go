@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/leasekeeper/leasekeeper/internal/leasegen"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/leasegen"
 )
 
 func main() {

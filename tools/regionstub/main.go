@@ -1,6 +1,6 @@
 // Command regionstub serves a stand-in for the MAAS region's internal
 // leases API over mutual TLS, for the demo and end-to-end tests. It
-// behaves as MAAS does (see package internal/regionstub):
+// behaves as MAAS does (see package internal/lktest/regionstub):
 //
 //	regionstub -cert-dir /tmp/stub            # https://127.0.0.1:5242/MAAS/a/v3internal/leases
 //	regionstub -cert-dir D -version 3.7 -subnet 203.0.113.0/24=203.0.113.100-203.0.113.199
@@ -9,7 +9,7 @@
 // It writes ca.pem, agent.crt and agent.key into -cert-dir (or reuses
 // those already there) for the agent's region.ca_file, cert_file and
 // key_file; the server certificate names only "maas" (server_name). See
-// package internal/regionstub for the fault modes and the -control API
+// package internal/lktest/regionstub for the fault modes and the -control API
 // that changes them at run time.
 package main
 
@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 type flags struct {

@@ -593,7 +593,7 @@ func truthOrder(gens []Generation, end int64) []truthEvent {
 	return out
 }
 
-// view is the region's discovered addresses (internal/regionstub's
+// view is the region's discovered addresses (internal/lktest/regionstub's
 // view.apply, reduced to what the oracle compares): per IP the MAC.
 type view struct {
 	lease map[string]string   // IP → MAC

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
-	"github.com/leasekeeper/leasekeeper/internal/regionstub"
 )
 
 const (
