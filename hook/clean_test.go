@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,10 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/clean")
 
 // maasClean is what MAAS's helper does (package-files/usr/sbin/
 // maas-dhcp-helper, clean(), the same in MAAS 3.5 to 3.8 and main):
@@ -140,19 +138,7 @@ func TestCleanGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, r := cleanLeases(b)
-			golden := strings.TrimSuffix(in, ".leases") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (go test ./hook -run TestCleanGolden -update writes it)", err)
-			}
-			if d := cmp.Diff(string(want), string(got)); d != "" {
-				t.Errorf("%s (-want +got)\n%s", golden, d)
-			}
+			lktest.Golden(t, strings.TrimSuffix(in, ".leases")+".golden", got)
 			if r.removed == 0 {
 				t.Errorf("%s: no host statement removed; a fixture should have some", in)
 			}

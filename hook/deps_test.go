@@ -10,14 +10,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 // TestStdlibOnly: the hook imports nothing outside the standard library,
 // and none of the standard packages whose initialisation or size showed
 // in its start-up (it runs once per lease while dhcpd waits; see doc.go).
 func TestStdlibOnly(t *testing.T) {
-	out, err := exec.Command(lab.GoTool(), "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}", ".").CombinedOutput()
+	out, err := exec.Command(lktest.GoTool(), "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 // hookBin is the hook binary, built once by TestMain the way `make build`
@@ -33,9 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	hookBin = filepath.Join(dir, "leasekeeper-hook")
-	build := exec.Command(lab.GoTool(), "build", "-trimpath", "-o", hookBin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build the hook: %v\n%s", err, out)
+	if err := lktest.Build(hookBin, "hook", false); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -662,7 +661,7 @@ func BenchmarkProcess(b *testing.B) {
 	if err := os.WriteFile(src, []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if out, err := exec.Command(lab.GoTool(), "build", "-o", empty, src).CombinedOutput(); err != nil {
+	if out, err := exec.Command(lktest.GoTool(), "build", "-o", empty, src).CombinedOutput(); err != nil {
 		b.Fatalf("build an empty program: %v\n%s", err, out)
 	}
 	args := notifyArgs("--lease-time", "600", "--hostname", "node1", "--spool", spool)

@@ -43,7 +43,6 @@ package parser_test
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -56,6 +55,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
@@ -446,13 +446,6 @@ func diffComplaints(t *testing.T, fx diffFixture, ours *parser.Leases, log, path
 	}
 }
 
-// updating reports go test ./parser -update (the flag is the parser
-// package's own tests').
-func updating() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
-
 // TestDifferentialGolden pins what the parser reads from the fixtures,
 // dhcpd or not: statements, refusals and errors in order, then the table.
 func TestDifferentialGolden(t *testing.T) {
@@ -477,20 +470,7 @@ func TestDifferentialGolden(t *testing.T) {
 				fmt.Fprintf(w, "%s\n", diffDescribeLease(l))
 			}
 			w.Flush()
-			golden := filepath.Join(diffDir, fx.name+".golden")
-			if updating() {
-				if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./parser -run TestDifferentialGolden -update)", err)
-			}
-			if diff := cmp.Diff(string(want), b.String()); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", golden, diff)
-			}
+			lktest.Golden(t, filepath.Join(diffDir, fx.name+".golden"), []byte(b.String()))
 		})
 	}
 }

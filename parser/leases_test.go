@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 // goldenNow is the clock the golden files are rendered at.
@@ -148,20 +150,7 @@ func TestLeasesGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := strings.Join(decodeAll(data, nil), "\n") + "\n"
-			golden := strings.TrimSuffix(f, ".leases") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./parser -update)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("%s mismatch (-want +got):\n%s", golden, diff)
-			}
+			lktest.Golden(t, strings.TrimSuffix(f, ".leases")+".golden", []byte(got))
 			// Every split of the file decodes the same, byte by byte too.
 			for cut := 0; cut <= len(data); cut++ {
 				if split := decodeAll(data, []int{cut}); !equalLines(split, got) {

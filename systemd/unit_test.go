@@ -3,16 +3,15 @@ package systemd
 import (
 	"context"
 	"errors"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
+)
 
 func TestShutdownUnitGolden(t *testing.T) {
 	u := ShutdownUnit{Binary: "/usr/sbin/leasekeeper"}
@@ -20,19 +19,7 @@ func TestShutdownUnitGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", ShutdownUnitName)
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("unit text differs from %s (go test ./systemd -update):\n%s", golden, got)
-	}
+	lktest.Golden(t, filepath.Join("testdata", ShutdownUnitName), got)
 }
 
 func TestShutdownUnitValidate(t *testing.T) {

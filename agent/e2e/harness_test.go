@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
@@ -44,37 +45,20 @@ func buildAndRun(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		if _, serr := os.Stat("/usr/local/go/bin/go"); serr == nil {
-			goBin, err = "/usr/local/go/bin/go", nil
-		}
-	}
-	if err != nil {
+	if _, err := exec.LookPath(lktest.GoTool()); err != nil {
 		bins.skip = "no go toolchain to build leasekeeper and leasekeeper-hook: " + err.Error()
 		return m.Run()
-	}
-	build := func(out, pkg string, race bool) error {
-		args := []string{"build", "-o", out}
-		if race {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command(goBin, append(args, pkg)...)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-		}
-		return nil
 	}
 	bins.agent = filepath.Join(dir, "leasekeeper")
 	bins.hook = filepath.Join(dir, "leasekeeper-hook")
 	// The hook stays a plain build: dhcpd runs it, and its start-up time
 	// is part of what is measured. The agent gets the race detector
 	// whenever the tests have it.
-	if err := build(bins.agent, "github.com/leasekeeper/leasekeeper/cmd/leasekeeper", raceEnabled); err != nil {
+	if err := lktest.Build(bins.agent, "cmd/leasekeeper", raceEnabled); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	if err := build(bins.hook, "github.com/leasekeeper/leasekeeper/hook", false); err != nil {
+	if err := lktest.Build(bins.hook, "hook", false); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}

@@ -3,17 +3,13 @@ package cli
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // run executes the command tree at a fixed clock and returns stdout,
 // stderr and the exit status main would use.
@@ -34,20 +30,7 @@ func run(t *testing.T, args ...string) (string, string, int) {
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./internal/cli -update)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
+	lktest.Golden(t, filepath.Join("testdata", name), []byte(got))
 }
 
 func TestCommands(t *testing.T) {

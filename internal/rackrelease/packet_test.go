@@ -4,18 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"flag"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata golden files")
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
+)
 
 func testFrame() Frame {
 	return Frame{
@@ -37,20 +35,7 @@ func TestFrameGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := hex.Dump(b)
-			path := filepath.Join("testdata", name+".hexdump")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("%s (-want +got)\n%s", path, diff)
-			}
+			lktest.Golden(t, filepath.Join("testdata", name+".hexdump"), []byte(hex.Dump(b)))
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/netip"
@@ -19,9 +18,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/vishvananda/netlink"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
+)
 
 var addrEqual = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
@@ -60,18 +59,7 @@ func TestParseGolden(t *testing.T) {
 			}
 			f, ls, perr := Parse(bytes.NewReader(b))
 			got := render(f, ls, perr) + "current:\n" + render(f, Current(ls), nil)
-			golden := path + ".golden"
-			if *update {
-				os.WriteFile(golden, []byte(got), 0o644)
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (go test ./internal/release -update)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", golden, diff)
-			}
+			lktest.Golden(t, path+".golden", []byte(got))
 		})
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 const script = "leasekeeper-node.sh"
@@ -23,13 +23,7 @@ func build(t *testing.T) (path, sum string) {
 	if testing.Short() {
 		t.Skip("builds leasekeeper")
 	}
-	gobin := lab.GoTool()
-	path = filepath.Join(t.TempDir(), "leasekeeper")
-	cmd := exec.Command(gobin, "build", "-trimpath", "-o", path, "../../cmd/leasekeeper")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	path = lktest.BuildT(t, "cmd/leasekeeper")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -3,63 +3,19 @@ package lab
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
-
-// ModuleRoot is the directory holding the project's go.mod, found from
-// the test's working directory (its package directory).
-func ModuleRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("lab: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// GoTool is the go command: the one on PATH, else where the README's
-// machines have it.
-func GoTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if p := "/usr/local/go/bin/go"; fileExists(p) {
-		return p
-	}
-	return "go"
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
 
 // BuildHook builds leasekeeper-hook as make build does (static, without
 // the race detector: dhcpd runs it and its start-up is part of what tests
-// see) into a directory of the test's and returns its path. The go
-// command's build cache makes every build after the first a link.
+// see) into a directory of the test's and returns its path.
 func BuildHook(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "leasekeeper-hook")
-	cmd := exec.Command(GoTool(), "build", "-trimpath", "-o", bin, "./hook")
-	cmd.Dir = ModuleRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./hook: %v\n%s", err, out)
-	}
-	return bin
+	return lktest.BuildT(t, "hook")
 }
 
 // hookCall is how the shipped snippet names the hook, once per on-block.
@@ -83,7 +39,7 @@ func HookSnippet6(t testing.TB, hook, sock, spool string) string {
 
 func snippet(t testing.TB, rel, hook, sock, spool string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(ModuleRoot(t), rel))
+	raw, err := os.ReadFile(filepath.Join(lktest.ModuleRoot(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}

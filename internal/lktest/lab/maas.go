@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 // maasHelperPython is where the stand-in's interpreter must be.
@@ -66,7 +68,7 @@ func MAASHelper(t testing.TB, dir string) string {
 func MAASSnippet(t testing.TB, helper, sock string) string {
 	t.Helper()
 	const rel = "packaging/dhcpd/leasekeeper.conf"
-	raw, err := os.ReadFile(filepath.Join(ModuleRoot(t), rel))
+	raw, err := os.ReadFile(filepath.Join(lktest.ModuleRoot(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}
