@@ -36,8 +36,8 @@ fuzz:
 	$(GO) test ./agent/event -run '^$$' -fuzz '^FuzzParseDatagram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzParseIP$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzClean$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
-	$(GO) test ./internal/release -run '^$$' -fuzz '^FuzzParseDhclient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
-	$(GO) test ./internal/release -run '^$$' -fuzz '^FuzzParseNetworkd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./release -run '^$$' -fuzz '^FuzzParseDhclient$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./release -run '^$$' -fuzz '^FuzzParseNetworkd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./agent/hooksock -run '^$$' -fuzz '^FuzzDatagram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./agent/hooksock -run '^$$' -fuzz '^FuzzSpoolReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 

@@ -16,7 +16,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lograte"
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 // ReleaseRequest is the body of POST /leases/{ip}/release: release the
@@ -149,7 +149,7 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	opts := rackrelease.Options{IP: ip, Interface: req.Interface, DryRun: req.DryRun,
+	opts := rack.Options{IP: ip, Interface: req.Interface, DryRun: req.DryRun,
 		LeasesPath: a.Config().DHCPD.Leases, Now: a.now}
 	norm, err := event.NormalizeMAC(req.MAC)
 	if err == nil {
@@ -166,7 +166,7 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	res, err := rackrelease.Release(r.Context(), opts)
+	res, err := rack.Release(r.Context(), opts)
 	rep := ReleaseReport{IP: ip.String(), MAC: opts.MAC.String(), Hostname: res.Hostname, Interface: res.Interface,
 		Sent: res.Sent, Verified: res.Verified}
 	if res.Server.IsValid() {
@@ -176,12 +176,12 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 		rep.State = res.State.String()
 	}
 	code := http.StatusOK
-	var refused *rackrelease.RefusedError
+	var refused *rack.RefusedError
 	switch {
 	case err == nil:
 	case errors.As(err, &refused):
 		code, rep.Refused = http.StatusConflict, true
-	case errors.Is(err, rackrelease.ErrUnconfirmed):
+	case errors.Is(err, rack.ErrUnconfirmed):
 		code = http.StatusGatewayTimeout
 	default:
 		code = http.StatusInternalServerError

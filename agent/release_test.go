@@ -17,9 +17,9 @@ import (
 )
 
 // TestServeRelease goes through the agent's real handler and
-// rackrelease.Release up to its checks: every case here is answered
+// rack.Release up to its checks: every case here is answered
 // before an interface is chosen or a packet sent (the release itself is
-// proven with the real dhcpd in internal/rackrelease's lab tests).
+// proven with the real dhcpd in release/rack's lab tests).
 func TestServeRelease(t *testing.T) {
 	leases := filepath.Join(t.TempDir(), "dhcpd.leases")
 	ends := time.Now().Add(time.Hour).UTC().Format("2006/01/02 15:04:05")

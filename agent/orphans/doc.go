@@ -18,7 +18,7 @@
 //     is already free (done); another MAC or another type means the
 //     address is someone else's now: left alone, logged, done;
 //  3. nobody may answer an ARP probe for it on the rack's interface for
-//     its subnet (rackrelease.ProbeARP): an address that answers is kept
+//     its subnet (rack.ProbeARP): an address that answers is kept
 //     and probed again every ProbeInterval (at most a minute), the reason
 //     in /status;
 //  4. then POST ipaddresses op=release ip force=true discovered=true:

@@ -17,7 +17,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 	"github.com/leasekeeper/leasekeeper/internal/promreg"
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 // Defaults.
@@ -31,13 +31,13 @@ const (
 )
 
 // Prober asks whether anybody holds an address on the rack's link.
-type Prober func(ctx context.Context, ip netip.Addr, wait time.Duration) (rackrelease.Probe, error)
+type Prober func(ctx context.Context, ip netip.Addr, wait time.Duration) (rack.Probe, error)
 
 // Config is what the Releaser needs.
 type Config struct {
 	// Client is the region's API 2.0; nil when [maas] is not configured.
 	Client        *maasapi.Client
-	Probe         Prober // nil: rackrelease.ProbeARP
+	Probe         Prober // nil: rack.ProbeARP
 	ProbeInterval time.Duration
 	ProbeWait     time.Duration
 }
@@ -70,7 +70,7 @@ type Releaser struct {
 // New loads the stored jobs.
 func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Releaser, error) {
 	if cfg.Probe == nil {
-		cfg.Probe = rackrelease.ProbeARP
+		cfg.Probe = rack.ProbeARP
 	}
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = DefaultProbeInterval

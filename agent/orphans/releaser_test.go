@@ -21,7 +21,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 const (
@@ -98,12 +98,12 @@ func TestReleaserDecides(t *testing.T) {
 			}
 			defer store.Close()
 			probes := 0
-			probe := func(_ context.Context, _ netip.Addr, _ time.Duration) (rackrelease.Probe, error) {
+			probe := func(_ context.Context, _ netip.Addr, _ time.Duration) (rack.Probe, error) {
 				probes++
 				if tc.answered {
-					return rackrelease.Probe{Iface: "br0", By: net.HardwareAddr{2, 0, 0, 0, 0, 0xc}}, nil
+					return rack.Probe{Iface: "br0", By: net.HardwareAddr{2, 0, 0, 0, 0, 0xc}}, nil
 				}
-				return rackrelease.Probe{Iface: "br0"}, nil
+				return rack.Probe{Iface: "br0"}, nil
 			}
 			// The job as the reconciler stores it, in the outbox's file,
 			// before the Releaser starts (it loads the stored jobs).
@@ -165,8 +165,8 @@ func TestReleaserReload(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	silent := func(context.Context, netip.Addr, time.Duration) (rackrelease.Probe, error) {
-		return rackrelease.Probe{Iface: "br0"}, nil
+	silent := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
+		return rack.Probe{Iface: "br0"}, nil
 	}
 	r, err := orphans.New(orphans.Config{Probe: silent}, store, zerolog.Nop(), prometheus.NewRegistry(), nil)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/orphans"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 const (
@@ -49,11 +49,11 @@ func orphanWorld(t *testing.T, withKey bool) *world {
 			t.Fatal(err)
 		}
 	}
-	w.agentOpts = []agent.AssembleOption{agent.WithOrphanProber(func(ctx context.Context, ip netip.Addr, wait time.Duration) (rackrelease.Probe, error) {
-		var p rackrelease.Probe
+	w.agentOpts = []agent.AssembleOption{agent.WithOrphanProber(func(ctx context.Context, ip netip.Addr, wait time.Duration) (rack.Probe, error) {
+		var p rack.Probe
 		err := w.lab.InNetns(w.lab.NS, func() error {
 			var err error
-			p, err = rackrelease.ProbeARP(ctx, ip, wait)
+			p, err = rack.ProbeARP(ctx, ip, wait)
 			return err
 		})
 		return p, err

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/leasekeeper/leasekeeper/internal/release"
+	"github.com/leasekeeper/leasekeeper/release"
 )
 
 // releaseFlags are the node-side flags of `leasekeeper release`.

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 // releaseForFlags are the rack-side flags of `leasekeeper release`:
@@ -42,7 +42,7 @@ func addReleaseForFlags(cmd *cobra.Command) *releaseForFlags {
 	fl.StringVar(&f.forIP, "for", "", "on the rack: make the local dhcpd release this IPv4 address for a client that is gone (with --mac)")
 	fl.StringVar(&f.mac, "mac", "", "with --for: the client's MAC; refused unless it holds the lease")
 	fl.StringVar(&f.server, "server", "", "with --for: dhcpd's address on the interface (default: the interface's address in the lease's subnet)")
-	fl.StringVar(&f.leases, "leases", rackrelease.DefaultLeasesPath, "with --for: dhcpd's leases file")
+	fl.StringVar(&f.leases, "leases", rack.DefaultLeasesPath, "with --for: dhcpd's leases file")
 	fl.BoolVar(&f.noWait, "no-wait", false, "with --for: return once sent, without waiting for dhcpd to record the release")
 	if fl.Lookup("interface") == nil {
 		fl.StringVar(&f.iface, "interface", "", "with --for: the interface dhcpd serves the lease's clients on (default: the one whose subnet holds the address)")
@@ -51,7 +51,7 @@ func addReleaseForFlags(cmd *cobra.Command) *releaseForFlags {
 		fl.BoolVar(&f.dryRun, "dry-run", false, "check the lease and choose the interface, send nothing")
 	}
 	if fl.Lookup("timeout") == nil {
-		fl.DurationVar(&f.timeout, "timeout", rackrelease.DefaultTimeout, "bound on the whole run")
+		fl.DurationVar(&f.timeout, "timeout", rack.DefaultTimeout, "bound on the whole run")
 	}
 	return f
 }
@@ -62,10 +62,10 @@ func (f *releaseForFlags) requested(cmd *cobra.Command) bool {
 	return cmd.Flags().Changed("for") || cmd.Flags().Changed("mac")
 }
 
-// options turns the flags into rackrelease.Options; bad values are usage
+// options turns the flags into rack.Options; bad values are usage
 // errors.
-func (f *releaseForFlags) options(cmd *cobra.Command) (rackrelease.Options, error) {
-	var opts rackrelease.Options
+func (f *releaseForFlags) options(cmd *cobra.Command) (rack.Options, error) {
+	var opts rack.Options
 	fl := cmd.Flags()
 	if f.forIP == "" || f.mac == "" {
 		return opts, usageError{errors.New("--for IP and --mac MAC go together")}
@@ -78,7 +78,7 @@ func (f *releaseForFlags) options(cmd *cobra.Command) (rackrelease.Options, erro
 	if err != nil {
 		return opts, usageError{fmt.Errorf("--mac: %w", err)}
 	}
-	opts = rackrelease.Options{IP: ip, MAC: mac, LeasesPath: f.leases, NoVerify: f.noWait}
+	opts = rack.Options{IP: ip, MAC: mac, LeasesPath: f.leases, NoVerify: f.noWait}
 	if f.server != "" {
 		if opts.Server, err = netip.ParseAddr(f.server); err != nil || !opts.Server.Is4() {
 			return opts, usageError{fmt.Errorf("--server %q: want an IPv4 address", f.server)}
@@ -144,7 +144,7 @@ func parseEthernetMAC(s string) (net.HardwareAddr, error) {
 
 // runReleaseFor makes the local dhcpd release opts.IP for a client that
 // is gone and tells the operator what happened, one line per step.
-func runReleaseFor(cmd *cobra.Command, env *Env, opts rackrelease.Options) error {
+func runReleaseFor(cmd *cobra.Command, env *Env, opts rack.Options) error {
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()
@@ -152,14 +152,14 @@ func runReleaseFor(cmd *cobra.Command, env *Env, opts rackrelease.Options) error
 	if opts.Now == nil {
 		opts.Now = env.Now
 	}
-	res, err := rackrelease.Release(ctx, opts)
+	res, err := rack.Release(ctx, opts)
 	printReleaseFor(env, opts, res, err)
 	return err
 }
 
 // printReleaseFor writes what Release did: the lease it checked, what it
 // sent where, and what dhcpd recorded. Errors are left to the caller.
-func printReleaseFor(env *Env, opts rackrelease.Options, res rackrelease.Result, err error) {
+func printReleaseFor(env *Env, opts rack.Options, res rack.Result, err error) {
 	out := env.Stdout
 	if res.Interface == "" {
 		return // refused or failed before choosing where to send: the error says it all

@@ -14,14 +14,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 // releaseForCmd is a `release` command carrying the node side's own
 // flags (as release.go defines them) and the rack-side ones, wired as the
 // lead will wire them. nodeFlags false leaves only addReleaseForFlags'.
-func releaseForCmd(env *Env, nodeFlags bool, got *rackrelease.Options) *cobra.Command {
+func releaseForCmd(env *Env, nodeFlags bool, got *rack.Options) *cobra.Command {
 	cmd := &cobra.Command{Use: "release", SilenceUsage: true, SilenceErrors: true}
 	if nodeFlags {
 		fl := cmd.Flags()
@@ -52,26 +52,26 @@ func releaseForCmd(env *Env, nodeFlags bool, got *rackrelease.Options) *cobra.Co
 func TestReleaseForOptions(t *testing.T) {
 	ip := netip.MustParseAddr("203.0.113.100")
 	mac := net.HardwareAddr{0x02, 0, 0, 0x0a, 0x0b, 0x0c}
-	base := rackrelease.Options{IP: ip, MAC: mac, LeasesPath: rackrelease.DefaultLeasesPath, Timeout: 10 * time.Second}
-	with := func(f func(*rackrelease.Options)) rackrelease.Options { o := base; f(&o); return o }
+	base := rack.Options{IP: ip, MAC: mac, LeasesPath: rack.DefaultLeasesPath, Timeout: 10 * time.Second}
+	with := func(f func(*rack.Options)) rack.Options { o := base; f(&o); return o }
 	for _, tc := range []struct {
 		name      string
 		nodeFlags bool
 		args      []string
-		want      rackrelease.Options
+		want      rack.Options
 		err       string // usage error substring
 	}{
 		{name: "minimal", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c"}, want: base},
 		{name: "unpadded upper-case MAC", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "2:0:0:A:B:C"}, want: base},
 		{name: "everything", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02-00-00-0a-0b-0c",
 			"--interface", "br0", "--server", "203.0.113.1", "--leases", "/tmp/x.leases", "--timeout", "2s", "--no-wait", "--dry-run"},
-			want: with(func(o *rackrelease.Options) {
+			want: with(func(o *rack.Options) {
 				o.Interface, o.Server, o.LeasesPath, o.Timeout, o.NoVerify, o.DryRun = "br0", netip.MustParseAddr("203.0.113.1"), "/tmp/x.leases", 2*time.Second, true, true
 			})},
 		{name: "own flags without the node side", args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--interface", "eth1", "--timeout", "3s"},
-			want: with(func(o *rackrelease.Options) { o.Interface, o.Timeout = "eth1", 3*time.Second })},
+			want: with(func(o *rack.Options) { o.Interface, o.Timeout = "eth1", 3*time.Second })},
 		{name: "default timeout without the node side", args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c"},
-			want: with(func(o *rackrelease.Options) { o.Timeout = rackrelease.DefaultTimeout })},
+			want: with(func(o *rack.Options) { o.Timeout = rack.DefaultTimeout })},
 		{name: "no MAC", nodeFlags: true, args: []string{"--for", "203.0.113.100"}, err: "--for IP and --mac MAC go together"},
 		{name: "no IP", nodeFlags: true, args: []string{"--mac", "02:00:00:0a:0b:0c"}, err: "--for IP and --mac MAC go together"},
 		{name: "IPv6", nodeFlags: true, args: []string{"--for", "2001:db8::1", "--mac", "02:00:00:0a:0b:0c"}, err: "want an IPv4 address"},
@@ -82,7 +82,7 @@ func TestReleaseForOptions(t *testing.T) {
 		{name: "client lease file", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--lease-file", "x"}, err: "--leases"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var got rackrelease.Options
+			var got rack.Options
 			env := &Env{}
 			env.defaults()
 			cmd := releaseForCmd(env, tc.nodeFlags, &got)
@@ -139,7 +139,7 @@ func TestReleaseForRefused(t *testing.T) {
 
 func TestPrintReleaseFor(t *testing.T) {
 	ends := parser.TimeOf(time.Date(2026, 11, 29, 12, 5, 0, 0, time.UTC))
-	res := rackrelease.Result{
+	res := rack.Result{
 		IP: netip.MustParseAddr("203.0.113.100"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, Hostname: "c1", Ends: ends,
 		Interface: "br0", Server: netip.MustParseAddr("203.0.113.1"), Took: 123456789 * time.Nanosecond,
 	}
@@ -147,24 +147,24 @@ func TestPrintReleaseFor(t *testing.T) {
 	const sent = "sent a DHCPRELEASE on br0 to dhcpd at 203.0.113.1\n"
 	for _, tc := range []struct {
 		name string
-		opts rackrelease.Options
-		res  func(r *rackrelease.Result)
+		opts rack.Options
+		res  func(r *rack.Result)
 		err  error
 		want string
 	}{
-		{name: "released", res: func(r *rackrelease.Result) { r.Sent, r.Verified, r.State = true, true, parser.StateFree },
+		{name: "released", res: func(r *rack.Result) { r.Sent, r.Verified, r.State = true, true, parser.StateFree },
 			want: head + sent + "released: dhcpd wrote 203.0.113.100 free in 123ms; its on release statements have run\n"},
-		{name: "failover", res: func(r *rackrelease.Result) { r.Sent, r.Verified, r.State = true, true, parser.StateReleased },
+		{name: "failover", res: func(r *rack.Result) { r.Sent, r.Verified, r.State = true, true, parser.StateReleased },
 			want: head + sent + "released: dhcpd wrote 203.0.113.100 released in 123ms; with a failover peer its on release statements run once the peer acknowledges\n"},
-		{name: "dry run", opts: rackrelease.Options{DryRun: true}, res: func(*rackrelease.Result) {},
+		{name: "dry run", opts: rack.Options{DryRun: true}, res: func(*rack.Result) {},
 			want: head + "dry run: would send a DHCPRELEASE on br0 to dhcpd at 203.0.113.1\n"},
-		{name: "no wait", opts: rackrelease.Options{NoVerify: true}, res: func(r *rackrelease.Result) { r.Sent = true },
+		{name: "no wait", opts: rack.Options{NoVerify: true}, res: func(r *rack.Result) { r.Sent = true },
 			want: head + sent + "not waiting for dhcpd to record it (--no-wait)\n"},
-		{name: "unconfirmed", res: func(r *rackrelease.Result) { r.Sent = true }, err: rackrelease.ErrUnconfirmed,
+		{name: "unconfirmed", res: func(r *rack.Result) { r.Sent = true }, err: rack.ErrUnconfirmed,
 			want: head + sent},
-		{name: "ends never", res: func(r *rackrelease.Result) { r.Ends, r.Hostname = parser.Never, "" },
+		{name: "ends never", res: func(r *rack.Result) { r.Ends, r.Hostname = parser.Never, "" },
 			want: "203.0.113.100: lease of 02:00:00:00:00:01, never ends\n"},
-		{name: "refused", res: func(r *rackrelease.Result) { r.Interface = "" }, err: rackrelease.ErrMACMismatch, want: ""},
+		{name: "refused", res: func(r *rack.Result) { r.Interface = "" }, err: rack.ErrMACMismatch, want: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -1,4 +1,4 @@
-package rackrelease
+package rack
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package rackrelease makes the rack's own dhcpd free a lease whose client
+// Package rack makes the rack's own dhcpd free a lease whose client
 // is gone (a container or node destroyed without a DHCPRELEASE), so that
 // dhcpd itself runs its `on release` statements and the normal hook path
 // tells the region: `leasekeeper release --for IP --mac MAC`.
@@ -52,4 +52,4 @@
 //   - For a relayed subnet there is no local interface in the lease's
 //     subnet: name the interface dhcpd serves and its address (--interface,
 //     --server); dhcpd finds the lease by address wherever it arrives.
-package rackrelease
+package rack

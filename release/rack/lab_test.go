@@ -1,4 +1,4 @@
-package rackrelease_test
+package rack_test
 
 // End-to-end with the real thing (internal/lktest/lab): Debian's dhcpd in a
 // server namespace running the packaging hook snippet with the built
@@ -6,7 +6,7 @@ package rackrelease_test
 // on; a real dhclient in a client namespace that is then destroyed
 // without a release. The release itself runs inside the server namespace
 // in a child process (this test binary re-executed, see
-// TestHelperRelease) that calls rackrelease.Release: the real frame on
+// TestHelperRelease) that calls rack.Release: the real frame on
 // the real bridge to the real dhcpd.
 
 import (
@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
-	"github.com/leasekeeper/leasekeeper/internal/rackrelease"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 // event is the part of a hook datagram this test checks.
@@ -141,7 +141,7 @@ type helperResult struct {
 	Server    string `json:"server"`
 }
 
-// release runs rackrelease.Release inside the server namespace.
+// release runs rack.Release inside the server namespace.
 func (r *rig) release(t *testing.T, ctx context.Context, ip netip.Addr, mac net.HardwareAddr) helperResult {
 	t.Helper()
 	cmd := r.lab.CommandContext(ctx, r.lab.NS, os.Args[0], "-test.run=^TestHelperRelease$", "-test.count=1")
@@ -173,20 +173,20 @@ func TestHelperRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := rackrelease.Options{
+	opts := rack.Options{
 		IP:         netip.MustParseAddr(os.Getenv("LK_RR_IP")),
 		MAC:        mac,
 		LeasesPath: os.Getenv("LK_RR_LEASES"),
 		Timeout:    5 * time.Second,
 	}
-	res, err := rackrelease.Release(context.Background(), opts)
+	res, err := rack.Release(context.Background(), opts)
 	out := helperResult{Sent: res.Sent, Verified: res.Verified, State: res.State.String(), Interface: res.Interface}
 	if res.Server.IsValid() {
 		out.Server = res.Server.String()
 	}
 	if err != nil {
 		out.Error = err.Error()
-		var re *rackrelease.RefusedError
+		var re *rack.RefusedError
 		out.Refused = errors.As(err, &re)
 	}
 	b, _ := json.Marshal(out)

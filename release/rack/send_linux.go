@@ -1,6 +1,6 @@
 //go:build linux
 
-package rackrelease
+package rack
 
 import (
 	"encoding/binary"
