@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
-	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lograte"
 	"github.com/leasekeeper/leasekeeper/release/rack"
 )
@@ -137,37 +134,27 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "missing "+ClientHeader+" header", http.StatusForbidden)
 		return
 	}
-	ip, err := netip.ParseAddr(r.PathValue("ip"))
-	if err != nil || !ip.Is4() {
-		http.Error(w, fmt.Sprintf("%q is not an IPv4 address", r.PathValue("ip")), http.StatusBadRequest)
-		return
-	}
 	var req ReleaseRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		http.Error(w, "body: "+err.Error(), http.StatusBadRequest)
+	bodyErr := dec.Decode(&req)
+	opts, err := rack.Request{IP: r.PathValue("ip"), MAC: req.MAC, Server: req.Server, Interface: req.Interface}.Options()
+	var bad *rack.RequestError
+	switch {
+	case errors.As(err, &bad) && bad.Field == "ip":
+		http.Error(w, fmt.Sprintf("%q is not an IPv4 address", bad.Value), http.StatusBadRequest)
+		return
+	case bodyErr != nil:
+		http.Error(w, "body: "+bodyErr.Error(), http.StatusBadRequest)
+		return
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	opts := rack.Options{IP: ip, Interface: req.Interface, DryRun: req.DryRun,
-		LeasesPath: a.Config().DHCPD.Leases, Now: a.now}
-	norm, err := event.NormalizeMAC(req.MAC)
-	if err == nil {
-		opts.MAC, err = net.ParseMAC(norm)
-	}
-	if err != nil || len(opts.MAC) != 6 {
-		http.Error(w, fmt.Sprintf("mac %q is not a 6-octet Ethernet address", req.MAC), http.StatusBadRequest)
-		return
-	}
-	if req.Server != "" {
-		if opts.Server, err = netip.ParseAddr(req.Server); err != nil || !opts.Server.Is4() {
-			http.Error(w, fmt.Sprintf("server %q is not an IPv4 address", req.Server), http.StatusBadRequest)
-			return
-		}
-	}
+	opts.DryRun, opts.LeasesPath, opts.Now = req.DryRun, a.Config().DHCPD.Leases, a.now
 
 	res, err := rack.Release(r.Context(), opts)
-	rep := ReleaseReport{IP: ip.String(), MAC: opts.MAC.String(), Hostname: res.Hostname, Interface: res.Interface,
+	rep := ReleaseReport{IP: opts.IP.String(), MAC: opts.MAC.String(), Hostname: res.Hostname, Interface: res.Interface,
 		Sent: res.Sent, Verified: res.Verified}
 	if res.Server.IsValid() {
 		rep.Server = res.Server.String()

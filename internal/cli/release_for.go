@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/release/rack"
 )
@@ -70,20 +67,19 @@ func (f *releaseForFlags) options(cmd *cobra.Command) (rack.Options, error) {
 	if f.forIP == "" || f.mac == "" {
 		return opts, usageError{errors.New("--for IP and --mac MAC go together")}
 	}
-	ip, err := netip.ParseAddr(f.forIP)
-	if err != nil || !ip.Is4() {
-		return opts, usageError{fmt.Errorf("--for %q: want an IPv4 address", f.forIP)}
-	}
-	mac, err := parseEthernetMAC(f.mac)
-	if err != nil {
-		return opts, usageError{fmt.Errorf("--mac: %w", err)}
-	}
-	opts = rack.Options{IP: ip, MAC: mac, LeasesPath: f.leases, NoVerify: f.noWait}
-	if f.server != "" {
-		if opts.Server, err = netip.ParseAddr(f.server); err != nil || !opts.Server.Is4() {
-			return opts, usageError{fmt.Errorf("--server %q: want an IPv4 address", f.server)}
+	opts, err := rack.Request{IP: f.forIP, MAC: f.mac, Server: f.server}.Options()
+	var bad *rack.RequestError
+	if errors.As(err, &bad) {
+		switch bad.Field {
+		case "ip":
+			return opts, usageError{fmt.Errorf("--for %q: want an IPv4 address", bad.Value)}
+		case "mac":
+			return opts, usageError{fmt.Errorf("--mac: %q is not a 6-octet Ethernet address", bad.Value)}
+		default:
+			return opts, usageError{fmt.Errorf("--server %q: want an IPv4 address", bad.Value)}
 		}
 	}
+	opts.LeasesPath, opts.NoVerify = f.leases, f.noWait
 	if fl.Changed("lease-file") {
 		return opts, usageError{errors.New("--lease-file names a client's lease file; with --for, dhcpd's leases file is --leases")}
 	}
@@ -122,24 +118,6 @@ func flagStrings(fl *pflag.FlagSet, name string) ([]string, error) {
 		return s.GetSlice(), nil
 	}
 	return []string{v.Value.String()}, nil
-}
-
-// parseEthernetMAC accepts the forms operators and dhcpd write
-// (02:00:00:0a:0b:0c, unpadded 2:0:0:a:b:c, upper case, dashes) and
-// wants 6 octets.
-func parseEthernetMAC(s string) (net.HardwareAddr, error) {
-	norm, err := event.NormalizeMAC(s)
-	if err == nil {
-		var hw net.HardwareAddr
-		if hw, err = net.ParseMAC(norm); err == nil && len(hw) == 6 {
-			return hw, nil
-		}
-	}
-	hw, err2 := net.ParseMAC(s)
-	if err2 == nil && len(hw) == 6 {
-		return hw, nil
-	}
-	return nil, fmt.Errorf("%q is not a 6-octet Ethernet address", s)
 }
 
 // runReleaseFor makes the local dhcpd release opts.IP for a client that

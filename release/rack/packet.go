@@ -8,6 +8,8 @@ import (
 	"net/netip"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"github.com/leasekeeper/leasekeeper/release"
 )
 
 // Frame describes the DHCPRELEASE frame Release writes on dhcpd's
@@ -40,26 +42,11 @@ const (
 	dhcpClient    = 68
 )
 
-// Message is the DHCPRELEASE itself.
+// Message is the DHCPRELEASE itself, as a client would send it
+// (release.Packet), with dhcpd's address as the server identifier.
 func (f Frame) Message() (*dhcpv4.DHCPv4, error) {
-	if !f.IP.Is4() || !f.Server.Is4() {
-		return nil, fmt.Errorf("release of %s via server %s: IPv4 addresses only", f.IP, f.Server)
-	}
-	if len(f.MAC) != 6 {
-		return nil, fmt.Errorf("client MAC %v: want a 6-byte Ethernet address", f.MAC)
-	}
-	mods := []dhcpv4.Modifier{
-		dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease),
-		dhcpv4.WithTransactionID(dhcpv4.TransactionID(f.XID)),
-		dhcpv4.WithHwAddr(f.MAC),
-		dhcpv4.WithClientIP(net.IP(f.IP.AsSlice())),
-		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IP(f.Server.AsSlice()))),
-	}
-	if len(f.ClientID) > 0 {
-		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClientIdentifier(f.ClientID)))
-	}
-	// New draws a random xid first; WithTransactionID replaces it.
-	return dhcpv4.New(mods...)
+	l := release.Lease{Address: f.IP, Server: f.Server}
+	return release.Packet(l, f.MAC, f.ClientID, dhcpv4.TransactionID(f.XID))
 }
 
 // Bytes returns the whole Ethernet frame: Ethernet II, IPv4 (no options,
