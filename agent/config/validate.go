@@ -167,7 +167,7 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 			badf("region", "no credentials: set region.cert_file and region.key_file (MAAS: the rack's certificate and key), or region.token_file")
 		}
 	case "http":
-		if !loopbackHost(u.Hostname()) {
+		if !LoopbackHost(u.Hostname()) {
 			badf("region.url", "%q: plain http is only allowed to a loopback address (tests); use https", r.URL)
 		}
 	default:
@@ -200,7 +200,10 @@ func validServerName(s string) bool {
 	return true
 }
 
-func loopbackHost(h string) bool {
+// LoopbackHost reports whether a URL's host is this machine's loopback
+// (localhost or a loopback address), the only place plain http may go.
+// region.url is checked with it, and deliver again with the same.
+func LoopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}

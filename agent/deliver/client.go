@@ -63,21 +63,13 @@ func checkURL(raw string) (*url.URL, error) {
 	switch u.Scheme {
 	case "https":
 	case "http":
-		if !loopbackHost(u.Hostname()) {
+		if !config.LoopbackHost(u.Hostname()) {
 			return nil, fmt.Errorf("region url %s: plain http is allowed only to a loopback address; use https", u)
 		}
 	default:
 		return nil, fmt.Errorf("region url %s: scheme %q is not https", u, u.Scheme)
 	}
 	return u, nil
-}
-
-func loopbackHost(h string) bool {
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // tlsConfig builds the client side TLS: the CA to trust (the system's
