@@ -31,7 +31,7 @@ test: test-deps vet
 FUZZTIME ?= 10m
 fuzz:
 	$(GO) test ./parser -run '^$$' -fuzz '^FuzzDecodeLeases$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
-	$(GO) test ./parser -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
+	$(GO) test ./parser/dhcpdconf -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzEvent$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./agent/event -run '^$$' -fuzz '^FuzzParseDatagram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x
 	$(GO) test ./hook -run '^$$' -fuzz '^FuzzParseIP$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 500x

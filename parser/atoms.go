@@ -33,7 +33,10 @@ func parseIPv4(b []byte) (netip.Addr, bool) {
 	return netip.AddrFrom4(a), true
 }
 
-func hexVal(c byte) (byte, bool) {
+// HexDigit is the value of one hexadecimal digit, either case: how
+// dhcpd reads the digits of octets and of \x escapes, in leases files and
+// in dhcpd.conf alike.
+func HexDigit(c byte) (byte, bool) {
 	switch {
 	case c >= '0' && c <= '9':
 		return c - '0', true
@@ -67,7 +70,7 @@ func parseHexTo(out, b []byte) ([]byte, bool) {
 			v, n = 0, 0
 			continue
 		}
-		d, ok := hexVal(b[i])
+		d, ok := HexDigit(b[i])
 		if !ok || n == 2 {
 			return nil, false
 		}

@@ -58,6 +58,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 const diffDir = "testdata/differential"
@@ -126,14 +127,14 @@ func diffFixtures(t *testing.T) []diffFixture {
 
 // diffPools are the ranges a fixture's configuration declares: dhcpd
 // loads no lease outside them.
-type diffPools struct{ cfg *parser.Config }
+type diffPools struct{ cfg *dhcpdconf.Config }
 
 func (p diffPools) holds(l *parser.Lease) bool {
 	for _, r := range p.cfg.Ranges {
 		if r.Family != l.Family {
 			continue
 		}
-		isPrefix := r.Kind == parser.RangeKindPrefix6
+		isPrefix := r.Kind == dhcpdconf.RangeKindPrefix6
 		if isPrefix != (l.PrefixLen > 0) {
 			continue
 		}
@@ -242,7 +243,7 @@ func TestDifferential(t *testing.T) {
 				diffExits(t, fx, ours)
 				return
 			}
-			cfg, err := parser.ParseConfig(strings.NewReader(fx.conf), parser.ConfigOptions{Name: fx.name + ".conf"})
+			cfg, err := dhcpdconf.Parse(strings.NewReader(fx.conf), dhcpdconf.Options{Name: fx.name + ".conf"})
 			if err != nil {
 				t.Fatal(err)
 			}

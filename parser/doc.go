@@ -1,7 +1,7 @@
-// Package parser reads the files ISC dhcpd writes and reads: dhcpd.leases
-// (IPv4 and IPv6) and dhcpd.conf. It is pure: readers in, values out; it
-// performs no I/O of its own (includes are opened through a caller-supplied
-// function), never logs and keeps no mutable global state.
+// Package parser reads the leases files ISC dhcpd writes: dhcpd.leases
+// (IPv4 and IPv6). It is pure: readers in, values out; it performs no I/O
+// of its own, never logs and keeps no mutable global state. dhcpd.conf,
+// a grammar of its own, is read by the subpackage dhcpdconf.
 //
 // # Leases files
 //
@@ -95,10 +95,4 @@
 // or reported as *IncompleteError (Close, ParseLeases), never guessed.
 // Statements longer than MaxStatement are errors, so garbage cannot make
 // the decoder hold an unbounded tail.
-//
-// # Configuration files
-//
-// ParseConfig reads subnets, shared networks, pools, ranges, host
-// reservations and failover peers from a dhcpd.conf; its grammar is
-// described at the top of conf.go.
 package parser

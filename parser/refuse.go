@@ -399,7 +399,7 @@ func (p *stmtParser) uidStmt(l *Lease) error {
 func convertHex(b []byte) byte {
 	var v uint32
 	for _, c := range b {
-		d, ok := hexVal(c)
+		d, ok := HexDigit(c)
 		if !ok {
 			break
 		}

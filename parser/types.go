@@ -140,3 +140,12 @@ func HexString(b []byte) string {
 	}
 	return string(out)
 }
+
+// HardwareAddr is a hardware address; it marshals as lower-case,
+// zero-padded, colon-separated hex.
+type HardwareAddr []byte
+
+func (h HardwareAddr) String() string { return HexString(h) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (h HardwareAddr) MarshalText() ([]byte, error) { return []byte(h.String()), nil }

@@ -7,6 +7,7 @@ package reconcile
 import (
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // Failover roles, as dhcpd.conf's failover peer declaration says.
@@ -46,7 +47,7 @@ func (p Pair) Survivor() bool { return p.InPair() && p.MyState == StatePartnerDo
 // PairOf finds dhcpd's failover pair in its configuration: the first
 // failover peer that a pool uses and that says primary or secondary. A
 // peer declared but used by no pool changes nothing dhcpd does to leases.
-func PairOf(cfg *parser.Config) Pair {
+func PairOf(cfg *dhcpdconf.Config) Pair {
 	if cfg == nil {
 		return Pair{}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // readPair reads dhcpd.conf (and its includes) for dhcpd's failover pair.
@@ -15,7 +16,7 @@ func readPair(conf string) (Pair, error) {
 		return Pair{}, err
 	}
 	defer f.Close()
-	cfg, err := parser.ParseConfig(f, parser.ConfigOptions{
+	cfg, err := dhcpdconf.Parse(f, dhcpdconf.Options{
 		BaseDir: filepath.Dir(conf),
 		Name:    conf,
 		Open:    func(p string) (io.ReadCloser, error) { return safefile.Open(p, safefile.FollowLinks) },

@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // fostate writes a failover state record the way dhcpd does.
@@ -88,7 +89,7 @@ func TestPairOf(t *testing.T) {
 		{"declared, used by no pool", strings.Replace(conf("primary; "), `failover peer "fo"; `, "", 1), Pair{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parser.ParseConfig(strings.NewReader(tc.conf), parser.ConfigOptions{})
+			cfg, err := dhcpdconf.Parse(strings.NewReader(tc.conf), dhcpdconf.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

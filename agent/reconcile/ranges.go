@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // loadRanges reads dhcpd.conf (and its includes) for its IPv4 ranges and
@@ -19,7 +20,7 @@ func loadRanges(conf string) (func(netip.Addr) bool, error) {
 		return nil, err
 	}
 	defer f.Close()
-	cfg, err := parser.ParseConfig(f, parser.ConfigOptions{
+	cfg, err := dhcpdconf.Parse(f, dhcpdconf.Options{
 		BaseDir: filepath.Dir(conf),
 		Name:    conf,
 		Open:    func(p string) (io.ReadCloser, error) { return safefile.Open(p, safefile.FollowLinks) },
@@ -27,9 +28,9 @@ func loadRanges(conf string) (func(netip.Addr) bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rs []parser.Range
+	var rs []dhcpdconf.Range
 	for _, r := range cfg.Ranges {
-		if r.Family == parser.IPv4 && r.Kind == parser.RangeKindRange {
+		if r.Family == parser.IPv4 && r.Kind == dhcpdconf.RangeKindRange {
 			rs = append(rs, r)
 		}
 	}

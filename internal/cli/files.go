@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // loadLeases parses a leases file. Blocks dhcpd refuses (left out, as
@@ -35,7 +36,7 @@ func loadLeases(env *Env, path string) (*parser.Leases, error) {
 
 // loadConfig parses a dhcpd.conf; relative includes resolve against the
 // file's directory.
-func loadConfig(env *Env, path string) (*parser.Config, error) {
+func loadConfig(env *Env, path string) (*dhcpdconf.Config, error) {
 	f, err := env.Open(path)
 	if err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func loadConfig(env *Env, path string) (*parser.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parser.ParseConfig(f, parser.ConfigOptions{
+	return dhcpdconf.Parse(f, dhcpdconf.Options{
 		BaseDir: filepath.Dir(abs),
 		Open:    env.Open,
 		Name:    path,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/internal/pools"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // fileFlags are the --leases and --config flags pools and check share.
@@ -29,7 +30,7 @@ func (f *fileFlags) register(cmd *cobra.Command) {
 
 // load parses both files, the configuration first: without ranges the
 // leases mean nothing here.
-func (f *fileFlags) load(env *Env) (*parser.Config, *parser.Leases, error) {
+func (f *fileFlags) load(env *Env) (*dhcpdconf.Config, *parser.Leases, error) {
 	cfg, err := loadConfig(env, f.config)
 	if err != nil {
 		return nil, nil, err

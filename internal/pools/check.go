@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // Problem kinds reported by Check.
@@ -37,7 +38,7 @@ type Problem struct {
 // configuration that an operator must act on, sorted by kind then address.
 // Host fixed addresses written as DNS names cannot be checked without
 // resolving them and are returned in unresolved.
-func Check(cfg *parser.Config, t *parser.Table, now parser.Time) (problems []Problem, unresolved []string) {
+func Check(cfg *dhcpdconf.Config, t *parser.Table, now parser.Time) (problems []Problem, unresolved []string) {
 	idx := newIndex(cfg.Ranges)
 	fixed := map[netip.Addr]string{}
 	addFixed := func(name string, addrs []string) {

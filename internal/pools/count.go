@@ -4,7 +4,7 @@ import (
 	"math/big"
 	"net/netip"
 
-	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // Count is an exact number of addresses (of delegated prefixes, for
@@ -76,10 +76,10 @@ func (c *Count) UnmarshalJSON(b []byte) error {
 }
 
 // size is the number of addresses in a range, or of prefixes for prefix6.
-func size(r parser.Range) Count {
+func size(r dhcpdconf.Range) Count {
 	first, last := addrInt(r.First), addrInt(r.Last)
 	d := new(big.Int).Sub(last, first)
-	if r.Kind == parser.RangeKindPrefix6 {
+	if r.Kind == dhcpdconf.RangeKindPrefix6 {
 		d.Rsh(d, uint(128-r.PrefixLen))
 	}
 	return Count{d.Add(d, big.NewInt(1))}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // Pair is a failover peer the configuration's pools use, with the
@@ -30,7 +31,7 @@ type Pair struct {
 // Pairs lists the failover peers the ranges of cfg use, in the order
 // dhcpd.conf declares them, with their states in t and the backup
 // leases rep counted in their ranges. Never nil.
-func Pairs(cfg *parser.Config, t *parser.Table, rep Report) []Pair {
+func Pairs(cfg *dhcpdconf.Config, t *parser.Table, rep Report) []Pair {
 	backup := map[string]int64{}
 	for _, u := range rep.Ranges {
 		if u.Failover != "" {

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 // Usage counts the leases of one range.
@@ -63,7 +64,7 @@ type Report struct {
 // inside overlapping ranges counts in each, and leases outside every range
 // count nowhere, as with dhcpd-pools. Ranges are listed in configuration
 // order; shared networks in order of first appearance.
-func Summarize(cfg *parser.Config, t *parser.Table, now parser.Time) Report {
+func Summarize(cfg *dhcpdconf.Config, t *parser.Table, now parser.Time) Report {
 	rep := Report{Ranges: make([]Usage, len(cfg.Ranges))}
 	for i, r := range cfg.Ranges {
 		u := &rep.Ranges[i]
@@ -72,7 +73,7 @@ func Summarize(cfg *parser.Config, t *parser.Table, now parser.Time) Report {
 			Subnet: r.Subnet.String(), SharedNetwork: r.SharedNetwork, Failover: r.Failover,
 			Size: size(r), first: r.First, last: r.Last,
 		}
-		if r.Kind == parser.RangeKindPrefix6 {
+		if r.Kind == dhcpdconf.RangeKindPrefix6 {
 			u.First = netip.PrefixFrom(r.First, r.PrefixLen).String()
 			u.Last = netip.PrefixFrom(r.Last, r.PrefixLen).String()
 		}
@@ -126,7 +127,7 @@ type index struct {
 	pd      []bool // prefix6: holds delegated prefixes, not addresses
 }
 
-func newIndex(rs []parser.Range) *index {
+func newIndex(rs []dhcpdconf.Range) *index {
 	x := &index{order: make([]int, len(rs))}
 	for i := range rs {
 		x.order[i] = i
@@ -135,7 +136,7 @@ func newIndex(rs []parser.Range) *index {
 	for k, i := range x.order {
 		x.first = append(x.first, rs[i].First)
 		x.last = append(x.last, rs[i].Last)
-		x.pd = append(x.pd, rs[i].Kind == parser.RangeKindPrefix6)
+		x.pd = append(x.pd, rs[i].Kind == dhcpdconf.RangeKindPrefix6)
 		m := rs[i].Last
 		if k > 0 && x.maxLast[k-1].Compare(m) > 0 {
 			m = x.maxLast[k-1]

@@ -20,13 +20,14 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/internal/lktest/leasegen"
 	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
 var now = parser.TimeOf(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 
-func mustConfig(t *testing.T, conf string) *parser.Config {
+func mustConfig(t *testing.T, conf string) *dhcpdconf.Config {
 	t.Helper()
-	cfg, err := parser.ParseConfig(strings.NewReader(conf), parser.ConfigOptions{Name: "test.conf"})
+	cfg, err := dhcpdconf.Parse(strings.NewReader(conf), dhcpdconf.Options{Name: "test.conf"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,12 +148,12 @@ ia-pd "\002\000\000\000\000\001" {
 }
 
 func TestSize(t *testing.T) {
-	a := func(s string) parser.Range {
+	a := func(s string) dhcpdconf.Range {
 		f, l, _ := strings.Cut(s, "-")
-		return parser.Range{First: mustAddr(f), Last: mustAddr(l)}
+		return dhcpdconf.Range{First: mustAddr(f), Last: mustAddr(l)}
 	}
 	tests := []struct {
-		r    parser.Range
+		r    dhcpdconf.Range
 		want string
 	}{
 		{a("10.0.0.1-10.0.0.1"), "1"},
@@ -161,8 +162,8 @@ func TestSize(t *testing.T) {
 		{a("2001:db8::-2001:db8::7fff:ffff:ffff:ffff"), "9223372036854775808"},
 		{a("2001:db8::-2001:db8::ffff:ffff"), "4294967296"},
 		{a("::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "340282366920938463463374607431768211456"}, // 2^128
-		{parser.Range{Kind: parser.RangeKindPrefix6, First: mustAddr("2001:db8:100::"), Last: mustAddr("2001:db8:1ff::"), PrefixLen: 48}, "256"},
-		{parser.Range{Kind: parser.RangeKindPrefix6, First: mustAddr("2001:db8::"), Last: mustAddr("2001:db8:ffff:ffff::"), PrefixLen: 64}, "4294967296"},
+		{dhcpdconf.Range{Kind: dhcpdconf.RangeKindPrefix6, First: mustAddr("2001:db8:100::"), Last: mustAddr("2001:db8:1ff::"), PrefixLen: 48}, "256"},
+		{dhcpdconf.Range{Kind: dhcpdconf.RangeKindPrefix6, First: mustAddr("2001:db8::"), Last: mustAddr("2001:db8:ffff:ffff::"), PrefixLen: 64}, "4294967296"},
 	}
 	for _, tc := range tests {
 		if got := size(tc.r); got.String() != tc.want {

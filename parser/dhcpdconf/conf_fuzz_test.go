@@ -1,4 +1,4 @@
-package parser
+package dhcpdconf
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/parser"
 )
 
 // confFuzzOuter names the file that wraps a fuzz input in an include; the
@@ -60,7 +62,7 @@ func FuzzParseConfig(f *testing.F) {
 		files[confFuzzMain] = string(src)
 		files[confFuzzOuter] = `include "` + confFuzzMain + `";` + "\n"
 		parse := func(name string, b []byte) (*Config, error) {
-			return ParseConfig(bytes.NewReader(b), ConfigOptions{
+			return Parse(bytes.NewReader(b), Options{
 				BaseDir: confFuzzBase,
 				Open:    confOpenMap(confFuzzBase, files),
 				Name:    filepath.Join(confFuzzBase, name),
@@ -129,7 +131,7 @@ func confCheckConfig(t *testing.T, cfg *Config) {
 		if !r.First.IsValid() || !r.Last.IsValid() || r.Last.Less(r.First) {
 			t.Fatalf("range %+v: bad bounds", r)
 		}
-		if r.First.Is4() != r.Last.Is4() || (r.Family == IPv4) != fam || (r.Family == IPv6) == fam ||
+		if r.First.Is4() != r.Last.Is4() || (r.Family == parser.IPv4) != fam || (r.Family == parser.IPv6) == fam ||
 			r.Subnet.Addr().Is4() != fam {
 			t.Fatalf("range %+v: mixed families", r)
 		}
@@ -144,7 +146,7 @@ func confCheckConfig(t *testing.T, cfg *Config) {
 			if !r.Subnet.Contains(r.First) || !lastIn || r.PrefixLen != 0 {
 				t.Fatalf("range %+v: not inside its subnet", r)
 			}
-			if r.Kind == RangeKindRange6Prefix && r.Family != IPv6 {
+			if r.Kind == RangeKindRange6Prefix && r.Family != parser.IPv6 {
 				t.Fatalf("range %+v: range6 prefix not IPv6", r)
 			}
 		case RangeKindPrefix6:
@@ -159,7 +161,7 @@ func confCheckConfig(t *testing.T, cfg *Config) {
 		if r.Failover != "" && !peers[r.Failover] {
 			t.Fatalf("range %+v: undeclared failover peer", r)
 		}
-		if r.Pool < 0 || (r.Family == IPv4 && r.Temporary) || (r.Family == IPv6 && r.DynamicBootp) {
+		if r.Pool < 0 || (r.Family == parser.IPv4 && r.Temporary) || (r.Family == parser.IPv6 && r.DynamicBootp) {
 			t.Fatalf("range %+v: flags", r)
 		}
 	}

@@ -1,4 +1,4 @@
-package parser
+package dhcpdconf
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/leasekeeper/leasekeeper/internal/lktest"
+	"github.com/leasekeeper/leasekeeper/parser"
 )
 
 // confTestBase is the BaseDir of the table tests; their include files are
@@ -41,7 +42,7 @@ func confOpenMap(base string, files map[string]string) func(string) (io.ReadClos
 }
 
 func confParseString(src string, files map[string]string) (*Config, error) {
-	return ParseConfig(strings.NewReader(src), ConfigOptions{
+	return Parse(strings.NewReader(src), Options{
 		BaseDir: confTestBase,
 		Open:    confOpenMap(confTestBase, files),
 		Name:    "test.conf",
@@ -60,11 +61,11 @@ func a(s string) netip.Addr { return netip.MustParseAddr(s) }
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 func r4(first, last, subnet string, line int) Range {
-	return Range{Kind: RangeKindRange, Family: IPv4, First: a(first), Last: a(last), Subnet: pfx(subnet), Pos: at(line)}
+	return Range{Kind: RangeKindRange, Family: parser.IPv4, First: a(first), Last: a(last), Subnet: pfx(subnet), Pos: at(line)}
 }
 
 func r6(kind RangeKind, first, last, subnet string, line int) Range {
-	return Range{Kind: kind, Family: IPv6, First: a(first), Last: a(last), Subnet: pfx(subnet), Pos: at(line)}
+	return Range{Kind: kind, Family: parser.IPv6, First: a(first), Last: a(last), Subnet: pfx(subnet), Pos: at(line)}
 }
 
 type confCase struct {
@@ -153,17 +154,17 @@ var confValidCases = []confCase{
 				{Prefix: pfx("198.51.100.0/25"), SharedNetwork: "vlan 1", Pos: at(17)},
 			},
 			Ranges: []Range{
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.10"), Last: a("203.0.113.19"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.10"), Last: a("203.0.113.19"),
 					Subnet: pfx("203.0.113.0/24"), SharedNetwork: "vlan 1", Pool: 1, Failover: "fo-a", Pos: at(11)},
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.20"), Last: a("203.0.113.29"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.20"), Last: a("203.0.113.29"),
 					Subnet: pfx("203.0.113.0/24"), SharedNetwork: "vlan 1", Pool: 2, Failover: "fo-b", Pos: at(12)},
 				// A range outside any pool gets an anonymous pool: no failover.
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.30"), Last: a("203.0.113.39"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.30"), Last: a("203.0.113.39"),
 					Subnet: pfx("203.0.113.0/24"), SharedNetwork: "vlan 1", Pos: at(13)},
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.40"), Last: a("203.0.113.49"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.40"), Last: a("203.0.113.49"),
 					Subnet: pfx("203.0.113.0/24"), SharedNetwork: "vlan 1", Pool: 3, Failover: "fo-a", Pos: at(14)},
 				// The most specific earlier subnet holding the range.
-				{Kind: RangeKindRange, Family: IPv4, First: a("198.51.100.10"), Last: a("198.51.100.19"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("198.51.100.10"), Last: a("198.51.100.19"),
 					Subnet: pfx("198.51.100.0/25"), SharedNetwork: "vlan 1", Pool: 4, Pos: at(20)},
 			},
 		},
@@ -183,9 +184,9 @@ var confValidCases = []confCase{
 		want: &Config{
 			FailoverPeers: []FailoverPeer{{Name: "lab-fo", Role: "secondary", Pos: at(2)}},
 			Subnets:       []Subnet{{Prefix: pfx("203.0.113.0/24"), SharedNetwork: "lab", Pos: at(3)}},
-			Ranges: []Range{{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.10"), Last: a("203.0.113.19"),
+			Ranges: []Range{{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.10"), Last: a("203.0.113.19"),
 				Subnet: pfx("203.0.113.0/24"), SharedNetwork: "lab", Pool: 1, Failover: "lab-fo", Pos: at(4)},
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.20"), Last: a("203.0.113.29"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.20"), Last: a("203.0.113.29"),
 					Subnet: pfx("203.0.113.0/24"), SharedNetwork: "lab", Pool: 2, Failover: "lab-fo", Pos: at(5)}},
 		},
 	},
@@ -254,17 +255,17 @@ var confValidCases = []confCase{
 		},
 		want: &Config{
 			Hosts: []Host{
-				{Name: "h1", HardwareType: "ethernet", HardwareAddr: HardwareAddr{2, 0, 0, 0xa, 0xb, 0xc},
+				{Name: "h1", HardwareType: "ethernet", HardwareAddr: parser.HardwareAddr{2, 0, 0, 0xa, 0xb, 0xc},
 					FixedAddresses: []string{"203.0.113.9"}, Pos: atFile("/etc/dhcp/inc/nested.conf", 2)},
 				{Name: "h2", Pos: atFile("/etc/dhcp/inc/pool.conf", 2)},
 			},
 			Subnets: []Subnet{{Prefix: pfx("203.0.113.0/24"), Pos: at(2)}},
 			Ranges: []Range{
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.10"), Last: a("203.0.113.19"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.10"), Last: a("203.0.113.19"),
 					Subnet: pfx("203.0.113.0/24"), Pos: atFile("/etc/dhcp/inc/subnet.conf", 1)},
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.20"), Last: a("203.0.113.29"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.20"), Last: a("203.0.113.29"),
 					Subnet: pfx("203.0.113.0/24"), Pool: 1, Pos: atFile("/etc/dhcp/inc/subnet.conf", 2)},
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.50"), Last: a("203.0.113.59"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.50"), Last: a("203.0.113.59"),
 					Subnet: pfx("203.0.113.0/24"), Pool: 2, Pos: at(6)},
 			},
 		},
@@ -370,17 +371,17 @@ var confValidCases = []confCase{
 		),
 		want: &Config{
 			Hosts: []Host{
-				{Name: "top", HardwareType: "ethernet", HardwareAddr: HardwareAddr{0, 0x16, 0x3e, 0xaa, 0xbb, 0xcc},
+				{Name: "top", HardwareType: "ethernet", HardwareAddr: parser.HardwareAddr{0, 0x16, 0x3e, 0xaa, 0xbb, 0xcc},
 					FixedAddresses: []string{"203.0.113.10", "node.example.org", "203.0.113.11"}, Pos: at(1)},
-				{Name: "in-group", HardwareType: "fddi", HardwareAddr: HardwareAddr{1, 2, 3, 4, 5, 6}, Pos: at(3)},
-				{Name: "nested-group.example.org", HardwareType: "ethernet", HardwareAddr: HardwareAddr{}, Pos: at(4)},
+				{Name: "in-group", HardwareType: "fddi", HardwareAddr: parser.HardwareAddr{1, 2, 3, 4, 5, 6}, Pos: at(3)},
+				{Name: "nested-group.example.org", HardwareType: "ethernet", HardwareAddr: parser.HardwareAddr{}, Pos: at(4)},
 				{Name: "in-shared", FixedAddresses: []string{"in-shared.example.org"}, Pos: at(7)},
-				{Name: "in-subnet", HardwareType: "unknown-32", HardwareAddr: HardwareAddr{
+				{Name: "in-subnet", HardwareType: "unknown-32", HardwareAddr: parser.HardwareAddr{
 					1, 2, 3, 4, 5, 6, 7, 8, 9, 0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 0x10, 0x11, 0x12, 0x13, 0x14}, Pos: at(9)},
 				{Name: "in-pool", Pos: at(10)},
 			},
 			Subnets: []Subnet{{Prefix: pfx("203.0.113.0/24"), SharedNetwork: "s", Pos: at(8)}},
-			Ranges: []Range{{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.100"), Last: a("203.0.113.100"),
+			Ranges: []Range{{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.100"), Last: a("203.0.113.100"),
 				Subnet: pfx("203.0.113.0/24"), SharedNetwork: "s", Pool: 1, Pos: at(10)}},
 		},
 	},
@@ -418,9 +419,9 @@ var confValidCases = []confCase{
 				{Prefix: pfx("198.51.100.0/25"), Pos: at(6)},
 			},
 			Ranges: []Range{
-				{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.10"), Last: a("203.0.113.11"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.10"), Last: a("203.0.113.11"),
 					DynamicBootp: true, Subnet: pfx("203.0.113.0/24"), Pos: at(2)},
-				{Kind: RangeKindRange, Family: IPv4, First: a("198.51.100.1"), Last: a("198.51.100.2"),
+				{Kind: RangeKindRange, Family: parser.IPv4, First: a("198.51.100.1"), Last: a("198.51.100.2"),
 					Subnet: pfx("198.51.100.0/24"), SharedNetwork: "s", Pool: 1, Pos: at(7)},
 			},
 		},
@@ -466,7 +467,7 @@ var confValidCases = []confCase{
 		},
 		want: &Config{
 			Subnets: []Subnet{{Prefix: pfx("203.0.113.0/24"), Pos: at(1)}},
-			Ranges: []Range{{Kind: RangeKindRange, Family: IPv4, First: a("203.0.113.5"), Last: a("203.0.113.5"),
+			Ranges: []Range{{Kind: RangeKindRange, Family: parser.IPv4, First: a("203.0.113.5"), Last: a("203.0.113.5"),
 				Subnet: pfx("203.0.113.0/24"), Pos: atFile("/srv/r.conf", 1)}},
 		},
 	},
@@ -717,10 +718,10 @@ func TestParseConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := confParseString(tc.src, tc.files)
 			if err != nil {
-				t.Fatalf("ParseConfig: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			if diff := cmp.Diff(tc.want, got, confCmpOpts); diff != "" {
-				t.Errorf("ParseConfig mismatch (-want +got):\n%s", diff)
+				t.Errorf("Parse mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -731,10 +732,10 @@ func TestParseConfigErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := confParseString(tc.src, tc.files)
 			if err == nil {
-				t.Fatalf("ParseConfig succeeded, want error containing %q; got %+v", tc.err, got)
+				t.Fatalf("Parse succeeded, want error containing %q; got %+v", tc.err, got)
 			}
 			if got != nil {
-				t.Errorf("ParseConfig returned a Config with its error")
+				t.Errorf("Parse returned a Config with its error")
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tc.err) || !strings.HasPrefix(msg, tc.errAt+" ") {
@@ -765,18 +766,18 @@ func TestParseConfigIncludesAndLimits(t *testing.T) {
 		}
 	})
 	t.Run("nesting", func(t *testing.T) {
-		src := strings.Repeat("group {\n", confMaxNesting+1) + strings.Repeat("}\n", confMaxNesting+1)
+		src := strings.Repeat("group {\n", maxNesting+1) + strings.Repeat("}\n", maxNesting+1)
 		_, err := confParseString(src, nil)
 		if err == nil || !strings.Contains(err.Error(), "nested more than") {
 			t.Errorf("err = %v, want a nesting error", err)
 		}
-		src = strings.Repeat("group {\n", confMaxNesting) + strings.Repeat("}\n", confMaxNesting)
+		src = strings.Repeat("group {\n", maxNesting) + strings.Repeat("}\n", maxNesting)
 		if _, err := confParseString(src, nil); err != nil {
-			t.Errorf("%d nested groups: %v", confMaxNesting, err)
+			t.Errorf("%d nested groups: %v", maxNesting, err)
 		}
 	})
 	t.Run("no opener", func(t *testing.T) {
-		_, err := ParseConfig(strings.NewReader(`include "x.conf";`), ConfigOptions{Name: "test.conf"})
+		_, err := Parse(strings.NewReader(`include "x.conf";`), Options{Name: "test.conf"})
 		if !errors.Is(err, ErrNoOpener) {
 			t.Errorf("err = %v, want ErrNoOpener", err)
 		}
@@ -796,7 +797,7 @@ func TestParseConfigIncludesAndLimits(t *testing.T) {
 			}
 			return io.NopCloser(strings.NewReader(`include "sub/b.conf";`)), nil
 		}
-		if _, err := ParseConfig(strings.NewReader(`include "./a.conf";`), ConfigOptions{Open: open}); err != nil {
+		if _, err := Parse(strings.NewReader(`include "./a.conf";`), Options{Open: open}); err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff([]string{"a.conf", "sub/b.conf"}, opened); diff != "" {
@@ -843,13 +844,13 @@ func TestConfStringEscapes(t *testing.T) {
 		{`"\\ \{ \;"`, `\ { ;`},
 		{`"a;b{c}#d"`, "a;b{c}#d"},
 	} {
-		lx := newConfLexer([]byte(tc.in), "")
+		lx := newLexer([]byte(tc.in), "")
 		tok, err := lx.next()
 		if err != nil {
 			t.Errorf("%s: %v", tc.in, err)
 			continue
 		}
-		if tok.kind != confString || tok.text != tc.want {
+		if tok.kind != tokString || tok.text != tc.want {
 			t.Errorf("%s: got %v %q, want string %q", tc.in, tok.kind, tok.text, tc.want)
 		}
 	}
@@ -872,7 +873,7 @@ func confParseFixture(t *testing.T, file string) (*Config, error) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	return ParseConfig(f, ConfigOptions{
+	return Parse(f, Options{
 		BaseDir: filepath.Dir(file),
 		Open:    func(path string) (io.ReadCloser, error) { return os.Open(path) },
 		Name:    file,
@@ -886,7 +887,7 @@ func TestParseConfigGolden(t *testing.T) {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			cfg, err := confParseFixture(t, file)
 			if err != nil {
-				t.Fatalf("ParseConfig: %v", err)
+				t.Fatalf("Parse: %v", err)
 			}
 			got, err := json.MarshalIndent(cfg, "", "  ")
 			if err != nil {
@@ -1009,7 +1010,7 @@ func BenchmarkParseConfig(b *testing.B) {
 	}
 	b.SetBytes(int64(len(src)))
 	for b.Loop() {
-		if _, err := ParseConfig(bytes.NewReader(src), ConfigOptions{Name: "maas.conf"}); err != nil {
+		if _, err := Parse(bytes.NewReader(src), Options{Name: "maas.conf"}); err != nil {
 			b.Fatal(err)
 		}
 	}

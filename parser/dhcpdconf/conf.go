@@ -1,6 +1,8 @@
-// dhcpd.conf: the declarations that decide which addresses dhcpd hands out.
+// Package dhcpdconf reads dhcpd.conf: the declarations that decide which
+// addresses dhcpd hands out. Like package parser (whose types it shares)
+// it is pure: includes are opened through Options.Open.
 //
-// ParseConfig reads an ISC dhcpd 4.4 configuration file and returns its
+// Parse reads an ISC dhcpd 4.4 configuration file and returns its
 // subnets, dynamic ranges, host reservations and failover peers. It follows
 // dhcpd's own parser (server/confpars.c) closely enough that a file dhcpd
 // accepts gives the ranges dhcpd uses, and a file whose ranges dhcpd would
@@ -55,7 +57,7 @@
 // an include in a subnet may hold ranges and pools, but an include in a pool
 // may not hold range or failover statements (dhcpd parses it as a generic
 // pool-level statement list, and so rejects them). Relative include paths are
-// joined to ConfigOptions.BaseDir (dhcpd opens them relative to its working
+// joined to Options.BaseDir (dhcpd opens them relative to its working
 // directory, including nested ones). Includes nested more than
 // MaxIncludeDepth deep, or including a file already being read, are errors.
 //
@@ -72,8 +74,7 @@
 // contiguous (dhcpd tolerates others; netip.Prefix cannot express them).
 // subnet and subnet6 may share one file here, though a dhcpd runs either -4
 // or -6.
-
-package parser
+package dhcpdconf
 
 import (
 	"errors"
@@ -83,24 +84,26 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/leasekeeper/leasekeeper/parser"
 )
 
 // MaxIncludeDepth bounds include nesting; the main file is depth 0.
 const MaxIncludeDepth = 16
 
-// confMaxNesting bounds nested declaration blocks (group in group …), which
+// maxNesting bounds nested declaration blocks (group in group …), which
 // the parser follows by recursion. Skipped blocks are not counted.
-const confMaxNesting = 256
+const maxNesting = 256
 
 // Errors a caller may test for with errors.Is.
 var (
 	ErrIncludeCycle = errors.New("include cycle")
 	ErrIncludeDepth = errors.New("includes nested too deep")
-	ErrNoOpener     = errors.New("include needs ConfigOptions.Open")
+	ErrNoOpener     = errors.New("include needs Options.Open")
 )
 
-// ConfigOptions tells ParseConfig how to name positions and open includes.
-type ConfigOptions struct {
+// Options tells Parse how to name positions and open includes.
+type Options struct {
 	// BaseDir is the directory relative include paths are resolved against
 	// (dhcpd's working directory, or the config's directory: caller decides).
 	BaseDir string
@@ -113,7 +116,7 @@ type ConfigOptions struct {
 	Name string
 }
 
-// Config is what ParseConfig extracts from a dhcpd.conf.
+// Config is what Parse extracts from a dhcpd.conf.
 type Config struct {
 	Subnets       []Subnet       // subnet and subnet6 declarations, file order
 	Ranges        []Range        // every range, range6 and prefix6, file order
@@ -154,7 +157,7 @@ func (k RangeKind) MarshalText() ([]byte, error) { return []byte(k.String()), ni
 // Range is one dynamic address range (or, for prefix6, delegated prefixes).
 type Range struct {
 	Kind   RangeKind
-	Family Family
+	Family parser.Family
 	// First and Last are inclusive, First <= Last. A single-address range
 	// has First == Last; "range6 P/len" gives the prefix's first and last
 	// address. For prefix6 they are the network addresses of the first and
@@ -183,22 +186,13 @@ type Range struct {
 // written.
 type Host struct {
 	Name         string
-	HardwareType string       // "ethernet", "token-ring", "fddi", "infiniband", "unknown-N"; "" if none
-	HardwareAddr HardwareAddr // nil if none; empty for "hardware ethernet;"
+	HardwareType string              // "ethernet", "token-ring", "fddi", "infiniband", "unknown-N"; "" if none
+	HardwareAddr parser.HardwareAddr // nil if none; empty for "hardware ethernet;"
 	// FixedAddresses holds the fixed-address or fixed-address6 values as
 	// written: IP literals or DNS names, in order.
 	FixedAddresses []string
 	Pos            Pos
 }
-
-// HardwareAddr is a hardware address; it marshals as lower-case,
-// zero-padded, colon-separated hex.
-type HardwareAddr []byte
-
-func (h HardwareAddr) String() string { return HexString(h) }
-
-// MarshalText implements encoding.TextMarshaler.
-func (h HardwareAddr) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
 
 // FailoverPeer is a "failover peer NAME { … }" declaration.
 type FailoverPeer struct {
@@ -224,20 +218,20 @@ func (p Pos) String() string {
 // MarshalText implements encoding.TextMarshaler.
 func (p Pos) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
-// ParseConfig parses a dhcpd.conf read from r. Includes are read through
+// Parse parses a dhcpd.conf read from r. Includes are read through
 // opts.Open. Any syntax error, misplaced declaration or bad address is an
 // error carrying its position; unknown statements are skipped.
-func ParseConfig(r io.Reader, opts ConfigOptions) (*Config, error) {
+func Parse(r io.Reader, opts Options) (*Config, error) {
 	src, err := io.ReadAll(r)
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", opts.Name, err)
 	}
-	p := &confParser{opts: opts, peers: make(map[string]bool)}
+	p := &reader{opts: opts, peers: make(map[string]bool)}
 	if opts.Name != "" {
 		p.files = append(p.files, p.resolve(opts.Name))
 	}
-	lx := newConfLexer(src, opts.Name)
-	if err := p.body(lx, &confScope{kind: confInRoot, direct: true}, nil); err != nil {
+	lx := newLexer(src, opts.Name)
+	if err := p.body(lx, &scope{kind: inRoot, direct: true}, nil); err != nil {
 		return nil, err
 	}
 	return &p.cfg, nil
@@ -245,62 +239,62 @@ func ParseConfig(r io.Reader, opts ConfigOptions) (*Config, error) {
 
 // ---- tokenizer ----
 
-type confTokKind uint8
+type tokKind uint8
 
 const (
-	confEOF confTokKind = iota
-	confWord
-	confString
-	confPunct
+	tokEOF tokKind = iota
+	tokWord
+	tokString
+	tokPunct
 )
 
-type confTok struct {
-	kind confTokKind
+type token struct {
+	kind tokKind
 	text string // the word, the decoded string, or the punctuation byte
 	line int
 	bol  bool // first token on its line
 }
 
-func (t confTok) is(p byte) bool { return t.kind == confPunct && t.text[0] == p }
+func (t token) is(p byte) bool { return t.kind == tokPunct && t.text[0] == p }
 
 // kw returns the lower-cased word, or "" for any other token.
-func (t confTok) kw() string {
-	if t.kind != confWord {
+func (t token) kw() string {
+	if t.kind != tokWord {
 		return ""
 	}
 	return strings.ToLower(t.text)
 }
 
-func (t confTok) String() string {
+func (t token) String() string {
 	switch t.kind {
-	case confEOF:
+	case tokEOF:
 		return "end of file"
-	case confString:
+	case tokString:
 		return strconv.Quote(t.text)
 	}
 	return "'" + t.text + "'"
 }
 
-type confLexer struct {
+type lexer struct {
 	src      []byte
 	off      int
 	line     int
 	lastLine int // line of the previous token
 	file     string
-	back     *confTok // one token of push-back
+	back     *token // one token of push-back
 }
 
-func newConfLexer(src []byte, file string) *confLexer {
-	return &confLexer{src: src, line: 1, file: file}
+func newLexer(src []byte, file string) *lexer {
+	return &lexer{src: src, line: 1, file: file}
 }
 
-func (lx *confLexer) pos(line int) Pos { return Pos{File: lx.file, Line: line} }
+func (lx *lexer) pos(line int) Pos { return Pos{File: lx.file, Line: line} }
 
-func confBlank(c byte) bool {
+func blank(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
 }
 
-func confPunctByte(c byte) bool {
+func punctByte(c byte) bool {
 	switch c {
 	case '{', '}', ';', ',', '(', ')', '/':
 		return true
@@ -308,9 +302,9 @@ func confPunctByte(c byte) bool {
 	return false
 }
 
-func (lx *confLexer) unread(t confTok) { lx.back = &t }
+func (lx *lexer) unread(t token) { lx.back = &t }
 
-func (lx *confLexer) next() (confTok, error) {
+func (lx *lexer) next() (token, error) {
 	if lx.back != nil {
 		t := *lx.back
 		lx.back = nil
@@ -322,45 +316,45 @@ func (lx *confLexer) next() (confTok, error) {
 		case c == '\n':
 			lx.line++
 			lx.off++
-		case confBlank(c):
+		case blank(c):
 			lx.off++
 		case c == '#':
 			for lx.off < len(lx.src) && lx.src[lx.off] != '\n' {
 				lx.off++
 			}
 		default:
-			t := confTok{line: lx.line, bol: lx.line != lx.lastLine}
+			t := token{line: lx.line, bol: lx.line != lx.lastLine}
 			lx.lastLine = lx.line
 			switch {
 			case c == '"':
 				s, err := lx.str()
 				if err != nil {
-					return confTok{}, err
+					return token{}, err
 				}
-				t.kind, t.text = confString, s
-			case confPunctByte(c):
-				t.kind, t.text = confPunct, string(c)
+				t.kind, t.text = tokString, s
+			case punctByte(c):
+				t.kind, t.text = tokPunct, string(c)
 				lx.off++
 			default:
 				start := lx.off
 				for lx.off < len(lx.src) {
 					c := lx.src[lx.off]
-					if confBlank(c) || confPunctByte(c) || c == '"' || c == '#' {
+					if blank(c) || punctByte(c) || c == '"' || c == '#' {
 						break
 					}
 					lx.off++
 				}
-				t.kind, t.text = confWord, string(lx.src[start:lx.off])
+				t.kind, t.text = tokWord, string(lx.src[start:lx.off])
 			}
 			return t, nil
 		}
 	}
-	return confTok{kind: confEOF, line: lx.line, bol: true}, nil
+	return token{kind: tokEOF, line: lx.line, bol: true}, nil
 }
 
 // str reads a string starting at the opening quote and decodes it the way
 // dhcpd's read_string does, except that CRLF reads as LF.
-func (lx *confLexer) str() (string, error) {
+func (lx *lexer) str() (string, error) {
 	startLine := lx.line
 	lx.off++ // opening quote
 	var b strings.Builder
@@ -425,7 +419,7 @@ func (lx *confLexer) str() (string, error) {
 					if !ok {
 						break
 					}
-					h, isHex := confHexDigit(d)
+					h, isHex := parser.HexDigit(d)
 					if !isHex {
 						break
 					}
@@ -442,69 +436,57 @@ func (lx *confLexer) str() (string, error) {
 	}
 }
 
-func confHexDigit(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // ---- parser ----
 
-type confScopeKind uint8
+type scopeKind uint8
 
 const (
-	confInRoot confScopeKind = iota
-	confInGroup
-	confInShared
-	confInSubnet
-	confInPool
-	confInPool6
-	confInHost
+	inRoot scopeKind = iota
+	inGroup
+	inShared
+	inSubnet
+	inPool
+	inPool6
+	inHost
 )
 
-// confScope mirrors the (group, type, host_decl) triple dhcpd's
+// scope mirrors the (group, type, host_decl) triple dhcpd's
 // parse_statement works with. Like dhcpd's cloned groups, a group, pool or
 // host body carries neither subnet nor shared network of its own.
-type confScope struct {
-	kind confScopeKind
+type scope struct {
+	kind scopeKind
 	// direct is false for statements read from an include: dhcpd parses an
 	// included file with parse_statement only, so the statements a pool or
 	// host body handles itself (range, failover, hardware, …) are not
 	// available there.
 	direct bool
-	shared *confNet // group->shared_network, in a shared-network body
-	subnet *confSub // group->subnet, in a subnet body
-	pool   *confPl
+	shared *netDecl    // group->shared_network, in a shared-network body
+	subnet *subnetDecl // group->subnet, in a subnet body
+	pool   *poolDecl
 	host   *Host
 }
 
-type confNet struct {
+type netDecl struct {
 	name     string         // "" for the implicit one around a lone subnet
 	subnets  []netip.Prefix // declared so far, for shared-network pools
 	failover string         // "failover peer NAME;" at shared-network level
 }
 
-type confSub struct {
+type subnetDecl struct {
 	prefix netip.Prefix
-	shared *confNet
+	shared *netDecl
 }
 
-type confPl struct {
+type poolDecl struct {
 	index    int
-	subnet   *confSub // nil for a pool declared at shared-network level
-	shared   *confNet
+	subnet   *subnetDecl // nil for a pool declared at shared-network level
+	shared   *netDecl
 	failover string
 	ranges   int
 }
 
-type confParser struct {
-	opts  ConfigOptions
+type reader struct {
+	opts  Options
 	cfg   Config
 	pools int
 	peers map[string]bool
@@ -512,8 +494,8 @@ type confParser struct {
 	depth int      // declaration blocks open
 }
 
-// confDeclKeyword reports keywords that start declarations that a missing ';' would swallow.
-func confDeclKeyword(kw string) bool {
+// declKeyword reports keywords that start declarations that a missing ';' would swallow.
+func declKeyword(kw string) bool {
 	switch kw {
 	case "subnet", "subnet6", "shared-network", "pool", "pool6", "range", "range6",
 		"prefix6", "host", "group", "include", "failover":
@@ -524,10 +506,10 @@ func confDeclKeyword(kw string) bool {
 
 // body parses statements until the '}' matching open, or to end of file
 // when open is nil (the main file or an include).
-func (p *confParser) body(lx *confLexer, sc *confScope, open *confTok) error {
+func (p *reader) body(lx *lexer, sc *scope, open *token) error {
 	if open != nil {
-		if p.depth++; p.depth > confMaxNesting {
-			return fmt.Errorf("%s: declarations nested more than %d deep", lx.pos(open.line), confMaxNesting)
+		if p.depth++; p.depth > maxNesting {
+			return fmt.Errorf("%s: declarations nested more than %d deep", lx.pos(open.line), maxNesting)
 		}
 		defer func() { p.depth-- }()
 	}
@@ -537,7 +519,7 @@ func (p *confParser) body(lx *confLexer, sc *confScope, open *confTok) error {
 			return err
 		}
 		switch {
-		case t.kind == confEOF:
+		case t.kind == tokEOF:
 			if open != nil {
 				return fmt.Errorf("%s: unexpected end of file: '{' of line %d is not closed", lx.pos(t.line), open.line)
 			}
@@ -549,7 +531,7 @@ func (p *confParser) body(lx *confLexer, sc *confScope, open *confTok) error {
 			return nil
 		case t.is(';'):
 			// empty statement, as after "key k { … };"
-		case t.kind == confWord:
+		case t.kind == tokWord:
 			if err := p.statement(lx, sc, t); err != nil {
 				return err
 			}
@@ -561,45 +543,45 @@ func (p *confParser) body(lx *confLexer, sc *confScope, open *confTok) error {
 	}
 }
 
-func (p *confParser) statement(lx *confLexer, sc *confScope, t confTok) error {
+func (p *reader) statement(lx *lexer, sc *scope, t token) error {
 	pos := lx.pos(t.line)
 	kw := t.kw()
 	switch kw {
 	case "include":
 		return p.include(lx, sc, pos)
 	case "subnet", "subnet6":
-		if sc.kind == confInSubnet || sc.kind == confInHost {
+		if sc.kind == inSubnet || sc.kind == inHost {
 			return fmt.Errorf("%s: %s declaration not allowed here", pos, kw)
 		}
 		return p.subnet(lx, sc, pos, kw == "subnet6")
 	case "shared-network":
-		if sc.kind == confInShared || sc.kind == confInSubnet || sc.kind == confInHost {
+		if sc.kind == inShared || sc.kind == inSubnet || sc.kind == inHost {
 			return fmt.Errorf("%s: shared-network declaration not allowed here", pos)
 		}
 		return p.sharedNetwork(lx, sc, pos)
 	case "pool":
 		switch sc.kind {
-		case confInSubnet, confInShared:
+		case inSubnet, inShared:
 			return p.pool(lx, sc, pos, false)
-		case confInPool, confInPool6:
+		case inPool, inPool6:
 			return fmt.Errorf("%s: pool declared within pool", pos)
 		}
 		return fmt.Errorf("%s: pool declared outside of subnet or shared-network", pos)
 	case "pool6":
 		switch sc.kind {
-		case confInSubnet:
+		case inSubnet:
 			return p.pool(lx, sc, pos, true)
-		case confInPool, confInPool6:
+		case inPool, inPool6:
 			return fmt.Errorf("%s: pool6 declared within pool", pos)
 		}
 		return fmt.Errorf("%s: pool6 declared outside of subnet6", pos)
 	case "range":
-		if sc.kind == confInSubnet || (sc.kind == confInPool && sc.direct) {
+		if sc.kind == inSubnet || (sc.kind == inPool && sc.direct) {
 			return p.rangeV4(lx, sc, pos)
 		}
 		return fmt.Errorf("%s: range declaration not allowed here", pos)
 	case "range6", "prefix6":
-		if sc.kind == confInSubnet || (sc.kind == confInPool6 && sc.direct) {
+		if sc.kind == inSubnet || (sc.kind == inPool6 && sc.direct) {
 			if kw == "range6" {
 				return p.range6(lx, sc, pos)
 			}
@@ -607,19 +589,19 @@ func (p *confParser) statement(lx *confLexer, sc *confScope, t confTok) error {
 		}
 		return fmt.Errorf("%s: %s declaration not allowed here", pos, kw)
 	case "host":
-		if sc.kind == confInHost {
+		if sc.kind == inHost {
 			return fmt.Errorf("%s: host declaration not allowed here", pos)
 		}
 		return p.hostDecl(lx, sc, pos)
 	case "group":
-		if sc.kind == confInHost {
+		if sc.kind == inHost {
 			return fmt.Errorf("%s: group declaration not allowed here", pos)
 		}
 		return p.group(lx, sc, pos)
 	case "failover":
 		return p.failover(lx, sc, pos)
 	case "no":
-		if sc.kind == confInPool && sc.direct {
+		if sc.kind == inPool && sc.direct {
 			return p.noFailover(lx, sc, pos)
 		}
 	case "hardware", "fixed-address", "fixed-address6":
@@ -636,13 +618,13 @@ func (p *confParser) statement(lx *confLexer, sc *confScope, t confTok) error {
 
 // skip passes over a statement dhcpd may know but leasekeeper does not
 // need: through its ';' or its balanced { } block, whichever ends it.
-func (p *confParser) skip(lx *confLexer, first confTok) error {
+func (p *reader) skip(lx *lexer, first token) error {
 	depth := 0
 	var open []int
 	t := first
 	for {
 		switch {
-		case t.kind == confEOF:
+		case t.kind == tokEOF:
 			if depth > 0 {
 				return fmt.Errorf("%s: unexpected end of file: '{' of line %d is not closed", lx.pos(t.line), open[len(open)-1])
 			}
@@ -665,7 +647,7 @@ func (p *confParser) skip(lx *confLexer, first confTok) error {
 			if depth == 0 {
 				return nil
 			}
-		case depth == 0 && t.bol && t.line > first.line && confDeclKeyword(t.kw()):
+		case depth == 0 && t.bol && t.line > first.line && declKeyword(t.kw()):
 			return fmt.Errorf("%s: missing ';' before %q (statement of line %d)", lx.pos(t.line), t.text, first.line)
 		}
 		var err error
@@ -675,7 +657,7 @@ func (p *confParser) skip(lx *confLexer, first confTok) error {
 	}
 }
 
-func (p *confParser) expect(lx *confLexer, what string, c byte) error {
+func (p *reader) expect(lx *lexer, what string, c byte) error {
 	t, err := lx.next()
 	if err != nil {
 		return err
@@ -687,42 +669,42 @@ func (p *confParser) expect(lx *confLexer, what string, c byte) error {
 }
 
 // word reads a word token.
-func (p *confParser) word(lx *confLexer, what string) (confTok, error) {
+func (p *reader) word(lx *lexer, what string) (token, error) {
 	t, err := lx.next()
 	if err != nil {
 		return t, err
 	}
-	if t.kind != confWord {
+	if t.kind != tokWord {
 		return t, fmt.Errorf("%s: %s: unexpected %s", lx.pos(t.line), what, t)
 	}
 	return t, nil
 }
 
 // name reads a word or a string.
-func (p *confParser) name(lx *confLexer, what string) (string, error) {
+func (p *reader) name(lx *lexer, what string) (string, error) {
 	t, err := lx.next()
 	if err != nil {
 		return "", err
 	}
-	if t.kind != confWord && t.kind != confString {
+	if t.kind != tokWord && t.kind != tokString {
 		return "", fmt.Errorf("%s: %s: expected a name, found %s", lx.pos(t.line), what, t)
 	}
 	return t.text, nil
 }
 
-func (p *confParser) resolve(name string) string {
+func (p *reader) resolve(name string) string {
 	if filepath.IsAbs(name) || p.opts.BaseDir == "" {
 		return filepath.Clean(name)
 	}
 	return filepath.Join(p.opts.BaseDir, name)
 }
 
-func (p *confParser) include(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) include(lx *lexer, sc *scope, pos Pos) error {
 	t, err := lx.next()
 	if err != nil {
 		return err
 	}
-	if t.kind != confString {
+	if t.kind != tokString {
 		return fmt.Errorf("%s: include: expected a file name string, found %s", lx.pos(t.line), t)
 	}
 	if err := p.expect(lx, "include", ';'); err != nil {
@@ -759,7 +741,7 @@ func (p *confParser) include(lx *confLexer, sc *confScope, pos Pos) error {
 	inner.direct = false
 	inner.host = nil // dhcpd passes no host_decl to an included file
 	p.files = append(p.files, path)
-	err = p.body(newConfLexer(src, path), &inner, nil)
+	err = p.body(newLexer(src, path), &inner, nil)
 	p.files = p.files[:len(p.files)-1]
 	if err != nil {
 		return fmt.Errorf("%s: include %q: %w", pos, t.text, err)
@@ -767,7 +749,7 @@ func (p *confParser) include(lx *confLexer, sc *confScope, pos Pos) error {
 	return nil
 }
 
-func (p *confParser) subnet(lx *confLexer, sc *confScope, pos Pos, v6 bool) error {
+func (p *reader) subnet(lx *lexer, sc *scope, pos Pos, v6 bool) error {
 	var prefix netip.Prefix
 	if v6 {
 		what := "subnet6"
@@ -775,7 +757,7 @@ func (p *confParser) subnet(lx *confLexer, sc *confScope, pos Pos, v6 bool) erro
 		if err != nil {
 			return err
 		}
-		addr, err := confIPv6(t.text)
+		addr, err := parseIPv6(t.text)
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", pos, what, err)
 		}
@@ -796,7 +778,7 @@ func (p *confParser) subnet(lx *confLexer, sc *confScope, pos Pos, v6 bool) erro
 		if err != nil {
 			return err
 		}
-		addr, err := confIPv4(t.text)
+		addr, err := parseIPv4(t.text)
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", pos, what, err)
 		}
@@ -809,11 +791,11 @@ func (p *confParser) subnet(lx *confLexer, sc *confScope, pos Pos, v6 bool) erro
 		if t, err = p.word(lx, what); err != nil {
 			return err
 		}
-		mask, err := confIPv4(t.text)
+		mask, err := parseIPv4(t.text)
 		if err != nil {
 			return fmt.Errorf("%s: subnet: netmask: %w", pos, err)
 		}
-		bits, ok := confMaskBits(mask)
+		bits, ok := maskBits(mask)
 		if !ok {
 			return fmt.Errorf("%s: subnet %s netmask %s: non-contiguous netmask", pos, addr, mask)
 		}
@@ -832,13 +814,13 @@ func (p *confParser) subnet(lx *confLexer, sc *confScope, pos Pos, v6 bool) erro
 	// Only a shared-network body (or a file it includes) puts a subnet in
 	// that shared-network. Elsewhere, even in a group inside one, dhcpd's
 	// group carries no shared network and the subnet gets an implicit one.
-	shared := &confNet{}
-	if sc.kind == confInShared {
+	shared := &netDecl{}
+	if sc.kind == inShared {
 		shared = sc.shared
 	}
-	sub := &confSub{prefix: prefix, shared: shared}
+	sub := &subnetDecl{prefix: prefix, shared: shared}
 	p.cfg.Subnets = append(p.cfg.Subnets, Subnet{Prefix: prefix, SharedNetwork: shared.name, Pos: pos})
-	inner := &confScope{kind: confInSubnet, direct: true, subnet: sub}
+	inner := &scope{kind: inSubnet, direct: true, subnet: sub}
 	if err := p.body(lx, inner, &open); err != nil {
 		return err
 	}
@@ -847,7 +829,7 @@ func (p *confParser) subnet(lx *confLexer, sc *confScope, pos Pos, v6 bool) erro
 	return nil
 }
 
-func (p *confParser) sharedNetwork(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) sharedNetwork(lx *lexer, sc *scope, pos Pos) error {
 	name, err := p.name(lx, "shared-network")
 	if err != nil {
 		return err
@@ -862,8 +844,8 @@ func (p *confParser) sharedNetwork(lx *confLexer, sc *confScope, pos Pos) error 
 	if !open.is('{') {
 		return fmt.Errorf("%s: shared-network %s: expected '{', found %s", lx.pos(open.line), name, open)
 	}
-	sh := &confNet{name: name}
-	inner := &confScope{kind: confInShared, direct: true, shared: sh}
+	sh := &netDecl{name: name}
+	inner := &scope{kind: inShared, direct: true, shared: sh}
 	if err := p.body(lx, inner, &open); err != nil {
 		return err
 	}
@@ -873,11 +855,11 @@ func (p *confParser) sharedNetwork(lx *confLexer, sc *confScope, pos Pos) error 
 	return nil
 }
 
-func (p *confParser) pool(lx *confLexer, sc *confScope, pos Pos, v6 bool) error {
+func (p *reader) pool(lx *lexer, sc *scope, pos Pos, v6 bool) error {
 	what := "pool"
-	kind := confInPool
+	kind := inPool
 	if v6 {
-		what, kind = "pool6", confInPool6
+		what, kind = "pool6", inPool6
 	}
 	open, err := lx.next()
 	if err != nil {
@@ -887,14 +869,14 @@ func (p *confParser) pool(lx *confLexer, sc *confScope, pos Pos, v6 bool) error 
 		return fmt.Errorf("%s: %s: expected '{', found %s", lx.pos(open.line), what, open)
 	}
 	p.pools++
-	pl := &confPl{index: p.pools, shared: sc.shared}
-	if sc.kind == confInSubnet {
+	pl := &poolDecl{index: p.pools, shared: sc.shared}
+	if sc.kind == inSubnet {
 		pl.subnet, pl.shared = sc.subnet, sc.subnet.shared
 	}
 	if !v6 && pl.shared != nil {
 		pl.failover = pl.shared.failover
 	}
-	inner := &confScope{kind: kind, direct: true, pool: pl}
+	inner := &scope{kind: kind, direct: true, pool: pl}
 	first := len(p.cfg.Ranges)
 	if err := p.body(lx, inner, &open); err != nil {
 		return err
@@ -914,12 +896,12 @@ func (p *confParser) pool(lx *confLexer, sc *confScope, pos Pos, v6 bool) error 
 	return nil
 }
 
-func (p *confParser) group(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) group(lx *lexer, sc *scope, pos Pos) error {
 	open, err := lx.next()
 	if err != nil {
 		return err
 	}
-	if open.kind == confWord || open.kind == confString { // optional name
+	if open.kind == tokWord || open.kind == tokString { // optional name
 		if open, err = lx.next(); err != nil {
 			return err
 		}
@@ -927,12 +909,12 @@ func (p *confParser) group(lx *confLexer, sc *confScope, pos Pos) error {
 	if !open.is('{') {
 		return fmt.Errorf("%s: group: expected '{', found %s", lx.pos(open.line), open)
 	}
-	inner := &confScope{kind: confInGroup, direct: true}
+	inner := &scope{kind: inGroup, direct: true}
 	return p.body(lx, inner, &open)
 }
 
 // rangeV4 parses "range [dynamic-bootp] LOW [HIGH];".
-func (p *confParser) rangeV4(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) rangeV4(lx *lexer, sc *scope, pos Pos) error {
 	const what = "range"
 	t, err := p.word(lx, what)
 	if err != nil {
@@ -945,7 +927,7 @@ func (p *confParser) rangeV4(lx *confLexer, sc *confScope, pos Pos) error {
 			return err
 		}
 	}
-	low, err := confIPv4(t.text)
+	low, err := parseIPv4(t.text)
 	if err != nil {
 		return fmt.Errorf("%s: range: %w", pos, err)
 	}
@@ -954,10 +936,10 @@ func (p *confParser) rangeV4(lx *confLexer, sc *confScope, pos Pos) error {
 		return err
 	}
 	if !t.is(';') {
-		if t.kind != confWord {
+		if t.kind != tokWord {
 			return fmt.Errorf("%s: range: unexpected %s", lx.pos(t.line), t)
 		}
-		if high, err = confIPv4(t.text); err != nil {
+		if high, err = parseIPv4(t.text); err != nil {
 			return fmt.Errorf("%s: range: %w", pos, err)
 		}
 		if err := p.expect(lx, what, ';'); err != nil {
@@ -965,7 +947,7 @@ func (p *confParser) rangeV4(lx *confLexer, sc *confScope, pos Pos) error {
 		}
 	}
 	sub := sc.subnet
-	if sc.kind == confInPool {
+	if sc.kind == inPool {
 		sub = sc.pool.subnet
 	}
 	if sub == nil {
@@ -976,7 +958,7 @@ func (p *confParser) rangeV4(lx *confLexer, sc *confScope, pos Pos) error {
 		best := -1
 		for _, pr := range sh.subnets {
 			if pr.Contains(low) && pr.Bits() > best {
-				sub, best = &confSub{prefix: pr, shared: sh}, pr.Bits()
+				sub, best = &subnetDecl{prefix: pr, shared: sh}, pr.Bits()
 			}
 		}
 		if sub == nil {
@@ -995,13 +977,13 @@ func (p *confParser) rangeV4(lx *confLexer, sc *confScope, pos Pos) error {
 		low, high = high, low
 	}
 	p.addRange(sc, sub, Range{
-		Kind: RangeKindRange, Family: IPv4, First: low, Last: high,
+		Kind: RangeKindRange, Family: parser.IPv4, First: low, Last: high,
 		DynamicBootp: dynamic, Pos: pos,
 	})
 	return nil
 }
 
-func (p *confParser) addRange(sc *confScope, sub *confSub, r Range) {
+func (p *reader) addRange(sc *scope, sub *subnetDecl, r Range) {
 	r.Subnet = sub.prefix
 	r.SharedNetwork = sub.shared.name
 	if sc.pool != nil {
@@ -1013,24 +995,24 @@ func (p *confParser) addRange(sc *confScope, sub *confSub, r Range) {
 
 // range6 parses "range6 LOW HIGH;", "range6 P/LEN [temporary];" and
 // "range6 LOW temporary;".
-func (p *confParser) range6(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) range6(lx *lexer, sc *scope, pos Pos) error {
 	const what = "range6"
 	sub := sc.subnet
-	if sc.kind == confInPool6 {
+	if sc.kind == inPool6 {
 		sub = sc.pool.subnet
 	}
 	t, err := p.word(lx, what)
 	if err != nil {
 		return err
 	}
-	low, err := confIPv6(t.text)
+	low, err := parseIPv6(t.text)
 	if err != nil {
 		return fmt.Errorf("%s: range6: %w", pos, err)
 	}
 	if !sub.prefix.Contains(low) {
 		return fmt.Errorf("%s: range6: start address %s is outside subnet %s", pos, low, sub.prefix)
 	}
-	r := Range{Kind: RangeKindRange, Family: IPv6, Pos: pos}
+	r := Range{Kind: RangeKindRange, Family: parser.IPv6, Pos: pos}
 	if t, err = lx.next(); err != nil {
 		return err
 	}
@@ -1047,7 +1029,7 @@ func (p *confParser) range6(lx *confLexer, sc *confScope, pos Pos) error {
 		if pr.Masked() != pr {
 			return fmt.Errorf("%s: range6 %s: host bits set", pos, pr)
 		}
-		r.Kind, r.First, r.Last = RangeKindRange6Prefix, low, confLastAddr(pr)
+		r.Kind, r.First, r.Last = RangeKindRange6Prefix, low, lastAddr(pr)
 		if t, err = lx.next(); err != nil {
 			return err
 		}
@@ -1063,9 +1045,9 @@ func (p *confParser) range6(lx *confLexer, sc *confScope, pos Pos) error {
 		if pr.Masked() != pr {
 			return fmt.Errorf("%s: range6 %s temporary: not a /64 network address", pos, low)
 		}
-		r.Kind, r.First, r.Last, r.Temporary = RangeKindRange6Prefix, low, confLastAddr(pr), true
-	case t.kind == confWord:
-		high, err := confIPv6(t.text)
+		r.Kind, r.First, r.Last, r.Temporary = RangeKindRange6Prefix, low, lastAddr(pr), true
+	case t.kind == tokWord:
+		high, err := parseIPv6(t.text)
 		if err != nil {
 			return fmt.Errorf("%s: range6: %w", pos, err)
 		}
@@ -1088,10 +1070,10 @@ func (p *confParser) range6(lx *confLexer, sc *confScope, pos Pos) error {
 
 // prefix6 parses "prefix6 LOW HIGH /BITS;". dhcpd does not require the
 // prefixes to lie inside the subnet6.
-func (p *confParser) prefix6(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) prefix6(lx *lexer, sc *scope, pos Pos) error {
 	const what = "prefix6"
 	sub := sc.subnet
-	if sc.kind == confInPool6 {
+	if sc.kind == inPool6 {
 		sub = sc.pool.subnet
 	}
 	if !sub.prefix.Addr().Is6() {
@@ -1103,7 +1085,7 @@ func (p *confParser) prefix6(lx *confLexer, sc *confScope, pos Pos) error {
 		if err != nil {
 			return err
 		}
-		if ends[i], err = confIPv6(t.text); err != nil {
+		if ends[i], err = parseIPv6(t.text); err != nil {
 			return fmt.Errorf("%s: prefix6: %w", pos, err)
 		}
 	}
@@ -1127,12 +1109,12 @@ func (p *confParser) prefix6(lx *confLexer, sc *confScope, pos Pos) error {
 		low, high = high, low
 	}
 	p.addRange(sc, sub, Range{
-		Kind: RangeKindPrefix6, Family: IPv6, First: low, Last: high, PrefixLen: bits, Pos: pos,
+		Kind: RangeKindPrefix6, Family: parser.IPv6, First: low, Last: high, PrefixLen: bits, Pos: pos,
 	})
 	return nil
 }
 
-func (p *confParser) bits(lx *confLexer, what string, lo, hi int) (int, error) {
+func (p *reader) bits(lx *lexer, what string, lo, hi int) (int, error) {
 	t, err := p.word(lx, what)
 	if err != nil {
 		return 0, err
@@ -1144,7 +1126,7 @@ func (p *confParser) bits(lx *confLexer, what string, lo, hi int) (int, error) {
 	return n, nil
 }
 
-func (p *confParser) hostDecl(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) hostDecl(lx *lexer, sc *scope, pos Pos) error {
 	// dhcpd's parse_host_name takes a (dotted) name, not a string.
 	nt, err := p.word(lx, "host")
 	if err != nil {
@@ -1159,7 +1141,7 @@ func (p *confParser) hostDecl(lx *confLexer, sc *confScope, pos Pos) error {
 		return fmt.Errorf("%s: host %s: expected '{', found %s", lx.pos(open.line), name, open)
 	}
 	h := &Host{Name: name, Pos: pos}
-	inner := &confScope{kind: confInHost, direct: true, host: h}
+	inner := &scope{kind: inHost, direct: true, host: h}
 	if err := p.body(lx, inner, &open); err != nil {
 		return err
 	}
@@ -1168,7 +1150,7 @@ func (p *confParser) hostDecl(lx *confLexer, sc *confScope, pos Pos) error {
 }
 
 // hardware parses "hardware TYPE [XX:XX:…];" like parse_hardware_param.
-func (p *confParser) hardware(lx *confLexer, h *Host, pos Pos) error {
+func (p *reader) hardware(lx *lexer, h *Host, pos Pos) error {
 	const what = "hardware"
 	if h.HardwareType != "" {
 		return fmt.Errorf("%s: host %s: hardware address already configured", pos, h.Name)
@@ -1187,12 +1169,12 @@ func (p *confParser) hardware(lx *confLexer, h *Host, pos Pos) error {
 	if t, err = lx.next(); err != nil {
 		return err
 	}
-	addr := HardwareAddr{}
+	addr := parser.HardwareAddr{}
 	if !t.is(';') {
-		if t.kind != confWord {
+		if t.kind != tokWord {
 			return fmt.Errorf("%s: hardware: unexpected %s", lx.pos(t.line), t)
 		}
-		if addr, err = confParseHardware(t.text); err != nil {
+		if addr, err = parseHardware(t.text); err != nil {
 			return fmt.Errorf("%s: hardware: %w", pos, err)
 		}
 		if err := p.expect(lx, what, ';'); err != nil {
@@ -1204,7 +1186,7 @@ func (p *confParser) hardware(lx *confLexer, h *Host, pos Pos) error {
 }
 
 // fixedAddress parses "fixed-address A[, B…];" or fixed-address6.
-func (p *confParser) fixedAddress(lx *confLexer, h *Host, pos Pos, kw string) error {
+func (p *reader) fixedAddress(lx *lexer, h *Host, pos Pos, kw string) error {
 	if len(h.FixedAddresses) > 0 {
 		return fmt.Errorf("%s: host %s: only one fixed address declaration per host", pos, h.Name)
 	}
@@ -1215,11 +1197,11 @@ func (p *confParser) fixedAddress(lx *confLexer, h *Host, pos Pos, kw string) er
 			return err
 		}
 		if kw == "fixed-address6" {
-			if _, err := confIPv6(t.text); err != nil {
+			if _, err := parseIPv6(t.text); err != nil {
 				return fmt.Errorf("%s: %s: %w", pos, kw, err)
 			}
-		} else if confLooksNumeric(t.text) {
-			if _, err := confIPv4(t.text); err != nil {
+		} else if looksNumeric(t.text) {
+			if _, err := parseIPv4(t.text); err != nil {
 				return fmt.Errorf("%s: %s: %w", pos, kw, err)
 			}
 		}
@@ -1240,9 +1222,9 @@ func (p *confParser) fixedAddress(lx *confLexer, h *Host, pos Pos, kw string) er
 
 // failover handles "failover peer NAME { … }", "failover peer NAME;" and
 // "failover peer NAME state { … }".
-func (p *confParser) failover(lx *confLexer, sc *confScope, pos Pos) error {
-	inPool := sc.kind == confInPool && sc.direct
-	if sc.kind != confInRoot && sc.kind != confInShared && !inPool {
+func (p *reader) failover(lx *lexer, sc *scope, pos Pos) error {
+	inPool := sc.kind == inPool && sc.direct
+	if sc.kind != inRoot && sc.kind != inShared && !inPool {
 		return fmt.Errorf("%s: failover peers may only be defined in shared-network declarations and the outer scope", pos)
 	}
 	t, err := p.word(lx, "failover")
@@ -1255,7 +1237,7 @@ func (p *confParser) failover(lx *confLexer, sc *confScope, pos Pos) error {
 	if t, err = lx.next(); err != nil {
 		return err
 	}
-	if t.kind != confString && (inPool || t.kind != confWord) {
+	if t.kind != tokString && (inPool || t.kind != tokWord) {
 		return fmt.Errorf("%s: failover peer: expected a name, found %s", lx.pos(t.line), t)
 	}
 	name := t.text
@@ -1270,7 +1252,7 @@ func (p *confParser) failover(lx *confLexer, sc *confScope, pos Pos) error {
 		switch {
 		case inPool:
 			sc.pool.failover = name
-		case sc.kind == confInShared:
+		case sc.kind == inShared:
 			sc.shared.failover = name
 		default:
 			return fmt.Errorf("%s: failover peer reference not in shared-network declaration", pos)
@@ -1290,7 +1272,7 @@ func (p *confParser) failover(lx *confLexer, sc *confScope, pos Pos) error {
 		return fmt.Errorf("%s: redeclaration of failover peer %s", pos, name)
 	}
 	p.peers[name] = true
-	if sc.kind == confInShared {
+	if sc.kind == inShared {
 		// dhcpd: a peer declared in a shared-network is its default.
 		sc.shared.failover = name
 	}
@@ -1301,7 +1283,7 @@ func (p *confParser) failover(lx *confLexer, sc *confScope, pos Pos) error {
 			return err
 		}
 		switch {
-		case t.kind == confEOF:
+		case t.kind == tokEOF:
 			return fmt.Errorf("%s: unexpected end of file: '{' of line %d is not closed", lx.pos(t.line), open.line)
 		case t.is('}'):
 			p.cfg.FailoverPeers = append(p.cfg.FailoverPeers, fp)
@@ -1323,7 +1305,7 @@ func (p *confParser) failover(lx *confLexer, sc *confScope, pos Pos) error {
 
 // noFailover parses "no failover peer" in a pool. dhcpd 4.4 reads no ';'
 // after it (and then rejects the ';' as a stray statement); take either.
-func (p *confParser) noFailover(lx *confLexer, sc *confScope, pos Pos) error {
+func (p *reader) noFailover(lx *lexer, sc *scope, pos Pos) error {
 	for _, w := range [2]string{"failover", "peer"} {
 		t, err := lx.next()
 		if err != nil {
@@ -1346,9 +1328,9 @@ func (p *confParser) noFailover(lx *confLexer, sc *confScope, pos Pos) error {
 
 // ---- atoms ----
 
-// confIPv4 parses a dotted quad the way dhcpd does: four decimal numbers
+// parseIPv4 parses a dotted quad the way dhcpd does: four decimal numbers
 // 0-255, leading zeros allowed (and decimal, not octal).
-func confIPv4(s string) (netip.Addr, error) {
+func parseIPv4(s string) (netip.Addr, error) {
 	var a [4]byte
 	part, n, digits := 0, 0, 0
 	for i := 0; i <= len(s); i++ {
@@ -1376,8 +1358,8 @@ func confIPv4(s string) (netip.Addr, error) {
 	return netip.AddrFrom4(a), nil
 }
 
-// confIPv6 parses an IPv6 literal as inet_pton does (no zone).
-func confIPv6(s string) (netip.Addr, error) {
+// parseIPv6 parses an IPv6 literal as inet_pton does (no zone).
+func parseIPv6(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil || !a.Is6() || a.Zone() != "" {
 		return netip.Addr{}, fmt.Errorf("bad IPv6 address %q", s)
@@ -1385,9 +1367,9 @@ func confIPv6(s string) (netip.Addr, error) {
 	return a, nil
 }
 
-// confLooksNumeric reports whether a fixed-address value is meant as a
+// looksNumeric reports whether a fixed-address value is meant as a
 // dotted quad rather than a host name.
-func confLooksNumeric(s string) bool {
+func looksNumeric(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if (s[i] < '0' || s[i] > '9') && s[i] != '.' {
 			return false
@@ -1396,8 +1378,8 @@ func confLooksNumeric(s string) bool {
 	return true
 }
 
-// confMaskBits returns the prefix length of a contiguous netmask.
-func confMaskBits(m netip.Addr) (int, bool) {
+// maskBits returns the prefix length of a contiguous netmask.
+func maskBits(m netip.Addr) (int, bool) {
 	b := m.As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	bits := 0
@@ -1408,7 +1390,7 @@ func confMaskBits(m netip.Addr) (int, bool) {
 	return bits, v == 0
 }
 
-func confLastAddr(p netip.Prefix) netip.Addr {
+func lastAddr(p netip.Prefix) netip.Addr {
 	b := p.Addr().As16()
 	for i := p.Bits(); i < 128; i++ {
 		b[i/8] |= 0x80 >> (i % 8)
@@ -1416,13 +1398,13 @@ func confLastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
-// confParseHardware parses colon-separated hex bytes, "2:0:0:a:b:c" too.
-func confParseHardware(s string) (HardwareAddr, error) {
+// parseHardware parses colon-separated hex bytes, "2:0:0:a:b:c" too.
+func parseHardware(s string) (parser.HardwareAddr, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) > 20 {
 		return nil, fmt.Errorf("hardware address %q too long", s)
 	}
-	out := make(HardwareAddr, 0, len(parts))
+	out := make(parser.HardwareAddr, 0, len(parts))
 	for _, part := range parts {
 		v, err := strconv.ParseUint(part, 16, 8)
 		if err != nil || part == "" || part[0] == '+' {
