@@ -69,110 +69,23 @@
 // and pid are leasekeeper's own; receivers that do not know them ignore
 // them. There is no trailing newline, as with maas-dhcp-helper.
 //
-// # MAAS compatibility
-//
-// Checked against MAAS's source (github.com/canonical/maas):
-//
-//   - package-files/usr/sbin/maas-dhcp-helper: the arguments and keys
-//     above; it omits hostname when empty or blank, sends "lease_time":
-//     null without --lease-time, and sends the MAC as given (unpadded).
-//     It connects and sends blocking, and exits 1 when rackd is down: the
-//     event is lost.
-//   - src/maasserver/templates/dhcp/dhcpd.conf.template: the "Notify
-//     MAAS" block (clhw, clip, cllt, clht with pick-first-value(option
-//     host-name, "(none)")) that packaging/dhcpd/leasekeeper.conf repeats.
-//   - src/maasagent/internal/dhcpd/listener.go, the Go rack agent that
-//     receives on dhcpd.sock (src/maasagent/internal/dhcp/service.go):
-//     a json.Decoder over the datagram socket into {action, ip_family,
-//     hostname, mac, ip, timestamp, lease_time}. Unknown keys are ignored;
-//     a missing hostname or lease_time becomes "" or 0. The decoder's
-//     first read from the socket is 512 bytes: a longer datagram is cut by
-//     the kernel and its rest garbles the next event too (see Size).
-//   - src/provisioningserver/rackdservices/lease_socket_service.py, the
-//     Python receiver before MAAS 3.6 (removed in commit 3fd48df68):
-//     json.loads per datagram, forwarded with the AMP UpdateLeases command
-//     (src/provisioningserver/rpc/region.py) whose AmpList takes only the
-//     declared keys, so timestamp_ns and pid are dropped there too.
-//   - The region: src/maasapiserver/v3/api/internal/models/requests/
-//     leases.py requires every key; src/maascommon/fields.py accepts MACs
-//     of one- or two-digit groups and pads them (normalise_macaddress);
-//     src/maasservicelayer/services/leases.py ignores host names that are
-//     None, empty, blank or "(none)".
-//
-// So the hook's normal forms are ones every MAAS receiver accepts, and a
-// datagram from maas-dhcp-helper is one the leasekeeper agent accepts.
-//
-// # Size
-//
-// An IPv4 event with a hardware address of up to 20 bytes stays under
-// 512 bytes whatever the host name (TestDatagramFitsMAASBuffer: 491 for
-// the worst commit), so a hostile name cannot cost MAAS's Go receiver
-// the next event. DHCPv6 events (a DUID can be 130 bytes) can be longer;
-// MAAS never had DHCPv6 hooks, and the leasekeeper agent reads whole
-// datagrams.
-//
 // # Delivery and the spool
 //
-// The hook sends the datagram on a SOCK_DGRAM|SOCK_NONBLOCK unix socket.
-// Any failure means the agent did not take it — no socket file (ENOENT),
-// nobody bound to it (ECONNREFUSED), its receive queue full (EAGAIN; the
-// kernel queues only net.unix.max_dgram_qlen datagrams, 10 by default),
-// ENOBUFS, EACCES, not a datagram socket — and the hook appends the same
-// JSON, plus a newline, to <spool>/events.jsonl, and exits 0.
-//
-// The spool is sticky: while events.jsonl exists, every event goes there,
-// even when the agent is back, so that events waiting in the spool stay
-// ahead of later ones (dhcpd runs one hook at a time, so its events are
-// ordered; two dhcpd, -4 and -6, have unrelated addresses). Only if the
-// spool cannot be written while it holds events does the hook send to the
-// socket after all (late, with timestamp_ns to order it, beats lost).
-//
-// Appending: open(O_WRONLY|O_APPEND|O_CREAT, 0640), flock(LOCK_SH|LOCK_NB),
-// check that the file descriptor is still the file at the path (same
-// device and inode), one write(2) of the whole line, close. On a local
-// filesystem one O_APPEND write lands whole after every other append,
-// whatever its size (TestSpoolAppendAtomic writes 256 KiB lines from 8
-// writers at once), so concurrent hooks interleave whole lines. A write
-// cut short (full filesystem) is an error; nothing is retried. The hook
-// does not fsync: an event a crash loses from the page cache is one the
-// agent's reconciler recovers from dhcpd.leases, which dhcpd does fsync.
-// A missing spool directory is created 0750 (packaging should create it
-// with the owner and mode the agent needs).
-//
-// The agent drains the spool thus (TestSpoolConcurrentProcesses runs this
-// against concurrent hooks and checks that no event is lost or reordered):
-//
-//  1. Read the socket until it would block: everything queued there was
-//     sent before the first spooled event, and nothing is sent while
-//     events.jsonl exists.
-//  2. rename(events.jsonl, a name of its own), e.g. draining-<seq>.jsonl.
-//     Hooks that open events.jsonl from now on create a new one.
-//  3. flock(LOCK_EX) the renamed file: it waits for hooks that still hold
-//     it shared (each holds it for one write). A hook that opened it but
-//     had not locked it yet finds the lock taken or the inode gone from
-//     the path, and reopens the path instead.
-//  4. Read it line by line, hand the events on (durably), unlink it.
-//     After a crash, drain leftover draining-* files first, in order.
-//  5. Repeat while events.jsonl exists; then take datagrams again.
-//
-// A line that does not parse was torn (a full disk, a crash): skip it. If
-// a torn line was glued to the next record, that record starts at the
-// last `{"action":` in the line — the sequence cannot occur inside a
-// record, whose string values have their quotes escaped.
-//
-// The hook exits 1 only when both ways failed (the socket did not take the
-// event and the spool could not be written): one line on stderr says why
-// for each, and the event is lost to the hook path; the reconciler still
-// sees it in dhcpd.leases.
-//
-// # Bounded time
-//
-// Nothing waits on another process: the send is non-blocking, the lock is
-// tried, not waited for (a file locked exclusively is one the agent has
-// already renamed away), the spool file is reopened at most 4 times, and
-// there are no retries with sleeps. What remains is a few local-file
-// system calls. TestAgentUnreachable runs the hook against a full queue
-// and TestDeliverBound times deliver itself (tens of microseconds).
+// The hook sends the datagram on a non-blocking unix datagram socket. If
+// the agent does not take it (no socket, nobody bound, queue full, any
+// error), the hook appends the same JSON and a newline to
+// <spool>/events.jsonl (created 0640) with one O_APPEND write under a shared flock
+// taken without waiting, and exits 0. While events.jsonl exists every
+// event goes there (the spool stays ahead of later events); only when the
+// spool cannot be written while it holds events is the socket tried after
+// all. A missing spool directory is created 0750. The agent takes the file
+// by renaming it to events.jsonl.draining and locking it exclusively
+// (agent/hooksock/spool.go); a hook that opened it before the rename finds
+// the lock taken or the inode gone from the path and reopens the path, at
+// most 4 times. Nothing waits on another process and nothing is retried
+// with a sleep. Why, and MAAS's receivers the datagram is shaped for
+// (under 512 bytes for IPv4 whatever the host name): docs/design.md,
+// "The hook".
 //
 // # Start-up
 //

@@ -1,9 +1,11 @@
-// Package systemd is the agent's side of the service manager: sd_notify
-// (READY, STATUS, RELOADING, STOPPING) and the watchdog, through
-// go-systemd's daemon package. Unit rendering and installation (the
-// node's clean-shutdown unit) will live here too.
+// Package systemd is leasekeeper's side of the service manager.
 //
-// Everything is a no-op when the process was not started by systemd with
-// a notify socket (NOTIFY_SOCKET unset), so the agent runs the same way in
-// a terminal, in tests and under Type=notify.
+//   - notify.go: sd_notify (READY, STATUS, RELOADING, STOPPING) and the
+//     watchdog for the agent, through go-systemd's daemon package. Every
+//     call is a no-op when NOTIFY_SOCKET is unset, so the agent runs the
+//     same in a terminal, in tests and under Type=notify.
+//   - unit.go, install.go, dbus.go: the node's clean-shutdown unit
+//     (leasekeeper-release.service) that `leasekeeper
+//     install-shutdown-unit` renders, writes and enables, on a running
+//     system over D-Bus or into a root directory.
 package systemd

@@ -38,7 +38,7 @@ const (
 	userTimeout  = keepIdle + keepInterval*keepCount
 )
 
-// MAAS facts the hints name (DESIGN.md, "Region API — MAAS as it really is").
+// MAAS facts the hints name (docs/design.md, "Region API — MAAS as it really is").
 const (
 	maasPort     = "5242"
 	maasCertDir  = "/var/lib/maas/certificates"

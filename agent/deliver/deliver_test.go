@@ -840,7 +840,7 @@ func TestClassifyRetryAfterSkewedRegion(t *testing.T) {
 }
 
 // TestClassify: what each answer means, as MAAS gives them
-// (DESIGN.md, "Region API — MAAS as it really is").
+// (docs/design.md, "Region API — MAAS as it really is").
 func TestClassify(t *testing.T) {
 	u, _ := url.Parse("https://region:5443/MAAS/a/v3internal/leases")
 	for _, tc := range []struct {

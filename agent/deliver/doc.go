@@ -1,5 +1,5 @@
 // Package deliver moves queued lease events from the durable outbox to
-// the region's leases endpoint (DESIGN.md, "Region API — MAAS as it
+// the region's leases endpoint (docs/design.md, "Region API — MAAS as it
 // really is"), so that every event reaches the region, in order per IP,
 // through outages, poison events and configuration mistakes.
 //

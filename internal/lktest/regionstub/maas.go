@@ -69,7 +69,7 @@ func lastAddr(p netip.Prefix) netip.Addr {
 }
 
 // DefaultSubnets are the subnets a stub has when Options.Subnets is nil:
-// the test lab's address ranges (DESIGN.md, "Test lab") and the IPv6
+// the test lab's address ranges (docs/design.md, "Test lab") and the IPv6
 // documentation prefix, each one range from end to end.
 func DefaultSubnets() []Subnet {
 	return []Subnet{
