@@ -1,47 +1,33 @@
 package reconcile
 
 import (
-	"io"
-	"path/filepath"
-
-	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
-// readPair reads dhcpd.conf (and its includes) for dhcpd's failover pair.
-func readPair(conf string) (Pair, error) {
-	f, err := safefile.Open(conf, safefile.FollowLinks)
-	if err != nil {
-		return Pair{}, err
-	}
-	defer f.Close()
-	cfg, err := dhcpdconf.Parse(f, dhcpdconf.Options{
-		BaseDir: filepath.Dir(conf),
-		Name:    conf,
-		Open:    func(p string) (io.ReadCloser, error) { return safefile.Open(p, safefile.FollowLinks) },
-	})
-	if err != nil {
-		return Pair{}, err
-	}
-	return PairOf(cfg), nil
-}
-
 // scanPair sets the core's pair from dhcpd.conf, at start and at every
-// dhcpd restart (when dhcpd read it). The states stay until the file
-// records new ones. An unreadable dhcpd.conf keeps what was known. r.mu
-// is held, or the task is not running yet.
+// dhcpd restart (when dhcpd read it): the file as the restart's rewrite
+// of the leases file found it, read then (r.rewritePair), else read now. The
+// states stay until the file records new ones. An unreadable dhcpd.conf
+// keeps what was known. r.mu is held, or the task is not running yet.
 func (r *Reconciler) scanPair(when string) {
 	if r.cfg.DhcpdConf == "" {
 		return
 	}
-	p, err := readPair(r.cfg.DhcpdConf)
+	rp, err := r.rewritePair, r.rewriteErr
+	r.rewritePair, r.rewriteErr = nil, nil
+	if rp == nil && err == nil {
+		var cfg *dhcpdconf.Config
+		cfg, err = readConf(r.cfg.DhcpdConf)
+		p := PairOf(cfg)
+		rp = &p
+	}
 	if err != nil {
 		r.log.Warn().Err(err).Str("config", r.cfg.DhcpdConf).Str("when", when).
 			Msg("cannot read dhcpd.conf for a failover peer: keeping what was known")
 		return
 	}
-	old := r.st.Pair
+	p, old := *rp, r.st.Pair
 	if p.Peer == old.Peer && p.Role == old.Role {
 		return
 	}

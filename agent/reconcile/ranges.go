@@ -10,24 +10,26 @@ import (
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
-// loadRanges reads dhcpd.conf (and its includes) for its IPv4 ranges and
-// returns State.OutOfRange for them: an address in none of them is one
-// dhcpd's rewrite drops. nil and the error when the file cannot be read
-// whole: then no vanished lease is taken for an orphan.
-func loadRanges(conf string) (func(netip.Addr) bool, error) {
+// readConf reads dhcpd.conf (and its includes): the one reader of it for
+// the ranges (outOfRange) and the failover pair (PairOf). A whole
+// rewrite of the leases file reads it once and keeps it for the restart
+// that rewrite may turn out to be (Reconciler.conf).
+func readConf(conf string) (*dhcpdconf.Config, error) {
 	f, err := safefile.Open(conf, safefile.FollowLinks)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	cfg, err := dhcpdconf.Parse(f, dhcpdconf.Options{
+	return dhcpdconf.Parse(f, dhcpdconf.Options{
 		BaseDir: filepath.Dir(conf),
 		Name:    conf,
 		Open:    func(p string) (io.ReadCloser, error) { return safefile.Open(p, safefile.FollowLinks) },
 	})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// outOfRange returns State.OutOfRange for dhcpd.conf's IPv4 ranges: an
+// address in none of them is one dhcpd's rewrite drops.
+func outOfRange(cfg *dhcpdconf.Config) func(netip.Addr) bool {
 	var rs []dhcpdconf.Range
 	for _, r := range cfg.Ranges {
 		if r.Family == parser.IPv4 && r.Kind == dhcpdconf.RangeKindRange {
@@ -41,5 +43,5 @@ func loadRanges(conf string) (func(netip.Addr) bool, error) {
 			}
 		}
 		return true
-	}, nil
+	}
 }

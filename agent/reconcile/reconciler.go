@@ -113,10 +113,15 @@ type Reconciler struct {
 	// warn level (later ones are logged at debug).
 	keptBackWarned map[string]bool
 
-	fol          *follower
-	loadedPos    *Position
-	pid          string
-	classifyAt   time.Time // a rewrite not yet told restart or hourly
+	fol        *follower
+	loadedPos  *Position
+	pid        string
+	classifyAt time.Time // a rewrite not yet told restart or hourly
+	// rewritePair and rewriteErr: dhcpd.conf's failover pair as the last
+	// whole rewrite of the leases file read it (or why it could not),
+	// kept for scanPair if that rewrite was dhcpd's restart.
+	rewritePair  *Pair
+	rewriteErr   error
 	classifyWait time.Duration
 	watchWarned  bool
 	lastSync     time.Time // when the last read started
@@ -533,13 +538,18 @@ func (r *Reconciler) apply(c change, now time.Time) {
 		}
 		baseline := !r.st.Baselined
 		r.st.OutOfRange = nil
+		r.rewritePair, r.rewriteErr = nil, nil
 		if r.cfg.DhcpdConf != "" {
-			in, err := loadRanges(r.cfg.DhcpdConf)
+			cfg, err := readConf(r.cfg.DhcpdConf)
 			if err != nil {
 				r.log.Warn().Err(err).Str("config", r.cfg.DhcpdConf).
 					Msg("cannot read dhcpd.conf's ranges: a lease this rewrite dropped is expired, never freed in the region as one outside every range")
+				r.rewriteErr = err
+			} else {
+				r.st.OutOfRange = outOfRange(cfg)
+				p := PairOf(cfg)
+				r.rewritePair = &p
 			}
-			r.st.OutOfRange = in
 		}
 		r.failoverSeen(c.table.Failover())
 		r.wholeHeld = false
