@@ -3,10 +3,7 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/leasekeeper/leasekeeper/internal/cli"
 )
@@ -15,8 +12,5 @@ import (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := cli.New(cli.Env{Version: version, Stdout: os.Stdout, Stderr: os.Stderr}).ExecuteContext(ctx)
-	stop()
-	os.Exit(cli.ExitCode(err, os.Stderr))
+	os.Exit(cli.Main(cli.Env{Version: version, Stdout: os.Stdout, Stderr: os.Stderr}))
 }

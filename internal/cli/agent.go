@@ -100,15 +100,17 @@ part failed (the reason is on stderr and in the log), 2 for bad flags.`,
 				}
 				return cfg.WriteTOML(env.Stdout)
 			}
-			sigs := make(chan os.Signal, 4)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-			defer signal.Stop(sigs)
+			// SIGTERM and SIGINT cancel cmd.Context() (Main); SIGHUP
+			// reloads.
+			hup := make(chan os.Signal, 4)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			// After the first stop signal the default action is back: the
 			// second one kills the process without waiting for the flush.
 			release := func() { signal.Reset(syscall.SIGTERM, syscall.SIGINT) }
 			return runAgent(cmd.Context(), env, cfg, func() (*config.Config, error) {
 				return loadAgentConfig(env, configPath, overrides)
-			}, sigs, release)
+			}, hup, release)
 		},
 	}
 	f := cmd.Flags()
@@ -134,12 +136,12 @@ func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config,
 	return cfg, nil
 }
 
-// runAgent runs the agent until ctx ends, a stop signal arrives on sigs or
-// a part fails. A SIGHUP calls load and applies the result. release is
-// called once stopping has begun (for whatever reason), to let a second
-// signal kill the process.
+// runAgent runs the agent until ctx ends (Main cancels it on SIGTERM or
+// SIGINT, with a stopSignal cause) or a part fails. Each SIGHUP on hup
+// calls load and applies the result. release is called once stopping has
+// begun (for whatever reason), to let a second signal kill the process.
 func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*config.Config, error),
-	sigs <-chan os.Signal, release func()) error {
+	hup <-chan os.Signal, release func()) error {
 	level := &levelSampler{}
 	level.set(cfg.Log.Level)
 	root := newLogger(env.Stderr, cfg.Log, level, env.Now)
@@ -173,16 +175,13 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*c
 		for {
 			select {
 			case <-ctx.Done():
+				if s, ok := context.Cause(ctx).(stopSignal); ok {
+					log.Info().Str("signal", s.String()).Msg("stopping (a second signal kills)")
+				}
 				release()
 				return
-			case s := <-sigs:
-				switch s {
-				case syscall.SIGHUP:
-					reload(a, load, level, log)
-				default:
-					log.Info().Str("signal", s.String()).Msg("stopping (a second signal kills)")
-					cancel()
-				}
+			case <-hup:
+				reload(a, load, level, log)
 			}
 		}
 	}()

@@ -136,9 +136,10 @@ func (s *syncBuffer) waitFor(t *testing.T, want string) {
 	}
 }
 
-// TestRunAgentSignals drives the agent command's signal handling with
-// signals on a channel: SIGHUP reloads (a broken file is refused, a good
-// one applied), SIGTERM stops cleanly and lets a second signal kill.
+// TestRunAgentSignals drives the agent command's signal handling: SIGHUP
+// on its channel reloads (a broken file is refused, a good one applied);
+// SIGTERM, as Main passes it on (the context cancelled with the signal as
+// its cause), stops cleanly, names the signal and lets a second one kill.
 func TestRunAgentSignals(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	t.Setenv("WATCHDOG_USEC", "")
@@ -155,11 +156,13 @@ func TestRunAgentSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	sigs := make(chan os.Signal, 1)
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
 	var released sync.WaitGroup
 	released.Add(1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runAgent(context.Background(), env, cfg, func() (*config.Config, error) {
+		done <- runAgent(ctx, env, cfg, func() (*config.Config, error) {
 			return loadAgentConfig(env, path, nil)
 		}, sigs, released.Done)
 	}()
@@ -179,7 +182,7 @@ func TestRunAgentSignals(t *testing.T) {
 	logs.waitFor(t, `"changed":["reconcile.poll_interval","log.level"]`)
 	logs.waitFor(t, `"keys":["reconcile.poll_interval"],`)
 
-	sigs <- syscall.SIGTERM
+	stop(stopSignal{syscall.SIGTERM}) // as Main does on SIGTERM
 	select {
 	case err := <-done:
 		if err != nil {
