@@ -57,22 +57,6 @@ type Prober interface {
 	LastProgress() time.Time
 }
 
-// Progress is a ready-made Prober: call Beat on every loop iteration.
-// The zero value is ready to use and safe for concurrent use.
-type Progress struct{ ns atomic.Int64 }
-
-// Beat records progress at t.
-func (p *Progress) Beat(t time.Time) { p.ns.Store(t.UnixNano()) }
-
-// LastProgress is the time of the last Beat, zero if none.
-func (p *Progress) LastProgress() time.Time {
-	ns := p.ns.Load()
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
-}
-
 // Reloader is implemented by tasks that apply a new configuration on
 // SIGHUP without a restart. Reload runs concurrently with Run.
 type Reloader interface {

@@ -509,6 +509,21 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 
+// Progress is a Prober the tests move by hand: Beat records progress.
+type Progress struct{ ns atomic.Int64 }
+
+// Beat records progress at t.
+func (p *Progress) Beat(t time.Time) { p.ns.Store(t.UnixNano()) }
+
+// LastProgress is the time of the last Beat, zero if none.
+func (p *Progress) LastProgress() time.Time {
+	ns := p.ns.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
 // prober is a task with a Progress the test moves.
 type prober struct {
 	Progress

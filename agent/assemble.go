@@ -25,13 +25,15 @@ import (
 // what is queued (SIGTERM); what is left stays in the outbox.
 const flushTimeout = 5 * time.Second
 
-// Assemble builds the agent's parts from its configuration and adds them
-// to a: the durable outbox, the leases-file reconciler, the hook socket
+// Assemble builds the agent's parts from what a was made with (its
+// configuration, logger, registry, clock and Version) and adds them to
+// a: the durable outbox, the leases-file reconciler, the hook socket
 // feeding both (through the reconciler, which records what the region is
 // told in the same transaction as it queues the event), and the delivery
 // to the region draining the outbox. The returned close function closes
 // the outbox; call it after a.Run returns.
-func Assemble(a *Agent, cfg *config.Config, log zerolog.Logger, reg prometheus.Registerer, version string, opts ...AssembleOption) (func() error, error) {
+func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
+	cfg, log, reg, version := a.cfg, a.root, a.reg, a.Version
 	var o assembleOptions
 	for _, f := range opts {
 		f(&o)

@@ -71,7 +71,8 @@ func BenchmarkHooklessLease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	closeParts, err := Assemble(a, cfg, log, reg, "bench")
+	a.Version = "bench"
+	closeParts, err := a.Assemble()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -51,7 +51,8 @@ func BenchmarkIngestCPU(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	closeParts, err := Assemble(a, cfg, log, reg, "bench")
+	a.Version = "bench"
+	closeParts, err := a.Assemble()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -182,7 +182,8 @@ func (w *world) startAgent() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	closeParts, err := agent.Assemble(a, cfg, log, reg, "test", w.agentOpts...)
+	a.Version = "test"
+	closeParts, err := a.Assemble(w.agentOpts...)
 	if err != nil {
 		w.t.Fatal(err)
 	}

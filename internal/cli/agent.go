@@ -157,7 +157,7 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*c
 		return err
 	}
 	a.Version = env.Version
-	closeParts, err := agent.Assemble(a, cfg, root, reg, env.Version)
+	closeParts, err := a.Assemble()
 	if err != nil {
 		return err
 	}
