@@ -6,24 +6,18 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 
+	"github.com/leasekeeper/leasekeeper/internal/leasesfile"
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
-// fileID is a file's identity: dhcpd's rewrite renames a new file onto
-// the path, so the path keeps its name and changes its inode. The old
-// inode lives on as dhcpd.leases~ (a hard link), so its link count says
-// nothing; comparing device and inode does.
-type fileID struct{ Dev, Ino uint64 }
+// fileID is a file's identity (leasesfile.ID): dhcpd's rewrite renames
+// a new file onto the path, so the path keeps its name and changes its
+// inode.
+type fileID = leasesfile.ID
 
-func idOf(fi fs.FileInfo) fileID {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return fileID{Dev: uint64(st.Dev), Ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
-	}
-	return fileID{}
-}
+var idOf = leasesfile.IDOf
 
 // Why a whole file was read.
 const (
@@ -223,9 +217,11 @@ func (w *follower) sync(poll bool) ([]change, error) {
 		err := w.pollChecks(poll, w.readNew())
 		return w.take(), err
 	}
-	fi, err := os.Stat(w.path)
+	change, size, err := leasesfile.Check(w.path, w.f, w.id, w.read)
 	switch {
-	case err == nil && idOf(fi) != w.id:
+	case err != nil:
+		return nil, err
+	case change == leasesfile.Replaced:
 		// Replaced: what dhcpd appended to the old file before the
 		// rename comes first. (A whole read of the old file still in
 		// progress is simply superseded.)
@@ -239,24 +235,15 @@ func (w *follower) sync(poll bool) ([]change, error) {
 			}
 			return w.take(), err
 		}
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, err
-	default:
-		// Same file (or the path is gone for a moment: keep reading the
-		// one held).
-		ofi, err := w.f.Stat()
-		if err != nil {
+	case change == leasesfile.Truncated || (w.following() && w.hasPos && !w.pos.matches(w.f, w.id, size)):
+		// Same file (or the path is gone for a moment: the one held),
+		// shorter than read, or rewritten in place before the position.
+		if err := w.restart(whyTruncated); err != nil {
 			return nil, err
 		}
-		switch {
-		case ofi.Size() < w.read || (w.following() && w.hasPos && !w.pos.matches(w.f, w.id, ofi.Size())):
-			if err := w.restart(whyTruncated); err != nil {
-				return nil, err
-			}
-		case poll && w.retry && w.snap == nil:
-			if err := w.restart(whyRetry); err != nil {
-				return nil, err
-			}
+	case poll && w.retry && w.snap == nil:
+		if err := w.restart(whyRetry); err != nil {
+			return nil, err
 		}
 	}
 	err = w.pollChecks(poll, w.readNew())
@@ -281,19 +268,16 @@ func (w *follower) pollChecks(poll bool, err error) error {
 
 // openWhole opens the path and starts a whole read of it.
 func (w *follower) openWhole(why string) error {
-	f, err := safefile.Open(w.path, safefile.FollowLinks)
+	f, id, err := leasesfile.Open(w.path, openLeases)
 	if err != nil {
 		return err
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	w.f, w.id = f, idOf(fi)
+	w.f, w.id = f, id
 	w.startWhole(why)
 	return nil
 }
+
+func openLeases(path string) (*os.File, error) { return safefile.Open(path, safefile.FollowLinks) }
 
 // restart reads the file held again from its start.
 func (w *follower) restart(why string) error {
@@ -361,29 +345,8 @@ func (w *follower) readNew() error {
 // torn reports whether the decoder holds the start of a statement (not
 // just blank space or a comment) at the end of what was read.
 func (w *follower) torn() bool {
-	n := w.dec.Pending()
-	if n == 0 {
-		return false
-	}
-	if n > 64<<10 {
-		return true
-	}
-	buf := make([]byte, n)
-	if _, err := w.f.ReadAt(buf, w.read-int64(n)); err != nil {
-		return true
-	}
-	comment := false
-	for _, c := range buf {
-		switch {
-		case comment:
-			comment = c != '\n'
-		case c == '#':
-			comment = true
-		case c != ' ' && c != '\t' && c != '\n' && c != '\r':
-			return true
-		}
-	}
-	return false
+	_, torn := leasesfile.TornAt(w.f, w.read, w.dec.Pending(), w.dec.Line())
+	return torn
 }
 
 // handle takes one decoded statement.

@@ -7,10 +7,9 @@ import (
 	"io"
 	"io/fs"
 	"net/netip"
-	"os"
 	"strings"
-	"syscall"
 
+	"github.com/leasekeeper/leasekeeper/internal/leasesfile"
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
@@ -31,33 +30,21 @@ type leasesFile interface {
 
 func openLeases(path string) (leasesFile, error) { return safefile.Open(path, safefile.FollowLinks) }
 
-// fileID is a file's identity: dhcpd's rewrite renames a new file onto
-// the path, so the path keeps its name and changes its inode (the old
-// one lives on as dhcpd.leases~).
-type fileID struct{ dev, ino uint64 }
-
-func idOf(fi fs.FileInfo) fileID {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return fileID{dev: uint64(st.Dev), ino: st.Ino} //nolint:unconvert // Dev is not uint64 everywhere
-	}
-	return fileID{}
-}
-
 // leaseReader follows dhcpd's leases file for one address: the whole
 // file once, then only what dhcpd appends, through one incremental
 // decoder. It keeps the address's last block and the skipped statements
 // that could hide a later one, never the whole table, so a release costs
 // one pass over the file and then only the appended bytes, however big
 // the file and however many releases run at once. A file renamed onto the
-// path (dhcpd's rewrite) or truncated is read whole again. Not safe for
-// concurrent use.
+// path (dhcpd's rewrite) or truncated is read whole again
+// (leasesfile.Check). Not safe for concurrent use.
 type leaseReader struct {
 	path string
 	ip   netip.Addr
 	open func(path string) (leasesFile, error)
 
 	f    leasesFile
-	id   fileID
+	id   leasesfile.ID
 	read int64 // bytes read from f
 	dec  *parser.Decoder
 
@@ -93,9 +80,11 @@ func (r *leaseReader) sync(ctx context.Context) error {
 			return fmt.Errorf("dhcpd's leases file: %w", err)
 		}
 	} else {
-		fi, err := os.Stat(r.path)
+		change, _, err := leasesfile.Check(r.path, r.f, r.id, r.read)
 		switch {
-		case err == nil && idOf(fi) != r.id:
+		case err != nil:
+			return fmt.Errorf("dhcpd's leases file: %w", err)
+		case change == leasesfile.Replaced:
 			// Rewritten: the new file holds dhcpd's whole table, the
 			// release included if it was recorded before the rename.
 			r.close()
@@ -106,21 +95,12 @@ func (r *leaseReader) sync(ctx context.Context) error {
 				return fmt.Errorf("dhcpd's leases file: %w", err)
 			}
 			r.rereads++
-		case err != nil && !errors.Is(err, fs.ErrNotExist):
-			return fmt.Errorf("dhcpd's leases file: %w", err)
-		default:
-			// Same file, or the path gone for a moment: keep the one held.
-			ofi, err := r.f.Stat()
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.path, err)
+		case change == leasesfile.Truncated:
+			r.close()
+			if err := r.openWhole(); err != nil {
+				return fmt.Errorf("dhcpd's leases file: %w", err)
 			}
-			if ofi.Size() < r.read {
-				r.close()
-				if err := r.openWhole(); err != nil {
-					return fmt.Errorf("dhcpd's leases file: %w", err)
-				}
-				r.rereads++
-			}
+			r.rereads++
 		}
 	}
 	n, err := r.dec.DecodeFrom(ctxReader{ctx, r.f}, r.handle)
@@ -132,16 +112,11 @@ func (r *leaseReader) sync(ctx context.Context) error {
 }
 
 func (r *leaseReader) openWhole() error {
-	f, err := r.open(r.path)
+	f, id, err := leasesfile.Open(r.path, r.open)
 	if err != nil {
 		return err
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	r.f, r.id, r.read = f, idOf(fi), 0
+	r.f, r.id, r.read = f, id, 0
 	r.dec = parser.NewDecoder()
 	r.lease, r.hiding = nil, nil
 	return nil
@@ -193,31 +168,8 @@ func mayBeLease(se *parser.SyntaxError, ip netip.Addr) bool {
 // writing a block, maybe the address's), or 0 when what was read ends at
 // a statement boundary, blank space and comments aside.
 func (r *leaseReader) tornAt() int {
-	n := r.dec.Pending()
-	if n == 0 {
-		return 0
-	}
-	if n > 64<<10 {
-		return r.dec.Line()
-	}
-	buf := make([]byte, n)
-	if _, err := r.f.ReadAt(buf, r.read-int64(n)); err != nil {
-		return r.dec.Line()
-	}
-	line, comment := r.dec.Line(), false
-	for _, c := range buf {
-		switch {
-		case c == '\n':
-			line++
-			comment = false
-		case comment:
-		case c == '#':
-			comment = true
-		case c != ' ' && c != '\t' && c != '\r':
-			return line
-		}
-	}
-	return 0
+	line, _ := leasesfile.TornAt(r.f, r.read, r.dec.Pending(), r.dec.Line())
+	return line
 }
 
 // unreadable describes why the address's current lease cannot be told,
