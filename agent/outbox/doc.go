@@ -6,23 +6,10 @@
 // (delivered), dead-lettered (refused by the region) or coalesced (the
 // queue is full and the region no longer needs it, see below).
 //
-// # Why bbolt
-//
-// The store is one bbolt (go.etcd.io/bbolt) file, state.dir/outbox.db
-// say. bbolt is a copy-on-write B+tree with two checksummed meta pages:
-// a transaction writes its new pages elsewhere, fdatasyncs them, then
-// writes and fdatasyncs the meta page that points at them. A crash at any
-// instant leaves the old tree or the new one, never half of either, with
-// no recovery step, no journal and no background work; that is exactly
-// "nothing accepted is lost, nothing half-written is visible". It is pure
-// Go (no cgo), a single file, gives ordered keys (the queue is a range
-// scan), lets readers (Peek, DeadLetters) run beside the writer, and is
-// maintained by etcd, which stakes its data on it. What it does not give
-// is cheap commits: each costs two fdatasyncs, hence the group commit.
-// The alternatives were heavier for a queue: SQLite needs cgo or a large
-// port; LSM stores (Pebble, Badger) bring many files and background
-// compaction; a hand-written log would need its own checksums, recovery
-// and compaction, which is what bbolt already is.
+// The store is one bbolt file (state.dir/outbox.db): a crash at any
+// instant leaves the last committed transaction, never half of one. Why
+// bbolt, and the measurements behind the group commit: docs/design.md,
+// "The durable outbox".
 //
 // # Group commit
 //
@@ -35,11 +22,6 @@
 // channel, so groups grow with the load, with no timer and no added
 // latency when idle. Before draining it yields once, so that callers the
 // last commit just released can send their next request into this group.
-// bbolt's own DB.Batch was measured against it (BenchmarkBoltBatch): it
-// commits only when 1 000 calls are waiting or its 10 ms timer fires, so
-// with 64 single-event appenders it managed about 5 700 events/s where
-// this writer did about 89 000 on the same disk, and one lone caller
-// waits 10 ms.
 //
 // A request that fails (a missing dead letter, an Update function's
 // error) gets its error and the group is redone without it. A commit that

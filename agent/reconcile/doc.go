@@ -35,7 +35,7 @@
 // The first complete snapshot is a baseline: the region is assumed to
 // know what the file says, so a first start invents nothing.
 //
-// # Following the file (watch.go)
+// # Following the file (watch.go, with internal/leasesfile)
 //
 // inotify (fsnotify) watches the directory, never the file: dhcpd's
 // rewrite (at every start and on the first commit an hour after the last)
