@@ -141,6 +141,10 @@ func TestCheck(t *testing.T) {
 			want:  []string{"order " + ip1}},
 		{name: "the next commit's hook, arriving just before the file was read", gens: againSeen, end: 50,
 			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(29, "commit", ip1, m1)}},
+		// Found in CI: the capture, on a loaded machine, read the file
+		// seconds after the hook's event reached the region.
+		{name: "the file read 5 s after the next commit's hook", gens: againSeen, end: 50,
+			items: []Item{item(1, "commit", ip1, m1), item(5, "release", ip1, m1), item(25, "commit", ip1, m1)}},
 		// Found in a chaos run: a batch applied but unanswered, sent again
 		// with more behind it. The second transaction replays the first
 		// batch's items before the newer ones; the state it leaves is
