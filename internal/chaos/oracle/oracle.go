@@ -18,6 +18,7 @@ type Block struct {
 	MAC    string // normalised, lower-case, zero-padded; "" without hardware
 	Active bool   // binding state active (as dhcpd infers it when absent)
 	Ends   int64  // Unix seconds; 0 for never or absent
+	Starts int64  // Unix seconds; 0 when absent
 	// Seen is when the block was first read from the file (zero:
 	// unknown); the start of its delivery lag.
 	Seen time.Time
@@ -73,6 +74,9 @@ func ParseChunks(name string, chunks []Chunk, now time.Time) Generation {
 				Active: st.Binding(parser.Time(now.Unix())) == parser.StateActive, Seen: seen}
 			if st.Ends.IsSet() && !st.Ends.IsNever() {
 				b.Ends = int64(st.Ends)
+			}
+			if st.Starts.IsSet() && !st.Starts.IsNever() {
+				b.Starts = int64(st.Starts)
 			}
 			g.Blocks = append(g.Blocks, b)
 		}
@@ -161,6 +165,11 @@ type Version struct {
 	// rewrite); zero: unknown. An item that reached the region well
 	// before it cannot be about it (seenSlack).
 	Seen time.Time
+	// From is when, on dhcpd's clock, the version began: an active one's
+	// first start, an inactive one's end (the release or the expiry);
+	// 0: unknown. An event older than it cannot be about it: a re-post
+	// of an earlier commit is not the next lease life's (Item.Timestamp).
+	From int64
 }
 
 // seenSlack is how long before the file was seen to show a version an
@@ -263,6 +272,11 @@ func Truth(gens []Generation) map[string][]Version {
 		}
 		for bi, b := range g.Blocks {
 			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi)}
+			if b.Active {
+				v.From = b.Starts
+			} else {
+				v.From = b.Ends
+			}
 			if bi >= g.Table {
 				v.Count = 1
 			}
@@ -382,7 +396,18 @@ func Check(in Input) Report {
 	}
 	matcher := func(it Item) func(Version) bool {
 		return func(v Version) bool {
-			if !v.Seen.IsZero() && v.Seen.After(it.At.Add(seenSlack)) {
+			if it.Timestamp != 0 && v.From != 0 {
+				// dhcpd runs a commit's hook after it stamped the
+				// lease's start; it may run on expiry a little before
+				// the end's second.
+				slack := int64(0)
+				if !v.Active {
+					slack = 1
+				}
+				if it.Timestamp < v.From-slack {
+					return false
+				}
+			} else if !v.Seen.IsZero() && v.Seen.After(it.At.Add(seenSlack)) {
 				// Not written yet when the item arrived: the item is a
 				// copy of older news, however alike (a re-post of an
 				// earlier commit must not pass for the next one).

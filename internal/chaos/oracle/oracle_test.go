@@ -182,6 +182,36 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestFromRule: with the events' own times, a re-post of an older commit
+// cannot pass for the next lease life of the same MAC, however late the
+// file was read (the Seen rule's weakness on a loaded machine).
+func TestFromRule(t *testing.T) {
+	starts := func(b Block, s int) Block { b.Starts = at(s).Unix(); return b }
+	// m1 commits at 0, releases at 5, commits again at 30; the capture
+	// read every block late (Seen zero: unknown).
+	gens := []Generation{gen("g0", nil, starts(act(ip1, m1, 20), 0), starts(free(ip1, m1, 5), 0), starts(act(ip1, m1, 50), 30))}
+	ev := func(arrive int, action string, ts int) Item {
+		it := item(arrive, action, ip1, m1)
+		it.Timestamp = at(ts).Unix()
+		return it
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"in order", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(31, "commit", 30)}, nil},
+		{"the first commit re-posted after the release", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(7, "commit", 0), ev(31, "commit", 30)},
+			[]string{"order " + ip1}},
+		{"a renewal of the second life", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(31, "commit", 30), ev(40, "commit", 40)}, nil},
+	} {
+		r := Check(Input{Generations: gens, Items: tc.items, End: at(45)})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
+}
+
 func evidence(r Report) string {
 	var b strings.Builder
 	for _, v := range r.Violations {
@@ -235,8 +265,8 @@ lease 203.0.113.12 {
   binding state act`
 	g := ParseGeneration("g", []byte(file), t0)
 	want := Generation{Name: "g", Table: 1, Rewrite: true, Blocks: []Block{
-		{IP: ip1, MAC: m1, Active: true, Ends: at(20).Unix()},
-		{IP: ip2, MAC: m2, Ends: at(20).Unix()},
+		{IP: ip1, MAC: m1, Active: true, Ends: at(20).Unix(), Starts: at(-60).Unix()},
+		{IP: ip2, MAC: m2, Ends: at(20).Unix(), Starts: at(0).Unix()},
 	}}
 	if diff := cmp.Diff(want, g); diff != "" {
 		t.Errorf("ParseGeneration (-want +got):\n%s", diff)
@@ -277,8 +307,8 @@ func TestParseChunks(t *testing.T) {
 		{At: at(2), Data: []byte(b2[10:])},
 	}, t0)
 	want := []Block{
-		{IP: ip1, MAC: m1, Active: true, Ends: at(20).Unix(), Seen: at(1)},
-		{IP: ip2, MAC: m2, Active: true, Ends: at(20).Unix(), Seen: at(2)},
+		{IP: ip1, MAC: m1, Active: true, Ends: at(20).Unix(), Starts: at(0).Unix(), Seen: at(1)},
+		{IP: ip2, MAC: m2, Active: true, Ends: at(20).Unix(), Starts: at(0).Unix(), Seen: at(2)},
 	}
 	if diff := cmp.Diff(want, g.Blocks); diff != "" {
 		t.Errorf("blocks (-want +got):\n%s", diff)
