@@ -196,8 +196,14 @@ func TestSpoolHostileFiles(t *testing.T) {
 			if after, _ := os.ReadFile(filepath.Join(dir, "secret")); string(after) != string(before) {
 				t.Errorf("the file a link pointed to changed: %q", after)
 			}
+			// The drain removes its file once the sink has stored every
+			// line, which the sink may report a moment before.
 			for _, f := range []string{spoolFile, drainFile} {
-				if _, err := os.Lstat(filepath.Join(spool, f)); err == nil {
+				gone := func() bool { _, err := os.Lstat(filepath.Join(spool, f)); return err != nil }
+				for deadline := time.Now().Add(10 * time.Second); !gone() && time.Now().Before(deadline); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if !gone() {
 					t.Errorf("%s still in the spool", f)
 				}
 			}
