@@ -394,8 +394,15 @@ func Check(in Input) Report {
 			}
 		}
 	}
-	matcher := func(it Item) func(Version) bool {
-		return func(v Version) bool {
+	matcher := func(it Item) func(q []Version, k int) bool {
+		return func(q []Version, k int) bool {
+			v := q[k]
+			if it.Timestamp != 0 && k+1 < len(q) && q[k+1].From != 0 && it.Timestamp > q[k+1].From {
+				// The event came after the next version began: it is
+				// not about this one (an earlier life of the same MAC
+				// whose renewals outlast its release).
+				return false
+			}
 			if it.Timestamp != 0 && v.From != 0 {
 				// dhcpd runs a commit's hook after it stamped the
 				// lease's start; it may run on expiry a little before
@@ -419,13 +426,22 @@ func Check(in Input) Report {
 			return !v.Active && v.MAC == it.MAC
 		}
 	}
-	forward := func(q []Version, from, to int, match func(Version) bool) int {
+	// forward finds the version, from from to to, an item is about: the
+	// first that matches, or, when the item has its event's time (timed),
+	// the latest that matches — the state at that time (a release in the
+	// second of the next commit is that commit's life's end, not an
+	// earlier one's).
+	forward := func(q []Version, from, to int, match func([]Version, int) bool, timed bool) int {
+		j := -1
 		for k := from; k < len(q) && k <= to; k++ {
-			if match(q[k]) {
-				return k
+			if match(q, k) {
+				if !timed {
+					return k
+				}
+				j = k
 			}
 		}
-		return -1
+		return j
 	}
 	for i, it := range in.Items {
 		r.ItemsBy[it.Action]++
@@ -437,9 +453,10 @@ func Check(in Input) Report {
 		if inner[i] {
 			// A step inside the transaction goes no further than the
 			// state the transaction leaves (its IP's last item).
-			bound = forward(q, p, len(q), matcher(in.Items[last[i]]))
+			l := in.Items[last[i]]
+			bound = forward(q, p, len(q), matcher(l), l.Timestamp != 0)
 		}
-		j := forward(q, p, bound, match)
+		j := forward(q, p, bound, match, it.Timestamp != 0)
 		if j < 0 && inner[i] {
 			r.Duplicates++ // an older step inside a transaction that ends newer
 			continue
@@ -451,7 +468,7 @@ func Check(in Input) Report {
 		if j < 0 {
 			older := -1
 			for k := 0; k < p && k < len(q); k++ {
-				if match(q[k]) {
+				if match(q, k) {
 					older = k
 				}
 			}

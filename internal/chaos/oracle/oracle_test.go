@@ -210,6 +210,29 @@ func TestFromRule(t *testing.T) {
 			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
 		}
 	}
+
+	// Found in CI's run: a life renewed past its release (the first
+	// life's end is its last renewal's), then a commit and its release
+	// in one second, in one request. Each item is about the latest
+	// version begun by its event's time.
+	busy := []Generation{gen("g0", nil,
+		starts(act(ip1, m1, 30), 0), starts(free(ip1, m1, 11), 0),
+		starts(act(ip1, m1, 43), 23), starts(free(ip1, m1, 23), 23),
+		starts(act(ip1, m1, 56), 36))}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"commit and release in one second, one request", slices.Concat(
+			batchOf(1, ev(1, "commit", 0)), batchOf(2, ev(12, "release", 11)),
+			batchOf(3, ev(25, "commit", 23), ev(25, "release", 23)), batchOf(4, ev(37, "commit", 36))), nil},
+	} {
+		r := Check(Input{Generations: busy, Items: tc.items, End: at(50)})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
 }
 
 func evidence(r Report) string {
