@@ -1401,8 +1401,9 @@ func TestKeptBackNotSent(t *testing.T) {
 }
 
 // TestRestartHoldsForUnansweredRequest: the agent stops while the region,
-// slow, is still applying a batch (MAAS goes on applying after the client
-// has gone). The restarted agent sends nothing before the hold has passed
+// slow, is still applying a batch (nothing in MAAS's handler,
+// src/maasapiserver/v3/api/internal/handlers/leases.py, stops it when the
+// client has gone; the stub goes on applying). The restarted agent sends nothing before the hold has passed
 // since that request's start, so the first copy is applied before the
 // copy sent again and before the newer events queued behind it: an older
 // state never lands after a newer one (make chaos: agent restarts against
@@ -1533,7 +1534,9 @@ func TestFlushAfterAbandonedRequestHolds(t *testing.T) {
 	}
 }
 
-// TestResentBatchSplitKeepsIPsWhole: the region applies a batch but its
+// TestResentBatchSplitKeepsIPsWhole (MAAS: one transaction per request,
+// src/maasapiserver/common/middlewares/db.py TransactionMiddleware): the
+// region applies a batch but its
 // answer is lost; the batch sent again fails with 500 and is split. Each
 // half is its own transaction: an IP whose commit and release straddled
 // the cut would show the region the commit again until the release's half

@@ -19,10 +19,13 @@ const DefaultUnansweredHold = 30 * time.Second
 
 // Across a restart, one request at a time.
 //
-// The region applies a request to the end even when its client has gone,
-// and applies concurrent requests in arrival order with no timestamp
-// comparison (MAAS: maasservicelayer/services/leases.py, one transaction
-// per request). An agent killed (or stopped) while a request was in
+// MAAS applies a request's items one by one in one transaction per
+// request (src/maasapiserver/v3/api/internal/handlers/leases.py, a loop
+// over store_lease_info; src/maasapiserver/common/middlewares/db.py,
+// TransactionMiddleware), with no timestamp comparison
+// (src/maasservicelayer/services/leases.py). Nothing there stops a
+// request whose client has gone, so the agent assumes it runs to the
+// end, as the region stub does. An agent killed (or stopped) while a request was in
 // flight cannot know when the region finishes it; had the restarted agent
 // sent that batch and the next one at once, the first copy, still being
 // applied, could land after the next batch: an older state after a newer

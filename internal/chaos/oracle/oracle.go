@@ -113,8 +113,9 @@ type Item struct {
 	MAC    string
 	// Batch numbers the request that carried the item (items of one
 	// batch share it; 0 for all when unknown). The region applies a
-	// batch in one transaction: only an IP's last item in it is a state
-	// the region shows.
+	// batch in one transaction (MAAS: src/maasapiserver/common/
+	// middlewares/db.py, TransactionMiddleware): only an IP's last item
+	// in it is a state the region shows.
 	Batch int
 	// Timestamp is the event's own time (Unix seconds; 0: unknown).
 	Timestamp int64
