@@ -52,6 +52,11 @@ const (
 	FDhcpdRestart = "dhcpd-restart"
 	FDhcpdRange   = "dhcpd-range"
 	FDhcpdKill    = "dhcpd-kill9"
+	// FDhcpdRewrite is dhcpd's hourly rewrite, done by a running dhcpd:
+	// dhcpd restarted with its rewrite clock set so that the rewrite
+	// comes due seconds later (lab.Dhcpd.RestartRewritingAfter); counted
+	// once the new file is seen with dhcpd still running.
+	FDhcpdRewrite = "dhcpd-rewrite"
 	FAgentKill    = "agent-kill9"
 	FAgentTerm    = "agent-term"
 	FRegionDown   = "region-down"
@@ -65,7 +70,7 @@ const (
 )
 
 // AllFaults is every fault kind a run injects by default.
-var AllFaults = []string{FDhcpdRestart, FDhcpdRange, FDhcpdKill, FAgentKill, FAgentTerm,
+var AllFaults = []string{FDhcpdRestart, FDhcpdRange, FDhcpdKill, FDhcpdRewrite, FAgentKill, FAgentTerm,
 	FRegionDown, FRegionSlow, FRegion500, FRegion422, FRegionSkew, FHooksFail, FStateFull, FLeasesDir}
 
 // ranges are the dynamic ranges dhcpd serves in turn (203.0.113.X-Y):
@@ -263,7 +268,10 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.say("faults stop; clients vanish; settling")
 	r.undoAll()
 	r.dmu.Lock()
-	r.died()
+	if err := r.stopDhcpd(); err != nil {
+		r.dmu.Unlock()
+		return oracle.Report{}, fmt.Errorf("dhcpd stop: %w", err)
+	}
 	if err := r.d.Restart(r.conf(ranges[0])); err != nil {
 		r.dmu.Unlock()
 		return oracle.Report{}, fmt.Errorf("dhcpd restart: %w", err)
@@ -293,10 +301,19 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	return r.judge(end), nil
 }
 
-// died records that dhcpd is being killed or stopped now (oracle
-// Input.Deaths). It is recorded just before the signal, and a stop's
-// signal follows within the restart: both are after any hook dhcpd ran
-// before dying.
+// stopDhcpd stops dhcpd (SIGTERM, waiting for its exit) and records its
+// death; a Restart then just starts it.
+func (r *run) stopDhcpd() error {
+	err := r.d.Stop()
+	r.died()
+	return err
+}
+
+// died records that dhcpd has just died, killed or stopped (oracle
+// Input.Deaths). It is recorded once dhcpd is gone, not before the
+// signal: a stopping dhcpd still runs the hook of the request at hand
+// (seen: a commit's hook ~0.1 s after the SIGTERM was decided, never
+// written), and the oracle takes hooks at most deathSlack before a death.
 func (r *run) died() {
 	r.deathMu.Lock()
 	defer r.deathMu.Unlock()
@@ -690,24 +707,35 @@ var busyMu, skewMu, dirMu sync.Mutex
 
 func (r *run) inject(ctx context.Context, kind string) {
 	switch kind {
-	case FDhcpdRestart, FDhcpdRange, FDhcpdKill:
+	case FDhcpdRestart, FDhcpdRange, FDhcpdKill, FDhcpdRewrite:
 		r.dmu.Lock()
 		defer r.dmu.Unlock()
-		r.fault(kind)
+		if kind != FDhcpdRewrite {
+			r.fault(kind)
+		}
 		var err error
 		switch kind {
+		case FDhcpdRewrite:
+			after := r.between(2*time.Second, 15*time.Second)
+			if err = r.stopDhcpd(); err == nil {
+				if err = r.d.RestartRewritingAfter(after); err == nil {
+					r.awaitRewrite(ctx, after)
+				}
+			}
 		case FDhcpdRestart:
-			r.died()
-			err = r.d.Restart("")
+			if err = r.stopDhcpd(); err == nil {
+				err = r.d.Restart("")
+			}
 		case FDhcpdRange:
 			rg := ranges[r.intn(len(ranges))]
 			r.say("  dhcpd range now 203.0.113.%d-%d", rg[0], rg[1])
-			r.died()
-			err = r.d.Restart(r.conf(rg))
+			if err = r.stopDhcpd(); err == nil {
+				err = r.d.Restart(r.conf(rg))
+			}
 		case FDhcpdKill:
 			if pid := r.d.Pid(); pid > 0 {
-				r.died()
 				_ = syscall.Kill(pid, syscall.SIGKILL)
+				r.died()
 			}
 			time.Sleep(r.between(0, 3*time.Second))
 			// Restart first reports the death it finds, then starts.
@@ -820,6 +848,27 @@ func (r *run) inject(ctx context.Context, kind string) {
 		f.Close()
 		sleep(ctx, r.between(3*time.Second, 15*time.Second))
 		_ = os.Remove(filler)
+	}
+}
+
+// awaitRewrite waits for the running dhcpd's rewrite that a
+// RestartRewritingAfter(after) has just set up (the first commit after
+// `after` does it) and counts the fault once it is seen.
+func (r *run) awaitRewrite(ctx context.Context, after time.Duration) {
+	start, pid, ino := time.Now(), r.d.Pid(), r.d.Inode()
+	for time.Since(start) < after+30*time.Second && ctx.Err() == nil {
+		if r.d.Inode() != ino {
+			if r.d.Pid() != pid {
+				break
+			}
+			r.fault(FDhcpdRewrite)
+			r.say("  dhcpd rewrote its leases file while running, %.1f s after its start", time.Since(start).Seconds())
+			return
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	if ctx.Err() == nil {
+		r.say("  dhcpd-rewrite: no running rewrite seen within %v of the start (not counted)", after+30*time.Second)
 	}
 }
 

@@ -55,6 +55,7 @@ type Dhcpd struct {
 	mu   sync.Mutex
 	p    *proc
 	runs int
+	env  []string // more environment for the next start only
 }
 
 // StartDhcpd writes cfg's files into a directory of t's, starts
@@ -144,6 +145,9 @@ func (d *Dhcpd) start() error {
 	argv := []string{d.bin, fmt.Sprintf("-%d", d.cfg.Family), "-f", "-d", "-cf", d.conf, "-lf", d.leases, "-pf", d.pid}
 	argv = append(argv, d.cfg.ExtraArgs...)
 	argv = append(argv, d.cfg.Iface)
+	if len(d.env) > 0 {
+		argv = append(append([]string{"/usr/bin/env"}, d.env...), argv...)
+	}
 	if d.cfg.Prelude != "" {
 		script := "LEASES_FILE=" + shellQuote(d.leases) + "\n" + d.cfg.Prelude + "\nexec \"$0\" \"$@\""
 		argv = append([]string{"/bin/sh", "-ec", script}, argv...)

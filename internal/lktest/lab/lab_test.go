@@ -309,3 +309,58 @@ func TestUnixgramQlen(t *testing.T) {
 		t.Errorf("host net.unix.max_dgram_qlen changed from %q to %q", host, now)
 	}
 }
+
+// TestLabRunningRewrite: RestartRewritingAfter makes the running dhcpd do
+// its hourly rewrite (ISC dhcp server/db.c, commit_leases) at the first
+// commit after the delay: a new inode, same pid, the lease kept and
+// nothing appended after it (the start's server-duid marker is absent).
+func TestLabRunningRewrite(t *testing.T) {
+	Require(t, "dhcpd", "dhclient", "cc")
+	l := New(t)
+	d := l.StartDhcpd(t, DhcpdConfig{
+		Conf: testConf + l.SubnetConf("  range 203.0.113.100 203.0.113.150;"),
+	})
+	c := l.AddClient("c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ip, err := c.Dhclient(ctx)
+	if err != nil {
+		t.Fatalf("Dhclient: %v\ndhcpd:\n%s", err, d.Logs())
+	}
+	const after = 3 * time.Second
+	if err := d.RestartRewritingAfter(after); err != nil {
+		t.Fatalf("RestartRewritingAfter: %v", err)
+	}
+	started, pid, ino := time.Now(), d.Pid(), d.Inode()
+	// A commit before the rewrite is due appends; one after it rewrites.
+	if err := c.Release(ctx); err != nil {
+		t.Fatalf("Release: %v\ndhcpd:\n%s", err, d.Logs())
+	}
+	waitFor(t, 10*time.Second, "DHCPRELEASE in dhcpd's log", func() bool {
+		return strings.Contains(d.Logs(), "DHCPRELEASE of "+ip.String())
+	})
+	if time.Since(started) < after-time.Second && d.Inode() != ino {
+		t.Fatalf("dhcpd rewrote its leases file %v after the start, before the rewrite was due", time.Since(started))
+	}
+	time.Sleep(time.Until(started.Add(after + time.Second)))
+	if ip, err = c.Dhclient(ctx); err != nil {
+		t.Fatalf("Dhclient: %v\ndhcpd:\n%s", err, d.Logs())
+	}
+	waitFor(t, 10*time.Second, "a running rewrite", func() bool { return d.Inode() != ino })
+	if d.Pid() != pid {
+		t.Fatalf("dhcpd pid %d, was %d: restarted, not a running rewrite", d.Pid(), pid)
+	}
+	leases := readFile(t, d.LeasesPath())
+	if !strings.HasSuffix(strings.TrimSpace(leases), "}") || strings.Contains(leases, "\nserver-duid ") {
+		t.Errorf("running rewrite: want lease blocks only, no server-duid start marker:\n%s", leases)
+	}
+	if !strings.Contains(leases, "lease "+ip.String()+" {") {
+		t.Errorf("running rewrite lost %s:\n%s", ip, leases)
+	}
+	if _, err := os.Stat(d.LeasesPath() + "~"); err != nil {
+		t.Errorf("no backup of the old file: %v", err)
+	}
+	if err := c.Kill(); err != nil {
+		t.Errorf("Kill: %v", err)
+	}
+}
