@@ -169,10 +169,6 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 	go func() { errc <- l.commit(ctx, sk, events) }()
 	stop := context.AfterFunc(ctx, func() {
 		conn.SetReadDeadline(time.Now()) // wake a reader waiting on the poller
-		select {
-		case sk.consumed <- struct{}{}: // or on the committer
-		default:
-		}
 	})
 	defer stop()
 	// Events the hooks spooled while nobody listened come first.
