@@ -353,11 +353,34 @@ func NormalizeMAC(s string) (string, error) {
 	if s == "" {
 		return "", invalid("no mac")
 	}
+	if canonicalMAC(s, 20) {
+		return s, nil
+	}
 	b, err := parseOctets(s, 20)
 	if err != nil {
 		return "", err
 	}
 	return hexOctets(b), nil
+}
+
+// canonicalMAC reports whether s is at most max octets as hexOctets
+// writes them (two lower-case hex digits each, colon-separated), which
+// parseOctets and hexOctets would give back unchanged.
+func canonicalMAC(s string, max int) bool {
+	if len(s)%3 != 2 || len(s) > 3*max-1 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if i%3 == 2 {
+			if c != ':' {
+				return false
+			}
+		} else if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseOctets reads colon-separated octets of one or two hex digits, at
@@ -420,16 +443,25 @@ type datagram struct {
 	TimestampNS json.Number     `json:"timestamp_ns"`
 }
 
+// fields are a datagram's values as read, before validation.
+type fields struct {
+	Action, MAC, Family, IP           string
+	Timestamp, LeaseTime, TimestampNS json.Number
+	// Hostname when hasHostname (scanDatagram), else hostnameJSON
+	// (encoding/json) if not empty or null.
+	Hostname     string
+	hasHostname  bool
+	hostnameJSON json.RawMessage
+}
+
 // ParseDatagram decodes and normalises one hook datagram (or spool line).
 func ParseDatagram(b []byte, src Source) (Event, error) {
-	var d datagram
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := dec.Decode(&d); err != nil {
-		return Event{}, invalid("not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return Event{}, invalid("trailing data after the JSON object")
+	d, ok := scanDatagram(b)
+	if !ok {
+		var err error
+		if d, err = decodeDatagram(b); err != nil {
+			return Event{}, err
+		}
 	}
 	e := Event{Action: d.Action, Family: d.Family, MAC: d.MAC, Source: src}
 	var err error
@@ -445,8 +477,10 @@ func ParseDatagram(b []byte, src Source) (Event, error) {
 	if e.TimestampNS, err = intField("timestamp_ns", d.TimestampNS, false); err != nil {
 		return Event{}, err
 	}
-	if len(d.Hostname) > 0 && string(d.Hostname) != "null" {
-		if err := json.Unmarshal(d.Hostname, &e.Hostname); err != nil {
+	if d.hasHostname {
+		e.Hostname = d.Hostname
+	} else if len(d.hostnameJSON) > 0 && string(d.hostnameJSON) != "null" {
+		if err := json.Unmarshal(d.hostnameJSON, &e.Hostname); err != nil {
 			return Event{}, invalid("hostname is not a string")
 		}
 	}
@@ -454,6 +488,22 @@ func ParseDatagram(b []byte, src Source) (Event, error) {
 		return Event{}, err
 	}
 	return e, nil
+}
+
+// decodeDatagram reads any datagram with encoding/json: what
+// scanDatagram leaves to it.
+func decodeDatagram(b []byte) (fields, error) {
+	var d datagram
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&d); err != nil {
+		return fields{}, invalid("not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return fields{}, invalid("trailing data after the JSON object")
+	}
+	return fields{Action: d.Action, MAC: d.MAC, Family: d.Family, IP: d.IP,
+		Timestamp: d.Timestamp, LeaseTime: d.LeaseTime, TimestampNS: d.TimestampNS, hostnameJSON: d.Hostname}, nil
 }
 
 // intField reads an integer JSON number; MAAS's helper sends lease_time
