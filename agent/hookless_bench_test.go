@@ -231,6 +231,26 @@ func gathered(b *testing.B, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
+// gatheredSum is the sample count and sum of the single-series histogram
+// name in reg.
+func gatheredSum(b *testing.B, reg *prometheus.Registry, name string) (count, sum float64) {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			count += float64(m.GetHistogram().GetSampleCount())
+			sum += m.GetHistogram().GetSampleSum()
+		}
+	}
+	return count, sum
+}
+
 // startStubProcess builds and starts tools/regionstub on a free loopback
 // port; it returns the leases URL and the directory of its PEM files.
 func startStubProcess(b *testing.B, dir string) (string, string) {
