@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -227,9 +227,13 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 // values of the wrong type. Use it for reading a file that may be
 // incomplete (leasekeeper status only wants metrics.listen); Parse for
 // running with it.
+//
+// The TOML library converts each key's value into its field (decodeKey),
+// one key at a time: decoding into the whole struct would stop at the
+// first wrong type and match names regardless of case ("[Region]").
 func Decode(r io.Reader, name string) (*Config, error) {
-	var raw map[string]any
-	md, err := toml.NewDecoder(r).Decode(&raw)
+	var file map[string]toml.Primitive
+	md, err := toml.NewDecoder(r).Decode(&file)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
@@ -239,38 +243,41 @@ func Decode(r io.Reader, name string) (*Config, error) {
 	}
 	c := Default()
 	var ps Problems
+	bad := func(key string, err error) { ps = append(ps, &KeyError{Key: key, Err: err}) }
+	sections := map[string]map[string]toml.Primitive{}
 	skip := map[string]bool{} // sections and keys already reported, to skip their children
 	for _, k := range md.Keys() {
-		if len(k) > 1 && skip[k[0]] || len(k) > 2 && skip[k[0]+"."+k[1]] {
+		sec := k[0]
+		if skip[sec] {
 			continue
 		}
-		switch len(k) {
-		case 1:
-			if _, ok := section(c, k[0]); !ok {
-				ps = append(ps, &KeyError{Key: k[0], Err: unknownErr(k[0], "sections", sectionNames())})
-				skip[k[0]] = true
+		keys, seen := sections[sec]
+		if !seen { // first met as [sec], or as sec.key = … before any [sec]
+			if !slices.Contains(names(""), sec) {
+				bad(sec, unknownErr(sec, "sections", names("")))
+				skip[sec] = true
 				continue
 			}
-			if _, isTable := raw[k[0]].(map[string]any); !isTable {
-				ps = append(ps, &KeyError{Key: k[0], Err: fmt.Errorf("is a section; write it as [%s]", k[0])})
-				skip[k[0]] = true
-			}
-		default:
-			key := k[0] + "." + k[1]
-			skip[key] = true // deeper keys belong to a value already handled
-			if len(k) > 2 {
+			// A table made by a dotted key alone has no type. (The library
+			// decodes a string into a map without complaint: check first.)
+			if t := md.Type(sec); (t != "Hash" && t != "") || md.PrimitiveDecode(file[sec], &keys) != nil {
+				bad(sec, fmt.Errorf("is a section; write it as [%s]", sec))
+				skip[sec] = true
 				continue
 			}
-			f, ok := c.field(key)
-			if !ok {
-				sec, _ := section(c, k[0])
-				ps = append(ps, &KeyError{Key: key, Err: unknownErr(k[1], "keys of ["+k[0]+"]", fieldNames(sec.Type()))})
-				continue
-			}
-			v := raw[k[0]].(map[string]any)[k[1]]
-			if err := assign(f, v); err != nil {
-				ps = append(ps, &KeyError{Key: key, Err: err})
-			}
+			sections[sec] = keys
+		}
+		if len(k) == 1 || skip[sec+"."+k[1]] {
+			continue // the section itself, or a deeper key of a value already handled
+		}
+		// A deeper key met first ([region.tls], or tls.verify = … in
+		// [region]) stands for its section.key, as a table.
+		key := sec + "." + k[1]
+		skip[key] = true
+		if f, ok := c.field(key); !ok {
+			bad(key, unknownErr(k[1], "keys of ["+sec+"]", names(sec)))
+		} else if err := decodeKey(&md, keys[k[1]], f); err != nil {
+			bad(key, err)
 		}
 	}
 	if len(ps) > 0 {
@@ -328,12 +335,8 @@ func asKeyError(err error) *KeyError {
 // Keys returns every key of the file as "section.key", in file order.
 func Keys() []string {
 	var keys []string
-	ct := reflect.TypeFor[Config]()
-	for i := range ct.NumField() {
-		sf := ct.Field(i)
-		for _, k := range fieldNames(sf.Type) {
-			keys = append(keys, tagName(sf)+"."+k)
-		}
+	for _, f := range Default().fields() {
+		keys = append(keys, f.key)
 	}
 	return keys
 }
@@ -366,11 +369,10 @@ func (c *Config) Override(kv string) error {
 // order: what a reload changed.
 func Diff(c, d *Config) []string {
 	var keys []string
-	for _, k := range Keys() {
-		a, _ := c.field(k)
-		b, _ := d.field(k)
-		if !reflect.DeepEqual(a.Interface(), b.Interface()) {
-			keys = append(keys, k)
+	df := d.fields()
+	for i, f := range c.fields() {
+		if !reflect.DeepEqual(f.v.Interface(), df[i].v.Interface()) {
+			keys = append(keys, f.key)
 		}
 	}
 	return keys
@@ -378,30 +380,22 @@ func Diff(c, d *Config) []string {
 
 // WriteTOML writes c as a config file that Parse reads back to c.
 func (c *Config) WriteTOML(w io.Writer) error {
-	keys := Keys()
-	for i, k := range keys {
-		sec, name, _ := strings.Cut(k, ".")
-		if i == 0 || !strings.HasPrefix(keys[i-1], sec+".") {
-			if i > 0 {
+	prev := ""
+	for _, f := range c.fields() {
+		sec, name, _ := strings.Cut(f.key, ".")
+		if sec != prev {
+			if prev != "" {
 				fmt.Fprintln(w)
 			}
 			fmt.Fprintf(w, "[%s]\n", sec)
+			prev = sec
 		}
-		f, _ := c.field(k)
-		var v string
-		switch x := f.Interface().(type) {
-		case string:
-			v = strconv.Quote(x)
-		case time.Duration:
-			v = strconv.Quote(x.String())
-		case int:
-			v = strconv.Itoa(x)
-		case []int:
-			s := make([]string, len(x))
-			for i, n := range x {
-				s[i] = strconv.Itoa(n)
-			}
-			v = "[" + strings.Join(s, ", ") + "]"
+		v := fmt.Sprint(f.v.Interface()) // a duration as 1m30s, a list as [0 108]
+		switch {
+		case f.v.Kind() == reflect.String || f.v.Type() == durationType:
+			v = strconv.Quote(v)
+		case f.v.Kind() == reflect.Slice:
+			v = strings.ReplaceAll(v, " ", ", ")
 		}
 		if _, err := fmt.Fprintf(w, "%s = %s\n", name, v); err != nil {
 			return err
@@ -410,33 +404,49 @@ func (c *Config) WriteTOML(w io.Writer) error {
 	return nil
 }
 
-// section returns the struct of one [section].
-func section(c *Config, name string) (reflect.Value, bool) {
+// keyField is one key of the file and the field of a Config it sets.
+type keyField struct {
+	key string // "section.key"
+	v   reflect.Value
+}
+
+// fields returns every key of c with its settable field, in file order.
+func (c *Config) fields() []keyField {
+	var fs []keyField
 	cv := reflect.ValueOf(c).Elem()
 	for i := range cv.NumField() {
-		if tagName(cv.Type().Field(i)) == name {
-			return cv.Field(i), true
+		sec := cv.Field(i)
+		for j := range sec.NumField() {
+			key := tagName(cv.Type().Field(i)) + "." + tagName(sec.Type().Field(j))
+			fs = append(fs, keyField{key, sec.Field(j)})
+		}
+	}
+	return fs
+}
+
+// field returns the settable field of "section.key".
+func (c *Config) field(key string) (reflect.Value, bool) {
+	for _, f := range c.fields() {
+		if f.key == key {
+			return f.v, true
 		}
 	}
 	return reflect.Value{}, false
 }
 
-// field returns the settable field of "section.key".
-func (c *Config) field(key string) (reflect.Value, bool) {
-	secName, name, ok := strings.Cut(key, ".")
-	if !ok {
-		return reflect.Value{}, false
-	}
-	sec, ok := section(c, secName)
-	if !ok {
-		return reflect.Value{}, false
-	}
-	for i := range sec.NumField() {
-		if tagName(sec.Type().Field(i)) == name {
-			return sec.Field(i), true
+// names returns the names of the sections (sec "") or of one section's
+// keys, in file order.
+func names(sec string) []string {
+	var ns []string
+	for _, k := range Keys() {
+		s, name, _ := strings.Cut(k, ".")
+		if sec == "" && !slices.Contains(ns, s) {
+			ns = append(ns, s)
+		} else if sec != "" && s == sec {
+			ns = append(ns, name)
 		}
 	}
-	return reflect.Value{}, false
+	return ns
 }
 
 func tagName(sf reflect.StructField) string {
@@ -444,57 +454,47 @@ func tagName(sf reflect.StructField) string {
 	return name
 }
 
-func fieldNames(t reflect.Type) []string {
-	names := make([]string, t.NumField())
-	for i := range t.NumField() {
-		names[i] = tagName(t.Field(i))
-	}
-	return names
-}
-
-func sectionNames() []string { return fieldNames(reflect.TypeFor[Config]()) }
-
 var durationType = reflect.TypeFor[time.Duration]()
 
-// assign sets f from a decoded TOML value.
-func assign(f reflect.Value, v any) error {
-	switch {
-	case f.Type() == durationType:
-		s, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("%s is not a duration: write it as a string such as \"30s\"", tomlValue(v))
+// decodeKey sets f from its TOML value p, converted by the TOML library;
+// but a duration must be a string, read as --set reads it: the library
+// would take an integer as nanoseconds (expiry_grace = 30 would be 30ns).
+func decodeKey(md *toml.MetaData, p toml.Primitive, f reflect.Value) error {
+	if f.Type() == durationType {
+		var s string
+		if md.PrimitiveDecode(p, &s) != nil {
+			return wrongType(md, p, f.Type())
 		}
 		return setString(f, s)
-	case f.Kind() == reflect.String:
-		s, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("%s is not a string", tomlValue(v))
-		}
-		f.SetString(s)
-	case f.Kind() == reflect.Int:
-		n, ok := v.(int64)
-		if !ok {
-			return fmt.Errorf("%s is not an integer", tomlValue(v))
-		}
-		f.SetInt(n)
-	case f.Type() == reflect.TypeFor[[]int]():
-		list, ok := v.([]any)
-		if !ok {
-			return fmt.Errorf("%s is not a list of integers", tomlValue(v))
-		}
-		var ns []int // nil for [], like the default
-		for _, x := range list {
-			n, ok := x.(int64)
-			if !ok {
-				return fmt.Errorf("%s is not a list of integers (%s)", tomlValue(v), tomlValue(x))
-			}
-			ns = append(ns, int(n))
-		}
-		f.Set(reflect.ValueOf(ns))
-	default:
-		panic("config: no decoder for field type " + f.Type().String())
+	}
+	if md.PrimitiveDecode(p, f.Addr().Interface()) != nil {
+		return wrongType(md, p, f.Type())
+	}
+	if f.Kind() == reflect.Slice && f.Len() == 0 {
+		f.SetZero() // [] is nil, like the default
 	}
 	return nil
+}
+
+// wrongType says that the value p is not of type t, showing it as written.
+func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type) error {
+	var v any
+	md.PrimitiveDecode(p, &v)
+	switch {
+	case t == durationType:
+		return fmt.Errorf("%s is not a duration: write it as a string such as \"30s\"", tomlValue(v))
+	case t.Kind() == reflect.String:
+		return fmt.Errorf("%s is not a string", tomlValue(v))
+	case t.Kind() == reflect.Int:
+		return fmt.Errorf("%s is not an integer", tomlValue(v))
+	}
+	list, _ := v.([]any)
+	for _, x := range list {
+		if _, ok := x.(int64); !ok {
+			return fmt.Errorf("%s is not a list of integers (%s)", tomlValue(v), tomlValue(x))
+		}
+	}
+	return fmt.Errorf("%s is not a list of integers", tomlValue(v))
 }
 
 // setString sets f from its command-line form.
@@ -566,7 +566,7 @@ func unknownErr(name, what string, known []string) error {
 	if best != "" {
 		return fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, best)
 	}
-	sort.Strings(known)
+	slices.Sort(known)
 	return fmt.Errorf("%w (%s: %s)", ErrUnknownKey, what, strings.Join(known, ", "))
 }
 

@@ -150,6 +150,13 @@ func TestErrors(t *testing.T) {
 		{"token relative", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"token\"", []string{`region.token_file: "token" is not an absolute path`}},
 		{"several", "[log]\nlevel = \"x\"\nformat = \"y\"", []string{"t.toml: 2 problems:\n  log.level:", "\n  log.format:"}},
 		{"several unknown", "[log]\nlevl = \"x\"\nfromat = \"y\"", []string{"2 problems:", "log.levl: unknown key", "log.fromat: unknown key"}},
+		{"several types", "[log]\nlevel = 1\nformat = 2\n[hook]\nspool = []", []string{"3 problems:", "log.level: 1 is not a string", "log.format: 2 is not a string", "hook.spool: [] is not a string"}},
+		{"case matters", "[Region]\nurl = \"x\"", []string{`Region: unknown key (did you mean "region"?)`}},
+		{"key case matters", "[log]\nLevel = \"debug\"", []string{`log.Level: unknown key (did you mean "level"?)`}},
+		{"dotted unknown", "[log]\ntls.verify = false", []string{"log.tls: unknown key"}},
+		{"dotted under a key", "[log]\nlevel.x = \"debug\"", []string{"log.level: a table is not a string"}},
+		{"dotted unknown section", "a.b.c = 1", []string{"a: unknown key"}},
+		{"url without host", "[region]\nurl = \"https://:5242/leases\"", []string{`region.url: "https://:5242/leases" is not an absolute URL`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,6 +200,8 @@ func TestValidAccepted(t *testing.T) {
 		{"metrics v6", valid + "[metrics]\nlisten = \"[::1]:0\""},
 		{"uids empty", valid + "[hook]\nallowed_uids = []"},
 		{"every level", valid + "[log]\nlevel = \"trace\"\nformat = \"json\""},
+		{"dotted keys", "region.url = \"https://region/leases\"\nlog.level = \"debug\""},
+		{"inline table", "region = { url = \"https://region/leases\" }"},
 		{"empty file has no region", ""},
 	}
 	for _, tc := range tests {
@@ -208,6 +217,17 @@ func TestValidAccepted(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestURLSecretNotShown: a password in region.url is refused without
+// being repeated in the message (the error goes to the journal).
+func TestURLSecretNotShown(t *testing.T) {
+	for _, u := range []string{"https://u:s3cret@region/leases", "http://u:s3cret@region/leases", "ftp://u:s3cret@region/leases"} {
+		_, err := Parse(strings.NewReader("[region]\nurl = \""+u+"\"\n"), "t")
+		if err == nil || !strings.Contains(err.Error(), "region.url: must not carry credentials") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: %v", u, err)
+		}
 	}
 }
 
@@ -304,6 +324,12 @@ func TestDiff(t *testing.T) {
 	b.Hook.AllowedUIDs = []int{0}
 	if diff := cmp.Diff([]string{"hook.allowed_uids", "region.timeout", "log.level"}, Diff(a, b)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// allowed_uids = [] reads as the default, nil: reloading it changes nothing.
+	a.Region.URL = "https://region.example:5242/MAAS/a/v3internal/leases"
+	c, err := Parse(strings.NewReader(valid+"[hook]\nallowed_uids = []\n"), "t")
+	if err != nil || Diff(a, c) != nil {
+		t.Errorf("allowed_uids = []: %v, differs in %v", err, Diff(a, c))
 	}
 }
 

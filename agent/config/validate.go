@@ -147,35 +147,45 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 		badf("region.unanswered_hold", "%s is not between 1s and 10m", r.UnansweredHold)
 	}
 
-	if r.URL == "" {
-		bad("region.url", fmt.Errorf("%w: the region's leases endpoint, e.g. https://region.example:5242/MAAS/a/v3internal/leases", ErrRequired))
+	u, err := RegionURL(r.URL)
+	if err != nil {
+		bad("region.url", err)
+	}
+	if u == nil || u.Scheme != "https" {
 		return
 	}
-	u, err := url.Parse(r.URL)
-	if err != nil || u.Host == "" || u.Opaque != "" {
-		badf("region.url", "%q is not an absolute URL", r.URL)
-		return
+	switch {
+	case r.CertFile != "" && r.KeyFile == "":
+		badf("region.key_file", "%v: region.cert_file is set", ErrRequired)
+	case r.KeyFile != "" && r.CertFile == "":
+		badf("region.cert_file", "%v: region.key_file is set", ErrRequired)
+	case r.CertFile == "" && r.TokenFile == "":
+		badf("region", "no credentials: set region.cert_file and region.key_file (MAAS: the rack's certificate and key), or region.token_file")
 	}
-	switch u.Scheme {
-	case "https":
-		switch {
-		case r.CertFile != "" && r.KeyFile == "":
-			badf("region.key_file", "%v: region.cert_file is set", ErrRequired)
-		case r.KeyFile != "" && r.CertFile == "":
-			badf("region.cert_file", "%v: region.key_file is set", ErrRequired)
-		case r.CertFile == "" && r.TokenFile == "":
-			badf("region", "no credentials: set region.cert_file and region.key_file (MAAS: the rack's certificate and key), or region.token_file")
-		}
-	case "http":
-		if !LoopbackHost(u.Hostname()) {
-			badf("region.url", "%q: plain http is only allowed to a loopback address (tests); use https", r.URL)
-		}
-	default:
-		badf("region.url", "%q: scheme must be https", r.URL)
+}
+
+// RegionURL checks region.url, the one place the agent sends leases to,
+// and returns it parsed: an absolute https URL, or plain http to a
+// loopback host (tests, a local stub), without credentials. Validate
+// checks region.url with it, and agent/deliver again with the same. On
+// error the URL is still returned when it parsed as an absolute URL.
+func RegionURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, fmt.Errorf("%w: the region's leases endpoint, e.g. https://region.example:5242/MAAS/a/v3internal/leases", ErrRequired)
 	}
-	if u.User != nil {
-		badf("region.url", "must not carry credentials; use a client certificate (region.cert_file, region.key_file)")
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" || u.Opaque != "" {
+		return nil, fmt.Errorf("%q is not an absolute URL", raw)
 	}
+	switch {
+	case u.User != nil: // first: the other messages show the URL
+		return u, errors.New("must not carry credentials; use a client certificate (region.cert_file, region.key_file)")
+	case u.Scheme == "http" && !loopbackHost(u.Hostname()):
+		return u, fmt.Errorf("%q: plain http is only allowed to a loopback address (tests); use https", raw)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return u, fmt.Errorf("%q: scheme must be https", raw)
+	}
+	return u, nil
 }
 
 // validServerName accepts a DNS name or an IP address: what a TLS server
@@ -200,10 +210,9 @@ func validServerName(s string) bool {
 	return true
 }
 
-// LoopbackHost reports whether a URL's host is this machine's loopback
+// loopbackHost reports whether a URL's host is this machine's loopback
 // (localhost or a loopback address), the only place plain http may go.
-// region.url is checked with it, and deliver again with the same.
-func LoopbackHost(h string) bool {
+func loopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}

@@ -45,33 +45,6 @@ const (
 	maasHintCert = "on a MAAS rack: agent.crt and agent.key in " + maasCertDir + " (MAAS 3.8+), cluster.pem and cluster.key before 3.8"
 )
 
-// checkURL accepts an absolute https URL, or http to a loopback host.
-func checkURL(raw string) (*url.URL, error) {
-	if raw == "" {
-		return nil, errors.New("region url is empty")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("region url: %w", err)
-	}
-	if u.Host == "" || u.Hostname() == "" {
-		return nil, fmt.Errorf("region url %q has no host", raw)
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("region url %q carries credentials; use a client certificate", u.Redacted())
-	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !config.LoopbackHost(u.Hostname()) {
-			return nil, fmt.Errorf("region url %s: plain http is allowed only to a loopback address; use https", u)
-		}
-	default:
-		return nil, fmt.Errorf("region url %s: scheme %q is not https", u, u.Scheme)
-	}
-	return u, nil
-}
-
 // tlsConfig builds the client side TLS: the CA to trust (the system's
 // roots when CAFile is empty), the name to verify in the region's
 // certificate (ServerName; the URL's host when empty) and the client

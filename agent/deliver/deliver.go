@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 )
@@ -212,9 +213,9 @@ func newLink(cfg Config) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	u, err := checkURL(cfg.URL)
+	u, err := config.RegionURL(cfg.URL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("url: %w", err)
 	}
 	l := &link{u: u, serverName: cfg.ServerName}
 	if l.serverName == "" {
@@ -225,8 +226,8 @@ func newLink(cfg Config) (*link, error) {
 			return nil, err
 		}
 	}
-	// Plain http, which checkURL allows to loopback only (a local stub,
-	// tests), uses no TLS file at all and may go without credentials.
+	// Plain http, which config.RegionURL allows to loopback only (a local
+	// stub, tests), uses no TLS file at all and may go without credentials.
 	var tc *tls.Config
 	if u.Scheme == "https" {
 		if tc, err = tlsConfig(&cfg, u.Hostname()); err != nil {

@@ -1275,12 +1275,12 @@ func TestConfigErrors(t *testing.T) {
 		{"http reads no TLS file", func(c *Config) {
 			c.URL, c.CAFile, c.CertFile, c.KeyFile = "http://127.0.0.1:9/leases", "/nonexistent/ca.pem", "/nonexistent/agent.crt", "/nonexistent/agent.key"
 		}, ""},
-		{"http remote", func(c *Config) { c.URL = "http://region:5240/MAAS/a/v3internal/leases" }, "plain http is allowed only to a loopback"},
+		{"http remote", func(c *Config) { c.URL = "http://region:5240/MAAS/a/v3internal/leases" }, "plain http is only allowed to a loopback"},
 		{"http 10/8", func(c *Config) { c.URL = "http://10.0.0.1/leases" }, "plain http"},
-		{"no url", func(c *Config) { c.URL = "" }, "url is empty"},
-		{"relative", func(c *Config) { c.URL = "/MAAS/a/v3internal/leases" }, "no host"},
-		{"ftp", func(c *Config) { c.URL = "ftp://region/leases" }, "is not https"},
-		{"credentials in url", func(c *Config) { c.URL = "https://u:p@region/leases" }, "carries credentials"},
+		{"no url", func(c *Config) { c.URL = "" }, "url: required"},
+		{"relative", func(c *Config) { c.URL = "/MAAS/a/v3internal/leases" }, "is not an absolute URL"},
+		{"ftp", func(c *Config) { c.URL = "ftp://region/leases" }, "scheme must be https"},
+		{"credentials in url", func(c *Config) { c.URL = "https://u:p@region/leases" }, "must not carry credentials"},
 		{"cert without key", func(c *Config) { c.KeyFile = "" }, "go together"},
 		{"no credentials", func(c *Config) { c.KeyFile, c.CertFile = "", "" }, "no credentials for the region: set cert_file and key_file (MAAS)"},
 		{"bad ca", func(c *Config) { c.CAFile = f.ClientKey }, "no PEM certificate"},
