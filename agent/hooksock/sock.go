@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -20,10 +21,37 @@ const soPeekOff = 42
 // socket (which outlives it under socket activation) for the next run;
 // the price is at most a duplicate of a batch stored but not yet consumed.
 // Without SO_PEEK_OFF reads consume at once and consume is a no-op.
+//
+// With SO_PEEK_OFF, next peeks at up to peekBatch datagrams with one
+// recvmmsg(2) and hands them out one by one: a system call costs more
+// than the datagram it reads.
 type sock struct {
 	conn *net.UnixConn
 	rc   syscall.RawConn
 	peek bool
+
+	// offMu orders the changes to the peek offset made here (skip,
+	// rewind: read it, set it) with consume's, which lowers it.
+	offMu sync.Mutex
+	ahead peeked // peeked by the last recvmmsg, not yet handed out
+}
+
+// Peeking in batches: peekBatch datagrams of up to peekSlot bytes each
+// per recvmmsg. A longer one (the hooks' are under 1 KiB) is read again
+// alone, whole, into the caller's buffer.
+const (
+	peekBatch = 32
+	peekSlot  = 2048
+)
+
+var oobSize = syscall.CmsgSpace(syscall.SizeofUcred)
+
+// peeked is a batch of datagrams peeked at by one recvmmsg.
+type peeked struct {
+	hdrs      [peekBatch]mmsghdr
+	iovs      [peekBatch]syscall.Iovec
+	bufs, oob []byte
+	n, next   int // datagrams in the batch; the next one to hand out
 }
 
 func newSock(conn *net.UnixConn) (*sock, error) {
@@ -49,54 +77,71 @@ var errNoData = errors.New("no datagram")
 // waiting at most wait (0: not at all). It returns errNoData when none
 // came; ctx ending stops the wait.
 func (s *sock) next(ctx context.Context, buf, oob []byte, wait time.Duration) (n, oobn, flags int, err error) {
+	if s.ahead.next < s.ahead.n {
+		n, oobn, flags = s.ahead.take(buf, oob)
+		return n, oobn, flags, nil
+	}
+	if ctx.Err() != nil {
+		return 0, 0, 0, errNoData
+	}
 	var deadline time.Time // none when not waiting: a passed one fails the read
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
 	}
+	if err := s.conn.SetReadDeadline(deadline); err != nil {
+		return 0, 0, 0, err
+	}
+	if !s.peek {
+		return s.recv(buf, oob, wait)
+	}
+	k, err := s.peekBatch(wait)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	// A datagram longer than its slot was read in slot-sized pieces, and
+	// so was what followed it: hand out what came before it, then read
+	// it again alone.
+	for i, h := range s.ahead.hdrs[:k] {
+		if h.len > peekSlot {
+			var back int
+			for _, h := range s.ahead.hdrs[i:k] {
+				back += min(int(h.len), peekSlot)
+			}
+			if err := s.moveOffset(-back); err != nil {
+				return 0, 0, 0, err
+			}
+			k = i
+			break
+		}
+	}
+	s.ahead.n, s.ahead.next = k, 0
+	if k == 0 {
+		return s.recv(buf, oob, 0)
+	}
+	n, oobn, flags = s.ahead.take(buf, oob)
+	return n, oobn, flags, nil
+}
+
+// recv reads one datagram into buf and oob (peeking, with SO_PEEK_OFF)
+// and waits for one on the poller up to the deadline set when wait > 0.
+func (s *sock) recv(buf, oob []byte, wait time.Duration) (n, oobn, flags int, err error) {
 	// MSG_TRUNC makes a datagram longer than buf report its real length.
 	flag := syscall.MSG_DONTWAIT | syscall.MSG_TRUNC
 	if s.peek {
 		flag |= syscall.MSG_PEEK
 	}
-	if ctx.Err() != nil {
-		return 0, 0, 0, errNoData
-	}
-	if err := s.conn.SetReadDeadline(deadline); err != nil {
-		return 0, 0, 0, err
-	}
-	// Nothing new to read: wait on the poller, even while datagrams
-	// peeked before are still queued (not yet stored). Go's poller is
-	// edge-triggered (epoll's EPOLLET), so it wakes the reader when a
-	// datagram arrives, not while the queue merely holds some: the reader
-	// goes on reading while the committer waits on the disk, and the next
-	// group holds everything that came meanwhile (TestReadsWhilePeekedPending).
 	var rerr error
-	err = s.rc.Read(func(fd uintptr) bool {
-		for {
-			n, oobn, flags, _, rerr = syscall.Recvmsg(int(fd), buf, oob, flag)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		return !(rerr == syscall.EAGAIN && wait > 0)
+	err = s.read(wait, func(fd int) error {
+		n, oobn, flags, _, rerr = syscall.Recvmsg(fd, buf, oob, flag)
+		return rerr
 	})
 	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return 0, 0, 0, errNoData
-		}
-		return 0, 0, 0, fmt.Errorf("hook socket: %w", err)
-	}
-	switch {
-	case rerr == syscall.EAGAIN:
-		return 0, 0, 0, errNoData
-	case rerr != nil:
-		return 0, 0, 0, fmt.Errorf("hook socket: %w", rerr)
+		return 0, 0, 0, err
 	}
 	if s.peek && n > len(buf) {
 		// A peek moves the offset by what it copied: skip the rest of
 		// the datagram, or the next peek returns it.
-		if err := s.skip(n - len(buf)); err != nil {
+		if err := s.moveOffset(n - len(buf)); err != nil {
 			return 0, 0, 0, err
 		}
 	}
@@ -106,8 +151,92 @@ func (s *sock) next(ctx context.Context, buf, oob []byte, wait time.Duration) (n
 	return n, oobn, flags, nil
 }
 
-// skip moves the peek offset k bytes further.
-func (s *sock) skip(k int) error {
+// peekBatch peeks at up to peekBatch datagrams into s.ahead and returns
+// how many; their lengths are the datagrams' own (MSG_TRUNC), which may
+// exceed peekSlot.
+func (s *sock) peekBatch(wait time.Duration) (int, error) {
+	a := &s.ahead
+	if a.bufs == nil {
+		a.bufs, a.oob = make([]byte, peekBatch*peekSlot), make([]byte, peekBatch*oobSize)
+		for i := range a.hdrs {
+			a.iovs[i] = syscall.Iovec{Base: &a.bufs[i*peekSlot]}
+			a.iovs[i].SetLen(peekSlot)
+			a.hdrs[i].hdr.Iov = &a.iovs[i]
+			a.hdrs[i].hdr.Iovlen = 1
+			a.hdrs[i].hdr.Control = &a.oob[i*oobSize]
+		}
+	}
+	for i := range a.hdrs {
+		a.hdrs[i].hdr.SetControllen(oobSize)
+		a.hdrs[i].hdr.Flags = 0
+	}
+	var k int
+	err := s.read(wait, func(fd int) error {
+		r, _, errno := syscall.Syscall6(syscall.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&a.hdrs[0])), peekBatch,
+			syscall.MSG_DONTWAIT|syscall.MSG_TRUNC|syscall.MSG_PEEK, 0, 0)
+		if errno != 0 {
+			return errno
+		}
+		k = int(r)
+		return nil
+	})
+	return k, err
+}
+
+// take hands out the next datagram of the batch, copied into buf and oob.
+func (a *peeked) take(buf, oob []byte) (n, oobn, flags int) {
+	h := &a.hdrs[a.next]
+	i := a.next
+	a.next++
+	n = copy(buf, a.bufs[i*peekSlot:i*peekSlot+int(h.len)])
+	oobn = copy(oob, a.oob[i*oobSize:i*oobSize+int(h.hdr.Controllen)])
+	flags = int(h.hdr.Flags)
+	if n < int(h.len) {
+		flags |= syscall.MSG_TRUNC
+	}
+	return n, oobn, flags
+}
+
+// read runs recv on the socket until it does not fail with EINTR, and
+// while it fails with EAGAIN, when wait > 0, waits on the poller for a
+// datagram, up to the deadline; errNoData when none came.
+//
+// It waits even while datagrams peeked before are still queued (not yet
+// stored): Go's poller is edge-triggered (epoll's EPOLLET), so it wakes
+// the reader when a datagram arrives, not while the queue merely holds
+// some. The reader thus goes on reading while the committer waits on the
+// disk, and the next group holds everything that came meanwhile
+// (TestReadsWhilePeekedPending).
+func (s *sock) read(wait time.Duration, recv func(fd int) error) error {
+	var rerr error
+	err := s.rc.Read(func(fd uintptr) bool {
+		for {
+			if rerr = recv(int(fd)); rerr != syscall.EINTR {
+				break
+			}
+		}
+		return !(rerr == syscall.EAGAIN && wait > 0)
+	})
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return errNoData
+		}
+		return fmt.Errorf("hook socket: %w", err)
+	}
+	switch {
+	case rerr == syscall.EAGAIN:
+		return errNoData
+	case rerr != nil:
+		return fmt.Errorf("hook socket: %w", rerr)
+	}
+	return nil
+}
+
+// moveOffset moves the peek offset k bytes (back when k < 0).
+func (s *sock) moveOffset(k int) error {
+	s.offMu.Lock()
+	defer s.offMu.Unlock()
 	var err error
 	cerr := s.rc.Control(func(fd uintptr) {
 		var off int
@@ -129,6 +258,8 @@ func (s *sock) consume(k int) error {
 	if !s.peek || k == 0 {
 		return nil
 	}
+	s.offMu.Lock()
+	defer s.offMu.Unlock()
 	var err error
 	cerr := s.rc.Control(func(fd uintptr) { err = drop(int(fd), k) })
 	if cerr != nil {
