@@ -139,6 +139,7 @@ func (k *rack) startDhcpd(rg [2]int, ns string) error {
 		k.leasesDir = filepath.Dir(k.d.LeasesPath())
 		return os.Chmod(k.leasesDir, 0o755) // a test's temporary dir is 0700
 	}
+	k.died()
 	err := k.d.Restart(k.conf(rg))
 	if err != nil && k.d.Pid() == 0 {
 		// Restart first reports a dhcpd that had died (killed), then
@@ -394,6 +395,7 @@ func (p *pair) inject(ctx context.Context, kind string) {
 		}
 		k.stopAgent(sig)
 		p.pmu.Lock()
+		k.died()
 		if p.intn(2) == 0 {
 			if pid := k.d.Pid(); pid > 0 {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -519,16 +521,21 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	var items []oracle.Item
 	for bi, b := range p.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp})
 		}
 	}
+	p.writeBatches()
 	var refused []oracle.Item
+	var deaths []time.Time
 	for _, k := range p.racks {
 		refused = append(refused, k.deadLetters()...)
+		k.deathMu.Lock()
+		deaths = append(deaths, k.deaths...)
+		k.deathMu.Unlock()
 	}
 	p.say("judging: %d region items; leases file generations: primary %d, secondary %d; the pair's merged truth %d",
 		len(items), len(files[0]), len(files[1]), len(merged))
-	rep := oracle.Check(oracle.Input{Generations: merged, Items: items, End: end, Refused: refused})
+	rep := oracle.Check(oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths})
 	var reqs []oracle.Request
 	for _, q := range p.stub.Requests() {
 		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
