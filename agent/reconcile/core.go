@@ -37,6 +37,14 @@ type Lease struct {
 	Hostname string       `json:"hostname,omitempty"`
 	Starts   int64        `json:"starts"`
 	Ends     int64        `json:"ends"` // Unix seconds; math.MaxInt64 for never
+	// Acked: an IPv4 block whose cltt is its start — this server acked
+	// the client then. dhcpd sets both to the same time in ack_lease
+	// (server/dhcp.c); a partner's binding update sets neither cltt nor
+	// a new one (server/failover.c, dhcp_failover_process_bind_update
+	// takes starts and ends from the update and keeps the lease's own
+	// cltt, if any). In a failover pair it tells this side's acks from
+	// the peer's (failover.go, recordTold).
+	Acked bool `json:"acked,omitempty"`
 }
 
 // Told is what the region has been told (queued for it) about an address.
@@ -67,6 +75,13 @@ type Told struct {
 	// otherwise: what the agent knows of a lease the file never showed
 	// it (Snapshot).
 	Ends int64 `json:"ends,omitempty"`
+	// OwnAt and OwnAtNS are the time (as At and AtNS) of the last event
+	// this agent queued for the address, kept when the file's blocks
+	// are recorded over it: in a failover pair a hook event no newer
+	// than that is a repeat (a spool or socket replayed after a crash),
+	// never this side's backlog (failover.go, ownBacklog).
+	OwnAt   int64 `json:"own_at,omitempty"`
+	OwnAtNS int64 `json:"own_at_ns,omitempty"`
 }
 
 // Pending is a synthesised event waiting for its time.
@@ -229,6 +244,7 @@ func leaseOf(l *parser.Lease, now parser.Time) Lease {
 		Hostname: event.CleanHostname(l.ClientHostname),
 		Starts:   int64(l.Starts),
 		Ends:     int64(l.Ends),
+		Acked:    l.Family == parser.IPv4 && l.Starts.IsSet() && l.Cltt == l.Starts,
 	}
 	if l.Family == parser.IPv6 && l.IA != nil {
 		if !l.Starts.IsSet() {
@@ -300,8 +316,17 @@ func satisfied(t Told, ok bool, ev event.Event) bool {
 // reason): the region has been told it.
 func (s *State) Hook(ev event.Event) {
 	t := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)}
+	t.OwnAt, t.OwnAtNS = t.At, t.AtNS
 	if ev.Action == event.Commit && ev.LeaseTime > 0 && ev.Source != event.SourceFile {
 		t.Ends = ev.Timestamp + ev.LeaseTime
+	}
+	if prev, ok := s.Told[ev.IP]; ok && s.Pair.InPair() && prev.Recorded && prev.after(ev) {
+		// This side's backlog, sent ahead of its own later news that
+		// the file already recorded (ownBacklog): the record stays the
+		// latest news, and the hook of that news, queued behind ev,
+		// tells it.
+		prev.OwnAt, prev.OwnAtNS = t.OwnAt, t.OwnAtNS
+		t = prev
 	}
 	s.setTold(ev.IP, t)
 	if ev.Action == event.Commit && ev.Source != event.SourceFile {
@@ -377,8 +402,11 @@ func (s *State) Superseded(ev event.Event) bool {
 	if !ok {
 		return false
 	}
-	if t.after(ev) || s.pairRepeat(t, ev) {
+	if s.pairRepeat(t, ev) {
 		return true
+	}
+	if t.after(ev) {
+		return !s.ownBacklog(t, ev)
 	}
 	return ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp
 }
@@ -416,7 +444,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			s.dropPending(ip, ReasonVanished)
 		}
 		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
-			s.setTold(ip, s.recordTold(t, told, ev))
+			s.setTold(ip, s.recordTold(t, told, ev, l.Acked))
 		}
 		return
 	}

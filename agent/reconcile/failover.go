@@ -305,8 +305,16 @@ func (s *State) ownAck(ev event.Event) {
 // not report (the peer acked it last), or an end while the partner was
 // the pair's speaker (partner state partner-down, or this side
 // recovering). The last acker's hook is the one that tells.
-func (s *State) recordTold(t Told, told bool, ev event.Event) Told {
+//
+// acked is the block's own word that this server acked it (Lease.Acked:
+// its cltt is its start), which holds whether or not the hook's commit
+// has come yet — an agent that restarted reads the file before the hook
+// events queued while it was down.
+func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 	out := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, Recorded: true}
+	if told {
+		out.OwnAt, out.OwnAtNS = t.OwnAt, t.OwnAtNS
+	}
 	if !s.Pair.InPair() {
 		return out
 	}
@@ -314,12 +322,42 @@ func (s *State) recordTold(t Told, told bool, ev event.Event) Told {
 	case ev.Action == event.Commit:
 		// This side's own ack is reported by its hook (before or after
 		// dhcpd writes the block): the same MAC, at the block's start.
-		own := told && t.Action == event.Commit && t.MAC == ev.MAC && !t.Recorded && t.At >= ev.Timestamp-commitSlack
+		own := acked || told && t.Action == event.Commit && t.MAC == ev.MAC && !t.Recorded && t.At >= ev.Timestamp-commitSlack
 		out.PeerOwns = !own
 	default:
 		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || s.Pair.partnerSpoke()
 	}
 	return out
+}
+
+// ownBacklog reports whether ev, a hook event of this side older than
+// t, what the file recorded as told, is news all the same: this side's
+// backlog. The file's later block is this side's own news (t.PeerOwns
+// is false: this server acked the lease it shows, or the end of one it
+// acked), whose hook comes after ev — dhcpd runs its hooks in order, and
+// the agent drains them in order. That happens when the agent reads the
+// file before hook events queued for it (it was down: the socket's
+// backlog and the spool are judged after its first read of the file, to
+// see dhcpd's failover state first), and when the file's reader simply
+// got ahead of the socket. Dropped as older, ev's lease life would
+// never reach the region: nobody else reports this side's work. (The
+// peer's news is never this side's backlog: the peer's agent may have
+// told it already, and ev after it would take the region back.) A hook
+// event no newer than what this agent itself last queued for the
+// address (Told.OwnAt) is a replay (a spool or socket read again after a
+// crash), not backlog.
+func (s *State) ownBacklog(t Told, ev event.Event) bool {
+	if !s.Pair.InPair() || s.Pair.Survivor() || !t.Recorded || t.PeerOwns {
+		return false
+	}
+	if ev.Source != event.SourceHook && ev.Source != event.SourceSpool {
+		return false
+	}
+	if ev.Timestamp != t.OwnAt {
+		return ev.Timestamp > t.OwnAt
+	}
+	ns := fineTime(ev)
+	return t.OwnAtNS != 0 && ns != 0 && ns > t.OwnAtNS
 }
 
 // Recovering reports whether dhcpd is catching up with its partner after

@@ -294,7 +294,7 @@ func TestPairSameMACRule(t *testing.T) {
 		queued   []event.Event // events queued before (hooks, synthesised)
 		after    string        // blocks dhcpd wrote after those
 		then     *Pair         // the pair's states when the hook comes, if they changed
-		pre      []event.Event // hook events judged (Superseded) before the hook, and dropped
+		pre      []event.Event // hook events judged (Superseded) and passed (Hook) before the hook
 		hook     event.Event
 		drop     bool
 	}{{
@@ -360,7 +360,8 @@ func TestPairSameMACRule(t *testing.T) {
 	}, {
 		// An agent that restarted reads the file before the hook events
 		// queued while it was down: its own ack's commit comes after the
-		// blocks (and is dropped as older), its release after that.
+		// blocks, older than the release recorded, and is this side's
+		// backlog (TestPairBacklog); its release after that.
 		name:     "restarted agent: the file's commit and release first, then this side's hooks for them: its release",
 		pair:     primary,
 		appended: block(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+300),
@@ -413,13 +414,108 @@ func TestPairSameMACRule(t *testing.T) {
 				s.Pair = *tc.then
 			}
 			for _, ev := range tc.pre {
-				if !s.Superseded(ev) {
-					t.Fatalf("Superseded(%s %s) = false, want the older commit dropped", ev.Action, ev.MAC)
+				if s.Superseded(ev) {
+					t.Fatalf("Superseded(%s %s) = true, want this side's backlog passed", ev.Action, ev.MAC)
 				}
+				s.Hook(ev)
 			}
 			if got := s.Superseded(tc.hook); got != tc.drop {
 				tr := s.Told[netip.MustParseAddr(ip1)]
 				t.Errorf("Superseded(%s %s %s) = %t, want %t (told %+v)", tc.hook.Action, tc.hook.MAC, tc.hook.IP, got, tc.drop, tr)
+			}
+		})
+	}
+}
+
+// ackedBlock writes a lease block as the server that acked it does: its
+// cltt is its start (a partner's binding update has none, or an older
+// one).
+func ackedBlock(ip, state, mac string, starts, ends int64) string {
+	return strings.Replace(block(ip, state, mac, starts, ends), "  binding state", "  cltt "+date(starts)+";\n  binding state", 1)
+}
+
+// TestPairBacklog: an agent that was down (or whose file reader got
+// ahead of its socket) reads what its dhcpd wrote before the hook events
+// queued for it meanwhile. The file's later blocks are recorded as told;
+// the queued hooks of this side's own work are older than them, and are
+// the only report of that work the region can get: they must pass, in
+// order. Hook events older than the peer's news, and replays of what
+// this agent already queued, are still dropped. (make chaos PAIR=1, seed
+// 14: the primary rack's queued commit of a lease released a second
+// later, lost.)
+func TestPairBacklog(t *testing.T) {
+	primary := Pair{Peer: "fo", Role: RolePrimary, MyState: "normal", PartnerState: "normal"}
+	secondary := Pair{Peer: "fo", Role: RoleSecondary, MyState: "normal", PartnerState: "normal"}
+	for _, tc := range []struct {
+		name   string
+		pair   Pair
+		before []event.Event // queued and accepted before the agent went down
+		file   string        // what dhcpd wrote meanwhile, read first
+		queued []event.Event // the hook events queued meanwhile, in order
+		want   []string      // those that pass
+	}{{
+		name:   "this side's commit and the client's release of it (the released block's start is the commit)",
+		pair:   primary,
+		file:   ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+201),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201)},
+		want:   []string{"commit +200", "release +201"},
+	}, {
+		name: "a commit, its release, a new commit: the file's last block is this side's ack (cltt)",
+		pair: secondary,
+		file: ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+201) +
+			ackedBlock(ip1, "active", macA, t0+230, t0+730),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201), hook(event.Commit, ip1, macA, t0+230)},
+		want:   []string{"commit +200", "release +201", "commit +230"},
+	}, {
+		name:   "an earlier lease's expiry, then this side's ack of the address to another client",
+		pair:   primary,
+		before: []event.Event{hook(event.Commit, ip1, macA, t0+100)},
+		file:   block(ip1, "free", macA, t0+100, t0+150) + ackedBlock(ip1, "active", macB, t0+160, t0+660),
+		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+150), hook(event.Commit, ip1, macB, t0+160)},
+		want:   []string{"expiry +150", "commit +160"},
+	}, {
+		name:   "the peer renewed the lease after this side's commit (no cltt: a binding update): the commit is older news",
+		pair:   primary,
+		file:   ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "active", macA, t0+300, t0+800),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		want:   nil,
+	}, {
+		name:   "the peer acked the address to another client after this side's lease ended",
+		pair:   secondary,
+		before: []event.Event{hook(event.Commit, ip1, macA, t0+100)},
+		file:   block(ip1, "free", macA, t0+100, t0+150) + block(ip1, "active", macB, t0+160, t0+660),
+		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+150)},
+		want:   nil,
+	}, {
+		name:   "a replay of what this agent queued before (the socket read again after a crash), older than its own later ack",
+		pair:   primary,
+		before: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201)},
+		file:   ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+201) + ackedBlock(ip1, "active", macA, t0+230, t0+730),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201), hook(event.Commit, ip1, macA, t0+230)},
+		want:   []string{"commit +230"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.Pair = tc.pair
+			tab, _ := table(t, block(ip2, "active", macB, t0-100, t0+5000))
+			s.Snapshot(tab, true, t0)
+			for _, ev := range tc.before {
+				s.Hook(ev)
+			}
+			s.Appended(blocks(t, tc.file), t0+300)
+			var got []string
+			for _, ev := range tc.queued {
+				if s.Superseded(ev) {
+					continue
+				}
+				s.Hook(ev)
+				got = append(got, fmt.Sprintf("%s %+d", ev.Action, ev.Timestamp-t0))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("hook events passed (-want +got):\n%s", diff)
+			}
+			if evs := s.Due(t0 + 1000); len(evs) > 0 {
+				t.Errorf("Due synthesised %d events, want none (outside partner-down the file only records)", len(evs))
 			}
 		})
 	}

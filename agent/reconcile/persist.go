@@ -275,9 +275,22 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 var errShortRecord = errors.New("short record")
 
 // encodeLease: version, state, family, starts, ends (varints), MAC and
-// hostname (length-prefixed).
+// hostname (length-prefixed). Version 1 ends there, or with the DUID;
+// version 2, written only for a block this server acked (Lease.Acked),
+// has the DUID (empty or not) and a flags byte after it: 1 Acked. An
+// older agent refuses a version 2 record (errShortRecord) and goes on
+// without it.
 func encodeLease(l Lease) []byte {
-	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+3+len(l.MAC)+len(l.Hostname)+len(l.DUID))
+	b := make([]byte, 0, 4+2*binary.MaxVarintLen64+3+len(l.MAC)+len(l.Hostname)+len(l.DUID))
+	if l.Acked {
+		b = append(b, 2, byte(l.State), familyByte(l.Family))
+		b = binary.AppendVarint(b, l.Starts)
+		b = binary.AppendVarint(b, l.Ends)
+		b = appendString(b, l.MAC)
+		b = appendString(b, l.Hostname)
+		b = appendString(b, l.DUID)
+		return append(b, 1)
+	}
 	b = append(b, 1, byte(l.State), familyByte(l.Family))
 	b = binary.AppendVarint(b, l.Starts)
 	b = binary.AppendVarint(b, l.Ends)
@@ -293,14 +306,22 @@ func encodeLease(l Lease) []byte {
 
 func decodeLease(b []byte) (Lease, error) {
 	var l Lease
-	if len(b) < 3 || b[0] != 1 {
+	if len(b) < 3 || (b[0] != 1 && b[0] != 2) {
 		return l, errShortRecord
 	}
 	l.State, l.Family = parser.State(b[1]), familyName(b[2])
 	r := reader{b: b[3:]}
 	l.Starts, l.Ends = r.varint(), r.varint()
 	l.MAC, l.Hostname = r.str(), r.str()
-	if r.err == nil && len(r.b) > 0 {
+	switch {
+	case r.err != nil:
+	case b[0] == 2:
+		l.DUID = r.str()
+		if r.err == nil && (len(r.b) != 1 || r.b[0] != 1) {
+			r.err = errShortRecord
+		}
+		l.Acked = true
+	case len(r.b) > 0:
 		l.DUID = r.str()
 	}
 	return l, r.err
@@ -311,11 +332,15 @@ func decodeLease(b []byte) (Lease, error) {
 // agent wrote them): 1 Recorded, 2 PeerOwns. Version 2, written only when
 // AtNS is set, has the flags byte and AtNS (varint) after the MAC. An
 // older agent refuses a version 2 record, or one with a flag it does not
-// know (errShortRecord), and goes on without it.
+// know (errShortRecord), and goes on without it. Flag 4 has Ends
+// (varint) follow AtNS; flag 8 has OwnAt (varint, as At minus OwnAt) and
+// OwnAtNS (varint) follow, written only when they differ from At and
+// AtNS, which they are when absent.
 func encodeTold(t Told) []byte {
-	b := make([]byte, 0, 3+2*binary.MaxVarintLen64+2+len(t.MAC))
+	b := make([]byte, 0, 3+4*binary.MaxVarintLen64+2+len(t.MAC))
+	own := t.OwnAt != t.At || t.OwnAtNS != t.AtNS
 	version := byte(1)
-	if t.AtNS != 0 || t.Ends != 0 {
+	if t.AtNS != 0 || t.Ends != 0 || own {
 		version = 2
 	}
 	b = append(b, version, actionByte(t.Action))
@@ -333,10 +358,17 @@ func encodeTold(t Told) []byte {
 		if t.Ends != 0 {
 			flags |= 4
 		}
+		if own {
+			flags |= 8
+		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, t.AtNS)
 		if t.Ends != 0 {
 			b = binary.AppendVarint(b, t.Ends)
+		}
+		if own {
+			b = binary.AppendVarint(b, t.At-t.OwnAt)
+			b = binary.AppendVarint(b, t.OwnAtNS)
 		}
 	case flags != 0:
 		b = append(b, flags)
@@ -358,7 +390,7 @@ func decodeTold(b []byte) (Told, error) {
 	switch {
 	case r.err != nil:
 	case b[0] == 2:
-		if len(r.b) < 1 || r.b[0]&^7 != 0 {
+		if len(r.b) < 1 || r.b[0]&^15 != 0 {
 			return t, errShortRecord
 		}
 		flags := r.b[0]
@@ -370,6 +402,11 @@ func decodeTold(b []byte) (Told, error) {
 				r.err = errShortRecord
 			}
 		}
+		t.OwnAt, t.OwnAtNS = t.At, t.AtNS
+		if flags&8 != 0 {
+			t.OwnAt = t.At - r.varint()
+			t.OwnAtNS = r.varint()
+		}
 		if r.err == nil && len(r.b) > 0 {
 			r.err = errShortRecord
 		}
@@ -378,6 +415,9 @@ func decodeTold(b []byte) (Told, error) {
 			r.err = errShortRecord
 		}
 		t.Recorded, t.PeerOwns = r.b[0]&1 != 0, r.b[0]&2 != 0
+	}
+	if b[0] == 1 {
+		t.OwnAt = t.At
 	}
 	return t, r.err
 }
