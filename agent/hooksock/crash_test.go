@@ -108,6 +108,7 @@ func TestKill9NoLoss(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	var seen map[int64]int
+	var firsts []int64 // each event's first copy, in queue order
 	for {
 		time.Sleep(500 * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
@@ -121,9 +122,12 @@ func TestKill9NoLoss(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen = map[int64]int{}
+		seen, firsts = map[int64]int{}, firsts[:0]
 		for _, e := range q {
-			seen[e.Event.Timestamp-1795000000]++
+			i := e.Event.Timestamp - 1795000000
+			if seen[i]++; seen[i] == 1 {
+				firsts = append(firsts, i)
+			}
 		}
 		if len(seen) == total || time.Now().After(deadline) {
 			break
@@ -143,5 +147,12 @@ func TestKill9NoLoss(t *testing.T) {
 	t.Logf("%d events through 9 SIGKILLs: %d duplicates", total, dups)
 	if len(missing) > 0 {
 		t.Fatalf("%d events lost, e.g. %v", len(missing), missing[:min(10, len(missing))])
+	}
+	// One sender: the first copies are in the order sent (a duplicate is
+	// a batch stored again after a crash, behind what followed it).
+	for k := 1; k < len(firsts); k++ {
+		if firsts[k] < firsts[k-1] {
+			t.Fatalf("event %d stored before event %d, sent after it", firsts[k-1], firsts[k])
+		}
 	}
 }
