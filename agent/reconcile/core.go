@@ -79,7 +79,8 @@ type Told struct {
 	// this agent queued for the address, kept when the file's blocks
 	// are recorded over it: in a failover pair a hook event no newer
 	// than that is a repeat (a spool or socket replayed after a crash),
-	// never this side's backlog (failover.go, ownBacklog).
+	// never this side's backlog (failover.go, ownBacklog). Both 0: At
+	// and AtNS themselves; OwnAt -1: nothing queued by this agent.
 	OwnAt   int64 `json:"own_at,omitempty"`
 	OwnAtNS int64 `json:"own_at_ns,omitempty"`
 }
@@ -316,7 +317,6 @@ func satisfied(t Told, ok bool, ev event.Event) bool {
 // reason): the region has been told it.
 func (s *State) Hook(ev event.Event) {
 	t := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)}
-	t.OwnAt, t.OwnAtNS = t.At, t.AtNS
 	if ev.Action == event.Commit && ev.LeaseTime > 0 && ev.Source != event.SourceFile {
 		t.Ends = ev.Timestamp + ev.LeaseTime
 	}
@@ -325,7 +325,7 @@ func (s *State) Hook(ev event.Event) {
 		// the file already recorded (ownBacklog): the record stays the
 		// latest news, and the hook of that news, queued behind ev,
 		// tells it.
-		prev.OwnAt, prev.OwnAtNS = t.OwnAt, t.OwnAtNS
+		prev.OwnAt, prev.OwnAtNS = t.At, t.AtNS
 		t = prev
 	}
 	s.setTold(ev.IP, t)

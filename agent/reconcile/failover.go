@@ -312,8 +312,16 @@ func (s *State) ownAck(ev event.Event) {
 // events queued while it was down.
 func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 	out := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, Recorded: true}
-	if told {
+	switch {
+	case !told:
+		out.OwnAt = -1
+	case t.OwnAt == 0 && t.OwnAtNS == 0:
+		out.OwnAt, out.OwnAtNS = t.At, t.AtNS
+	default:
 		out.OwnAt, out.OwnAtNS = t.OwnAt, t.OwnAtNS
+	}
+	if out.OwnAt == out.At && out.OwnAtNS == out.AtNS {
+		out.OwnAt, out.OwnAtNS = 0, 0
 	}
 	if !s.Pair.InPair() {
 		return out
@@ -353,11 +361,15 @@ func (s *State) ownBacklog(t Told, ev event.Event) bool {
 	if ev.Source != event.SourceHook && ev.Source != event.SourceSpool {
 		return false
 	}
-	if ev.Timestamp != t.OwnAt {
-		return ev.Timestamp > t.OwnAt
+	at, atNS := t.OwnAt, t.OwnAtNS
+	if at == 0 && atNS == 0 {
+		at, atNS = t.At, t.AtNS
+	}
+	if ev.Timestamp != at {
+		return ev.Timestamp > at
 	}
 	ns := fineTime(ev)
-	return t.OwnAtNS != 0 && ns != 0 && ns > t.OwnAtNS
+	return atNS != 0 && ns != 0 && ns > atNS
 }
 
 // Recovering reports whether dhcpd is catching up with its partner after

@@ -334,11 +334,11 @@ func decodeLease(b []byte) (Lease, error) {
 // older agent refuses a version 2 record, or one with a flag it does not
 // know (errShortRecord), and goes on without it. Flag 4 has Ends
 // (varint) follow AtNS; flag 8 has OwnAt (varint, as At minus OwnAt) and
-// OwnAtNS (varint) follow, written only when they differ from At and
-// AtNS, which they are when absent.
+// OwnAtNS (varint) follow, written only when set (Told: both 0 means
+// At and AtNS themselves).
 func encodeTold(t Told) []byte {
 	b := make([]byte, 0, 3+4*binary.MaxVarintLen64+2+len(t.MAC))
-	own := t.OwnAt != t.At || t.OwnAtNS != t.AtNS
+	own := t.OwnAt != 0 || t.OwnAtNS != 0
 	version := byte(1)
 	if t.AtNS != 0 || t.Ends != 0 || own {
 		version = 2
@@ -402,7 +402,6 @@ func decodeTold(b []byte) (Told, error) {
 				r.err = errShortRecord
 			}
 		}
-		t.OwnAt, t.OwnAtNS = t.At, t.AtNS
 		if flags&8 != 0 {
 			t.OwnAt = t.At - r.varint()
 			t.OwnAtNS = r.varint()
@@ -415,9 +414,6 @@ func decodeTold(b []byte) (Told, error) {
 			r.err = errShortRecord
 		}
 		t.Recorded, t.PeerOwns = r.b[0]&1 != 0, r.b[0]&2 != 0
-	}
-	if b[0] == 1 {
-		t.OwnAt = t.At
 	}
 	return t, r.err
 }
