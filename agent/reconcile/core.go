@@ -156,9 +156,10 @@ type State struct {
 	Unknown bool `json:"-"`
 
 	// dirty are the addresses whose File, Told or Pending entry changed
-	// since TakeDirty; metaDirty is Baselined or Pair changing. They let the
-	// caller persist per address, not the whole state per change.
-	dirty     map[netip.Addr]struct{}
+	// since TakeDirty, and which of them; metaDirty is Baselined or Pair
+	// changing. They let the caller persist per entry, not the whole
+	// state per change.
+	dirty     map[netip.Addr]Changed
 	metaDirty bool
 	// ends orders the active leases by end, for rule 3 without a scan of
 	// File on every Due; built on first use, entries checked when popped.
@@ -178,17 +179,30 @@ func NewState(grace int64) *State {
 	}
 }
 
-// touch marks ip's entries as changed.
-func (s *State) touch(ip netip.Addr) {
+// Changed says which of an address's entries changed.
+type Changed uint8
+
+const (
+	ChangedFile Changed = 1 << iota
+	ChangedTold
+	ChangedPending
+	ChangedAll = ChangedFile | ChangedTold | ChangedPending
+)
+
+// touch marks all of ip's entries as changed.
+func (s *State) touch(ip netip.Addr) { s.mark(ip, ChangedAll) }
+
+// mark marks ip's entries c as changed.
+func (s *State) mark(ip netip.Addr, c Changed) {
 	if s.dirty == nil {
-		s.dirty = map[netip.Addr]struct{}{}
+		s.dirty = map[netip.Addr]Changed{}
 	}
-	s.dirty[ip] = struct{}{}
+	s.dirty[ip] |= c
 }
 
 // Dirty says what changed since the last TakeDirty.
 type Dirty struct {
-	IPs  map[netip.Addr]struct{}
+	IPs  map[netip.Addr]Changed
 	Meta bool // Baselined, Pair
 }
 
@@ -208,8 +222,8 @@ func (s *State) MarkMeta() { s.metaDirty = true }
 
 // MarkDirty adds d back to what changed (a failed write).
 func (s *State) MarkDirty(d Dirty) {
-	for ip := range d.IPs {
-		s.touch(ip)
+	for ip, c := range d.IPs {
+		s.mark(ip, c)
 	}
 	s.metaDirty = s.metaDirty || d.Meta
 }
@@ -220,7 +234,7 @@ func (s *State) setFile(ip netip.Addr, l Lease) {
 		return
 	}
 	s.File[ip] = l
-	s.touch(ip)
+	s.mark(ip, ChangedFile)
 	if s.indexed && l.State == parser.StateActive && l.Ends != int64(parser.Never) {
 		heap.Push(&s.ends, endsEntry{ends: l.Ends, ip: ip})
 	}
@@ -231,7 +245,7 @@ func (s *State) setTold(ip netip.Addr, t Told) {
 		return
 	}
 	s.Told[ip] = t
-	s.touch(ip)
+	s.mark(ip, ChangedTold)
 }
 
 // leaseOf reduces a parsed block to what the reconciler keeps. An IPv6
@@ -482,7 +496,7 @@ func (s *State) dropPending(ip netip.Addr, reason string) {
 	if len(keep) == len(q) {
 		return
 	}
-	s.touch(ip)
+	s.mark(ip, ChangedPending)
 	if len(keep) == 0 {
 		delete(s.Pending, ip)
 	} else {
@@ -503,7 +517,7 @@ func (s *State) schedule(ip netip.Addr, p Pending) {
 		}
 	}
 	s.Pending[ip] = append(q, p)
-	s.touch(ip)
+	s.mark(ip, ChangedPending)
 }
 
 // Snapshot reconciles a whole file read after a rewrite (or at start).
@@ -665,7 +679,7 @@ func (s *State) Due(now int64) []event.Event {
 			t, told = Told{Action: q[i].Event.Action, MAC: q[i].Event.MAC, At: q[i].Event.Timestamp}, true
 		}
 		if i > 0 {
-			s.touch(ip)
+			s.mark(ip, ChangedPending)
 		}
 		if i == len(q) {
 			delete(s.Pending, ip)

@@ -28,10 +28,11 @@ import (
 //	reconcile/told/IP    the last event queued for the IP (encodeTold)
 //	reconcile/pending/IP JSON []Pending: synthesised events waiting
 //
-// IP keys are the address's 4 or 16 bytes. Only the addresses that
-// changed are written (State.TakeDirty), so a commit costs what changed,
-// not the table: a file of 100 000 leases is written in full once, at the
-// baseline.
+// IP keys are the address's 4 or 16 bytes. Only the entries that
+// changed are written (State.TakeDirty: which of an address's file, told
+// and pending records), so a commit costs what changed, not the table: a
+// file of 100 000 leases is written in full once, at the baseline, and a
+// hook event writes its address's told record alone.
 const bucketName = "reconcile"
 
 var (
@@ -113,22 +114,34 @@ type record struct {
 // position when pos is not nil.
 func records(s *State, d Dirty, pos *Position) ([]record, error) {
 	recs := make([]record, 0, 3*len(d.IPs)+2)
-	for ip := range d.IPs {
+	for ip, c := range d.IPs {
 		key := ip.AsSlice()
-		var f, t, p []byte
-		if l, ok := s.File[ip]; ok {
-			f = encodeLease(l)
-		}
-		if x, ok := s.Told[ip]; ok {
-			t = encodeTold(x)
-		}
-		if q := s.Pending[ip]; len(q) > 0 {
-			var err error
-			if p, err = json.Marshal(q); err != nil {
-				return nil, fmt.Errorf("pending %s: %w", ip, err)
+		// Only the entries that changed: a hook event changes the
+		// address's Told alone, and its block stays as it was.
+		if c&ChangedFile != 0 {
+			var f []byte
+			if l, ok := s.File[ip]; ok {
+				f = encodeLease(l)
 			}
+			recs = append(recs, record{subFile, key, f})
 		}
-		recs = append(recs, record{subFile, key, f}, record{subTold, key, t}, record{subPending, key, p})
+		if c&ChangedTold != 0 {
+			var t []byte
+			if x, ok := s.Told[ip]; ok {
+				t = encodeTold(x)
+			}
+			recs = append(recs, record{subTold, key, t})
+		}
+		if c&ChangedPending != 0 {
+			var p []byte
+			if q := s.Pending[ip]; len(q) > 0 {
+				var err error
+				if p, err = json.Marshal(q); err != nil {
+					return nil, fmt.Errorf("pending %s: %w", ip, err)
+				}
+			}
+			recs = append(recs, record{subPending, key, p})
+		}
 	}
 	// bbolt inserts into a node's sorted slice and splits nodes only at
 	// commit: keys in random order cost a memmove of the node each, which

@@ -1,11 +1,18 @@
 package reconcile
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
@@ -81,54 +88,67 @@ func TestRecordCodecs(t *testing.T) {
 // TestPersistRoundTrip writes a state built by the rules through the
 // outbox and loads it back, incrementally: each commit writes only what
 // changed, and the loaded state equals the one in memory.
+// persisted is a State and what the store holds of it: commit writes
+// what changed (records, write) as the reconciler does, check loads the
+// store and compares.
+type persisted struct {
+	t     *testing.T
+	store *outbox.Store
+	s     *State
+}
+
+func (p persisted) commit(pos *Position) {
+	p.t.Helper()
+	recs, err := records(p.s, p.s.TakeDirty(), pos)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.store.Update(context.Background(), bucketName, func(b *bbolt.Bucket) ([]event.Event, error) { return nil, write(b, recs) }); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p persisted) check(wantPos *Position) {
+	t, s := p.t, p.s
+	t.Helper()
+	var got *State
+	var gotPos *Position
+	err := p.store.View(bucketName, func(b *bbolt.Bucket) error {
+		var bad int
+		var err error
+		got, gotPos, bad, err = load(b, grace)
+		if bad > 0 {
+			t.Errorf("%d bad records", bad)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(s.File, got.File); diff != "" {
+		t.Errorf("File (-memory +loaded):\n%s", diff)
+	}
+	if diff := cmp.Diff(s.Told, got.Told); diff != "" {
+		t.Errorf("Told (-memory +loaded):\n%s", diff)
+	}
+	if diff := cmp.Diff(s.Pending, got.Pending, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("Pending (-memory +loaded):\n%s", diff)
+	}
+	if got.Baselined != s.Baselined {
+		t.Errorf("Baselined %t, want %t", got.Baselined, s.Baselined)
+	}
+	if diff := cmp.Diff(wantPos, gotPos); diff != "" {
+		t.Errorf("position (-want +got):\n%s", diff)
+	}
+}
+
 func TestPersistRoundTrip(t *testing.T) {
 	store := openStore(t, t.TempDir())
 	defer store.Close()
-	ctx := context.Background()
 	s := NewState(grace)
 	pos := &Position{Dev: 1, Ino: 2, Offset: 300, HeadLen: 300, Head: 7, TailLen: 300, Tail: 7}
-	commit := func(pos *Position) {
-		t.Helper()
-		recs, err := records(s, s.TakeDirty(), pos)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Update(ctx, bucketName, func(b *bbolt.Bucket) ([]event.Event, error) { return nil, write(b, recs) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	check := func(wantPos *Position) {
-		t.Helper()
-		var got *State
-		var gotPos *Position
-		err := store.View(bucketName, func(b *bbolt.Bucket) error {
-			var bad int
-			var err error
-			got, gotPos, bad, err = load(b, grace)
-			if bad > 0 {
-				t.Errorf("%d bad records", bad)
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(s.File, got.File); diff != "" {
-			t.Errorf("File (-memory +loaded):\n%s", diff)
-		}
-		if diff := cmp.Diff(s.Told, got.Told); diff != "" {
-			t.Errorf("Told (-memory +loaded):\n%s", diff)
-		}
-		if diff := cmp.Diff(s.Pending, got.Pending, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
-			t.Errorf("Pending (-memory +loaded):\n%s", diff)
-		}
-		if got.Baselined != s.Baselined {
-			t.Errorf("Baselined %t, want %t", got.Baselined, s.Baselined)
-		}
-		if diff := cmp.Diff(wantPos, gotPos); diff != "" {
-			t.Errorf("position (-want +got):\n%s", diff)
-		}
-	}
+	p := persisted{t, store, s}
+	commit, check := p.commit, p.check
 
 	check(nil) // nothing stored: an empty state
 	tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+500)+block(ip2, "active", macB, t0-100, t0+5000)+
@@ -160,8 +180,182 @@ func TestPersistRoundTrip(t *testing.T) {
 	}
 }
 
+// TestPersistRandom: whatever happens to the state (file snapshots and
+// appends, hook events, synthesised events told), a commit of only what
+// changed leaves on disk exactly what is in memory.
+func TestPersistRandom(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	defer store.Close()
+	s := NewState(grace)
+	p := persisted{t, store, s}
+	c := newChanges(t, s, 2026)
+	p.commit(nil)
+	p.check(nil)
+	for i := range 400 {
+		if !c.step() {
+			continue // several changes in one commit
+		}
+		p.commit(nil)
+		p.check(nil)
+		if t.Failed() {
+			t.Fatalf("after step %d", i)
+		}
+	}
+}
+
+// changes makes random changes to a state, the same for the same seed.
+type changes struct {
+	t   *testing.T
+	s   *State
+	rng *rand.Rand
+	now int64
+}
+
+// newChanges starts s with a baseline.
+func newChanges(t *testing.T, s *State, seed uint64) *changes {
+	c := &changes{t: t, s: s, rng: rand.New(rand.NewPCG(16, seed)), now: t0}
+	tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+500))
+	s.Snapshot(tab, true, t0)
+	return c
+}
+
+// step makes one change and says whether to commit after it.
+func (c *changes) step() bool {
+	t, s, rng := c.t, c.s, c.rng
+	ip := func() string { return fmt.Sprintf("203.0.113.%d", 10+rng.IntN(6)) }
+	mac := func() string { return []string{macA, macB}[rng.IntN(2)] }
+	state := func() string { return []string{"active", "active", "free", "expired", "released"}[rng.IntN(5)] }
+	c.now += int64(rng.IntN(40))
+	now := c.now
+	switch rng.IntN(5) {
+	case 0: // dhcpd's rewrite: a few addresses
+		var text string
+		for range rng.IntN(4) {
+			text += block(ip(), state(), mac(), now-100, now+int64(rng.IntN(200)))
+		}
+		tab, _ := table(t, text)
+		s.Snapshot(tab, true, now)
+	case 1, 2: // appended blocks
+		var text string
+		for range 1 + rng.IntN(3) {
+			text += block(ip(), state(), mac(), now-int64(rng.IntN(100)), now+int64(rng.IntN(200)))
+		}
+		s.Appended(blocks(t, text), now)
+	case 3: // a hook event
+		s.Hook(hook([]string{event.Commit, event.Expiry, event.Release}[rng.IntN(3)], ip(), mac(), now-int64(rng.IntN(5))))
+	case 4: // what is due is told
+		for _, ev := range s.Due(now) {
+			s.Hook(ev)
+		}
+	}
+	return rng.IntN(3) != 0
+}
+
+// TestPersistKill9Child is the writer of TestPersistKill9: it makes the
+// changes and commits them, printing the number of each commit once it
+// returned (on disk), until it is killed.
+func TestPersistKill9Child(t *testing.T) {
+	dir := os.Getenv("RECONCILE_KILL9_DIR")
+	if dir == "" {
+		t.Skip("run by TestPersistKill9")
+	}
+	store := openStore(t, dir)
+	s := NewState(grace)
+	p := persisted{t, store, s}
+	c := newChanges(t, s, kill9Seed)
+	p.commit(nil)
+	fmt.Println("committed 0")
+	for n := 1; ; {
+		if c.step() {
+			p.commit(nil)
+			fmt.Printf("committed %d\n", n)
+			n++
+		}
+	}
+}
+
+const kill9Seed = 99
+
+// TestPersistKill9: a writer killed (SIGKILL) at a random moment leaves
+// on disk the state of its last acknowledged commit, or of the one after
+// it (in flight when it died): nothing acknowledged is lost, nothing is
+// half written.
+func TestPersistKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	rng := rand.New(rand.NewPCG(7, 9))
+	for round := range 4 {
+		dir := t.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPersistKill9Child$")
+		cmd.Env = append(os.Environ(), "RECONCILE_KILL9_DIR="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		acked := make(chan int, 1)
+		go func() {
+			last := -1
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				var n int
+				if _, err := fmt.Sscanf(sc.Text(), "committed %d", &n); err == nil {
+					last = n
+				}
+			}
+			acked <- last
+		}()
+		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		last := <-acked
+		cmd.Wait()
+		if last < 1 {
+			t.Fatalf("round %d: the writer acknowledged %d commits before it was killed", round, last)
+		}
+
+		// The state on disk, and the states of commits last and last+1.
+		store := openStore(t, dir)
+		var got *State
+		err = store.View(bucketName, func(b *bbolt.Bucket) error {
+			var err error
+			got, _, _, err = load(b, grace)
+			return err
+		})
+		store.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := NewState(grace)
+		c := newChanges(t, s, kill9Seed)
+		var want []string
+		for n := 1; n <= last+1; {
+			if c.step() {
+				s.TakeDirty()
+				if n >= last {
+					want = append(want, stateText(s))
+				}
+				n++
+			}
+		}
+		if g := stateText(got); g != want[0] && g != want[1] {
+			t.Fatalf("round %d: killed after commit %d acknowledged; on disk:\n%s\nwant commit %d's:\n%s\nor commit %d's:\n%s",
+				round, last, g, last, want[0], last+1, want[1])
+		}
+		t.Logf("round %d: killed after commit %d acknowledged, on disk as committed", round, last)
+	}
+}
+
+// stateText is what a state persists, comparable.
+func stateText(s *State) string {
+	return fmt.Sprintf("file %v\ntold %v\npending %v", s.File, s.Told, s.Pending)
+}
+
 // TestPersistCost checks that a commit after one append writes one
-// address, not the table.
+// address, not the table, and that a hook event writes its address's
+// told record alone.
 func TestPersistCost(t *testing.T) {
 	s := NewState(grace)
 	var text string
@@ -170,12 +364,24 @@ func TestPersistCost(t *testing.T) {
 	}
 	tab, _ := table(t, text)
 	s.Snapshot(tab, true, t0)
-	if recs, _ := records(s, s.TakeDirty(), nil); len(recs) != 3*250+3 { // + baselined, sure mode, pair
+	// Each address's block and what it told; + baselined, sure mode, pair.
+	if recs, _ := records(s, s.TakeDirty(), nil); len(recs) != 2*250+3 {
 		t.Fatalf("baseline: %d records", len(recs))
 	}
 	s.Appended(blocks(t, block("203.0.113.7", "free", macA, t0-100, t0+20)), t0+20)
-	if recs, _ := records(s, s.TakeDirty(), nil); len(recs) != 3 {
-		t.Fatalf("one append: %d records, want 3 (file, told, pending of one address)", len(recs))
+	recs, _ := records(s, s.TakeDirty(), nil)
+	if len(recs) == 0 || len(recs) > 3 {
+		t.Fatalf("one append: %d records, want 1 to 3 (file, told, pending of one address)", len(recs))
+	}
+	for _, r := range recs {
+		if netip.AddrFrom4([4]byte(r.key)) != netip.MustParseAddr("203.0.113.7") {
+			t.Errorf("one append wrote %s's %s record", netip.AddrFrom4([4]byte(r.key)), r.sub)
+		}
+	}
+	s.Hook(hook(event.Commit, "203.0.113.9", macB, t0+30))
+	recs, _ = records(s, s.TakeDirty(), nil)
+	if len(recs) != 1 || string(recs[0].sub) != string(subTold) {
+		t.Fatalf("one hook event: %d records (%v), want its told record", len(recs), recs)
 	}
 }
 
