@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -113,45 +112,55 @@ type record struct {
 // records encodes what d says changed, from s's current content, plus the
 // position when pos is not nil.
 func records(s *State, d Dirty, pos *Position) ([]record, error) {
-	recs := make([]record, 0, 3*len(d.IPs)+2)
-	for ip, c := range d.IPs {
-		key := ip.AsSlice()
-		// Only the entries that changed: a hook event changes the
-		// address's Told alone, and its block stays as it was.
-		if c&ChangedFile != 0 {
-			var f []byte
-			if l, ok := s.File[ip]; ok {
-				f = encodeLease(l)
-			}
-			recs = append(recs, record{subFile, key, f})
-		}
-		if c&ChangedTold != 0 {
-			var t []byte
-			if x, ok := s.Told[ip]; ok {
-				t = encodeTold(x)
-			}
-			recs = append(recs, record{subTold, key, t})
-		}
-		if c&ChangedPending != 0 {
-			var p []byte
-			if q := s.Pending[ip]; len(q) > 0 {
-				var err error
-				if p, err = json.Marshal(q); err != nil {
-					return nil, fmt.Errorf("pending %s: %w", ip, err)
-				}
-			}
-			recs = append(recs, record{subPending, key, p})
-		}
-	}
 	// bbolt inserts into a node's sorted slice and splits nodes only at
 	// commit: keys in random order cost a memmove of the node each, which
-	// is quadratic for a large first write. In key order they append.
-	slices.SortFunc(recs, func(a, b record) int {
-		if c := bytes.Compare(a.sub, b.sub); c != 0 {
-			return c
+	// is quadratic for a large first write. In key order they append: the
+	// sub-buckets in name order (file, pending, told), each in address
+	// order (byte order within a family). The addresses are sorted once,
+	// not the records.
+	type change struct {
+		ip  netip.Addr
+		key []byte
+		c   Changed
+	}
+	changes := make([]change, 0, len(d.IPs))
+	for ip, c := range d.IPs {
+		changes = append(changes, change{ip, ip.AsSlice(), c})
+	}
+	slices.SortFunc(changes, func(a, b change) int { return a.ip.Compare(b.ip) })
+	recs := make([]record, 0, 3*len(d.IPs)+4)
+	// Only the entries that changed: a hook event changes the address's
+	// Told alone, and its block stays as it was.
+	for _, x := range changes {
+		if x.c&ChangedFile != 0 {
+			var f []byte
+			if l, ok := s.File[x.ip]; ok {
+				f = encodeLease(l)
+			}
+			recs = append(recs, record{subFile, x.key, f})
 		}
-		return bytes.Compare(a.key, b.key)
-	})
+	}
+	for _, x := range changes {
+		if x.c&ChangedPending != 0 {
+			var p []byte
+			if q := s.Pending[x.ip]; len(q) > 0 {
+				var err error
+				if p, err = json.Marshal(q); err != nil {
+					return nil, fmt.Errorf("pending %s: %w", x.ip, err)
+				}
+			}
+			recs = append(recs, record{subPending, x.key, p})
+		}
+	}
+	for _, x := range changes {
+		if x.c&ChangedTold != 0 {
+			var t []byte
+			if told, ok := s.Told[x.ip]; ok {
+				t = encodeTold(told)
+			}
+			recs = append(recs, record{subTold, x.key, t})
+		}
+	}
 	if d.Meta {
 		var v []byte
 		if s.Baselined {
