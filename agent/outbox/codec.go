@@ -103,6 +103,18 @@ func (r *reader) bytes(what string) []byte {
 
 func (r *reader) string(what string) string { return string(r.bytes(what)) }
 
+// name is string for a field that is nearly always one of known: that
+// one is returned, without an allocation.
+func (r *reader) name(what string, known ...string) string {
+	b := r.bytes(what)
+	for _, k := range known {
+		if string(b) == k {
+			return k
+		}
+	}
+	return string(b)
+}
+
 func (r *reader) version() {
 	if len(r.b) == 0 {
 		r.fail("empty")
@@ -145,8 +157,8 @@ func decodeHead(b []byte) (head, error) {
 func (r *reader) event() event.Event {
 	var e event.Event
 	r.version()
-	e.Action = r.string("action")
-	e.Family = r.string("family")
+	e.Action = r.name("action", event.Commit, event.Expiry, event.Release)
+	e.Family = r.name("family", event.IPv4, event.IPv6)
 	e.MAC = r.string("mac")
 	if ip := r.bytes("ip"); r.err == nil {
 		if err := e.IP.UnmarshalBinary(ip); err != nil {

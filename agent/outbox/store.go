@@ -324,6 +324,9 @@ func (s *Store) Peek(max int) ([]event.Queued, error) {
 		return nil, nil
 	}
 	var out []event.Queued
+	if n := min(max, s.Depth()); n > 0 {
+		out = make([]event.Queued, 0, n) // room for all at once
+	}
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketQueue).Cursor()
 		for k, v := c.First(); k != nil && len(out) < max; k, v = c.Next() {
