@@ -26,6 +26,7 @@ var (
 	hooklessLeases = flag.Int("hookless.leases", 20000, "BenchmarkHooklessLease: lease blocks appended per iteration")
 	hooklessRate   = flag.Int("hookless.rate", 5000, "BenchmarkHooklessLease: blocks appended per second (dhcpd under perfdhcp: ~5 000–7 000)")
 	hooklessIPs    = flag.Int("hookless.ips", 20000, "BenchmarkHooklessLease: addresses the blocks cycle over (renewals once each has one)")
+	hooklessBatch  = flag.Int("hookless.batch", 0, "BenchmarkHooklessLease: region.batch_max (0: the default): each batch is one request and one outbox commit")
 )
 
 // BenchmarkHooklessLease is the agent's whole per-lease path in hookless
@@ -65,6 +66,9 @@ func BenchmarkHooklessLease(b *testing.B) {
 	cfg.Region.CAFile, cfg.Region.CertFile, cfg.Region.KeyFile = filepath.Join(pki, "ca.pem"), filepath.Join(pki, "agent.crt"), filepath.Join(pki, "agent.key")
 	cfg.State.Dir = filepath.Join(dir, "state")
 	cfg.Metrics.Listen, cfg.Control.Socket = "", ""
+	if *hooklessBatch > 0 {
+		cfg.Region.BatchMax = *hooklessBatch
+	}
 	reg := prometheus.NewRegistry()
 	log := zerolog.Nop()
 	a, err := New(cfg, log, reg, nil)
