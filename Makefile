@@ -76,8 +76,16 @@ FAULTS   ?=
 # configures them, an agent each), one region; rack deaths and returns,
 # range changes on both peers; the oracle judges both files merged.
 PAIR     ?=
+# JUDGE=DIR judges a kept run's directory again with this tree's oracle
+# (its judge.json) and runs nothing: for a change to the oracle.
+JUDGE    ?=
+ifneq ($(JUDGE),)
+chaos:
+	$(GO) run ./tools/chaos -judge $(JUDGE)
+else
 chaos: test-deps build
 	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair)
+endif
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built
 # with dpkg-buildpackage in a copy of the tree and checked by lintian (no

@@ -115,6 +115,8 @@ type run struct {
 
 	metrics string // the agent's metrics listener, host:port
 	meas    measure
+
+	evidence *Evidence // what the oracle judged
 }
 
 // Result is a run's outcome.
@@ -122,6 +124,75 @@ type Result struct {
 	Report oracle.Report
 	Faults map[string]int // injected, by kind
 	Agent  Measures
+	// Evidence is what the oracle judged (nil if the run never got as
+	// far as judging): kept with the run's files, so that the run can be
+	// judged again after a change to the oracle (Rejudge).
+	Evidence *Evidence `json:",omitempty"`
+}
+
+// Evidence is what a run's oracle judges: every leases-file generation
+// with when each block was read, the region's items and requests, and
+// dhcpd's deaths.
+type Evidence struct {
+	Input    oracle.Input
+	Requests []oracle.Request
+}
+
+// EvidenceFile is the run's outcome with its evidence, in the run's
+// directory.
+const EvidenceFile = "judge.json"
+
+// Verdict is the oracle's report on ev: the rules over the items, then
+// the re-posts over the requests (the agent's region.timeout is 3 s).
+func Verdict(ev Evidence) oracle.Report {
+	rep := oracle.Check(ev.Input)
+	rep.Posts = oracle.CheckPosts(ev.Requests, 3*time.Second)
+	for _, o := range rep.Posts.Overlapping {
+		rep.Violations = append(rep.Violations, oracle.Violation{Rule: "repost", Evidence: o})
+		rep.ByRule["repost"]++
+	}
+	return rep
+}
+
+// judgeAgain is the run's report again: the oracle's verdict on the
+// evidence, and the agent's bounds.
+func judgeAgain(res Result) oracle.Report {
+	rep := Verdict(*res.Evidence)
+	for _, v := range res.Agent.Violations() {
+		rep.Violations = append(rep.Violations, v)
+		rep.ByRule[v.Rule]++
+	}
+	return rep
+}
+
+// Rejudge reads a run's EvidenceFile from dir and judges it again with
+// this oracle. Faults and agent measures are the run's as recorded.
+func Rejudge(dir string) (Result, error) {
+	b, err := os.ReadFile(filepath.Join(dir, EvidenceFile))
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return Result{}, fmt.Errorf("%s: %w", EvidenceFile, err)
+	}
+	if res.Evidence == nil {
+		return Result{}, fmt.Errorf("%s: the run was never judged (no evidence)", EvidenceFile)
+	}
+	res.Report = judgeAgain(res)
+	return res, nil
+}
+
+// WriteEvidence keeps res, evidence included, as dir's EvidenceFile.
+func WriteEvidence(dir string, res Result) error {
+	if res.Evidence == nil {
+		return nil
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, EvidenceFile), b, 0o644)
 }
 
 // Run runs the chaos and returns the oracle's report.
@@ -151,7 +222,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 			}
 		}
 	}()
-	defer func() { res.Faults, res.Agent = r.Faults(), r.meas.result() }()
+	defer func() { res.Faults, res.Agent, res.Evidence = r.Faults(), r.meas.result(), r.evidence }()
 	if o.Pair {
 		res.Report, err = r.runPair(ctx)
 	} else {
@@ -353,17 +424,12 @@ func (r *run) judge(end time.Time) oracle.Report {
 	r.deathMu.Lock()
 	deaths := slices.Clone(r.deaths)
 	r.deathMu.Unlock()
-	rep := oracle.Check(oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters(), Deaths: deaths})
-	var reqs []oracle.Request
+	ev := Evidence{Input: oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters(), Deaths: deaths}}
 	for _, q := range r.stub.Requests() {
-		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
+		ev.Requests = append(ev.Requests, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
 	}
-	rep.Posts = oracle.CheckPosts(reqs, 3*time.Second)
-	for _, o := range rep.Posts.Overlapping {
-		rep.Violations = append(rep.Violations, oracle.Violation{Rule: "repost", Evidence: o})
-		rep.ByRule["repost"]++
-	}
-	return rep
+	r.evidence = &ev
+	return Verdict(ev)
 }
 
 // deadLetters are the events the (stopped) agent dead-lettered.
@@ -717,6 +783,7 @@ func (r *run) inject(ctx context.Context, kind string) {
 		switch kind {
 		case FDhcpdRewrite:
 			after := r.between(2*time.Second, 15*time.Second)
+			r.say("  dhcpd restarts, its hourly rewrite due in %.1f s", after.Seconds())
 			if err = r.stopDhcpd(); err == nil {
 				if err = r.d.RestartRewritingAfter(after); err == nil {
 					r.awaitRewrite(ctx, after)

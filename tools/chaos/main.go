@@ -34,8 +34,12 @@ func main() {
 	flag.IntVar(&o.Lease, "lease", 20, "dhcpd lease time, seconds")
 	faults := flag.String("faults", "", "comma-separated fault kinds (default all: "+strings.Join(chaos.AllFaults, ",")+")")
 	keep := flag.Bool("keep", false, "keep the run's directory even when it passes")
+	judge := flag.String("judge", "", "judge a kept run's directory again with this oracle (its "+chaos.EvidenceFile+"), run nothing")
 	flag.BoolVar(&o.Pair, "pair", false, "a failover pair: two racks (dhcpd peers as MAAS configures them, an agent each), one region; faults kill and return a rack, change the range on both ("+strings.Join(chaos.PairFaults, ",")+")")
 	flag.Parse()
+	if *judge != "" {
+		os.Exit(rejudge(*judge))
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "chaos: needs root (network namespaces, dhcpd, a tmpfs mount); run it as root, e.g. sudo make chaos")
 		os.Exit(2)
@@ -71,6 +75,9 @@ func run(o chaos.Options, keep bool) int {
 		fmt.Fprintf(os.Stderr, "chaos: the run's files are in %s (seed %d)\n", dir, o.Seed)
 		return 1
 	}
+	if err := chaos.WriteEvidence(dir, res); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: keeping the evidence:", err)
+	}
 	chaos.Summary(os.Stdout, res, o.Seed, time.Since(start))
 	if len(res.Report.Violations) > 0 {
 		fmt.Printf("FAIL: %d violations; the run's files are in %s (rerun: make chaos SEED=%d)\n", len(res.Report.Violations), dir, o.Seed)
@@ -82,5 +89,22 @@ func run(o chaos.Options, keep bool) int {
 		os.RemoveAll(dir)
 		fmt.Println("PASS")
 	}
+	return 0
+}
+
+// rejudge judges a kept run again and prints its summary.
+func rejudge(dir string) int {
+	res, err := chaos.Rejudge(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		return 2
+	}
+	fmt.Printf("chaos: judged again: %s\n", dir)
+	chaos.Summary(os.Stdout, res, 0, 0)
+	if len(res.Report.Violations) > 0 {
+		fmt.Printf("FAIL: %d violations\n", len(res.Report.Violations))
+		return 1
+	}
+	fmt.Println("PASS")
 	return 0
 }

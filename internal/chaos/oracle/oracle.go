@@ -167,8 +167,8 @@ type Version struct {
 	// before it cannot be about it (seenSlack).
 	Seen time.Time
 	// From is when, on dhcpd's clock, the version began: an active one's
-	// first start, an inactive one's end (the release or the expiry);
-	// 0: unknown. An event older than it cannot be about it: a re-post
+	// first start, an inactive one's end (the release or the expiry), a
+	// vanished one's life's first start; 0: unknown. An event older than it cannot be about it: a re-post
 	// of an earlier commit is not the next lease life's (Item.Timestamp).
 	From int64
 }
@@ -229,10 +229,19 @@ type Report struct {
 // Truth builds the per-IP versions from the generations.
 func Truth(gens []Generation) map[string][]Version {
 	vs := map[string][]Version{}
-	push := func(ip string, v Version) {
+	var push func(ip string, v Version)
+	push = func(ip string, v Version) {
 		q := vs[ip]
 		if n := len(q); n > 0 {
 			last := &q[n-1]
+			if last.Vanished && v.Active && last.MAC == v.MAC && v.From != 0 && v.From <= last.Ends {
+				// Dropped at a rewrite, then taken back by the same
+				// client before its end (the range came back): the
+				// life goes on, and no expiry is owed.
+				vs[ip] = q[:n-1]
+				push(ip, v)
+				return
+			}
 			if last.Active && v.Active && last.MAC == v.MAC {
 				last.Ends = max(last.Ends, v.Ends) // a renewal
 				last.Count += v.Count
@@ -260,7 +269,9 @@ func Truth(gens []Generation) map[string][]Version {
 			for _, ip := range ips {
 				q := vs[ip]
 				if last := q[len(q)-1]; last.Active && !inTable[ip] {
-					v := Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite", Count: 1}
+					// It began with the life it ends (From): an event
+					// older than that life is not its expiry.
+					v := Version{MAC: last.MAC, Ends: last.Ends, Vanished: true, Where: g.Name + ":rewrite", Count: 1, From: last.From}
 					if seen := g.seen(); !seen.IsZero() {
 						v.Due, v.Seen = seen, seen
 						if end := time.Unix(last.Ends, 0); end.After(seen) {
@@ -395,13 +406,17 @@ func Check(in Input) Report {
 			}
 		}
 	}
-	matcher := func(it Item) func(q []Version, k int) bool {
+	// matcher matches it to a version; with early, an end may match an
+	// item up to a second before it (see below).
+	matcher := func(it Item, early bool) func(q []Version, k int) bool {
 		return func(q []Version, k int) bool {
 			v := q[k]
-			if it.Timestamp != 0 && k+1 < len(q) && q[k+1].From != 0 && it.Timestamp > q[k+1].From {
+			if it.Timestamp != 0 && k+1 < len(q) && !q[k+1].Vanished && q[k+1].From != 0 && it.Timestamp > q[k+1].From {
 				// The event came after the next version began: it is
 				// not about this one (an earlier life of the same MAC
-				// whose renewals outlast its release).
+				// whose renewals outlast its release). A vanished
+				// version is the same life's end, dropped at a rewrite:
+				// the life's renewals are still about the life.
 				return false
 			}
 			if it.Timestamp != 0 && v.From != 0 {
@@ -409,7 +424,7 @@ func Check(in Input) Report {
 				// lease's start; it may run on expiry a little before
 				// the end's second.
 				slack := int64(0)
-				if !v.Active {
+				if early && !v.Active && !v.Vanished {
 					slack = 1
 				}
 				if it.Timestamp < v.From-slack {
@@ -448,16 +463,31 @@ func Check(in Input) Report {
 		r.ItemsBy[it.Action]++
 		q := truth[it.IP]
 		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000")))
-		match := matcher(it)
+		match := matcher(it, true)
 		p := pos[it.IP] // 0 before the first item
 		bound := len(q)
 		if inner[i] {
 			// A step inside the transaction goes no further than the
 			// state the transaction leaves (its IP's last item).
 			l := in.Items[last[i]]
-			bound = forward(q, p, len(q), matcher(l), l.Timestamp != 0)
+			bound = forward(q, p, len(q), matcher(l, true), l.Timestamp != 0)
+			if bound < 0 {
+				// The last item matches nothing (a hook dhcpd ran just
+				// before it died, never written): no bound from it.
+				bound = len(q)
+			}
 		}
-		j := forward(q, p, bound, match, it.Timestamp != 0)
+		j := -1
+		if it.Timestamp != 0 {
+			// A version begun by the event's second first: an expiry
+			// and a release in the next second of the lease that
+			// followed it are two versions (seen: expiry, commit and
+			// release in one request).
+			j = forward(q, p, bound, matcher(it, false), true)
+		}
+		if j < 0 {
+			j = forward(q, p, bound, match, it.Timestamp != 0)
+		}
 		if j < 0 && inner[i] {
 			r.Duplicates++ // an older step inside a transaction that ends newer
 			continue

@@ -233,6 +233,72 @@ func TestFromRule(t *testing.T) {
 			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
 		}
 	}
+
+	// Found in the 30-minute run (seed 2027): a life expired, the MAC
+	// leased again in that second and released it the next, all three in
+	// one request. The expiry is the first life's end, not the release
+	// (an end may match an item a second early only when no version
+	// begun by the item's second matches).
+	expRel := []Generation{gen("g0", nil,
+		starts(act(ip1, m1, 20), 0), starts(free(ip1, m1, 20), 0),
+		starts(act(ip1, m1, 40), 20), starts(free(ip1, m1, 21), 20))}
+	r := Check(Input{Generations: expRel, End: at(50), Items: slices.Concat(batchOf(1, ev(1, "commit", 0)),
+		batchOf(2, ev(27, "expiry", 20), ev(27, "commit", 20), ev(27, "release", 21)))})
+	if got := rules(r); len(got) != 0 {
+		t.Errorf("expiry, commit and release in one request: violations %v\n%s", got, evidence(r))
+	}
+
+	// Found in the 30-minute run (seed 2027): the same, with the release
+	// a hook dhcpd ran just before it was killed, never written: the
+	// request's other items are judged as usual.
+	expUnwritten := []Generation{gen("g0", nil,
+		starts(act(ip1, m1, 20), 0), starts(free(ip1, m1, 20), 0), starts(act(ip1, m1, 40), 20), starts(free(ip1, m1, 40), 20))}
+	r = Check(Input{Generations: expUnwritten, End: at(45), Deaths: []time.Time{at(22)}, Items: slices.Concat(batchOf(1, ev(1, "commit", 0)),
+		batchOf(2, ev(27, "expiry", 20), ev(27, "commit", 20), ev(27, "release", 21)), batchOf(3, ev(41, "expiry", 40)))})
+	if got := rules(r); len(got) != 0 || r.Unwritten != 1 {
+		t.Errorf("expiry, commit and an unwritten release in one request: violations %v, unwritten %d, want none and 1\n%s", got, r.Unwritten, evidence(r))
+	}
+
+	// Found in the 30-minute run (seed 2027): a shrunk range dropped a
+	// lease, the range came back and the same client took the address
+	// again a second before the old end; the region hears of no gap, and
+	// no expiry is owed.
+	back := []Generation{
+		gen("g0", nil, starts(act(ip1, m1, 20), 0)),
+		gen("g1", []Block{}),
+		gen("g2", []Block{}, starts(act(ip1, m1, 39), 19)),
+	}
+	r = Check(Input{Generations: back, End: at(30), Items: []Item{ev(1, "commit", 0), ev(20, "commit", 19)}})
+	if got := rules(r); len(got) != 0 {
+		t.Errorf("dropped, taken back before its end: violations %v\n%s", got, evidence(r))
+	}
+
+	// Found in the 30-minute run (seed 2027): a release, the same MAC's
+	// next life, then a restart on a shrunk range dropped that life. The
+	// release is about the first life's end, not the dropped life's: a
+	// vanished lease began with its life (From), so an event older than
+	// that is not its expiry; an expiry sent early still is (early).
+	dropped := []Generation{
+		gen("g0", nil, starts(act(ip1, m1, 20), 0), starts(free(ip1, m1, 5), 5), starts(act(ip1, m1, 40), 20), starts(act(ip1, m1, 40), 30)),
+		gen("g1", []Block{}),
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"release, next life, its expiry at its end", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(21, "commit", 20), ev(41, "expiry", 40)}, nil},
+		{"release, next life renewed, its expiry", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(21, "commit", 20), ev(31, "commit", 30), ev(41, "expiry", 40)}, nil},
+		// The first life expired in the second before the next began.
+		{"expiry, next life a second later", []Item{ev(1, "commit", 0), ev(6, "expiry", 19), ev(21, "commit", 20), ev(41, "expiry", 40)}, nil},
+		{"the next life expired early", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(21, "commit", 20), ev(26, "expiry", 25)},
+			[]string{"early " + ip1}},
+	} {
+		r := Check(Input{Generations: dropped, Items: tc.items, End: at(50)})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
 }
 
 func evidence(r Report) string {

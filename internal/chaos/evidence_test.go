@@ -1,0 +1,43 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
+)
+
+// TestRejudge: a run's kept evidence judges the same again, and a
+// violation in it is found again.
+func TestRejudge(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ip, mac := "203.0.113.10", "02:00:00:00:00:01"
+	gens := []oracle.Generation{{Name: "gen000", Blocks: []oracle.Block{
+		{IP: ip, MAC: mac, Active: true, Starts: at(0).Unix(), Ends: at(20).Unix(), Seen: at(0)},
+		{IP: ip, MAC: mac, Starts: at(0).Unix(), Ends: at(5).Unix(), Seen: at(5)},
+	}}}
+	items := []oracle.Item{{At: at(1), Action: "commit", IP: ip, MAC: mac, Batch: 1, Timestamp: at(0).Unix()}}
+	ev := Evidence{
+		Input:    oracle.Input{Generations: gens, Items: items, End: at(30), Deaths: []time.Time{at(25)}},
+		Requests: []oracle.Request{{Key: "k1", At: at(1), Done: at(1), Accepted: true, Items: 1, Status: 200}},
+	}
+	res := Result{Faults: map[string]int{FDhcpdRestart: 1}, Agent: Measures{Processes: 1, PeakRSS: 1 << 20}, Evidence: &ev}
+	res.Report = judgeAgain(res)
+	if res.Report.ByRule["lost"] != 1 {
+		t.Fatalf("the release never delivered: want one lost, got %v", res.Report.ByRule)
+	}
+	dir := t.TempDir()
+	if err := WriteEvidence(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Rejudge(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(res, again); diff != "" {
+		t.Errorf("judged again (-first +again):\n%s", diff)
+	}
+}
