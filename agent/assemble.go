@@ -80,6 +80,8 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		return fail(err)
 	}
 
+	d.SetStale(rec.Stale)
+
 	// Hook events go through the reconciler: it queues them and records
 	// them as told in one outbox transaction.
 	hs, err := hooksock.New(hooksock.Config{

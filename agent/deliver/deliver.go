@@ -121,6 +121,9 @@ type Deliverer struct {
 	last   atomic.Int64  // Unix ns of the last 2xx
 	health health
 
+	// stale, if set, drops a queued event before it is sent (SetStale).
+	stale atomic.Pointer[func(context.Context, event.Event) bool]
+
 	inflight  *inflight     // nil: no record kept
 	hold      time.Duration // Config.UnansweredHold, with its default
 	holdUntil atomic.Int64  // Unix ns before which nothing is sent; 0: none
@@ -343,6 +346,12 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 	}
 }
 
+// SetStale has the deliverer ask f, before sending a queued event,
+// whether it is old news no longer to send (the reconciler's Stale: in a
+// failover pair, older than what the peer told since it was queued); such
+// an event is removed from the queue unsent. Set before Run.
+func (d *Deliverer) SetStale(f func(context.Context, event.Event) bool) { d.stale.Store(&f) }
+
 // step takes the turn, peeks one batch and delivers it. It returns the
 // number of events handled (delivered, dead-lettered or dropped), 0 when
 // the queue was empty.
@@ -405,6 +414,14 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 			d.m.keptBack.Inc()
 			d.log.Warn().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Err(err).
 				Msg("queued event the region cannot take; not sent (leasekeeper_deliver_kept_back_total)")
+			continue
+		}
+		if f := d.stale.Load(); f != nil && (*f)(ctx, e) {
+			if err := d.persist(ctx, func() error { return d.q.Ack(q.Seq) }); err != nil {
+				return err
+			}
+			d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
+				Int64("timestamp", e.Timestamp).Msg("queued event not sent: in a failover pair, older than news the peer told since")
 			continue
 		}
 		q.Event = e

@@ -1577,3 +1577,27 @@ func TestResentBatchSplitKeepsIPsWhole(t *testing.T) {
 		t.Errorf("%d batches applied, want the lost-answer copy and the halves", n)
 	}
 }
+
+// TestStaleNotSent: an event the stale check (SetStale: the reconciler,
+// in a failover pair) finds older than the peer's news is taken off the
+// queue unsent, neither delivered nor dead-lettered; its neighbours go out.
+func TestStaleNotSent(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	evs := events(3, 3)
+	q := newMemQueue()
+	q.Append(evs...)
+	h := newDeliverer(t, fastConfig(s, f), q)
+	h.d.SetStale(func(_ context.Context, e event.Event) bool { return e.IP == evs[1].IP })
+	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(items([]event.Event{evs[0], evs[2]}), s.Items()); diff != "" {
+		t.Errorf("items (-want +got):\n%s", diff)
+	}
+	if dl := q.DeadLetters(); len(dl) != 0 {
+		t.Errorf("dead letters %+v, want none", dl)
+	}
+	if n := q.Depth(); n != 0 {
+		t.Errorf("queue depth %d, want 0", n)
+	}
+}

@@ -5,6 +5,8 @@ package reconcile
 // rules this agent applies (see the README, "Failover pairs"). Pure.
 
 import (
+	"time"
+
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
@@ -381,4 +383,53 @@ func (p Pair) Recovering() bool {
 		return true
 	}
 	return false
+}
+
+// StaleForPair reports whether ev, an event this agent queued for the
+// region and has not delivered yet, is older than news the peer spoke
+// for since: this side's file records a later block that is the peer's
+// (Told.PeerOwns: a commit the peer acked, or an end recorded while the
+// partner spoke for the pair) after ev. The peer's agent told that news,
+// so ev, sent after it, would take the region back in time — a rack that
+// died with events in its outbox (the region was unreachable) returns to
+// find that its partner, in partner-down, expired or renewed the same
+// leases meanwhile. Dropped instead: the region keeps the peer's later
+// news, and misses this lease life (the commit the survivor's file
+// recorded is not repeated by the survivor, which cannot tell whether
+// the dead side's agent sent it: a repeat of a hook's commit is a
+// duplicate). Never outside a pair.
+func (s *State) StaleForPair(ev event.Event) bool {
+	if !s.Pair.InPair() || s.Pair.Survivor() {
+		return false
+	}
+	t, ok := s.Told[ev.IP]
+	return ok && t.Recorded && t.PeerOwns && t.after(ev)
+}
+
+// pairHoldMax bounds how long after an agent's start the events it
+// found queued wait for its dhcpd to leave recovery (holdOld).
+const pairHoldMax = 120 * time.Second
+
+// holdOld returns how much longer an event queued before this agent
+// started (its rack was down, or the agent) waits before it is judged
+// (Reconciler.Stale), since a time since the start: pairSettle for dhcpd
+// to start and learn its partner's state (server/failover.c leaves
+// startup on the partner's answer, or 15 s without one), and while dhcpd
+// is in recover — it asked its partner for the updates of what the
+// partner did while it spoke for the pair (server/failover.c: entering
+// recover, dhcp_failover_set_state sends an update-request-all) and
+// leaves recover only when they are done (dhcp_failover_process_update_done
+// moves it to recover-wait or recover-done) — up to pairHoldMax. 0:
+// judge now.
+func (p Pair) holdOld(since time.Duration) time.Duration {
+	if !p.InPair() {
+		return 0
+	}
+	if settle := pairSettle*time.Second - since; settle > 0 {
+		return settle
+	}
+	if p.MyState == "recover" && since < pairHoldMax {
+		return time.Second
+	}
+	return 0
 }

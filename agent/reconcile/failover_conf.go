@@ -1,6 +1,10 @@
 package reconcile
 
 import (
+	"context"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
@@ -60,4 +64,50 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 	}
 	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
 		Msg("failover: partner back — stepping back to reporting only this side's part")
+}
+
+// Stale reports whether ev, an event queued for the region and not yet
+// sent, is older than news the peer told since it was queued
+// (State.StaleForPair): the deliverer then drops it. In a pair it first
+// waits for Run's first read of the file, as Accept does, and an event
+// older than this run's start (queued before the agent went down) also
+// waits until the file can show what the partner did meanwhile
+// (Pair.holdOld): a rack returns with its agent first, and its dhcpd's
+// file records the partner's partner-down and the updates of the leases
+// the partner expired only once dhcpd has started and caught up.
+func (r *Reconciler) Stale(ctx context.Context, ev event.Event) bool {
+	r.mu.Lock()
+	pair := r.st.Pair.InPair()
+	r.mu.Unlock()
+	if !pair {
+		return false
+	}
+	select {
+	case <-r.read:
+	case <-r.ended:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	for ev.Timestamp < r.started.Unix() {
+		r.mu.Lock()
+		wait := r.st.Pair.holdOld(r.now().Sub(r.started))
+		r.mu.Unlock()
+		if wait <= 0 {
+			break
+		}
+		t := time.NewTimer(min(wait, time.Second))
+		select {
+		case <-t.C:
+		case <-r.ended:
+			t.Stop()
+			return false
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.StaleForPair(ev)
 }

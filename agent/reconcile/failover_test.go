@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -518,5 +519,113 @@ func TestPairBacklog(t *testing.T) {
 				t.Errorf("Due synthesised %d events, want none (outside partner-down the file only records)", len(evs))
 			}
 		})
+	}
+}
+
+func TestStaleForPair(t *testing.T) {
+	primary := Pair{Peer: "fo", Role: RolePrimary, MyState: "normal", PartnerState: "normal"}
+	commit := hook(event.Commit, ip1, macA, t0+200)
+	for _, tc := range []struct {
+		name   string
+		pair   Pair
+		queued []event.Event // accepted before the agent went down, still in the outbox
+		file   string        // what dhcpd wrote meanwhile
+		ask    event.Event
+		want   bool
+	}{{
+		name:   "the partner expired the lease in partner-down (this side recovers): the queued commit is stale",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   fostate("recover", "partner-down") + block(ip1, "free", macA, t0+200, t0+260),
+		ask:    commit,
+		want:   true,
+	}, {
+		name:   "the peer renewed the lease (a binding update, no cltt) after it: stale",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   block(ip1, "active", macA, t0+230, t0+290),
+		ask:    commit,
+		want:   true,
+	}, {
+		name:   "this side's own later ack recorded (cltt): not stale, its hook follows",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   ackedBlock(ip1, "active", macA, t0+230, t0+290),
+		ask:    commit,
+		want:   false,
+	}, {
+		name:   "this side's own expiry recorded outside partner-down: not stale",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   ackedBlock(ip1, "active", macA, t0+200, t0+260) + block(ip1, "expired", macA, t0+200, t0+260),
+		ask:    commit,
+		want:   false,
+	}, {
+		name:   "the same commit recorded (the peer's update of this side's ack): not stale",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   block(ip1, "active", macA, t0+200, t0+260),
+		ask:    commit,
+		want:   false,
+	}, {
+		name:   "no pair: never",
+		pair:   Pair{},
+		queued: []event.Event{commit},
+		file:   block(ip1, "free", macA, t0+200, t0+260) + block(ip1, "active", macB, t0+230, t0+290),
+		ask:    commit,
+		want:   false,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.Pair = tc.pair
+			tab, _ := table(t, block(ip2, "active", macB, t0-100, t0+5000))
+			s.Snapshot(tab, true, t0)
+			for _, e := range tc.queued {
+				s.Hook(e)
+			}
+			d := parser.NewDecoder()
+			var ls []*parser.Lease
+			h := func(x parser.Statement, err error) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch x := x.(type) {
+				case *parser.Lease:
+					ls = append(ls, x)
+				case *parser.FailoverState:
+					s.Appended(ls, t0+300)
+					ls = nil
+					s.FailoverSeen([]*parser.FailoverState{x})
+				}
+			}
+			d.Feed([]byte(tc.file), h)
+			if err := d.Close(h); err != nil {
+				t.Fatal(err)
+			}
+			s.Appended(ls, t0+300)
+			if got := s.StaleForPair(tc.ask); got != tc.want {
+				t.Errorf("StaleForPair = %v, want %v (told %+v)", got, tc.want, s.Told[tc.ask.IP])
+			}
+		})
+	}
+}
+
+func TestPairHoldOld(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pair  Pair
+		since time.Duration
+		want  time.Duration
+	}{
+		{"alone: never held", Pair{}, 0, 0},
+		{"a pair, just started: the settle time", Pair{Peer: "fo", Role: RolePrimary, MyState: "normal"}, 5 * time.Second, 15 * time.Second},
+		{"settled, normal: judge now", Pair{Peer: "fo", Role: RolePrimary, MyState: "normal"}, 20 * time.Second, 0},
+		{"settled, recovering (updates still coming)", Pair{Peer: "fo", Role: RolePrimary, MyState: "recover", PartnerState: "partner-down"}, 30 * time.Second, time.Second},
+		{"recover-wait: the updates are done", Pair{Peer: "fo", Role: RolePrimary, MyState: "recover-wait", PartnerState: "partner-down"}, 30 * time.Second, 0},
+		{"recover for too long: judge now", Pair{Peer: "fo", Role: RolePrimary, MyState: "recover"}, pairHoldMax, 0},
+	} {
+		if got := tc.pair.holdOld(tc.since); got != tc.want {
+			t.Errorf("%s: holdOld(%v) = %v, want %v", tc.name, tc.since, got, tc.want)
+		}
 	}
 }

@@ -125,6 +125,7 @@ type Reconciler struct {
 	classifyWait time.Duration
 	watchWarned  bool
 	lastSync     time.Time // when the last read started
+	started      time.Time // New's time: events older were queued by an earlier run (Stale)
 	lastBlocks   int       // blocks appended it found
 	progress     atomic.Int64
 
@@ -159,7 +160,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 	}
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
 		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{}),
-		catchUp: make(chan chan struct{})}
+		catchUp: make(chan chan struct{}), started: now()}
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
 		var err error
