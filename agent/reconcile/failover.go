@@ -398,12 +398,31 @@ func (p Pair) Recovering() bool {
 // recorded is not repeated by the survivor, which cannot tell whether
 // the dead side's agent sent it: a repeat of a hook's commit is a
 // duplicate). Never outside a pair.
-func (s *State) StaleForPair(ev event.Event) bool {
+//
+// returned is this agent's start (Unix seconds) once its file has shown,
+// since then, that the partner spoke for the pair (partner-down, or this
+// side recovering), else 0. Then also an end of ev's lease that the file
+// recorded as this side's own (its dhcpd expires its own copy of a lease
+// whose end passed while it was down as it starts: server/mdb.c
+// expire_all_pools runs pool_timer) makes ev stale, when the end came
+// before the start and this agent never queued it (Told.OwnAt older than
+// the end): the survivor told that end while this side was down.
+func (s *State) StaleForPair(ev event.Event, returned int64) bool {
 	if !s.Pair.InPair() || s.Pair.Survivor() {
 		return false
 	}
 	t, ok := s.Told[ev.IP]
-	return ok && t.Recorded && t.PeerOwns && t.after(ev)
+	if !ok || !t.Recorded || !t.after(ev) {
+		return false
+	}
+	if t.PeerOwns {
+		return true
+	}
+	own := t.OwnAt
+	if own == 0 && t.OwnAtNS == 0 {
+		own = t.At
+	}
+	return returned != 0 && ev.Timestamp < returned && t.At < returned && t.Action != event.Commit && t.MAC == ev.MAC && own < t.At
 }
 
 // pairHoldMax bounds how long after an agent's start the events it

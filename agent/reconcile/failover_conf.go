@@ -49,6 +49,9 @@ func (r *Reconciler) scanPair(when string) {
 func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 	changed, dropped := r.st.failoverSeen(fs)
 	p := r.st.Pair
+	if p.partnerSpoke() {
+		r.partnerSpoke = true
+	}
 	if dropped > 0 {
 		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
 			Int("dropped", dropped).
@@ -109,5 +112,9 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.st.StaleForPair(ev)
+	var returned int64
+	if r.partnerSpoke {
+		returned = r.started.Unix()
+	}
+	return r.st.StaleForPair(ev, returned)
 }

@@ -531,7 +531,10 @@ func TestStaleForPair(t *testing.T) {
 		queued []event.Event // accepted before the agent went down, still in the outbox
 		file   string        // what dhcpd wrote meanwhile
 		ask    event.Event
-		want   bool
+		// returned: the agent's start, when its file showed the partner
+		// spoke since; 0: not shown.
+		returned int64
+		want     bool
 	}{{
 		name:   "the partner expired the lease in partner-down (this side recovers): the queued commit is stale",
 		pair:   primary,
@@ -568,6 +571,37 @@ func TestStaleForPair(t *testing.T) {
 		ask:    commit,
 		want:   false,
 	}, {
+		name:     "returned after the partner spoke: this side's dhcpd expired its own copy as it started, the survivor told that end",
+		pair:     primary,
+		queued:   []event.Event{commit},
+		file:     block(ip1, "expired", macA, t0+200, t0+260),
+		ask:      commit,
+		returned: t0 + 280,
+		want:     true,
+	}, {
+		name:   "the same end, the partner never spoke: this side's own end, its hook follows",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   block(ip1, "expired", macA, t0+200, t0+260),
+		ask:    commit,
+		want:   false,
+	}, {
+		name:     "this agent queued the end itself before it went down: not stale, the end follows in its queue",
+		pair:     primary,
+		queued:   []event.Event{commit, hook(event.Expiry, ip1, macA, t0+260)},
+		file:     block(ip1, "expired", macA, t0+200, t0+260),
+		ask:      commit,
+		returned: t0 + 280,
+		want:     false,
+	}, {
+		name:     "an end after the agent's start is news of this run: not stale",
+		pair:     primary,
+		queued:   []event.Event{commit},
+		file:     block(ip1, "expired", macA, t0+200, t0+260),
+		ask:      commit,
+		returned: t0 + 250,
+		want:     false,
+	}, {
 		name:   "no pair: never",
 		pair:   Pair{},
 		queued: []event.Event{commit},
@@ -603,7 +637,7 @@ func TestStaleForPair(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Appended(ls, t0+300)
-			if got := s.StaleForPair(tc.ask); got != tc.want {
+			if got := s.StaleForPair(tc.ask, tc.returned); got != tc.want {
 				t.Errorf("StaleForPair = %v, want %v (told %+v)", got, tc.want, s.Told[tc.ask.IP])
 			}
 		})

@@ -126,6 +126,7 @@ type Reconciler struct {
 	watchWarned  bool
 	lastSync     time.Time // when the last read started
 	started      time.Time // New's time: events older were queued by an earlier run (Stale)
+	partnerSpoke bool      // the file showed, since the start, that the partner spoke for the pair (Stale)
 	lastBlocks   int       // blocks appended it found
 	progress     atomic.Int64
 
