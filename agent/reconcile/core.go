@@ -580,9 +580,16 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if s.Complement {
 			wait = 0
 		}
-		due := max(l.Ends, now+wait)
+		// A renewal's hook may have come before the rewrite, its block
+		// never read (the file unreadable when dhcpd appended it): the
+		// lease ends at the renewed end the hook told.
+		end := l.Ends
+		if t, ok := s.Told[ip]; ok && t.Action == event.Commit && t.MAC == l.MAC && t.Ends > end {
+			end = t.Ends
+		}
+		due := max(end, now+wait)
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
-			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonVanished}
+			Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
 		due, pairWait := s.pairVanished(due, now)
 		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait})

@@ -290,6 +290,20 @@ func TestRules(t *testing.T) {
 			{at: 603, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +603 vanished"}},
 			{at: 700},
 		}},
+		// The same renewal, its hook delivered before the rewrite (the
+		// file unreadable when dhcpd appended the renewal, then a
+		// restart on a shrunk range dropped the lease): the expiry is
+		// at the renewed end the hook told, not the file's older one
+		// (found by make chaos: five expiries 10–14 s early).
+		{"rule 2: the hook of a renewal the file never showed, then vanished: at the renewed end", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 10, hook: ev(renewal(ip1, macA, t0+10, 100))},
+			{at: 20, snapshot: "\n"},
+			{at: 30 + grace},
+			{at: 109},
+			{at: 110, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +110 vanished"}},
+			{at: 200},
+		}},
 		// The agent never read the lease's block (down, or the file
 		// unreadable) before a rewrite dropped it: only the hook told
 		// of it. It is expired at its end all the same (found by make
