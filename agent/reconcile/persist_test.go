@@ -298,6 +298,7 @@ func TestPersistKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 		acked := make(chan int, 1)
+		first := make(chan struct{})
 		go func() {
 			last := -1
 			sc := bufio.NewScanner(out)
@@ -305,11 +306,21 @@ func TestPersistKill9(t *testing.T) {
 				var n int
 				if _, err := fmt.Sscanf(sc.Text(), "committed %d", &n); err == nil {
 					last = n
+					if n == 1 {
+						close(first)
+					}
 				}
 			}
 			acked <- last
 		}()
-		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
+		// Killed at a random moment once it has acknowledged a commit
+		// (a start under -race on a loaded machine can take longer than
+		// any fixed delay).
+		select {
+		case <-first:
+		case <-time.After(2 * time.Minute):
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		last := <-acked
 		cmd.Wait()
