@@ -535,15 +535,10 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	}
 	p.say("judging: %d region items; leases file generations: primary %d, secondary %d; the pair's merged truth %d",
 		len(items), len(files[0]), len(files[1]), len(merged))
-	rep := oracle.Check(oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths})
-	var reqs []oracle.Request
+	ev := Evidence{Input: oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths}}
 	for _, q := range p.stub.Requests() {
-		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
+		ev.Requests = append(ev.Requests, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
 	}
-	rep.Posts = oracle.CheckPosts(reqs, 3*time.Second)
-	for _, o := range rep.Posts.Overlapping {
-		rep.Violations = append(rep.Violations, oracle.Violation{Rule: "repost", Evidence: o})
-		rep.ByRule["repost"]++
-	}
-	return rep
+	p.evidence = &ev
+	return Verdict(ev)
 }
