@@ -410,19 +410,28 @@ func (t Told) after(ev event.Event) bool {
 // address was committed to MAC B in the same second. Either would take
 // the region back in time — the region keys rows by IP alone and would
 // free B's address (rule 4) — so the caller drops it.
-func (s *State) Superseded(ev event.Event) bool {
+func (s *State) Superseded(ev event.Event) bool { return s.SupersededWhy(ev) != "" }
+
+// SupersededWhy is Superseded with the rule that drops ev, for the
+// operator's log; "" when ev passes.
+func (s *State) SupersededWhy(ev event.Event) string {
 	s.ownAck(ev)
 	t, ok := s.Told[ev.IP]
 	if !ok {
-		return false
+		return ""
 	}
-	if s.pairRepeat(t, ev) {
-		return true
+	switch {
+	case s.pairRepeat(t, ev):
+		return "a repeat of what the failover peer already reported"
+	case t.after(ev):
+		if s.ownBacklog(t, ev) {
+			return ""
+		}
+		return "older than what the region was told about the address"
+	case ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp:
+		return "an end of another MAC's lease, after the address was committed to a new MAC"
 	}
-	if t.after(ev) {
-		return !s.ownBacklog(t, ev)
-	}
-	return ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp
+	return ""
 }
 
 // Lookup returns what the state holds for ip (for logs and tests).

@@ -425,25 +425,30 @@ func TestSuperseded(t *testing.T) {
 	s := NewState(grace)
 	s.Snapshot(parser.NewTable(), true, t0)
 	s.Hook(hook(event.Commit, ip1, macB, t0+10))
+	const older, otherMAC = "older than", "another MAC"
 	tests := []struct {
 		name string
 		ev   event.Event
-		want bool
+		why  string // in the reason given; "" passes
 	}{
-		{"expiry for the old MAC, older than the commit", hook(event.Expiry, ip1, macA, t0+5), true},
-		{"expiry for the old MAC, same second", hook(event.Expiry, ip1, macA, t0+10), true},
-		{"release for the old MAC, older", hook(event.Release, ip1, macA, t0+1), true},
-		{"expiry for the old MAC, newer than the commit", hook(event.Expiry, ip1, macA, t0+11), false},
-		{"expiry for the committed MAC, older than the commit", hook(event.Expiry, ip1, macB, t0+5), true},
-		{"expiry for the committed MAC, same second", hook(event.Expiry, ip1, macB, t0+10), false},
-		{"commit for the old MAC, older", hook(event.Commit, ip1, macA, t0+5), true},
-		{"commit for the old MAC, same second", hook(event.Commit, ip1, macA, t0+10), false},
-		{"renewal of the committed MAC", hook(event.Commit, ip1, macB, t0+300), false},
-		{"another address", hook(event.Expiry, ip2, macA, t0+5), false},
+		{"expiry for the old MAC, older than the commit", hook(event.Expiry, ip1, macA, t0+5), older},
+		{"expiry for the old MAC, same second", hook(event.Expiry, ip1, macA, t0+10), otherMAC},
+		{"release for the old MAC, older", hook(event.Release, ip1, macA, t0+1), older},
+		{"expiry for the old MAC, newer than the commit", hook(event.Expiry, ip1, macA, t0+11), ""},
+		{"expiry for the committed MAC, older than the commit", hook(event.Expiry, ip1, macB, t0+5), older},
+		{"expiry for the committed MAC, same second", hook(event.Expiry, ip1, macB, t0+10), ""},
+		{"commit for the old MAC, older", hook(event.Commit, ip1, macA, t0+5), older},
+		{"commit for the old MAC, same second", hook(event.Commit, ip1, macA, t0+10), ""},
+		{"renewal of the committed MAC", hook(event.Commit, ip1, macB, t0+300), ""},
+		{"another address", hook(event.Expiry, ip2, macA, t0+5), ""},
 	}
 	for _, tc := range tests {
-		if got := s.Superseded(tc.ev); got != tc.want {
-			t.Errorf("%s: Superseded = %t, want %t", tc.name, got, tc.want)
+		why := s.SupersededWhy(tc.ev)
+		if (why == "") != (tc.why == "") || !strings.Contains(why, tc.why) {
+			t.Errorf("%s: SupersededWhy = %q, want one naming %q", tc.name, why, tc.why)
+		}
+		if got := s.Superseded(tc.ev); got != (tc.why != "") {
+			t.Errorf("%s: Superseded = %t", tc.name, got)
 		}
 	}
 	s.Hook(hook(event.Expiry, ip1, macB, t0+20))

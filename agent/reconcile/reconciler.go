@@ -247,12 +247,12 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			r.st.Hook(ev)
 			continue
 		}
-		if r.st.Superseded(ev) {
+		if why := r.st.SupersededWhy(ev); why != "" {
 			t := r.st.Told[ev.IP]
 			r.met.superseded.Inc()
 			r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
 				Str("source", ev.Source.String()).Str("told", t.Action).Str("told_mac", t.MAC).Int64("told_at", t.At).
-				Msg("dropped a hook event: older than, or in a failover pair a repeat of, what the region was told about the address")
+				Str("why", why).Msg("dropped a hook event: " + why)
 			continue
 		}
 		if _, ok := undo[ev.IP]; !ok {
