@@ -153,6 +153,9 @@ type Version struct {
 	MAC      string // Active: the holder; inactive: the MAC whose lease ended ("" if none)
 	Ends     int64  // the lease's end (latest renewal); for Vanished, the due time
 	Vanished bool   // dropped by a rewrite: its end is synthesised
+	// Released: an inactive version that ended before its lease's end
+	// (a release); false for one that ended at it (an expiry).
+	Released bool
 	Where    string // generation and block, for evidence
 	// Count is how many events the files show for the version: appended
 	// blocks collapsed into it (renewals), 1 for a vanished lease, 0 for
@@ -299,6 +302,7 @@ func Truth(gens []Generation) map[string][]Version {
 				v.MAC, v.Ends = "", b.Ends
 				if q := vs[b.IP]; len(q) > 0 && q[len(q)-1].Active {
 					v.MAC = q[len(q)-1].MAC
+					v.Released = b.Ends < q[len(q)-1].Ends
 				}
 			}
 			push(b.IP, v)
@@ -411,6 +415,11 @@ func Check(in Input) Report {
 	matcher := func(it Item, early bool) func(q []Version, k int) bool {
 		return func(q []Version, k int) bool {
 			v := q[k]
+			if !early && !v.Active && !v.Vanished && (it.Action == "release") != v.Released {
+				// First an end of its own kind: an expiry, a commit
+				// and its release can all fall in one second.
+				return false
+			}
 			if it.Timestamp != 0 && k+1 < len(q) && !q[k+1].Vanished && q[k+1].From != 0 && it.Timestamp > q[k+1].From {
 				// The event came after the next version began: it is
 				// not about this one (an earlier life of the same MAC
@@ -424,7 +433,13 @@ func Check(in Input) Report {
 				// lease's start; it may run on expiry a little before
 				// the end's second.
 				slack := int64(0)
-				if early && !v.Active && !v.Vanished {
+				switch {
+				case v.Vanished:
+					// Its From is its life's start: an end in that
+					// very second is the previous life's (expired
+					// in the second this one began).
+					slack = -1
+				case early && !v.Active:
 					slack = 1
 				}
 				if it.Timestamp < v.From-slack {

@@ -248,6 +248,19 @@ func TestFromRule(t *testing.T) {
 		t.Errorf("expiry, commit and release in one request: violations %v\n%s", got, evidence(r))
 	}
 
+	// Found in the second 30-minute run (seed 2028): the expiry, the
+	// commit and its release in one second of dhcpd's clock (the release's
+	// hook stamped the next): the expiry is the first life's end, the
+	// release the second's — ends of their own kind first.
+	oneSecond := []Generation{gen("g0", nil,
+		starts(act(ip1, m1, 20), 0), starts(free(ip1, m1, 20), 0),
+		starts(act(ip1, m1, 40), 20), starts(free(ip1, m1, 20), 20))}
+	r = Check(Input{Generations: oneSecond, End: at(50), Items: slices.Concat(batchOf(1, ev(1, "commit", 0)),
+		batchOf(2, ev(21, "expiry", 20)), batchOf(3, ev(21, "commit", 20)), batchOf(4, ev(22, "release", 21)))})
+	if got := rules(r); len(got) != 0 {
+		t.Errorf("expiry, commit and release in one second: violations %v\n%s", got, evidence(r))
+	}
+
 	// Found in the 30-minute run (seed 2027): the same, with the release
 	// a hook dhcpd ran just before it was killed, never written: the
 	// request's other items are judged as usual.
@@ -289,6 +302,9 @@ func TestFromRule(t *testing.T) {
 	}{
 		{"release, next life, its expiry at its end", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(21, "commit", 20), ev(41, "expiry", 40)}, nil},
 		{"release, next life renewed, its expiry", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(21, "commit", 20), ev(31, "commit", 30), ev(41, "expiry", 40)}, nil},
+		// The first life expired in the second the next began (found in
+		// the second 30-minute run, seed 2028).
+		{"expiry, next life in its second", []Item{ev(1, "commit", 0), ev(6, "expiry", 20), ev(21, "commit", 20), ev(41, "expiry", 40)}, nil},
 		// The first life expired in the second before the next began.
 		{"expiry, next life a second later", []Item{ev(1, "commit", 0), ev(6, "expiry", 19), ev(21, "commit", 20), ev(41, "expiry", 40)}, nil},
 		{"the next life expired early", []Item{ev(1, "commit", 0), ev(6, "release", 5), ev(21, "commit", 20), ev(26, "expiry", 25)},
