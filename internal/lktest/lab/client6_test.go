@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,9 +35,18 @@ func TestLabDhclient6(t *testing.T) {
 	if err := c.Release6(ctx); err != nil {
 		t.Fatal(err)
 	}
-	leases := readFile(t, d.LeasesPath())
-	if !strings.Contains(leases, "iaaddr "+ip.String()+" {\n    binding state released;") {
-		t.Errorf("%s not released in dhcpd's file:\n%s", ip, leases)
+	// dhclient exits once dhcpd answered; dhcpd may write the release
+	// a moment later (CI read the file before it had).
+	released := func() bool {
+		b, err := os.ReadFile(d.LeasesPath())
+		return err == nil && strings.Contains(string(b), "iaaddr "+ip.String()+" {\n    binding state released;")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !released() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !released() {
+		t.Errorf("%s not released in dhcpd's file:\n%s", ip, readFile(t, d.LeasesPath()))
 	}
 	if c.Addr().IsValid() {
 		t.Errorf("Addr %s after Release6", c.Addr())
