@@ -535,10 +535,7 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	}
 	p.say("judging: %d region items; leases file generations: primary %d, secondary %d; the pair's merged truth %d",
 		len(items), len(files[0]), len(files[1]), len(merged))
-	ev := Evidence{Input: oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths}}
-	for _, q := range p.stub.Requests() {
-		ev.Requests = append(ev.Requests, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
-	}
+	ev := Evidence{Input: oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths}, Requests: requests(p.stub)}
 	p.evidence = &ev
 	return Verdict(ev)
 }

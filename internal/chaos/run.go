@@ -424,12 +424,18 @@ func (r *run) judge(end time.Time) oracle.Report {
 	r.deathMu.Lock()
 	deaths := slices.Clone(r.deaths)
 	r.deathMu.Unlock()
-	ev := Evidence{Input: oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters(), Deaths: deaths}}
-	for _, q := range r.stub.Requests() {
-		ev.Requests = append(ev.Requests, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
-	}
+	ev := Evidence{Input: oracle.Input{Generations: gens, Items: items, End: end, Refused: r.deadLetters(), Deaths: deaths}, Requests: requests(r.stub)}
 	r.evidence = &ev
 	return Verdict(ev)
+}
+
+// requests is the stub's request log as the oracle reads it.
+func requests(stub *regionstub.Server) []oracle.Request {
+	var reqs []oracle.Request
+	for _, q := range stub.Requests() {
+		reqs = append(reqs, oracle.Request{Key: q.IdempotencyKey, At: q.At, Done: q.Done, Accepted: q.Accepted, Items: q.Items, Status: q.Status})
+	}
+	return reqs
 }
 
 // deadLetters are the events the (stopped) agent dead-lettered.

@@ -37,17 +37,10 @@ func TestLabDhclient6(t *testing.T) {
 	}
 	// dhclient exits once dhcpd answered; dhcpd may write the release
 	// a moment later (CI read the file before it had).
-	released := func() bool {
+	waitFor(t, 10*time.Second, ip.String()+" released in dhcpd's file", func() bool {
 		b, err := os.ReadFile(d.LeasesPath())
 		return err == nil && strings.Contains(string(b), "iaaddr "+ip.String()+" {\n    binding state released;")
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !released() && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !released() {
-		t.Errorf("%s not released in dhcpd's file:\n%s", ip, readFile(t, d.LeasesPath()))
-	}
+	})
 	if c.Addr().IsValid() {
 		t.Errorf("Addr %s after Release6", c.Addr())
 	}

@@ -59,7 +59,7 @@ func (l *Lab) clockBehind() (string, error) {
 	if p, ok := l.bins["clockbehind.so"]; ok {
 		return p, nil
 	}
-	cc, err := exec.LookPath("cc")
+	cc, err := LookBin("cc")
 	if err != nil {
 		return "", errors.New("lab: a rewrite on demand needs a C compiler to build its preload library: apt-get install gcc")
 	}
