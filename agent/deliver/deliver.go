@@ -127,6 +127,14 @@ type Deliverer struct {
 	inflight  *inflight     // nil: no record kept
 	hold      time.Duration // Config.UnansweredHold, with its default
 	holdUntil atomic.Int64  // Unix ns before which nothing is sent; 0: none
+	// doubt is the highest Seq the region may have applied without the
+	// agent knowing (a request sent and never answered, in this run or
+	// the last): a batch with such events is split only where no
+	// address or MAC straddles the cut (split.go). doubtFirst: the
+	// previous run's unanswered request is of unknown content; the
+	// first batch sent is taken to be it. Both only under turn.
+	doubt      atomic.Uint64
+	doubtFirst bool
 }
 
 // New checks cfg, loads the credentials and registers the metrics on reg
@@ -152,7 +160,7 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 	}
 	d.reg = reg
 	if cfg.InflightFile != "" {
-		in, started, unanswered, err := openInflight(cfg.InflightFile)
+		in, u, err := openInflight(cfg.InflightFile)
 		if err != nil {
 			return nil, err
 		}
@@ -162,8 +170,15 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 			hold = DefaultUnansweredHold
 		}
 		d.hold = hold
-		if until := holdUntil(started, unanswered, now(), hold); !until.IsZero() {
+		if until := holdUntil(u.started, u.set, now(), hold); !until.IsZero() {
 			d.holdUntil.Store(until.UnixNano())
+		}
+		if u.set {
+			// The region may have applied that request: its events are
+			// in doubt (split.go). Of unknown content, it was at most the
+			// batch this run sends first.
+			d.doubt.Store(u.last)
+			d.doubtFirst = u.last == 0
 		}
 	}
 	return d, nil
@@ -438,7 +453,14 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 // refused with 422 is dead-lettered, one failing with 500 goes to lone);
 // anything else (no answer, an outage status, a configuration problem)
 // is waited out and the same batch sent again.
+//
+// A batch the region may have applied already (Deliverer.doubt) that
+// cannot be split without showing the region an older state (split.go)
+// is sent whole again after a 500, with backoff, PoisonAttempts times in
+// all — the region failing everything for a while is the likely cause —
+// before it is cut in the middle all the same, with a warning.
 func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection) error {
+	whole := 0 // 500s answered to this batch sent whole, in doubt
 	for attempt := 0; ; attempt++ {
 		o, err := d.post(ctx, batch)
 		if err != nil {
@@ -447,22 +469,41 @@ func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection
 		switch o.kind {
 		case kindOK:
 			return d.delivered(ctx, batch, b.peeked)
-		case kindRefused:
-			if len(batch) == 1 {
+		case kindRefused, kindFailed:
+			if len(batch) == 1 && o.kind == kindRefused {
 				return d.deadLetter(ctx, batch[0], o.what)
 			}
-			d.log.Debug().Int("events", len(batch)).Str("answer", o.what).Msg("region refused a batch; splitting it")
-			return d.split(ctx, batch, b)
-		case kindFailed:
 			if len(batch) == 1 {
 				return d.lone(ctx, batch[0], o, b)
 			}
-			if !b.logged {
+			if o.kind == kindRefused {
+				d.log.Debug().Int("events", len(batch)).Str("answer", o.what).Msg("region refused a batch; splitting it")
+			} else if !b.logged {
 				b.logged = true
 				d.log.Warn().Int("events", len(batch)).Str("answer", o.what).
 					Msg("region failed a batch (HTTP 500); splitting it to find an event it cannot place")
 			}
-			return d.split(ctx, batch, b)
+			first, second, ok := d.parts(batch)
+			if !ok {
+				cfg := d.link.Load().cfg
+				if whole++; o.kind == kindFailed && whole < cfg.PoisonAttempts {
+					d.log.Debug().Int("events", len(batch)).Str("answer", o.what).
+						Msg("region failed a batch it may have applied already, which no cut divides safely; sending it whole again")
+					if !d.pause(ctx, jitter(cfg.MinBackoff, cfg.MaxBackoff, whole-1), false, false) {
+						return ctx.Err()
+					}
+					continue
+				}
+				d.m.unsafeSplits.Inc()
+				d.log.Warn().Int("events", len(batch)).Str("answer", o.what).Uint64("first_seq", batch[0].Seq).
+					Msg("splitting a batch the region may have applied already, though no cut keeps each address and MAC on one side: until the second half lands, the region may show some of them an older state (leasekeeper_deliver_unsafe_splits_total)")
+				mid := len(batch) / 2
+				first, second = batch[:mid], batch[mid:]
+			}
+			if err := d.send(ctx, first, b); err != nil {
+				return err
+			}
+			return d.send(ctx, second, b)
 		default:
 			if !d.pause(ctx, d.retryDelay(o, attempt), false, o.down) {
 				return ctx.Err()
@@ -471,12 +512,19 @@ func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection
 	}
 }
 
-func (d *Deliverer) split(ctx context.Context, batch []event.Queued, b *bisection) error {
-	mid := splitPoint(batch)
-	if err := d.send(ctx, batch[:mid], b); err != nil {
-		return err
+// parts divides a batch the region failed or refused (split.go): at a
+// clean cut, else in the middle if nothing in it is in doubt, else into
+// independent parts; false when none of these applies.
+func (d *Deliverer) parts(batch []event.Queued) (first, second []event.Queued, ok bool) {
+	if k, ok := cleanCut(batch); ok {
+		return batch[:k], batch[k:], true
 	}
-	return d.send(ctx, batch[mid:], b)
+	if batch[0].Seq > d.doubt.Load() {
+		// (Seq order: the first is the lowest.)
+		mid := len(batch) / 2
+		return batch[:mid], batch[mid:], true
+	}
+	return independent(batch)
 }
 
 // lone handles one event the region failed with 500 on its own, at the
@@ -682,7 +730,12 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		return outcome{}, ctx.Err()
 	}
 	start := d.now()
-	if err := d.inflight.begin(start); err != nil {
+	last := batch[len(batch)-1].Seq
+	if d.doubtFirst {
+		d.doubtFirst = false
+		d.doubt.Store(max(d.doubt.Load(), last))
+	}
+	if err := d.inflight.begin(start, last); err != nil {
 		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
 	}
 	var o outcome
@@ -692,10 +745,13 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		// decides what comes next. Left set when the agent stops with
 		// the request out (ctx ended): the next run holds.
 		d.inflight.end() //nolint:errcheck // a stale record only delays the next start
-	} else if d.inflight != nil {
-		// Abandoned with the region perhaps applying it: a Flush at
-		// SIGTERM, after Run stopped here, holds like the next run.
-		d.holdUntil.Store(start.Add(d.hold).UnixNano())
+	} else {
+		d.doubt.Store(max(d.doubt.Load(), last))
+		if d.inflight != nil {
+			// Abandoned with the region perhaps applying it: a Flush at
+			// SIGTERM, after Run stopped here, holds like the next run.
+			d.holdUntil.Store(start.Add(d.hold).UnixNano())
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -708,9 +764,26 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		resp.Body.Close()
 		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
 	}
+	if mayHaveApplied(o, err) {
+		d.doubt.Store(max(d.doubt.Load(), last))
+	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
 	d.health.observe(d, o)
 	return o, nil
+}
+
+// mayHaveApplied reports whether a request that ended in o (err: its
+// transport error) may have been applied by the region all the same: it
+// went out and no answer came (a timeout, a connection cut), or an
+// answer came from something between the agent and the region (a
+// proxy's 502, 503 or 504). MAAS's own answers are definite: 2xx
+// applied, 422 refused before anything was applied, 500 rolled back
+// (one transaction per request, inflight.go).
+func mayHaveApplied(o outcome, err error) bool {
+	if err != nil {
+		return !o.down && o.kind != kindConfig
+	}
+	return o.status > 500
 }
 
 // IdempotencyKey names a batch by its Seqs: the same batch gets the same

@@ -39,48 +39,64 @@ const DefaultUnansweredHold = 30 * time.Second
 // without fsync: a kill -9 keeps what the page cache holds; only a power
 // loss can lose it, and then the rack, and its request, went down too.
 
-// inflight is the record's file: eight bytes, the start in Unix
-// nanoseconds, or zero.
+// The record also keeps the request's last Seq: the events up to it may
+// be applied already when the restarted agent sends them again, which
+// decides how a batch of them may be split (split.go).
+
+// inflight is the record's file: sixteen bytes, the start in Unix
+// nanoseconds (or zero) and the request's last Seq. (Eight bytes, the
+// start alone, is the record of an older version: the Seq is unknown.)
 type inflight struct {
 	f *os.File
 }
 
-// openInflight opens (creating) the record at path and returns when the
-// request it records started; the zero time when none is recorded. A
-// record that does not read as one (torn, foreign) is taken as a request
-// of unknown start: the caller holds from now.
-func openInflight(path string) (*inflight, time.Time, bool, error) {
+// unanswered is what the record says of the previous run's last request.
+type unanswered struct {
+	set     bool      // a request was left unanswered
+	started time.Time // its start; zero: unknown
+	last    uint64    // its last Seq; 0: unknown
+}
+
+// openInflight opens (creating) the record at path and returns what it
+// records. A record that does not read as one (torn, foreign) is taken
+// as a request of unknown start and content: the caller holds from now.
+func openInflight(path string) (*inflight, unanswered, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, time.Time{}, false, fmt.Errorf("in-flight record: %w", err)
+		return nil, unanswered{}, fmt.Errorf("in-flight record: %w", err)
 	}
-	var b [9]byte
+	var b [17]byte
 	n, err := f.ReadAt(b[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		f.Close()
-		return nil, time.Time{}, false, fmt.Errorf("in-flight record: %w", err)
+		return nil, unanswered{}, fmt.Errorf("in-flight record: %w", err)
 	}
 	in := &inflight{f: f}
 	switch {
 	case n == 0:
-		return in, time.Time{}, false, nil
-	case n != 8:
-		return in, time.Time{}, true, nil // not ours to read: hold from now
+		return in, unanswered{}, nil
+	case n != 8 && n != 16:
+		return in, unanswered{set: true}, nil // not ours to read: hold from now
 	}
 	ns := int64(binary.LittleEndian.Uint64(b[:8]))
 	if ns == 0 {
-		return in, time.Time{}, false, nil
+		return in, unanswered{}, nil
 	}
-	return in, time.Unix(0, ns), true, nil
+	u := unanswered{set: true, started: time.Unix(0, ns)}
+	if n == 16 {
+		u.last = binary.LittleEndian.Uint64(b[8:16])
+	}
+	return in, u, nil
 }
 
-// begin records that a request starts at t.
-func (in *inflight) begin(t time.Time) error {
+// begin records that a request whose last Seq is last starts at t.
+func (in *inflight) begin(t time.Time, last uint64) error {
 	if in == nil {
 		return nil
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(t.UnixNano()))
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], uint64(t.UnixNano()))
+	binary.LittleEndian.PutUint64(b[8:], last)
 	_, err := in.f.WriteAt(b[:], 0)
 	return err
 }
@@ -90,7 +106,7 @@ func (in *inflight) end() error {
 	if in == nil {
 		return nil
 	}
-	var b [8]byte
+	var b [16]byte
 	_, err := in.f.WriteAt(b[:], 0)
 	return err
 }

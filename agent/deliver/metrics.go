@@ -13,6 +13,7 @@ type metrics struct {
 	latency      prometheus.Histogram
 	deadlettered prometheus.Counter
 	keptBack     prometheus.Counter
+	unsafeSplits prometheus.Counter
 	state        *prometheus.GaugeVec
 	probes       *prometheus.CounterVec
 }
@@ -44,6 +45,10 @@ func newMetrics() metrics {
 			Name: "leasekeeper_deliver_kept_back_total",
 			Help: "Queued events the region cannot take (no six-octet MAC: a DHCPv6 DUID without one), taken off the queue unsent; the reconciler keeps such events back before they are queued, so these were queued by an older agent.",
 		}),
+		unsafeSplits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_deliver_unsafe_splits_total",
+			Help: "Batches the region may have applied already (sent before, never answered) that it then failed or refused, and that were split with an address or MAC on both sides of the cut, after sending them whole again did not help: until the second half landed, the region may have shown an older state.",
+		}),
 	}
 	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_region_probes_total",
@@ -67,7 +72,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.state, m.probes}
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.unsafeSplits, m.state, m.probes}
 }
 
 func (m *metrics) setState(state string) {

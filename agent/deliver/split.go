@@ -2,40 +2,49 @@ package deliver
 
 import "github.com/leasekeeper/leasekeeper/agent/event"
 
-// splitPoint is where split cuts a batch: the cut nearest the middle that
-// leaves no IP and no MAC with events on both sides, or the middle when
-// there is none.
+// How a batch the region failed (500) or refused (422) is split.
 //
-// A batch split after a 500 may be one the region already applied (its
-// first copy's answer was lost, or the agent stopped while the region
-// applied it): sent again in halves, each half its own transaction, an
-// IP with events on both sides would show the region its older state
-// (a commit whose release is in the other half) until the second half
-// lands — an older state after a newer one (make chaos: a restart, a
-// slow region, then a 500). Kept on one side, the IP's events are
-// applied together, and the region goes from the newest state to the
-// newest state.
-func splitPoint(batch []event.Queued) int {
+// MAAS keeps one record per address and, per MAC, only the address of its
+// last event (src/maasservicelayer/services/leases.py, store_lease_info:
+// an event deletes the MAC's other discovered addresses of the family).
+// So an event's effect depends on the events before it that share its
+// address or its MAC, and on no other. Halves sent one after the other,
+// in order, take the region through the same states as the whole batch
+// would — unless the region has applied the batch already (a copy sent
+// before, never answered: Deliverer.doubt). Then the first half sent
+// again shows the region, until the second lands, the older state of an
+// address or MAC with events on both sides: an older state after a newer
+// one (make chaos, seed 2029: a restart under a slow region, then a 500,
+// and a cut in the middle put a commit after its release).
+//
+// So a batch is cut where no address and no MAC has events on both sides
+// (cleanCut), nearest the middle. Failing that, a batch with no event in
+// doubt is cut in the middle; one with events in doubt is divided into
+// parts that share no address and no MAC, each in its own order
+// (independent): each part, applied alone, takes its addresses and MACs
+// to their newest state. A batch all of one piece is not split while in
+// doubt: it is sent whole again (send).
+
+// cleanCut is the cut nearest the middle that leaves no address and no
+// MAC with events on both sides, and whether there is one.
+func cleanCut(batch []event.Queued) (int, bool) {
 	n := len(batch)
 	mid := n / 2
-	if n < 3 {
-		return mid
+	if n < 2 {
+		return mid, false
 	}
-	// dirty[k] > 0: some key has events before the cut k and at or after it.
 	first := make(map[string]int, n)
 	last := make(map[string]int, n)
-	note := func(key string, i int) {
-		if _, ok := first[key]; !ok {
-			first[key] = i
-		}
-		last[key] = i
-	}
 	for i, q := range batch {
-		note("ip "+q.Event.IP.String(), i)
-		if q.Event.MAC != "" {
-			note("mac "+q.Event.MAC, i)
+		for _, key := range keys(q) {
+			if _, ok := first[key]; !ok {
+				first[key] = i
+			}
+			last[key] = i
 		}
 	}
+	// diff[k] counts the keys with events before the cut k and at or
+	// after it, as a difference array.
 	diff := make([]int, n+1)
 	for key, f := range first {
 		if l := last[key]; l > f {
@@ -51,9 +60,76 @@ func splitPoint(batch []event.Queued) int {
 		}
 	}
 	if best < 0 {
-		return mid
+		return mid, false
 	}
-	return best
+	return best, true
+}
+
+// independent divides batch into two parts that share no address and no
+// MAC, each in the batch's order, as near to halves as the batch allows;
+// false when it is all one piece.
+func independent(batch []event.Queued) (a, b []event.Queued, ok bool) {
+	n := len(batch)
+	parent := make([]int, n)
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	owner := make(map[string]int, 2*n)
+	for i, q := range batch {
+		for _, key := range keys(q) {
+			if j, seen := owner[key]; seen {
+				if ri, rj := find(i), find(j); ri != rj {
+					parent[max(ri, rj)] = min(ri, rj) // the root is a piece's first event
+				}
+			} else {
+				owner[key] = i
+			}
+		}
+	}
+	// Pieces in the order of their first event; the first ones go to a
+	// until it holds about half the events.
+	size := make(map[int]int)
+	var order []int
+	for i := range batch {
+		r := find(i)
+		if size[r] == 0 {
+			order = append(order, r)
+		}
+		size[r]++
+	}
+	if len(order) < 2 {
+		return nil, nil, false
+	}
+	inA := map[int]bool{}
+	for k, total := 0, 0; k < len(order)-1 && (total == 0 || total+size[order[k]]/2 <= n/2); k++ {
+		inA[order[k]] = true
+		total += size[order[k]]
+	}
+	for i, q := range batch {
+		if inA[find(i)] {
+			a = append(a, q)
+		} else {
+			b = append(b, q)
+		}
+	}
+	return a, b, true
+}
+
+// keys are what an event's effect depends on: its address and its MAC.
+func keys(q event.Queued) []string {
+	k := []string{"ip " + q.Event.IP.String()}
+	if q.Event.MAC != "" {
+		k = append(k, "mac "+q.Event.MAC)
+	}
+	return k
 }
 
 func abs(x int) int {

@@ -2,46 +2,92 @@ package deliver
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 )
 
-func TestSplitPoint(t *testing.T) {
-	// Each event is "ip/mac": a single letter or digit each.
-	batch := func(spec string) []event.Queued {
-		var out []event.Queued
-		for i, f := range strings.Fields(spec) {
-			ip, mac, _ := strings.Cut(f, "/")
-			out = append(out, event.Queued{Seq: uint64(i + 1), Event: event.Event{
-				IP:  netip.AddrFrom4([4]byte{198, 18, 0, ip[0]}),
-				MAC: "02:00:00:00:00:" + mac,
-			}})
-		}
-		return out
+// spec builds a batch from "ip/mac" fields, a single letter or digit each.
+func spec(s string) []event.Queued {
+	var out []event.Queued
+	for i, f := range strings.Fields(s) {
+		ip, mac, _ := strings.Cut(f, "/")
+		out = append(out, event.Queued{Seq: uint64(i + 1), Event: event.Event{
+			IP:  netip.AddrFrom4([4]byte{198, 18, 0, ip[0]}),
+			MAC: "02:00:00:00:00:" + mac,
+		}})
 	}
+	return out
+}
+
+// seqs names a part by its events' positions in the batch.
+func seqs(part []event.Queued) []uint64 {
+	var out []uint64
+	for _, q := range part {
+		out = append(out, q.Seq)
+	}
+	return out
+}
+
+func TestCleanCut(t *testing.T) {
 	for _, tc := range []struct {
 		name, spec string
 		want       int
+		ok         bool
 	}{
-		{"one event", "a/1", 0},
-		{"two", "a/1 b/2", 1},
-		{"all distinct: the middle", "a/1 b/2 c/3 d/4", 2},
-		{"an IP across the middle moves the cut", "a/1 b/2 b/2 c/3", 1},
-		{"nearest clean cut on either side", "a/1 b/2 c/3 c/3 d/4 e/5", 2},
-		{"a MAC across the middle", "a/1 b/2 c/2 d/4", 1},
-		{"one IP throughout: the middle", "a/1 a/1 a/1 a/1", 2},
-		{"no clean cut: the middle", "a/1 b/2 a/1 b/2", 2},
-		{"clean cut far from the middle", "a/1 b/2 b/2 b/2 b/2 b/2", 1},
+		{"one event", "a/1", 0, false},
+		{"two", "a/1 b/2", 1, true},
+		{"two of one IP", "a/1 a/1", 1, false},
+		{"all distinct: the middle", "a/1 b/2 c/3 d/4", 2, true},
+		{"an IP across the middle moves the cut", "a/1 b/2 b/2 c/3", 1, true},
+		{"nearest clean cut on either side", "a/1 b/2 c/3 c/3 d/4 e/5", 2, true},
+		{"a MAC across the middle", "a/1 b/2 c/2 d/4", 1, true},
+		{"one IP throughout", "a/1 a/1 a/1 a/1", 2, false},
+		{"interleaved: none", "a/1 b/2 a/1 b/2", 2, false},
+		{"clean cut far from the middle", "a/1 b/2 b/2 b/2 b/2 b/2", 1, true},
 	} {
-		b := batch(tc.spec)
-		got := splitPoint(b)
-		if got != tc.want {
-			t.Errorf("%s: splitPoint(%s) = %d, want %d", tc.name, tc.spec, got, tc.want)
+		got, ok := cleanCut(spec(tc.spec))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: cleanCut(%s) = %d, %t; want %d, %t", tc.name, tc.spec, got, ok, tc.want, tc.ok)
 		}
-		if len(b) >= 2 && (got < 1 || got >= len(b)) {
-			t.Errorf("%s: cut %d makes no progress", tc.name, got)
+	}
+}
+
+func TestIndependent(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec string
+		a, b       []uint64 // nil: no division
+	}{
+		{"interleaved addresses", "a/1 b/2 a/1 b/2", []uint64{1, 3}, []uint64{2, 4}},
+		{"linked by a MAC: one piece", "a/1 b/2 a/2 b/1", nil, nil},
+		{"one address", "a/1 a/1", nil, nil},
+		{"pieces filled to about half", "a/1 b/2 c/3 a/1 b/2 c/3 d/4 d/4", []uint64{1, 2, 4, 5}, []uint64{3, 6, 7, 8}},
+		{"a large first piece stays alone", "a/1 b/2 a/1 a/1 a/1 a/1 c/3 b/2", []uint64{1, 3, 4, 5, 6}, []uint64{2, 7, 8}},
+	} {
+		b := spec(tc.spec)
+		x, y, ok := independent(b)
+		if ok != (tc.a != nil) || !slices.Equal(seqs(x), tc.a) || !slices.Equal(seqs(y), tc.b) {
+			t.Errorf("%s: independent(%s) = %v, %v, %t; want %v, %v", tc.name, tc.spec, seqs(x), seqs(y), ok, tc.a, tc.b)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		// The property that matters: no address or MAC in both parts.
+		in := map[string]bool{}
+		for _, q := range x {
+			for _, k := range keys(q) {
+				in[k] = true
+			}
+		}
+		for _, q := range y {
+			for _, k := range keys(q) {
+				if in[k] {
+					t.Errorf("%s: %s in both parts", tc.name, k)
+				}
+			}
 		}
 	}
 }

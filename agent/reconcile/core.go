@@ -363,13 +363,55 @@ func (s *State) renewedVanished(ev event.Event) {
 	q := s.Pending[ev.IP]
 	for i := range q {
 		p := &q[i]
-		if p.Event.Reason != ReasonVanished || p.Event.MAC != ev.MAC || p.Event.Timestamp >= end {
+		if p.Event.Reason != ReasonVanished || p.Event.MAC != ev.MAC || p.Event.Timestamp >= end || endedBefore(*p, ev.MAC, ev.Timestamp) {
 			continue
 		}
 		p.Event.Timestamp = end
 		p.Due = max(p.Due, end)
 		s.touch(ev.IP)
 	}
+}
+
+// endedBefore reports whether p is the expiry of a lease a rewrite
+// dropped that had ended before the same client's binding starting at
+// start: not a renewal but a new lease, after dhcpd had let the old one
+// end. The region is owed that expiry, and before the new commit (make
+// chaos: a commit 2 s after a dropped lease's end, within the grace,
+// moved the expiry to the new end as a renewal's would be, and the new
+// commit's news then covered it: the expiry was never sent). A failover
+// primary's PairWait expiry is the pair's to decide (failover.go).
+func endedBefore(p Pending, mac string, start int64) bool {
+	return p.Event.Reason == ReasonVanished && !p.PairWait && p.Event.MAC == mac && start > p.Event.Timestamp
+}
+
+// TakeEndedBefore removes and returns, in order, ev's address's pending
+// expiries of dropped leases that ended before ev, a commit a hook
+// reported (endedBefore). The caller queues them ahead of ev, and calls
+// Hook for each.
+func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
+	if ev.Action != event.Commit || !s.tellsFromFile() {
+		return nil
+	}
+	q := s.Pending[ev.IP]
+	var out []event.Event
+	keep := q[:0:0]
+	for _, p := range q {
+		if endedBefore(p, ev.MAC, ev.Timestamp) {
+			out = append(out, p.Event)
+			continue
+		}
+		keep = append(keep, p)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	s.mark(ev.IP, ChangedPending)
+	if len(keep) == 0 {
+		delete(s.Pending, ev.IP)
+	} else {
+		s.Pending[ev.IP] = keep
+	}
+	return out
 }
 
 // fineTime is ev's time to the nanosecond if a hook took it: its
@@ -481,8 +523,10 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	}
 	if l.State == parser.StateActive {
 		// Back in the file: an expiry scheduled for its disappearance
-		// must not follow the new binding.
-		s.dropPending(ip, ReasonVanished)
+		// must not follow the new binding — unless the dropped lease
+		// ended before the binding began (endedBefore): then it is due
+		// now, ahead of the binding's commit.
+		s.vanishedBack(ip, l, now)
 	}
 	if ev.Action == event.Expiry && had && prev.State == parser.StateActive && prev.MAC == l.MAC && l.Ends < prev.Ends {
 		// Without failover dhcpd writes a release as "free" with the
@@ -491,6 +535,37 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		ev.Action, ev.Reason = event.Release, ReasonMissedRelease
 	}
 	s.schedule(ip, Pending{Event: ev, Due: now + s.Grace})
+}
+
+// vanishedBack settles the pending expiries of dropped leases when the
+// file shows ip bound again, as l: those that ended before l began for
+// the same client fall due now (endedBefore), the others are dropped.
+func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64) {
+	q := s.Pending[ip]
+	keep := q[:0:0]
+	changed := false
+	for _, p := range q {
+		switch {
+		case p.Event.Reason != ReasonVanished:
+		case endedBefore(p, l.MAC, l.Starts):
+			if p.Due > now {
+				p.Due, changed = now, true
+			}
+		default:
+			changed = true
+			continue
+		}
+		keep = append(keep, p)
+	}
+	if !changed {
+		return
+	}
+	s.mark(ip, ChangedPending)
+	if len(keep) == 0 {
+		delete(s.Pending, ip)
+	} else {
+		s.Pending[ip] = keep
+	}
 }
 
 // dropPending removes an address's pending events with the reason.
@@ -780,7 +855,7 @@ func (s *State) pointless(ip netip.Addr, p Pending, t Told, ok bool) bool {
 		return true
 	}
 	if p.Event.Reason == ReasonVanished {
-		if l, back := s.File[ip]; back && (l.State == parser.StateActive || l.MAC != "" && l.MAC != p.Event.MAC) {
+		if l, back := s.File[ip]; back && (l.State == parser.StateActive && !endedBefore(p, l.MAC, l.Starts) || l.MAC != "" && l.MAC != p.Event.MAC) {
 			// Reappeared, or the address moved on. A block with no MAC
 			// (the free lease dhcpd lists when a range holds the address
 			// again) is neither: the region still holds the old lease.

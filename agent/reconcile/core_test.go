@@ -82,7 +82,16 @@ func run(t *testing.T, steps []step) {
 	s := NewState(grace)
 	for i, st := range steps {
 		now := t0 + st.at
+		var got []string
+		show := func(ev event.Event) {
+			got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
+			s.Hook(ev)
+		}
 		if st.hook != nil {
+			// As Reconciler.Accept: what must precede the hook's event.
+			for _, ev := range s.TakeEndedBefore(*st.hook) {
+				show(ev)
+			}
 			s.Hook(*st.hook)
 		}
 		if st.appended != "" {
@@ -96,10 +105,8 @@ func run(t *testing.T, steps []step) {
 			tab, complete := table(t, text)
 			s.Snapshot(tab, complete, now)
 		}
-		var got []string
 		for _, ev := range s.Due(now) {
-			got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
-			s.Hook(ev)
+			show(ev)
 		}
 		if diff := cmp.Diff(st.want, got); diff != "" {
 			t.Fatalf("step %d (t+%ds) (-want +got):\n%s", i, st.at, diff)
@@ -303,6 +310,42 @@ func TestRules(t *testing.T) {
 			{at: 109},
 			{at: 110, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +110 vanished"}},
 			{at: 200},
+		}},
+		// The same client binds the address again after the dropped
+		// lease's end, inside the grace that waits for a renewal's
+		// hook: a new lease, not a renewal. The expiry goes first, at
+		// the old end, ahead of the commit (make chaos, seed 2029: the
+		// commit's hook moved the expiry to the new end, and the
+		// commit's news then covered it: never sent).
+		{"rule 2: vanished, then the same client's new binding after the end: the expiry first", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 10, snapshot: "\n"},
+			{at: 32, hook: ev(renewal(ip1, macA, t0+32, 100)),
+				want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +30 vanished"}},
+			{at: 32, appended: block(ip1, "active", macA, t0+32, t0+132)},
+			{at: 32 + grace},
+			{at: 200, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +132 ends-passed"}},
+		}},
+		// The same, the file showing the new binding before its hook
+		// comes: the expiry falls due at once, ahead of the commit.
+		{"rule 2: vanished, then the file shows the same client's new binding after the end: the expiry at once", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 10, snapshot: "\n"},
+			{at: 32, appended: block(ip1, "active", macA, t0+32, t0+132),
+				want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +30 vanished"}},
+			{at: 33, hook: ev(renewal(ip1, macA, t0+32, 100))},
+			{at: 32 + grace},
+			{at: 200, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +132 ends-passed"}},
+		}},
+		// Taken back by the same client before the end: the life goes
+		// on (the range came back), no expiry.
+		{"rule 2: vanished, then the file shows the same client bound again before the end: no expiry", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 10, snapshot: "\n"},
+			{at: 20, appended: block(ip1, "active", macA, t0+20, t0+120)},
+			{at: 20 + grace, want: []string{"commit 203.0.113.10 00:16:3e:00:00:0a +20 missed-commit"}},
+			{at: 30 + grace},
+			{at: 200, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +120 ends-passed"}},
 		}},
 		// The agent never read the lease's block (down, or the file
 		// unreadable) before a rewrite dropped it: only the hook told

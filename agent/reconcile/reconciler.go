@@ -230,20 +230,25 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	type prev struct {
-		t  Told
-		ok bool
+		t       Told
+		ok      bool
+		pending []Pending
 	}
 	undo := make(map[netip.Addr]prev, len(evs))
+	save := func(ip netip.Addr) {
+		if _, ok := undo[ip]; !ok {
+			t, ok := r.st.Told[ip]
+			undo[ip] = prev{t, ok, slices.Clone(r.st.Pending[ip])}
+		}
+	}
 	keep := make([]event.Event, 0, len(evs))
+	now := r.now()
 	for _, ev := range evs {
 		if err := ev.Deliverable(); err != nil {
 			// Recorded as told all the same: the file would only yield
 			// the same event again.
 			r.keptBack(ev, err)
-			if _, ok := undo[ev.IP]; !ok {
-				t, ok := r.st.Told[ev.IP]
-				undo[ev.IP] = prev{t, ok}
-			}
+			save(ev.IP)
 			r.st.Hook(ev)
 			continue
 		}
@@ -255,9 +260,11 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 				Str("why", why).Msg("dropped a hook event: " + why)
 			continue
 		}
-		if _, ok := undo[ev.IP]; !ok {
-			t, ok := r.st.Told[ev.IP]
-			undo[ev.IP] = prev{t, ok}
+		save(ev.IP)
+		for _, ex := range r.st.TakeEndedBefore(ev) {
+			if ex, ok := r.synthesised(ex, now); ok {
+				keep = append(keep, ex)
+			}
 		}
 		r.st.Hook(ev)
 		keep = append(keep, ev)
@@ -268,6 +275,11 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 				r.st.Told[ip] = p.t
 			} else {
 				delete(r.st.Told, ip)
+			}
+			if len(p.pending) > 0 {
+				r.st.Pending[ip] = p.pending
+			} else {
+				delete(r.st.Pending, ip)
 			}
 		}
 		return err
@@ -588,26 +600,36 @@ func (r *Reconciler) classified(kind, by string) {
 	r.log.Info().Msg("dhcpd's hourly rewrite of the leases file")
 }
 
+// synthesised readies an event the state synthesised for the outbox:
+// checked, stamped, recorded as told, counted and logged. It is false
+// for one not to queue (invalid, or one the region cannot take). r.mu is
+// held.
+func (r *Reconciler) synthesised(ev event.Event, now time.Time) (event.Event, bool) {
+	if err := ev.Normalize(); err != nil {
+		r.met.problems.WithLabelValues(problemInvalid).Inc()
+		r.log.Error().Err(err).Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("reason", ev.Reason).
+			Msg("synthesised event is invalid; dropped")
+		return ev, false
+	}
+	ev.TimestampNS = now.UnixNano()
+	r.st.Hook(ev)
+	if err := ev.Deliverable(); err != nil {
+		r.keptBack(ev, err)
+		return ev, false
+	}
+	r.met.synthesised.WithLabelValues(ev.Reason).Inc()
+	r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("hostname", ev.Hostname).
+		Int64("timestamp", ev.Timestamp).Str("reason", ev.Reason).Msg("synthesised event")
+	return ev, true
+}
+
 // decide queues what is due, or schedules a flush. r.mu is held.
 func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 	var evs []event.Event
 	for _, ev := range r.st.Due(now.Unix()) {
-		if err := ev.Normalize(); err != nil {
-			r.met.problems.WithLabelValues(problemInvalid).Inc()
-			r.log.Error().Err(err).Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("reason", ev.Reason).
-				Msg("synthesised event is invalid; dropped")
-			continue
+		if ev, ok := r.synthesised(ev, now); ok {
+			evs = append(evs, ev)
 		}
-		ev.TimestampNS = now.UnixNano()
-		r.st.Hook(ev)
-		if err := ev.Deliverable(); err != nil {
-			r.keptBack(ev, err)
-			continue
-		}
-		r.met.synthesised.WithLabelValues(ev.Reason).Inc()
-		r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("hostname", ev.Hostname).
-			Int64("timestamp", ev.Timestamp).Str("reason", ev.Reason).Msg("synthesised event")
-		evs = append(evs, ev)
 	}
 	for _, o := range r.st.TakeOrphans() {
 		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
