@@ -121,8 +121,8 @@ type Deliverer struct {
 	last   atomic.Int64  // Unix ns of the last 2xx
 	health health
 
-	// stale, if set, drops a queued event before it is sent (SetStale).
-	stale atomic.Pointer[func(context.Context, event.Event) bool]
+	// stale, if set, judges a queued event before it is sent (SetStale).
+	stale atomic.Pointer[StaleFunc]
 
 	inflight  *inflight     // nil: no record kept
 	hold      time.Duration // Config.UnansweredHold, with its default
@@ -365,7 +365,16 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 // whether it is old news no longer to send (the reconciler's Stale: in a
 // failover pair, older than what the peer told since it was queued); such
 // an event is removed from the queue unsent. Set before Run.
-func (d *Deliverer) SetStale(f func(context.Context, event.Event) bool) { d.stale.Store(&f) }
+func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
+
+// StaleFunc reports whether e, a queued event about to be sent, is old
+// news: sent alone it would take the region back from newer news another
+// sender told. newest, if valid (its IP set), is that newer news: e is
+// then sent after all, with newest right after the address's last such
+// event in the batch, so that the region, applying the request in one
+// transaction, is left on newest and still hears of e. Otherwise e is
+// taken off the queue unsent.
+type StaleFunc func(ctx context.Context, e event.Event) (stale bool, newest event.Event)
 
 // step takes the turn, peeks one batch and delivers it. It returns the
 // number of events handled (delivered, dead-lettered or dropped), 0 when
@@ -412,6 +421,7 @@ type bisection struct {
 // goes out by send.
 func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked time.Time) error {
 	good := batch[:0:0]
+	var restate map[netip.Addr]restatement
 	for _, q := range batch {
 		e := q.Event
 		if err := e.Normalize(); err != nil {
@@ -431,21 +441,63 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 				Msg("queued event the region cannot take; not sent (leasekeeper_deliver_kept_back_total)")
 			continue
 		}
-		if f := d.stale.Load(); f != nil && (*f)(ctx, e) {
-			if err := d.persist(ctx, func() error { return d.q.Ack(q.Seq) }); err != nil {
-				return err
+		if f := d.stale.Load(); f != nil {
+			if stale, newest := (*f)(ctx, e); stale {
+				if !newest.IP.IsValid() {
+					if err := d.persist(ctx, func() error { return d.q.Ack(q.Seq) }); err != nil {
+						return err
+					}
+					d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
+						Int64("timestamp", e.Timestamp).Msg("queued event not sent: in a failover pair, older than news the peer told since")
+					continue
+				}
+				d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
+					Int64("timestamp", e.Timestamp).Str("newest", newest.Action).Str("newest_mac", newest.MAC).Int64("newest_timestamp", newest.Timestamp).
+					Msg("queued event older than news the peer told since, in a failover pair: sent with that news after it, in one request")
+				q.Event = e
+				good = append(good, q)
+				if restate == nil {
+					restate = map[netip.Addr]restatement{}
+				}
+				restate[e.IP] = restatement{after: len(good) - 1, q: event.Queued{Seq: q.Seq, Event: newest}}
+				continue
 			}
-			d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
-				Int64("timestamp", e.Timestamp).Msg("queued event not sent: in a failover pair, older than news the peer told since")
-			continue
 		}
 		q.Event = e
 		good = append(good, q)
+		delete(restate, e.IP) // news of its own follows the stale events: newer than the peer's
 	}
 	if len(good) == 0 {
 		return nil
 	}
-	return d.send(ctx, good, &bisection{peeked: peeked})
+	return d.send(ctx, withNewest(good, restate), &bisection{peeked: peeked})
+}
+
+// restatement is newer news to send after a stale event (StaleFunc):
+// after the event at index after of the batch. Its Seq is that event's:
+// acknowledged with it, and never queued on its own.
+type restatement struct {
+	after int
+	q     event.Queued
+}
+
+// withNewest inserts each restatement after its event.
+func withNewest(batch []event.Queued, restate map[netip.Addr]restatement) []event.Queued {
+	if len(restate) == 0 {
+		return batch
+	}
+	after := make(map[int]event.Queued, len(restate))
+	for _, r := range restate {
+		after[r.after] = r.q
+	}
+	out := make([]event.Queued, 0, len(batch)+len(restate))
+	for i, q := range batch {
+		out = append(out, q)
+		if r, ok := after[i]; ok {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // send posts batch until the region answers for its content: a 2xx acks

@@ -1645,7 +1645,7 @@ func TestStaleNotSent(t *testing.T) {
 	q := newMemQueue()
 	q.Append(evs...)
 	h := newDeliverer(t, fastConfig(s, f), q)
-	h.d.SetStale(func(_ context.Context, e event.Event) bool { return e.IP == evs[1].IP })
+	h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) { return e.IP == evs[1].IP, event.Event{} })
 	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -1654,6 +1654,53 @@ func TestStaleNotSent(t *testing.T) {
 	}
 	if dl := q.DeadLetters(); len(dl) != 0 {
 		t.Errorf("dead letters %+v, want none", dl)
+	}
+	if n := q.Depth(); n != 0 {
+		t.Errorf("queue depth %d, want 0", n)
+	}
+}
+
+// TestStaleSentWithNewest: when the stale check names the newer news
+// (a failover pair's file recorded the peer's), the stale events go out
+// after all, in order, with that news once, right after the address's
+// last stale event, in the same request — the region is left on the
+// newest state and misses no lease life. An event of the address's own
+// after the stale ones is newer still: no restatement then.
+func TestStaleSentWithNewest(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	ip1 := netip.MustParseAddr("198.18.0.1")
+	ip2 := netip.MustParseAddr("198.18.0.2")
+	ip3 := netip.MustParseAddr("198.18.0.3")
+	mk := func(action string, ip netip.Addr, ts int64) event.Event {
+		e := event.Event{Action: action, Family: event.IPv4, IP: ip, MAC: "02:00:00:00:00:0" + ip.String()[len(ip.String())-1:],
+			Timestamp: ts, Source: event.SourceHook}
+		if action == event.Commit {
+			e.LeaseTime = 600
+		}
+		return e
+	}
+	stale := []event.Event{mk(event.Commit, ip1, 100), mk(event.Commit, ip2, 101), mk(event.Expiry, ip1, 102)}
+	own := mk(event.Commit, ip2, 300) // ip2's own newer news
+	other := mk(event.Commit, ip3, 103)
+	q := newMemQueue()
+	q.Append(stale[0], stale[1], other, stale[2], own)
+	newest := map[netip.Addr]event.Event{ip1: mk(event.Commit, ip1, 200), ip2: mk(event.Release, ip2, 250)}
+	h := newDeliverer(t, fastConfig(s, f), q)
+	h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) {
+		if e.Timestamp >= 103 {
+			return false, event.Event{}
+		}
+		return true, newest[e.IP]
+	})
+	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	want := []event.Event{stale[0], stale[1], other, stale[2], newest[ip1], own}
+	if diff := cmp.Diff(items(want), s.Items()); diff != "" {
+		t.Errorf("items (-want +got):\n%s", diff)
+	}
+	if n := len(s.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
 	}
 	if n := q.Depth(); n != 0 {
 		t.Errorf("queue depth %d, want 0", n)

@@ -20,6 +20,7 @@ const (
 	ReasonMissedRelease = "missed-release" // rule 1
 	ReasonMissedExpiry  = "missed-expiry"  // rule 1
 	ReasonVanished      = "vanished"       // rule 2
+	ReasonPairNewest    = "pair-newest"    // a failover pair's newest news, sent after a stale event (NewestForPair)
 	ReasonEndsPassed    = "ends-passed"    // rule 3
 )
 

@@ -425,6 +425,32 @@ func (s *State) StaleForPair(ev event.Event, returned int64) bool {
 	return returned != 0 && ev.Timestamp < returned && t.At < returned && t.Action != event.Commit && t.MAC == ev.MAC && own < t.At
 }
 
+// NewestForPair is the news that makes ev stale (StaleForPair), as an
+// event to send right after it: the state the file last recorded for the
+// address. Sent in the same request, ev is no longer a step back — the
+// region applies the request in one transaction and is left on that
+// newest state — and the lease life ev tells is not lost (make chaos
+// PAIR=1: a returning rack's outbox, dropped as stale, cost the region
+// 31 lease lives in one two-minute run). False when the file's record
+// is not that news (the record is only what was told, or another MAC's)
+// or cannot be sent.
+func (s *State) NewestForPair(ev event.Event) (event.Event, bool) {
+	t, ok := s.Told[ev.IP]
+	l, shown := s.File[ev.IP]
+	if !ok || !shown {
+		return event.Event{}, false
+	}
+	n, ok := want(ev.IP, l)
+	if !ok || n.Action != t.Action || n.MAC != t.MAC || n.Timestamp <= ev.Timestamp {
+		return event.Event{}, false
+	}
+	n.Reason = ReasonPairNewest
+	if n.Normalize() != nil || n.Deliverable() != nil {
+		return event.Event{}, false
+	}
+	return n, true
+}
+
 // pairHoldMax bounds how long after an agent's start the events it
 // found queued wait for its dhcpd to leave recovery (holdOld).
 const pairHoldMax = 120 * time.Second

@@ -71,26 +71,28 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 
 // Stale reports whether ev, an event queued for the region and not yet
 // sent, is older than news the peer told since it was queued
-// (State.StaleForPair): the deliverer then drops it. In a pair it first
+// (State.StaleForPair), and that news as an event to send right after it
+// (State.NewestForPair; the zero Event when there is none: the deliverer
+// then drops ev). In a pair it first
 // waits for Run's first read of the file, as Accept does, and an event
 // older than this run's start (queued before the agent went down) also
 // waits until the file can show what the partner did meanwhile
 // (Pair.holdOld): a rack returns with its agent first, and its dhcpd's
 // file records the partner's partner-down and the updates of the leases
 // the partner expired only once dhcpd has started and caught up.
-func (r *Reconciler) Stale(ctx context.Context, ev event.Event) bool {
+func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Event) {
 	r.mu.Lock()
 	pair := r.st.Pair.InPair()
 	r.mu.Unlock()
 	if !pair {
-		return false
+		return false, event.Event{}
 	}
 	select {
 	case <-r.read:
 	case <-r.ended:
-		return false
+		return false, event.Event{}
 	case <-ctx.Done():
-		return false
+		return false, event.Event{}
 	}
 	for ev.Timestamp < r.started.Unix() {
 		r.mu.Lock()
@@ -104,10 +106,10 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) bool {
 		case <-t.C:
 		case <-r.ended:
 			t.Stop()
-			return false
+			return false, event.Event{}
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return false, event.Event{}
 		}
 	}
 	r.mu.Lock()
@@ -116,5 +118,9 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) bool {
 	if r.partnerSpoke {
 		returned = r.started.Unix()
 	}
-	return r.st.StaleForPair(ev, returned)
+	if !r.st.StaleForPair(ev, returned) {
+		return false, event.Event{}
+	}
+	newest, _ := r.st.NewestForPair(ev)
+	return true, newest
 }

@@ -535,6 +535,8 @@ func TestStaleForPair(t *testing.T) {
 		// spoke since; 0: not shown.
 		returned int64
 		want     bool
+		// newest: NewestForPair's event when stale, "action mac +offset".
+		newest string
 	}{{
 		name:   "the partner expired the lease in partner-down (this side recovers): the queued commit is stale",
 		pair:   primary,
@@ -542,6 +544,7 @@ func TestStaleForPair(t *testing.T) {
 		file:   fostate("recover", "partner-down") + block(ip1, "free", macA, t0+200, t0+260),
 		ask:    commit,
 		want:   true,
+		newest: "expiry " + macA + " +260",
 	}, {
 		name:   "the peer renewed the lease (a binding update, no cltt) after it: stale",
 		pair:   primary,
@@ -549,6 +552,7 @@ func TestStaleForPair(t *testing.T) {
 		file:   block(ip1, "active", macA, t0+230, t0+290),
 		ask:    commit,
 		want:   true,
+		newest: "commit " + macA + " +230",
 	}, {
 		name:   "this side's own later ack recorded (cltt): not stale, its hook follows",
 		pair:   primary,
@@ -578,6 +582,7 @@ func TestStaleForPair(t *testing.T) {
 		ask:      commit,
 		returned: t0 + 280,
 		want:     true,
+		newest:   "expiry " + macA + " +260",
 	}, {
 		name:   "the same end, the partner never spoke: this side's own end, its hook follows",
 		pair:   primary,
@@ -639,6 +644,17 @@ func TestStaleForPair(t *testing.T) {
 			s.Appended(ls, t0+300)
 			if got := s.StaleForPair(tc.ask, tc.returned); got != tc.want {
 				t.Errorf("StaleForPair = %v, want %v (told %+v)", got, tc.want, s.Told[tc.ask.IP])
+			}
+			if !tc.want {
+				return
+			}
+			n, ok := s.NewestForPair(tc.ask)
+			got := ""
+			if ok {
+				got = fmt.Sprintf("%s %s %+d", n.Action, n.MAC, n.Timestamp-t0)
+			}
+			if got != tc.newest {
+				t.Errorf("NewestForPair = %q, want %q", got, tc.newest)
 			}
 		})
 	}
