@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -758,11 +757,7 @@ func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify, dow
 // ctx ended.
 func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, error) {
 	l := d.link.Load()
-	items := make([]event.RegionItem, len(batch))
-	for i := range batch {
-		items[i] = batch[i].Event.Item()
-	}
-	body, err := json.Marshal(items)
+	body, err := batchBody(batch)
 	if err != nil {
 		return outcome{}, fmt.Errorf("encode batch: %w", err) // cannot happen: strings and ints
 	}

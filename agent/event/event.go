@@ -118,6 +118,14 @@ const MaxRegionHostname = 64
 // nothing valid is left. Only Unicode letters whose lower case is ASCII
 // can differ from MAAS's own result, in the name, never in validity.
 func RegionHostname(h string) string {
+	if regionReady(h) {
+		return h // what coerceHostname makes of it, without a copy
+	}
+	return coerceHostname(h)
+}
+
+// coerceHostname is RegionHostname for any h.
+func coerceHostname(h string) string {
 	var b strings.Builder
 	dash := false
 	for _, r := range h {
@@ -140,6 +148,21 @@ func RegionHostname(h string) string {
 		return ""
 	}
 	return out
+}
+
+// regionReady reports whether coerceHostname(h) is h itself: at most
+// MaxRegionHostname of [a-z0-9-], neither starting nor ending with '-'
+// (dhcpd's client-hostname is usually such a name already).
+func regionReady(h string) bool {
+	if len(h) > MaxRegionHostname || h != "" && (h[0] == '-' || h[len(h)-1] == '-') {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Key is what the region keys rows by: the IP address alone.

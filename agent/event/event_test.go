@@ -2,6 +2,7 @@ package event
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -249,5 +250,40 @@ func TestRegionHostname(t *testing.T) {
 		if got := RegionHostname(in); got != want {
 			t.Errorf("RegionHostname(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestRegionReady: a name regionReady passes is one coerceHostname
+// leaves as it is (RegionHostname returns it without a copy).
+func TestRegionReady(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "az09-AZ.( )_é"
+	ready := 0
+	for range 200_000 {
+		n := r.IntN(70)
+		if r.IntN(4) == 0 {
+			n = 63 + r.IntN(3)
+		}
+		b := make([]byte, 0, n)
+		for len(b) < n {
+			if r.IntN(8) == 0 {
+				b = append(b, alphabet[r.IntN(len(alphabet))])
+			} else {
+				b = append(b, "abcxyz0189-"[r.IntN(11)])
+			}
+		}
+		h := string(b)
+		if regionReady(h) {
+			ready++
+			if got := coerceHostname(h); got != h {
+				t.Fatalf("regionReady(%q), but coerceHostname makes it %q", h, got)
+			}
+		}
+		if got, want := RegionHostname(h), coerceHostname(h); got != want {
+			t.Fatalf("RegionHostname(%q) = %q, coerceHostname %q", h, got, want)
+		}
+	}
+	if ready < 1000 {
+		t.Fatalf("only %d ready names generated", ready)
 	}
 }
