@@ -162,6 +162,7 @@ type State struct {
 	// state per change.
 	dirty     map[netip.Addr]Changed
 	metaDirty bool
+	dirtyHint int // the size of the last dirty map taken
 	// ends orders the active leases by end, for rule 3 without a scan of
 	// File on every Due; built on first use, entries checked when popped.
 	ends    endsHeap
@@ -196,7 +197,10 @@ func (s *State) touch(ip netip.Addr) { s.mark(ip, ChangedAll) }
 // mark marks ip's entries c as changed.
 func (s *State) mark(ip netip.Addr, c Changed) {
 	if s.dirty == nil {
-		s.dirty = map[netip.Addr]Changed{}
+		// Sized as the last one taken: under load every round marks
+		// about as many addresses as the one before, and growing the
+		// map from nothing each round rehashed it every time.
+		s.dirty = make(map[netip.Addr]Changed, s.dirtyHint)
 	}
 	s.dirty[ip] |= c
 }
@@ -214,7 +218,7 @@ func (d Dirty) Empty() bool { return len(d.IPs) == 0 && !d.Meta }
 // caller that fails to persist it hands it back with MarkDirty.
 func (s *State) TakeDirty() Dirty {
 	d := Dirty{IPs: s.dirty, Meta: s.metaDirty}
-	s.dirty, s.metaDirty = nil, false
+	s.dirty, s.metaDirty, s.dirtyHint = nil, false, len(s.dirty)
 	return d
 }
 
@@ -744,18 +748,27 @@ func (s *State) Due(now int64) []event.Event {
 			s.schedule(e.ip, Pending{Event: ev, Due: now})
 		}
 	}
+	// What is due is noted as indices into each address's queue, and
+	// copied out once, in order, into a slice of the right size: in
+	// hookless mode every block the file appends is one pending commit
+	// due at once, and a slice per address, then a copy of each into a
+	// growing result, was a tenth of what the agent allocated per lease.
+	// The queues noted stay as they are: Pending keeps only their tail,
+	// and an append to that tail writes past what is noted.
 	type group struct {
-		ip    netip.Addr
-		first int64
-		evs   []event.Event
+		ip         netip.Addr
+		first      int64
+		q          []Pending
+		start, end int // the address's indices in picked
 	}
 	var groups []group
+	var picked []int32
 	for ip, q := range s.Pending {
 		// Per address strictly in order: stop at the first not yet due,
 		// and judge each against what the ones before it will have told.
 		t, told := s.Told[ip]
 		covered := coveredUpTo(q, t, told)
-		var g group
+		g := group{ip: ip, q: q, start: len(picked)}
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
 			if q[i].Orphan {
@@ -764,10 +777,10 @@ func (s *State) Due(now int64) []event.Event {
 			if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}
-			if len(g.evs) == 0 {
+			if len(picked) == g.start {
 				g.first = q[i].Due
 			}
-			g.evs = append(g.evs, q[i].Event)
+			picked = append(picked, int32(i))
 			t, told = Told{Action: q[i].Event.Action, MAC: q[i].Event.MAC, At: q[i].Event.Timestamp}, true
 		}
 		if i > 0 {
@@ -778,8 +791,7 @@ func (s *State) Due(now int64) []event.Event {
 		} else {
 			s.Pending[ip] = q[i:]
 		}
-		if len(g.evs) > 0 {
-			g.ip = ip
+		if g.end = len(picked); g.end > g.start {
 			groups = append(groups, g)
 		}
 	}
@@ -789,9 +801,14 @@ func (s *State) Due(now int64) []event.Event {
 		}
 		return a.ip.Compare(b.ip)
 	})
-	var evs []event.Event
+	if len(picked) == 0 {
+		return nil
+	}
+	evs := make([]event.Event, 0, len(picked))
 	for _, g := range groups {
-		evs = append(evs, g.evs...)
+		for _, k := range picked[g.start:g.end] {
+			evs = append(evs, g.q[k].Event)
+		}
 	}
 	return evs
 }

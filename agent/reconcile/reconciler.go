@@ -625,12 +625,18 @@ func (r *Reconciler) synthesised(ev event.Event, now time.Time) (event.Event, bo
 
 // decide queues what is due, or schedules a flush. r.mu is held.
 func (r *Reconciler) decide(ctx context.Context, now time.Time) {
-	var evs []event.Event
-	for _, ev := range r.st.Due(now.Unix()) {
+	// Due's slice is this call's: what is to be queued is kept in it, in
+	// place, instead of copied to another.
+	evs := r.st.Due(now.Unix())
+	n := 0
+	for _, ev := range evs {
 		if ev, ok := r.synthesised(ev, now); ok {
-			evs = append(evs, ev)
+			evs[n] = ev
+			n++
 		}
 	}
+	clear(evs[n:])
+	evs = evs[:n]
 	for _, o := range r.st.TakeOrphans() {
 		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
 			Msg("orphaned address: its lease was dropped because the address left every range, and it has ended; the region ignores its expiry, so it is to be freed there")
