@@ -45,7 +45,9 @@ func appendEvent(b []byte, e *event.Event) []byte {
 }
 
 func encodeEvent(e *event.Event) []byte {
-	return appendEvent(make([]byte, 0, 48+len(e.Hostname)+len(e.Reason)), e)
+	// 64: the version, the length prefixes, the address and the integers.
+	n := 64 + len(e.Action) + len(e.Family) + len(e.MAC) + len(e.Hostname) + len(e.Reason)
+	return appendEvent(make([]byte, 0, n), e)
 }
 
 // reader walks a record; the first error sticks and later reads return
@@ -53,6 +55,11 @@ func encodeEvent(e *event.Event) []byte {
 type reader struct {
 	b   []byte
 	err error
+	// src, when set, is the whole record as one string: string then
+	// returns a part of it instead of a copy of its own, one allocation
+	// per record instead of one per string field (Peek decodes every
+	// event it hands the deliverer).
+	src string
 }
 
 func (r *reader) fail(what string) {
@@ -101,7 +108,15 @@ func (r *reader) bytes(what string) []byte {
 	return v
 }
 
-func (r *reader) string(what string) string { return string(r.bytes(what)) }
+func (r *reader) string(what string) string {
+	v := r.bytes(what)
+	if r.src == "" || r.err != nil {
+		return string(v)
+	}
+	// r.b is what follows v in the record src copies.
+	end := len(r.src) - len(r.b)
+	return r.src[end-len(v) : end]
+}
 
 // name is string for a field that is nearly always one of known: that
 // one is returned, without an allocation.
@@ -179,7 +194,7 @@ func (r *reader) event() event.Event {
 }
 
 func decodeEvent(b []byte) (event.Event, error) {
-	r := reader{b: b}
+	r := reader{b: b, src: string(b)}
 	e := r.event()
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")

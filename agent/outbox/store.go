@@ -37,6 +37,10 @@ var (
 	keyVersion  = []byte("version")
 )
 
+// initialMmap is the outbox file's first mapping (bbolt's
+// InitialMmapSize).
+const initialMmap = 64 << 20
+
 // Tuning of the group commit.
 const (
 	requestQueue   = 4096   // pending requests the writer can be behind by
@@ -149,6 +153,12 @@ func Open(path string, opts Options) (*Store, error) {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:      time.Second,
 		FreelistType: bbolt.FreelistMapType,
+		// Address space only (the file does not grow with it): a file
+		// that grows within it is never mapped again. bbolt otherwise
+		// maps a growing file anew at each doubling, and every page
+		// read after that faults in again (a new agent's first minutes
+		// under load: the reconciler's records and the queue grow).
+		InitialMmapSize: initialMmap,
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
