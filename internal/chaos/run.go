@@ -1138,11 +1138,17 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 		fmt.Fprintf(w, "  %s %d", rule, rep.ByRule[rule])
 	}
 	fmt.Fprintln(w)
-	for i, v := range rep.Sorted() {
-		if i == 40 {
-			fmt.Fprintf(w, "  … %d more\n", len(rep.Violations)-40)
-			break
+	// At most 10 of each rule, so that one rule's flood does not hide
+	// another's first cases.
+	shown := map[string]int{}
+	for _, v := range rep.Sorted() {
+		if shown[v.Rule]++; shown[v.Rule] <= 10 {
+			fmt.Fprintf(w, "  %s\n", v)
 		}
-		fmt.Fprintf(w, "  %s\n", v)
+	}
+	for _, rule := range []string{"false", "order", "early", "lost", "final", "repost", "bound"} {
+		if n := shown[rule] - 10; n > 0 {
+			fmt.Fprintf(w, "  … %d more %s\n", n, rule)
+		}
 	}
 }

@@ -234,6 +234,19 @@ func TestFromRule(t *testing.T) {
 		}
 	}
 
+	// Found in the 30-minute run (seed 2030): a 120 s lease renewed for
+	// 20 s, then dropped by a rewrite. The dropped lease ends at the
+	// renewal's end, not the longer one before it: its expiry there is
+	// not early.
+	shorter := []Generation{
+		gen("g0", nil, starts(act(ip1, m1, 120), 0), starts(act(ip1, m1, 30), 10)),
+		gen("g1", []Block{}),
+	}
+	r0 := Check(Input{Generations: shorter, End: at(200), Items: []Item{ev(1, "commit", 0), ev(11, "commit", 10), ev(35, "expiry", 30)}})
+	if got := rules(r0); len(got) != 0 {
+		t.Errorf("a lease renewed shorter, then dropped: violations %v\n%s", got, evidence(r0))
+	}
+
 	// Found in the 30-minute run (seed 2027): a life expired, the MAC
 	// leased again in that second and released it the next, all three in
 	// one request. The expiry is the first life's end, not the release
