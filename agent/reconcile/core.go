@@ -377,37 +377,52 @@ func (s *State) renewedVanished(ev event.Event) {
 	}
 }
 
-// endedBefore reports whether p is the expiry of a lease a rewrite
-// dropped that had ended before the same client's binding starting at
-// start: not a renewal but a new lease, after dhcpd had let the old one
-// end. The region is owed that expiry, and before the new commit (make
-// chaos: a commit 2 s after a dropped lease's end, within the grace,
-// moved the expiry to the new end as a renewal's would be, and the new
-// commit's news then covered it: the expiry was never sent). A failover
-// primary's PairWait expiry is the pair's to decide (failover.go).
+// endedBefore reports whether p is the end (an expiry or a release) of a
+// lease that ended before the same client's binding starting at start:
+// that binding is not a renewal but a new lease, after dhcpd had let the
+// old one end. The region is owed the end, and before the new commit
+// (make chaos: a commit 2 s after a dropped lease's end, within the
+// grace, moved the expiry to the new end as a renewal's would be, and
+// the new commit's news then covered it: the expiry was never sent). A
+// failover primary's PairWait expiry is the pair's to decide
+// (failover.go).
 func endedBefore(p Pending, mac string, start int64) bool {
-	return p.Event.Reason == ReasonVanished && !p.PairWait && p.Event.MAC == mac && start > p.Event.Timestamp
+	return p.Event.Action != event.Commit && !p.PairWait && p.Event.MAC == mac && start > p.Event.Timestamp
 }
 
-// TakeEndedBefore removes and returns, in order, ev's address's pending
-// expiries of dropped leases that ended before ev, a commit a hook
-// reported (endedBefore). The caller queues them ahead of ev, and calls
-// Hook for each.
+// TakeEndedBefore removes and returns, in order, the ends of ev's
+// address that ended before ev, a commit a hook reported, and that the
+// region has not been told: pending ends (endedBefore; those already
+// told are only removed), and in a failover pair, where the file only
+// records, an end the file recorded that no hook of this side reported
+// (untoldEnd). The caller queues them ahead of ev, and calls Hook for
+// each. Sent after ev, or covered by it, the lease life would never
+// have ended in the region.
 func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
-	if ev.Action != event.Commit || !s.tellsFromFile() {
+	if ev.Action != event.Commit || s.Complement {
+		return nil
+	}
+	if !s.tellsFromFile() {
+		if end, ok := s.untoldEnd(ev); ok {
+			return []event.Event{end}
+		}
 		return nil
 	}
 	q := s.Pending[ev.IP]
+	t, told := s.Told[ev.IP]
 	var out []event.Event
 	keep := q[:0:0]
 	for _, p := range q {
-		if endedBefore(p, ev.MAC, ev.Timestamp) {
-			out = append(out, p.Event)
+		if !endedBefore(p, ev.MAC, ev.Timestamp) {
+			keep = append(keep, p)
 			continue
 		}
-		keep = append(keep, p)
+		if !satisfied(t, told, p.Event) {
+			out = append(out, p.Event)
+			t, told = Told{Action: p.Event.Action, MAC: p.Event.MAC, At: p.Event.Timestamp}, true
+		}
 	}
-	if len(out) == 0 {
+	if len(keep) == len(q) {
 		return nil
 	}
 	s.mark(ev.IP, ChangedPending)
@@ -417,6 +432,34 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		s.Pending[ev.IP] = keep
 	}
 	return out
+}
+
+// untoldEnd is, in a failover pair outside partner-down, the end of the
+// same client's lease the file recorded last for ev's address, before
+// ev, when this agent queued nothing for it (Told.OwnAt older than it).
+// dhcpd runs on expiry only when an expired lease goes free, which needs
+// the peer's ack (server/mdb.c make_binding_state_transition; the
+// README's "Failover pairs"); a client that comes back first is given
+// the same address again from the expired lease, and no hook of either
+// server ever reports that end (make chaos PAIR=1: lease lives that
+// never ended in the region).
+func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
+	t, ok := s.Told[ev.IP]
+	if !ok || !s.Pair.InPair() || !t.Recorded || t.Action == event.Commit || t.MAC != ev.MAC || ev.Timestamp <= t.At {
+		return event.Event{}, false
+	}
+	if (t.OwnAt == 0 && t.OwnAtNS == 0) || t.OwnAt >= t.At {
+		return event.Event{}, false // this agent queued it
+	}
+	l, shown := s.File[ev.IP]
+	if !shown {
+		return event.Event{}, false
+	}
+	end, ok := want(ev.IP, l)
+	if !ok || end.Action != t.Action || end.MAC != t.MAC || end.Timestamp != t.At {
+		return event.Event{}, false
+	}
+	return end, true
 }
 
 // fineTime is ev's time to the nanosecond if a hook took it: its

@@ -425,23 +425,36 @@ func (s *State) StaleForPair(ev event.Event, returned int64) bool {
 	return returned != 0 && ev.Timestamp < returned && t.At < returned && t.Action != event.Commit && t.MAC == ev.MAC && own < t.At
 }
 
-// NewestForPair is the news that makes ev stale (StaleForPair), as an
-// event to send right after it: the state the file last recorded for the
-// address. Sent in the same request, ev is no longer a step back — the
-// region applies the request in one transaction and is left on that
-// newest state — and the lease life ev tells is not lost (make chaos
-// PAIR=1: a returning rack's outbox, dropped as stale, cost the region
-// 31 lease lives in one two-minute run). False when the file's record
-// is not that news (the record is only what was told, or another MAC's)
-// or cannot be sent.
+// NewestForPair is, in a failover pair, the news the file recorded for
+// ev's address since ev, as an event to send right after it, in the same
+// request: the state the file last recorded. (In partner-down too: a
+// rack returning with a backlog can find its partner gone again and
+// itself the survivor before it sends it — make chaos PAIR=1.) Each
+// rack delivers on its own and the region applies in arrival order, so
+// ev alone could take the region back from what the other rack has
+// told (or will tell) — two racks flushing after one region outage put
+// their events in no order between them. Sent with the newest state
+// after it, ev is no step back — the region applies the request in one
+// transaction and is left on that state, whichever rack's request comes
+// last — and the lease life ev tells is not lost (make chaos PAIR=1:
+// dropping a returning rack's stale events cost the region 31 lease
+// lives in one two-minute run). The file's record, not what was told:
+// a survivor's file is ahead of what it told (its synthesised events wait
+// for the grace), and a rack's own newer news may wait behind ev in its
+// queue, which the other rack's news may have overtaken. False when the
+// file recorded nothing newer or its record cannot be sent: ev is then
+// judged by StaleForPair alone.
 func (s *State) NewestForPair(ev event.Event) (event.Event, bool) {
-	t, ok := s.Told[ev.IP]
+	if !s.Pair.InPair() {
+		return event.Event{}, false
+	}
 	l, shown := s.File[ev.IP]
-	if !ok || !shown {
+	if !shown {
 		return event.Event{}, false
 	}
 	n, ok := want(ev.IP, l)
-	if !ok || n.Action != t.Action || n.MAC != t.MAC || n.Timestamp <= ev.Timestamp {
+	if !ok || n.Timestamp <= ev.Timestamp {
+		// (In the same second the file cannot say which came first.)
 		return event.Event{}, false
 	}
 	n.Reason = ReasonPairNewest

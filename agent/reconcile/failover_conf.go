@@ -70,10 +70,11 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 }
 
 // Stale reports whether ev, an event queued for the region and not yet
-// sent, is older than news the peer told since it was queued
-// (State.StaleForPair), and that news as an event to send right after it
-// (State.NewestForPair; the zero Event when there is none: the deliverer
-// then drops ev). In a pair it first
+// sent, is older than news the file recorded since it was queued, and
+// that news as an event to send right after it (State.NewestForPair); or,
+// when there is no such event to send, whether ev is older than news the
+// peer told (State.StaleForPair): the deliverer then drops it. In a pair
+// it first
 // waits for Run's first read of the file, as Accept does, and an event
 // older than this run's start (queued before the agent went down) also
 // waits until the file can show what the partner did meanwhile
@@ -118,9 +119,8 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 	if r.partnerSpoke {
 		returned = r.started.Unix()
 	}
-	if !r.st.StaleForPair(ev, returned) {
-		return false, event.Event{}
+	if newest, ok := r.st.NewestForPair(ev); ok {
+		return true, newest
 	}
-	newest, _ := r.st.NewestForPair(ev)
-	return true, newest
+	return r.st.StaleForPair(ev, returned), event.Event{}
 }
