@@ -444,7 +444,7 @@ func (s *State) StaleForPair(ev event.Event, returned int64) bool {
 // queue, which the other rack's news may have overtaken. False when the
 // file recorded nothing newer or its record cannot be sent: ev is then
 // judged by StaleForPair alone.
-func (s *State) NewestForPair(ev event.Event) (event.Event, bool) {
+func (s *State) NewestForPair(ev event.Event, now int64) (event.Event, bool) {
 	if !s.Pair.InPair() {
 		return event.Event{}, false
 	}
@@ -453,8 +453,11 @@ func (s *State) NewestForPair(ev event.Event) (event.Event, bool) {
 		return event.Event{}, false
 	}
 	n, ok := want(ev.IP, l)
-	if !ok || n.Timestamp <= ev.Timestamp {
-		// (In the same second the file cannot say which came first.)
+	if !ok || n.Timestamp <= ev.Timestamp || n.Timestamp > now {
+		// In the same second the file cannot say which came first. And
+		// a free (or backup) block's end in a pair is when its state
+		// may next change, not when it ended (make chaos PAIR=1: a free
+		// block's end 13 s ahead sent as an expiry then): not news.
 		return event.Event{}, false
 	}
 	n.Reason = ReasonPairNewest

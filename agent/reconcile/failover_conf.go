@@ -119,7 +119,7 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 	if r.partnerSpoke {
 		returned = r.started.Unix()
 	}
-	if newest, ok := r.st.NewestForPair(ev); ok {
+	if newest, ok := r.st.NewestForPair(ev, r.now().Unix()); ok {
 		return true, newest
 	}
 	return r.st.StaleForPair(ev, returned), event.Event{}

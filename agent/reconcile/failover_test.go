@@ -660,6 +660,14 @@ func TestStaleForPair(t *testing.T) {
 		want:     false,
 		newest:   "expiry " + macA + " +260",
 	}, {
+		name:   "a free block whose end is ahead (a pair's free lease: when its state may next change): no newer news",
+		pair:   primary,
+		queued: []event.Event{commit},
+		file:   block(ip1, "free", macA, t0+200, t0+400),
+		ask:    commit,
+		want:   false,
+		newest: "",
+	}, {
 		name:   "no pair: never",
 		pair:   Pair{},
 		queued: []event.Event{commit},
@@ -699,7 +707,7 @@ func TestStaleForPair(t *testing.T) {
 			if got := s.StaleForPair(tc.ask, tc.returned); got != tc.want {
 				t.Errorf("StaleForPair = %v, want %v (told %+v)", got, tc.want, s.Told[tc.ask.IP])
 			}
-			n, ok := s.NewestForPair(tc.ask)
+			n, ok := s.NewestForPair(tc.ask, t0+300)
 			got := ""
 			if ok {
 				got = fmt.Sprintf("%s %s %+d", n.Action, n.MAC, n.Timestamp-t0)
