@@ -425,12 +425,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	if len(keep) == len(q) {
 		return nil
 	}
-	s.mark(ev.IP, ChangedPending)
-	if len(keep) == 0 {
-		delete(s.Pending, ev.IP)
-	} else {
-		s.Pending[ev.IP] = keep
-	}
+	s.setPending(ev.IP, keep)
 	return out
 }
 
@@ -608,11 +603,17 @@ func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64) {
 	if !changed {
 		return
 	}
+	s.setPending(ip, keep)
+}
+
+// setPending replaces an address's pending events with q, marked as
+// changed.
+func (s *State) setPending(ip netip.Addr, q []Pending) {
 	s.mark(ip, ChangedPending)
-	if len(keep) == 0 {
+	if len(q) == 0 {
 		delete(s.Pending, ip)
 	} else {
-		s.Pending[ip] = keep
+		s.Pending[ip] = q
 	}
 }
 
@@ -628,12 +629,7 @@ func (s *State) dropPending(ip netip.Addr, reason string) {
 	if len(keep) == len(q) {
 		return
 	}
-	s.mark(ip, ChangedPending)
-	if len(keep) == 0 {
-		delete(s.Pending, ip)
-	} else {
-		s.Pending[ip] = keep
-	}
+	s.setPending(ip, keep)
 }
 
 // schedule queues p after what is already pending for the address,
