@@ -15,9 +15,10 @@ import (
 // lower-case MAC, an address, a hostname RegionHostname left to
 // [a-z0-9-]) is plain ASCII that JSON writes as it is, and the encoding
 // was a sizeable part of the CPU a hookless lease costs. A string that
-// would need escaping (an event not normalized: only tests send those)
-// (or an address that is not plain) has the whole batch go through
-// json.Marshal.
+// would need escaping (an event not normalized: only tests send those),
+// or an address with a zone or none, has the whole batch go through
+// json.Marshal. A change to event.Item must be made here too: the test
+// compares the two.
 func batchBody(batch []event.Queued) ([]byte, error) {
 	// An item is ~150 bytes with a hostname of a dozen characters.
 	b := make([]byte, 0, 16+len(batch)*160)
