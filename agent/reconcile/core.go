@@ -372,7 +372,7 @@ func (s *State) renewedVanished(ev event.Event) {
 			continue
 		}
 		p.Event.Timestamp = end
-		p.Due = max(p.Due, end)
+		p.Due = max(p.Due, end+s.vanishedWait())
 		s.touch(ev.IP)
 	}
 }
@@ -696,18 +696,17 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if !s.tellsVanished() {
 			continue // the pair's primary reports it (failover.go)
 		}
-		// Rule 2: dropped by the rewrite; expire at its own end. One
-		// that has already ended waits the grace all the same: the file
-		// may not have shown its last renewal (the agent was down or
-		// could not read it when dhcpd wrote it), and that renewal's
-		// hook, still on its way (spooled, queued on the socket), moves
-		// the expiry to the renewed end (Hook).
-		// (In complement mode the hooks tell MAAS, never the agent:
-		// nothing to wait for.)
-		wait := s.Grace
-		if s.Complement {
-			wait = 0
-		}
+		// Rule 2: dropped by the rewrite; expire at its own end, sent
+		// the grace after it (or after the rewrite, for one that has
+		// already ended), as for any lease whose end passed (rule 3): the
+		// file may not have shown its last renewal (the agent was down
+		// or could not read it when dhcpd wrote it), or the client may
+		// renew in its very last second once a range holds the address
+		// again (make chaos seed 2031: the expiry went out the instant
+		// the lease ended, and the renewal of that second, 0.7 s later);
+		// that renewal's hook, still on its way (spooled, queued on the
+		// socket), moves the expiry to the renewed end (Hook).
+		wait := s.vanishedWait()
 		// A renewal's hook may have come before the rewrite, its block
 		// never read (the file unreadable when dhcpd appended it): the
 		// lease ends at the renewed end the hook told.
@@ -715,7 +714,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if t, ok := s.Told[ip]; ok && t.Action == event.Commit && t.MAC == l.MAC && t.Ends > end {
 			end = t.Ends
 		}
-		due := max(end, now+wait)
+		due := max(end, now) + wait
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 			Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
@@ -726,6 +725,17 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 	return vanished
 }
 
+// vanishedWait is how long after a dropped lease's end (or the rewrite
+// that dropped it, if later) its expiry waits for a renewal's hook: the
+// grace, as for any lease whose end passed. In complement mode the hooks
+// tell MAAS, never the agent: nothing to wait for.
+func (s *State) vanishedWait() int64 {
+	if s.Complement {
+		return 0
+	}
+	return s.Grace
+}
+
 // neverShown applies rule 2 to leases the agent knows only from a hook:
 // committed (Told, with its end), never shown by the file (not in File:
 // the agent was down, or could not read the file, between dhcpd's append
@@ -734,10 +744,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 // the grace as for a lease that has ended. (Found by make chaos: two
 // such leases never expired.)
 func (s *State) neverShown(seen map[netip.Addr]bool, now int64) (n int) {
-	wait := s.Grace
-	if s.Complement {
-		wait = 0
-	}
+	wait := s.vanishedWait()
 	for ip, t := range s.Told {
 		if seen[ip] || t.Action != event.Commit || t.Recorded || t.Ends == 0 {
 			continue
@@ -755,7 +762,7 @@ func (s *State) neverShown(seen map[netip.Addr]bool, now int64) (n int) {
 		ev := event.Event{Action: event.Expiry, Family: family, MAC: t.MAC, IP: ip,
 			Timestamp: t.Ends, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
-		s.schedule(ip, Pending{Event: ev, Due: max(t.Ends, now+wait), Orphan: orphan})
+		s.schedule(ip, Pending{Event: ev, Due: max(t.Ends, now) + wait, Orphan: orphan})
 		n++
 	}
 	return n

@@ -242,7 +242,8 @@ func TestFailoverRules(t *testing.T) {
 		steps: []step{
 			{at: 0, snapshot: base},
 			{at: 10, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
-			{at: 500, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			{at: 500 + grace - 1},
+			{at: 500 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
 	}, {
 		name: "range shrink on both peers: the secondary leaves it to the primary",
@@ -258,7 +259,8 @@ func TestFailoverRules(t *testing.T) {
 		steps: []step{
 			{at: 0, snapshot: fostate("partner-down", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
 			{at: 10, snapshot: fostate("partner-down", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
-			{at: 500, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			{at: 500 + grace - 1},
+			{at: 500 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
 	}, {
 		// ... and the primary, returning with the same smaller range,

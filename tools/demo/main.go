@@ -369,7 +369,7 @@ func (d *demo) printAgent(r io.Reader, ready chan struct{}) {
 			d.show("agent", "saw dhcpd restart (%s): the leases file was rewritten", str("by"))
 		case msg == "leases file read whole":
 			if v, _ := m["vanished"].(float64); v > 0 {
-				d.show("agent", "the rewritten file dropped %.0f active lease(s): expiry scheduled at each lease's own end", v)
+				d.show("agent", "the rewritten file dropped %.0f active lease(s): expiry scheduled at each lease's own end, sent expiry_grace after it", v)
 			}
 		case m["level"] == "error" || m["level"] == "warn":
 			d.show("agent", "%s: %s %v", m["level"], msg, m["error"])
