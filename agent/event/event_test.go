@@ -39,8 +39,8 @@ func TestParseDatagram(t *testing.T) {
 		},
 		{
 			// leasekeeper6.conf passes option dhcp6.client-id as --mac;
-			// this DUID-LLT is the server-duid dhcpd 4.4.3 wrote in
-			// /work/shared/samples (type 1, hardware 1, time, MAC).
+			// this DUID-LLT is the server-duid dhcpd 4.4.3 wrote in a
+			// sample leases file (type 1, hardware 1, time, MAC).
 			name: "DHCPv6 DUID-LLT: the MAC inside it",
 			in:   `{"action":"commit","mac":"0:1:0:1:32:9f:17:c6:26:88:1f:ef:28:30","ip_family":"ipv6","ip":"2001:db8::5","timestamp":1795000000,"lease_time":4294967295}`,
 			want: Event{Action: Commit, Family: IPv6, MAC: "26:88:1f:ef:28:30", DUID: "00:01:00:01:32:9f:17:c6:26:88:1f:ef:28:30",
