@@ -782,7 +782,7 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	last := batch[len(batch)-1].Seq
 	if d.doubtFirst {
 		d.doubtFirst = false
-		d.doubt.Store(max(d.doubt.Load(), last))
+		d.markDoubt(last)
 	}
 	if err := d.inflight.begin(start, last); err != nil {
 		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
@@ -795,7 +795,7 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		// the request out (ctx ended): the next run holds.
 		d.inflight.end() //nolint:errcheck // a stale record only delays the next start
 	} else {
-		d.doubt.Store(max(d.doubt.Load(), last))
+		d.markDoubt(last)
 		if d.inflight != nil {
 			// Abandoned with the region perhaps applying it: a Flush at
 			// SIGTERM, after Run stopped here, holds like the next run.
@@ -814,12 +814,16 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
 	}
 	if mayHaveApplied(o, err) {
-		d.doubt.Store(max(d.doubt.Load(), last))
+		d.markDoubt(last)
 	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
 	d.health.observe(d, o)
 	return o, nil
 }
+
+// markDoubt records that the events up to seq may have been applied by
+// the region without the agent knowing (Deliverer.doubt). Under turn.
+func (d *Deliverer) markDoubt(seq uint64) { d.doubt.Store(max(d.doubt.Load(), seq)) }
 
 // mayHaveApplied reports whether a request that ended in o (err: its
 // transport error) may have been applied by the region all the same: it

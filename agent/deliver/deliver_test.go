@@ -1577,7 +1577,12 @@ func noRegression(t *testing.T, s *regionstub.Server) {
 
 // TestResentBatchNoCleanCut: as TestResentBatchSplitKeepsIPsWhole, but no
 // cut keeps every IP and MAC on one side (make chaos, seed 2029: a cut in
-// the middle put a commit after its release). Two independent pieces are
+// the middle put a commit after its release). MAAS applies a request in
+// one transaction (src/maasapiserver/common/middlewares/db.py), item by
+// item, an event of a MAC deleting its other discovered addresses
+// (src/maasservicelayer/services/leases.py, store_lease_info); a 500
+// rolls the request back and a 422 fails its body's validation before
+// the handler runs (src/maasapiserver/v3/api/internal/handlers/leases.py). Two independent pieces are
 // sent as parts; one piece is sent whole again, and cut only when the
 // region fails it PoisonAttempts times, with a warning and a count.
 func TestResentBatchNoCleanCut(t *testing.T) {

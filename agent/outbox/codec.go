@@ -223,9 +223,11 @@ func decodeDeadLetter(seq uint64, b []byte) (DeadLetter, error) {
 	return d, r.err
 }
 
-func seqKey(seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
-}
+func seqKey(seq uint64) []byte { return appendSeqKey(make([]byte, 0, 8), seq) }
+
+// appendSeqKey appends seq's key to b (a caller's array, to spare the
+// allocation).
+func appendSeqKey(b []byte, seq uint64) []byte { return binary.BigEndian.AppendUint64(b, seq) }
 
 func keySeq(k []byte) uint64 {
 	if len(k) != 8 {

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"runtime"
 	"time"
@@ -53,12 +52,12 @@ func (t *txn) push(rec []byte) error {
 // first seek. A seek starts from the root through the transaction's
 // nodes, so it sees what Put and Delete changed since the last one.
 func (t *txn) remove(seq uint64) error {
-	var key [8]byte
-	binary.BigEndian.PutUint64(key[:], seq)
+	var buf [8]byte
+	key := appendSeqKey(buf[:0], seq)
 	if t.qc == nil {
 		t.qc = t.queue.Cursor()
 	}
-	if k, _ := t.qc.Seek(key[:]); !bytes.Equal(k, key[:]) {
+	if k, _ := t.qc.Seek(key); !bytes.Equal(k, key) {
 		return nil
 	}
 	if err := t.qc.Delete(); err != nil {

@@ -86,6 +86,15 @@ type Told struct {
 	OwnAtNS int64 `json:"own_at_ns,omitempty"`
 }
 
+// own is the time (as At and AtNS) of the last event this agent queued
+// for the address: OwnAt and OwnAtNS, or At and AtNS when both are 0.
+func (t Told) own() (at, atNS int64) {
+	if t.OwnAt == 0 && t.OwnAtNS == 0 {
+		return t.At, t.AtNS
+	}
+	return t.OwnAt, t.OwnAtNS
+}
+
 // Pending is a synthesised event waiting for its time.
 type Pending struct {
 	Event event.Event `json:"event"`
@@ -443,7 +452,7 @@ func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
 	if !ok || !s.Pair.InPair() || !t.Recorded || t.Action == event.Commit || t.MAC != ev.MAC || ev.Timestamp <= t.At {
 		return event.Event{}, false
 	}
-	if (t.OwnAt == 0 && t.OwnAtNS == 0) || t.OwnAt >= t.At {
+	if own, _ := t.own(); own >= t.At {
 		return event.Event{}, false // this agent queued it
 	}
 	l, shown := s.File[ev.IP]

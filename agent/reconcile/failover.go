@@ -363,10 +363,7 @@ func (s *State) ownBacklog(t Told, ev event.Event) bool {
 	if ev.Source != event.SourceHook && ev.Source != event.SourceSpool {
 		return false
 	}
-	at, atNS := t.OwnAt, t.OwnAtNS
-	if at == 0 && atNS == 0 {
-		at, atNS = t.At, t.AtNS
-	}
+	at, atNS := t.own()
 	if ev.Timestamp != at {
 		return ev.Timestamp > at
 	}
@@ -418,10 +415,7 @@ func (s *State) StaleForPair(ev event.Event, returned int64) bool {
 	if t.PeerOwns {
 		return true
 	}
-	own := t.OwnAt
-	if own == 0 && t.OwnAtNS == 0 {
-		own = t.At
-	}
+	own, _ := t.own()
 	return returned != 0 && ev.Timestamp < returned && t.At < returned && t.Action != event.Commit && t.MAC == ev.MAC && own < t.At
 }
 

@@ -74,10 +74,9 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 // that news as an event to send right after it (State.NewestForPair); or,
 // when there is no such event to send, whether ev is older than news the
 // peer told (State.StaleForPair): the deliverer then drops it. In a pair
-// it first
-// waits for Run's first read of the file, as Accept does, and an event
-// older than this run's start (queued before the agent went down) also
-// waits until the file can show what the partner did meanwhile
+// it first waits for Run's first read of the file, as Accept does, and an
+// event older than this run's start (queued before the agent went down)
+// also waits until the file can show what the partner did meanwhile
 // (Pair.holdOld): a rack returns with its agent first, and its dhcpd's
 // file records the partner's partner-down and the updates of the leases
 // the partner expired only once dhcpd has started and caught up.

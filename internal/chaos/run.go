@@ -1102,6 +1102,9 @@ func (c *capture) generations(now time.Time, dir string) []oracle.Generation {
 	return out
 }
 
+// ruleOrder is the order the summary lists the oracle's rules in.
+var ruleOrder = []string{"false", "order", "early", "lost", "final", "repost", "bound"}
+
 // Summary prints the run's table.
 func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 	faults, rep, m := res.Faults, res.Report, res.Agent
@@ -1134,7 +1137,7 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 	fmt.Fprintf(w, "slow region: %d accepted requests outlived the agent's 3 s timeout; re-posts overlapping a copy still applied: %d\n",
 		rep.Posts.Slow, len(rep.Posts.Overlapping))
 	fmt.Fprintf(w, "violations: %d", len(rep.Violations))
-	for _, rule := range []string{"false", "order", "early", "lost", "final", "repost", "bound"} {
+	for _, rule := range ruleOrder {
 		fmt.Fprintf(w, "  %s %d", rule, rep.ByRule[rule])
 	}
 	fmt.Fprintln(w)
@@ -1146,7 +1149,7 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 			fmt.Fprintf(w, "  %s\n", v)
 		}
 	}
-	for _, rule := range []string{"false", "order", "early", "lost", "final", "repost", "bound"} {
+	for _, rule := range ruleOrder {
 		if n := shown[rule] - 10; n > 0 {
 			fmt.Fprintf(w, "  … %d more %s\n", n, rule)
 		}
