@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 	"github.com/leasekeeper/leasekeeper/agent/orphans"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/agent/pair"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 )
@@ -94,6 +96,20 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		return fail(err)
 	}
 
+	closePair := func() error { return nil }
+	if cfg.Pair.On() {
+		link, err := newPairLink(cfg, store, rec, hs, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
+		if err != nil {
+			rec.Close()
+			orph.Close()
+			d.Close()
+			return fail(err)
+		}
+		d.SetGate(link)
+		a.Add("pair", TaskFunc(link.Run))
+		closePair = link.Close
+	}
+
 	a.SetDeadLetters(store)
 	a.SetOrphans(orph)
 	a.SetStatus(status{store, d, rec, orph})
@@ -111,7 +127,46 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		}
 		return err
 	})})
-	return func() error { rec.Close(); orph.Close(); d.Close(); return store.Close() }, nil
+	return func() error { closePair(); rec.Close(); orph.Close(); d.Close(); return store.Close() }, nil
+}
+
+// newPairLink builds the channel to the failover pair's other agent
+// (agent/pair). What this agent holds, for the peer's queries, is its
+// outbox and the events the reconciler waits to queue; it answers only
+// once the agent is ready and the spool the hooks wrote while it was
+// down is stored, so that a peer never hears "nothing held" from an
+// agent that has not yet read its backlog.
+func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconciler, hs *hooksock.Listener,
+	ready <-chan struct{}, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*pair.Link, error) {
+	key, err := config.ReadPairKey(cfg.Pair.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("pair.key_file: %w", err)
+	}
+	held := func(ips []netip.Addr) ([]int64, error) {
+		out, err := store.Oldest(ips, pair.Key)
+		if err != nil {
+			return nil, err
+		}
+		for i, k := range rec.PendingOldest(ips, pair.Key) {
+			if k != 0 && (out[i] == 0 || k < out[i]) {
+				out[i] = k
+			}
+		}
+		return out, nil
+	}
+	isReady := func() bool { return closed(ready) && closed(hs.Drained()) }
+	return pair.New(pair.Config{
+		Listen: cfg.Pair.Listen, Peer: cfg.Pair.Peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: rec.Primary, Ready: isReady,
+	}, held, log, reg, now)
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // AssembleOption changes how Assemble builds a part.

@@ -35,6 +35,7 @@ type Config struct {
 	Metrics   Metrics   `toml:"metrics"`
 	Control   Control   `toml:"control"`
 	Release   Release   `toml:"release"`
+	Pair      Pair      `toml:"pair"`
 	Log       Log       `toml:"log"`
 }
 
@@ -136,6 +137,24 @@ type Release struct {
 	TokenFile string `toml:"token_file"`
 }
 
+// Pair is the channel between the two agents of a dhcpd failover pair
+// (agent/pair): before delivering, each asks the other whether it still
+// holds older news of the same addresses, so that the two racks reach
+// the region in one order. All of listen, peer and key_file, or none (no
+// channel: each rack delivers on its own).
+type Pair struct {
+	Listen  string `toml:"listen"`   // host:port (UDP) this agent answers the peer on
+	Peer    string `toml:"peer"`     // host:port of the other agent's listen
+	KeyFile string `toml:"key_file"` // the shared secret: the same file on both racks, mode 0600/0640
+	// HoldMax: the longest the agent's deliveries wait for a silent
+	// peer agent before going on alone, and the longest one event waits
+	// behind the peer's older news.
+	HoldMax time.Duration `toml:"hold_max"`
+}
+
+// On reports whether the pair channel is configured.
+func (p Pair) On() bool { return p.Listen != "" }
+
 // Log configures the agent's log.
 type Log struct {
 	Level  string `toml:"level"`  // trace, debug, info, warn, error
@@ -173,6 +192,7 @@ func Default() *Config {
 		},
 		Metrics: Metrics{Listen: "127.0.0.1:9742"},
 		Control: Control{Socket: "/run/leasekeeper/control.sock"},
+		Pair:    Pair{HoldMax: 30 * time.Second},
 		Log:     Log{Level: "info"},
 	}
 }
@@ -189,7 +209,8 @@ func Load(path string, overrides ...string) (*Config, error) {
 }
 
 // Parse is Load on an open file; name is used in errors. Besides
-// validating the values it reads release.token_file, when set, and
+// validating the values it reads release.token_file, maas.api_key_file
+// and pair.key_file, when set, and
 // refuses a token file that group or others can access or that holds no
 // usable token: the agent must not start with a secret anyone can read.
 func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
@@ -217,6 +238,11 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	if c.MAAS.APIKeyFile != "" {
 		if _, err := ReadMAASKey(c.MAAS.APIKeyFile); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "maas.api_key_file", Err: err})
+		}
+	}
+	if c.Pair.KeyFile != "" {
+		if _, err := ReadPairKey(c.Pair.KeyFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "pair.key_file", Err: err})
 		}
 	}
 	return c, nil

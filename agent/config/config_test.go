@@ -64,11 +64,19 @@ listen = ""
 [control]
 socket = "/run/lk/control.sock"
 group = "adm"
+[pair]
+listen = "198.51.100.2:5251"
+peer = "rack-b.example:5251"
+key_file = "/etc/lk/pair.key"
+hold_max = "1m"
 [log]
 level = "debug"
 format = "console"
 `
-	c, err := Parse(strings.NewReader(file), "t")
+	c, err := Decode(strings.NewReader(file), "t")
+	if err == nil {
+		err = c.Validate()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +90,7 @@ format = "console"
 		State:     State{Dir: "/srv/lk"},
 		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond, Mode: "auto"},
 		Control:   Control{Socket: "/run/lk/control.sock", Group: "adm"},
+		Pair:      Pair{Listen: "198.51.100.2:5251", Peer: "rack-b.example:5251", KeyFile: "/etc/lk/pair.key", HoldMax: time.Minute},
 		Log:       Log{Level: "debug", Format: "console"},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
@@ -134,6 +143,11 @@ func TestErrors(t *testing.T) {
 		{"listen no port", "[metrics]\nlisten = \"127.0.0.1\"", []string{`metrics.listen: "127.0.0.1" is not host:port`}},
 		{"listen bad port", "[metrics]\nlisten = \"127.0.0.1:http\"", []string{`metrics.listen: "127.0.0.1:http": port "http" is not a number`}},
 		{"listen port range", "[metrics]\nlisten = \":65536\"", []string{`port "65536" is not a number`}},
+		{"pair partly", "[pair]\nlisten = \":5251\"", []string{"pair.listen: set pair.listen, pair.peer and pair.key_file together, or none"}},
+		{"pair peer port", "[pair]\nlisten = \":5251\"\npeer = \"rack-b\"\nkey_file = \"/k\"", []string{`pair.peer: "rack-b" is not host:port`}},
+		{"pair peer port range", "[pair]\nlisten = \":5251\"\npeer = \"rack-b:0\"\nkey_file = \"/k\"", []string{`pair.peer: "rack-b:0": port "0" is not 1-65535`}},
+		{"pair key relative", "[pair]\nlisten = \":5251\"\npeer = \"rack-b:5251\"\nkey_file = \"k\"", []string{`pair.key_file: "k" is not an absolute path`}},
+		{"pair hold", "[pair]\nhold_max = \"0s\"", []string{"pair.hold_max: 0s is not positive"}},
 		{"log level", "[log]\nlevel = \"verbose\"", []string{`log.level: "verbose" is not one of trace, debug, info, warn, error`}},
 		{"log format", "[log]\nformat = \"text\"", []string{`log.format: "text" is not json, console`}},
 		// [region] cases replace the valid region.
@@ -354,7 +368,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 30 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 34 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from
@@ -566,6 +580,50 @@ func TestMAASKeys(t *testing.T) {
 			}
 			if err == nil && (k.Consumer != "c" || k.Token != "t" || k.Secret != "s") {
 				t.Errorf("key %+v", k)
+			}
+		})
+	}
+}
+
+// TestPairKeyFile: pair.key_file follows a token file's rules (the key
+// signs the channel between the pair's agents) and must be long enough.
+func TestPairKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	long := strings.Repeat("k", MinPairKey)
+	tests := []struct {
+		name, path string
+		want       string // in the error; "" = accepted
+	}{
+		{name: "0600", path: file("ok", long+"\n", 0o600)},
+		{name: "short", path: file("short", "s3cret\n", 0o600), want: "pair.key_file: " + dir + "/short: a key of 6 characters, at least 32"},
+		{name: "0644", path: file("world", long, 0o644), want: "has mode 0644"},
+		{name: "missing", path: filepath.Join(dir, "none"), want: "no such file or directory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse(strings.NewReader(valid+"[pair]\nlisten = \":5251\"\npeer = \"198.51.100.3:5251\"\nkey_file = \""+tc.path+"\"\n"), "t.toml")
+			if tc.want == "" {
+				if err != nil || !c.Pair.On() {
+					t.Fatalf("Parse = %+v, %v", c, err)
+				}
+				if k, err := ReadPairKey(tc.path); err != nil || string(k) != long {
+					t.Errorf("ReadPairKey = %q, %v", k, err)
+				}
+				return
+			}
+			var ke *KeyError
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ke) || ke.Key != "pair.key_file" {
+				t.Errorf("error %v, want a pair.key_file error saying %q", err, tc.want)
 			}
 		})
 	}

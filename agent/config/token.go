@@ -73,3 +73,21 @@ func ReadMAASKey(path string) (maasapi.Key, error) {
 	}
 	return k, nil
 }
+
+// MinPairKey is the shortest pair.key_file secret accepted: 32
+// characters (head -c 32 /dev/urandom | base64 makes 44).
+const MinPairKey = 32
+
+// ReadPairKey reads pair.key_file: a token file (ReadToken's rules) of at
+// least MinPairKey characters, the same on both agents of the pair. Its
+// bytes are the key the channel's datagrams are signed with.
+func ReadPairKey(path string) ([]byte, error) {
+	tok, err := ReadToken(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(tok) < MinPairKey {
+		return nil, fmt.Errorf("%s: a key of %d characters, at least %d (head -c 32 /dev/urandom | base64 > %s)", path, len(tok), MinPairKey, path)
+	}
+	return []byte(tok), nil
+}

@@ -106,6 +106,8 @@ func (c *Config) Validate() error {
 
 	path("release.token_file", c.Release.TokenFile, false)
 
+	c.validatePair(bad, badf, path)
+
 	if !oneOf(c.Log.Level, levels) {
 		badf("log.level", "%q is not one of %s", c.Log.Level, strings.Join(levels, ", "))
 	}
@@ -116,6 +118,37 @@ func (c *Config) Validate() error {
 		return ps
 	}
 	return nil
+}
+
+// validatePair checks [pair]: the three keys together or none, listen
+// and peer host:port (peer's host may be a name), hold_max positive.
+func (c *Config) validatePair(bad func(string, error), badf func(string, string, ...any), path func(string, string, bool)) {
+	p := c.Pair
+	path("pair.key_file", p.KeyFile, false)
+	n := 0
+	for _, v := range []string{p.Listen, p.Peer, p.KeyFile} {
+		if v != "" {
+			n++
+		}
+	}
+	if n != 0 && n != 3 {
+		badf("pair.listen", "set pair.listen, pair.peer and pair.key_file together, or none")
+	}
+	if p.Listen != "" {
+		if err := checkListen(p.Listen); err != nil {
+			bad("pair.listen", err)
+		}
+	}
+	if p.Peer != "" {
+		if host, port, err := net.SplitHostPort(p.Peer); err != nil || host == "" {
+			badf("pair.peer", "%q is not host:port", p.Peer)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			badf("pair.peer", "%q: port %q is not 1-65535", p.Peer, port)
+		}
+	}
+	if p.HoldMax <= 0 {
+		badf("pair.hold_max", "%s is not positive", p.HoldMax)
+	}
 }
 
 // maxUID is the largest uid; 4294967295 is (uid_t)-1, "no user".

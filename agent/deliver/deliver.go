@@ -122,6 +122,9 @@ type Deliverer struct {
 
 	// stale, if set, judges a queued event before it is sent (SetStale).
 	stale atomic.Pointer[StaleFunc]
+	// gate, if set, orders deliveries with the other agent of a failover
+	// pair (SetGate).
+	gate Gate
 
 	inflight  *inflight     // nil: no record kept
 	hold      time.Duration // Config.UnansweredHold, with its default
@@ -366,6 +369,20 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 // an event is removed from the queue unsent. Set before Run.
 func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
 
+// Gate orders this agent's deliveries with another sender's: the other
+// agent of a failover pair (agent/pair). Clear reports how many events
+// from batch's start may be sent now, waiting while none may; at least
+// 1 unless ctx ends.
+type Gate interface {
+	Clear(ctx context.Context, batch []event.Queued) int
+}
+
+// SetGate has every batch cleared by g before it is sent, except one the
+// region may have applied already (sent before and never answered: it
+// goes again as it was, whatever the peer holds, since a shorter request
+// could take the region back from the rest of it). Set before Run.
+func (d *Deliverer) SetGate(g Gate) { d.gate = g }
+
 // StaleFunc reports whether e, a queued event about to be sent, is old
 // news: sent alone it would take the region back from newer news another
 // sender told. newest, if valid (its IP set), is that newer news: e is
@@ -397,6 +414,13 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 	}
 	if len(batch) == 0 {
 		return 0, nil
+	}
+	if d.gate != nil && (batch[0].Seq > d.doubt.Load() && !d.doubtFirst) {
+		n := d.gate.Clear(ctx, batch)
+		if n == 0 {
+			return 0, nil // ctx ended
+		}
+		batch = batch[:n]
 	}
 	if err := d.deliver(ctx, batch, d.now()); err != nil && !errors.Is(err, errRepeek) {
 		return len(batch), err

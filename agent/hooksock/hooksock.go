@@ -72,7 +72,14 @@ type Listener struct {
 	beat       atomic.Int64 // Unix ns: the reader's last turn
 	heldSince  atomic.Int64 // Unix ns: since when events wait for a failing sink; 0 if none
 	heldEvents atomic.Int64
+
+	drained chan struct{} // closed once the spool found at start is stored
 }
+
+// Drained is closed once the events spooled while nobody listened, and
+// the datagrams queued ahead of them, are stored (handed to the sink,
+// which queued or dropped them). A Run that ends first never closes it.
+func (l *Listener) Drained() <-chan struct{} { return l.drained }
 
 // LastProgress is when the hook socket last made progress (agent.Prober):
 // the reader's last turn (it wakes at least every second), or, while
@@ -116,7 +123,7 @@ func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, n
 	if now == nil {
 		now = time.Now
 	}
-	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now)}
+	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now), drained: make(chan struct{})}
 	l.m.received = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_events_received_total", Help: "Lease events accepted, by source.",
 	}, []string{"source"})
@@ -173,6 +180,15 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 	defer stop()
 	// Events the hooks spooled while nobody listened come first.
 	if err = l.drainSpool(ctx, sk, events); err == nil {
+		if err = stored(ctx, events); err == nil && ctx.Err() == nil {
+			select {
+			case <-l.drained: // a second Run
+			default:
+				close(l.drained)
+			}
+		}
+	}
+	if err == nil {
 		err = l.read(ctx, sk, events)
 	}
 	close(events)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -357,6 +358,46 @@ func (s *Store) Peek(max int) ([]event.Queued, error) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("outbox %s: peek: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// Oldest gives, for each of ips, the smallest key(event) among the
+// queued events for that address (in flight included: they stay queued
+// until acked), 0 for none. It reads the whole queue: the failover pair's
+// channel asks it once per batch the peer is about to send (agent/pair).
+func (s *Store) Oldest(ips []netip.Addr, key func(event.Event) int64) ([]int64, error) {
+	out := make([]int64, len(ips))
+	if len(ips) == 0 || s.Depth() == 0 {
+		return out, nil
+	}
+	at := make(map[netip.Addr]int, len(ips))
+	for i, ip := range ips {
+		at[ip.Unmap()] = i
+	}
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketQueue).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			h, err := decodeHead(v)
+			if err != nil {
+				continue
+			}
+			i, ok := at[h.ip.Unmap()]
+			if !ok {
+				continue
+			}
+			e, err := decodeEvent(v)
+			if err != nil {
+				continue
+			}
+			if k := key(e); out[i] == 0 || k < out[i] {
+				out[i] = k
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: oldest: %w", s.path, err)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -122,4 +123,30 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 		return true, newest
 	}
 	return r.st.StaleForPair(ev, returned), event.Event{}
+}
+
+// PendingOldest gives, for each of ips, the smallest key(event) among the
+// events the reconciler has made and waits to queue (the grace after a
+// lease's end, a vanished lease's hold), 0 for none: news this agent
+// holds that the failover pair's channel tells the peer of (agent/pair).
+func (r *Reconciler) PendingOldest(ips []netip.Addr, key func(event.Event) int64) []int64 {
+	out := make([]int64, len(ips))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, ip := range ips {
+		for _, p := range r.st.Pending[ip.Unmap()] {
+			if k := key(p.Event); out[i] == 0 || k < out[i] {
+				out[i] = k
+			}
+		}
+	}
+	return out
+}
+
+// Primary reports whether dhcpd.conf makes this side the failover pair's
+// primary.
+func (r *Reconciler) Primary() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.Pair.Role == RolePrimary
 }

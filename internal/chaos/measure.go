@@ -73,6 +73,7 @@ type measure struct {
 var counted = map[string]string{
 	"leasekeeper_events_received_total": "source",
 	"leasekeeper_synthesised_total":     "reason",
+	"leasekeeper_outbox_depth":          "",
 }
 
 // sample reads agent n's (pid's) peak RSS and counters.

@@ -13,7 +13,10 @@ package chaos
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -72,6 +75,34 @@ type pair struct {
 	// downMu: one rack down at a time (both down is no pair).
 	downMu sync.Mutex
 	nss    [2]string // the namespace each dhcpd runs in
+}
+
+// channel gives the two agents the pair channel (agent/pair): a UDP port
+// each on loopback and one key, in each rack's own file (each agent runs
+// as its own user); hold_max is the default.
+func (p *pair) channel() error {
+	var ports [2]string
+	for i := range ports {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return err
+		}
+		ports[i] = c.LocalAddr().String()
+		c.Close()
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	for i, k := range p.racks {
+		path := filepath.Join(k.opts.Dir, "pair.key")
+		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+			return err
+		}
+		if err := k.chown(path); err != nil {
+			return err
+		}
+		k.extraConfig = fmt.Sprintf("[pair]\nlisten = %q\npeer = %q\nkey_file = %q\n", ports[i], ports[1-i], path)
+	}
+	return nil
 }
 
 // newRack makes rack i's run in Dir/rackN.
@@ -189,6 +220,11 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 			return oracle.Report{}, err
 		}
 	}
+	if !o.PairAlone {
+		if err := p.channel(); err != nil {
+			return oracle.Report{}, err
+		}
+	}
 	sec := r.lab.AddServer("sec", netip.MustParseAddr(pairAddr[1]))
 	p.nss = [2]string{"", sec.NS}
 	nss := p.nss
@@ -282,7 +318,7 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 		if m := r.stub.Len(); m != n {
 			n, quiet = m, time.Now()
 		}
-		if time.Now().After(lastEnd) && time.Since(quiet) > 15*time.Second {
+		if time.Now().After(lastEnd) && time.Since(quiet) > 15*time.Second && p.queuesEmpty() {
 			break
 		}
 	}
@@ -294,6 +330,19 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 	}
 	p.measures()
 	return p.judge(end), nil
+}
+
+// queuesEmpty reports whether both agents' outboxes are empty: in a pair
+// an agent can hold its news for up to pair.hold_max while the peer's
+// older news is undelivered, longer than the region's quiet time.
+func (p *pair) queuesEmpty() bool {
+	for _, k := range p.racks {
+		m := scrape(k.metrics)
+		if m == nil || m["leasekeeper_outbox_depth"] != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // restartUp restarts the dhcpd of each rack that is up on p.rg,

@@ -45,6 +45,9 @@ type Options struct {
 	// Pair runs a failover pair: two racks, each a dhcpd peer with its
 	// own agent, one region (pair.go).
 	Pair bool
+	// PairAlone: the pair's agents without the channel between them
+	// ([pair] unset: each rack delivers on its own), to compare.
+	PairAlone bool
 }
 
 // Fault kinds.
@@ -115,6 +118,9 @@ type run struct {
 
 	metrics string // the agent's metrics listener, host:port
 	meas    measure
+	// extraConfig is appended to the agent's configuration (a pair's
+	// rack: its [pair] section).
+	extraConfig string
 
 	evidence *Evidence // what the oracle judged
 }
@@ -601,7 +607,7 @@ socket = %q
 [log]
 format = "json"
 `, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.stub.URL(), r.files.CA, r.files.ClientCert, r.files.ClientKey,
-		r.state, r.metrics, filepath.Join(r.opts.Dir, "run", "control.sock"))
+		r.state, r.metrics, filepath.Join(r.opts.Dir, "run", "control.sock")) + r.extraConfig
 	path := filepath.Join(r.opts.Dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		r.tb.Fatalf("%v", err)

@@ -35,6 +35,7 @@ func main() {
 	faults := flag.String("faults", "", "comma-separated fault kinds (default all: "+strings.Join(chaos.AllFaults, ",")+")")
 	keep := flag.Bool("keep", false, "keep the run's directory even when it passes")
 	judge := flag.String("judge", "", "judge a kept run's directory again with this oracle (its "+chaos.EvidenceFile+"), run nothing")
+	flag.BoolVar(&o.PairAlone, "pair-alone", false, "with -pair: no channel between the two agents ([pair] unset), to compare")
 	flag.BoolVar(&o.Pair, "pair", false, "a failover pair: two racks (dhcpd peers as MAAS configures them, an agent each), one region; faults kill and return a rack, change the range on both ("+strings.Join(chaos.PairFaults, ",")+")")
 	flag.Parse()
 	if *judge != "" {

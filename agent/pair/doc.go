@@ -1,0 +1,50 @@
+// Package pair is the channel between the two agents of a dhcpd failover
+// pair ([pair] in the configuration): it puts the two racks' deliveries
+// to the region in one order.
+//
+// Each rack delivers on its own, and MAAS applies what it receives in
+// arrival order, item by item, with no timestamp check: the internal
+// API's POST /leases (maasapiserver/v3/api/internal/handlers/leases.py)
+// runs maasservicelayer/services/leases.py store_lease_info for each
+// item; the event's timestamp only dates the address record a commit
+// creates, it never decides which of two items wins. So news one rack held — its
+// queue while the region failed it, or the whole rack while it was down —
+// would land after the other rack's newer news of the same address.
+// dhcpd's own failover state decides who speaks for what
+// (agent/reconcile, failover.go); it cannot decide when each rack's news
+// reaches the region. This channel does.
+//
+// The rule (Clear): an event of this agent's queue goes to the region
+// once the peer holds no older event for its address. Older is by Key,
+// when dhcpd acted (the hook's nanoseconds, or dhcpd's second for what
+// the agent made from the leases file); a tie goes to the primary. Before
+// a batch is sent the agent asks the peer (a query naming the batch's
+// addresses, at most MaxItems) and the peer answers, per address, the key
+// of the oldest event it holds: queued in its outbox, in flight, or made
+// and waiting to be queued. The batch is cut before its first event that
+// may not go; when that is its first event, the agent asks again every
+// 100 ms. An event also waits until it is Margin older than the query,
+// so that the peer's news of the same moment, still on its way from
+// dhcpd's hook, is in the peer's queue when it answers.
+//
+// Limits, each bounded by pair.hold_max:
+//   - a peer that does not answer (its rack down, its agent restarting;
+//     an agent answers only once it has stored what its hooks spooled
+//     while it was down) holds this agent's deliveries for hold_max, then
+//     the agent delivers alone until the peer answers again (probed every
+//     second); what the peer held is then sent after newer news, with the
+//     newest state the file knows right after it (agent/reconcile,
+//     NewestForPair), so that the region is never left on the older;
+//   - a piece of the peer's news seen held for hold_max no longer holds
+//     this agent's news back (the peer's region link failing, or its
+//     start-up judgment of what it held);
+//   - events of one queue are in key order per address, not across
+//     addresses, so the two agents can wait on each other; hold_max
+//     breaks that.
+//
+// The datagrams (wire.go) are UDP, signed with HMAC-SHA256 under the
+// key both racks share (pair.key_file); an answer carries its query's
+// random nonce, so an old answer replayed answers nothing, and a
+// datagram from a sender of the receiver's own role is refused. An
+// answer is smaller than its query: the channel amplifies nothing.
+package pair

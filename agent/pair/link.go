@@ -1,0 +1,427 @@
+package pair
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lograte"
+)
+
+// Config is the channel to the other agent of the pair.
+type Config struct {
+	Listen string // host:port this agent answers on (UDP)
+	Peer   string // host:port of the other agent's Listen
+	Key    []byte // the shared secret, at least MinKeyLen bytes
+	// HoldMax bounds every wait on the peer: how long a silent peer
+	// holds this agent's deliveries before it goes on alone, and how
+	// long one event waits behind the peer's older news.
+	HoldMax time.Duration
+	// Primary reports whether this side is the pair's primary (it wins
+	// ties). Read at each decision: dhcpd.conf can change.
+	Primary func() bool
+	// Ready reports whether the link may answer: before that (the agent
+	// starting, its spool not yet stored) the peer's queries go
+	// unanswered and the peer waits, as it would for a dead agent, up to
+	// its hold_max. nil = always.
+	Ready func() bool
+	// Margin: an event goes only once it is this much older than the
+	// query; 0 = DefaultMargin.
+	Margin time.Duration
+	// AnswerTimeout: how long a query waits for its answer before it is
+	// sent again; 0 = DefaultAnswerTimeout.
+	AnswerTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultMargin        = 50 * time.Millisecond
+	DefaultAnswerTimeout = 250 * time.Millisecond
+	// recheck is how often a held-back batch asks again.
+	recheck = 100 * time.Millisecond
+	// probeEvery is how often an agent delivering alone asks a silent
+	// peer whether it is back.
+	probeEvery = time.Second
+)
+
+// HeldFunc gives, for each address, the key of the oldest event this
+// agent still holds for it (queued, in flight, or waiting to be queued):
+// 0 for none.
+type HeldFunc func(ips []netip.Addr) ([]int64, error)
+
+// Link is both ends of the channel: it answers the peer's queries about
+// this agent's held events, and asks the peer before this agent
+// delivers (Clear).
+type Link struct {
+	cfg   Config
+	peer  *net.UDPAddr
+	conn  *net.UDPConn
+	held  HeldFunc
+	log   zerolog.Logger
+	limit *lograte.Limiter
+	now   func() time.Time
+	met   metrics
+
+	mu      sync.Mutex
+	waiters map[[nonceLen]byte]chan *Message
+
+	alone       atomic.Bool // the peer was silent for HoldMax: deliveries do not wait for it
+	silentSince time.Time   // Clear's: first unanswered query since the last answer
+	lastProbe   time.Time   // Clear's: last query sent while alone
+	// Clear's: when each piece of the peer's news that held this
+	// agent's back was first seen, and those waited for hold_max.
+	seen   map[blocker]time.Time
+	gaveUp map[blocker]bool
+}
+
+// New binds the channel's socket.
+func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Link, error) {
+	if len(cfg.Key) < MinKeyLen {
+		return nil, fmt.Errorf("pair: key of %d bytes, at least %d", len(cfg.Key), MinKeyLen)
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = DefaultMargin
+	}
+	if cfg.AnswerTimeout == 0 {
+		cfg.AnswerTimeout = DefaultAnswerTimeout
+	}
+	if cfg.Primary == nil {
+		cfg.Primary = func() bool { return false }
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
+	if now == nil {
+		now = time.Now
+	}
+	peer, err := net.ResolveUDPAddr("udp", cfg.Peer)
+	if err != nil {
+		return nil, fmt.Errorf("pair.peer: %w", err)
+	}
+	laddr, err := net.ResolveUDPAddr("udp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("pair.listen: %w", err)
+	}
+	conn, err := net.ListenUDP("udp", laddr)
+	if err != nil {
+		return nil, fmt.Errorf("pair.listen: %w", err)
+	}
+	l := &Link{cfg: cfg, peer: peer, conn: conn, held: held, log: log, limit: lograte.New(time.Minute, now), now: now,
+		met: newMetrics(), waiters: map[[nonceLen]byte]chan *Message{},
+		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}}
+	if err := l.met.register(reg); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Addr is the address the link answers on.
+func (l *Link) Addr() net.Addr { return l.conn.LocalAddr() }
+
+// Close closes the socket (Run returns).
+func (l *Link) Close() error { return l.conn.Close() }
+
+// Run reads the channel until ctx ends: queries are answered, answers
+// handed to the Clear waiting for them.
+func (l *Link) Run(ctx context.Context, ready func()) error {
+	stop := context.AfterFunc(ctx, func() { l.conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	l.log.Info().Stringer("listen", l.conn.LocalAddr()).Str("peer", l.cfg.Peer).Dur("hold_max", l.cfg.HoldMax).
+		Msg("failover pair channel up: deliveries are ordered with the peer agent's")
+	ready()
+	buf := make([]byte, 2048)
+	for {
+		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			l.log.Warn().Err(err).Msg("pair channel: read")
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		m, err := Decode(buf[:n], l.cfg.Key)
+		if err != nil {
+			l.met.datagrams.WithLabelValues("refused").Inc()
+			if ok, suppressed := l.limit.Allow("refused"); ok {
+				l.log.Warn().Err(err).Stringer("from", from).Int("suppressed", suppressed).
+					Msg("pair channel: datagram refused (a different pair.key_file on the peer?)")
+			}
+			continue
+		}
+		if m.Primary == l.cfg.Primary() {
+			// Both sides claim the same role: a misconfigured pair, or
+			// one of this agent's own datagrams sent back to it.
+			l.met.datagrams.WithLabelValues("refused").Inc()
+			if ok, suppressed := l.limit.Allow("role"); ok {
+				l.log.Warn().Stringer("from", from).Bool("primary", m.Primary).Int("suppressed", suppressed).
+					Msg("pair channel: datagram from a sender of this agent's own role refused (both dhcpd primary, or both secondary?)")
+			}
+			continue
+		}
+		if m.Answer {
+			l.met.datagrams.WithLabelValues("answer").Inc()
+			l.mu.Lock()
+			w := l.waiters[m.Nonce]
+			delete(l.waiters, m.Nonce)
+			l.mu.Unlock()
+			if w != nil {
+				w <- m
+			} else if l.alone.Load() {
+				// A probe's answer: the peer is back.
+				l.back()
+			}
+			continue
+		}
+		l.met.datagrams.WithLabelValues("query").Inc()
+		l.answer(m, from)
+	}
+}
+
+// answer answers query m from.
+func (l *Link) answer(m *Message, from netip.AddrPort) {
+	if !l.cfg.Ready() {
+		l.met.datagrams.WithLabelValues("unready").Inc()
+		return // starting: the peer waits as for a dead agent
+	}
+	ips := make([]netip.Addr, len(m.Items))
+	for i, it := range m.Items {
+		ips[i] = it.IP
+	}
+	held, err := l.held(ips)
+	if err != nil {
+		// Unanswered: the peer waits, then goes on alone.
+		l.log.Error().Err(err).Msg("pair channel: cannot read what this agent holds; the peer's query goes unanswered")
+		return
+	}
+	a := &Message{Answer: true, Primary: l.cfg.Primary(), Nonce: m.Nonce, At: l.now().UnixNano(), Items: make([]Item, len(held))}
+	for i, k := range held {
+		a.Items[i].Key = k
+	}
+	b, err := Encode(nil, a, l.cfg.Key)
+	if err != nil {
+		l.log.Error().Err(err).Msg("pair channel: answer")
+		return
+	}
+	if _, err := l.conn.WriteToUDPAddrPort(b, from); err != nil {
+		l.log.Warn().Err(err).Stringer("to", from).Msg("pair channel: answer not sent")
+	}
+}
+
+// ask sends a query for items and waits for its answer, up to the answer
+// timeout; nil when none came.
+func (l *Link) ask(ctx context.Context, items []Item) (*Message, error) {
+	q := &Message{Primary: l.cfg.Primary(), At: l.now().UnixNano(), Items: items}
+	rand.Read(q.Nonce[:])
+	b, err := Encode(nil, q, l.cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	w := make(chan *Message, 1)
+	l.mu.Lock()
+	l.waiters[q.Nonce] = w
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.waiters, q.Nonce)
+		l.mu.Unlock()
+	}()
+	if _, err := l.conn.WriteToUDP(b, l.peer); err != nil {
+		// The peer's host unreachable is silence too.
+		l.log.Debug().Err(err).Msg("pair channel: query not sent")
+	}
+	t := time.NewTimer(l.cfg.AnswerTimeout)
+	defer t.Stop()
+	select {
+	case a := <-w:
+		if len(a.Items) != len(items) {
+			return nil, fmt.Errorf("pair: answer of %d items to a query of %d", len(a.Items), len(items))
+		}
+		return a, nil
+	case <-t.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, nil
+	}
+}
+
+// probe asks a silent peer, without waiting: Run's receipt of the
+// answer ends the agent's delivering alone.
+func (l *Link) probe() {
+	q := &Message{Primary: l.cfg.Primary(), At: l.now().UnixNano()}
+	rand.Read(q.Nonce[:])
+	if b, err := Encode(nil, q, l.cfg.Key); err == nil {
+		l.conn.WriteToUDP(b, l.peer)
+	}
+}
+
+func (l *Link) back() {
+	if l.alone.CompareAndSwap(true, false) {
+		l.met.answering.Set(1)
+		l.log.Info().Str("peer", l.cfg.Peer).Msg("the peer agent answers again: deliveries wait for its older news once more")
+	}
+}
+
+// Clear reports how many events from batch's start may go to the region
+// now, waiting while the first may not: until the peer holds no older
+// news for its address (Clear, the rule), or that news of the peer's has
+// been seen held for HoldMax. The wait is the peer's news's, not each
+// event's: all events held back by one piece of the peer's news go
+// together once it has been held that long, so a peer stuck on a few
+// addresses delays this agent's news by HoldMax, not HoldMax per event.
+// It returns at least 1 for a non-empty batch unless ctx ends (0).
+// Called by one deliverer at a time.
+func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
+	if len(batch) == 0 {
+		return 0
+	}
+	var blockedSince time.Time
+	for ctx.Err() == nil {
+		items := Query(batch)
+		if len(items) == 0 {
+			return len(batch)
+		}
+		now := l.now()
+		if l.alone.Load() {
+			if now.Sub(l.lastProbe) >= probeEvery {
+				l.lastProbe = now
+				l.probe()
+			}
+			return len(batch)
+		}
+		a, err := l.ask(ctx, items)
+		if err != nil {
+			l.log.Warn().Err(err).Msg("pair channel: answer refused")
+		}
+		if a == nil {
+			if ctx.Err() != nil {
+				return 0
+			}
+			if l.silentSince.IsZero() {
+				l.silentSince = now
+				l.met.answering.Set(0)
+			}
+			if s := l.now().Sub(l.silentSince); s >= l.cfg.HoldMax {
+				l.alone.Store(true)
+				l.lastProbe = l.now()
+				l.met.gaveUp.WithLabelValues("silent").Inc()
+				l.log.Warn().Str("peer", l.cfg.Peer).Dur("silent", s).
+					Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
+				return len(batch)
+			}
+			continue // asked again at once: the timeout was the wait
+		}
+		if !l.silentSince.IsZero() {
+			l.silentSince = time.Time{}
+			l.met.answering.Set(1)
+		}
+		horizon := now.Add(-l.cfg.Margin).UnixNano()
+		held := make([]int64, len(a.Items))
+		for i, it := range a.Items {
+			held[i] = it.Key
+			if it.Key != 0 && l.overdue(items[i].IP, it.Key, now) {
+				held[i] = 0 // waited for long enough
+			}
+		}
+		v := Clear(batch, items, held, l.cfg.Primary(), horizon)
+		if v.N > 0 {
+			if !blockedSince.IsZero() {
+				l.met.held.Add(l.now().Sub(blockedSince).Seconds())
+			}
+			return v.N
+		}
+		if blockedSince.IsZero() {
+			blockedSince = now
+		}
+		if v.Why != WhyPeerOlder {
+			if w := l.now().Sub(blockedSince); w >= l.cfg.HoldMax {
+				// An event dated ahead of the clock (too recent for
+				// ever), or one behind more addresses than a query
+				// holds.
+				l.met.held.Add(w.Seconds())
+				l.met.gaveUp.WithLabelValues(v.Why).Inc()
+				l.log.Warn().Stringer("ip", v.Held.IP).Str("action", v.Held.Action).Str("why", v.Why).Dur("waited", w).
+					Msg("an event waited hold_max for the pair's order; sending it")
+				return 1
+			}
+		}
+		wait := recheck
+		if v.Why == WhyRecent {
+			wait = l.cfg.Margin
+		}
+		if !sleep(ctx, wait) {
+			return 0
+		}
+	}
+	return 0
+}
+
+// blocker is one piece of the peer's news, as its answers name it.
+type blocker struct {
+	ip  netip.Addr
+	key int64
+}
+
+// maxBlockers bounds Link.seen: beyond it the oldest are forgotten (a
+// forgotten one still held by the peer is waited for once more).
+const maxBlockers = 4096
+
+// overdue reports whether the peer's news key for ip has been seen held
+// for HoldMax: this agent's news of ip no longer waits for it. The first
+// time it is, the wait is logged and counted.
+func (l *Link) overdue(ip netip.Addr, key int64, now time.Time) bool {
+	b := blocker{ip, key}
+	first, ok := l.seen[b]
+	if !ok {
+		if len(l.seen) >= maxBlockers {
+			var oldest blocker
+			for k, t := range l.seen {
+				if oldest.ip == (netip.Addr{}) || t.Before(l.seen[oldest]) {
+					oldest = k
+				}
+			}
+			delete(l.seen, oldest)
+		}
+		l.seen[b] = now
+		return false
+	}
+	w := now.Sub(first)
+	if w < l.cfg.HoldMax {
+		return false
+	}
+	if !l.gaveUp[b] {
+		if len(l.gaveUp) >= maxBlockers {
+			clear(l.gaveUp)
+		}
+		l.gaveUp[b] = true
+		l.met.gaveUp.WithLabelValues(WhyPeerOlder).Inc()
+		l.log.Warn().Stringer("ip", ip).Int64("peer_key", key).Dur("waited", w).
+			Msg("the peer agent has held older news of the address for hold_max: this agent's news of it goes on without waiting")
+	}
+	return true
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,206 @@
+package pair
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+// peerHeld is a HeldFunc over a map the test changes.
+type peerHeld struct {
+	mu   sync.Mutex
+	keys map[netip.Addr]int64
+	asks atomic.Int64
+}
+
+func (p *peerHeld) held(ips []netip.Addr) ([]int64, error) {
+	p.asks.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int64, len(ips))
+	for i, ip := range ips {
+		out[i] = p.keys[ip]
+	}
+	return out, nil
+}
+
+func (p *peerHeld) set(ip string, k int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k == 0 {
+		delete(p.keys, netip.MustParseAddr(ip))
+	} else {
+		p.keys[netip.MustParseAddr(ip)] = k
+	}
+}
+
+type end struct {
+	l   *Link
+	reg *prometheus.Registry
+	h   *peerHeld
+}
+
+// twoLinks makes the pair's two ends on loopback: a the primary, b the
+// secondary (or, bPrimary, a second primary). ready gates b's answers;
+// bKey, if set, is b's key instead of testKey.
+func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool) (a, b end) {
+	t.Helper()
+	mk := func(primary bool, ready func() bool, key []byte) end {
+		e := end{reg: prometheus.NewRegistry(), h: &peerHeld{keys: map[netip.Addr]int64{}}}
+		l, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: key, HoldMax: holdMax,
+			Primary: func() bool { return primary }, Ready: ready, AnswerTimeout: 50 * time.Millisecond},
+			e.h.held, zerolog.New(zerolog.NewTestWriter(t)), e.reg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.l = l
+		return e
+	}
+	if bKey == nil {
+		bKey = testKey
+	}
+	a, b = mk(true, nil, testKey), mk(bPrimary, ready, bKey)
+	a.l.peer = b.l.conn.LocalAddr().(*net.UDPAddr)
+	b.l.peer = a.l.conn.LocalAddr().(*net.UDPAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, e := range []end{a, b} {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.l.Run(ctx, func() {}) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait(); a.l.Close(); b.l.Close() })
+	return a, b
+}
+
+func batchAt(ips ...string) []event.Queued {
+	var out []event.Queued
+	for i, ip := range ips {
+		out = append(out, event.Queued{Seq: uint64(i + 1), Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip),
+			MAC: "00:16:3e:00:00:01", Timestamp: 1_000_000 + int64(i)}})
+	}
+	return out
+}
+
+// TestLinkWaitsForPeerOlder: over a real UDP socket, the secondary's
+// batch waits while the primary holds older news of its first address,
+// and goes the moment the primary no longer does.
+func TestLinkWaitsForPeerOlder(t *testing.T) {
+	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	batch := batchAt("203.0.113.1", "203.0.113.2")
+	a.h.set("203.0.113.1", 999_999e9) // older than the batch's first
+	got := make(chan int, 1)
+	go func() { got <- b.l.Clear(context.Background(), batch) }()
+	for a.h.asks.Load() < 3 { // asked, waited, asked again
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("Clear = %d while the peer holds older news", n)
+	default:
+	}
+	a.h.set("203.0.113.1", 0) // the primary delivered it
+	if n := <-got; n != 2 {
+		t.Errorf("Clear = %d, want the whole batch", n)
+	}
+	// Newer news of the peer does not hold the batch back.
+	a.h.set("203.0.113.2", 2_000_000e9)
+	if n := b.l.Clear(context.Background(), batch); n != 2 {
+		t.Errorf("Clear = %d, want 2", n)
+	}
+	// The primary's own batch, with the secondary holding older news of
+	// its second address: its first event goes.
+	b.h.set("203.0.113.2", 999_999e9)
+	if n := a.l.Clear(context.Background(), batch); n != 1 {
+		t.Errorf("primary's Clear = %d, want 1", n)
+	}
+	if v := testutil.ToFloat64(a.l.met.datagrams.WithLabelValues("refused")); v != 0 {
+		t.Errorf("%v datagrams refused", v)
+	}
+}
+
+// TestLinkSilentPeer: a peer that does not answer (starting: not ready)
+// holds the batch for HoldMax, then the agent goes on alone; once the
+// peer answers a probe, the agent waits for its older news again.
+func TestLinkSilentPeer(t *testing.T) {
+	var ready atomic.Bool
+	a, b := twoLinks(t, 300*time.Millisecond, ready.Load, nil, false)
+	batch := batchAt("203.0.113.1")
+	b.h.set("203.0.113.1", 999_999e9)
+	if n := a.l.Clear(context.Background(), batch); n != 1 {
+		t.Fatalf("Clear = %d, want 1 once the silence lasted hold_max", n)
+	}
+	if !a.l.alone.Load() || testutil.ToFloat64(a.l.met.gaveUp.WithLabelValues("silent")) != 1 ||
+		testutil.ToFloat64(a.l.met.answering) != 0 {
+		t.Fatal("not delivering alone after the peer's silence")
+	}
+	if v := testutil.ToFloat64(b.l.met.datagrams.WithLabelValues("unready")); v == 0 {
+		t.Error("the unready peer counted no query")
+	}
+	ready.Store(true)
+	// Alone, Clear does not wait; it probes (at most once a second) and
+	// the probe's answer ends the solitude.
+	deadline := time.Now().Add(10 * time.Second)
+	for a.l.alone.Load() && time.Now().Before(deadline) {
+		a.l.Clear(context.Background(), batch)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if a.l.alone.Load() {
+		t.Fatal("still alone after the peer answered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if n := a.l.Clear(ctx, batch); n != 0 {
+		t.Errorf("Clear = %d with the peer back and holding older news; want a wait (0 when ctx ends)", n)
+	}
+}
+
+// TestLinkRefuses: datagrams signed with another key, and from a sender
+// claiming this agent's own role, are refused and never answered.
+func TestLinkRefuses(t *testing.T) {
+	a, b := twoLinks(t, 200*time.Millisecond, nil, bytes.Repeat([]byte("x"), MinKeyLen), false)
+	if n := a.l.Clear(context.Background(), batchAt("203.0.113.1")); n != 1 || !a.l.alone.Load() {
+		t.Fatalf("Clear = %d alone %v: a peer with another key must count as silent", n, a.l.alone.Load())
+	}
+	if v := testutil.ToFloat64(b.l.met.datagrams.WithLabelValues("refused")); v == 0 {
+		t.Error("no datagram refused")
+	}
+	if b.h.asks.Load() != 0 {
+		t.Error("a query signed with another key was answered")
+	}
+	a, b = twoLinks(t, 200*time.Millisecond, nil, nil, true)
+	if n := a.l.Clear(context.Background(), batchAt("203.0.113.1")); n != 1 || !a.l.alone.Load() {
+		t.Fatalf("Clear = %d alone %v: a peer of the same role must count as silent", n, a.l.alone.Load())
+	}
+	if testutil.ToFloat64(b.l.met.datagrams.WithLabelValues("refused")) == 0 || b.h.asks.Load() != 0 {
+		t.Error("a query from a sender of the same role was answered")
+	}
+}
+
+// TestLinkHoldMaxPerPeerNews: once a piece of the peer's news has been
+// held for HoldMax, every event it held back goes at once, not one event
+// per HoldMax.
+func TestLinkHoldMaxPerPeerNews(t *testing.T) {
+	a, b := twoLinks(t, 300*time.Millisecond, nil, nil, false)
+	a.h.set("203.0.113.1", 999_999e9)
+	batch := batchAt("203.0.113.1", "203.0.113.1", "203.0.113.2")
+	if n := b.l.Clear(context.Background(), batch); n != 3 {
+		t.Fatalf("Clear = %d, want the whole batch once the peer's news was held hold_max", n)
+	}
+	if n := b.l.Clear(context.Background(), batch[1:]); n != 2 {
+		t.Errorf("Clear = %d: the same news of the peer is waited for once", n)
+	}
+	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyPeerOlder)); v != 1 {
+		t.Errorf("gave up %v times, want 1", v)
+	}
+}

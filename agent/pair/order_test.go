@@ -1,0 +1,97 @@
+package pair
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+)
+
+func ev(ip string, sec int64) event.Queued {
+	return event.Queued{Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: "00:16:3e:00:00:01", Timestamp: sec}}
+}
+
+func TestKey(t *testing.T) {
+	tests := []struct {
+		name string
+		e    event.Event
+		want int64
+	}{
+		{"seconds only", event.Event{Timestamp: 100}, 100e9},
+		{"the hook's nanoseconds", event.Event{Timestamp: 100, TimestampNS: 100_250_000_000}, 100_250_000_000},
+		{"made from the file later: its second", event.Event{Timestamp: 100, TimestampNS: 130_000_000_000}, 100e9},
+	}
+	for _, tc := range tests {
+		if got := Key(tc.e); got != tc.want {
+			t.Errorf("%s: Key = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestQuery(t *testing.T) {
+	batch := []event.Queued{ev("203.0.113.1", 10), ev("203.0.113.2", 11), ev("203.0.113.1", 12),
+		{Event: event.Event{Action: event.Commit}}, ev("::ffff:203.0.113.3", 13)}
+	want := []Item{{IP: netip.MustParseAddr("203.0.113.1"), Key: 10e9}, {IP: netip.MustParseAddr("203.0.113.2"), Key: 11e9},
+		{IP: netip.MustParseAddr("203.0.113.3"), Key: 13e9}}
+	if diff := cmp.Diff(want, Query(batch), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	var many []event.Queued
+	for i := range MaxItems + 5 {
+		many = append(many, ev(netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}).String(), 1))
+	}
+	if n := len(Query(many)); n != MaxItems {
+		t.Errorf("%d items, want MaxItems", n)
+	}
+}
+
+// TestClear: the pair's one rule, decided for a batch from the peer's
+// answer.
+func TestClear(t *testing.T) {
+	a, b, c := "203.0.113.1", "203.0.113.2", "203.0.113.3"
+	batch := []event.Queued{ev(a, 10), ev(b, 20), ev(a, 30), ev(c, 40)}
+	const horizon = 1000e9
+	tests := []struct {
+		name    string
+		held    map[string]int64 // the peer's oldest per address; absent: not asked
+		primary bool
+		horizon int64
+		want    int
+		why     string
+	}{
+		{name: "the peer holds nothing", held: map[string]int64{a: 0, b: 0, c: 0}, want: 4},
+		{name: "the peer's news is newer", held: map[string]int64{a: 35e9, b: 25e9, c: 50e9}, want: 4},
+		{name: "older news of the first address: nothing goes", held: map[string]int64{a: 5e9, b: 0, c: 0}, want: 0, why: WhyPeerOlder},
+		{name: "older than a later event: the events before it go", held: map[string]int64{a: 25e9, b: 0, c: 0}, want: 2, why: WhyPeerOlder},
+		{name: "a tie goes to the primary", held: map[string]int64{a: 0, b: 20e9, c: 0}, primary: true, want: 4},
+		{name: "the primary's tie goes, its later news of the address waits", held: map[string]int64{a: 10e9, b: 0, c: 0}, primary: true, want: 2, why: WhyPeerOlder},
+		{name: "a tie waits on the secondary", held: map[string]int64{a: 0, b: 20e9, c: 0}, want: 1, why: WhyPeerOlder},
+		{name: "not asked: stops there", held: map[string]int64{a: 0, b: 0}, want: 3, why: WhyUnasked},
+		{name: "younger than the horizon", held: map[string]int64{a: 0, b: 0, c: 0}, horizon: 35e9, want: 3, why: WhyRecent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []Item
+			var held []int64
+			for _, ip := range []string{a, b, c} {
+				if k, ok := tc.held[ip]; ok {
+					asked = append(asked, Item{IP: netip.MustParseAddr(ip)})
+					held = append(held, k)
+				}
+			}
+			h := tc.horizon
+			if h == 0 {
+				h = horizon
+			}
+			v := Clear(batch, asked, held, tc.primary, h)
+			if v.N != tc.want || v.Why != tc.why {
+				t.Errorf("Clear = %d %q, want %d %q", v.N, v.Why, tc.want, tc.why)
+			}
+			if v.N < len(batch) && v.Held.IP != batch[v.N].Event.IP {
+				t.Errorf("held %v, want the batch's event %d", v.Held.IP, v.N)
+			}
+		})
+	}
+}
