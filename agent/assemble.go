@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/deliver"
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 	"github.com/leasekeeper/leasekeeper/agent/orphans"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
@@ -106,6 +107,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 			return fail(err)
 		}
 		d.SetGate(link)
+		d.SetStale(pairStale(link, rec))
 		a.Add("pair", TaskFunc(link.Run))
 		closePair = link.Close
 	}
@@ -142,14 +144,23 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 	if err != nil {
 		return nil, fmt.Errorf("pair.key_file: %w", err)
 	}
-	held := func(ips []netip.Addr) ([]int64, error) {
-		out, err := store.Oldest(ips, pair.Key)
+	held := func(ips []netip.Addr) ([]pair.Holding, error) {
+		queued, err := store.Oldest(ips, pair.Key)
 		if err != nil {
 			return nil, err
 		}
-		for i, k := range rec.PendingOldest(ips, pair.Key) {
-			if k != 0 && (out[i] == 0 || k < out[i]) {
-				out[i] = k
+		pending := rec.PendingOldest(ips, pair.Key)
+		told := rec.OwnTold(ips, pair.Key)
+		out := make([]pair.Holding, len(ips))
+		for i := range ips {
+			o := queued[i]
+			if k := pending[i]; k != 0 && (o == 0 || k < o) {
+				o = k
+			}
+			out[i].Oldest = o
+			if o == 0 {
+				// Nothing of it held: what was last told was delivered.
+				out[i].Delivered = told[i]
 			}
 		}
 		return out, nil
@@ -158,6 +169,21 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 	return pair.New(pair.Config{
 		Listen: cfg.Pair.Listen, Peer: cfg.Pair.Peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: rec.Primary, Ready: isReady,
 	}, held, log, reg, now)
+}
+
+// pairStale is the deliverer's StaleFunc with the channel: an event the
+// peer's answer shows no newer delivered news for is judged by
+// Reconciler.StaleOrdered, however far the leases file has moved on —
+// the peer's newer news waits for it (agent/pair). Otherwise (the peer
+// delivered newer news, or did not answer) it is judged as without a
+// channel (Reconciler.Stale).
+func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
+	return func(ctx context.Context, e event.Event) (bool, event.Event) {
+		if newer, known := link.PeerDelivered(e); known && !newer {
+			return rec.StaleOrdered(ctx, e)
+		}
+		return rec.Stale(ctx, e)
+	}
 }
 
 func closed(c <-chan struct{}) bool {

@@ -375,6 +375,8 @@ func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
 // 1 unless ctx ends.
 type Gate interface {
 	Clear(ctx context.Context, batch []event.Queued) int
+	// Delivered is told of every batch the region accepted.
+	Delivered(batch []event.Queued)
 }
 
 // SetGate has every batch cleared by g before it is sent, except one the
@@ -899,6 +901,9 @@ func (d *Deliverer) delivered(ctx context.Context, batch []event.Queued, peeked 
 	}
 	if err := d.persist(ctx, func() error { return d.q.Ack(seqs...) }); err != nil {
 		return err
+	}
+	if d.gate != nil {
+		d.gate.Delivered(batch)
 	}
 	now := d.now()
 	d.last.Store(now.UnixNano())

@@ -264,6 +264,8 @@ type agentOptions struct {
 	activated   *os.File     // a socket passed as systemd socket activation does
 	noWait      bool         // do not wait for ready
 	region      regionConfig // default: the stub, over mTLS with the rack's files
+	dhcpdConf   string       // dhcpd.config; default "" (none read)
+	extra       string       // TOML appended to the configuration (more sections)
 }
 
 // regionConfig is the agent's [region] as the test sets it; empty fields
@@ -354,7 +356,7 @@ func (e *env) writeAgentConfig(path string, opts agentOptions) {
 	}
 	cfg := fmt.Sprintf(`[dhcpd]
 leases = %q
-config = ""
+config = %q
 pid_file = ""
 
 [hook]
@@ -387,8 +389,8 @@ socket = %q
 [log]
 level = "info"
 format = "json"
-`, filepath.Join(e.dir, "dhcpd.leases"), e.socket, e.spool, opts.allowedUIDs,
-		r.url, e.region.files.CA, cert, key, r.tokenFile, opts.batchMax, opts.stateDir, e.control())
+`, filepath.Join(e.dir, "dhcpd.leases"), opts.dhcpdConf, e.socket, e.spool, opts.allowedUIDs,
+		r.url, e.region.files.CA, cert, key, r.tokenFile, opts.batchMax, opts.stateDir, e.control()) + opts.extra
 	// Written whole, then renamed: a reload never reads half a file.
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {

@@ -55,9 +55,17 @@ const (
 )
 
 // HeldFunc gives, for each address, the key of the oldest event this
-// agent still holds for it (queued, in flight, or waiting to be queued):
-// 0 for none.
-type HeldFunc func(ips []netip.Addr) ([]int64, error)
+// agent still holds for it (queued, in flight, or waiting to be queued),
+// 0 for none, and the key of the newest news of it this agent knows it
+// delivered before this run (the link itself remembers this run's: see
+// Delivered), 0 for none known.
+type HeldFunc func(ips []netip.Addr) ([]Holding, error)
+
+// Holding is what HeldFunc gives for one address.
+type Holding struct {
+	Oldest    int64
+	Delivered int64
+}
 
 // Link is both ends of the channel: it answers the peer's queries about
 // this agent's held events, and asks the peer before this agent
@@ -82,6 +90,50 @@ type Link struct {
 	// agent's back was first seen, and those waited for hold_max.
 	seen   map[blocker]time.Time
 	gaveUp map[blocker]bool
+
+	dmu       sync.Mutex
+	delivered map[netip.Addr]int64 // this run's newest delivered key per address (Delivered)
+	// peerDelivered: the last answer's newest delivered key per
+	// address, for PeerDelivered; nil when the last Clear had no answer.
+	peerDelivered map[netip.Addr]int64
+}
+
+// Delivered records that the region accepted batch: the answers tell
+// the peer the newest news of each address delivered.
+func (l *Link) Delivered(batch []event.Queued) {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	for _, q := range batch {
+		ip := q.Event.IP.Unmap()
+		if k := Key(q.Event); ip.IsValid() && k > l.delivered[ip] {
+			if len(l.delivered) >= maxDelivered {
+				clear(l.delivered) // what HeldFunc knows takes over
+			}
+			l.delivered[ip] = k
+		}
+	}
+}
+
+// maxDelivered bounds Link.delivered: beyond it the map starts again.
+const maxDelivered = 1 << 16
+
+// PeerDelivered reports, from the peer's answer to the last Clear,
+// whether the peer has delivered news of e's address newer than e — the
+// region may hold it already, so that e alone would take it back (the
+// deliverer's StaleFunc then decides) — and whether the peer answered
+// about e's address at all (known false: the peer was silent, or e was
+// not in the query: judge as if alone).
+func (l *Link) PeerDelivered(e event.Event) (newer, known bool) {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.peerDelivered == nil || l.alone.Load() {
+		return false, false
+	}
+	k, ok := l.peerDelivered[e.IP.Unmap()]
+	if !ok {
+		return false, false
+	}
+	return k > Key(e), true
 }
 
 // New binds the channel's socket.
@@ -118,7 +170,7 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	}
 	l := &Link{cfg: cfg, peer: peer, conn: conn, held: held, log: log, limit: lograte.New(time.Minute, now), now: now,
 		met: newMetrics(), waiters: map[[nonceLen]byte]chan *Message{},
-		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}}
+		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}, delivered: map[netip.Addr]int64{}}
 	if err := l.met.register(reg); err != nil {
 		conn.Close()
 		return nil, err
@@ -209,9 +261,11 @@ func (l *Link) answer(m *Message, from netip.AddrPort) {
 		return
 	}
 	a := &Message{Answer: true, Primary: l.cfg.Primary(), Nonce: m.Nonce, At: l.now().UnixNano(), Items: make([]Item, len(held))}
-	for i, k := range held {
-		a.Items[i].Key = k
+	l.dmu.Lock()
+	for i, h := range held {
+		a.Items[i] = Item{Key: h.Oldest, Delivered: max(h.Delivered, l.delivered[ips[i].Unmap()])}
 	}
+	l.dmu.Unlock()
 	b, err := Encode(nil, a, l.cfg.Key)
 	if err != nil {
 		l.log.Error().Err(err).Msg("pair channel: answer")
@@ -290,6 +344,9 @@ func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
 		return 0
 	}
 	var blockedSince time.Time
+	l.dmu.Lock()
+	l.peerDelivered = nil
+	l.dmu.Unlock()
 	for ctx.Err() == nil {
 		items := Query(batch)
 		if len(items) == 0 {
@@ -330,6 +387,13 @@ func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
 			l.met.answering.Set(1)
 		}
 		horizon := now.Add(-l.cfg.Margin).UnixNano()
+		pd := make(map[netip.Addr]int64, len(a.Items))
+		for i, it := range a.Items {
+			pd[items[i].IP] = it.Delivered
+		}
+		l.dmu.Lock()
+		l.peerDelivered = pd
+		l.dmu.Unlock()
 		held := make([]int64, len(a.Items))
 		for i, it := range a.Items {
 			held[i] = it.Key

@@ -24,13 +24,13 @@ type peerHeld struct {
 	asks atomic.Int64
 }
 
-func (p *peerHeld) held(ips []netip.Addr) ([]int64, error) {
+func (p *peerHeld) held(ips []netip.Addr) ([]Holding, error) {
 	p.asks.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]int64, len(ips))
+	out := make([]Holding, len(ips))
 	for i, ip := range ips {
-		out[i] = p.keys[ip]
+		out[i].Oldest = p.keys[ip]
 	}
 	return out, nil
 }

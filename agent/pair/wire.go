@@ -17,7 +17,9 @@ import (
 // A query's item is an address and the time key of the sender's oldest
 // queued event for it: ip length (4 or 16) | ip | key int64. An answer's
 // item, in the query's order, is the key of the answerer's oldest held
-// event for that address, 0 when it holds none: key int64. at is the
+// event for that address, 0 when it holds none, and the key of the
+// newest news of that address it knows it delivered, 0 for none known:
+// key int64 | delivered int64. at is the
 // sender's clock (Unix ns); role is the sender's side of the pair, so
 // that a datagram is never taken for one of the receiver's own. An answer
 // carries its query's nonce: an old answer replayed is not an answer to
@@ -41,10 +43,12 @@ const (
 
 // Item is one address of a query: the time key of the querier's oldest
 // queued event for it (Key, Unix ns), or of an answer: the answerer's
-// oldest held event for it, 0 for none.
+// oldest held event for it (Key), 0 for none, and its newest delivered
+// (Delivered), 0 for none known.
 type Item struct {
-	IP  netip.Addr
-	Key int64
+	IP        netip.Addr
+	Key       int64
+	Delivered int64 // answers only
 }
 
 // Message is a query or an answer.
@@ -84,6 +88,9 @@ func Encode(b []byte, m *Message, key []byte) ([]byte, error) {
 			b = append(b, s...)
 		}
 		b = binary.BigEndian.AppendUint64(b, uint64(it.Key))
+		if m.Answer {
+			b = binary.BigEndian.AppendUint64(b, uint64(it.Delivered))
+		}
 	}
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b[start:])
@@ -154,6 +161,13 @@ func Decode(b []byte, key []byte) (*Message, error) {
 		}
 		it.Key = int64(binary.BigEndian.Uint64(p))
 		p = p[8:]
+		if m.Answer {
+			if len(p) < 8 {
+				return nil, errShort
+			}
+			it.Delivered = int64(binary.BigEndian.Uint64(p))
+			p = p[8:]
+		}
 		m.Items = append(m.Items, it)
 	}
 	if len(p) != 0 {

@@ -23,7 +23,7 @@ func TestWireRoundTrip(t *testing.T) {
 			{IP: netip.MustParseAddr("2001:db8::7"), Key: 1_699_999_999_500_000_000},
 		}}},
 		{"empty query (a probe)", Message{At: 5}},
-		{"answer", Message{Answer: true, Nonce: [nonceLen]byte{9}, At: -1, Items: []Item{{Key: 0}, {Key: 42}}}},
+		{"answer", Message{Answer: true, Nonce: [nonceLen]byte{9}, At: -1, Items: []Item{{Key: 0}, {Key: 42, Delivered: 41}}}},
 		{"most items", Message{Items: func() []Item {
 			items := make([]Item, MaxItems)
 			for i := range items {
@@ -101,7 +101,7 @@ func TestWireRefused(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	for _, m := range []*Message{
 		{Items: []Item{{IP: netip.MustParseAddr("203.0.113.7"), Key: 1}, {IP: netip.MustParseAddr("2001:db8::1"), Key: 2}}},
-		{Answer: true, Primary: true, Items: []Item{{Key: 3}}},
+		{Answer: true, Primary: true, Items: []Item{{Key: 3, Delivered: 2}}},
 		{},
 	} {
 		b, _ := Encode(nil, m, testKey)

@@ -82,6 +82,21 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 // file records the partner's partner-down and the updates of the leases
 // the partner expired only once dhcpd has started and caught up.
 func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Event) {
+	return r.stale(ctx, ev, false)
+}
+
+// StaleOrdered is Stale for an agent whose failover pair channel
+// (agent/pair) answered that the peer has delivered no news of ev's
+// address newer than ev: the peer's newer news, if any, waits for ev, so
+// ev is neither restated with the file's newest state (that would take
+// the region past lives the peer is still to deliver) nor dropped as
+// older than the peer's news. Only an end the survivor told while this
+// side was down is dropped (State.OwnCopyEnded), after the same wait.
+func (r *Reconciler) StaleOrdered(ctx context.Context, ev event.Event) (bool, event.Event) {
+	return r.stale(ctx, ev, true)
+}
+
+func (r *Reconciler) stale(ctx context.Context, ev event.Event, ordered bool) (bool, event.Event) {
 	r.mu.Lock()
 	pair := r.st.Pair.InPair()
 	r.mu.Unlock()
@@ -119,6 +134,9 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 	if r.partnerSpoke {
 		returned = r.started.Unix()
 	}
+	if ordered {
+		return r.st.OwnCopyEnded(ev, returned), event.Event{}
+	}
 	if newest, ok := r.st.NewestForPair(ev, r.now().Unix()); ok {
 		return true, newest
 	}
@@ -139,6 +157,29 @@ func (r *Reconciler) PendingOldest(ips []netip.Addr, key func(event.Event) int64
 				out[i] = k
 			}
 		}
+	}
+	return out
+}
+
+// OwnTold gives, for each of ips, key(the last event this agent queued
+// for it), 0 when the last news recorded is the file's (Told.Recorded)
+// or there is none: with nothing of the address still queued, that
+// event was delivered (or dead-lettered), the newest news of the address
+// this agent can have given the region.
+func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []int64 {
+	out := make([]int64, len(ips))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, ip := range ips {
+		t, ok := r.st.Told[ip.Unmap()]
+		if !ok || t.Recorded {
+			continue
+		}
+		ns := t.AtNS
+		if ns/1e9 != t.At {
+			ns = 0
+		}
+		out[i] = key(event.Event{Action: t.Action, MAC: t.MAC, IP: ip, Timestamp: t.At, TimestampNS: ns})
 	}
 	return out
 }
