@@ -375,14 +375,18 @@ func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
 // 1 unless ctx ends.
 type Gate interface {
 	Clear(ctx context.Context, batch []event.Queued) int
+	// ClearAll waits until every event of batch may be sent; false if
+	// ctx ended first.
+	ClearAll(ctx context.Context, batch []event.Queued) bool
 	// Delivered is told of every batch the region accepted.
 	Delivered(batch []event.Queued)
 }
 
-// SetGate has every batch cleared by g before it is sent, except one the
-// region may have applied already (sent before and never answered: it
-// goes again as it was, whatever the peer holds, since a shorter request
-// could take the region back from the rest of it). Set before Run.
+// SetGate has every batch cleared by g before it is sent: cut before its
+// first event that may not go yet, or, for one the region may have
+// applied already (sent before and never answered: a shorter request
+// could take the region back from the rest of it), held whole until all
+// of it may go. Set before Run.
 func (d *Deliverer) SetGate(g Gate) { d.gate = g }
 
 // StaleFunc reports whether e, a queued event about to be sent, is old
@@ -417,12 +421,16 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	if d.gate != nil && (batch[0].Seq > d.doubt.Load() && !d.doubtFirst) {
-		n := d.gate.Clear(ctx, batch)
-		if n == 0 {
-			return 0, nil // ctx ended
+	if d.gate != nil {
+		if batch[0].Seq > d.doubt.Load() && !d.doubtFirst {
+			n := d.gate.Clear(ctx, batch)
+			if n == 0 {
+				return 0, nil // ctx ended
+			}
+			batch = batch[:n]
+		} else if !d.gate.ClearAll(ctx, batch) {
+			return 0, nil
 		}
-		batch = batch[:n]
 	}
 	if err := d.deliver(ctx, batch, d.now()); err != nil && !errors.Is(err, errRepeek) {
 		return len(batch), err

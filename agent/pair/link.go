@@ -340,6 +340,19 @@ func (l *Link) back() {
 // It returns at least 1 for a non-empty batch unless ctx ends (0).
 // Called by one deliverer at a time.
 func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
+	return l.clear(ctx, batch, false)
+}
+
+// ClearAll is Clear for a batch that must go whole or not at all (one
+// the region may have applied already: a shorter request could take it
+// back from the rest): it waits until every event of it may go, each
+// wait bounded as Clear's. Addresses beyond the query's MaxItems are not
+// waited for. It reports false when ctx ended.
+func (l *Link) ClearAll(ctx context.Context, batch []event.Queued) bool {
+	return l.clear(ctx, batch, true) == len(batch) && len(batch) > 0
+}
+
+func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int {
 	if len(batch) == 0 {
 		return 0
 	}
@@ -402,7 +415,10 @@ func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
 			}
 		}
 		v := Clear(batch, items, held, l.cfg.Primary(), horizon)
-		if v.N > 0 {
+		if whole && v.Why == WhyUnasked {
+			v.N = len(batch)
+		}
+		if v.N > 0 && (!whole || v.N == len(batch)) {
 			if !blockedSince.IsZero() {
 				l.met.held.Add(l.now().Sub(blockedSince).Seconds())
 			}

@@ -204,3 +204,28 @@ func TestLinkHoldMaxPerPeerNews(t *testing.T) {
 		t.Errorf("gave up %v times, want 1", v)
 	}
 }
+
+// TestLinkClearAll: a batch that must go whole waits while the peer
+// holds older news of any of its addresses, not just its first.
+func TestLinkClearAll(t *testing.T) {
+	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	batch := batchAt("203.0.113.1", "203.0.113.2")
+	a.h.set("203.0.113.2", 1_000_000e9) // older than the batch's second event
+	got := make(chan bool, 1)
+	go func() { got <- b.l.ClearAll(context.Background(), batch) }()
+	for a.h.asks.Load() < 3 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case ok := <-got:
+		t.Fatalf("ClearAll = %v while the peer holds older news of the second address", ok)
+	default:
+	}
+	a.h.set("203.0.113.2", 0)
+	if !<-got {
+		t.Error("ClearAll = false")
+	}
+	if n := b.l.Clear(context.Background(), batch); n != 2 {
+		t.Errorf("Clear = %d", n)
+	}
+}

@@ -160,6 +160,7 @@ func scrape(addr string) map[string]float64 {
 	for sc.Scan() {
 		line := sc.Text()
 		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ") // a series without labels
 		if _, ok := counted[name]; !ok {
 			continue
 		}
