@@ -172,15 +172,18 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 }
 
 // pairStale is the deliverer's StaleFunc with the channel: an event the
-// peer's answer shows no newer delivered news for is judged by
-// Reconciler.StaleOrdered, however far the leases file has moved on —
-// the peer's newer news waits for it (agent/pair). Otherwise (the peer
-// delivered newer news, or did not answer) it is judged as without a
-// channel (Reconciler.Stale).
+// peer's answer shows no newer delivered news for is not stale, however
+// far the leases file has moved on — the peer's newer news, if any, waits
+// for it (agent/pair) — and is sent at once: restated with the file's
+// newest state it would take the region past lives the peer is still to
+// deliver, and judged after the start-up wait (Reconciler.Stale) it would
+// hold the peer's news back for that long. Only if the peer delivered
+// newer news (it went on without this agent) or did not answer is it
+// judged as without a channel.
 func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		if newer, known := link.PeerDelivered(e); known && !newer {
-			return rec.StaleOrdered(ctx, e)
+			return false, event.Event{}
 		}
 		return rec.Stale(ctx, e)
 	}

@@ -192,7 +192,7 @@ func Default() *Config {
 		},
 		Metrics: Metrics{Listen: "127.0.0.1:9742"},
 		Control: Control{Socket: "/run/leasekeeper/control.sock"},
-		Pair:    Pair{HoldMax: 30 * time.Second},
+		Pair:    Pair{HoldMax: time.Minute},
 		Log:     Log{Level: "info"},
 	}
 }

@@ -415,23 +415,6 @@ func (s *State) StaleForPair(ev event.Event, returned int64) bool {
 	return t.PeerOwns || s.toldWhileDown(ev, returned)
 }
 
-// OwnCopyEnded is StaleForPair's second rule alone: the file recorded,
-// as this side's own, an end of ev's lease that came before this agent's
-// start (returned, see StaleForPair) and that this agent never queued —
-// the survivor told that end while this side was down. That rule holds
-// with the pair channel too (agent/pair), where older news is no longer
-// dropped: ev is then news the region already has from the survivor.
-func (s *State) OwnCopyEnded(ev event.Event, returned int64) bool {
-	if !s.Pair.InPair() || s.Pair.Survivor() {
-		return false
-	}
-	t, ok := s.Told[ev.IP]
-	if !ok || !t.Recorded || !t.after(ev) {
-		return false
-	}
-	return s.toldWhileDown(ev, returned)
-}
-
 func (s *State) toldWhileDown(ev event.Event, returned int64) bool {
 	t := s.Told[ev.IP]
 	own, _ := t.own()

@@ -82,21 +82,6 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 // file records the partner's partner-down and the updates of the leases
 // the partner expired only once dhcpd has started and caught up.
 func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Event) {
-	return r.stale(ctx, ev, false)
-}
-
-// StaleOrdered is Stale for an agent whose failover pair channel
-// (agent/pair) answered that the peer has delivered no news of ev's
-// address newer than ev: the peer's newer news, if any, waits for ev, so
-// ev is neither restated with the file's newest state (that would take
-// the region past lives the peer is still to deliver) nor dropped as
-// older than the peer's news. Only an end the survivor told while this
-// side was down is dropped (State.OwnCopyEnded), after the same wait.
-func (r *Reconciler) StaleOrdered(ctx context.Context, ev event.Event) (bool, event.Event) {
-	return r.stale(ctx, ev, true)
-}
-
-func (r *Reconciler) stale(ctx context.Context, ev event.Event, ordered bool) (bool, event.Event) {
 	r.mu.Lock()
 	pair := r.st.Pair.InPair()
 	r.mu.Unlock()
@@ -133,9 +118,6 @@ func (r *Reconciler) stale(ctx context.Context, ev event.Event, ordered bool) (b
 	var returned int64
 	if r.partnerSpoke {
 		returned = r.started.Unix()
-	}
-	if ordered {
-		return r.st.OwnCopyEnded(ev, returned), event.Event{}
 	}
 	if newest, ok := r.st.NewestForPair(ev, r.now().Unix()); ok {
 		return true, newest

@@ -586,10 +586,6 @@ func TestStaleForPair(t *testing.T) {
 		// newest: NewestForPair's event, "action mac +offset": the
 		// file's newer record, sent after the event; "" for none.
 		newest string
-		// ordered: OwnCopyEnded, what is dropped when the pair channel
-		// says the peer delivered nothing newer (the peer's news waits
-		// for the event): only false news, never older news.
-		ordered bool
 	}{{
 		name:   "the partner expired the lease in partner-down (this side recovers): the queued commit is stale",
 		pair:   primary,
@@ -639,7 +635,6 @@ func TestStaleForPair(t *testing.T) {
 		returned: t0 + 280,
 		want:     true,
 		newest:   "expiry " + macA + " +260",
-		ordered:  true,
 	}, {
 		name:   "the same end, the partner never spoke: this side's own end, its hook follows",
 		pair:   primary,
@@ -713,9 +708,6 @@ func TestStaleForPair(t *testing.T) {
 			s.Appended(ls, t0+300)
 			if got := s.StaleForPair(tc.ask, tc.returned); got != tc.want {
 				t.Errorf("StaleForPair = %v, want %v (told %+v)", got, tc.want, s.Told[tc.ask.IP])
-			}
-			if got := s.OwnCopyEnded(tc.ask, tc.returned); got != tc.ordered {
-				t.Errorf("OwnCopyEnded = %v, want %v", got, tc.ordered)
 			}
 			n, ok := s.NewestForPair(tc.ask, t0+300)
 			got := ""
