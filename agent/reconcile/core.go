@@ -396,7 +396,21 @@ func (s *State) renewedVanished(ev event.Event) {
 // failover primary's PairWait expiry is the pair's to decide
 // (failover.go).
 func endedBefore(p Pending, mac string, start int64) bool {
-	return p.Event.Action != event.Commit && !p.PairWait && p.Event.MAC == mac && start > p.Event.Timestamp
+	return p.Event.Action != event.Commit && !p.PairWait && p.Event.MAC == mac &&
+		sooner(p.Event.Action, p.Event.Timestamp, p.Event.Reason == ReasonMissedExpiry, start)
+}
+
+// sooner reports whether an end (action, at) of a client's lease came
+// before that client's lease starting at start (seconds): in an earlier
+// second, or in the same one when the leases file recorded the lease
+// expired (recorded) — dhcpd writes an expired lease only once its end
+// has passed, and a renewal before that would have moved the end, so the
+// client's lease of that second is a new one after the end. Without the
+// file's word (a deadline the agent saw pass, a lease a rewrite dropped),
+// a commit in the end's second is taken for a renewal; a release in it
+// may be of the new lease.
+func sooner(action string, at int64, recorded bool, start int64) bool {
+	return start > at || start == at && recorded && action == event.Expiry
 }
 
 // TakeEndedBefore removes and returns, in order, the ends of ev's
@@ -449,7 +463,8 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 // never ended in the region).
 func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
 	t, ok := s.Told[ev.IP]
-	if !ok || !s.Pair.InPair() || !t.Recorded || t.Action == event.Commit || t.MAC != ev.MAC || ev.Timestamp <= t.At {
+	if !ok || !s.Pair.InPair() || !t.Recorded || t.Action == event.Commit || t.MAC != ev.MAC ||
+		!sooner(t.Action, t.At, true, ev.Timestamp) {
 		return event.Event{}, false
 	}
 	if own, _ := t.own(); own >= t.At {

@@ -337,6 +337,19 @@ func TestRules(t *testing.T) {
 			{at: 32 + grace},
 			{at: 200, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +132 ends-passed"}},
 		}},
+		// The file recorded the lease expired, no hook told it, and the
+		// same client binds the address again in the end's second: a
+		// lease cannot begin and expire in one second, so the expiry
+		// goes first (make chaos PAIR=1 seed 14, the same in a pair).
+		{"rule 1: expired in the file, the same client's new binding in that second: the expiry first", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 30, appended: block(ip1, "expired", macA, t0-100, t0+30)},
+			{at: 30, hook: ev(renewal(ip1, macA, t0+30, 100)),
+				want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +30 missed-expiry"}},
+			{at: 30, appended: block(ip1, "active", macA, t0+30, t0+130)},
+			{at: 30 + grace},
+			{at: 200, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +130 ends-passed"}},
+		}},
 		// The same, the file showing the new binding before its hook
 		// comes: the expiry falls due at once, ahead of the commit.
 		{"rule 2: vanished, then the file shows the same client's new binding after the end: the expiry at once", []step{

@@ -157,6 +157,22 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The same, the client back in the very second its lease
+		// expired (make chaos PAIR=1 seed 14: the peer acked the first
+		// lease and died; this side recorded its end at 41 and acked the
+		// client again at 41). A lease cannot begin and expire in one
+		// second, so the recorded expiry came first.
+		name: "an expiry the file recorded, the same client's new lease in the same second: the end first",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 30, hook: ev(renewal("203.0.113.12", macA, t0+30, 20)),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 10000},
+		},
+	}, {
 		name: "the end's hook came: nothing more",
 		pair: primary,
 		steps: []step{
