@@ -16,9 +16,10 @@
 // and checks that no key of Config is missing from it).
 //
 // The package only reads what it is given: it never opens sockets, never
-// resolves users or groups and never touches the state directory. The one
-// file it opens besides the config is release.token_file, on Parse: a
-// token file group or others can access must stop the agent at start (or
-// a reload) with an error naming the key, not surface at the first request.
+// resolves users or groups and never touches the state directory. The
+// files it opens besides the config are the secrets, on Parse:
+// release.token_file, maas.api_key_file and pair.key_file. A secret file
+// group or others can access must stop the agent at start (or a reload)
+// with an error naming the key, not surface at the first request.
 // HookUIDs resolves the default allowed_uids through an injected lookup.
 package config
