@@ -145,12 +145,15 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 		return nil, fmt.Errorf("pair.key_file: %w", err)
 	}
 	held := func(ips []netip.Addr) ([]pair.Holding, error) {
+		// Pending first: the reconciler moves an event from its pending
+		// ends into the outbox in one step under its lock, so read in
+		// this order an event moving meanwhile is seen at least once.
+		pending := rec.PendingOldest(ips, pair.Key)
+		told := rec.OwnTold(ips, pair.Key)
 		queued, err := store.Oldest(ips, pair.Key)
 		if err != nil {
 			return nil, err
 		}
-		pending := rec.PendingOldest(ips, pair.Key)
-		told := rec.OwnTold(ips, pair.Key)
 		out := make([]pair.Holding, len(ips))
 		for i := range ips {
 			o := queued[i]
@@ -165,7 +168,13 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 		}
 		return out, nil
 	}
-	isReady := func() bool { return closed(ready) && closed(hs.Drained()) }
+	// Unready (queries unanswered: the peer waits, up to its hold_max)
+	// while events wait that the outbox could not take yet (a full
+	// disk): they are held, but in no place the answers read.
+	isReady := func() bool {
+		held, _ := hs.Held()
+		return closed(ready) && closed(hs.Drained()) && held == 0 && rec.Unsent() == 0
+	}
 	return pair.New(pair.Config{
 		Listen: cfg.Pair.Listen, Peer: cfg.Pair.Peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: rec.Primary, Ready: isReady,
 	}, held, log, reg, now)

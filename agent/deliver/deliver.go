@@ -422,20 +422,44 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if d.gate != nil {
-		if batch[0].Seq > d.doubt.Load() && !d.doubtFirst {
-			n := d.gate.Clear(ctx, batch)
-			if n == 0 {
-				return 0, nil // ctx ended
-			}
-			batch = batch[:n]
-		} else if !d.gate.ClearAll(ctx, batch) {
-			return 0, nil
+		if batch = d.cleared(ctx, batch); batch == nil {
+			return 0, nil // ctx ended
 		}
 	}
 	if err := d.deliver(ctx, batch, d.now()); err != nil && !errors.Is(err, errRepeek) {
 		return len(batch), err
 	}
 	return len(batch), nil
+}
+
+// cleared is what of batch the gate lets go now: the events the region
+// may have applied already (Seq up to doubt; the whole batch when the
+// last run's unanswered request is of unknown content) wait whole until
+// all of them may go, and the rest is cut before its first event that
+// may not. nil when ctx ended.
+func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Queued {
+	k := 0 // the doubtful prefix
+	if d.doubtFirst {
+		k = len(batch)
+	} else {
+		for k < len(batch) && batch[k].Seq <= d.doubt.Load() {
+			k++
+		}
+	}
+	if k > 0 && !d.gate.ClearAll(ctx, batch[:k]) {
+		return nil
+	}
+	if k == len(batch) {
+		return batch
+	}
+	n := d.gate.Clear(ctx, batch[k:])
+	if n == 0 {
+		if k > 0 && ctx.Err() == nil {
+			return batch[:k]
+		}
+		return nil
+	}
+	return batch[:k+n]
 }
 
 // errRepeek ends a batch early: the queue's head changed in a way the

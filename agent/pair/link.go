@@ -80,8 +80,10 @@ type Link struct {
 	now   func() time.Time
 	met   metrics
 
-	mu      sync.Mutex
-	waiters map[[nonceLen]byte]chan *Message
+	mu         sync.Mutex
+	waiters    map[[nonceLen]byte]chan *Message
+	probeNonce [nonceLen]byte // the last probe's (while alone)
+	readDone   chan struct{}  // closed when read returns
 
 	alone       atomic.Bool // the peer was silent for HoldMax: deliveries do not wait for it
 	silentSince time.Time   // Clear's: first unanswered query since the last answer
@@ -170,37 +172,57 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	}
 	l := &Link{cfg: cfg, peer: peer, conn: conn, held: held, log: log, limit: lograte.New(time.Minute, now), now: now,
 		met: newMetrics(), waiters: map[[nonceLen]byte]chan *Message{},
-		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}, delivered: map[netip.Addr]int64{}}
+		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}, delivered: map[netip.Addr]int64{},
+		readDone: make(chan struct{})}
 	if err := l.met.register(reg); err != nil {
 		conn.Close()
 		return nil, err
 	}
+	go l.read()
 	return l, nil
 }
 
 // Addr is the address the link answers on.
 func (l *Link) Addr() net.Addr { return l.conn.LocalAddr() }
 
-// Close closes the socket (Run returns).
-func (l *Link) Close() error { return l.conn.Close() }
+// Close closes the socket and waits for the reader to stop.
+func (l *Link) Close() error {
+	err := l.conn.Close()
+	<-l.readDone
+	return err
+}
 
-// Run reads the channel until ctx ends: queries are answered, answers
-// handed to the Clear waiting for them.
+// Run logs the channel up and waits for ctx. The socket is read by the
+// link's own reader from New until Close: the answers a stopping agent's
+// last flush waits for come after its tasks' context has ended.
 func (l *Link) Run(ctx context.Context, ready func()) error {
-	stop := context.AfterFunc(ctx, func() { l.conn.SetReadDeadline(time.Now()) })
-	defer stop()
 	l.log.Info().Stringer("listen", l.conn.LocalAddr()).Str("peer", l.cfg.Peer).Dur("hold_max", l.cfg.HoldMax).
 		Msg("failover pair channel up: deliveries are ordered with the peer agent's")
 	ready()
+	<-ctx.Done()
+	return nil
+}
+
+// read reads the socket until Close: queries are answered (by answerer,
+// one at a time, so that a slow answer never delays the answers this
+// agent waits for), answers handed to the Clear waiting for them.
+func (l *Link) read() {
+	defer close(l.readDone)
+	queries := make(chan query, 1)
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		for q := range queries {
+			l.answer(q.m, q.from)
+		}
+	}()
+	defer func() { close(queries); <-answered }() // Close returns after the last answer
 	buf := make([]byte, 2048)
 	for {
 		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
-		if ctx.Err() != nil {
-			return nil
-		}
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
-				return nil
+				return
 			}
 			l.log.Warn().Err(err).Msg("pair channel: read")
 			time.Sleep(10 * time.Millisecond)
@@ -208,21 +230,13 @@ func (l *Link) Run(ctx context.Context, ready func()) error {
 		}
 		m, err := Decode(buf[:n], l.cfg.Key)
 		if err != nil {
-			l.met.datagrams.WithLabelValues("refused").Inc()
-			if ok, suppressed := l.limit.Allow("refused"); ok {
-				l.log.Warn().Err(err).Stringer("from", from).Int("suppressed", suppressed).
-					Msg("pair channel: datagram refused (a different pair.key_file on the peer?)")
-			}
+			l.refused("refused", from, fmt.Errorf("%w (a different pair.key_file on the peer?)", err))
 			continue
 		}
 		if m.Primary == l.cfg.Primary() {
 			// Both sides claim the same role: a misconfigured pair, or
 			// one of this agent's own datagrams sent back to it.
-			l.met.datagrams.WithLabelValues("refused").Inc()
-			if ok, suppressed := l.limit.Allow("role"); ok {
-				l.log.Warn().Stringer("from", from).Bool("primary", m.Primary).Int("suppressed", suppressed).
-					Msg("pair channel: datagram from a sender of this agent's own role refused (both dhcpd primary, or both secondary?)")
-			}
+			l.refused("role", from, errors.New("from a sender of this agent's own role (both dhcpd primary, or both secondary?)"))
 			continue
 		}
 		if m.Answer {
@@ -230,21 +244,44 @@ func (l *Link) Run(ctx context.Context, ready func()) error {
 			l.mu.Lock()
 			w := l.waiters[m.Nonce]
 			delete(l.waiters, m.Nonce)
+			probe := m.Nonce == l.probeNonce
 			l.mu.Unlock()
 			if w != nil {
 				w <- m
-			} else if l.alone.Load() {
-				// A probe's answer: the peer is back.
-				l.back()
+			} else if probe && l.alone.Load() {
+				l.back() // the answer to the last probe: the peer is back
 			}
 			continue
 		}
 		l.met.datagrams.WithLabelValues("query").Inc()
-		l.answer(m, from)
+		select {
+		case queries <- query{m, from}:
+		default:
+			// Still answering the last: the peer asks again after its
+			// answer timeout.
+			l.met.datagrams.WithLabelValues("busy").Inc()
+		}
 	}
 }
 
-// answer answers query m from.
+type query struct {
+	m    *Message
+	from netip.AddrPort
+}
+
+// refused counts and logs (at most once a minute per kind) a datagram
+// refused.
+func (l *Link) refused(kind string, from netip.AddrPort, err error) {
+	l.met.datagrams.WithLabelValues("refused").Inc()
+	if ok, suppressed := l.limit.Allow(kind); ok {
+		l.log.Warn().Err(err).Stringer("from", from).Int("suppressed", suppressed).Msg("pair channel: datagram refused")
+	}
+}
+
+// answer answers query m, which came from from. The answer goes to
+// pair.peer, whatever the source: a query replayed from a spoofed source
+// must not make this agent send anything elsewhere (the peer's queries
+// come from its listen socket, pair.peer).
 func (l *Link) answer(m *Message, from netip.AddrPort) {
 	if !l.cfg.Ready() {
 		l.met.datagrams.WithLabelValues("unready").Inc()
@@ -271,8 +308,8 @@ func (l *Link) answer(m *Message, from netip.AddrPort) {
 		l.log.Error().Err(err).Msg("pair channel: answer")
 		return
 	}
-	if _, err := l.conn.WriteToUDPAddrPort(b, from); err != nil {
-		l.log.Warn().Err(err).Stringer("to", from).Msg("pair channel: answer not sent")
+	if _, err := l.conn.WriteToUDP(b, l.peer); err != nil {
+		l.log.Warn().Err(err).Stringer("to", l.peer).Stringer("query_from", from).Msg("pair channel: answer not sent")
 	}
 }
 
@@ -303,7 +340,13 @@ func (l *Link) ask(ctx context.Context, items []Item) (*Message, error) {
 	select {
 	case a := <-w:
 		if len(a.Items) != len(items) {
-			return nil, fmt.Errorf("pair: answer of %d items to a query of %d", len(a.Items), len(items))
+			// Counted as no answer (after the timeout's wait: never a
+			// busy loop).
+			if ok, _ := l.limit.Allow("items"); ok {
+				l.log.Warn().Int("items", len(a.Items)).Int("asked", len(items)).Msg("pair channel: an answer of the wrong length; taken for no answer")
+			}
+			sleep(ctx, l.cfg.AnswerTimeout)
+			return nil, nil
 		}
 		return a, nil
 	case <-t.C:
@@ -318,6 +361,9 @@ func (l *Link) ask(ctx context.Context, items []Item) (*Message, error) {
 func (l *Link) probe() {
 	q := &Message{Primary: l.cfg.Primary(), At: l.now().UnixNano()}
 	rand.Read(q.Nonce[:])
+	l.mu.Lock()
+	l.probeNonce = q.Nonce
+	l.mu.Unlock()
 	if b, err := Encode(nil, q, l.cfg.Key); err == nil {
 		l.conn.WriteToUDP(b, l.peer)
 	}
@@ -387,6 +433,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 			}
 			if s := l.now().Sub(l.silentSince); s >= l.cfg.HoldMax {
 				l.alone.Store(true)
+				l.silentSince = time.Time{}
 				l.lastProbe = l.now()
 				l.met.gaveUp.WithLabelValues("silent").Inc()
 				l.log.Warn().Str("peer", l.cfg.Peer).Dur("silent", s).
@@ -414,10 +461,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 				held[i] = 0 // waited for long enough
 			}
 		}
-		v := Clear(batch, items, held, l.cfg.Primary(), horizon)
-		if whole && v.Why == WhyUnasked {
-			v.N = len(batch)
-		}
+		v := clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole)
 		if v.N > 0 && (!whole || v.N == len(batch)) {
 			if !blockedSince.IsZero() {
 				l.met.held.Add(l.now().Sub(blockedSince).Seconds())
@@ -436,6 +480,9 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 				l.met.gaveUp.WithLabelValues(v.Why).Inc()
 				l.log.Warn().Stringer("ip", v.Held.IP).Str("action", v.Held.Action).Str("why", v.Why).Dur("waited", w).
 					Msg("an event waited hold_max for the pair's order; sending it")
+				if whole {
+					return len(batch)
+				}
 				return 1
 			}
 		}

@@ -17,7 +17,7 @@ func newMetrics() metrics {
 	m := metrics{
 		datagrams: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_pair_datagrams_total",
-			Help: "Datagrams received on the failover pair channel, by kind: query (answered), answer, unready (a query while this agent was starting: not answered), refused (not signed with the pair's key, malformed, or from a sender of this agent's own role).",
+			Help: "Datagrams received on the failover pair channel, by kind: query (answered), answer, unready (a query while this agent was starting, or holding events it could not store: not answered), busy (a query while the last was still being answered: dropped, the peer asks again), refused (not signed with the pair's key, malformed, or from a sender of this agent's own role).",
 		}, []string{"kind"}),
 		answering: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_pair_peer_answering",
@@ -32,7 +32,7 @@ func newMetrics() metrics {
 			Help: "Waits for the peer ended by pair.hold_max, by why the agent waited: silent (the peer agent did not answer; delivering alone until it does), peer-older (the peer kept older news of the address queued), too-recent, not-asked.",
 		}, []string{"why"}),
 	}
-	for _, k := range []string{"query", "answer", "unready", "refused"} {
+	for _, k := range []string{"query", "answer", "unready", "busy", "refused"} {
 		m.datagrams.WithLabelValues(k)
 	}
 	for _, w := range []string{"silent", WhyPeerOlder, WhyRecent, WhyUnasked} {

@@ -75,6 +75,13 @@ const (
 // queue is out of key order across addresses, and it is broken by the
 // caller's hold_max (Link.Clear).
 func Clear(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64) Verdict {
+	return clearBatch(batch, asked, held, primary, horizon, false)
+}
+
+// clearBatch is Clear; skipUnasked passes the events whose address the
+// query did not name instead of stopping at the first (a batch that goes
+// whole: ClearAll).
+func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64, skipUnasked bool) Verdict {
 	peer := make(map[netip.Addr]int64, len(asked))
 	for i, it := range asked {
 		if i < len(held) {
@@ -89,6 +96,8 @@ func Clear(batch []event.Queued, asked []Item, held []int64, primary bool, horiz
 		k := Key(q.Event)
 		h, ok := peer[ip]
 		switch {
+		case !ok && skipUnasked:
+			continue
 		case !ok:
 			return Verdict{N: i, Held: q.Event, Why: WhyUnasked}
 		case h != 0 && (h < k || h == k && !primary):

@@ -166,6 +166,15 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 	return out
 }
 
+// Unsent is how many events the reconciler made and recorded as told but
+// could not queue yet (the outbox refused them: a full disk); they are
+// queued again with the next commit.
+func (r *Reconciler) Unsent() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.unsent)
+}
+
 // Primary reports whether dhcpd.conf makes this side the failover pair's
 // primary.
 func (r *Reconciler) Primary() bool {
