@@ -1711,3 +1711,70 @@ func TestStaleSentWithNewest(t *testing.T) {
 		t.Errorf("queue depth %d, want 0", n)
 	}
 }
+
+// fakeGate records what the deliverer asked of the pair's gate.
+type fakeGate struct {
+	clear, clearAll [][]uint64
+	n               int // Clear's answer
+}
+
+func seqsOf(b []event.Queued) []uint64 {
+	var out []uint64
+	for _, q := range b {
+		out = append(out, q.Seq)
+	}
+	return out
+}
+
+func (g *fakeGate) Clear(_ context.Context, b []event.Queued) int {
+	g.clear = append(g.clear, seqsOf(b))
+	return min(g.n, len(b))
+}
+func (g *fakeGate) ClearAll(_ context.Context, b []event.Queued) bool {
+	g.clearAll = append(g.clearAll, seqsOf(b))
+	return true
+}
+func (g *fakeGate) Delivered([]event.Queued) {}
+
+// TestClearedDoubt: what the region may have applied already is never
+// cut by the pair's gate (it waits whole); the rest is cut as the gate
+// says.
+func TestClearedDoubt(t *testing.T) {
+	batch := make([]event.Queued, 6)
+	for i := range batch {
+		batch[i].Seq = uint64(i + 1)
+	}
+	tests := []struct {
+		name       string
+		doubt      uint64
+		doubtFirst bool
+		n          int
+		want       []uint64
+		clearAll   [][]uint64
+		clear      [][]uint64
+	}{
+		{name: "nothing in doubt: cut where the gate says", n: 2, want: []uint64{1, 2}, clear: [][]uint64{{1, 2, 3, 4, 5, 6}}},
+		{name: "the first three in doubt: whole, then the rest cut", doubt: 3, n: 1, want: []uint64{1, 2, 3, 4},
+			clearAll: [][]uint64{{1, 2, 3}}, clear: [][]uint64{{4, 5, 6}}},
+		{name: "all in doubt", doubt: 9, n: 1, want: []uint64{1, 2, 3, 4, 5, 6}, clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
+		{name: "the last run's request of unknown content: the whole batch", doubtFirst: true, n: 1, want: []uint64{1, 2, 3, 4, 5, 6},
+			clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &fakeGate{n: tc.n}
+			d := &Deliverer{gate: g, doubtFirst: tc.doubtFirst}
+			d.doubt.Store(tc.doubt)
+			got := seqsOf(d.cleared(context.Background(), batch))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("cleared (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.clearAll, g.clearAll); diff != "" {
+				t.Errorf("ClearAll calls (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.clear, g.clear); diff != "" {
+				t.Errorf("Clear calls (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
