@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
@@ -165,7 +167,9 @@ func TestLabFailoverPair(t *testing.T) {
 	// A new client leases from the survivor; its hook reports.
 	c3 := w1.lab.AddClient("c3")
 	ip3 := w2.dhclient(c3)
-	w2.waitArrival(ip3, event.Commit, mac(c3), 5*time.Second)
+	// The survivor's news waits for the dead partner's agent (the pair
+	// channel) up to hold_max, then goes on alone.
+	w2.waitArrival(ip3, event.Commit, mac(c3), labHoldMax+5*time.Second)
 	w2.waitArrival(ip2, event.Expiry, mac(c2), 40*time.Second)
 	if err := c3.Kill(); err != nil {
 		t.Fatal(err)
@@ -234,6 +238,7 @@ func startPair(t *testing.T, lease int) (w1, w2 *world) {
 	w2.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: conf2, NS: sec.NS})
 	waitState(t, w1.d, "normal", 30*time.Second)
 	waitState(t, w2.d, "normal", 30*time.Second)
+	pairChannel(t, w1, w2)
 	w1.startAgent()
 	w2.startAgent()
 	for _, w := range []*world{w1, w2} {
@@ -242,6 +247,32 @@ func startPair(t *testing.T, lease int) (w1, w2 *world) {
 		}
 	}
 	return w1, w2
+}
+
+// labHoldMax is the labs' pair.hold_max: a survivor's news waits this
+// long for its dead partner's agent before going on alone.
+const labHoldMax = 8 * time.Second
+
+// pairChannel gives the two racks' agents the pair channel (agent/pair),
+// as the README recommends for a pair: one key, a UDP port each on
+// loopback (the agents run in the test's own namespace).
+func pairChannel(t *testing.T, w1, w2 *world) {
+	t.Helper()
+	var ports [2]string
+	for i := range ports {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = c.LocalAddr().String()
+		c.Close()
+	}
+	key := filepath.Join(t.TempDir(), "pair.key")
+	if err := os.WriteFile(key, []byte(strings.Repeat("k", config.MinPairKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w1.pair = config.Pair{Listen: ports[0], Peer: ports[1], KeyFile: key, HoldMax: labHoldMax}
+	w2.pair = config.Pair{Listen: ports[1], Peer: ports[0], KeyFile: key, HoldMax: labHoldMax}
 }
 
 // TestLabFailoverShrink is the range shrink MAAS applies to both racks

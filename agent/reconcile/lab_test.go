@@ -67,6 +67,9 @@ type world struct {
 	// agentOpts go to agent.Assemble.
 	maasURL, maasKeyFile string
 	agentOpts            []agent.AssembleOption
+	// pair is the agent's [pair]: the channel to the other rack's agent
+	// (startPair).
+	pair config.Pair
 }
 
 func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
@@ -172,6 +175,9 @@ func (w *world) startAgent() {
 	cfg.Metrics.Listen = ""
 	cfg.Control.Socket = ""
 	cfg.MAAS.APIURL, cfg.MAAS.APIKeyFile = w.maasURL, w.maasKeyFile
+	if w.pair.On() {
+		cfg.Pair = w.pair
+	}
 	if err := cfg.Validate(); err != nil {
 		w.t.Fatal(err)
 	}
