@@ -408,7 +408,8 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	defer func() { <-d.turn }()
-	batch, err := d.q.Peek(d.link.Load().cfg.BatchMax)
+	batchMax := d.link.Load().cfg.BatchMax
+	batch, err := d.q.Peek(batchMax)
 	if err != nil {
 		var ce *outbox.CorruptError
 		if errors.As(err, &ce) {
@@ -422,8 +423,21 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	if d.gate != nil {
+		start := d.now()
+		first := batch
 		if batch = d.cleared(ctx, batch); batch == nil {
 			return 0, nil // ctx ended
+		}
+		if len(first) < batchMax && d.now().Sub(start) >= regateAfter {
+			// The gate held the batch a while: take what was queued
+			// meanwhile too, so that an event's own newer news goes in
+			// the same request (not restated after it, and then sent
+			// again: a duplicate).
+			if again, err := d.q.Peek(batchMax); err == nil && len(again) > len(batch) && again[0].Seq == batch[0].Seq {
+				if b := d.cleared(ctx, again); len(b) > len(batch) {
+					batch = b
+				}
+			}
 		}
 	}
 	if err := d.deliver(ctx, batch, d.now()); err != nil && !errors.Is(err, errRepeek) {
@@ -431,6 +445,9 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 	}
 	return len(batch), nil
 }
+
+// regateAfter: a batch the pair's gate held this long is peeked again.
+const regateAfter = 100 * time.Millisecond
 
 // cleared is what of batch the gate lets go now: the events the region
 // may have applied already (Seq up to doubt; the whole batch when the
