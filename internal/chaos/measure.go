@@ -36,6 +36,9 @@ type Measures struct {
 	PeakState   int64          // bytes, the state directory's largest size
 	PeakSpool   int64          // bytes, the hook spool's largest size
 	Scrapes     int            // successful reads of the metrics
+	// PairGaveUp: leasekeeper_pair_gave_up_total by why (a pair run):
+	// waits for the peer that pair.hold_max ended.
+	PairGaveUp map[string]int
 }
 
 // SynthesisedTotal is every synthesised event.
@@ -74,6 +77,7 @@ var counted = map[string]string{
 	"leasekeeper_events_received_total": "source",
 	"leasekeeper_synthesised_total":     "reason",
 	"leasekeeper_outbox_depth":          "",
+	"leasekeeper_pair_gave_up_total":    "why",
 }
 
 // sample reads agent n's (pid's) peak RSS and counters.
@@ -125,7 +129,7 @@ func (m *measure) result() Measures {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := Measures{Processes: m.procs, PeakRSS: m.rss, PeakState: m.state, PeakSpool: m.spool, Scrapes: m.ok,
-		Received: map[string]int{}, Synthesised: map[string]int{}}
+		Received: map[string]int{}, Synthesised: map[string]int{}, PairGaveUp: map[string]int{}}
 	for _, series := range m.counts {
 		for k, v := range series {
 			name, labels, _ := strings.Cut(k, "{")
@@ -136,6 +140,10 @@ func (m *measure) result() Measures {
 				out.Received[val] += int(v)
 			case "leasekeeper_synthesised_total":
 				out.Synthesised[val] += int(v)
+			case "leasekeeper_pair_gave_up_total":
+				if v > 0 {
+					out.PairGaveUp[val] += int(v)
+				}
 			}
 		}
 	}

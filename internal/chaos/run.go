@@ -1132,6 +1132,9 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 		fmt.Fprintf(w, " (%s)", joinCounts(m.Synthesised))
 	}
 	fmt.Fprintln(w)
+	if len(m.PairGaveUp) > 0 {
+		fmt.Fprintf(w, "pair channel: waits ended by hold_max (%s)\n", joinCounts(m.PairGaveUp))
+	}
 	fmt.Fprintf(w, "region: %d items (commit %d, expiry %d, release %d), duplicates %d, vanished expiries delivered %d of %d\n",
 		rep.Items, rep.ItemsBy["commit"], rep.ItemsBy["expiry"], rep.ItemsBy["release"], rep.Duplicates, rep.VanishedHit, rep.Vanished)
 	fmt.Fprintf(w, "delivery lag (the file showed it → the region got it; %d changes): p50 %s, p99 %s, max %s (%s)\n",
