@@ -144,13 +144,13 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 	if err != nil {
 		return nil, fmt.Errorf("pair.key_file: %w", err)
 	}
-	held := func(ips []netip.Addr) ([]pair.Holding, error) {
+	held := func(ips []netip.Addr, after []int64) ([]pair.Holding, error) {
 		// Pending first: the reconciler moves an event from its pending
 		// ends into the outbox in one step under its lock, so read in
 		// this order an event moving meanwhile is seen at least once.
-		pending := rec.PendingOldest(ips, pair.Key)
+		pending, waiting := rec.PendingOldest(ips, after, pair.Key)
 		told := rec.OwnTold(ips, pair.Key)
-		queued, err := store.Oldest(ips, pair.Key)
+		queued, inQueue, err := store.Oldest(ips, after, pair.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +161,7 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 				o = k
 			}
 			out[i].Oldest = o
-			if o == 0 {
+			if !inQueue[i] && !waiting[i] {
 				// Nothing of it held: what was last told was delivered.
 				out[i].Delivered = told[i]
 			}

@@ -362,14 +362,16 @@ func (s *Store) Peek(max int) ([]event.Queued, error) {
 	return out, nil
 }
 
-// Oldest gives, for each of ips, the smallest key(event) among the
-// queued events for that address (in flight included: they stay queued
-// until acked), 0 for none. It reads the whole queue: the failover pair's
-// channel asks it once per batch the peer is about to send (agent/pair).
-func (s *Store) Oldest(ips []netip.Addr, key func(event.Event) int64) ([]int64, error) {
+// Oldest gives, for each of ips, the smallest key(event) above after[i]
+// among the queued events for that address (in flight included: they
+// stay queued until acked), 0 for none, and whether any event of it is
+// queued at all. It reads the whole queue: the failover pair's channel
+// asks it once per batch the peer is about to send (agent/pair).
+func (s *Store) Oldest(ips []netip.Addr, after []int64, key func(event.Event) int64) ([]int64, []bool, error) {
 	out := make([]int64, len(ips))
+	queued := make([]bool, len(ips))
 	if len(ips) == 0 || s.Depth() == 0 {
-		return out, nil
+		return out, queued, nil
 	}
 	at := make(map[netip.Addr]int, len(ips))
 	for i, ip := range ips {
@@ -386,20 +388,21 @@ func (s *Store) Oldest(ips []netip.Addr, key func(event.Event) int64) ([]int64, 
 			if !ok {
 				continue
 			}
+			queued[i] = true
 			e, err := decodeEvent(v)
 			if err != nil {
 				continue
 			}
-			if k := key(e); out[i] == 0 || k < out[i] {
+			if k := key(e); k > after[i] && (out[i] == 0 || k < out[i]) {
 				out[i] = k
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox %s: oldest: %w", s.path, err)
+		return nil, nil, fmt.Errorf("outbox %s: oldest: %w", s.path, err)
 	}
-	return out, nil
+	return out, queued, nil
 }
 
 // Ack removes delivered events. Seqs no longer queued (acked before, or

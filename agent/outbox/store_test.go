@@ -601,3 +601,30 @@ func TestOldestPending(t *testing.T) {
 		t.Error("OldestPending of a drained queue not zero")
 	}
 }
+
+// TestOldest: the oldest queued key per address, above a floor, and
+// whether anything of the address is queued at all.
+func TestOldest(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "outbox.db"), 0)
+	ev := func(ip string, ts int64) event.Event {
+		return event.Event{Action: event.Commit, Family: event.IPv4, MAC: "00:16:3e:00:00:01", IP: netip.MustParseAddr(ip), Timestamp: ts}
+	}
+	if err := s.Append(context.Background(), ev("203.0.113.1", 30), ev("203.0.113.1", 10), ev("203.0.113.2", 20)); err != nil {
+		t.Fatal(err)
+	}
+	ips := []netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2"), netip.MustParseAddr("203.0.113.3")}
+	key := func(e event.Event) int64 { return e.Timestamp }
+	got, queued, err := s.Oldest(ips, []int64{0, 25, 0}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{10, 0, 0}; !cmp.Equal(got, want) {
+		t.Errorf("Oldest = %v, want %v", got, want)
+	}
+	if want := []bool{true, true, false}; !cmp.Equal(queued, want) {
+		t.Errorf("queued = %v, want %v", queued, want)
+	}
+	if got, _, _ := s.Oldest(ips[:1], []int64{15}, key); got[0] != 30 {
+		t.Errorf("above 15: %d, want 30", got[0])
+	}
+}

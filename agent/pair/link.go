@@ -55,11 +55,12 @@ const (
 )
 
 // HeldFunc gives, for each address, the key of the oldest event this
-// agent still holds for it (queued, in flight, or waiting to be queued),
-// 0 for none, and the key of the newest news of it this agent knows it
-// delivered before this run (the link itself remembers this run's: see
-// Delivered), 0 for none known.
-type HeldFunc func(ips []netip.Addr) ([]Holding, error)
+// agent still holds for it (queued, in flight, or waiting to be queued)
+// that is newer than after[i] — news the peer has already overtaken in
+// the region holds nothing back — 0 for none, and the key of the newest
+// news of it this agent knows it delivered before this run (the link
+// itself remembers this run's: see Delivered), 0 for none known.
+type HeldFunc func(ips []netip.Addr, after []int64) ([]Holding, error)
 
 // Holding is what HeldFunc gives for one address.
 type Holding struct {
@@ -288,10 +289,11 @@ func (l *Link) answer(m *Message, from netip.AddrPort) {
 		return // starting: the peer waits as for a dead agent
 	}
 	ips := make([]netip.Addr, len(m.Items))
+	after := make([]int64, len(m.Items))
 	for i, it := range m.Items {
-		ips[i] = it.IP
+		ips[i], after[i] = it.IP, it.Delivered
 	}
-	held, err := l.held(ips)
+	held, err := l.held(ips, after)
 	if err != nil {
 		// Unanswered: the peer waits, then goes on alone.
 		l.log.Error().Err(err).Msg("pair channel: cannot read what this agent holds; the peer's query goes unanswered")
@@ -419,6 +421,11 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 			}
 			return len(batch)
 		}
+		l.dmu.Lock()
+		for i := range items {
+			items[i].Delivered = l.delivered[items[i].IP]
+		}
+		l.dmu.Unlock()
 		a, err := l.ask(ctx, items)
 		if err != nil {
 			l.log.Warn().Err(err).Msg("pair channel: answer refused")

@@ -24,13 +24,15 @@ type peerHeld struct {
 	asks atomic.Int64
 }
 
-func (p *peerHeld) held(ips []netip.Addr) ([]Holding, error) {
+func (p *peerHeld) held(ips []netip.Addr, after []int64) ([]Holding, error) {
 	p.asks.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]Holding, len(ips))
 	for i, ip := range ips {
-		out[i].Oldest = p.keys[ip]
+		if k := p.keys[ip]; k > after[i] {
+			out[i].Oldest = k
+		}
 	}
 	return out, nil
 }
@@ -227,5 +229,23 @@ func TestLinkClearAll(t *testing.T) {
 	}
 	if n := b.l.Clear(context.Background(), batch); n != 2 {
 		t.Errorf("Clear = %d", n)
+	}
+}
+
+// TestLinkOvertaken: news the peer holds that this agent's delivered
+// news has already overtaken in the region holds nothing back (it goes
+// restated or dropped, whatever its place): the query carries what this
+// agent delivered, and the answer leaves out what is older.
+func TestLinkOvertaken(t *testing.T) {
+	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	batch := batchAt("203.0.113.1")
+	a.h.set("203.0.113.1", 999_000e9) // older than b's event…
+	b.l.dmu.Lock()
+	b.l.delivered[netip.MustParseAddr("203.0.113.1")] = 999_500e9 // …and than b's news in the region
+	b.l.dmu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // far below hold_max
+	defer cancel()
+	if n := b.l.Clear(ctx, batch); n != 1 {
+		t.Errorf("Clear = %d: the peer's overtaken news held the batch", n)
 	}
 }

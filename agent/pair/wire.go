@@ -14,12 +14,14 @@ import (
 //	"LKP1" | kind 'Q' or 'A' | role 'P' or 'S' | nonce [12] | at int64 |
 //	count uint16 | count items | HMAC-SHA256 [32] of everything before it
 //
-// A query's item is an address and the time key of the sender's oldest
-// queued event for it: ip length (4 or 16) | ip | key int64. An answer's
-// item, in the query's order, is the key of the answerer's oldest held
-// event for that address, 0 when it holds none, and the key of the
-// newest news of that address it knows it delivered, 0 for none known:
-// key int64 | delivered int64. at is the
+// A query's item is an address, the time key of the sender's oldest
+// queued event for it and of the newest news of it the sender delivered
+// (0 for none known): ip length (4 or 16) | ip | key int64 | delivered
+// int64. An answer's item, in the query's order, is the key of the
+// answerer's oldest held event for that address newer than the query's
+// delivered (0 when it holds none), and the key of the newest news of
+// that address it knows it delivered (0 for none known): key int64 |
+// delivered int64. at is the
 // sender's clock (Unix ns); role is the sender's side of the pair, so
 // that a datagram is never taken for one of the receiver's own. An answer
 // carries its query's nonce: an old answer replayed is not an answer to
@@ -35,20 +37,21 @@ const (
 	macLen    = sha256.Size
 	// MaxItems bounds a query: at most this many addresses, so that a
 	// query of IPv6 addresses stays within one 1500-byte Ethernet frame
-	// (48 × 25 + 60 bytes).
-	MaxItems = 48
+	// (40 × 33 + 60 bytes).
+	MaxItems = 40
 	// MinKeyLen is the shortest shared secret accepted.
 	MinKeyLen = 32
 )
 
 // Item is one address of a query: the time key of the querier's oldest
-// queued event for it (Key, Unix ns), or of an answer: the answerer's
-// oldest held event for it (Key), 0 for none, and its newest delivered
-// (Delivered), 0 for none known.
+// queued event for it (Key, Unix ns) and of its newest delivered
+// (Delivered, 0 for none known); or of an answer: the answerer's oldest
+// held event for it newer than the query's Delivered (Key, 0 for none),
+// and its newest delivered (Delivered, 0 for none known).
 type Item struct {
 	IP        netip.Addr
 	Key       int64
-	Delivered int64 // answers only
+	Delivered int64
 }
 
 // Message is a query or an answer.
@@ -88,9 +91,7 @@ func Encode(b []byte, m *Message, key []byte) ([]byte, error) {
 			b = append(b, s...)
 		}
 		b = binary.BigEndian.AppendUint64(b, uint64(it.Key))
-		if m.Answer {
-			b = binary.BigEndian.AppendUint64(b, uint64(it.Delivered))
-		}
+		b = binary.BigEndian.AppendUint64(b, uint64(it.Delivered))
 	}
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b[start:])
@@ -156,18 +157,12 @@ func Decode(b []byte, key []byte) (*Message, error) {
 			}
 			p = p[1+l:]
 		}
-		if len(p) < 8 {
+		if len(p) < 16 {
 			return nil, errShort
 		}
 		it.Key = int64(binary.BigEndian.Uint64(p))
-		p = p[8:]
-		if m.Answer {
-			if len(p) < 8 {
-				return nil, errShort
-			}
-			it.Delivered = int64(binary.BigEndian.Uint64(p))
-			p = p[8:]
-		}
+		it.Delivered = int64(binary.BigEndian.Uint64(p[8:]))
+		p = p[16:]
 		m.Items = append(m.Items, it)
 	}
 	if len(p) != 0 {

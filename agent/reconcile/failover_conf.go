@@ -125,22 +125,25 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 	return r.st.StaleForPair(ev, returned), event.Event{}
 }
 
-// PendingOldest gives, for each of ips, the smallest key(event) among the
-// events the reconciler has made and waits to queue (the grace after a
+// PendingOldest gives, for each of ips, the smallest key(event) above
+// after[i] among the events the reconciler has made and waits to queue
+// (and whether it waits to queue any for the address) (the grace after a
 // lease's end, a vanished lease's hold), 0 for none: news this agent
 // holds that the failover pair's channel tells the peer of (agent/pair).
-func (r *Reconciler) PendingOldest(ips []netip.Addr, key func(event.Event) int64) []int64 {
+func (r *Reconciler) PendingOldest(ips []netip.Addr, after []int64, key func(event.Event) int64) (oldest []int64, pending []bool) {
 	out := make([]int64, len(ips))
+	pending = make([]bool, len(ips))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, ip := range ips {
 		for _, p := range r.st.Pending[ip.Unmap()] {
-			if k := key(p.Event); out[i] == 0 || k < out[i] {
+			pending[i] = true
+			if k := key(p.Event); k > after[i] && (out[i] == 0 || k < out[i]) {
 				out[i] = k
 			}
 		}
 	}
-	return out
+	return out, pending
 }
 
 // OwnTold gives, for each of ips, key(the last event this agent queued
