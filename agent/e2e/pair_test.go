@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 // pairConf is a dhcpd.conf of one side of a failover pair, as MAAS
@@ -44,21 +42,11 @@ func TestPairChannelOrder(t *testing.T) {
 	b.region = a.region // one region for the pair
 	b.region.tb = t
 
-	ports := [2]string{}
-	for i := range ports {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = c.LocalAddr().String()
-		c.Close()
-	}
-	keyb := make([]byte, 32)
-	rand.Read(keyb)
-	key := filepath.Join(a.dir, "pair.key")
-	if err := os.WriteFile(key, []byte(base64.StdEncoding.EncodeToString(keyb)+"\n"), 0o600); err != nil {
+	pc, err := lab.NewPairChannel(a.dir)
+	if err != nil {
 		t.Fatal(err)
 	}
+	ports, key := pc.Listen, pc.KeyFile
 	start := func(e *env, role string, i int) *agentProc {
 		conf := filepath.Join(e.dir, "dhcpd.conf")
 		if err := os.WriteFile(conf, []byte(pairConf(role)), 0o644); err != nil {

@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -258,21 +257,12 @@ const labHoldMax = 8 * time.Second
 // loopback (the agents run in the test's own namespace).
 func pairChannel(t *testing.T, w1, w2 *world) {
 	t.Helper()
-	var ports [2]string
-	for i := range ports {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = c.LocalAddr().String()
-		c.Close()
-	}
-	key := filepath.Join(t.TempDir(), "pair.key")
-	if err := os.WriteFile(key, []byte(strings.Repeat("k", config.MinPairKey)+"\n"), 0o600); err != nil {
+	pc, err := lab.NewPairChannel(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	w1.pair = config.Pair{Listen: ports[0], Peer: ports[1], KeyFile: key, HoldMax: labHoldMax}
-	w2.pair = config.Pair{Listen: ports[1], Peer: ports[0], KeyFile: key, HoldMax: labHoldMax}
+	w1.pair = config.Pair{Listen: pc.Listen[0], Peer: pc.Listen[1], KeyFile: pc.KeyFile, HoldMax: labHoldMax}
+	w2.pair = config.Pair{Listen: pc.Listen[1], Peer: pc.Listen[0], KeyFile: pc.KeyFile, HoldMax: labHoldMax}
 }
 
 // TestLabFailoverShrink is the range shrink MAAS applies to both racks

@@ -13,10 +13,7 @@ package chaos
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -78,29 +75,26 @@ type pair struct {
 }
 
 // channel gives the two agents the pair channel (agent/pair): a UDP port
-// each on loopback and one key, in each rack's own file (each agent runs
-// as its own user); hold_max is the default.
+// each on loopback and one key, copied into each rack's own file (each
+// agent runs as its own user); hold_max is the default.
 func (p *pair) channel() error {
-	var ports [2]string
-	for i := range ports {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			return err
-		}
-		ports[i] = c.LocalAddr().String()
-		c.Close()
+	pc, err := lab.NewPairChannel(p.opts.Dir)
+	if err != nil {
+		return err
 	}
-	key := make([]byte, 32)
-	rand.Read(key)
+	key, err := os.ReadFile(pc.KeyFile)
+	if err != nil {
+		return err
+	}
 	for i, k := range p.racks {
 		path := filepath.Join(k.opts.Dir, "pair.key")
-		if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(path, key, 0o600); err != nil {
 			return err
 		}
 		if err := k.chown(path); err != nil {
 			return err
 		}
-		k.extraConfig = fmt.Sprintf("[pair]\nlisten = %q\npeer = %q\nkey_file = %q\n", ports[i], ports[1-i], path)
+		k.extraConfig = fmt.Sprintf("[pair]\nlisten = %q\npeer = %q\nkey_file = %q\n", pc.Listen[i], pc.Listen[1-i], path)
 	}
 	return nil
 }
