@@ -96,8 +96,10 @@ type Link struct {
 
 	dmu       sync.Mutex
 	delivered map[netip.Addr]int64 // this run's newest delivered key per address (Delivered)
-	// peerDelivered: the last answer's newest delivered key per
-	// address, for PeerDelivered; nil when the last Clear had no answer.
+	// peerDelivered: the peer's newest delivered key per address, from
+	// the answers since this agent's last delivery (a batch can be
+	// cleared by more than one question: ClearAll for what may have
+	// been applied, Clear for the rest), for PeerDelivered.
 	peerDelivered map[netip.Addr]int64
 }
 
@@ -106,6 +108,7 @@ type Link struct {
 func (l *Link) Delivered(batch []event.Queued) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
+	l.peerDelivered = nil // the next batch is asked about afresh
 	for _, q := range batch {
 		ip := q.Event.IP.Unmap()
 		if k := Key(q.Event); ip.IsValid() && k > l.delivered[ip] {
@@ -120,7 +123,7 @@ func (l *Link) Delivered(batch []event.Queued) {
 // maxDelivered bounds Link.delivered: beyond it the map starts again.
 const maxDelivered = 1 << 16
 
-// PeerDelivered reports, from the peer's answer to the last Clear,
+// PeerDelivered reports, from the peer's answers since the last delivery,
 // whether the peer has delivered news of e's address newer than e — the
 // region may hold it already, so that e alone would take it back (the
 // deliverer's StaleFunc then decides) — and whether the peer answered
@@ -405,9 +408,6 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 		return 0
 	}
 	var blockedSince time.Time
-	l.dmu.Lock()
-	l.peerDelivered = nil
-	l.dmu.Unlock()
 	for ctx.Err() == nil {
 		items := Query(batch)
 		if len(items) == 0 {
@@ -454,12 +454,13 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 			l.met.answering.Set(1)
 		}
 		horizon := now.Add(-l.cfg.Margin).UnixNano()
-		pd := make(map[netip.Addr]int64, len(a.Items))
-		for i, it := range a.Items {
-			pd[items[i].IP] = it.Delivered
-		}
 		l.dmu.Lock()
-		l.peerDelivered = pd
+		if l.peerDelivered == nil {
+			l.peerDelivered = make(map[netip.Addr]int64, len(a.Items))
+		}
+		for i, it := range a.Items {
+			l.peerDelivered[items[i].IP] = it.Delivered
+		}
 		l.dmu.Unlock()
 		held := make([]int64, len(a.Items))
 		for i, it := range a.Items {

@@ -58,9 +58,18 @@ type end struct {
 // bKey, if set, is b's key instead of testKey.
 func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool) (a, b end) {
 	t.Helper()
-	mk := func(primary bool, ready func() bool, key []byte) end {
+	var ports [2]string
+	for i := range ports {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = c.LocalAddr().String()
+		c.Close()
+	}
+	mk := func(i int, primary bool, ready func() bool, key []byte) end {
 		e := end{reg: prometheus.NewRegistry(), h: &peerHeld{keys: map[netip.Addr]int64{}}}
-		l, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: key, HoldMax: holdMax,
+		l, err := New(Config{Listen: ports[i], Peer: ports[1-i], Key: key, HoldMax: holdMax,
 			Primary: func() bool { return primary }, Ready: ready, AnswerTimeout: 50 * time.Millisecond},
 			e.h.held, zerolog.New(zerolog.NewTestWriter(t)), e.reg, nil)
 		if err != nil {
@@ -72,9 +81,7 @@ func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byt
 	if bKey == nil {
 		bKey = testKey
 	}
-	a, b = mk(true, nil, testKey), mk(bPrimary, ready, bKey)
-	a.l.peer = b.l.conn.LocalAddr().(*net.UDPAddr)
-	b.l.peer = a.l.conn.LocalAddr().(*net.UDPAddr)
+	a, b = mk(0, true, nil, testKey), mk(1, bPrimary, ready, bKey)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, e := range []end{a, b} {
@@ -247,5 +254,29 @@ func TestLinkOvertaken(t *testing.T) {
 	defer cancel()
 	if n := b.l.Clear(ctx, batch); n != 1 {
 		t.Errorf("Clear = %d: the peer's overtaken news held the batch", n)
+	}
+}
+
+// TestLinkPeerDeliveredAcrossQuestions: a batch cleared by two questions
+// (ClearAll for what may have been applied, Clear for the rest) knows
+// the peer's answer for the addresses of both.
+func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
+	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	_ = a
+	batch := batchAt("203.0.113.1", "203.0.113.2")
+	if !b.l.ClearAll(context.Background(), batch[:1]) {
+		t.Fatal("ClearAll = false")
+	}
+	if n := b.l.Clear(context.Background(), batch[1:]); n != 1 {
+		t.Fatalf("Clear = %d", n)
+	}
+	for _, q := range batch {
+		if newer, known := b.l.PeerDelivered(q.Event); !known || newer {
+			t.Errorf("%s: PeerDelivered = newer %v, known %v; want known, not newer", q.Event.IP, newer, known)
+		}
+	}
+	b.l.Delivered(batch)
+	if _, known := b.l.PeerDelivered(batch[0].Event); known {
+		t.Error("still known after the delivery: the next batch must be asked about afresh")
 	}
 }
