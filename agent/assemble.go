@@ -180,21 +180,39 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 	}, held, log, reg, now)
 }
 
-// pairStale is the deliverer's StaleFunc with the channel: an event the
-// peer's answer shows no newer delivered news for is not stale, however
-// far the leases file has moved on — the peer's newer news, if any, waits
-// for it (agent/pair) — and is sent at once: restated with the file's
-// newest state it would take the region past lives the peer is still to
-// deliver, and judged after the start-up wait (Reconciler.Stale) it would
-// hold the peer's news back for that long. Only if the peer delivered
-// newer news (it went on without this agent) or did not answer is it
-// judged as without a channel.
+// pairStale is the deliverer's StaleFunc with the channel (judgePair).
 func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
+	return judgePair(link.PeerDelivered, rec.Stale)
+}
+
+// judgePair judges an event about to be sent by what the pair channel's
+// answer says the peer delivered of its address (peer), and else by
+// stale (the reconciler's judgment without a channel).
+//
+//   - The peer delivered nothing newer: the event is not stale, however
+//     far the leases file has moved on — the peer's newer news, if any,
+//     waits for it (agent/pair) — and goes at once: restated with the
+//     file's newest state it would take the region past lives the peer
+//     is still to deliver, and held for the start-up judgment it would
+//     hold the peer's news back that long.
+//   - The peer did not answer about it: stale decides.
+//   - The peer delivered newer news: stale decides, and when it would
+//     send the event alone (nothing newer in the file to restate after
+//     it) the event is dropped instead: the region holds the peer's
+//     newer news, which the event would take back (make chaos PAIR=1
+//     seed 21: an end both racks told, the survivor's copy arriving
+//     after the client's next commit).
+func judgePair(peer func(event.Event) (newer, known bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
-		if newer, known := link.PeerDelivered(e); known && !newer {
+		newer, known := peer(e)
+		if known && !newer {
 			return false, event.Event{}
 		}
-		return rec.Stale(ctx, e)
+		isStale, newest := stale(ctx, e)
+		if known && newer && !isStale {
+			return true, event.Event{}
+		}
+		return isStale, newest
 	}
 }
 
