@@ -201,7 +201,9 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 //     it) the event is dropped instead: the region holds the peer's
 //     newer news, which the event would take back (make chaos PAIR=1
 //     seed 21: an end both racks told, the survivor's copy arriving
-//     after the client's next commit).
+//     after the client's next commit; MAAS applies an expiry or release
+//     to the MAC's address whatever came before it,
+//     maasservicelayer/services/leases.py _release_lease_info).
 func judgePair(peer func(event.Event) (newer, known bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		newer, known := peer(e)
