@@ -19,9 +19,12 @@
 // when dhcpd acted (the hook's nanoseconds, or dhcpd's second for what
 // the agent made from the leases file); a tie goes to the primary. Before
 // a batch is sent the agent asks the peer (a query naming the batch's
-// addresses, at most MaxItems) and the peer answers, per address, the key
-// of the oldest event it holds: queued in its outbox, in flight, or made
-// and waiting to be queued. The batch is cut before its first event that
+// addresses, at most MaxItems, and what the asker delivered of each) and
+// the peer answers, per address, the key of the oldest event it holds
+// that is newer than what the asker delivered — queued in its outbox, in
+// flight, or made and waiting to be queued — and the newest it delivered
+// itself. An event the peer shows newer delivered news for is never sent
+// alone (agent: judgePair). The batch is cut before its first event that
 // may not go; when that is its first event, the agent asks again every
 // 100 ms. An event also waits until it is Margin older than the query,
 // so that the peer's news of the same moment, still on its way from
