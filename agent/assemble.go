@@ -186,7 +186,7 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 }
 
 // judgePair judges an event about to be sent by what the pair channel's
-// answer says the peer delivered of its address (peer), and else by
+// answers say the peer delivered of its address (peer), and else by
 // stale (the reconciler's judgment without a channel).
 //
 //   - The peer delivered nothing newer: the event is not stale, however
@@ -195,26 +195,27 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 //     file's newest state it would take the region past lives the peer
 //     is still to deliver, and held for the start-up judgment it would
 //     hold the peer's news back that long.
+//   - The peer delivered newer news: the event is dropped. Alone it would
+//     take the region back from the peer's news (make chaos PAIR=1 seed
+//     21: an end both racks told, the survivor's copy arriving after the
+//     client's next commit; MAAS applies an expiry or release to the
+//     MAC's address whatever came before it,
+//     maasservicelayer/services/leases.py _release_lease_info), and
+//     restated with the file's newest state it would jump past the news
+//     the peer still holds, which the peer delivers itself (seed 14: an
+//     old expiry restated with a commit 60 s newer, ahead of three lives
+//     the peer held).
 //   - The peer did not answer about it: stale decides.
-//   - The peer delivered newer news: stale decides, and when it would
-//     send the event alone (nothing newer in the file to restate after
-//     it) the event is dropped instead: the region holds the peer's
-//     newer news, which the event would take back (make chaos PAIR=1
-//     seed 21: an end both racks told, the survivor's copy arriving
-//     after the client's next commit; MAAS applies an expiry or release
-//     to the MAC's address whatever came before it,
-//     maasservicelayer/services/leases.py _release_lease_info).
 func judgePair(peer func(event.Event) (newer, known bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		newer, known := peer(e)
-		if known && !newer {
+		switch {
+		case known && !newer:
 			return false, event.Event{}
-		}
-		isStale, newest := stale(ctx, e)
-		if known && newer && !isStale {
+		case known && newer:
 			return true, event.Event{}
 		}
-		return isStale, newest
+		return stale(ctx, e)
 	}
 }
 

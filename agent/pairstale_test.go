@@ -25,10 +25,10 @@ func TestJudgePair(t *testing.T) {
 		{name: "the peer delivered nothing newer: sent, not judged", known: true, stale: true, restate: newest},
 		{name: "the peer did not answer: the reconciler's verdict", stale: true, restate: newest, wantStale: true, wantNewest: true, wantAsked: true},
 		{name: "the peer did not answer, the reconciler sends it alone", wantAsked: true},
-		{name: "the peer delivered newer news, the file has newer: restated", newer: true, known: true, stale: true, restate: newest,
-			wantStale: true, wantNewest: true, wantAsked: true},
-		{name: "the peer delivered newer news, nothing to restate: dropped, never sent alone", newer: true, known: true,
-			wantStale: true, wantAsked: true},
+		{name: "the peer delivered newer news: dropped, never restated past the peer's held news", newer: true, known: true,
+			stale: true, restate: newest, wantStale: true},
+		{name: "the peer delivered newer news, the reconciler would send it alone: dropped", newer: true, known: true,
+			wantStale: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
