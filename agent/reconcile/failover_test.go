@@ -173,6 +173,21 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The same while this side recovers from its partner's
+		// partner-down: the survivor told the ends its file recorded,
+		// this one among them; sent again here, one copy lands after the
+		// client's new commit (make chaos PAIR=1 seed 21).
+		name: "an end the file recorded while the partner spoke for the pair, then the same client's new lease: the partner told it",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 20, appended: fostate("recover", "partner-down")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 32, hook: ev(renewal("203.0.113.12", macA, t0+32, 20))},
+			{at: 10000},
+		},
+	}, {
 		name: "the end's hook came: nothing more",
 		pair: primary,
 		steps: []step{
