@@ -9,7 +9,10 @@ import (
 )
 
 // TestJudgePair: what the pair channel's answer says the peer delivered
-// decides before the reconciler's judgment.
+// decides before the reconciler's judgment. An older event after the
+// peer's newer news is dropped because MAAS would apply it all the same:
+// an expiry or release clears the MAC's address whatever came before
+// (maasservicelayer/services/leases.py _release_lease_info).
 func TestJudgePair(t *testing.T) {
 	e := event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.7"), MAC: "00:16:3e:00:00:01", Timestamp: 100}
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}

@@ -35,7 +35,11 @@ func pairConf(role string) string {
 // flush at once; per address the region must get exactly the order the
 // hooks ran in, across the racks. (Without the channel each rack flushes
 // its own queue, and the region sees one rack's news and then the
-// other's: make chaos PAIR=1 -pair-alone.)
+// other's: make chaos PAIR=1 -pair-alone.) Why arrival order is what
+// counts: MAAS's internal POST /leases
+// (maasapiserver/v3/api/internal/handlers/leases.py) applies the items
+// in the order received, each by maasservicelayer/services/leases.py
+// store_lease_info, which never compares timestamps; the stub mirrors it.
 func TestPairChannelOrder(t *testing.T) {
 	a := newEnv(t)
 	b := newEnv(t)

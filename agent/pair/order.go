@@ -42,12 +42,10 @@ func Query(batch []event.Queued) []Item {
 type Verdict struct {
 	// N events from the batch's start may go to the region now.
 	N int
-	// When N is less than the batch: the first event held back, why
-	// (one of the Why constants), and for WhyPeerOlder the key of the
-	// peer's older event for its address.
-	Held    event.Event
-	Why     string
-	PeerKey int64
+	// When N is less than the batch: the first event held back, and why
+	// (one of the Why constants).
+	Held event.Event
+	Why  string
 }
 
 // Why an event waits.
@@ -101,7 +99,7 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, 
 		case !ok:
 			return Verdict{N: i, Held: q.Event, Why: WhyUnasked}
 		case h != 0 && (h < k || h == k && !primary):
-			return Verdict{N: i, Held: q.Event, Why: WhyPeerOlder, PeerKey: h}
+			return Verdict{N: i, Held: q.Event, Why: WhyPeerOlder}
 		case k > horizon:
 			return Verdict{N: i, Held: q.Event, Why: WhyRecent}
 		}
