@@ -180,7 +180,7 @@ func Default() *Config {
 			CertFile:       MAASCertDir + "/agent.crt",
 			KeyFile:        MAASCertDir + "/agent.key",
 			ServerName:     MAASServerName,
-			BatchMax:       100,
+			BatchMax:       1000, // deliver.DefaultBatchMax: as MAAS's own agent batches
 			Timeout:        10 * time.Second,
 			UnansweredHold: 30 * time.Second,
 		},

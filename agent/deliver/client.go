@@ -155,7 +155,7 @@ func newHTTPClient(cfg *Config, tc *tls.Config) *http.Client {
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   false, // MAAS's uvicorn speaks HTTP/1.1
-		// A batch of batch_max (100) events is ~15 KiB of JSON: with the
+		// A batch of 100 events is ~15 KiB of JSON: with the
 		// default 4 KiB buffer the request went out as four or five TLS
 		// records, each a write(2) of its own; with 64 KiB, as one or
 		// two (16 KiB is a record's most).

@@ -283,7 +283,7 @@ func BenchmarkLatency(b *testing.B) {
 // -e2e.outage while -e2e.queued events are queued; then it is back.
 // Reports how long the agent took to notice (deliver's probe) and the
 // drain rate from the first delivery to the empty queue, with the
-// default batch_max (100) and with 1000.
+// batch_max 100 and the default, 1000.
 func BenchmarkDrain(b *testing.B) {
 	for _, batch := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("batch_max=%d", batch), func(b *testing.B) {
