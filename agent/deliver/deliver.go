@@ -377,11 +377,13 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
 
 // Gate orders this agent's deliveries with another sender's: the other
-// agent of a failover pair (agent/pair). Clear reports how many events
-// from batch's start may be sent now, waiting while none may; at least
-// 1 unless ctx ends.
+// agent of a failover pair (agent/pair). Clear returns the events of
+// batch that may be sent now, in batch order, waiting while none may: at
+// least one unless ctx ends (nil). An event it holds back holds back
+// every later one that shares its address or MAC (split.go: MAAS applies
+// an event against those alone); the others may go past it.
 type Gate interface {
-	Clear(ctx context.Context, batch []event.Queued) int
+	Clear(ctx context.Context, batch []event.Queued) []event.Queued
 	// ClearAll waits until every event of batch may be sent; false if
 	// ctx ended first.
 	ClearAll(ctx context.Context, batch []event.Queued) bool
@@ -389,11 +391,11 @@ type Gate interface {
 	Delivered(batch []event.Queued)
 }
 
-// SetGate has every batch cleared by g before it is sent: cut before its
-// first event that may not go yet, or, for one the region may have
-// applied already (sent before and never answered: a shorter request
-// could take the region back from the rest of it), held whole until all
-// of it may go. Set before Run.
+// SetGate has every batch cleared by g before it is sent: only what g
+// lets go now is sent (the rest stays queued, in its place), or, for a
+// batch the region may have applied already (sent before and never
+// answered: a shorter request could take the region back from the rest
+// of it), held whole until all of it may go. Set before Run.
 func (d *Deliverer) SetGate(g Gate) { d.gate = g }
 
 // StaleFunc reports whether e, a queued event about to be sent, is old
@@ -440,7 +442,7 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 			// meanwhile too, so that an event's own newer news goes in
 			// the same request (not restated after it, and then sent
 			// again: a duplicate).
-			if again, err := d.q.Peek(batchMax); err == nil && len(again) > len(batch) && again[0].Seq == batch[0].Seq {
+			if again, err := d.q.Peek(batchMax); err == nil && len(again) > len(first) && again[0].Seq == first[0].Seq {
 				if b := d.cleared(ctx, again); len(b) > len(batch) {
 					batch = b
 				}
@@ -459,8 +461,8 @@ const regateAfter = 100 * time.Millisecond
 // cleared is what of batch the gate lets go now: the events the region
 // may have applied already (Seq up to doubt; the whole batch when the
 // last run's unanswered request is of unknown content) wait whole until
-// all of them may go, and the rest is cut before its first event that
-// may not. nil when ctx ended.
+// all of them may go, and of the rest what the gate clears. nil when
+// ctx ended.
 func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Queued {
 	k := 0 // the doubtful prefix
 	if d.doubtFirst {
@@ -476,11 +478,14 @@ func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Q
 	if k == len(batch) {
 		return batch
 	}
-	n := d.gate.Clear(ctx, batch[k:])
-	if n == 0 {
-		return nil // Clear gives 0 only when ctx ended
+	rest := d.gate.Clear(ctx, batch[k:])
+	if len(rest) == 0 {
+		return nil // Clear gives nothing only when ctx ended
 	}
-	return batch[:k+n]
+	if k == 0 {
+		return rest
+	}
+	return append(batch[:k:k], rest...)
 }
 
 // errRepeek ends a batch early: the queue's head changed in a way the

@@ -1715,7 +1715,7 @@ func TestStaleSentWithNewest(t *testing.T) {
 // fakeGate records what the deliverer asked of the pair's gate.
 type fakeGate struct {
 	clear, clearAll [][]uint64
-	n               int // Clear's answer
+	hold            map[uint64]bool // what Clear holds back
 }
 
 func seqsOf(b []event.Queued) []uint64 {
@@ -1726,9 +1726,15 @@ func seqsOf(b []event.Queued) []uint64 {
 	return out
 }
 
-func (g *fakeGate) Clear(_ context.Context, b []event.Queued) int {
+func (g *fakeGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
 	g.clear = append(g.clear, seqsOf(b))
-	return min(g.n, len(b))
+	var out []event.Queued
+	for _, q := range b {
+		if !g.hold[q.Seq] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 func (g *fakeGate) ClearAll(_ context.Context, b []event.Queued) bool {
 	g.clearAll = append(g.clearAll, seqsOf(b))
@@ -1737,8 +1743,8 @@ func (g *fakeGate) ClearAll(_ context.Context, b []event.Queued) bool {
 func (g *fakeGate) Delivered([]event.Queued) {}
 
 // TestClearedDoubt: what the region may have applied already is never
-// cut by the pair's gate (it waits whole); the rest is cut as the gate
-// says.
+// cut by the pair's gate (it waits whole); of the rest, what the gate
+// lets go is sent, past what it holds back.
 func TestClearedDoubt(t *testing.T) {
 	batch := make([]event.Queued, 6)
 	for i := range batch {
@@ -1748,21 +1754,24 @@ func TestClearedDoubt(t *testing.T) {
 		name       string
 		doubt      uint64
 		doubtFirst bool
-		n          int
+		hold       []uint64
 		want       []uint64
 		clearAll   [][]uint64
 		clear      [][]uint64
 	}{
-		{name: "nothing in doubt: cut where the gate says", n: 2, want: []uint64{1, 2}, clear: [][]uint64{{1, 2, 3, 4, 5, 6}}},
-		{name: "the first three in doubt: whole, then the rest cut", doubt: 3, n: 1, want: []uint64{1, 2, 3, 4},
+		{name: "nothing in doubt: what the gate lets go", hold: []uint64{3, 5}, want: []uint64{1, 2, 4, 6}, clear: [][]uint64{{1, 2, 3, 4, 5, 6}}},
+		{name: "the first three in doubt: whole, then what the gate lets go", doubt: 3, hold: []uint64{5, 6}, want: []uint64{1, 2, 3, 4},
 			clearAll: [][]uint64{{1, 2, 3}}, clear: [][]uint64{{4, 5, 6}}},
-		{name: "all in doubt", doubt: 9, n: 1, want: []uint64{1, 2, 3, 4, 5, 6}, clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
-		{name: "the last run's request of unknown content: the whole batch", doubtFirst: true, n: 1, want: []uint64{1, 2, 3, 4, 5, 6},
+		{name: "all in doubt", doubt: 9, hold: []uint64{2}, want: []uint64{1, 2, 3, 4, 5, 6}, clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
+		{name: "the last run's request of unknown content: the whole batch", doubtFirst: true, hold: []uint64{2}, want: []uint64{1, 2, 3, 4, 5, 6},
 			clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := &fakeGate{n: tc.n}
+			g := &fakeGate{hold: map[uint64]bool{}}
+			for _, s := range tc.hold {
+				g.hold[s] = true
+			}
 			d := &Deliverer{gate: g, doubtFirst: tc.doubtFirst}
 			d.doubt.Store(tc.doubt)
 			got := seqsOf(d.cleared(context.Background(), batch))

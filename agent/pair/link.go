@@ -93,6 +93,12 @@ type Link struct {
 	// agent's back was first seen, and those waited for hold_max.
 	seen   map[blocker]time.Time
 	gaveUp map[blocker]bool
+	// stuck: the first event Clear held back for its own sake (too
+	// recent, or beyond a query's addresses), by Seq, and since when;
+	// once held for hold_max it goes whatever the rule says.
+	stuck      uint64
+	stuckSince time.Time
+	stuckGone  bool // logged and counted as forced
 
 	dmu       sync.Mutex
 	delivered map[netip.Addr]int64 // this run's newest delivered key per address (Delivered)
@@ -381,16 +387,20 @@ func (l *Link) back() {
 	}
 }
 
-// Clear reports how many events from batch's start may go to the region
-// now, waiting while the first may not: until the peer holds no older
-// news for its address (Clear, the rule), or that news of the peer's has
-// been seen held for HoldMax. The wait is the peer's news's, not each
-// event's: all events held back by one piece of the peer's news go
-// together once it has been held that long, so a peer stuck on a few
-// addresses delays this agent's news by HoldMax, not HoldMax per event.
-// It returns at least 1 for a non-empty batch unless ctx ends (0).
-// Called by one deliverer at a time.
-func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
+// Clear returns the events of batch that may go to the region now, in
+// batch order: those the pair's rule lets go (Clear, the function) and,
+// past those it holds back, every later one that shares neither address
+// nor MAC with a held one. It waits while none may go. An event is held
+// back at most until the peer's news that holds it back has been seen
+// held for HoldMax — the wait is the peer's news's, not each event's:
+// all events held back by one piece of the peer's news go together once
+// it has been held that long, so a peer stuck on a few addresses delays
+// this agent's news by HoldMax, not HoldMax per event — or, held for
+// its own sake (dated ahead of the horizon, or beyond a query's
+// addresses), until it has been the first held for HoldMax. It returns
+// at least one event of a non-empty batch unless ctx ends (nil). Called
+// by one deliverer at a time.
+func (l *Link) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
 	return l.clear(ctx, batch, false)
 }
 
@@ -400,18 +410,18 @@ func (l *Link) Clear(ctx context.Context, batch []event.Queued) int {
 // wait bounded as Clear's. Addresses beyond the query's MaxItems are not
 // waited for. It reports false when ctx ended.
 func (l *Link) ClearAll(ctx context.Context, batch []event.Queued) bool {
-	return l.clear(ctx, batch, true) == len(batch) && len(batch) > 0
+	return len(batch) > 0 && len(l.clear(ctx, batch, true)) == len(batch)
 }
 
-func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int {
+func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) []event.Queued {
 	if len(batch) == 0 {
-		return 0
+		return nil
 	}
 	var blockedSince time.Time
 	for ctx.Err() == nil {
 		items := Query(batch)
 		if len(items) == 0 {
-			return len(batch)
+			return batch
 		}
 		now := l.now()
 		if l.alone.Load() {
@@ -419,7 +429,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 				l.lastProbe = now
 				l.probe()
 			}
-			return len(batch)
+			return batch
 		}
 		l.dmu.Lock()
 		for i := range items {
@@ -432,7 +442,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 		}
 		if a == nil {
 			if ctx.Err() != nil {
-				return 0
+				return nil
 			}
 			if l.silentSince.IsZero() {
 				l.silentSince = now
@@ -445,7 +455,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 				l.met.gaveUp.WithLabelValues("silent").Inc()
 				l.log.Warn().Str("peer", l.cfg.Peer).Dur("silent", s).
 					Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
-				return len(batch)
+				return batch
 			}
 			continue // asked again at once: the timeout was the wait
 		}
@@ -469,40 +479,60 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) int 
 				held[i] = 0 // waited for long enough
 			}
 		}
-		v := clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole)
+		v := clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole, l.forced)
+		if v.Why != "" && v.Why != WhyPeerOlder && l.stuckFor(batch[v.First], v.Why, now) {
+			if whole {
+				return batch
+			}
+			v = clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole, l.forced)
+		}
 		if v.N > 0 && (!whole || v.N == len(batch)) {
 			if !blockedSince.IsZero() {
 				l.met.held.Add(l.now().Sub(blockedSince).Seconds())
 			}
-			return v.N
+			return v.Subset(batch)
 		}
 		if blockedSince.IsZero() {
 			blockedSince = now
-		}
-		if v.Why != WhyPeerOlder {
-			if w := l.now().Sub(blockedSince); w >= l.cfg.HoldMax {
-				// An event dated ahead of the clock (too recent for
-				// ever), or one behind more addresses than a query
-				// holds.
-				l.met.held.Add(w.Seconds())
-				l.met.gaveUp.WithLabelValues(v.Why).Inc()
-				l.log.Warn().Stringer("ip", v.Held.IP).Str("action", v.Held.Action).Str("why", v.Why).Dur("waited", w).
-					Msg("an event waited hold_max for the pair's order; sending it")
-				if whole {
-					return len(batch)
-				}
-				return 1
-			}
 		}
 		wait := recheck
 		if v.Why == WhyRecent {
 			wait = l.cfg.Margin
 		}
 		if !sleep(ctx, wait) {
-			return 0
+			return nil
 		}
 	}
-	return 0
+	return nil
+}
+
+// stuckFor reports whether q, the first event held back for its own
+// sake (why), has been for HoldMax: it then goes whatever the rule says
+// (forced), logged and counted once.
+func (l *Link) stuckFor(q event.Queued, why string, now time.Time) bool {
+	if q.Seq != l.stuck || l.stuckSince.IsZero() {
+		l.stuck, l.stuckSince, l.stuckGone = q.Seq, now, false
+		return false
+	}
+	w := now.Sub(l.stuckSince)
+	if w < l.cfg.HoldMax {
+		return false
+	}
+	if l.stuckGone {
+		return true
+	}
+	l.stuckGone = true
+	l.met.held.Add(w.Seconds())
+	l.met.gaveUp.WithLabelValues(why).Inc()
+	l.log.Warn().Stringer("ip", q.Event.IP).Str("action", q.Event.Action).Str("why", why).Dur("waited", w).
+		Msg("an event waited hold_max for the pair's order; sending it")
+	return true
+}
+
+// forced reports whether q goes whatever the pair's rule says: it is
+// the event stuckFor found held for HoldMax.
+func (l *Link) forced(q event.Queued) bool {
+	return l.stuckGone && q.Seq == l.stuck
 }
 
 // blocker is one piece of the peer's news, as its answers name it.

@@ -109,7 +109,7 @@ func TestLinkWaitsForPeerOlder(t *testing.T) {
 	batch := batchAt("203.0.113.1", "203.0.113.2")
 	a.h.set("203.0.113.1", 999_999e9) // older than the batch's first
 	got := make(chan int, 1)
-	go func() { got <- b.l.Clear(context.Background(), batch) }()
+	go func() { got <- len(b.l.Clear(context.Background(), batch)) }()
 	for a.h.asks.Load() < 3 { // asked, waited, asked again
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -124,13 +124,13 @@ func TestLinkWaitsForPeerOlder(t *testing.T) {
 	}
 	// Newer news of the peer does not hold the batch back.
 	a.h.set("203.0.113.2", 2_000_000e9)
-	if n := b.l.Clear(context.Background(), batch); n != 2 {
+	if n := len(b.l.Clear(context.Background(), batch)); n != 2 {
 		t.Errorf("Clear = %d, want 2", n)
 	}
 	// The primary's own batch, with the secondary holding older news of
 	// its second address: its first event goes.
 	b.h.set("203.0.113.2", 999_999e9)
-	if n := a.l.Clear(context.Background(), batch); n != 1 {
+	if n := len(a.l.Clear(context.Background(), batch)); n != 1 {
 		t.Errorf("primary's Clear = %d, want 1", n)
 	}
 	if v := testutil.ToFloat64(a.l.met.datagrams.WithLabelValues("refused")); v != 0 {
@@ -146,7 +146,7 @@ func TestLinkSilentPeer(t *testing.T) {
 	a, b := twoLinks(t, 300*time.Millisecond, ready.Load, nil, false)
 	batch := batchAt("203.0.113.1")
 	b.h.set("203.0.113.1", 999_999e9)
-	if n := a.l.Clear(context.Background(), batch); n != 1 {
+	if n := len(a.l.Clear(context.Background(), batch)); n != 1 {
 		t.Fatalf("Clear = %d, want 1 once the silence lasted hold_max", n)
 	}
 	if !a.l.alone.Load() || testutil.ToFloat64(a.l.met.gaveUp.WithLabelValues("silent")) != 1 ||
@@ -169,7 +169,7 @@ func TestLinkSilentPeer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if n := a.l.Clear(ctx, batch); n != 0 {
+	if n := len(a.l.Clear(ctx, batch)); n != 0 {
 		t.Errorf("Clear = %d with the peer back and holding older news; want a wait (0 when ctx ends)", n)
 	}
 }
@@ -178,7 +178,7 @@ func TestLinkSilentPeer(t *testing.T) {
 // claiming this agent's own role, are refused and never answered.
 func TestLinkRefuses(t *testing.T) {
 	a, b := twoLinks(t, 200*time.Millisecond, nil, bytes.Repeat([]byte("x"), MinKeyLen), false)
-	if n := a.l.Clear(context.Background(), batchAt("203.0.113.1")); n != 1 || !a.l.alone.Load() {
+	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 || !a.l.alone.Load() {
 		t.Fatalf("Clear = %d alone %v: a peer with another key must count as silent", n, a.l.alone.Load())
 	}
 	if v := testutil.ToFloat64(b.l.met.datagrams.WithLabelValues("refused")); v == 0 {
@@ -188,7 +188,7 @@ func TestLinkRefuses(t *testing.T) {
 		t.Error("a query signed with another key was answered")
 	}
 	a, b = twoLinks(t, 200*time.Millisecond, nil, nil, true)
-	if n := a.l.Clear(context.Background(), batchAt("203.0.113.1")); n != 1 || !a.l.alone.Load() {
+	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 || !a.l.alone.Load() {
 		t.Fatalf("Clear = %d alone %v: a peer of the same role must count as silent", n, a.l.alone.Load())
 	}
 	if testutil.ToFloat64(b.l.met.datagrams.WithLabelValues("refused")) == 0 || b.h.asks.Load() != 0 {
@@ -203,10 +203,10 @@ func TestLinkHoldMaxPerPeerNews(t *testing.T) {
 	a, b := twoLinks(t, 300*time.Millisecond, nil, nil, false)
 	a.h.set("203.0.113.1", 999_999e9)
 	batch := batchAt("203.0.113.1", "203.0.113.1", "203.0.113.2")
-	if n := b.l.Clear(context.Background(), batch); n != 3 {
+	if n := len(b.l.Clear(context.Background(), batch)); n != 3 {
 		t.Fatalf("Clear = %d, want the whole batch once the peer's news was held hold_max", n)
 	}
-	if n := b.l.Clear(context.Background(), batch[1:]); n != 2 {
+	if n := len(b.l.Clear(context.Background(), batch[1:])); n != 2 {
 		t.Errorf("Clear = %d: the same news of the peer is waited for once", n)
 	}
 	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyPeerOlder)); v != 1 {
@@ -234,7 +234,7 @@ func TestLinkClearAll(t *testing.T) {
 	if !<-got {
 		t.Error("ClearAll = false")
 	}
-	if n := b.l.Clear(context.Background(), batch); n != 2 {
+	if n := len(b.l.Clear(context.Background(), batch)); n != 2 {
 		t.Errorf("Clear = %d", n)
 	}
 }
@@ -252,7 +252,7 @@ func TestLinkOvertaken(t *testing.T) {
 	b.l.dmu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // far below hold_max
 	defer cancel()
-	if n := b.l.Clear(ctx, batch); n != 1 {
+	if n := len(b.l.Clear(ctx, batch)); n != 1 {
 		t.Errorf("Clear = %d: the peer's overtaken news held the batch", n)
 	}
 }
@@ -267,7 +267,7 @@ func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 	if !b.l.ClearAll(context.Background(), batch[:1]) {
 		t.Fatal("ClearAll = false")
 	}
-	if n := b.l.Clear(context.Background(), batch[1:]); n != 1 {
+	if n := len(b.l.Clear(context.Background(), batch[1:])); n != 1 {
 		t.Fatalf("Clear = %d", n)
 	}
 	for _, q := range batch {
@@ -279,4 +279,45 @@ func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 	if _, known := b.l.PeerDelivered(batch[0].Event); known {
 		t.Error("still known after the delivery: the next batch must be asked about afresh")
 	}
+}
+
+// TestLinkGoesPast: over a real UDP socket, what the peer's older news
+// holds back does not hold back the events of other addresses and MACs
+// behind it; and an event held for its own sake (dated ahead of the
+// clock) while the others flow goes once it has been the first held for
+// hold_max.
+func TestLinkGoesPast(t *testing.T) {
+	a, b := twoLinks(t, 300*time.Millisecond, nil, nil, false)
+	batch := batchAt("203.0.113.1", "203.0.113.2", "203.0.113.1")
+	batch[1].Event.MAC = "00:16:3e:00:00:02"
+	a.h.set("203.0.113.1", 999_999e9) // older than the batch's first
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond) // far below hold_max
+	defer cancel()
+	if got := b.l.Clear(ctx, batch); len(got) != 1 || got[0].Seq != 2 {
+		t.Fatalf("Clear = %v, want the second event alone at once", seqs(got))
+	}
+	a.h.set("203.0.113.1", 0)
+
+	future := batchAt("203.0.113.3", "203.0.113.4")
+	future[0].Event.Timestamp = time.Now().Add(time.Hour).Unix()
+	future[1].Event.MAC = "00:16:3e:00:00:02"
+	if got := b.l.Clear(context.Background(), future); len(got) != 1 || got[0].Seq != 2 {
+		t.Fatalf("Clear = %v, want the event behind the one dated ahead", seqs(got))
+	}
+	start := time.Now()
+	got := b.l.Clear(context.Background(), future[:1])
+	if len(got) != 1 || time.Since(start) < 150*time.Millisecond {
+		t.Fatalf("Clear = %v after %v: the event dated ahead goes after hold_max", seqs(got), time.Since(start))
+	}
+	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyRecent)); v != 1 {
+		t.Errorf("gave up %v times for %s, want 1", v, WhyRecent)
+	}
+}
+
+func seqs(b []event.Queued) []uint64 {
+	var out []uint64
+	for _, q := range b {
+		out = append(out, q.Seq)
+	}
+	return out
 }

@@ -40,12 +40,29 @@ func Query(batch []event.Queued) []Item {
 
 // Verdict is what Clear decided for a batch.
 type Verdict struct {
-	// N events from the batch's start may go to the region now.
-	N int
-	// When N is less than the batch: the first event held back, and why
-	// (one of the Why constants).
-	Held event.Event
-	Why  string
+	// Go marks the events of the batch that may go to the region now,
+	// N counts them.
+	Go []bool
+	N  int
+	// The first event held back (the batch's First), and why (one of
+	// the Why constants); Why is "" when every event may go.
+	First int
+	Held  event.Event
+	Why   string
+}
+
+// Subset is the events of batch the verdict lets go, in batch order.
+func (v Verdict) Subset(batch []event.Queued) []event.Queued {
+	if v.N == len(batch) {
+		return batch
+	}
+	out := make([]event.Queued, 0, v.N)
+	for i, q := range batch {
+		if v.Go[i] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // Why an event waits.
@@ -59,50 +76,86 @@ const (
 // the region once the peer holds no older event for its address —
 // older by key; a tie goes to the primary — and the event is older than
 // horizon (the query's time less a margin for the peer's own news of the
-// same moment, still on its way to the peer's queue). Events go in queue
-// order, so the batch stops at the first that may not.
+// same moment, still on its way to the peer's queue).
+//
+// An event held back holds back every later event of the batch that
+// shares its address or its MAC: MAAS applies an event against the
+// address's record and the MAC's other addresses
+// (src/maasservicelayer/services/leases.py, store_lease_info), so only
+// those must keep their queue order (agent/deliver, split.go). The
+// others go past it.
 //
 // asked are the addresses the query named and held, in the same order,
 // the keys of the peer's answer (0: it holds nothing for the address).
 //
-// Why this cannot deadlock: an agent's events for one address are
+// Why this does not deadlock: an agent's events for one address are
 // queued in key order, so the oldest held event for an address, of
-// either agent, is never held back by the rule for that address; it
-// waits only behind its own queue's earlier events for other addresses.
-// A cycle of such waits between the agents is possible only when a
-// queue is out of key order across addresses, and it is broken by the
+// either agent, is never held back by the rule for that address, and
+// no event of another address or MAC holds it back unless they share a
+// MAC. When the events went in queue order only, each queue's first held
+// event held back all behind it, and two queues out of key order across
+// addresses waited for each other until hold_max (make chaos PAIR=1 seed
+// 7: a minute's wait on each side, the news held meanwhile then older
+// than what the other side delivered, and ten lease lives lost). A
+// cycle through shared MACs is still possible, and broken by the
 // caller's hold_max (Link.Clear).
 func Clear(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64) Verdict {
-	return clearBatch(batch, asked, held, primary, horizon, false)
+	return clearBatch(batch, asked, held, primary, horizon, false, nil)
 }
 
 // clearBatch is Clear; skipUnasked passes the events whose address the
-// query did not name instead of stopping at the first (a batch that goes
-// whole: ClearAll).
-func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64, skipUnasked bool) Verdict {
+// query did not name instead of holding them (a batch that goes whole:
+// ClearAll); force, if set, lets one event go whatever the rule says
+// (one held for hold_max).
+func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64, skipUnasked bool, force func(event.Queued) bool) Verdict {
 	peer := make(map[netip.Addr]int64, len(asked))
 	for i, it := range asked {
 		if i < len(held) {
 			peer[it.IP] = held[i]
 		}
 	}
+	v := Verdict{Go: make([]bool, len(batch)), First: len(batch)}
+	var blockedIP map[netip.Addr]bool
+	var blockedMAC map[string]bool
+	hold := func(i int, q event.Queued, ip netip.Addr, why string) {
+		if blockedIP == nil {
+			blockedIP, blockedMAC = map[netip.Addr]bool{}, map[string]bool{}
+		}
+		blockedIP[ip] = true
+		if q.Event.MAC != "" {
+			blockedMAC[q.Event.MAC] = true
+		}
+		if v.Why == "" {
+			v.First, v.Held, v.Why = i, q.Event, why
+		}
+	}
 	for i, q := range batch {
 		ip := q.Event.IP.Unmap()
-		if !ip.IsValid() {
+		if blockedIP[ip] || q.Event.MAC != "" && blockedMAC[q.Event.MAC] {
+			hold(i, q, ip, "")
+			continue
+		}
+		if !ip.IsValid() || force != nil && force(q) {
+			v.Go[i] = true
+			v.N++
 			continue
 		}
 		k := Key(q.Event)
 		h, ok := peer[ip]
 		switch {
 		case !ok && skipUnasked:
-			continue
 		case !ok:
-			return Verdict{N: i, Held: q.Event, Why: WhyUnasked}
+			hold(i, q, ip, WhyUnasked)
+			continue
 		case h != 0 && (h < k || h == k && !primary):
-			return Verdict{N: i, Held: q.Event, Why: WhyPeerOlder}
+			hold(i, q, ip, WhyPeerOlder)
+			continue
 		case k > horizon:
-			return Verdict{N: i, Held: q.Event, Why: WhyRecent}
+			hold(i, q, ip, WhyRecent)
+			continue
 		}
+		v.Go[i] = true
+		v.N++
 	}
-	return Verdict{N: len(batch)}
+	return v
 }
