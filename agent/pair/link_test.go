@@ -291,7 +291,8 @@ func TestLinkGoesPast(t *testing.T) {
 	batch := batchAt("203.0.113.1", "203.0.113.2", "203.0.113.1")
 	batch[1].Event.MAC = "00:16:3e:00:00:02"
 	a.h.set("203.0.113.1", 999_999e9) // older than the batch's first
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond) // far below hold_max
+	// Far below hold_max:
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if got := b.l.Clear(ctx, batch); len(got) != 1 || got[0].Seq != 2 {
 		t.Fatalf("Clear = %v, want the second event alone at once", seqs(got))
