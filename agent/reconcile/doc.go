@@ -56,7 +56,7 @@
 // overflows (the Errors channel is read and logged). Reads are coalesced:
 // one read 2 ms after the first event of a burst (a rewrite is a rename
 // and a server-duid write), and while dhcpd is busy (the last read found
-// 16 blocks or more) at most one read per 100 ms, so a dhcpd under load
+// 16 blocks or more) at most one read per 250 ms, so a dhcpd under load
 // costs a few reads, commits and deliveries a second, not one per lease.
 //
 // A rewrite is told apart as a restart when a server-duid statement
