@@ -384,18 +384,21 @@ func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
 // an event against those alone); the others may go past it.
 type Gate interface {
 	Clear(ctx context.Context, batch []event.Queued) []event.Queued
-	// ClearAll waits until every event of batch may be sent; false if
-	// ctx ended first.
-	ClearAll(ctx context.Context, batch []event.Queued) bool
+	// ClearPieces is Clear for a batch the region may have applied
+	// already: it returns only whole pieces (the events whose piece,
+	// piece[i], may go in full), waiting while none may.
+	ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued
 	// Delivered is told of every batch the region accepted.
 	Delivered(batch []event.Queued)
 }
 
 // SetGate has every batch cleared by g before it is sent: only what g
-// lets go now is sent (the rest stays queued, in its place), or, for a
-// batch the region may have applied already (sent before and never
-// answered: a shorter request could take the region back from the rest
-// of it), held whole until all of it may go. Set before Run.
+// lets go now is sent (the rest stays queued, in its place). Of a batch
+// the region may have applied already (sent before and never answered),
+// only whole pieces go (split.go: events linked by an address or a MAC):
+// a piece sent alone takes its addresses and MACs to their newest state
+// in one request, while a part of a piece could take the region back
+// from the rest of it. Set before Run.
 func (d *Deliverer) SetGate(g Gate) { d.gate = g }
 
 // StaleFunc reports whether e, a queued event about to be sent, is old
@@ -458,22 +461,29 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 // regateAfter: a batch the pair's gate held this long is peeked again.
 const regateAfter = 100 * time.Millisecond
 
-// cleared is what of batch the gate lets go now: the events the region
-// may have applied already (Seq up to doubt; the whole batch when the
-// last run's unanswered request is of unknown content) wait whole until
-// all of them may go, and of the rest what the gate clears. nil when
-// ctx ended.
+// cleared is what of batch the gate lets go now: of the events the
+// region may have applied already (Seq up to doubt; the whole batch when
+// the last run's unanswered request is of unknown content), whole pieces
+// (split.go), and, once all of those go, of the rest what the gate
+// clears. nil when ctx ended.
 func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Queued {
-	k := 0 // the doubtful prefix
 	if d.doubtFirst {
-		k = len(batch)
-	} else {
-		for k < len(batch) && batch[k].Seq <= d.doubt.Load() {
-			k++
-		}
+		// The last run's unanswered request was at most this batch:
+		// pieces of it may go apart, so its bound is set now, not from
+		// the first request sent (post).
+		d.doubtFirst = false
+		d.markDoubt(batch[len(batch)-1].Seq)
 	}
-	if k > 0 && !d.gate.ClearAll(ctx, batch[:k]) {
-		return nil
+	k := 0 // the doubtful prefix
+	for k < len(batch) && batch[k].Seq <= d.doubt.Load() {
+		k++
+	}
+	if k == 0 {
+		return d.gate.Clear(ctx, batch) // nil only when ctx ended
+	}
+	doubtful := d.gate.ClearPieces(ctx, batch[:k], pieces(batch[:k]))
+	if len(doubtful) < k {
+		return doubtful // nil when ctx ended
 	}
 	if k == len(batch) {
 		return batch
@@ -481,9 +491,6 @@ func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Q
 	rest := d.gate.Clear(ctx, batch[k:])
 	if len(rest) == 0 {
 		return nil // Clear gives nothing only when ctx ended
-	}
-	if k == 0 {
-		return rest
 	}
 	return append(batch[:k:k], rest...)
 }

@@ -1736,20 +1736,36 @@ func (g *fakeGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
 	}
 	return out
 }
-func (g *fakeGate) ClearAll(_ context.Context, b []event.Queued) bool {
+func (g *fakeGate) ClearPieces(_ context.Context, b []event.Queued, piece []int) []event.Queued {
 	g.clearAll = append(g.clearAll, seqsOf(b))
-	return true
+	held := map[int]bool{}
+	for i, q := range b {
+		if g.hold[q.Seq] {
+			held[piece[i]] = true
+		}
+	}
+	var out []event.Queued
+	for i, q := range b {
+		if !held[piece[i]] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 func (g *fakeGate) Delivered([]event.Queued) {}
 
-// TestClearedDoubt: what the region may have applied already is never
-// cut by the pair's gate (it waits whole); of the rest, what the gate
-// lets go is sent, past what it holds back.
+// TestClearedDoubt: of what the region may have applied already only
+// whole pieces go (events linked by an address or a MAC, split.go): a
+// part of one could take the region back from the rest of it; of the
+// rest, what the gate lets go is sent, past what it holds back.
 func TestClearedDoubt(t *testing.T) {
-	batch := make([]event.Queued, 6)
-	for i := range batch {
-		batch[i].Seq = uint64(i + 1)
+	// Pieces: {1, 3} (one address and MAC), {2}, {4, 6}, {5}.
+	at := func(seq uint64, ip, mac string) event.Queued {
+		return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: mac}}
 	}
+	batch := []event.Queued{at(1, "203.0.113.1", "00:16:3e:00:00:01"), at(2, "203.0.113.2", "00:16:3e:00:00:02"),
+		at(3, "203.0.113.1", "00:16:3e:00:00:01"), at(4, "203.0.113.4", "00:16:3e:00:00:04"),
+		at(5, "203.0.113.5", "00:16:3e:00:00:05"), at(6, "203.0.113.6", "00:16:3e:00:00:04")}
 	tests := []struct {
 		name       string
 		doubt      uint64
@@ -1760,10 +1776,14 @@ func TestClearedDoubt(t *testing.T) {
 		clear      [][]uint64
 	}{
 		{name: "nothing in doubt: what the gate lets go", hold: []uint64{3, 5}, want: []uint64{1, 2, 4, 6}, clear: [][]uint64{{1, 2, 3, 4, 5, 6}}},
-		{name: "the first three in doubt: whole, then what the gate lets go", doubt: 3, hold: []uint64{5, 6}, want: []uint64{1, 2, 3, 4},
+		{name: "the first three in doubt, one held: the other piece", doubt: 3, hold: []uint64{2}, want: []uint64{1, 3},
+			clearAll: [][]uint64{{1, 2, 3}}},
+		{name: "the first three in doubt, part of a piece held: the piece waits", doubt: 3, hold: []uint64{3}, want: []uint64{2},
+			clearAll: [][]uint64{{1, 2, 3}}},
+		{name: "the first three in doubt and clear: then what the gate lets go", doubt: 3, hold: []uint64{5, 6}, want: []uint64{1, 2, 3, 4},
 			clearAll: [][]uint64{{1, 2, 3}}, clear: [][]uint64{{4, 5, 6}}},
-		{name: "all in doubt", doubt: 9, hold: []uint64{2}, want: []uint64{1, 2, 3, 4, 5, 6}, clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
-		{name: "the last run's request of unknown content: the whole batch", doubtFirst: true, hold: []uint64{2}, want: []uint64{1, 2, 3, 4, 5, 6},
+		{name: "all in doubt", doubt: 9, hold: []uint64{6}, want: []uint64{1, 2, 3, 5}, clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
+		{name: "the last run's request of unknown content: the whole batch", doubtFirst: true, hold: []uint64{2}, want: []uint64{1, 3, 4, 5, 6},
 			clearAll: [][]uint64{{1, 2, 3, 4, 5, 6}}},
 	}
 	for _, tc := range tests {
@@ -1779,10 +1799,13 @@ func TestClearedDoubt(t *testing.T) {
 				t.Errorf("cleared (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.clearAll, g.clearAll); diff != "" {
-				t.Errorf("ClearAll calls (-want +got):\n%s", diff)
+				t.Errorf("ClearPieces calls (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.clear, g.clear); diff != "" {
 				t.Errorf("Clear calls (-want +got):\n%s", diff)
+			}
+			if tc.doubtFirst && (d.doubtFirst || d.doubt.Load() != 6) {
+				t.Errorf("doubtFirst %v, doubt %d: the unknown request's bound is the batch's last", d.doubtFirst, d.doubt.Load())
 			}
 		})
 	}

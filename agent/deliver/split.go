@@ -70,6 +70,42 @@ func cleanCut(batch []event.Queued) (int, bool) {
 // false when it is all one piece.
 func independent(batch []event.Queued) (a, b []event.Queued, ok bool) {
 	n := len(batch)
+	piece := pieces(batch)
+	// Pieces in the order of their first event; the first ones go to a
+	// until it holds about half the events.
+	size := make(map[int]int)
+	var order []int
+	for _, r := range piece {
+		if size[r] == 0 {
+			order = append(order, r)
+		}
+		size[r]++
+	}
+	if len(order) < 2 {
+		return nil, nil, false
+	}
+	inA := map[int]bool{}
+	for k, total := 0, 0; k < len(order)-1 && (total == 0 || total+size[order[k]]/2 <= n/2); k++ {
+		inA[order[k]] = true
+		total += size[order[k]]
+	}
+	for i, q := range batch {
+		if inA[piece[i]] {
+			a = append(a, q)
+		} else {
+			b = append(b, q)
+		}
+	}
+	return a, b, true
+}
+
+// pieces labels each event of batch with its piece: the events linked to
+// it, directly or through others, by a shared address or MAC. A piece's
+// label is the index of its first event. Pieces are what may be sent
+// apart from each other even when the region may have applied the batch
+// already (cleared, independent).
+func pieces(batch []event.Queued) []int {
+	n := len(batch)
 	parent := make([]int, n)
 	for i := range parent {
 		parent[i] = i
@@ -94,33 +130,10 @@ func independent(batch []event.Queued) (a, b []event.Queued, ok bool) {
 			}
 		}
 	}
-	// Pieces in the order of their first event; the first ones go to a
-	// until it holds about half the events.
-	size := make(map[int]int)
-	var order []int
-	for i := range batch {
-		r := find(i)
-		if size[r] == 0 {
-			order = append(order, r)
-		}
-		size[r]++
+	for i := range parent {
+		parent[i] = find(i)
 	}
-	if len(order) < 2 {
-		return nil, nil, false
-	}
-	inA := map[int]bool{}
-	for k, total := 0, 0; k < len(order)-1 && (total == 0 || total+size[order[k]]/2 <= n/2); k++ {
-		inA[order[k]] = true
-		total += size[order[k]]
-	}
-	for i, q := range batch {
-		if inA[find(i)] {
-			a = append(a, q)
-		} else {
-			b = append(b, q)
-		}
-	}
-	return a, b, true
+	return parent
 }
 
 // keys are what an event's effect depends on: its address and its MAC.

@@ -104,7 +104,7 @@ type Link struct {
 	delivered map[netip.Addr]int64 // this run's newest delivered key per address (Delivered)
 	// peerDelivered: the peer's newest delivered key per address, from
 	// the answers since this agent's last delivery (a batch can be
-	// cleared by more than one question: ClearAll for what may have
+	// cleared by more than one question: ClearPieces for what may have
 	// been applied, Clear for the rest), for PeerDelivered.
 	peerDelivered map[netip.Addr]int64
 }
@@ -401,22 +401,24 @@ func (l *Link) back() {
 // at least one event of a non-empty batch unless ctx ends (nil). Called
 // by one deliverer at a time.
 func (l *Link) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
-	return l.clear(ctx, batch, false)
+	return l.clear(ctx, batch, nil)
 }
 
-// ClearAll is Clear for a batch that must go whole or not at all (one
-// the region may have applied already: a shorter request could take it
-// back from the rest): it waits until every event of it may go, each
-// wait bounded as Clear's. Addresses beyond the query's MaxItems are not
-// waited for. It reports false when ctx ended.
-func (l *Link) ClearAll(ctx context.Context, batch []event.Queued) bool {
-	return len(batch) > 0 && len(l.clear(ctx, batch, true)) == len(batch)
+// ClearPieces is Clear for a batch the region may have applied already,
+// where only whole pieces may go (piece[i] labels event i's piece: a
+// part of one could take the region back from the rest of it): it
+// returns the events of the pieces that may go in full, in batch order,
+// waiting while none may, each wait bounded as Clear's. Addresses beyond
+// the query's MaxItems are not waited for. nil when ctx ended.
+func (l *Link) ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
+	return l.clear(ctx, batch, piece)
 }
 
-func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) []event.Queued {
+func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
 	if len(batch) == 0 {
 		return nil
 	}
+	whole := piece != nil
 	var blockedSince time.Time
 	for ctx.Err() == nil {
 		items := Query(batch)
@@ -486,11 +488,15 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, whole bool) []ev
 			}
 			v = clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole, l.forced)
 		}
-		if v.N > 0 && (!whole || v.N == len(batch)) {
+		out := v.Subset(batch)
+		if whole {
+			out = WholePieces(batch, piece, v.Go)
+		}
+		if len(out) > 0 {
 			if !blockedSince.IsZero() {
 				l.met.held.Add(l.now().Sub(blockedSince).Seconds())
 			}
-			return v.Subset(batch)
+			return out
 		}
 		if blockedSince.IsZero() {
 			blockedSince = now

@@ -214,27 +214,34 @@ func TestLinkHoldMaxPerPeerNews(t *testing.T) {
 	}
 }
 
-// TestLinkClearAll: a batch that must go whole waits while the peer
-// holds older news of any of its addresses, not just its first.
-func TestLinkClearAll(t *testing.T) {
+// TestLinkClearPieces: of a batch the region may have applied already,
+// only whole pieces go: one piece waits whole while the peer holds older
+// news of any of its addresses, not just its first; another piece goes
+// past it.
+func TestLinkClearPieces(t *testing.T) {
 	a, b := twoLinks(t, time.Minute, nil, nil, false)
-	batch := batchAt("203.0.113.1", "203.0.113.2")
+	batch := batchAt("203.0.113.1", "203.0.113.2", "203.0.113.3")
+	batch[2].Event.MAC = "00:16:3e:00:00:02"
+	piece := []int{0, 0, 2}             // the first two share a MAC
 	a.h.set("203.0.113.2", 1_000_000e9) // older than the batch's second event
-	got := make(chan bool, 1)
-	go func() { got <- b.l.ClearAll(context.Background(), batch) }()
-	for a.h.asks.Load() < 3 {
+	if got := b.l.ClearPieces(context.Background(), batch, piece); len(got) != 1 || got[0].Seq != 3 {
+		t.Fatalf("ClearPieces = %v, want the third event's piece alone", seqs(got))
+	}
+	got := make(chan []event.Queued, 1)
+	go func() { got <- b.l.ClearPieces(context.Background(), batch[:2], piece[:2]) }()
+	for a.h.asks.Load() < 4 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	select {
-	case ok := <-got:
-		t.Fatalf("ClearAll = %v while the peer holds older news of the second address", ok)
+	case g := <-got:
+		t.Fatalf("ClearPieces = %v while the peer holds older news of the piece's second address", seqs(g))
 	default:
 	}
 	a.h.set("203.0.113.2", 0)
-	if !<-got {
-		t.Error("ClearAll = false")
+	if g := <-got; len(g) != 2 {
+		t.Errorf("ClearPieces = %v, want the whole piece", seqs(g))
 	}
-	if n := len(b.l.Clear(context.Background(), batch)); n != 2 {
+	if n := len(b.l.Clear(context.Background(), batch)); n != 3 {
 		t.Errorf("Clear = %d", n)
 	}
 }
@@ -258,14 +265,14 @@ func TestLinkOvertaken(t *testing.T) {
 }
 
 // TestLinkPeerDeliveredAcrossQuestions: a batch cleared by two questions
-// (ClearAll for what may have been applied, Clear for the rest) knows
+// (ClearPieces for what may have been applied, Clear for the rest) knows
 // the peer's answer for the addresses of both.
 func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 	a, b := twoLinks(t, time.Minute, nil, nil, false)
 	_ = a
 	batch := batchAt("203.0.113.1", "203.0.113.2")
-	if !b.l.ClearAll(context.Background(), batch[:1]) {
-		t.Fatal("ClearAll = false")
+	if len(b.l.ClearPieces(context.Background(), batch[:1], []int{0})) != 1 {
+		t.Fatal("ClearPieces held the batch")
 	}
 	if n := len(b.l.Clear(context.Background(), batch[1:])); n != 1 {
 		t.Fatalf("Clear = %d", n)

@@ -104,8 +104,8 @@ func Clear(batch []event.Queued, asked []Item, held []int64, primary bool, horiz
 }
 
 // clearBatch is Clear; skipUnasked passes the events whose address the
-// query did not name instead of holding them (a batch that goes whole:
-// ClearAll); force, if set, lets one event go whatever the rule says
+// query did not name instead of holding them (a batch that goes in whole
+// pieces: ClearPieces); force, if set, lets one event go whatever the rule says
 // (one held for hold_max).
 func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64, skipUnasked bool, force func(event.Queued) bool) Verdict {
 	peer := make(map[netip.Addr]int64, len(asked))
@@ -158,4 +158,26 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, 
 		v.N++
 	}
 	return v
+}
+
+// WholePieces is what of batch may go when only whole pieces may
+// (Link.ClearPieces): the events whose piece — the events with the same
+// label in piece — goes in full, in batch order.
+func WholePieces(batch []event.Queued, piece []int, goes []bool) []event.Queued {
+	held := map[int]bool{}
+	for i, g := range goes {
+		if !g {
+			held[piece[i]] = true
+		}
+	}
+	if len(held) == 0 {
+		return batch
+	}
+	var out []event.Queued
+	for i, q := range batch {
+		if !held[piece[i]] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
