@@ -446,7 +446,8 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 			// the same request (not restated after it, and then sent
 			// again: a duplicate).
 			if again, err := d.q.Peek(batchMax); err == nil && len(again) > len(first) && again[0].Seq == first[0].Seq {
-				if b := d.cleared(ctx, again); len(b) > len(batch) {
+				// The fresh answer decides, longer or not.
+				if b := d.cleared(ctx, again); b != nil {
 					batch = b
 				}
 			}
@@ -464,8 +465,9 @@ const regateAfter = 100 * time.Millisecond
 // cleared is what of batch the gate lets go now: of the events the
 // region may have applied already (Seq up to doubt; the whole batch when
 // the last run's unanswered request is of unknown content), whole pieces
-// (split.go), and, once all of those go, of the rest what the gate
-// clears. nil when ctx ended.
+// (split.go) — and those alone, so that no piece that may go waits for
+// the rest of the batch —; else of the rest what the gate clears. nil
+// when ctx ended.
 func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Queued {
 	if d.doubtFirst {
 		// The last run's unanswered request was at most this batch:
@@ -481,18 +483,7 @@ func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Q
 	if k == 0 {
 		return d.gate.Clear(ctx, batch) // nil only when ctx ended
 	}
-	doubtful := d.gate.ClearPieces(ctx, batch[:k], pieces(batch[:k]))
-	if len(doubtful) < k {
-		return doubtful // nil when ctx ended
-	}
-	if k == len(batch) {
-		return batch
-	}
-	rest := d.gate.Clear(ctx, batch[k:])
-	if len(rest) == 0 {
-		return nil // Clear gives nothing only when ctx ended
-	}
-	return append(batch[:k:k], rest...)
+	return d.gate.ClearPieces(ctx, batch[:k], pieces(batch[:k])) // nil when ctx ended
 }
 
 // errRepeek ends a batch early: the queue's head changed in a way the

@@ -408,8 +408,10 @@ func (l *Link) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
 // where only whole pieces may go (piece[i] labels event i's piece: a
 // part of one could take the region back from the rest of it): it
 // returns the events of the pieces that may go in full, in batch order,
-// waiting while none may, each wait bounded as Clear's. Addresses beyond
-// the query's MaxItems are not waited for. nil when ctx ended.
+// waiting while none may, each wait bounded as Clear's. A piece with an
+// address beyond the query's MaxItems waits to be asked about: the
+// batch's doubt is a bound on Seq, and may cover events held back before
+// and never sent. nil when ctx ended.
 func (l *Link) ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
 	return l.clear(ctx, batch, piece)
 }
@@ -481,12 +483,11 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 				held[i] = 0 // waited for long enough
 			}
 		}
-		v := clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole, l.forced)
-		if v.Why != "" && v.Why != WhyPeerOlder && l.stuckFor(batch[v.First], v.Why, now) {
-			if whole {
-				return batch
-			}
-			v = clearBatch(batch, items, held, l.cfg.Primary(), horizon, whole, l.forced)
+		v := clearBatch(batch, items, held, l.cfg.Primary(), horizon, l.forced)
+		if v.Why == "" || v.Why == WhyPeerOlder {
+			l.stuckSince, l.stuckGone = time.Time{}, false // a wait of its own starts again
+		} else if l.stuckFor(batch[v.First], v.Why, now) {
+			v = clearBatch(batch, items, held, l.cfg.Primary(), horizon, l.forced)
 		}
 		out := v.Subset(batch)
 		if whole {
@@ -528,7 +529,6 @@ func (l *Link) stuckFor(q event.Queued, why string, now time.Time) bool {
 		return true
 	}
 	l.stuckGone = true
-	l.met.held.Add(w.Seconds())
 	l.met.gaveUp.WithLabelValues(why).Inc()
 	l.log.Warn().Stringer("ip", q.Event.IP).Str("action", q.Event.Action).Str("why", why).Dur("waited", w).
 		Msg("an event waited hold_max for the pair's order; sending it")

@@ -3,6 +3,7 @@ package pair
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -243,6 +244,23 @@ func TestLinkClearPieces(t *testing.T) {
 	}
 	if n := len(b.l.Clear(context.Background(), batch)); n != 3 {
 		t.Errorf("Clear = %d", n)
+	}
+
+	// Addresses beyond what one question names wait to be asked about:
+	// the doubt is a bound on Seq, and may cover events held back before
+	// and never sent, which must not go unchecked.
+	var ips []string
+	for i := range MaxItems + 2 {
+		ips = append(ips, netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + i)}).String())
+	}
+	many := batchAt(ips...)
+	alone := make([]int, len(many)) // each event a piece of its own
+	for i := range many {
+		many[i].Event.MAC = fmt.Sprintf("00:16:3e:00:01:%02x", i)
+		alone[i] = i
+	}
+	if got := b.l.ClearPieces(context.Background(), many, alone); len(got) != MaxItems {
+		t.Errorf("ClearPieces = %d events, want the %d asked about", len(got), MaxItems)
 	}
 }
 

@@ -100,14 +100,12 @@ const (
 // cycle through shared MACs is still possible, and broken by the
 // caller's hold_max (Link.Clear).
 func Clear(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64) Verdict {
-	return clearBatch(batch, asked, held, primary, horizon, false, nil)
+	return clearBatch(batch, asked, held, primary, horizon, nil)
 }
 
-// clearBatch is Clear; skipUnasked passes the events whose address the
-// query did not name instead of holding them (a batch that goes in whole
-// pieces: ClearPieces); force, if set, lets one event go whatever the rule says
-// (one held for hold_max).
-func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64, skipUnasked bool, force func(event.Queued) bool) Verdict {
+// clearBatch is Clear; force, if set, lets one event go whatever the
+// rule says (one held for hold_max).
+func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, horizon int64, force func(event.Queued) bool) Verdict {
 	peer := make(map[netip.Addr]int64, len(asked))
 	for i, it := range asked {
 		if i < len(held) {
@@ -143,7 +141,6 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, 
 		k := Key(q.Event)
 		h, ok := peer[ip]
 		switch {
-		case !ok && skipUnasked:
 		case !ok:
 			hold(i, q, ip, WhyUnasked)
 			continue
