@@ -710,9 +710,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 	if !s.Baselined {
 		s.Baselined, s.metaDirty = true, true
 	}
-	if !baseline && !s.Pair.InPair() {
-		// (In a pair the partner's file and hooks speak for much of
-		// what this side's file lacks: failover.go decides from files.)
+	if !baseline {
 		vanished += s.neverShown(seen, now)
 	}
 	for ip, l := range s.File {
@@ -774,13 +772,32 @@ func (s *State) vanishedWait() int64 {
 // like any other; the region holds them: expire each at its end, after
 // the grace as for a lease that has ended. (Found by make chaos: two
 // such leases never expired.)
+//
+// And a commit whose address the rewrite shows as it was before
+// (unwrittenCommit): dhcpd runs a commit's hook before it writes the
+// lease, and one stopped in between never wrote it (make chaos PAIR=1
+// seed 7: the primary's rack went down, its agent delivered the spooled
+// commit when it came back, and the region kept the lease). In a
+// failover pair only that case: the partner never heard of such a
+// commit either, so this agent ends it, whichever side it is, once its
+// dhcpd has had pairSettle to hear from its partner — a newer lease of
+// the partner's for the address reaches the file first, and the expiry
+// is dropped (pointless).
 func (s *State) neverShown(seen map[netip.Addr]bool, now int64) (n int) {
 	wait := s.vanishedWait()
+	pair := s.Pair.InPair()
 	for ip, t := range s.Told {
-		if seen[ip] || t.Action != event.Commit || t.Recorded || t.Ends == 0 {
+		if t.Action != event.Commit || t.Recorded || t.Ends == 0 {
 			continue
 		}
-		if _, shown := s.File[ip]; shown {
+		l, shown := s.File[ip]
+		switch {
+		case shown && seen[ip] && unwrittenCommit(l, t):
+		case pair:
+			// What this side's file lacks altogether the partner's file
+			// and hooks may speak for: failover.go decides.
+			continue
+		case seen[ip] || shown:
 			continue // the file showed it: the loop over File decides
 		}
 		if q := s.Pending[ip]; len(q) > 0 && q[len(q)-1].Event.Reason == ReasonVanished {
@@ -793,10 +810,24 @@ func (s *State) neverShown(seen map[netip.Addr]bool, now int64) (n int) {
 		ev := event.Event{Action: event.Expiry, Family: family, MAC: t.MAC, IP: ip,
 			Timestamp: t.Ends, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
-		s.schedule(ip, Pending{Event: ev, Due: max(t.Ends, now) + wait, Orphan: orphan})
+		due := max(t.Ends, now) + wait
+		if pair {
+			due = max(due, now+pairSettle)
+		}
+		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan})
 		n++
 	}
 	return n
+}
+
+// unwrittenCommit reports whether l, the block a rewrite shows for an
+// address, is older than the commit t a hook told for it: it began at
+// least two seconds before the hook's second (dhcpd stamps a lease's
+// start when it acks, in the second its hook runs; the hook reads the
+// clock a few milliseconds later) and ends before the told lease. dhcpd
+// never wrote that commit.
+func unwrittenCommit(l Lease, t Told) bool {
+	return l.Starts < t.At-1 && l.Ends < t.Ends
 }
 
 // Due returns the synthesised events whose time has come, in time order,

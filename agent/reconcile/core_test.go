@@ -384,6 +384,27 @@ func TestRules(t *testing.T) {
 			{at: 200, snapshot: only1},
 			{at: 300},
 		}},
+		// dhcpd runs a commit's hook before it writes the lease; stopped
+		// in between, it never wrote it, and the rewrite at its restart
+		// shows the address as it was before: the region holds a lease
+		// dhcpd never had (make chaos PAIR=1 seed 7, a pair; the same
+		// here). Expired at its end.
+		{"rule 2: a commit only a hook told of, the rewrite showing the address's older life: at its end", []step{
+			{at: 0, snapshot: only1 + block(ip2, "free", macB, t0-100, t0-50)},
+			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 60))},
+			{at: 20, snapshot: only1 + block(ip2, "free", macB, t0-100, t0-50)},
+			{at: 70 + grace - 1},
+			{at: 70 + grace, want: []string{"expiry 203.0.113.11 00:16:3e:00:00:0b +70 vanished"}},
+			{at: 300},
+		}},
+		// Written, then ended with no hook telling it: rule 1's missed
+		// expiry at the end the file shows, not the commit's own end.
+		{"rule 2: a commit only a hook told of, the rewrite showing it ended: not unwritten", []step{
+			{at: 0, snapshot: only1 + block(ip2, "free", macB, t0-100, t0-50)},
+			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 60))},
+			{at: 20, snapshot: only1 + block(ip2, "free", macB, t0+10, t0+15)},
+			{at: 300, want: []string{"expiry 203.0.113.11 00:16:3e:00:00:0b +15 missed-expiry"}},
+		}},
 		{"rule 2: a lease only a hook told of, in the rewrite: nothing", []step{
 			{at: 0, snapshot: only1},
 			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 60))},
