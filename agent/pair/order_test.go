@@ -74,14 +74,7 @@ func TestClear(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var asked []Item
-			var held []int64
-			for _, ip := range []string{a, b, c} {
-				if k, ok := tc.held[ip]; ok {
-					asked = append(asked, Item{IP: netip.MustParseAddr(ip)})
-					held = append(held, k)
-				}
-			}
+			asked, held := answer(tc.held, a, b, c)
 			h := tc.horizon
 			if h == 0 {
 				h = horizon
@@ -137,14 +130,7 @@ func TestClearPast(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var asked []Item
-			var held []int64
-			for _, ip := range []string{a, b, c} {
-				if k, ok := tc.held[ip]; ok {
-					asked = append(asked, Item{IP: netip.MustParseAddr(ip)})
-					held = append(held, k)
-				}
-			}
+			asked, held := answer(tc.held, a, b, c)
 			v := Clear(tc.batch, asked, held, false, 1000e9)
 			if diff := cmp.Diff(tc.want, v.Go); diff != "" || v.First != tc.first || v.Why != tc.why {
 				t.Errorf("Clear: first %d %q, want %d %q; go (-want +got):\n%s", v.First, v.Why, tc.first, tc.why, diff)
@@ -160,4 +146,19 @@ func TestClearPast(t *testing.T) {
 			}
 		})
 	}
+}
+
+// answer is a query over ips, in that order, and the peer's answer to it:
+// the addresses in held (the peer's oldest held news of each, 0 for
+// none); an address not in held was not asked about.
+func answer(held map[string]int64, ips ...string) ([]Item, []int64) {
+	var asked []Item
+	var keys []int64
+	for _, ip := range ips {
+		if k, ok := held[ip]; ok {
+			asked = append(asked, Item{IP: netip.MustParseAddr(ip)})
+			keys = append(keys, k)
+		}
+	}
+	return asked, keys
 }
