@@ -346,37 +346,6 @@ func TestFailoverRules(t *testing.T) {
 			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
 	}, {
-		// The primary's hook told a commit as its rack went down: dhcpd
-		// was stopped before it wrote the lease (it runs the hook first),
-		// and the agent found the event in the spool when it came back.
-		// The restarted dhcpd's file shows the address's previous, ended
-		// life, and the partner never heard of the commit. Nothing else
-		// will end the lease the region now holds (make chaos PAIR=1 seed
-		// 7: the region kept it).
-		name: "a commit this side's hook told, never written before dhcpd stopped: expired at its end",
-		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base + block("203.0.113.12", "free", macA, t0-100, t0-50)},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 40, snapshot: base + block("203.0.113.12", "free", macA, t0-100, t0-50)},
-			{at: 40 + max(grace, pairSettle) - 1},
-			{at: 40 + max(grace, pairSettle), want: []string{"expiry 203.0.113.12 " + macA + " +30 vanished"}},
-		},
-	}, {
-		// The same, but the partner acked the client after this side
-		// stopped: its binding update reaches this side's file before
-		// the expiry is due, and the expiry is dropped.
-		name: "a commit this side's hook told, never written, then the partner's newer lease: nothing",
-		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base + block("203.0.113.12", "free", macA, t0-100, t0-50)},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 40, snapshot: base + block("203.0.113.12", "free", macA, t0-100, t0-50)},
-			{at: 45, appended: block("203.0.113.12", "active", macA, t0+44, t0+64)},
-			{at: 40 + max(grace, pairSettle)},
-			{at: 10000},
-		},
-	}, {
 		name: "range shrink while the secondary was down: the surviving primary does not wait",
 		pair: primary,
 		steps: []step{
