@@ -29,6 +29,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/agent/pair"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
@@ -1738,19 +1739,11 @@ func (g *fakeGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
 }
 func (g *fakeGate) ClearPieces(_ context.Context, b []event.Queued, piece []int) []event.Queued {
 	g.clearAll = append(g.clearAll, seqsOf(b))
-	held := map[int]bool{}
+	goes := make([]bool, len(b))
 	for i, q := range b {
-		if g.hold[q.Seq] {
-			held[piece[i]] = true
-		}
+		goes[i] = !g.hold[q.Seq]
 	}
-	var out []event.Queued
-	for i, q := range b {
-		if !held[piece[i]] {
-			out = append(out, q)
-		}
-	}
-	return out
+	return pair.WholePieces(b, piece, goes)
 }
 func (g *fakeGate) Delivered([]event.Queued) {}
 

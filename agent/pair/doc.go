@@ -24,9 +24,11 @@
 // that is newer than what the asker delivered — queued in its outbox, in
 // flight, or made and waiting to be queued — and the newest it delivered
 // itself. An event the peer shows newer delivered news for is never sent
-// alone (agent: judgePair). The batch is cut before its first event that
-// may not go; when that is its first event, the agent asks again every
-// 100 ms. An event also waits until it is Margin older than the query,
+// alone (agent: judgePair). An event that may not go holds back the
+// batch's later events of its address and of its MAC; the others go past
+// it; when none may go, the agent asks again every 100 ms. Of a batch the
+// region may have applied already, only whole pieces go (ClearPieces).
+// An event also waits until it is Margin older than the query,
 // so that the peer's news of the same moment, still on its way from
 // dhcpd's hook, is in the peer's queue when it answers.
 //
@@ -41,9 +43,13 @@
 //   - a piece of the peer's news seen held for hold_max no longer holds
 //     this agent's news back (the peer's region link failing, or its
 //     start-up judgment of what it held);
+//   - an event held for its own sake (dated ahead of the clock, or beyond
+//     a query's addresses) goes once it has been the first held for
+//     hold_max;
 //   - events of one queue are in key order per address, not across
-//     addresses, so the two agents can wait on each other; hold_max
-//     breaks that.
+//     addresses; with events going past what is held, only a cycle
+//     through shared MACs can make the two agents wait on each other,
+//     and hold_max breaks it.
 //
 // The datagrams (wire.go) are UDP, signed with HMAC-SHA256 under the
 // key both racks share (pair.key_file); an answer carries its query's

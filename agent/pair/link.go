@@ -104,8 +104,9 @@ type Link struct {
 	delivered map[netip.Addr]int64 // this run's newest delivered key per address (Delivered)
 	// peerDelivered: the peer's newest delivered key per address, from
 	// the answers since this agent's last delivery (a batch can be
-	// cleared by more than one question: ClearPieces for what may have
-	// been applied, Clear for the rest), for PeerDelivered.
+	// cleared by more than one question: the deliverer asks again about
+	// a batch the gate held a while, with what was queued meanwhile),
+	// for PeerDelivered.
 	peerDelivered map[netip.Addr]int64
 }
 
@@ -489,9 +490,11 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		} else if l.stuckFor(batch[v.First], v.Why, now) {
 			v = clearBatch(batch, items, held, l.cfg.Primary(), horizon, l.forced)
 		}
-		out := v.Subset(batch)
+		var out []event.Queued
 		if whole {
 			out = WholePieces(batch, piece, v.Go)
+		} else {
+			out = v.Subset(batch)
 		}
 		if len(out) > 0 {
 			if !blockedSince.IsZero() {

@@ -44,10 +44,9 @@ type Verdict struct {
 	// N counts them.
 	Go []bool
 	N  int
-	// The first event held back (the batch's First), and why (one of
-	// the Why constants); Why is "" when every event may go.
+	// The index of the first event held back, and why (one of the Why
+	// constants); Why is "" when every event may go.
 	First int
-	Held  event.Event
 	Why   string
 }
 
@@ -124,7 +123,7 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, primary bool, 
 			blockedMAC[q.Event.MAC] = true
 		}
 		if v.Why == "" {
-			v.First, v.Held, v.Why = i, q.Event, why
+			v.First, v.Why = i, why
 		}
 	}
 	for i, q := range batch {

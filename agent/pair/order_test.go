@@ -83,8 +83,8 @@ func TestClear(t *testing.T) {
 			if v.N != tc.want || v.Why != tc.why {
 				t.Errorf("Clear = %d %q, want %d %q", v.N, v.Why, tc.want, tc.why)
 			}
-			if v.N < len(batch) && (v.First != tc.want || v.Held.IP != batch[v.N].Event.IP) {
-				t.Errorf("held %d %v, want the batch's event %d", v.First, v.Held.IP, v.N)
+			if v.N < len(batch) && (v.First != tc.want || batch[v.First].Event.IP != batch[v.N].Event.IP) {
+				t.Errorf("held %d, want the batch's event %d", v.First, v.N)
 			}
 		})
 	}

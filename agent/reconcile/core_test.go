@@ -398,8 +398,9 @@ func TestRules(t *testing.T) {
 			{at: 300},
 		}},
 		// Written, then ended with no hook telling it: rule 1's missed
-		// expiry at the end the file shows, not the commit's own end.
-		{"rule 2: a commit only a hook told of, the rewrite showing it ended: not unwritten", []step{
+		// expiry at the end the file shows, and nothing at the commit's
+		// own end.
+		{"rule 2: a commit only a hook told of, the rewrite showing it ended: the file's end, once", []step{
 			{at: 0, snapshot: only1 + block(ip2, "free", macB, t0-100, t0-50)},
 			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 60))},
 			{at: 20, snapshot: only1 + block(ip2, "free", macB, t0+10, t0+15)},

@@ -127,8 +127,8 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 
 // PendingOldest gives, for each of ips, the smallest key(event) above
 // after[i] among the events the reconciler has made and waits to queue
-// (and whether it waits to queue any for the address) (the grace after a
-// lease's end, a vanished lease's hold), 0 for none: news this agent
+// (the grace after a lease's end, a vanished lease's hold), 0 for none,
+// and whether it waits to queue any for the address: news this agent
 // holds that the failover pair's channel tells the peer of (agent/pair).
 func (r *Reconciler) PendingOldest(ips []netip.Addr, after []int64, key func(event.Event) int64) (oldest []int64, pending []bool) {
 	out := make([]int64, len(ips))
