@@ -297,6 +297,16 @@ func Truth(gens []Generation) map[string][]Version {
 				v.From = b.Starts
 			} else {
 				v.From = b.Ends
+				if seen := b.Seen.Unix(); !b.Seen.IsZero() && seen < v.From {
+					// The file showed it free before its end: a failover
+					// peer that freed its stale record of the lease (its
+					// expired→free transition runs on expiry, dhcpd's
+					// server/mdb.c make_binding_state_transition) and
+					// sent that state to its partner, ending the
+					// partner's newer life with it. The end came no
+					// later than the file showed it.
+					v.From = seen
+				}
 			}
 			if bi >= g.Table {
 				v.Count = 1

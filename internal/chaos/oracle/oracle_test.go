@@ -330,6 +330,36 @@ func TestFromRule(t *testing.T) {
 	}
 }
 
+// Found in a pair run (make chaos PAIR=1 SEED=7): a failover peer
+// restarted with its record of a lease's previous life expired, freed it
+// with its partner's newer life (ends at 30) merged in, and both peers'
+// hooks told the expiry at 25, when the files showed the lease free. The
+// end came when the file showed it, not at the block's ends.
+func TestFreedBeforeItsEnd(t *testing.T) {
+	starts := func(b Block, s int) Block { b.Starts = at(s).Unix(); return b }
+	seen := func(b Block, s int) Block { b.Seen = at(s); return b }
+	gens := []Generation{gen("g0", nil, seen(starts(act(ip1, m1, 30), 10), 10), seen(starts(free(ip1, m1, 30), 10), 25))}
+	ev := func(arrive int, action string, ts int) Item {
+		it := item(arrive, action, ip1, m1)
+		it.Timestamp = at(ts).Unix()
+		return it
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"the expiry when the file showed it free", []Item{ev(11, "commit", 10), ev(25, "expiry", 25)}, nil},
+		{"the expiry at its end", []Item{ev(11, "commit", 10), ev(31, "expiry", 30)}, nil},
+		{"an expiry before the file showed it free", []Item{ev(11, "commit", 10), ev(21, "expiry", 20)}, []string{"false " + ip1, "lost " + ip1}},
+	} {
+		r := Check(Input{Generations: gens, Items: tc.items, End: at(40)})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
+}
+
 func evidence(r Report) string {
 	var b strings.Builder
 	for _, v := range r.Violations {
