@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/internal/chaos"
+	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
 )
 
 func main() {
@@ -35,11 +36,12 @@ func main() {
 	faults := flag.String("faults", "", "comma-separated fault kinds (default all: "+strings.Join(chaos.AllFaults, ",")+")")
 	keep := flag.Bool("keep", false, "keep the run's directory even when it passes")
 	judge := flag.String("judge", "", "judge a kept run's directory again with this oracle (its "+chaos.EvidenceFile+"), run nothing")
+	explain := flag.String("ip", "", "with -judge: also print this address's truth and the region's items for it")
 	flag.BoolVar(&o.PairAlone, "pair-alone", false, "with -pair: no channel between the two agents ([pair] unset), to compare")
 	flag.BoolVar(&o.Pair, "pair", false, "a failover pair: two racks (dhcpd peers as MAAS configures them, an agent each), one region; faults kill and return a rack, change the range on both ("+strings.Join(chaos.PairFaults, ",")+")")
 	flag.Parse()
 	if *judge != "" {
-		os.Exit(rejudge(*judge))
+		os.Exit(rejudge(*judge, *explain))
 	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "chaos: needs root (network namespaces, dhcpd, a tmpfs mount); run it as root, e.g. sudo make chaos")
@@ -94,7 +96,7 @@ func run(o chaos.Options, keep bool) int {
 }
 
 // rejudge judges a kept run again and prints its summary.
-func rejudge(dir string) int {
+func rejudge(dir, ip string) int {
 	res, err := chaos.Rejudge(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -102,6 +104,9 @@ func rejudge(dir string) int {
 	}
 	fmt.Printf("chaos: judged again: %s\n", dir)
 	chaos.Summary(os.Stdout, res, 0, 0)
+	if ip != "" {
+		fmt.Print(oracle.Explain(res.Evidence.Input, ip))
+	}
 	if len(res.Report.Violations) > 0 {
 		fmt.Printf("FAIL: %d violations\n", len(res.Report.Violations))
 		return 1

@@ -395,9 +395,10 @@ func Check(in Input) Report {
 	var lags []time.Duration
 	var worst string
 	var worstLag time.Duration
-	pos := map[string]int{}          // IP → index of the current version
-	hit := map[string]map[int]int{}  // IP → version → items matched
-	history := map[string][]string{} // IP → the region's items, for evidence
+	pos := map[string]int{}              // IP → index of the current version
+	hit := map[string]map[int]int{}      // IP → version → items matched
+	history := map[string][]string{}     // IP → the region's items, for evidence
+	endTold := map[string]map[int]bool{} // IP → versions whose end an unwritten item told
 	// inner[i]: a later item of the same batch is for the same IP, so
 	// item i is a step inside a transaction, not a state the region
 	// shows (a batch sent again with more behind it replays older
@@ -525,6 +526,16 @@ func Check(in Input) Report {
 		}
 		if j < 0 && unwritten(it, in.Deaths) {
 			r.Unwritten++
+			if k := p + 1; it.Action != "commit" && p < len(q) && q[p].Active && q[p].MAC == it.MAC && k < len(q) && !q[k].Active && q[k].MAC == it.MAC {
+				// The end of the current life, told as dhcpd died
+				// before it wrote it (a release): the region heard
+				// the life end, so the end the files show later for
+				// it (its expiry) is not lost.
+				if endTold[it.IP] == nil {
+					endTold[it.IP] = map[int]bool{}
+				}
+				endTold[it.IP][k] = true
+			}
 			continue
 		}
 		if j < 0 {
@@ -590,7 +601,7 @@ func Check(in Input) Report {
 	for _, ip := range ips {
 		q := truth[ip]
 		for k, v := range q {
-			if hit[ip][k] > 0 {
+			if hit[ip][k] > 0 || endTold[ip][k] {
 				continue
 			}
 			if v.Vanished && (v.Ends > end || k+1 < len(q) && q[k+1].Active && q[k+1].MAC != v.MAC) {
@@ -797,4 +808,28 @@ func CheckPosts(reqs []Request, timeout time.Duration) Posts {
 		}
 	}
 	return p
+}
+
+// Explain is ip's record for a person tracing a violation: its truth's
+// versions (where the files showed each, when, and when on dhcpd's clock
+// it began) and the region's items for it, in arrival order.
+func Explain(in Input, ip string) string {
+	var b strings.Builder
+	clock := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("15:04:05.000")
+	}
+	fmt.Fprintf(&b, "truth of %s (version, seen in the file, began on dhcpd's clock):\n", ip)
+	for _, v := range Truth(in.Generations)[ip] {
+		fmt.Fprintf(&b, "  %-60s seen %s  from %s\n", v, clock(v.Seen), fmtUnix(v.From))
+	}
+	fmt.Fprintf(&b, "items of %s (arrived, request, action, MAC, the event's time):\n", ip)
+	for _, it := range in.Items {
+		if it.IP == ip {
+			fmt.Fprintf(&b, "  %s  #%-4d %-7s %s  %s\n", clock(it.At), it.Batch, it.Action, it.MAC, fmtUnix(it.Timestamp))
+		}
+	}
+	return b.String()
 }

@@ -535,6 +535,34 @@ func TestUnwritten(t *testing.T) {
 	}
 }
 
+// Found in a pair run (make chaos PAIR=1): the client released, dhcpd
+// ran the hook and was restarted before it wrote the release; the lease,
+// active again in the restarted file, expired at its end. The region
+// heard the life end (the release): the expiry the agent then has no
+// reason to send is not lost.
+func TestUnwrittenEnd(t *testing.T) {
+	life := []Generation{gen("g0", nil, act(ip1, m1, 20), free(ip1, m1, 20))}
+	ev := func(arrive int, action string, ts int) Item {
+		it := item(arrive, action, ip1, m1)
+		it.Timestamp = at(ts).Unix()
+		return it
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"the release, unwritten", []Item{ev(1, "commit", 0), ev(11, "release", 10)}, nil},
+		{"the release, unwritten, and the expiry", []Item{ev(1, "commit", 0), ev(11, "release", 10), ev(21, "expiry", 20)}, nil},
+		{"nothing after the commit", []Item{ev(1, "commit", 0)}, []string{"final " + ip1, "lost " + ip1}},
+	} {
+		r := Check(Input{Generations: life, Items: tc.items, End: at(30), Deaths: []time.Time{at(11)}})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
+}
+
 // TestUnwrittenRelease: the client releases, dhcpd runs the hook and is
 // restarted on a shrunk range before it writes the release; the restart
 // drops the lease. The release is not an early expiry of that lease.

@@ -14,7 +14,7 @@ import (
 // What the pair did is the union of what either file shows, in time
 // order: every block a peer appended, except the copy of a block the
 // other file already showed (the binding update of the same lease state:
-// same IP, binding, MAC and end), which is the same event told twice. A
+// same IP, binding, MAC, start and end), which is the same event told twice. A
 // rewrite's table is not news in a pair: a peer returning from a death
 // writes the table it had (its partner's newer blocks reach it after,
 // through recovery), so tables are left out, and a lease leaves the
@@ -50,10 +50,15 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 	// before its own blocks).
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
 
+	// A copy carries the lease's start too (the binding update's start
+	// time of state becomes the partner's starts: dhcpd
+	// server/failover.c): two lives of one MAC can end in the same
+	// second (the first expired, the next released in it), and only
+	// the start tells the second's end from a copy of the first's.
 	type key struct {
-		IP, MAC string
-		Active  bool
-		Ends    int64
+		IP, MAC      string
+		Active       bool
+		Starts, Ends int64
 	}
 	told := make([]map[key]bool, len(files)) // what each file contributed
 	for f := range told {
@@ -105,7 +110,7 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 			continue
 		}
 		b := gen.Blocks[e.b]
-		k := key{IP: b.IP, MAC: b.MAC, Active: b.Active, Ends: b.Ends}
+		k := key{IP: b.IP, MAC: b.MAC, Active: b.Active, Starts: b.Starts, Ends: b.Ends}
 		echo := false
 		for f := range told {
 			if f != e.f && told[f][k] {

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -90,5 +91,33 @@ func TestMergePair(t *testing.T) {
 				t.Errorf("vanished %d, want 1", r.Vanished)
 			}
 		})
+	}
+}
+
+// Found in a pair run (make chaos PAIR=1): the secondary expired a life
+// of m1 ending at 20 (a second early, as dhcpd may), the primary acked
+// the client's next life at 19, and the client released it at 20. The
+// release's block is not a copy of the expiry's, though both are
+// inactive, of m1, ending at 20: their starts differ.
+func TestMergePairTwoLivesEndInOneSecond(t *testing.T) {
+	blk := func(b Block, starts int, seenMS int) Block {
+		b.Starts, b.Seen = at(starts).Unix(), t0.Add(time.Duration(seenMS)*time.Millisecond)
+		return b
+	}
+	prim := []Generation{gen("p0", nil, blk(act(ip1, m1, 20), 0, 0), blk(free(ip1, m1, 20), 0, 19_100),
+		blk(act(ip1, m1, 29), 19, 19_300), blk(free(ip1, m1, 20), 19, 20_000))}
+	sec := []Generation{gen("s0", nil, blk(act(ip1, m1, 20), 0, 100), blk(free(ip1, m1, 20), 0, 19_000),
+		blk(act(ip1, m1, 29), 19, 19_500), blk(free(ip1, m1, 20), 19, 20_500))}
+	m := MergePair([][]Generation{prim, sec}, func(f, g int, ip string) bool { return true })
+	ev := func(arriveMS int, action string, ts int) Item {
+		it := Item{At: t0.Add(time.Duration(arriveMS) * time.Millisecond), Action: action, IP: ip1, MAC: m1, Timestamp: at(ts).Unix()}
+		return it
+	}
+	r := Check(Input{Generations: m, End: at(50), Items: []Item{ev(50, "commit", 0), ev(19_050, "expiry", 19), ev(19_350, "commit", 19), ev(20_050, "release", 20)}})
+	if got := rules(r); len(got) != 0 {
+		t.Errorf("violations %v\n%s", got, evidence(r))
+	}
+	if r.Versions != 4 {
+		t.Errorf("versions %d, want 4 (two lives, two ends)", r.Versions)
 	}
 }
