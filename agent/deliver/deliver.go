@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -132,6 +133,9 @@ type Deliverer struct {
 	// gate, if set, orders deliveries with the other agent of a failover
 	// pair (SetGate).
 	gate Gate
+	// recheck: a batch the gate cleared this long ago is cleared and
+	// judged again before it is sent (overtaken); recheckAfter.
+	recheck time.Duration
 
 	inflight  *inflight     // nil: no record kept
 	hold      time.Duration // Config.UnansweredHold, with its default
@@ -159,7 +163,7 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 	if err != nil {
 		return nil, err
 	}
-	d := &Deliverer{q: q, log: log, now: now, turn: make(chan struct{}, 1), reloaded: make(chan struct{}, 1),
+	d := &Deliverer{q: q, log: log, now: now, turn: make(chan struct{}, 1), reloaded: make(chan struct{}, 1), recheck: recheckAfter,
 		probeEvery: DefaultProbeInterval}
 	d.health.h.State = StateUnknown
 	d.setLink(l)
@@ -493,8 +497,56 @@ var errRepeek = errors.New("peek again")
 
 // bisection is what one batch's delivery, splits included, knows.
 type bisection struct {
-	peeked time.Time // when the batch was taken, for latency
-	logged bool      // the 500 that started the search was logged
+	peeked  time.Time // when the batch was taken, for latency
+	cleared time.Time // when the pair's gate last cleared it (overtaken)
+	logged  bool      // the 500 that started the search was logged
+}
+
+// recheckAfter: in a failover pair, a batch cleared by the gate this long
+// ago is cleared and judged again before it is sent (a retry after an
+// outage or a failing region, the second half of a split).
+const recheckAfter = time.Second
+
+// overtaken reports whether batch, cleared by the pair's gate at
+// b.cleared, may no longer go as it is: cleared again, the gate holds part
+// of it back, or the stale check finds one of its events older than news
+// the peer told since. While this agent retried (the region away, or
+// failing every event), the peer may have delivered newer news of the
+// same address; the batch sent then would take the region back from it
+// (make chaos PAIR=1 SEED=21: six old expiries delivered 15 s after the
+// peer's newer commits). The caller then returns errRepeek: step peeks,
+// clears and judges the queue afresh. False outside a pair, and within
+// d.recheck of the last clearing.
+func (d *Deliverer) overtaken(ctx context.Context, batch []event.Queued, b *bisection) bool {
+	if d.gate == nil || len(batch) == 0 || d.now().Sub(b.cleared) < d.recheck {
+		return false
+	}
+	var out []event.Queued
+	if slices.ContainsFunc(batch, func(q event.Queued) bool { return q.Seq <= d.doubt.Load() }) {
+		out = d.gate.ClearPieces(ctx, batch, pieces(batch))
+	} else {
+		out = d.gate.Clear(ctx, batch)
+	}
+	if out == nil {
+		return false // ctx ended: the caller's next post says so
+	}
+	b.cleared = d.now()
+	if len(out) < len(batch) {
+		return true
+	}
+	f := d.stale.Load()
+	if f == nil {
+		return false
+	}
+	for i, q := range batch {
+		if i+1 < len(batch) && batch[i+1].Seq == q.Seq || i > 0 && batch[i-1].Seq == q.Seq {
+			continue // judged stale already and sent with its newer news (withNewest), or that news
+		}
+		if stale, _ := (*f)(ctx, q.Event); stale {
+			return true
+		}
+	}
+	return false
 }
 
 // deliver sends batch: events that cannot be valid are dead-lettered
@@ -553,7 +605,7 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 	if len(good) == 0 {
 		return nil
 	}
-	return d.send(ctx, withNewest(good, restate), &bisection{peeked: peeked})
+	return d.send(ctx, withNewest(good, restate), &bisection{peeked: peeked, cleared: d.now()})
 }
 
 // restatement is newer news to send after a stale event (StaleFunc):
@@ -597,6 +649,9 @@ func withNewest(batch []event.Queued, restate map[netip.Addr]restatement) []even
 func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection) error {
 	whole := 0 // 500s answered to this batch sent whole, in doubt
 	for attempt := 0; ; attempt++ {
+		if d.overtaken(ctx, batch, b) {
+			return errRepeek
+		}
 		o, err := d.post(ctx, batch)
 		if err != nil {
 			return err
@@ -689,6 +744,9 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 	for {
 		if !d.pause(ctx, delay, wake, down) {
 			return ctx.Err()
+		}
+		if d.overtaken(ctx, one, b) {
+			return errRepeek
 		}
 		cfg, wake, down = d.link.Load().cfg, false, false
 		o, err := d.post(ctx, one)

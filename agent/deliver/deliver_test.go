@@ -1805,3 +1805,50 @@ func TestClearedDoubt(t *testing.T) {
 		})
 	}
 }
+
+// TestRecheckedAfterWait: in a failover pair a batch retried after the
+// region was away, or failed every event, is cleared and judged again
+// before it is sent: the peer may have delivered newer news of one of its
+// addresses meanwhile, and the old event sent then would take the region
+// back (make chaos PAIR=1 SEED=21). The stale event is taken off the
+// queue unsent; the rest goes. Each way of waiting: an outage (503), and
+// the region failing the lone event (500).
+func TestRecheckedAfterWait(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault regionstub.Fault
+	}{
+		{"outage", regionstub.Fault{Status: 503}},
+		{"failing", regionstub.Fault{Status: 500}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, f := stub(t, regionstub.Options{})
+			evs := events(2, 2) // two addresses
+			q := newMemQueue()
+			q.Append(evs...)
+			s.FailNext(3, tc.fault)
+			h := newDeliverer(t, fastConfig(s, f), q)
+			h.d.recheck = 0
+			g := &fakeGate{hold: map[uint64]bool{}}
+			h.d.SetGate(g)
+			// The peer delivers newer news of the first address once
+			// this agent's first attempt has failed.
+			h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) {
+				return e.IP == evs[0].IP && len(s.Requests()) > 0, event.Event{}
+			})
+			if err := h.d.Flush(ctxT(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(items(evs[1:]), s.Items()); diff != "" {
+				t.Errorf("items (-want +got):\n%s", diff)
+			}
+			if n := q.Depth(); n != 0 {
+				t.Errorf("queue depth %d, want 0", n)
+			}
+			if len(g.clear)+len(g.clearAll) < 2 {
+				t.Errorf("the gate cleared %d batches, want the retry cleared again", len(g.clear)+len(g.clearAll))
+			}
+		})
+	}
+}
+
