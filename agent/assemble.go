@@ -98,8 +98,9 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 	}
 
 	closePair := func() error { return nil }
+	var link *pair.Link
 	if cfg.Pair.On() {
-		link, err := newPairLink(cfg, store, rec, hs, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
+		link, err = newPairLink(cfg, store, rec, hs, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
 		if err != nil {
 			rec.Close()
 			orph.Close()
@@ -114,7 +115,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 
 	a.SetDeadLetters(store)
 	a.SetOrphans(orph)
-	a.SetStatus(status{store, d, rec, orph})
+	a.SetStatus(status{store, d, rec, orph, link})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
 	a.Add("orphans", orphansTask{r: orph, version: version})
@@ -330,10 +331,45 @@ var ReloadableRegionKeys = []string{"region.url", "region.ca_file", "region.cert
 
 // status combines what /status reports.
 type status struct {
-	s *outbox.Store
-	d *deliver.Deliverer
-	r *reconcile.Reconciler
-	o *orphans.Releaser
+	s    *outbox.Store
+	d    *deliver.Deliverer
+	r    *reconcile.Reconciler
+	o    *orphans.Releaser
+	link *pair.Link // nil without the pair channel ([pair] unset)
+}
+
+// PairReport is dhcpd's failover pair and the channel to the other
+// agent; nil outside a pair.
+func (x status) PairReport() *PairReport {
+	p := x.r.PairState()
+	if !p.InPair() {
+		return nil
+	}
+	r := &PairReport{Peer: p.Peer, Role: p.Role, MyState: p.MyState, PartnerState: p.PartnerState}
+	switch {
+	case p.Survivor():
+		r.Speaks = "for the pair: its partner is down"
+	case p.Recovering():
+		r.Speaks = "for nothing new: dhcpd is catching up with its partner, whose agent told its news"
+	case p.MyState == "":
+		r.Speaks = "unknown: dhcpd has not written its failover state yet"
+	default:
+		r.Speaks = "for the leases its dhcpd handles"
+	}
+	if x.link != nil {
+		h := x.link.Health()
+		c := &PairChannelReport{Peer: h.Peer, Alone: h.Alone}
+		if !h.Heard.IsZero() {
+			t := h.Heard.UTC()
+			c.Heard = &t
+		}
+		if !h.Waiting.IsZero() {
+			t := h.Waiting.UTC()
+			c.Waiting = &t
+		}
+		r.Channel = c
+	}
+	return r
 }
 
 func (x status) OrphanReports() []OrphanReport {

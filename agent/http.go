@@ -46,6 +46,38 @@ type StatusReport struct {
 	// every range, which the region still holds as observed, and why each
 	// is not freed yet (agent/orphans). Null when no part frees them.
 	Orphans []OrphanReport `json:"orphans"`
+	// Pair is dhcpd's failover pair and the channel to the other
+	// agent; null outside a pair.
+	Pair *PairReport `json:"pair"`
+}
+
+// PairReport is StatusReport.Pair. States are dhcpd's failover states as
+// its leases file last recorded them ("" before it wrote one); speaks
+// says whose news this side's agent tells.
+type PairReport struct {
+	Peer         string             `json:"peer"` // the failover peer declaration's name
+	Role         string             `json:"role"` // primary or secondary
+	MyState      string             `json:"my_state"`
+	PartnerState string             `json:"partner_state"`
+	Speaks       string             `json:"speaks"`
+	Channel      *PairChannelReport `json:"channel"` // null without [pair] (each agent delivers alone)
+}
+
+// PairChannelReport is the channel to the other agent of the pair
+// (agent/pair): alone when that agent was silent for hold_max and this
+// one delivers without waiting; heard when its last datagram came (null:
+// none since start); waiting since when every due event has been held
+// back for the peer's older news (null: none is).
+type PairChannelReport struct {
+	Peer    string     `json:"peer"`
+	Alone   bool       `json:"alone"`
+	Heard   *time.Time `json:"heard"`
+	Waiting *time.Time `json:"waiting"`
+}
+
+// Pairer is optionally implemented by a Status: the failover pair.
+type Pairer interface {
+	PairReport() *PairReport
 }
 
 // OrphanReport is one address in StatusReport.Orphans (no MAC: /status
@@ -266,6 +298,9 @@ func (a *Agent) Report() StatusReport {
 		}
 		if m, ok := s.(Moder); ok {
 			r.Mode = m.ModeReport()
+		}
+		if p, ok := s.(Pairer); ok {
+			r.Pair = p.PairReport()
 		}
 		if o, ok := s.(Orphaner); ok {
 			r.Orphans = o.OrphanReports()

@@ -575,6 +575,13 @@ type statusReport struct {
 	Held *struct {
 		Events int `json:"events"`
 	} `json:"held"`
+	Pair *struct {
+		Role    string `json:"role"`
+		Channel *struct {
+			Alone bool       `json:"alone"`
+			Heard *time.Time `json:"heard"`
+		} `json:"channel"`
+	} `json:"pair"`
 }
 
 // deadLetter is one element of `leasekeeper deadletter list --json`.

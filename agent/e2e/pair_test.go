@@ -113,6 +113,20 @@ func TestPairChannelOrder(t *testing.T) {
 			t.Errorf("%s: the region got\n  %s\nthe hooks ran\n  %s", ip, g, w)
 		}
 	}
+	// Each agent's status shows its side and the channel: the peer
+	// heard, not delivering alone.
+	for _, s := range []struct {
+		p    *agentProc
+		role string
+	}{{pa, "primary"}, {pb, "secondary"}} {
+		rep, err := s.p.status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := rep.Pair; p == nil || p.Role != s.role || p.Channel == nil || p.Channel.Heard == nil || p.Channel.Alone {
+			t.Errorf("%s: status pair %+v, want its role, the peer heard, not alone", s.role, p)
+		}
+	}
 }
 
 // padMAC zero-pads a MAC as dhcpd passes it (2:0:0:0:0:a), as the

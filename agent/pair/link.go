@@ -86,9 +86,11 @@ type Link struct {
 	probeNonce [nonceLen]byte // the last probe's (while alone)
 	readDone   chan struct{}  // closed when read returns
 
-	alone       atomic.Bool // the peer was silent for HoldMax: deliveries do not wait for it
-	silentSince time.Time   // Clear's: first unanswered query since the last answer
-	lastProbe   time.Time   // Clear's: last query sent while alone
+	alone       atomic.Bool  // the peer was silent for HoldMax: deliveries do not wait for it
+	heard       atomic.Int64 // Unix ns of the peer's last authenticated datagram (0: none yet)
+	waiting     atomic.Int64 // Unix ns since when Clear holds every event back (0: not now)
+	silentSince time.Time    // Clear's: first unanswered query since the last answer
+	lastProbe   time.Time    // Clear's: last query sent while alone
 	// Clear's: when each piece of the peer's news that held this
 	// agent's back was first seen, and those waited for hold_max.
 	seen   map[blocker]time.Time
@@ -193,6 +195,32 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	return l, nil
 }
 
+// Health is the channel as `leasekeeper status` shows it.
+type Health struct {
+	Peer string // pair.peer
+	// Alone: the peer agent was silent for hold_max, and this agent
+	// delivers without waiting for it (it probes every second).
+	Alone bool
+	// Heard is when the peer agent's last authenticated datagram came
+	// (zero: none since this agent started).
+	Heard time.Time
+	// Waiting is since when every event due for the region has been held
+	// back for the peer's older news (zero: none is).
+	Waiting time.Time
+}
+
+// Health reports the channel's state.
+func (l *Link) Health() Health {
+	h := Health{Peer: l.cfg.Peer, Alone: l.alone.Load()}
+	if ns := l.heard.Load(); ns != 0 {
+		h.Heard = time.Unix(0, ns)
+	}
+	if ns := l.waiting.Load(); ns != 0 {
+		h.Waiting = time.Unix(0, ns)
+	}
+	return h
+}
+
 // Addr is the address the link answers on.
 func (l *Link) Addr() net.Addr { return l.conn.LocalAddr() }
 
@@ -250,6 +278,7 @@ func (l *Link) read() {
 			l.refused("role", from, errors.New("from a sender of this agent's own role (both dhcpd primary, or both secondary?)"))
 			continue
 		}
+		l.heard.Store(l.now().UnixNano())
 		if m.Answer {
 			l.met.datagrams.WithLabelValues("answer").Inc()
 			l.mu.Lock()
@@ -421,6 +450,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 	if len(batch) == 0 {
 		return nil
 	}
+	defer l.waiting.Store(0)
 	whole := piece != nil
 	var blockedSince time.Time
 	for ctx.Err() == nil {
@@ -499,11 +529,13 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		if len(out) > 0 {
 			if !blockedSince.IsZero() {
 				l.met.held.Add(l.now().Sub(blockedSince).Seconds())
+				l.waiting.Store(0)
 			}
 			return out
 		}
 		if blockedSince.IsZero() {
 			blockedSince = now
+			l.waiting.Store(now.UnixNano())
 		}
 		wait := recheck
 		if v.Why == WhyRecent {

@@ -119,9 +119,15 @@ func TestLinkWaitsForPeerOlder(t *testing.T) {
 		t.Fatalf("Clear = %d while the peer holds older news", n)
 	default:
 	}
+	if h := b.l.Health(); h.Waiting.IsZero() || h.Heard.IsZero() || h.Alone {
+		t.Errorf("health while held back: %+v, want waiting, heard, not alone", h)
+	}
 	a.h.set("203.0.113.1", 0) // the primary delivered it
 	if n := <-got; n != 2 {
 		t.Errorf("Clear = %d, want the whole batch", n)
+	}
+	if h := b.l.Health(); !h.Waiting.IsZero() {
+		t.Errorf("health after the batch went: %+v, want not waiting", h)
 	}
 	// Newer news of the peer does not hold the batch back.
 	a.h.set("203.0.113.2", 2_000_000e9)
@@ -157,6 +163,9 @@ func TestLinkSilentPeer(t *testing.T) {
 	if v := testutil.ToFloat64(b.l.met.datagrams.WithLabelValues("unready")); v == 0 {
 		t.Error("the unready peer counted no query")
 	}
+	if h := a.l.Health(); !h.Alone || !h.Heard.IsZero() {
+		t.Errorf("health after the silence: %+v, want alone, never heard", h)
+	}
 	ready.Store(true)
 	// Alone, Clear does not wait; it probes (at most once a second) and
 	// the probe's answer ends the solitude.
@@ -167,6 +176,9 @@ func TestLinkSilentPeer(t *testing.T) {
 	}
 	if a.l.alone.Load() {
 		t.Fatal("still alone after the peer answered")
+	}
+	if h := a.l.Health(); h.Alone || h.Heard.IsZero() {
+		t.Errorf("health with the peer back: %+v, want heard, not alone", h)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -187,6 +199,9 @@ func TestLinkRefuses(t *testing.T) {
 	}
 	if b.h.asks.Load() != 0 {
 		t.Error("a query signed with another key was answered")
+	}
+	if h := b.l.Health(); !h.Heard.IsZero() {
+		t.Errorf("a datagram signed with another key counted as heard: %+v", h)
 	}
 	a, b = twoLinks(t, 200*time.Millisecond, nil, nil, true)
 	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 || !a.l.alone.Load() {

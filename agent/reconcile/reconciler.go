@@ -805,6 +805,14 @@ var modeMessage = map[Mode]string{
 // Mode is the last mode detection (nil before Run), for /status.
 func (r *Reconciler) Mode() *Detection { return r.mode.Load() }
 
+// PairState is dhcpd's failover pair as the reconciler last read it
+// (the zero Pair outside one), for /status.
+func (r *Reconciler) PairState() Pair {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.Pair
+}
+
 // KeptBack is the number of events kept back because the region cannot
 // take them (no six-octet MAC), for /status.
 func (r *Reconciler) KeptBack() int64 { return r.met.keptBackN.Load() }

@@ -253,6 +253,7 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 			fmt.Fprintf(tw, "kept back\t%d events with no MAC the region can take (DHCPv6 DUIDs without one; see the log)\n", m.KeptBack)
 		}
 	}
+	writePair(tw, r)
 	if len(r.Tasks) > 0 {
 		parts := make([]string, len(r.Tasks))
 		for i, t := range r.Tasks {
@@ -261,6 +262,39 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		fmt.Fprintf(tw, "parts\t%s\n", strings.Join(parts, ", "))
 	}
 	return tw.Flush()
+}
+
+// writePair shows dhcpd's failover pair and the channel to the other
+// agent, when there is a pair.
+func writePair(w io.Writer, r *agent.StatusReport) {
+	p := r.Pair
+	if p == nil {
+		return
+	}
+	state := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	fmt.Fprintf(w, "failover	%s of %q: %s, partner %s\n", p.Role, p.Peer, state(p.MyState), state(p.PartnerState))
+	fmt.Fprintf(w, "\tspeaks %s\n", p.Speaks)
+	c := p.Channel
+	if c == nil {
+		fmt.Fprintf(w, "pair channel\tnone ([pair] unset): each agent delivers alone, and news of one address can reach the region out of order\n")
+		return
+	}
+	heard := "never heard since start"
+	if c.Heard != nil {
+		heard = fmt.Sprintf("last heard %s ago", roundAge(r.Time.Sub(*c.Heard)))
+	}
+	fmt.Fprintf(w, "pair channel\tpeer agent %s, %s\n", c.Peer, heard)
+	if c.Alone {
+		fmt.Fprintf(w, "\tALONE: the peer agent was silent for hold_max; delivering without waiting for it (asking every second whether it is back)\n")
+	}
+	if c.Waiting != nil {
+		fmt.Fprintf(w, "\twaiting for %s: every due event is held back for the peer's older news (at most hold_max each)\n", roundAge(r.Time.Sub(*c.Waiting)))
+	}
 }
 
 // writeRegion shows how delivery to the region goes, and while there is a

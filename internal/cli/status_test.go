@@ -433,3 +433,59 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Errorf("after: %d dead letters, depth %d; want 0, 1", n, store.Depth())
 	}
 }
+
+// TestStatusPair: dhcpd's failover pair and the pair channel in
+// leasekeeper status.
+func TestStatusPair(t *testing.T) {
+	for _, tc := range []struct {
+		name, pair string
+		want       []string
+	}{{
+		name: "normal, the peer agent answering",
+		pair: `{"peer": "failover-partner", "role": "secondary", "my_state": "normal", "partner_state": "normal",
+		         "speaks": "for the leases its dhcpd handles",
+		         "channel": {"peer": "198.51.100.2:5740", "alone": false, "heard": "2026-11-29T11:59:58Z", "waiting": null}}`,
+		want: []string{
+			"failover       secondary of \"failover-partner\": normal, partner normal\n               speaks for the leases its dhcpd handles\n",
+			"pair channel   peer agent 198.51.100.2:5740, last heard 2s ago\n",
+		},
+	}, {
+		name: "partner down, the peer agent silent",
+		pair: `{"peer": "failover-partner", "role": "primary", "my_state": "partner-down", "partner_state": "communications-interrupted",
+		         "speaks": "for the pair: its partner is down",
+		         "channel": {"peer": "198.51.100.3:5740", "alone": true, "heard": null, "waiting": "2026-11-29T11:59:30Z"}}`,
+		want: []string{
+			"primary of \"failover-partner\": partner-down, partner communications-interrupted\n",
+			"peer agent 198.51.100.3:5740, never heard since start\n",
+			"ALONE: the peer agent was silent for hold_max",
+			"waiting for 30s: every due event is held back",
+		},
+	}, {
+		name: "no channel",
+		pair: `{"peer": "failover-partner", "role": "primary", "my_state": "", "partner_state": "", "speaks": "unknown", "channel": null}`,
+		want: []string{
+			"primary of \"failover-partner\": unknown, partner unknown\n",
+			"pair channel   none ([pair] unset)",
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := strings.Replace(statusJSON, `"uptime_seconds": 10800`, `"uptime_seconds": 10800, "pair": `+tc.pair, 1)
+			srv := statusServer(t, body, 200)
+			out, stderr, code := run(t, "status", "--url", srv.URL)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+	// Outside a pair: no failover lines.
+	srv := statusServer(t, statusJSON, 200)
+	out, _, _ := run(t, "status", "--url", srv.URL)
+	if strings.Contains(out, "failover") || strings.Contains(out, "pair channel") {
+		t.Errorf("failover lines outside a pair:\n%s", out)
+	}
+}
