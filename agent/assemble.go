@@ -100,7 +100,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 	closePair := func() error { return nil }
 	var link *pair.Link
 	if cfg.Pair.On() {
-		link, err = newPairLink(cfg, store, rec, hs, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
+		link, err = newPairLink(cfg, store, rec, hs, d, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
 		if err != nil {
 			rec.Close()
 			orph.Close()
@@ -138,37 +138,20 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 // outbox and the events the reconciler waits to queue; it answers only
 // once the agent is ready and the spool the hooks wrote while it was
 // down is stored, so that a peer never hears "nothing held" from an
-// agent that has not yet read its backlog.
-func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconciler, hs *hooksock.Listener,
+// agent that has not yet read its backlog. While the deliverer holds
+// after a request the region left unanswered (it may still be applying
+// it), every queued event counts as held, even one older than what the
+// peer delivered of its address: that request can still land after the
+// peer's newer news, so the peer waits (make chaos PAIR=1 SEED=7: a
+// killed agent's request, applied by a slow region after the peer's
+// newer commits of three addresses).
+func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconciler, hs *hooksock.Listener, d *deliver.Deliverer,
 	ready <-chan struct{}, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*pair.Link, error) {
 	key, err := config.ReadPairKey(cfg.Pair.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("pair.key_file: %w", err)
 	}
-	held := func(ips []netip.Addr, after []int64) ([]pair.Holding, error) {
-		// Pending first: the reconciler moves an event from its pending
-		// ends into the outbox in one step under its lock, so read in
-		// this order an event moving meanwhile is seen at least once.
-		pending, waiting := rec.PendingOldest(ips, after, pair.Key)
-		told := rec.OwnTold(ips, pair.Key)
-		queued, inQueue, err := store.Oldest(ips, after, pair.Key)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]pair.Holding, len(ips))
-		for i := range ips {
-			o := queued[i]
-			if k := pending[i]; k != 0 && (o == 0 || k < o) {
-				o = k
-			}
-			out[i].Oldest = o
-			if !inQueue[i] && !waiting[i] {
-				// Nothing of it held: what was last told was delivered.
-				out[i].Delivered = told[i]
-			}
-		}
-		return out, nil
-	}
+	held := pairHeld{pending: rec.PendingOldest, told: rec.OwnTold, queued: store.Oldest, holding: d.Holding}.held
 	// Unready (queries unanswered: the peer waits, up to its hold_max)
 	// while events wait that the outbox could not take yet (a full
 	// disk): they are held, but in no place the answers read.
@@ -179,6 +162,48 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 	return pair.New(pair.Config{
 		Listen: cfg.Pair.Listen, Peer: cfg.Pair.Peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: rec.Primary, Ready: isReady,
 	}, held, log, reg, now)
+}
+
+// pairHeld answers the pair channel's question (pair.HeldFunc): what
+// this agent holds of each address, from the reconciler's pending events
+// (pending), its record of what it last queued (told) and the outbox
+// (queued); holding reports whether the deliverer holds its sends after
+// an unanswered request.
+type pairHeld struct {
+	pending func(ips []netip.Addr, after []int64, key func(event.Event) int64) ([]int64, []bool)
+	told    func(ips []netip.Addr, key func(event.Event) int64) []int64
+	queued  func(ips []netip.Addr, after []int64, key func(event.Event) int64) ([]int64, []bool, error)
+	holding func() bool
+}
+
+func (h pairHeld) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) {
+	if h.holding() {
+		// The unanswered request may still land, whatever the peer
+		// delivered since: every queued event is held.
+		after = make([]int64, len(ips))
+	}
+	// Pending first: the reconciler moves an event from its pending ends
+	// into the outbox in one step under its lock, so read in this order
+	// an event moving meanwhile is seen at least once.
+	pending, waiting := h.pending(ips, after, pair.Key)
+	told := h.told(ips, pair.Key)
+	queued, inQueue, err := h.queued(ips, after, pair.Key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]pair.Holding, len(ips))
+	for i := range ips {
+		o := queued[i]
+		if k := pending[i]; k != 0 && (o == 0 || k < o) {
+			o = k
+		}
+		out[i].Oldest = o
+		if !inQueue[i] && !waiting[i] {
+			// Nothing of it held: what was last told was delivered.
+			out[i].Delivered = told[i]
+		}
+	}
+	return out, nil
 }
 
 // pairStale is the deliverer's StaleFunc with the channel (judgePair).

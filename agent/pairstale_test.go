@@ -51,3 +51,49 @@ func TestJudgePair(t *testing.T) {
 		})
 	}
 }
+
+// TestPairHeld: the answer to the peer's question. Queued news older than
+// what the peer delivered of the address is left out (overtaken in the
+// region already) — except while the deliverer holds after a request the
+// region left unanswered: that request may still land after the peer's
+// newer news, so every queued event is held (make chaos PAIR=1 SEED=7).
+func TestPairHeld(t *testing.T) {
+	ip := netip.MustParseAddr("203.0.113.7")
+	queuedKey := int64(100) // an event of the unanswered request
+	for _, tc := range []struct {
+		name       string
+		holding    bool
+		delivered  int64 // what the peer says it delivered of ip
+		wantOldest int64
+	}{
+		{name: "older than the peer's delivered: left out", delivered: 150},
+		{name: "newer than the peer's delivered: held", delivered: 50, wantOldest: queuedKey},
+		{name: "holding after an unanswered request: held all the same", holding: true, delivered: 150, wantOldest: queuedKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := pairHeld{
+				pending: func(ips []netip.Addr, after []int64, _ func(event.Event) int64) ([]int64, []bool) {
+					return make([]int64, len(ips)), make([]bool, len(ips))
+				},
+				told: func(ips []netip.Addr, _ func(event.Event) int64) []int64 { return make([]int64, len(ips)) },
+				queued: func(ips []netip.Addr, after []int64, _ func(event.Event) int64) ([]int64, []bool, error) {
+					out := make([]int64, len(ips))
+					for i := range ips {
+						if queuedKey > after[i] {
+							out[i] = queuedKey
+						}
+					}
+					return out, []bool{true}, nil
+				},
+				holding: func() bool { return tc.holding },
+			}
+			got, err := h.held([]netip.Addr{ip}, []int64{tc.delivered})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0].Oldest != tc.wantOldest {
+				t.Errorf("oldest held %d, want %d", got[0].Oldest, tc.wantOldest)
+			}
+		})
+	}
+}

@@ -1439,8 +1439,14 @@ func TestRestartHoldsForUnansweredRequest(t *testing.T) {
 	}
 	q.Append(newer...)
 	h2 := newDeliverer(t, cfg, q)
+	if !h2.d.Holding() {
+		t.Error("Holding() false at a start that found a request unanswered")
+	}
 	if err := h2.d.Flush(ctxT(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
+	}
+	if h2.d.Holding() {
+		t.Error("Holding() true after the hold was waited out")
 	}
 	// The interrupted request is applied whatever the agents do.
 	waitFor(t, 10*time.Second, "the interrupted request and the restarted run's", func() bool { return len(s.Requests()) >= 2 })
@@ -1465,7 +1471,7 @@ func TestRestartHoldsForUnansweredRequest(t *testing.T) {
 
 	// Answered in full: the next start holds nothing.
 	h3 := newDeliverer(t, cfg, q)
-	if ns := h3.d.holdUntil.Load(); ns != 0 {
+	if ns := h3.d.holdUntil.Load(); ns != 0 || h3.d.Holding() {
 		t.Errorf("a start after a clean run holds until %s", time.Unix(0, ns))
 	}
 }
@@ -1851,4 +1857,3 @@ func TestRecheckedAfterWait(t *testing.T) {
 		})
 	}
 }
-

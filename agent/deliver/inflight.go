@@ -130,6 +130,14 @@ func holdUntil(started time.Time, known bool, now time.Time, hold time.Duration)
 	return started.Add(hold)
 }
 
+// Holding reports whether the deliverer holds its requests now: a
+// request of this or the previous run went unanswered, and the region may
+// still apply it (waitHold).
+func (d *Deliverer) Holding() bool {
+	ns := d.holdUntil.Load()
+	return ns != 0 && d.now().UnixNano() < ns
+}
+
 // waitHold waits, before the first request of this run, for the region
 // to be done with the one the previous run left unanswered. It reports
 // false when ctx ended first.
