@@ -77,11 +77,13 @@ FAULTS   ?=
 # range changes on both peers; the oracle judges both files merged.
 PAIR     ?=
 # JUDGE=DIR judges a kept run's directory again with this tree's oracle
-# (its judge.json) and runs nothing: for a change to the oracle.
+# (its judge.json) and runs nothing: for a change to the oracle. With
+# IP=ADDR it also prints that address's truth and the region's items.
 JUDGE    ?=
+IP       ?=
 ifneq ($(JUDGE),)
 chaos:
-	$(GO) run ./tools/chaos -judge $(JUDGE)
+	$(GO) run ./tools/chaos -judge $(JUDGE) $(if $(IP),-ip $(IP))
 else
 chaos: test-deps build
 	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair)
