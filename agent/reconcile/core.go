@@ -575,16 +575,6 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
 	}
-	if s.Pair.InPair() && ev.Action != event.Commit && ev.Timestamp > now {
-		// In a pair an unbound block's end is when its state may next
-		// change, not when the lease ended: a free block can show an
-		// end still to come (tstp). The lease ended no later than the
-		// file showed it; dated at its end, the record would make the
-		// client's next commit, before that end, look older than it
-		// (make chaos PAIR=1 SEED=7: a commit dropped as older than a
-		// free block's end two seconds ahead).
-		ev.Timestamp = now
-	}
 	if !s.tellsFromFile() {
 		// The hooks told the region (MAAS's helper, through MAAS): keep
 		// the record of what it heard, synthesise nothing. Only a lease
