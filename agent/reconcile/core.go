@@ -250,7 +250,7 @@ func (s *State) setFile(ip netip.Addr, l Lease) {
 	s.File[ip] = l
 	s.mark(ip, ChangedFile)
 	if s.indexed && l.State == parser.StateActive && l.Ends != int64(parser.Never) {
-		heap.Push(&s.ends, endsEntry{ends: l.Ends, ip: ip})
+		s.ends.push(endsEntry{ends: l.Ends, ip: ip})
 	}
 }
 
@@ -837,7 +837,7 @@ func (s *State) Due(now int64) []event.Event {
 	// reach the region after news that followed it.
 	s.index()
 	for s.tellsFromFile() && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
-		e := heap.Pop(&s.ends).(endsEntry)
+		e := s.ends.pop()
 		l, ok := s.File[e.ip]
 		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			continue // stale: the lease changed since
@@ -999,7 +999,7 @@ func (s *State) NextDue() (int64, bool) {
 	for s.tellsFromFile() && len(s.ends) > 0 {
 		e := s.ends[0]
 		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends {
-			heap.Pop(&s.ends) // stale
+			s.ends.pop() // stale
 			continue
 		}
 		if at := e.ends + s.Grace; !found || at < next {
@@ -1057,4 +1057,24 @@ func (h *endsHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// push and pop are heap.Push and heap.Pop without the interface: boxed
+// in one, every entry cost an allocation (one per lease in hookless
+// mode, 5 % of the agent's allocations in BenchmarkHooklessLease).
+func (h *endsHeap) push(e endsEntry) {
+	*h = append(*h, e)
+	heap.Fix(h, len(*h)-1)
+}
+
+func (h *endsHeap) pop() endsEntry {
+	old := *h
+	n := len(old) - 1
+	e := old[0]
+	old[0] = old[n]
+	*h = old[:n]
+	if n > 0 {
+		heap.Fix(h, 0)
+	}
+	return e
 }

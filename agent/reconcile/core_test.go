@@ -813,3 +813,29 @@ func TestModel(t *testing.T) {
 		}
 	}
 }
+
+// TestEndsHeap: push and pop (heap.Push and heap.Pop without boxing)
+// keep the rule-3 heap ordered by end, then address.
+func TestEndsHeap(t *testing.T) {
+	var h endsHeap
+	var want []endsEntry
+	for i := range 200 {
+		e := endsEntry{ends: int64((i * 7919) % 53), ip: netip.AddrFrom4([4]byte{203, 0, 113, byte(i)})}
+		h.push(e)
+		want = append(want, e)
+	}
+	slices.SortFunc(want, func(a, b endsEntry) int {
+		if a.ends != b.ends {
+			return int(a.ends - b.ends)
+		}
+		return a.ip.Compare(b.ip)
+	})
+	for i, w := range want {
+		if got := h.pop(); got != w {
+			t.Fatalf("pop %d = %+v, want %+v", i, got, w)
+		}
+	}
+	if len(h) != 0 {
+		t.Errorf("%d entries left", len(h))
+	}
+}
