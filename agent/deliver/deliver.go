@@ -500,6 +500,10 @@ type bisection struct {
 	peeked  time.Time // when the batch was taken, for latency
 	cleared time.Time // when the pair's gate last cleared it (overtaken)
 	logged  bool      // the 500 that started the search was logged
+	// sentStale are the events deliver judged stale and sends all the
+	// same, with the newer news after them or their own newer event:
+	// judged stale again they are no change (overtaken).
+	sentStale map[uint64]bool
 }
 
 // recheckAfter: in a failover pair, a batch cleared by the gate this long
@@ -539,8 +543,8 @@ func (d *Deliverer) overtaken(ctx context.Context, batch []event.Queued, b *bise
 		return false
 	}
 	for i, q := range batch {
-		if i+1 < len(batch) && batch[i+1].Seq == q.Seq || i > 0 && batch[i-1].Seq == q.Seq {
-			continue // judged stale already and sent with its newer news (withNewest), or that news
+		if b.sentStale[q.Seq] || i > 0 && batch[i-1].Seq == q.Seq {
+			continue // judged stale already and sent all the same, or the newer news restated after one (withNewest)
 		}
 		if stale, _ := (*f)(ctx, q.Event); stale {
 			return true
@@ -557,6 +561,7 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 	// was a twelfth of what the agent allocated per hookless lease.
 	good := make([]event.Queued, 0, len(batch))
 	var restate map[netip.Addr]restatement
+	b := &bisection{peeked: peeked, cleared: peeked}
 	for _, q := range batch {
 		e := q.Event
 		if err := e.Normalize(); err != nil {
@@ -591,6 +596,10 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 					Msg("queued event older than news the peer told since, in a failover pair: sent with that news after it, in one request")
 				q.Event = e
 				good = append(good, q)
+				if b.sentStale == nil {
+					b.sentStale = map[uint64]bool{}
+				}
+				b.sentStale[q.Seq] = true
 				if restate == nil {
 					restate = map[netip.Addr]restatement{}
 				}
@@ -605,7 +614,7 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 	if len(good) == 0 {
 		return nil
 	}
-	return d.send(ctx, withNewest(good, restate), &bisection{peeked: peeked, cleared: d.now()})
+	return d.send(ctx, withNewest(good, restate), b)
 }
 
 // restatement is newer news to send after a stale event (StaleFunc):
@@ -649,6 +658,14 @@ func withNewest(batch []event.Queued, restate map[netip.Addr]restatement) []even
 func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection) error {
 	whole := 0 // 500s answered to this batch sent whole, in doubt
 	for attempt := 0; ; attempt++ {
+		if d.gate != nil && d.Holding() {
+			// The first request of a run waits out the last run's
+			// unanswered one (post does); waited here, the batch is
+			// cleared again after it.
+			if !d.waitHold(ctx) {
+				return ctx.Err()
+			}
+		}
 		if d.overtaken(ctx, batch, b) {
 			return errRepeek
 		}

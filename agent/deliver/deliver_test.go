@@ -1857,3 +1857,87 @@ func TestRecheckedAfterWait(t *testing.T) {
 		})
 	}
 }
+
+// TestRecheckKeepsWhatWasSentStale: an event judged stale and sent all
+// the same (its address's own newer event follows it, so no restatement)
+// is no change when the retried batch is judged again: without that the
+// recheck sent the batch back to be peeked at every attempt, resetting
+// the backoff (and, recheck 0, never posting at all).
+func TestRecheckKeepsWhatWasSentStale(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	ip := netip.MustParseAddr("198.18.0.1")
+	mk := func(action string, ts int64) event.Event {
+		e := event.Event{Action: action, Family: event.IPv4, IP: ip, MAC: "02:00:00:00:00:01", Timestamp: ts, Source: event.SourceHook}
+		if action == event.Commit {
+			e.LeaseTime = 600
+		}
+		return e
+	}
+	old, own := mk(event.Expiry, 100), mk(event.Commit, 300)
+	q := newMemQueue()
+	q.Append(old, own)
+	s.FailNext(3, regionstub.Fault{Status: 503})
+	h := newDeliverer(t, fastConfig(s, f), q)
+	h.d.recheck = 0
+	h.d.SetGate(&fakeGate{hold: map[uint64]bool{}})
+	h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) {
+		if e.Timestamp < 200 {
+			return true, mk(event.Commit, 200) // the peer's newer news
+		}
+		return false, event.Event{}
+	})
+	if err := h.d.Flush(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(items([]event.Event{old, own}), s.Items()); diff != "" {
+		t.Errorf("items (-want +got):\n%s", diff)
+	}
+	if n := len(s.Requests()); n != 4 {
+		t.Errorf("%d requests, want 4 (three refused, one accepted)", n)
+	}
+}
+
+// TestRecheckAfterHold: in a pair, a restarted agent that waits out the
+// last run's unanswered request (region.unanswered_hold) clears and
+// judges the events of that request again after the wait, before it
+// sends them again: the peer waits for them only hold_max, and may have
+// delivered newer news of their addresses meanwhile.
+func TestRecheckAfterHold(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	s.SetDelay(1500 * time.Millisecond)
+	cfg := fastConfig(s, f)
+	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
+	cfg.UnansweredHold = 4 * time.Second
+	q := newMemQueue()
+	q.Append(events(1, 1)...)
+	h1 := newDeliverer(t, cfg, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	if err := h1.d.Flush(ctx); err == nil {
+		t.Fatal("Flush returned nil with the region still applying")
+	}
+	cancel()
+	h1.d.Close()
+	s.SetDelay(0)
+	waitFor(t, 10*time.Second, "the interrupted request applied", func() bool { return len(s.Requests()) >= 1 })
+
+	h2 := newDeliverer(t, cfg, q)
+	h2.d.recheck = 0
+	h2.d.SetGate(&fakeGate{hold: map[uint64]bool{}})
+	start := time.Now()
+	// The peer delivers newer news of the address during the hold.
+	h2.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) {
+		return time.Since(start) > time.Second, event.Event{}
+	})
+	if err := h2.d.Flush(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Items()); n != 1 {
+		t.Errorf("%d items, want 1 (the interrupted request's; not sent again once the peer overtook it)", n)
+	}
+	if n := q.Depth(); n != 0 {
+		t.Errorf("queue depth %d, want 0", n)
+	}
+	if !strings.Contains(h2.log.String(), "waiting before sending anything") {
+		t.Errorf("no hold was waited out:\n%s", h2.log.String())
+	}
+}

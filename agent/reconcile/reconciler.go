@@ -630,11 +630,11 @@ func (r *Reconciler) synthesised(ev event.Event, now time.Time) (event.Event, bo
 	// cannot act on (thousands a second under load, and ~14 % of the
 	// agent's CPU per lease in BenchmarkHooklessLease -hookless.log
 	// info), so those are debug; counted all the same.
-	l := r.log.Info()
+	lvl := zerolog.InfoLevel
 	if r.st.Hookless && (ev.Reason == ReasonMissedCommit || ev.Reason == ReasonMissedRelease || ev.Reason == ReasonMissedExpiry) {
-		l = r.log.Debug()
+		lvl = zerolog.DebugLevel
 	}
-	if l.Enabled() {
+	if l := r.log.WithLevel(lvl); l.Enabled() {
 		// (Checked first: the address boxed for Stringer cost an
 		// allocation per lease even with the line disabled.)
 		l.Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Str("hostname", ev.Hostname).

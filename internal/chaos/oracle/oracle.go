@@ -579,6 +579,16 @@ func Check(in Input) Report {
 				worstLag, worst = lag, fmt.Sprintf("%s %s %s", it.IP, it.Action, v)
 			}
 		}
+		if it.Action == "commit" {
+			for k := range endTold[it.IP] {
+				if j < k {
+					// The region holds the lease active again (a
+					// renewal after the unwritten end): the end the
+					// files show later is owed once more.
+					delete(endTold[it.IP], k)
+				}
+			}
+		}
 		hit[it.IP][j]++
 		if hit[it.IP][j] > max(v.Count, 1) {
 			r.Duplicates++

@@ -555,6 +555,10 @@ func TestUnwrittenEnd(t *testing.T) {
 		{"the release, unwritten", []Item{ev(1, "commit", 0), ev(11, "release", 10)}, nil},
 		{"the release, unwritten, and the expiry", []Item{ev(1, "commit", 0), ev(11, "release", 10), ev(21, "expiry", 20)}, nil},
 		{"nothing after the commit", []Item{ev(1, "commit", 0)}, []string{"final " + ip1, "lost " + ip1}},
+		// The region shows the lease active again after the unwritten
+		// release (a renewal's commit): its end is owed once more.
+		{"the release, unwritten, then a renewal, no expiry", []Item{ev(1, "commit", 0), ev(11, "release", 10), ev(12, "commit", 12)},
+			[]string{"final " + ip1, "lost " + ip1}},
 	} {
 		r := Check(Input{Generations: life, Items: tc.items, End: at(30), Deaths: []time.Time{at(11)}})
 		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
