@@ -164,6 +164,11 @@ type State struct {
 	// from it until a read succeeds: Due returns nothing and keeps what is
 	// pending. Hook events are not affected. Set by the caller.
 	Unknown bool `json:"-"`
+	// shownEnd is, in a pair, when the file showed an end it recorded
+	// (Told) dated ahead of that moment (Unix seconds; endShownBefore).
+	// Kept in memory only: after a restart the record is judged by its
+	// date alone, as before.
+	shownEnd map[netip.Addr]int64
 
 	// dirty are the addresses whose File, Told or Pending entry changed
 	// since TakeDirty, and which of them; metaDirty is Baselined or Pair
@@ -348,7 +353,7 @@ func (s *State) Hook(ev event.Event) {
 	if ev.Action == event.Commit && ev.LeaseTime > 0 && ev.Source != event.SourceFile {
 		t.Ends = ev.Timestamp + ev.LeaseTime
 	}
-	if prev, ok := s.Told[ev.IP]; ok && s.Pair.InPair() && prev.Recorded && prev.after(ev) {
+	if prev, ok := s.Told[ev.IP]; ok && s.Pair.InPair() && prev.Recorded && prev.after(ev) && !s.endShownBefore(prev, ev) {
 		// This side's backlog, sent ahead of its own later news that
 		// the file already recorded (ownBacklog): the record stays the
 		// latest news, and the hook of that news, queued behind ev,
@@ -540,7 +545,7 @@ func (s *State) SupersededWhy(ev event.Event) string {
 	case s.pairRepeat(t, ev):
 		return "a repeat of what the failover peer already reported"
 	case t.after(ev):
-		if s.ownBacklog(t, ev) {
+		if s.ownBacklog(t, ev) || s.endShownBefore(t, ev) {
 			return ""
 		}
 		return "older than what the region was told about the address"
@@ -584,6 +589,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		}
 		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
 			s.setTold(ip, s.recordTold(t, told, ev, l.Acked))
+			s.noteShownEnd(ip, ev, now)
 		}
 		return
 	}

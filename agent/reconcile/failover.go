@@ -5,6 +5,7 @@ package reconcile
 // rules this agent applies (see the README, "Failover pairs"). Pure.
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -489,4 +490,42 @@ func (p Pair) holdOld(since time.Duration) time.Duration {
 		return time.Second
 	}
 	return 0
+}
+
+// noteShownEnd notes, in a pair, when the file showed ev, the end it just
+// recorded for ip, if ev is dated ahead of that moment (now): a free
+// block's end is when its state may next change, not when the lease
+// ended (endShownBefore).
+func (s *State) noteShownEnd(ip netip.Addr, ev event.Event, now int64) {
+	if !s.Pair.InPair() || ev.Action == event.Commit || ev.Timestamp <= now {
+		if s.shownEnd != nil {
+			delete(s.shownEnd, ip)
+		}
+		return
+	}
+	if s.shownEnd == nil {
+		s.shownEnd = map[netip.Addr]int64{}
+	}
+	s.shownEnd[ip] = now
+}
+
+// endShownBefore reports whether t, the file's record of an end for ev's
+// address dated ahead of when the file showed it (noteShownEnd), was
+// shown no later than ev, a hook's commit: the lease had ended by then,
+// whatever its date says, so ev is newer news, not older — dropped as
+// older, a lease life was lost (make chaos PAIR=1 seeds 7 and 14: a
+// commit a second or two before the free block's end). Only for the
+// judgment of hook events: the record itself keeps its date, which
+// covers the file's own later blocks of the same life (re-dating the
+// record made a survivor's renewal look untold: TestLabFailoverStaleOnExpiry
+// at da30b4a).
+func (s *State) endShownBefore(t Told, ev event.Event) bool {
+	if !s.Pair.InPair() || ev.Action != event.Commit || (ev.Source != event.SourceHook && ev.Source != event.SourceSpool) {
+		return false
+	}
+	if !t.Recorded || t.Action == event.Commit {
+		return false
+	}
+	at, ok := s.shownEnd[ev.IP]
+	return ok && at <= ev.Timestamp
 }

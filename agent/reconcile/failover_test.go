@@ -567,6 +567,21 @@ func TestPairBacklog(t *testing.T) {
 		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+150)},
 		want:   nil,
 	}, {
+		// make chaos PAIR=1 seeds 7 and 14: the file, read at +300,
+		// showed the lease free with its end still ahead (+400); the
+		// client's next commit, at +350, is news.
+		name:   "a free block whose end is still to come, then the client's next commit before that end",
+		pair:   primary,
+		file:   block(ip1, "active", macA, t0+200, t0+400) + block(ip1, "free", macA, t0+200, t0+400),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+350)},
+		want:   []string{"commit +350"},
+	}, {
+		name:   "a free block whose end is still to come, then a commit from before the file showed it: older",
+		pair:   primary,
+		file:   block(ip1, "active", macA, t0+200, t0+400) + block(ip1, "free", macA, t0+200, t0+400),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+250)},
+		want:   nil,
+	}, {
 		name:   "a replay of what this agent queued before (the socket read again after a crash), older than its own later ack",
 		pair:   primary,
 		before: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201)},
