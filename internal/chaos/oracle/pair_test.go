@@ -121,3 +121,28 @@ func TestMergePairTwoLivesEndInOneSecond(t *testing.T) {
 		t.Errorf("versions %d, want 4 (two lives, two ends)", r.Versions)
 	}
 }
+
+// Found in a pair run (make chaos PAIR=1 SEED=7): the primary returned
+// and expired its stale copy of a life (begun at 0) after its partner had
+// released that address's next life and leased it again (begun at 16).
+// The stale end is no news of the pair's.
+func TestMergePairStaleEndOfAReturningPeer(t *testing.T) {
+	blk := func(b Block, starts int, seen int) Block {
+		b.Starts, b.Seen = at(starts).Unix(), at(seen)
+		return b
+	}
+	prim := []Generation{gen("p0", nil, blk(act(ip1, m1, 20), 0, 0), blk(free(ip1, m1, 20), 0, 24))}
+	sec := []Generation{gen("s0", nil, blk(act(ip1, m1, 20), 0, 1), blk(act(ip1, m1, 30), 10, 10), blk(free(ip1, m1, 12), 10, 12),
+		blk(act(ip1, m1, 32), 16, 16))}
+	m := MergePair([][]Generation{prim, sec}, func(f, g int, ip string) bool { return true })
+	ev := func(arrive int, action string, ts int) Item {
+		it := item(arrive, action, ip1, m1)
+		it.Timestamp = at(ts).Unix()
+		return it
+	}
+	r := Check(Input{Generations: m, End: at(30), Items: []Item{ev(0, "commit", 0), ev(10, "commit", 10), ev(12, "release", 12), ev(16, "commit", 16)}})
+	if got := rules(r); len(got) != 0 {
+		t.Errorf("violations %v\n%s", got, evidence(r))
+	}
+}
+
