@@ -145,4 +145,3 @@ func TestMergePairStaleEndOfAReturningPeer(t *testing.T) {
 		t.Errorf("violations %v\n%s", got, evidence(r))
 	}
 }
-
