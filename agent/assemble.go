@@ -367,11 +367,13 @@ type status struct {
 // agent; nil outside a pair.
 func (x status) PairReport() *PairReport {
 	p := x.r.PairState()
-	if !p.InPair() {
+	if !p.InPair() && x.link == nil {
 		return nil
 	}
 	r := &PairReport{Peer: p.Peer, Role: p.Role, MyState: p.MyState, PartnerState: p.PartnerState}
 	switch {
+	case !p.InPair():
+		r.Speaks = "for its dhcpd alone: [pair] is set, but dhcpd.conf has no failover peer that a pool uses"
 	case p.Survivor():
 		r.Speaks = "for the pair: its partner is down"
 	case p.Recovering():

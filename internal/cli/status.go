@@ -277,7 +277,11 @@ func writePair(w io.Writer, r *agent.StatusReport) {
 		}
 		return s
 	}
-	fmt.Fprintf(w, "failover	%s of %q: %s, partner %s\n", p.Role, p.Peer, state(p.MyState), state(p.PartnerState))
+	if p.Peer == "" {
+		fmt.Fprintf(w, "failover\tnone in dhcpd.conf\n")
+	} else {
+		fmt.Fprintf(w, "failover\t%s of %q: %s, partner %s\n", p.Role, p.Peer, state(p.MyState), state(p.PartnerState))
+	}
 	fmt.Fprintf(w, "\tspeaks %s\n", p.Speaks)
 	c := p.Channel
 	if c == nil {

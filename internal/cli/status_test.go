@@ -461,6 +461,14 @@ func TestStatusPair(t *testing.T) {
 			"waiting for 30s: every due event is held back",
 		},
 	}, {
+		name: "a channel, but no failover peer in dhcpd.conf",
+		pair: `{"peer": "", "role": "", "my_state": "", "partner_state": "",
+		         "speaks": "for its dhcpd alone: [pair] is set, but dhcpd.conf has no failover peer that a pool uses",
+		         "channel": {"peer": "198.51.100.2:5740", "alone": true, "heard": null, "waiting": null}}`,
+		want: []string{
+			"failover       none in dhcpd.conf\n               speaks for its dhcpd alone: [pair] is set",
+		},
+	}, {
 		name: "no channel",
 		pair: `{"peer": "failover-partner", "role": "primary", "my_state": "", "partner_state": "", "speaks": "unknown", "channel": null}`,
 		want: []string{
