@@ -1412,7 +1412,6 @@ func TestKeptBackNotSent(t *testing.T) {
 func TestRestartHoldsForUnansweredRequest(t *testing.T) {
 	t.Parallel()
 	s, f := stub(t, regionstub.Options{})
-	s.SetDelay(1500 * time.Millisecond)
 	q := newMemQueue()
 	cfg := fastConfig(s, f)
 	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
@@ -1420,19 +1419,12 @@ func TestRestartHoldsForUnansweredRequest(t *testing.T) {
 	first := events(10, 3)
 	q.Append(first...)
 
-	h1 := newDeliverer(t, cfg, q)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	if err := h1.d.Flush(ctx); err == nil {
-		t.Fatal("Flush returned nil with the region still applying")
-	}
-	cancel()
-	h1.d.Close()
+	interrupted(t, s, cfg, q, 1500*time.Millisecond)
 	if b, err := os.ReadFile(cfg.InflightFile); err != nil || len(b) != 16 || binary.LittleEndian.Uint64(b) == 0 ||
 		binary.LittleEndian.Uint64(b[8:]) != 10 {
 		t.Fatalf("record after a stop mid-request = %x, %v; want the request's start and its last Seq, 10", b, err)
 	}
 
-	s.SetDelay(0)
 	newer := events(10, 3)
 	for i := range newer {
 		newer[i].Timestamp += 100
@@ -1904,20 +1896,12 @@ func TestRecheckKeepsWhatWasSentStale(t *testing.T) {
 // delivered newer news of their addresses meanwhile.
 func TestRecheckAfterHold(t *testing.T) {
 	s, f := stub(t, regionstub.Options{})
-	s.SetDelay(1500 * time.Millisecond)
 	cfg := fastConfig(s, f)
 	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
 	cfg.UnansweredHold = 4 * time.Second
 	q := newMemQueue()
 	q.Append(events(1, 1)...)
-	h1 := newDeliverer(t, cfg, q)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	if err := h1.d.Flush(ctx); err == nil {
-		t.Fatal("Flush returned nil with the region still applying")
-	}
-	cancel()
-	h1.d.Close()
-	s.SetDelay(0)
+	interrupted(t, s, cfg, q, 1500*time.Millisecond)
 	waitFor(t, 10*time.Second, "the interrupted request applied", func() bool { return len(s.Requests()) >= 1 })
 
 	h2 := newDeliverer(t, cfg, q)
@@ -1940,4 +1924,20 @@ func TestRecheckAfterHold(t *testing.T) {
 	if !strings.Contains(h2.log.String(), "waiting before sending anything") {
 		t.Errorf("no hold was waited out:\n%s", h2.log.String())
 	}
+}
+
+// interrupted runs a deliverer on q until its request is out to the
+// region, which takes delay over it, and stops it there, as an agent
+// killed mid-request: the region goes on applying it.
+func interrupted(t *testing.T, s *regionstub.Server, cfg Config, q Queue, delay time.Duration) {
+	t.Helper()
+	s.SetDelay(delay)
+	h := newDeliverer(t, cfg, q)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := h.d.Flush(ctx); err == nil {
+		t.Fatal("Flush returned nil with the region still applying")
+	}
+	h.d.Close()
+	s.SetDelay(0)
 }

@@ -39,6 +39,14 @@ func item(s int, action, ip, mac string) Item {
 	return Item{At: at(s), Action: action, IP: ip, MAC: mac}
 }
 
+// timed is an item for ip1 and m1 arriving at t0+arrive, its event of
+// t0+ts.
+func timed(arrive int, action string, ts int) Item {
+	it := item(arrive, action, ip1, m1)
+	it.Timestamp = at(ts).Unix()
+	return it
+}
+
 // batchOf numbers items as the request n that carried them.
 func batchOf(n int, items ...Item) []Item {
 	for i := range items {
@@ -339,11 +347,7 @@ func TestFreedBeforeItsEnd(t *testing.T) {
 	starts := func(b Block, s int) Block { b.Starts = at(s).Unix(); return b }
 	seen := func(b Block, s int) Block { b.Seen = at(s); return b }
 	gens := []Generation{gen("g0", nil, seen(starts(act(ip1, m1, 30), 10), 10), seen(starts(free(ip1, m1, 30), 10), 25))}
-	ev := func(arrive int, action string, ts int) Item {
-		it := item(arrive, action, ip1, m1)
-		it.Timestamp = at(ts).Unix()
-		return it
-	}
+	ev := timed
 	for _, tc := range []struct {
 		name  string
 		items []Item
@@ -542,11 +546,7 @@ func TestUnwritten(t *testing.T) {
 // reason to send is not lost.
 func TestUnwrittenEnd(t *testing.T) {
 	life := []Generation{gen("g0", nil, act(ip1, m1, 20), free(ip1, m1, 20))}
-	ev := func(arrive int, action string, ts int) Item {
-		it := item(arrive, action, ip1, m1)
-		it.Timestamp = at(ts).Unix()
-		return it
-	}
+	ev := timed
 	for _, tc := range []struct {
 		name  string
 		items []Item
