@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -525,12 +524,7 @@ func (d *Deliverer) overtaken(ctx context.Context, batch []event.Queued, b *bise
 	if d.gate == nil || len(batch) == 0 || d.now().Sub(b.cleared) < d.recheck {
 		return false
 	}
-	var out []event.Queued
-	if slices.ContainsFunc(batch, func(q event.Queued) bool { return q.Seq <= d.doubt.Load() }) {
-		out = d.gate.ClearPieces(ctx, batch, pieces(batch))
-	} else {
-		out = d.gate.Clear(ctx, batch)
-	}
+	out := d.cleared(ctx, batch)
 	if out == nil {
 		return false // ctx ended: the caller's next post says so
 	}
@@ -658,13 +652,11 @@ func withNewest(batch []event.Queued, restate map[netip.Addr]restatement) []even
 func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection) error {
 	whole := 0 // 500s answered to this batch sent whole, in doubt
 	for attempt := 0; ; attempt++ {
-		if d.gate != nil && d.Holding() {
-			// The first request of a run waits out the last run's
-			// unanswered one (post does); waited here, the batch is
-			// cleared again after it.
-			if !d.waitHold(ctx) {
-				return ctx.Err()
-			}
+		if d.gate != nil && !d.waitHold(ctx) {
+			// (The first request of a run waits out the last run's
+			// unanswered one, as post does; waited here, the batch is
+			// cleared again after it.)
+			return ctx.Err()
 		}
 		if d.overtaken(ctx, batch, b) {
 			return errRepeek
