@@ -421,10 +421,10 @@ func sooner(action string, at int64, recorded bool, start int64) bool {
 // TakeEndedBefore removes and returns, in order, the ends of ev's
 // address that ended before ev, a commit a hook reported, and that the
 // region has not been told: pending ends (endedBefore; those already
-// told are only removed), and in a failover pair, where the file only
-// records, an end the file recorded that no hook of this side reported
-// (untoldEnd). The caller queues them ahead of ev, and calls Hook for
-// each. Sent after ev, or covered by it, the lease life would never
+// told are only removed), and in a failover pair an end the file
+// recorded while it only recorded (outside partner-down, or before the
+// takeover) that no hook of this side reported (untoldEnd). The caller
+// queues them ahead of ev, and calls Hook for each. Sent after ev, or covered by it, the lease life would never
 // have ended in the region.
 func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	if ev.Action != event.Commit || s.Complement {
@@ -450,16 +450,26 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 			t, told = Told{Action: p.Event.Action, MAC: p.Event.MAC, At: p.Event.Timestamp}, true
 		}
 	}
-	if len(keep) == len(q) {
-		return nil
+	if len(keep) != len(q) {
+		s.setPending(ev.IP, keep)
 	}
-	s.setPending(ev.IP, keep)
+	if len(out) == 0 {
+		// A survivor tells what its file records from the takeover on;
+		// an end recorded before it (communications interrupted: nothing
+		// expires then) was recorded as told, and no hook reports it if
+		// the client is back before the lease goes free.
+		if end, ok := s.untoldEnd(ev); ok {
+			return []event.Event{end}
+		}
+	}
 	return out
 }
 
-// untoldEnd is, in a failover pair outside partner-down, the end of the
-// same client's lease the file recorded last for ev's address, before
-// ev, when this agent queued nothing for it (Told.OwnAt older than it).
+// untoldEnd is, in a failover pair, the end of the same client's lease
+// the file recorded last for ev's address, before ev, when this agent
+// queued nothing for it (Told.OwnAt older than it): recorded as told
+// outside partner-down, or before this side took over (an end a
+// survivor's file recorded since is pending, and told from there).
 // dhcpd runs on expiry only when an expired lease goes free, which needs
 // the peer's ack (server/mdb.c make_binding_state_transition; the
 // README's "Failover pairs"); a client that comes back first is given

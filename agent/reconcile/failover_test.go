@@ -173,6 +173,34 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The same across a takeover: the partner went quiet, this
+		// side's file recorded the end while communications were
+		// interrupted (recorded as told: nothing expires then), then
+		// partner-down, and the client came back in the next second.
+		// As survivor this side tells the file's ends, but this one was
+		// recorded before; its hook would have run only once the lease
+		// went free, an MCLT later (make chaos PAIR=1 seed 14: all four
+		// violations of one run).
+		name: "an end recorded while communications were interrupted, partner-down, then the same client's new lease: the end first",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 30, appended: fostate("partner-down", "normal")},
+			{at: 31, hook: ev(renewal("203.0.113.12", macA, t0+31, 20)),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 31, appended: ackedBlock("203.0.113.12", "active", macA, t0+31, t0+51)},
+			// The survivor tells the ends that pass from here on.
+			{at: 10000, want: []string{
+				"expiry " + ip1 + " " + macA + " +500 ends-passed",
+				"expiry " + ip2 + " " + macB + " +5000 ends-passed",
+				"expiry 203.0.113.12 " + macA + " +51 ends-passed",
+			}},
+		},
+	}, {
 		// The same while this side recovers from its partner's
 		// partner-down: the survivor told the ends its file recorded,
 		// this one among them; sent again here, one copy lands after the
