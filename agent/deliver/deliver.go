@@ -818,7 +818,8 @@ type probed struct {
 // probe sends neighbours of the suspect q one by one, up to maxProbes of
 // them, until one is accepted. A neighbour is an event queued after q
 // sharing neither IP nor MAC with q, with an event it would overtake, or
-// with a neighbour that failed.
+// with a neighbour that failed; in a failover pair it is also one the
+// pair's gate clears and the stale check passes (neighbours).
 func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (p probed, err error) {
 	queued, err := d.q.Peek(d.link.Load().cfg.BatchMax + 1)
 	if err != nil {
@@ -829,16 +830,16 @@ func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (p 
 	}
 	ips := map[netip.Addr]bool{q.Event.IP: true}
 	macs := map[string]bool{q.Event.MAC: true}
-	for _, c := range queued[1:] {
+	cands, err := d.neighbours(ctx, queued[1:], ips, macs)
+	if err != nil {
+		return p, err
+	}
+	for _, c := range cands {
 		if p.tried == maxProbes {
 			break
 		}
 		e := c.Event
-		if e.Normalize() != nil {
-			continue // dead-lettered in its turn; never sent
-		}
-		c.Event = e
-		if ips[e.IP] || macs[e.MAC] {
+		if ips[e.IP] || macs[e.MAC] || d.gate != nil && d.staleNeighbour(ctx, e) {
 			ips[e.IP], macs[e.MAC] = true, true
 			continue
 		}
@@ -861,6 +862,54 @@ func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (p 
 		}
 	}
 	return p, nil
+}
+
+// staleNeighbour reports whether e, a neighbour about to be sent out of
+// its turn, is old news (StaleFunc): sent alone, it would take the region
+// back from the newer news. It waits for its own turn, where deliver
+// decides its fate.
+func (d *Deliverer) staleNeighbour(ctx context.Context, e event.Event) bool {
+	f := d.stale.Load()
+	if f == nil {
+		return false
+	}
+	stale, _ := (*f)(ctx, e)
+	return stale
+}
+
+// neighbours are the events of queued that may be tried as neighbours of
+// a suspect, in queue order, normalised: the valid ones, and in a
+// failover pair only those the pair's gate clears, outside the doubt
+// (the region may have applied a later event of their address in the
+// request it never answered), sharing no address or MAC with ips and
+// macs. A neighbour goes out of its turn: sent while the peer holds older
+// news of its address it would take the region back as any event would.
+// An event left out for these reasons is no neighbour, and its address
+// and MAC go into ips and macs (nothing of them may overtake it); Clear
+// holds back the later events of what it holds back. (probe judges each
+// neighbour stale or not just before it is sent.)
+func (d *Deliverer) neighbours(ctx context.Context, queued []event.Queued, ips map[netip.Addr]bool, macs map[string]bool) ([]event.Queued, error) {
+	out := make([]event.Queued, 0, len(queued))
+	for _, c := range queued {
+		e := c.Event
+		if e.Normalize() != nil {
+			continue // dead-lettered in its turn; never sent
+		}
+		c.Event = e
+		if d.gate != nil && (ips[e.IP] || macs[e.MAC] || c.Seq <= d.doubt.Load()) {
+			ips[e.IP], macs[e.MAC] = true, true
+			continue
+		}
+		out = append(out, c)
+	}
+	if d.gate == nil || len(out) == 0 {
+		return out, nil
+	}
+	cleared := d.gate.Clear(ctx, out)
+	if cleared == nil {
+		return nil, ctx.Err()
+	}
+	return cleared, nil
 }
 
 // retryDelay is the wait before attempt+1 after o: the region's

@@ -520,6 +520,57 @@ func TestPoisonItem(t *testing.T) {
 	}
 }
 
+// holdGate is a pair's gate that holds back what hold says.
+type holdGate struct{ hold func(event.Queued) bool }
+
+func (g holdGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
+	out := []event.Queued{}
+	for _, q := range b {
+		if !g.hold(q) {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+func (g holdGate) ClearPieces(ctx context.Context, b []event.Queued, _ []int) []event.Queued {
+	return g.Clear(ctx, b)
+}
+func (holdGate) Delivered([]event.Queued) {}
+
+// TestProbeNeighboursInPair: in a failover pair the neighbour sent out of
+// its turn to tell a poison event from a failing region is one the pair's
+// gate clears and the stale check passes, like any event sent: a
+// neighbour the peer holds older news of, or one older than the peer's
+// newer news, would take the region back. Here the first neighbour is
+// held by the gate, the second is stale, the third goes; the suspect is
+// dead-lettered after it, the held one goes in its turn and the stale one
+// is taken off the queue unsent.
+func TestProbeNeighboursInPair(t *testing.T) {
+	s, f := poisonStub(t)
+	evs := events(3, 3) // three addresses and MACs
+	held, stale, free := evs[0], evs[1], evs[2]
+	q := newMemQueue()
+	q.Append(poisonEvent(), held, stale, free)
+	h := newDeliverer(t, fastConfig(s, f), q)
+	delivered := func(e event.Event) bool { return slices.Contains(s.Items(), e.Item()) }
+	// The peer holds older news of the first neighbour's address until
+	// the third neighbour has reached the region.
+	h.d.SetGate(holdGate{hold: func(c event.Queued) bool { return c.Event.IP == held.IP && !delivered(free) }})
+	h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) { return e.IP == stale.IP, event.Event{} })
+	if err := h.d.Flush(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(items([]event.Event{free, held}), s.Items()); diff != "" {
+		t.Errorf("items (-want +got):\n%s", diff)
+	}
+	if dl := q.DeadLetters(); len(dl) != 1 || dl[0].q.Event.IP != poisonIP {
+		t.Errorf("dead letters %+v, want the poison event", dl)
+	}
+	if n := q.Depth(); n != 0 {
+		t.Errorf("queue depth %d, want 0", n)
+	}
+}
+
 // TestRegionWideFailure: the region fails every request with 500 (its
 // database gone): no event is dead-lettered however long it lasts,
 // Health says the region is failing, and when it recovers everything
