@@ -509,6 +509,27 @@ func (s *State) noteShownEnd(ip netip.Addr, ev event.Event, now int64) {
 	s.shownEnd[ip] = now
 }
 
+// noteLoadedEnds notes, for the records of ends loaded from the state
+// directory that are dated ahead of now (the load), that the file showed
+// them no later than now: an earlier run recorded them, and its memory of
+// when (noteShownEnd) did not survive the restart. A hook's commit from
+// now on is then newer news than such an end (endShownBefore), as it
+// would have been for the run that recorded it (make chaos PAIR=1 seed
+// 99: the primary's agent, killed and back a second later, dropped its
+// hook's commit as older than a free block's end one second ahead, and
+// the region never saw that lease life).
+func (s *State) noteLoadedEnds(now int64) {
+	for ip, t := range s.Told {
+		if !t.Recorded || t.Action == event.Commit || t.At <= now {
+			continue
+		}
+		if s.shownEnd == nil {
+			s.shownEnd = map[netip.Addr]int64{}
+		}
+		s.shownEnd[ip] = now
+	}
+}
+
 // endShownBefore reports whether t, the file's record of an end for ev's
 // address dated ahead of when the file showed it (noteShownEnd), was
 // shown no later than ev, a hook's commit: the lease had ended by then,

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,5 +111,48 @@ func TestTaskPairStateResumed(t *testing.T) {
 	got, _ := h.waitQueued(1, 10*time.Second)
 	if want := "expiry 203.0.113.10 00:16:3e:00:00:0a missed-expiry"; strings.Join(got, "|") != want {
 		t.Fatalf("queued %q, want %q", got, want)
+	}
+}
+
+// TestTaskRestartKeepsShownEnd: in a pair, a free block's end is when the
+// lease's state may next change, not when it ended, and a hook's commit
+// made after the file showed such an end is news (endShownBefore). When
+// the file showed it is kept in memory only; an agent restarted in
+// between knows only that the last run recorded the end, so before it
+// started (make chaos PAIR=1 seed 99: the primary's agent, killed and
+// back in the same second, dropped its hook's next commit as older than
+// the end and the region never saw that lease life).
+func TestTaskRestartKeepsShownEnd(t *testing.T) {
+	h := newHarness(t)
+	h.pairHooked("primary")
+	now := time.Now().Unix()
+	// The partner's binding updates: the lease, then its end, dated
+	// ahead (a free block's end is its next state change).
+	h.d.rewrite(fostate("normal", "normal")+block(ip2, "active", macB, now-20, now+3600), true)
+	h.start(time.Second)
+	h.d.append(block(ip1, "active", macA, now-20, now+60) + block(ip1, "free", macA, now-20, now+60))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.r.mu.Lock()
+		_, _, told, _ := h.r.st.Lookup(netip.MustParseAddr(ip1))
+		h.r.mu.Unlock()
+		if told.Action == event.Expiry {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the free block was not recorded:\n%s", h.logText())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.stop()
+
+	h.start(time.Second)
+	commit := hook(event.Commit, ip1, macA, time.Now().Unix())
+	commit.LeaseTime = 600
+	if err := h.r.Accept(context.Background(), []event.Event{commit}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(h.queued(), "|"), "commit 203.0.113.10 00:16:3e:00:00:0a "; got != want {
+		t.Fatalf("queued %q, want the client's next commit %q\nlog:\n%s", got, want, h.logText())
 	}
 }

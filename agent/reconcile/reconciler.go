@@ -183,6 +183,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		log.Warn().Int("records", bad).Msg("stored reconciler records did not decode; skipped")
 	}
 	r.pos = r.loadedPos
+	r.st.noteLoadedEnds(r.started.Unix())
 	if err := r.met.register(reg); err != nil {
 		return nil, fmt.Errorf("reconcile: metrics: %w", err)
 	}
