@@ -43,26 +43,7 @@ func runPair(t *testing.T, pair Pair, hookless bool, steps []step) {
 			s.Hook(*st.hook)
 		}
 		if st.appended != "" {
-			d := parser.NewDecoder()
-			var ls []*parser.Lease
-			h := func(x parser.Statement, err error) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				switch x := x.(type) {
-				case *parser.Lease:
-					ls = append(ls, x)
-				case *parser.FailoverState:
-					s.Appended(ls, now)
-					ls = nil
-					s.FailoverSeen([]*parser.FailoverState{x})
-				}
-			}
-			d.Feed([]byte(st.appended), h)
-			if err := d.Close(h); err != nil {
-				t.Fatal(err)
-			}
-			s.Appended(ls, now)
+			appendPair(t, s, st.appended, now)
 		}
 		if st.snapshot != "" {
 			tab, complete := table(t, st.snapshot)
@@ -76,6 +57,32 @@ func runPair(t *testing.T, pair Pair, hookless bool, steps []step) {
 			t.Fatalf("step %d (t+%ds) (-want +got):\n%s", i, st.at, diff)
 		}
 	}
+}
+
+// appendPair feeds text, appended to the leases file, to s in file
+// order, failover state records included.
+func appendPair(t *testing.T, s *State, text string, now int64) {
+	t.Helper()
+	d := parser.NewDecoder()
+	var ls []*parser.Lease
+	h := func(x parser.Statement, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch x := x.(type) {
+		case *parser.Lease:
+			ls = append(ls, x)
+		case *parser.FailoverState:
+			s.Appended(ls, now)
+			ls = nil
+			s.FailoverSeen([]*parser.FailoverState{x})
+		}
+	}
+	d.Feed([]byte(text), h)
+	if err := d.Close(h); err != nil {
+		t.Fatal(err)
+	}
+	s.Appended(ls, now)
 }
 
 func TestPairOf(t *testing.T) {
@@ -582,8 +589,31 @@ func TestPairBacklog(t *testing.T) {
 		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+150), hook(event.Commit, ip1, macB, t0+160)},
 		want:   []string{"expiry +150", "commit +160"},
 	}, {
-		name:   "the peer renewed the lease after this side's commit (no cltt: a binding update): the commit is older news",
+		// Older than the peer's news, but this side's work, which no one
+		// else reports: queued, and judged when it is about to be sent
+		// (dropped if the peer delivered its renewal, else sent with
+		// it after: TestStaleForPair, TestJudgePair).
+		name:   "the peer renewed the lease after this side's commit (no cltt: a binding update): the commit is queued",
 		pair:   primary,
+		file:   ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "active", macA, t0+300, t0+800),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		want:   []string{"commit +200"},
+	}, {
+		// make chaos PAIR=1 seed 14: this side acked a lease and the
+		// client released it a second later; the partner died, and this
+		// side took over; its agent, killed meanwhile, read the file
+		// before its hook's backlog. The records are from before the
+		// takeover: the backlog is judged as it would have been then.
+		name: "this side's commit and the release of it recorded, then a takeover, then the hook's backlog",
+		pair: primary,
+		file: ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+201) +
+			fostate("communications-interrupted", "normal") + fostate("partner-down", "normal"),
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201)},
+		want:   []string{"commit +200", "release +201"},
+	}, {
+		name:   "a replay of a commit this agent queued, older than the peer's news: dropped",
+		pair:   primary,
+		before: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
 		file:   ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "active", macA, t0+300, t0+800),
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
 		want:   nil,
@@ -604,11 +634,11 @@ func TestPairBacklog(t *testing.T) {
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+350)},
 		want:   []string{"commit +350"},
 	}, {
-		name:   "a free block whose end is still to come, then a commit from before the file showed it: older",
+		name:   "a free block whose end is still to come, then a commit from before the file showed it: older, queued all the same (peerBacklog)",
 		pair:   primary,
 		file:   block(ip1, "active", macA, t0+200, t0+400) + block(ip1, "free", macA, t0+200, t0+400),
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+250)},
-		want:   nil,
+		want:   []string{"commit +250"},
 	}, {
 		name:   "a replay of what this agent queued before (the socket read again after a crash), older than its own later ack",
 		pair:   primary,
@@ -625,7 +655,7 @@ func TestPairBacklog(t *testing.T) {
 			for _, ev := range tc.before {
 				s.Hook(ev)
 			}
-			s.Appended(blocks(t, tc.file), t0+300)
+			appendPair(t, s, tc.file, t0+300)
 			var got []string
 			for _, ev := range tc.queued {
 				if s.Superseded(ev) {
