@@ -72,6 +72,11 @@ type Told struct {
 	// runs an on expiry (or on release) dhcpd kept from an older ack of
 	// its own (failover.go, recordTold, pairRepeat).
 	PeerOwns bool `json:"peer_owns,omitempty"`
+	// Spoke: in a failover pair, the file recorded this end while the
+	// partner spoke for the pair (partner state partner-down, or this
+	// side recovering): the partner's agent, telling what its file
+	// records, told it (untoldEnd).
+	Spoke bool `json:"spoke,omitempty"`
 	// Ends is a hook's commit's end (its timestamp plus lease_time), 0
 	// otherwise: what the agent knows of a lease the file never showed
 	// it (Snapshot).
@@ -485,11 +490,14 @@ func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
 	if own, _ := t.own(); own >= t.At {
 		return event.Event{}, false // this agent queued it
 	}
-	if s.Pair.partnerSpoke() {
+	if t.Spoke || s.Pair.partnerSpoke() {
 		// The partner spoke for the pair (partner-down; this side
-		// recovering): its agent told the ends its file recorded, this
-		// one among them (make chaos PAIR=1 seed 21: both racks told
-		// it, the survivor's copy after the client's next commit).
+		// recovering) when the file recorded the end, or does now: its
+		// agent told the ends its file recorded, this one among them
+		// (make chaos PAIR=1 seed 21: both racks told it, the
+		// survivor's copy after the client's next commit; seed 5: the
+		// same once this side, back from its partner's partner-down,
+		// had recovered).
 		return event.Event{}, false
 	}
 	l, shown := s.File[ev.IP]

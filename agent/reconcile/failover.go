@@ -336,7 +336,8 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 		own := acked || told && t.Action == event.Commit && t.MAC == ev.MAC && !t.Recorded && t.At >= ev.Timestamp-commitSlack
 		out.PeerOwns = !own
 	default:
-		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || s.Pair.partnerSpoke()
+		out.Spoke = s.Pair.partnerSpoke()
+		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || out.Spoke
 	}
 	return out
 }

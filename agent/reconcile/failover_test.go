@@ -223,6 +223,23 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The same with this side's recovery over by the client's next
+		// lease: the end was recorded while the partner spoke (make chaos
+		// PAIR=1 seed 5: the returning primary sent it again, and the
+		// survivor's copy, held by a failing region, landed after the
+		// client's next commit).
+		name: "an end the file recorded while the partner spoke, recovery over, then the same client's new lease: the partner told it",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 20, appended: fostate("recover", "partner-down")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 31, appended: fostate("recover-done", "normal") + fostate("normal", "normal")},
+			{at: 32, hook: ev(renewal("203.0.113.12", macA, t0+32, 20))},
+			{at: 10000},
+		},
+	}, {
 		name: "the end's hook came: nothing more",
 		pair: primary,
 		steps: []step{
