@@ -113,6 +113,12 @@ type Pending struct {
 	// outside partner-down, dropped if the file shows before it is due
 	// that the partner spoke for the pair (failover.go, pairVanished).
 	PairWait bool `json:"pair_wait,omitempty"`
+	// Standby: a vanished lease's expiry a failover pair's secondary
+	// holds for the primary's PairWait (Due: the end of that wait). It is
+	// sent only if this side takes over before then (the primary died
+	// before it could send it); at Due it is dropped (failover.go,
+	// pairStandby).
+	Standby bool `json:"standby,omitempty"`
 }
 
 // Orphan is an address whose lease a reload dropped because it left every
@@ -406,7 +412,7 @@ func (s *State) renewedVanished(ev event.Event) {
 // failover primary's PairWait expiry is the pair's to decide
 // (failover.go).
 func endedBefore(p Pending, mac string, start int64) bool {
-	return p.Event.Action != event.Commit && !p.PairWait && p.Event.MAC == mac &&
+	return p.Event.Action != event.Commit && !p.PairWait && !p.Standby && p.Event.MAC == mac &&
 		sooner(p.Event.Action, p.Event.Timestamp, p.Event.Reason == ReasonMissedExpiry, start)
 }
 
@@ -749,8 +755,11 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if l.State != parser.StateActive {
 			continue
 		}
+		standby := false
 		if !s.tellsVanished() {
-			continue // the pair's primary reports it (failover.go)
+			if standby = s.pairStandby(); !standby {
+				continue // the pair's primary reports it (failover.go)
+			}
 		}
 		// Rule 2: dropped by the rewrite; expire at its own end, sent
 		// the grace after it (or after the rewrite, for one that has
@@ -775,7 +784,10 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 			Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
 		due, pairWait := s.pairVanished(due, now)
-		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait})
+		if standby {
+			due, pairWait = now+pairSettle, false
+		}
+		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})
 		vanished++
 	}
 	return vanished
@@ -896,6 +908,9 @@ func (s *State) Due(now int64) []event.Event {
 		g := group{ip: ip, q: q, start: len(picked)}
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
+			if q[i].Standby {
+				continue // the primary's to send: it had the time
+			}
 			if q[i].Orphan {
 				s.orphaned(ip, q[i])
 			}

@@ -5,7 +5,9 @@ package reconcile
 // rules this agent applies (see the README, "Failover pairs"). Pure.
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -98,6 +100,9 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dro
 		s.metaDirty = true
 	}
 	dropped = s.dropPairWaits()
+	if !was.Survivor() && s.Pair.Survivor() {
+		s.takeStandby()
+	}
 	return was.Survivor() != s.Pair.Survivor(), dropped
 }
 
@@ -171,15 +176,59 @@ const pairSettle = 20
 // write_failover_state writes the saved state during startup), so the
 // expiry waits pairSettle for the partner's answer, and is dropped the
 // moment a record shows it (FailoverSeen). A record showing the partner
-// in partner-down is never wrong evidence, even one written before the
+// in partner-down is taken as evidence even when written before the
 // restart: the partner was the pair's speaker then, with the same
-// configuration applied to it. A survivor never waits: no one else is
+// configuration applied to it — or it took over within this wait, after
+// a shrink both had while both were up, and sends what it held in
+// standby for it (pairStandby). A survivor never waits: no one else is
 // left to speak.
 func (s *State) pairVanished(due, now int64) (int64, bool) {
 	if !s.Pair.InPair() || s.Pair.Survivor() {
 		return due, false
 	}
 	return max(due, now+pairSettle), true
+}
+
+// pairStandby reports whether a lease a rewrite dropped is held in
+// standby (Pending.Standby) rather than left to the primary: on a
+// secondary whose file does not show that the partner spoke for the pair.
+//
+// The primary holds its rule-2 expiries pairSettle after its own rewrite
+// (pairVanished), and drops them once its file shows that its partner
+// went partner-down. A primary that dies within that wait — a shrink
+// applied to both while both were up, the primary's rack lost seconds
+// later — never sends them, and finds on its return that its partner
+// was in partner-down: dropped there too (make chaos PAIR=1 seed 5: three
+// leases never expired in the region). The partner did speak for the
+// pair then, but only from its takeover on, after the shrink it had
+// left to the primary. So the secondary holds the same expiries for the
+// same wait: if it takes over before the wait ends, it sends them
+// (takeStandby), else they were the primary's to send, and are dropped.
+// A duplicate is possible only if the primary sent them and died within
+// the wait's last moments, or if it saw its dhcpd restart again before
+// sending them (pairRewrite); it would be the same expiry of an address
+// no range holds any more, so no newer news can come between the two.
+func (s *State) pairStandby() bool {
+	return s.Pair.InPair() && s.Pair.Role == RoleSecondary && !s.Pair.Survivor() && !s.Pair.partnerSpoke()
+}
+
+// takeStandby makes the expiries held in standby (pairStandby) this
+// side's to send, as it takes over: due at the lease's end plus the
+// grace, as any rule-2 expiry.
+func (s *State) takeStandby() {
+	wait := s.vanishedWait()
+	for ip, q := range s.Pending {
+		taken := false
+		for i := range q {
+			if q[i].Standby {
+				q[i].Standby, q[i].Due, taken = false, q[i].Event.Timestamp+wait, true
+			}
+		}
+		if taken {
+			slices.SortStableFunc(q, func(a, b Pending) int { return cmp.Compare(a.Due, b.Due) })
+			s.touch(ip)
+		}
+	}
 }
 
 // pairRewrite ends the wait (PairWait) of the rule-2 expiries of an
@@ -219,7 +268,7 @@ func (s *State) dropPairWaits() (dropped int) {
 	for ip, q := range s.Pending {
 		keep := q[:0]
 		for _, p := range q {
-			if p.PairWait && p.Event.Reason == ReasonVanished {
+			if (p.PairWait || p.Standby) && p.Event.Reason == ReasonVanished {
 				dropped++
 				continue
 			}

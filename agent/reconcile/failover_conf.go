@@ -137,6 +137,9 @@ func (r *Reconciler) PendingOldest(ips []netip.Addr, after []int64, key func(eve
 	defer r.mu.Unlock()
 	for i, ip := range ips {
 		for _, p := range r.st.Pending[ip.Unmap()] {
+			if p.Standby {
+				continue // held for the primary, which sends it
+			}
 			pending[i] = true
 			if k := key(p.Event); k > after[i] && (out[i] == 0 || k < out[i]) {
 				out[i] = k

@@ -337,6 +337,35 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The primary holds its expiry pairSettle for its dhcpd to learn
+		// the partner's state, and dies within that wait: this side takes
+		// over, and the primary on its return drops the expiry, since its
+		// file shows the partner in partner-down (make chaos PAIR=1 seed
+		// 5: three leases never expired). The secondary held it in
+		// standby for that wait, and sends it.
+		name: "range shrink on both peers, the primary dies within its wait: the survivor expires it",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 610, appended: fostate("communications-interrupted", "normal")},
+			{at: 611, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		},
+	}, {
+		name: "range shrink on both peers, the primary dies after its wait: the primary sent it",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 600 + pairSettle},
+			{at: 630, appended: fostate("communications-interrupted", "normal")},
+			{at: 631, appended: fostate("partner-down", "normal")},
+			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		},
+	}, {
 		name: "range shrink while the primary is down: the survivor expires it",
 		pair: secondary,
 		steps: []step{
