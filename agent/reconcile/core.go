@@ -569,7 +569,7 @@ func (s *State) SupersededWhy(ev event.Event) string {
 	case s.pairRepeat(t, ev):
 		return "a repeat of what the failover peer already reported"
 	case t.after(ev):
-		if s.ownBacklog(t, ev) || s.peerBacklog(t, ev) || s.endShownBefore(t, ev) {
+		if s.ownBacklog(t, ev) || s.endShownBefore(t, ev) {
 			return ""
 		}
 		return "older than what the region was told about the address"

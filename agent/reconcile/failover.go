@@ -425,35 +425,6 @@ func (s *State) ownBacklog(t Told, ev event.Event) bool {
 	return atNS != 0 && ns != 0 && ns > atNS
 }
 
-// peerBacklog reports whether ev, a commit of this side's hook older than
-// t, the peer's news the file recorded since (Told.PeerOwns), is to be
-// queued all the same: this side acked a lease its agent has not queued
-// yet (the hook's backlog, judged after the agent's first read of the
-// file when it was down), and no one else reports it. Dropped here, that
-// lease life never reaches the region (make chaos PAIR=1 seed 7: a
-// commit and the client's release a second later through the peer).
-// Queued, it is judged when it is about to be sent, by what the peer has
-// delivered of the address since (the pair channel: if the peer
-// delivered the newer news, it is dropped then; if the peer still holds
-// it, the peer waits for ev) or, without an answer, sent with the file's
-// newest state right after it (Reconciler.Stale), so that the region
-// never ends on it. A commit no newer than what this agent last queued
-// for the address is a replay, not backlog.
-func (s *State) peerBacklog(t Told, ev event.Event) bool {
-	if !s.Pair.InPair() || !t.Recorded || !t.PeerOwns || ev.Action != event.Commit {
-		return false
-	}
-	if ev.Source != event.SourceHook && ev.Source != event.SourceSpool {
-		return false
-	}
-	at, atNS := t.own()
-	if ev.Timestamp != at {
-		return ev.Timestamp > at
-	}
-	ns := fineTime(ev)
-	return atNS != 0 && ns != 0 && ns > atNS
-}
-
 // Recovering reports whether dhcpd is catching up with its partner after
 // the partner ran alone (recover, recover-wait, recover-done): it serves
 // no client and its hooks replay its partner's news.
