@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -182,21 +181,6 @@ func (h pairHeld) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) 
 		// The unanswered request may still land, whatever the peer
 		// delivered since: every queued event is held.
 		after = make([]int64, len(ips))
-	} else {
-		// Held news strictly older than what the peer delivered is
-		// overtaken: left out. News of the same moment is a copy of what
-		// the peer delivered (both racks told the same end), which this
-		// agent still sends as it is (judgePair: the peer delivered
-		// nothing newer): held, so that the peer's newer news waits for
-		// it instead of being overtaken by it (make chaos PAIR=1 seed 21:
-		// a survivor's copy of an expiry, held by a failing region,
-		// landed after the returning rack's copy and its newer commit).
-		after = slices.Clone(after)
-		for i := range after {
-			if after[i] > 0 {
-				after[i]--
-			}
-		}
 	}
 	// Pending first: the reconciler moves an event from its pending ends
 	// into the outbox in one step under its lock, so read in this order
