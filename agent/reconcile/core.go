@@ -114,7 +114,8 @@ type Pending struct {
 	// that the partner spoke for the pair (failover.go, pairVanished).
 	PairWait bool `json:"pair_wait,omitempty"`
 	// Standby: a vanished lease's expiry a failover pair's secondary
-	// holds for the primary's PairWait (Due: the end of that wait). It is
+	// holds while the primary holds its own copy (Due: when the primary's
+	// copy is due, pairVanished's rule). It is
 	// sent only if this side takes over before then (the primary died
 	// before it could send it); at Due it is dropped (failover.go,
 	// pairStandby).
@@ -785,7 +786,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
 		due, pairWait := s.pairVanished(due, now)
 		if standby {
-			due, pairWait = now+pairSettle, false
+			// Held as long as the primary holds its copy: the same
+			// rule (pairVanished), from the same rewrite time.
+			pairWait = false
 		}
 		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})
 		vanished++

@@ -5,9 +5,7 @@ package reconcile
 // rules this agent applies (see the README, "Failover pairs"). Pure.
 
 import (
-	"cmp"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -201,9 +199,11 @@ func (s *State) pairVanished(due, now int64) (int64, bool) {
 // was in partner-down: dropped there too (make chaos PAIR=1 seed 5: three
 // leases never expired in the region). The partner did speak for the
 // pair then, but only from its takeover on, after the shrink it had
-// left to the primary. So the secondary holds the same expiries for the
-// same wait: if it takes over before the wait ends, it sends them
-// (takeStandby), else they were the primary's to send, and are dropped.
+// left to the primary. So the secondary holds the same expiries as long
+// as the primary holds its copies (pairVanished: the grace after the
+// lease's end or the rewrite, and at least pairSettle): if it takes over
+// before then, it sends them (takeStandby), else they were the primary's
+// to send, and are dropped.
 // A duplicate is possible only if the primary sent them and died within
 // the wait's last moments, or if it saw its dhcpd restart again before
 // sending them (pairRewrite); it would be the same expiry of an address
@@ -225,8 +225,7 @@ func (s *State) takeStandby() {
 			}
 		}
 		if taken {
-			slices.SortStableFunc(q, func(a, b Pending) int { return cmp.Compare(a.Due, b.Due) })
-			s.touch(ip)
+			s.touch(ip) // (the queue stays in event order: Due stops at the first not due)
 		}
 	}
 }

@@ -354,15 +354,31 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
 		},
 	}, {
+		// The primary's wait (pairVanished): the grace after the
+		// rewrite, at least pairSettle. The secondary holds its copy as
+		// long: dying just before the end of that wait, the primary had
+		// not sent it (a standby of pairSettle alone lost it then).
+		name: "range shrink on both peers, the primary dies at the end of its wait: the survivor expires it",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 600 + max(grace, pairSettle) - 1},
+			{at: 600 + max(grace, pairSettle) - 1, appended: fostate("communications-interrupted", "normal") + fostate("partner-down", "normal"),
+				want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		},
+	}, {
 		name: "range shrink on both peers, the primary dies after its wait: the primary sent it",
 		pair: secondary,
 		steps: []step{
 			{at: 0, snapshot: base},
 			{at: 600, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
 			{at: 601, appended: fostate("normal", "normal")},
-			{at: 600 + pairSettle},
-			{at: 630, appended: fostate("communications-interrupted", "normal")},
-			{at: 631, appended: fostate("partner-down", "normal")},
+			{at: 600 + max(grace, pairSettle)},
+			{at: 640, appended: fostate("communications-interrupted", "normal")},
+			{at: 641, appended: fostate("partner-down", "normal")},
 			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
 		},
 	}, {
