@@ -520,23 +520,6 @@ func TestPoisonItem(t *testing.T) {
 	}
 }
 
-// holdGate is a pair's gate that holds back what hold says.
-type holdGate struct{ hold func(event.Queued) bool }
-
-func (g holdGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
-	out := []event.Queued{}
-	for _, q := range b {
-		if !g.hold(q) {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-func (g holdGate) ClearPieces(ctx context.Context, b []event.Queued, _ []int) []event.Queued {
-	return g.Clear(ctx, b)
-}
-func (holdGate) Delivered([]event.Queued) {}
-
 // TestProbeNeighboursInPair: in a failover pair the neighbour sent out of
 // its turn to tell a poison event from a failing region is one the pair's
 // gate clears and the stale check passes, like any event sent: a
@@ -555,7 +538,7 @@ func TestProbeNeighboursInPair(t *testing.T) {
 	delivered := func(e event.Event) bool { return slices.Contains(s.Items(), e.Item()) }
 	// The peer holds older news of the first neighbour's address until
 	// the third neighbour has reached the region.
-	h.d.SetGate(holdGate{hold: func(c event.Queued) bool { return c.Event.IP == held.IP && !delivered(free) }})
+	h.d.SetGate(&fakeGate{holdIf: func(c event.Queued) bool { return c.Event.IP == held.IP && !delivered(free) }})
 	h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) { return e.IP == stale.IP, event.Event{} })
 	if err := h.d.Flush(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
@@ -1765,7 +1748,12 @@ func TestStaleSentWithNewest(t *testing.T) {
 // fakeGate records what the deliverer asked of the pair's gate.
 type fakeGate struct {
 	clear, clearAll [][]uint64
-	hold            map[uint64]bool // what Clear holds back
+	hold            map[uint64]bool         // what Clear holds back
+	holdIf          func(event.Queued) bool // and this, if set
+}
+
+func (g *fakeGate) holds(q event.Queued) bool {
+	return g.hold[q.Seq] || g.holdIf != nil && g.holdIf(q)
 }
 
 func seqsOf(b []event.Queued) []uint64 {
@@ -1780,7 +1768,7 @@ func (g *fakeGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
 	g.clear = append(g.clear, seqsOf(b))
 	var out []event.Queued
 	for _, q := range b {
-		if !g.hold[q.Seq] {
+		if !g.holds(q) {
 			out = append(out, q)
 		}
 	}
@@ -1790,7 +1778,7 @@ func (g *fakeGate) ClearPieces(_ context.Context, b []event.Queued, piece []int)
 	g.clearAll = append(g.clearAll, seqsOf(b))
 	goes := make([]bool, len(b))
 	for i, q := range b {
-		goes[i] = !g.hold[q.Seq]
+		goes[i] = !g.holds(q)
 	}
 	return pair.WholePieces(b, piece, goes)
 }

@@ -114,11 +114,10 @@ type Pending struct {
 	// that the partner spoke for the pair (failover.go, pairVanished).
 	PairWait bool `json:"pair_wait,omitempty"`
 	// Standby: a vanished lease's expiry a failover pair's secondary
-	// holds while the primary holds its own copy (Due: when the primary's
-	// copy is due, pairVanished's rule). It is
-	// sent only if this side takes over before then (the primary died
-	// before it could send it); at Due it is dropped (failover.go,
-	// pairStandby).
+	// holds while the primary holds its own copy (Due: when the
+	// primary's copy is due, pairVanished's rule). It is sent only if
+	// this side takes over before then (the primary died before it could
+	// send it); at Due it is dropped (failover.go, pairStandby).
 	Standby bool `json:"standby,omitempty"`
 }
 
@@ -178,8 +177,8 @@ type State struct {
 	Unknown bool `json:"-"`
 	// shownEnd is, in a pair, when the file showed an end it recorded
 	// (Told) dated ahead of that moment (Unix seconds; endShownBefore).
-	// Kept in memory only: after a restart the record is judged by its
-	// date alone, as before.
+	// Kept in memory only: after a restart such an end counts as shown
+	// at the start (noteLoadedEnds).
 	shownEnd map[netip.Addr]int64
 
 	// dirty are the addresses whose File, Told or Pending entry changed
@@ -436,8 +435,8 @@ func sooner(action string, at int64, recorded bool, start int64) bool {
 // told are only removed), and in a failover pair an end the file
 // recorded while it only recorded (outside partner-down, or before the
 // takeover) that no hook of this side reported (untoldEnd). The caller
-// queues them ahead of ev, and calls Hook for each. Sent after ev, or covered by it, the lease life would never
-// have ended in the region.
+// queues them ahead of ev, and calls Hook for each. Sent after ev, or
+// covered by it, the lease life would never have ended in the region.
 func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	if ev.Action != event.Commit || s.Complement {
 		return nil

@@ -191,7 +191,7 @@ func (s *State) pairVanished(due, now int64) (int64, bool) {
 // standby (Pending.Standby) rather than left to the primary: on a
 // secondary whose file does not show that the partner spoke for the pair.
 //
-// The primary holds its rule-2 expiries pairSettle after its own rewrite
+// The primary holds its rule-2 expiries after its own rewrite
 // (pairVanished), and drops them once its file shows that its partner
 // went partner-down. A primary that dies within that wait — a shrink
 // applied to both while both were up, the primary's rack lost seconds
@@ -203,11 +203,11 @@ func (s *State) pairVanished(due, now int64) (int64, bool) {
 // as the primary holds its copies (pairVanished: the grace after the
 // lease's end or the rewrite, and at least pairSettle): if it takes over
 // before then, it sends them (takeStandby), else they were the primary's
-// to send, and are dropped.
-// A duplicate is possible only if the primary sent them and died within
-// the wait's last moments, or if it saw its dhcpd restart again before
-// sending them (pairRewrite); it would be the same expiry of an address
-// no range holds any more, so no newer news can come between the two.
+// to send, and are dropped. A duplicate is possible only if the primary
+// sent them and died within the wait's last moments, or if it saw its
+// dhcpd restart again before sending them (pairRewrite): the same expiry
+// of an address no range holds, with nothing newer between unless a
+// range change brings the address back that soon.
 func (s *State) pairStandby() bool {
 	return s.Pair.InPair() && s.Pair.Role == RoleSecondary && !s.Pair.Survivor() && !s.Pair.partnerSpoke()
 }
@@ -555,10 +555,15 @@ func (s *State) noteShownEnd(ip netip.Addr, ev event.Event, now int64) {
 		}
 		return
 	}
+	s.setShownEnd(ip, now)
+}
+
+// setShownEnd records that the file showed ip's recorded end at at.
+func (s *State) setShownEnd(ip netip.Addr, at int64) {
 	if s.shownEnd == nil {
 		s.shownEnd = map[netip.Addr]int64{}
 	}
-	s.shownEnd[ip] = now
+	s.shownEnd[ip] = at
 }
 
 // noteLoadedEnds notes, for the records of ends loaded from the state
@@ -572,13 +577,9 @@ func (s *State) noteShownEnd(ip netip.Addr, ev event.Event, now int64) {
 // the region never saw that lease life).
 func (s *State) noteLoadedEnds(now int64) {
 	for ip, t := range s.Told {
-		if !t.Recorded || t.Action == event.Commit || t.At <= now {
-			continue
+		if t.Recorded && t.Action != event.Commit && t.At > now {
+			s.setShownEnd(ip, now)
 		}
-		if s.shownEnd == nil {
-			s.shownEnd = map[netip.Addr]int64{}
-		}
-		s.shownEnd[ip] = now
 	}
 }
 
