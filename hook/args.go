@@ -79,9 +79,9 @@ var (
 // event is one validated, normalised lease event.
 type event struct {
 	action    string // commit, expiry or release
-	mac       string // lower-case, zero-padded, ':'-separated; "" for none
+	mac       string // as passed, valid (validMAC); "" for none; normalised on output
 	family    string // ipv4 or ipv6
-	ip        string // canonical text form
+	ip        string // as passed, valid for the family; canonical on output
 	leaseTime uint32 // seconds; sent on commit only
 	hostname  string // raw bytes as dhcpd passed them; encoded on output
 }
@@ -111,19 +111,18 @@ var flagNames = [nFlags]string{"action", "mac", "ip-family", "ip", "lease-time",
 // parseArgs parses and validates the arguments after the program name.
 // Every error is one line, naming the flag and quoting the offending
 // value safely (a hostile host name cannot add lines to dhcpd's log).
-func parseArgs(args []string, getenv func(string) (string, bool)) (config, error) {
-	var cfg config
+func parseArgs(cfg *config, args []string, getenv func(string) (string, bool)) error {
 	if len(args) == 0 {
-		return cfg, errors.New("missing command: want notify or clean")
+		return errors.New("missing command: want notify or clean")
 	}
 	switch args[0] {
 	case "notify":
 	case "-h", "--help", "help":
-		return cfg, errHelp
+		return errHelp
 	case "--version", "version":
-		return cfg, errVersion
+		return errVersion
 	default:
-		return cfg, errors.New("unknown command " + quote(args[0]) + ": want notify or clean")
+		return bad("unknown command ", args[0], ": want notify or clean")
 	}
 
 	var val [nFlags]string
@@ -131,10 +130,10 @@ func parseArgs(args []string, getenv func(string) (string, bool)) (config, error
 	for i := 1; i < len(args); i++ {
 		a := args[i]
 		if a == "-h" || a == "--help" {
-			return cfg, errHelp
+			return errHelp
 		}
 		if len(a) < 3 || a[0] != '-' || a[1] != '-' {
-			return cfg, errors.New("unexpected argument " + quote(a))
+			return bad("unexpected argument ", a, "")
 		}
 		name, v, hasValue := a[2:], "", false
 		for j := 0; j < len(name); j++ {
@@ -145,13 +144,13 @@ func parseArgs(args []string, getenv func(string) (string, bool)) (config, error
 		}
 		f := lookupFlag(name)
 		if f < 0 {
-			return cfg, errors.New("unknown flag " + quote("--"+name))
+			return bad("unknown flag ", a[:2+len(name)], "")
 		}
 		if !hasValue {
 			// The next argument is the value whatever it looks like: a
 			// client may well call itself "--socket".
 			if i+1 == len(args) {
-				return cfg, errors.New("--" + name + " needs a value")
+				return plain(a[:2+len(name)], " needs a value")
 			}
 			i++
 			v = args[i]
@@ -160,9 +159,9 @@ func parseArgs(args []string, getenv func(string) (string, bool)) (config, error
 		val[f], set[f] = v, true
 	}
 
-	for _, f := range []int{fAction, fMAC, fFamily, fIP} {
+	for f := fAction; f <= fIP; f++ { // the flags notify requires
 		if !set[f] {
-			return cfg, errors.New("missing --" + flagNames[f])
+			return plain("missing --", flagNames[f])
 		}
 	}
 	e := &cfg.event
@@ -170,50 +169,67 @@ func parseArgs(args []string, getenv func(string) (string, bool)) (config, error
 	case "commit", "expiry", "release":
 		e.action = a
 	default:
-		return cfg, errors.New("--action " + quote(a) + ": want commit, expiry or release")
+		return bad("--action ", a, ": want commit, expiry or release")
 	}
 	switch f := val[fFamily]; f {
 	case "ipv4", "ipv6":
 		e.family = f
 	default:
-		return cfg, errors.New("--ip-family " + quote(f) + ": want ipv4 or ipv6")
+		return bad("--ip-family ", f, ": want ipv4 or ipv6")
 	}
-	ip, err := parseIP(val[fIP], e.family)
-	if err != nil {
-		return cfg, err
+	if err := checkIP(val[fIP], e.family); err != nil {
+		return err
 	}
-	e.ip = ip
-	mac, ok := normaliseMAC(val[fMAC])
-	if !ok {
-		return cfg, errors.New("--mac " + quote(val[fMAC]) + ": want 1 to 130 hex bytes separated by ':' or '-' (e.g. 2:0:0:a:b:c)")
+	e.ip = val[fIP]
+	if !validMAC(val[fMAC]) {
+		return bad("--mac ", val[fMAC], ": want 1 to 130 hex bytes separated by ':' or '-' (e.g. 2:0:0:a:b:c)")
 	}
-	e.mac = mac
+	e.mac = val[fMAC]
 	if set[fLeaseTime] {
 		n, err := strconv.ParseUint(val[fLeaseTime], 10, 32)
 		if err != nil {
-			return cfg, errors.New("--lease-time " + quote(val[fLeaseTime]) + ": want whole seconds from 0 to 4294967295")
+			return bad("--lease-time ", val[fLeaseTime], ": want whole seconds from 0 to 4294967295")
 		}
 		e.leaseTime = uint32(n)
 	}
 	e.hostname = val[fHostname]
 
+	var err error
 	cfg.socket, err = pathSetting(val[fSocket], set[fSocket], "--socket", envSocket, defaultSocket, getenv)
 	if err != nil {
-		return cfg, err
+		return err
 	}
 	if len(cfg.socket) > maxSocketPath {
-		return cfg, errors.New("socket path " + quote(cfg.socket) + " is longer than 107 bytes")
+		return bad("socket path ", cfg.socket, " is longer than 107 bytes")
 	}
 	cfg.spool, err = pathSetting(val[fSpool], set[fSpool], "--spool", envSpool, defaultSpool, getenv)
 	if err != nil {
-		return cfg, err
+		return err
 	}
-	return cfg, nil
+	return nil
+}
+
+// bad is the error prefix + quote(v) + suffix, and plain a + b. Not
+// inlined: the error paths' strings stay out of the frames of the paths
+// that succeed (TestStartStack).
+//
+//go:noinline
+func bad(prefix, v, suffix string) error { return errors.New(prefix + quote(v) + suffix) }
+
+//go:noinline
+func plain(a, b string) error { return errors.New(a + b) }
+
+//go:noinline
+func notAbsolute(from string, fromEnv bool, p string) error {
+	if fromEnv {
+		from = "$" + from
+	}
+	return errors.New(from + " " + quote(p) + ": want an absolute path")
 }
 
 func lookupFlag(name string) int {
-	for i, n := range flagNames {
-		if n == name {
+	for i := range flagNames {
+		if flagNames[i] == name {
 			return i
 		}
 	}
@@ -224,85 +240,119 @@ func lookupFlag(name string) int {
 // not empty), else the default, and requires an absolute path: dhcpd's
 // working directory is nothing to rely on.
 func pathSetting(flagVal string, flagSet bool, flag, env, def string, getenv func(string) (string, bool)) (string, error) {
-	p, from := def, ""
+	p, from, fromEnv := def, "", false
 	if flagSet {
 		p, from = flagVal, flag
 	} else if v, ok := getenv(env); ok && v != "" {
-		p, from = v, "$"+env
+		p, from, fromEnv = v, env, true
 	}
 	if p == "" || p[0] != '/' {
-		return "", errors.New(from + " " + quote(p) + ": want an absolute path")
+		return "", notAbsolute(from, fromEnv, p)
 	}
 	return p, nil
 }
 
-// parseIP checks that s is an address of the family and returns its
-// canonical form (RFC 5952 for IPv6: dhcpd6's binary-to-ascii writes
-// every group, "2001:db8:0:0:0:0:0:5"). An IPv4 address written as IPv6
-// (::ffff:203.0.113.5) and a zone (fe80::1%eth0) are not leased
-// addresses and are refused.
-func parseIP(s, family string) (string, error) {
+// checkIP checks that s is an address of the family. An IPv4 address
+// written as IPv6 (::ffff:203.0.113.5) and a zone (fe80::1%eth0) are not
+// leased addresses and are refused.
+func checkIP(s, family string) error {
 	if family == "ipv4" {
 		if _, ok := parseIPv4(s); !ok {
 			if _, ok6 := parseIPv6(s); ok6 {
-				return "", errors.New("--ip " + quote(s) + " is not an IPv4 address (--ip-family ipv4)")
+				return bad("--ip ", s, " is not an IPv4 address (--ip-family ipv4)")
 			}
-			return "", errors.New("--ip " + quote(s) + ": not an IP address")
+			return bad("--ip ", s, ": not an IP address")
 		}
-		return s, nil // a valid dotted quad is canonical
+		return nil
 	}
 	ip, ok := parseIPv6(s)
 	if !ok {
 		if _, ok4 := parseIPv4(s); ok4 {
-			return "", errors.New("--ip " + quote(s) + " is not an IPv6 address (--ip-family ipv6)")
+			return bad("--ip ", s, " is not an IPv6 address (--ip-family ipv6)")
 		}
-		return "", errors.New("--ip " + quote(s) + ": not an IP address")
+		return bad("--ip ", s, ": not an IP address")
 	}
 	if isV4Mapped(ip) {
-		return "", errors.New("--ip " + quote(s) + " is not an IPv6 address (--ip-family ipv6)")
+		return bad("--ip ", s, " is not an IPv6 address (--ip-family ipv6)")
 	}
-	return formatIPv6(ip), nil
+	return nil
 }
 
-// normaliseMAC accepts hex bytes of one or two digits separated by ':'
-// (what dhcpd's binary-to-ascii writes, "2:0:0:a:b:c") or '-', and
-// returns them lower-case, zero-padded and ':'-separated, the form MAAS's
-// region stores (maascommon/fields.py normalise_macaddress). The empty
-// string stays empty: a client without a hardware address (InfiniBand
-// over DHCPv4) still has leases, and MAAS's region takes "" as "no MAC".
-func normaliseMAC(s string) (string, bool) {
-	if s == "" {
-		return "", true
+// appendIP appends s, valid for the family (checkIP), in its canonical
+// form: a valid dotted quad is one already; IPv6 as RFC 5952 has it
+// (dhcpd6's binary-to-ascii writes every group, "2001:db8:0:0:0:0:0:5").
+func appendIP(b []byte, family, s string) []byte {
+	if family == "ipv4" {
+		return append(b, s...)
 	}
-	var buf [3 * maxHWBytes]byte
-	out := buf[:0]
+	ip, _ := parseIPv6(s)
+	return appendIPv6(b, ip)
+}
+
+// parseIP is checkIP and appendIP in one, for tests.
+func parseIP(s, family string) (string, error) {
+	if err := checkIP(s, family); err != nil {
+		return "", err
+	}
+	return string(appendIP(nil, family, s)), nil
+}
+
+// validMAC accepts hex bytes of one or two digits separated by ':'
+// (what dhcpd's binary-to-ascii writes, "2:0:0:a:b:c") or '-', one
+// separator throughout, at most maxHWBytes of them. The empty string is
+// valid: a client without a hardware address (InfiniBand over DHCPv4)
+// still has leases, and MAAS's region takes "" as "no MAC".
+func validMAC(s string) bool {
 	var sep byte
-	for i, n := 0, 0; ; n++ {
+	for i, n := 0, 0; i < len(s); n++ {
 		j := i
 		for j < len(s) && j-i < 3 && isHex(s[j]) {
 			j++
 		}
 		if j == i || j-i > 2 || n == maxHWBytes {
-			return "", false
-		}
-		if n > 0 {
-			out = append(out, ':')
-		}
-		if j-i == 1 {
-			out = append(out, '0')
-		}
-		for k := i; k < j; k++ {
-			out = append(out, s[k]|0x20) // hex digits: lower-case letters, digits unchanged
+			return false
 		}
 		if j == len(s) {
-			return string(out), true
+			return true
 		}
 		c := s[j]
 		if c != ':' && c != '-' || sep != 0 && c != sep || j+1 == len(s) {
-			return "", false
+			return false
 		}
 		sep, i = c, j+1
 	}
+	return true
+}
+
+// appendMAC appends s, valid (validMAC), in the form MAAS's region
+// stores: lower-case, zero-padded, ':'-separated (maascommon/fields.py
+// normalise_macaddress).
+func appendMAC(b []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && isHex(s[j]) {
+			j++
+		}
+		if i > 0 {
+			b = append(b, ':')
+		}
+		if j-i == 1 {
+			b = append(b, '0')
+		}
+		for k := i; k < j; k++ {
+			b = append(b, s[k]|0x20) // hex digits: lower-case letters, digits unchanged
+		}
+		i = j + 1
+	}
+	return b
+}
+
+// normaliseMAC is validMAC and appendMAC in one, for tests.
+func normaliseMAC(s string) (string, bool) {
+	if !validMAC(s) {
+		return "", false
+	}
+	return string(appendMAC(nil, s)), true
 }
 
 func isHex(c byte) bool {
@@ -310,7 +360,10 @@ func isHex(c byte) bool {
 }
 
 // quote quotes a value for an error message: one line whatever it holds,
-// and not much of it.
+// and not much of it. Not inlined: error paths stay out of the frames of
+// the paths that succeed (TestStartStack).
+//
+//go:noinline
 func quote(s string) string {
 	const max = 64
 	if len(s) > max {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"syscall"
+	"unsafe"
 )
 
 // spoolFile is the file, in the spool directory, that hooks append to.
@@ -21,9 +22,15 @@ const spoolAttempts = 4
 // the send is non-blocking, the spool lock is tried, not waited for.
 // It fails only when neither way took the event.
 func deliver(msg []byte, socket, spoolDir string) error {
-	path := spoolDir + "/" + spoolFile
-	var st syscall.Stat_t
-	if err := syscall.Lstat(path, &st); err == nil {
+	path := cstring(&spoolBuf, spoolDir, "/", spoolFile)
+	if path == nil {
+		// Not a path the kernel takes: the spool cannot exist.
+		if err := send(socket, msg); err != nil {
+			return lost(socket, err, spoolDir, errors.New("not a usable path"), false)
+		}
+		return nil
+	}
+	if rawStat(atFDCWD, path, &stat1, true) == 0 {
 		// Sticky spool: earlier events wait in it, so this one follows
 		// them. Only if the spool cannot be written does it go to the
 		// socket after all: late (its timestamp_ns orders it) beats lost.
@@ -32,7 +39,7 @@ func deliver(msg []byte, socket, spoolDir string) error {
 			return nil
 		}
 		if err := send(socket, msg); err != nil {
-			return errors.New("spool " + path + ": " + serr.Error() + "; send to " + socket + ": " + err.Error())
+			return lost(socket, err, spoolDir, serr, true)
 		}
 		return nil
 	}
@@ -44,41 +51,65 @@ func deliver(msg []byte, socket, spoolDir string) error {
 	// socket), ECONNREFUSED (nobody bound), EAGAIN (receive queue full),
 	// ENOBUFS, EACCES, EPROTOTYPE (not a datagram socket)…
 	if serr := appendSpool(spoolDir, path, msg); serr != nil {
-		return errors.New("send to " + socket + ": " + err.Error() + "; spool " + path + ": " + serr.Error())
+		return lost(socket, err, spoolDir, serr, false)
 	}
 	return nil
+}
+
+// lost is deliver's error when neither way took the event, the spool
+// named first when it was tried first. Not inlined: its strings stay
+// out of deliver's frame (TestStartStack).
+//
+//go:noinline
+func lost(socket string, sendErr error, spoolDir string, spoolErr error, spoolFirst bool) error {
+	sent := "send to " + socket + ": " + sendErr.Error()
+	spooled := "spool " + spoolDir + "/" + spoolFile + ": " + spoolErr.Error()
+	if spoolFirst {
+		return errors.New(spooled + "; " + sent)
+	}
+	return errors.New(sent + "; " + spooled)
 }
 
 // send sends msg as one datagram to the unix socket at path, without
 // blocking.
 func send(path string, msg []byte) error {
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
+	if len(path) >= len(sun.Path) {
+		return syscall.EINVAL
 	}
-	defer syscall.Close(fd)
-	sa := &syscall.SockaddrUnix{Name: path}
+	fd, _, e := syscall.RawSyscall(syscall.SYS_SOCKET, syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	if e != 0 {
+		return e
+	}
+	sun.Family = syscall.AF_UNIX
+	for i := 0; i < len(path); i++ {
+		sun.Path[i] = int8(path[i])
+	}
+	sun.Path[len(path)] = 0
+	salen := unsafe.Offsetof(sun.Path) + uintptr(len(path)) + 1
 	for {
-		err = syscall.Sendto(fd, msg, 0, sa)
-		if err != syscall.EINTR {
-			return err
+		_, _, e = syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(msg))), uintptr(len(msg)), 0, uintptr(unsafe.Pointer(&sun)), salen)
+		if e != syscall.EINTR {
+			break
 		}
 	}
+	rawClose(int(fd))
+	return errnoErr(e)
 }
 
-// appendSpool appends msg and a newline to the spool file with one
-// O_APPEND write, holding a shared lock so the agent's drain (which
-// renames the file, then takes an exclusive lock) waits for it. It
-// creates the spool directory when it is missing.
-func appendSpool(dir, path string, msg []byte) error {
+// appendSpool appends msg and a newline to the spool file (at path,
+// NUL-terminated, in dir) with one O_APPEND write, holding a shared
+// lock so the agent's drain (which renames the file, then takes an
+// exclusive lock) waits for it. It creates the spool directory when it
+// is missing.
+func appendSpool(dir string, path *byte, msg []byte) error {
 	line := append(msg, '\n')
 	made := false
 	for attempt := 0; attempt < spoolAttempts; attempt++ {
 		// Never through a symbolic link (ELOOP, also for a dangling one
 		// that O_CREAT would otherwise follow), never blocking on a FIFO;
 		// only a regular file takes the line.
-		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o640)
-		if err == syscall.ENOENT && !made {
+		fd, e := rawOpen(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o640)
+		if e == syscall.ENOENT && !made {
 			made = true
 			if err := mkdirAll(dir, 0o750); err != nil {
 				return err
@@ -86,23 +117,22 @@ func appendSpool(dir, path string, msg []byte) error {
 			attempt--
 			continue
 		}
-		if err != nil {
-			return err
+		if e != 0 {
+			return e
 		}
-		var st syscall.Stat_t
-		if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-			syscall.Close(fd)
-			if err == nil {
-				err = errors.New("not a regular file")
+		if e := rawStat(fd, nil, &stat1, false); e != 0 || stat1.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			rawClose(fd)
+			if e != 0 {
+				return e
 			}
-			return err
+			return errors.New("not a regular file")
 		}
 		current, err := lockCurrent(fd, path)
 		if err == nil && current {
 			err = writeLine(fd, line)
 		}
-		if cerr := syscall.Close(fd); err == nil && cerr != nil {
-			err = cerr
+		if e := rawClose(fd); err == nil && e != 0 {
+			err = e
 		}
 		if err != nil || current {
 			return err
@@ -117,29 +147,29 @@ func appendSpool(dir, path string, msg []byte) error {
 // whether fd is still the file at path. A file the agent holds
 // exclusively is one it has already renamed away to drain it, and a file
 // that no longer sits at path is one the agent took before we locked it.
-func lockCurrent(fd int, path string) (bool, error) {
+func lockCurrent(fd int, path *byte) (bool, error) {
 	for {
-		err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
-		if err == syscall.EWOULDBLOCK {
+		e := rawFlock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
+		if e == syscall.EWOULDBLOCK {
 			return false, nil
 		}
-		if err == syscall.EINTR {
+		if e == syscall.EINTR {
 			continue
 		}
-		if err != nil {
-			return false, err
+		if e != 0 {
+			return false, e
 		}
 		break
 	}
-	var held, named syscall.Stat_t
-	if err := syscall.Fstat(fd, &held); err != nil {
-		return false, err
+	held, named := &stat1, &stat2
+	if e := rawStat(fd, nil, held, false); e != 0 {
+		return false, e
 	}
-	if err := syscall.Stat(path, &named); err != nil {
-		if err == syscall.ENOENT {
+	if e := rawStat(atFDCWD, path, named, false); e != 0 {
+		if e == syscall.ENOENT {
 			return false, nil
 		}
-		return false, err
+		return false, e
 	}
 	return held.Dev == named.Dev && held.Ino == named.Ino, nil
 }
@@ -151,12 +181,12 @@ func lockCurrent(fd int, path string) (bool, error) {
 // resynchronises on the torn line (doc.go).
 func writeLine(fd int, line []byte) error {
 	for {
-		n, err := syscall.Write(fd, line)
-		if err == syscall.EINTR {
+		n, e := rawWrite(fd, line)
+		if e == syscall.EINTR {
 			continue
 		}
-		if err != nil {
-			return err
+		if e != 0 {
+			return e
 		}
 		if n != len(line) {
 			return errors.New("short write (" + strconv.Itoa(n) + " of " + strconv.Itoa(len(line)) + " bytes): filesystem full?")

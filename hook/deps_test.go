@@ -71,7 +71,8 @@ func TestLockCurrent(t *testing.T) {
 	}
 	check := func(what string, fd int, p string, want bool) {
 		t.Helper()
-		ok, err := lockCurrent(fd, p)
+		var buf [pathMax]byte
+		ok, err := lockCurrent(fd, cstring(&buf, p))
 		if ok != want || err != nil {
 			t.Errorf("%s: lockCurrent = %v, %v; want %v", what, ok, err, want)
 		}

@@ -12,7 +12,7 @@ import (
 // MAAS's Go rack agent (see doc.go).
 const maxHostname = 255
 
-// maxLine is a stack buffer size that holds any event: the fixed keys,
+// maxLine is a buffer size that holds any event: the fixed keys,
 // a 130-byte DUID (389 characters), an IPv6 address, the host name and
 // the numbers come to under 900 bytes.
 const maxLine = 1024
@@ -21,16 +21,16 @@ const maxLine = 1024
 // Keys come in maas-dhcp-helper's order; lease_time and hostname only on
 // commit, as it sends them; timestamp_ns and pid are leasekeeper's own.
 // Every value but the host name is validated ASCII that needs no
-// escaping.
+// escaping; the MAC and the address are normalised here.
 func appendEvent(b []byte, e *event, sec, nsec int64, pid int) []byte {
 	b = append(b, `{"action":"`...)
 	b = append(b, e.action...)
 	b = append(b, `","mac":"`...)
-	b = append(b, e.mac...)
+	b = appendMAC(b, e.mac)
 	b = append(b, `","ip_family":"`...)
 	b = append(b, e.family...)
 	b = append(b, `","ip":"`...)
-	b = append(b, e.ip...)
+	b = appendIP(b, e.family, e.ip)
 	b = append(b, `","timestamp":`...)
 	b = strconv.AppendInt(b, sec, 10)
 	if e.action == "commit" {

@@ -19,6 +19,8 @@ func TestAppendEvent(t *testing.T) {
 	expiry.action = "expiry"
 	none := commit
 	none.hostname = "(none)"
+	// As dhcpd passes them: the MAC unpadded, the IPv6 address with every group.
+	raw := event{action: "release", mac: "0:1:0:1:2A:3b:4c:5d:2:0:0:a:b:c", family: "ipv6", ip: "2001:DB8:0:0:0:0:0:5"}
 	for _, tc := range []struct {
 		name string
 		e    event
@@ -28,6 +30,7 @@ func TestAppendEvent(t *testing.T) {
 		// maas-dhcp-helper sends neither lease_time nor hostname unless committing.
 		{"expiry", expiry, `{"action":"expiry","mac":"02:00:00:0a:0b:0c","ip_family":"ipv4","ip":"203.0.113.5","timestamp":1764417600,"timestamp_ns":1764417600123456789,"pid":4242}`},
 		{"no hostname", none, `{"action":"commit","mac":"02:00:00:0a:0b:0c","ip_family":"ipv4","ip":"203.0.113.5","timestamp":1764417600,"lease_time":600,"hostname":"","timestamp_ns":1764417600123456789,"pid":4242}`},
+		{"normalised", raw, `{"action":"release","mac":"00:01:00:01:2a:3b:4c:5d:02:00:00:0a:0b:0c","ip_family":"ipv6","ip":"2001:db8::5","timestamp":1764417600,"timestamp_ns":1764417600123456789,"pid":4242}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := string(appendEvent(nil, &tc.e, testSec, testNsec, testPid))
@@ -139,7 +142,8 @@ func FuzzEvent(f *testing.F) {
 		if leaseTime != "" {
 			args = append(args, "--lease-time", leaseTime)
 		}
-		cfg, err := parseArgs(args, env())
+		var cfg config
+		err := parseArgs(&cfg, args, env())
 		if err != nil {
 			if strings.ContainsAny(err.Error(), "\r\n") {
 				t.Fatalf("multi-line error %q", err)
@@ -153,7 +157,9 @@ func FuzzEvent(f *testing.F) {
 		if err := dec.Decode(&d); err != nil {
 			t.Fatalf("invalid event JSON %q: %v", b, err)
 		}
-		if d.Action != action || d.IPFamily != family || d.MAC != cfg.mac || d.IP != cfg.ip {
+		wantMAC, _ := normaliseMAC(mac)
+		wantIP, _ := parseIP(ip, family)
+		if d.Action != action || d.IPFamily != family || d.MAC != wantMAC || d.IP != wantIP {
 			t.Fatalf("decoded %+v from %q", d, b)
 		}
 		if action != "commit" {

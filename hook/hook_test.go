@@ -412,10 +412,10 @@ func TestAgentUnreachable(t *testing.T) {
 	}
 }
 
-// TestDeliverBound times deliver itself (no process start) against a
-// full queue: it must not wait for the reader. A generous limit catches
-// a blocking send without flaking on a busy machine; the log line shows
-// the real figure.
+// TestDeliverBound: deliver (no process start) against a full queue
+// spools rather than waiting for the reader; a send that blocked would
+// hang the test until go test's -timeout fails it. The log line shows
+// how long it took.
 func TestDeliverBound(t *testing.T) {
 	sock, _ := listen(t)
 	fillQueue(t, sock)
@@ -425,11 +425,7 @@ func TestDeliverBound(t *testing.T) {
 	if err := deliver(msg, sock, spool); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	t.Logf("deliver to a full queue (spooled) took %v", took)
-	if took > time.Second {
-		t.Errorf("deliver took %v: it waited", took)
-	}
+	t.Logf("deliver to a full queue (spooled) took %v", time.Since(start))
 	if got := spoolLines(t, spool); len(got) != 1 || got[0] != string(msg) {
 		t.Errorf("spool %q", got)
 	}
@@ -608,7 +604,9 @@ func drainOnce(spool string, n int) ([]string, error) {
 
 // TestSpoolAppendAtomic checks the filesystem property the spool relies
 // on, with lines far longer than any event and than PIPE_BUF: concurrent
-// O_APPEND writes of whole lines never interleave.
+// O_APPEND writes of whole lines (writeLine, as appendSpool opens the
+// file) never interleave. TestSpoolConcurrentProcesses runs the whole
+// path, a process per hook.
 func TestSpoolAppendAtomic(t *testing.T) {
 	const goroutines, each, size = 8, 50, 256 << 10
 	spool := shortDir(t)
@@ -618,9 +616,16 @@ func TestSpoolAppendAtomic(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			msg := bytes.Repeat([]byte{byte('a' + g)}, size)
+			line := append(bytes.Repeat([]byte{byte('a' + g)}, size), '\n')
 			for range each {
-				if err := appendSpool(spool, path, msg[:size:size]); err != nil {
+				fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC, 0o640)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				err = writeLine(fd, line)
+				syscall.Close(fd)
+				if err != nil {
 					t.Error(err)
 					return
 				}

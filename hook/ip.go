@@ -118,10 +118,10 @@ func parseIPv6(s string) ([16]byte, bool) {
 	return ip, true
 }
 
-// formatIPv6 writes ip in RFC 5952's canonical form: lower-case hex
+// appendIPv6 appends ip in RFC 5952's canonical form: lower-case hex
 // without leading zeros, the longest run of two or more zero groups
 // (the first of equals) written "::".
-func formatIPv6(ip [16]byte) string {
+func appendIPv6(b []byte, ip [16]byte) []byte {
 	group := func(i int) int { return int(ip[2*i])<<8 | int(ip[2*i+1]) }
 	zs, ze := -1, -1
 	for i := 0; i < 8; {
@@ -139,7 +139,6 @@ func formatIPv6(ip [16]byte) string {
 		i = j
 	}
 	const hex = "0123456789abcdef"
-	b := make([]byte, 0, 39)
 	for i := 0; i < 8; i++ {
 		if i == zs {
 			b = append(b, ':', ':')
@@ -157,7 +156,7 @@ func formatIPv6(ip [16]byte) string {
 			}
 		}
 	}
-	return string(b)
+	return b
 }
 
 func hexValue(c byte) (int, bool) {

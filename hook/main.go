@@ -27,7 +27,7 @@ func main() {
 	if isMAASHelper(args[0]) && len(rest) > 0 && rest[0] == "notify" {
 		rest = dropSocketFlag(rest)
 	}
-	syscall.Exit(run(rest, syscall.Getenv, 1, 2))
+	syscall.Exit(run(rest, lookupEnv, 1, 2))
 }
 
 // maasHelper is the name MAAS's generated dhcpd.conf runs its helper by.
@@ -51,8 +51,9 @@ func isMAASHelper(argv0 string) bool {
 // dropSocketFlag removes "--socket VALUE" and "--socket=VALUE". Every
 // notify flag takes a value, so a flag's value is skipped over whatever
 // it says: a client calling itself "--socket" stays a host name.
+// It filters args in place.
 func dropSocketFlag(args []string) []string {
-	out := make([]string, 0, len(args))
+	out := args[:0]
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -81,50 +82,25 @@ func hasByte(s string, b byte) bool {
 // readArgs returns the process's arguments from /proc/self/cmdline. The
 // hook does without package os, whose initialisation (with that of time,
 // internal/godebug and internal/poll under it) showed in every event's
-// start-up, and os.Args is all the hook would use of it.
+// start-up, and os.Args is all the hook would use of it. The strings
+// share the static buffer, which is never written again.
 func readArgs() ([]string, error) {
 	const path = "/proc/self/cmdline"
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, errors.New("open " + path + ": " + err.Error())
+	buf, e := readFile(unsafe.StringData(path+"\x00"), cmdline[:])
+	if e != 0 {
+		return nil, errors.New("read " + path + ": " + e.Error())
 	}
-	defer syscall.Close(fd)
-	buf := make([]byte, 0, 4096)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, errors.New("read " + path + ": " + err.Error())
-		}
-		if n == 0 {
-			break
-		}
-		buf = buf[:len(buf)+n]
-	}
-	// Each argument ends in a NUL. One string holds them all.
-	all := string(buf)
-	n := 0
-	for i := 0; i < len(all); i++ {
-		if all[i] == 0 {
-			n++
-		}
-	}
-	args := make([]string, 0, n+1)
-	for len(all) > 0 {
+	args := argv[:0]
+	for len(buf) > 0 {
 		i := 0
-		for i < len(all) && all[i] != 0 {
+		for i < len(buf) && buf[i] != 0 {
 			i++
 		}
-		args = append(args, all[:i])
-		if i == len(all) {
+		args = append(args, unsafe.String(unsafe.SliceData(buf), i))
+		if i == len(buf) {
 			break
 		}
-		all = all[i+1:]
+		buf = buf[i+1:]
 	}
 	if len(args) == 0 {
 		return nil, errors.New(path + " is empty")
@@ -139,7 +115,8 @@ func run(args []string, getenv func(string) (string, bool), stdout, stderr int) 
 	if len(args) > 0 && args[0] == "clean" {
 		return runClean(args[1:], stdout, stderr)
 	}
-	cfg, err := parseArgs(args, getenv)
+	cfg := &theConfig
+	err := parseArgs(cfg, args, getenv)
 	switch {
 	case err == errHelp:
 		writeString(stdout, usage)
@@ -148,17 +125,24 @@ func run(args []string, getenv func(string) (string, bool), stdout, stderr int) 
 		writeString(stdout, "leasekeeper-hook "+version+"\n")
 		return exitOK
 	case err != nil:
-		writeString(stderr, "leasekeeper-hook: "+err.Error()+"\n")
+		complain(stderr, "", err)
 		return exitUsage
 	}
 	sec, nsec := now()
-	var buf [maxLine]byte
-	line := appendEvent(buf[:0], &cfg.event, sec, nsec, syscall.Getpid())
+	line := appendEvent(lineBuf[:0], &cfg.event, sec, nsec, syscall.Getpid())
 	if err := deliver(line, cfg.socket, cfg.spool); err != nil {
-		writeString(stderr, "leasekeeper-hook: event lost: "+err.Error()+"\n")
+		complain(stderr, "event lost: ", err)
 		return exitLost
 	}
 	return exitOK
+}
+
+// complain writes the hook's one line to stderr. Not inlined: its
+// strings stay out of run's frame (TestStartStack).
+//
+//go:noinline
+func complain(stderr int, what string, err error) {
+	writeString(stderr, "leasekeeper-hook: "+what+err.Error()+"\n")
 }
 
 // now returns the wall clock as epoch seconds and nanoseconds. It calls

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// The system calls of notify's path, and the memory they use.
+//
+// A Go program's main goroutine starts on a 2 KiB stack, of which about
+// 1.1 KiB is usable before the runtime grows it; growing copies the stack
+// and unwinds it through tables nothing else reads, onto fresh pages (on
+// a virtual machine about a tenth of an empty Go program's run; issue 16,
+// doc.go). notify stays within it (TestStartStack): no heap allocation on
+// its path, whose first use of a size class goes down the allocator's
+// slow path, several hundred bytes deep; its buffers static; its system
+// calls raw. The syscall package's wrappers copy each path to the heap,
+// and hand the processor off around each call, which a process with one
+// goroutine and calls that return at once has no use for.
+
+// Static buffers: bss, so a page is only touched when used. They make
+// notify's functions for one goroutine at a time, which the hook is.
+var (
+	cmdline   [4096]byte              // readArgs; a longer command line grows on the heap
+	argv      [32]string              // readArgs; more arguments grow on the heap
+	environ   [16384]byte             // lookupEnv; a larger environment grows on the heap
+	lineBuf   [maxLine]byte           // run: the event's JSON
+	theConfig config                  // run
+	spoolBuf  [pathMax]byte           // deliver: the spool file's path, NUL-terminated
+	sun       syscall.RawSockaddrUnix // send
+	stat1     syscall.Stat_t          // deliver, appendSpool, lockCurrent
+	stat2     syscall.Stat_t          // lockCurrent
+)
+
+// pathMax is Linux's PATH_MAX, NUL included.
+const pathMax = 4096
+
+// cstring copies the concatenation of parts and a NUL into buf and
+// returns a pointer to it for a system call, or nil when it does not fit
+// or holds a NUL (the kernel would read a shorter path).
+func cstring(buf *[pathMax]byte, parts ...string) *byte {
+	n := 0
+	for _, p := range parts {
+		if n+len(p) >= len(buf) {
+			return nil
+		}
+		for i := 0; i < len(p); i++ {
+			if p[i] == 0 {
+				return nil
+			}
+		}
+		n += copy(buf[n:], p)
+	}
+	buf[n] = 0
+	return &buf[0]
+}
+
+// errnoErr returns e as an error, nil for 0.
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+func rawOpen(path *byte, flags int, mode uint32) (int, syscall.Errno) {
+	dirfd := atFDCWD
+	fd, _, e := syscall.RawSyscall6(syscall.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(path)), uintptr(flags), uintptr(mode), 0, 0)
+	return int(fd), e
+}
+
+func rawRead(fd int, b []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	return int(n), e
+}
+
+func rawWrite(fd int, b []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+	return int(n), e
+}
+
+func rawClose(fd int) syscall.Errno {
+	_, _, e := syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(fd), 0, 0)
+	return e
+}
+
+// rawStat is fstatat(2): of path (nofollow: lstat), or of fd when path
+// is nil.
+func rawStat(fd int, path *byte, st *syscall.Stat_t, nofollow bool) syscall.Errno {
+	flags := 0
+	if path == nil {
+		path, flags = &empty, _AT_EMPTY_PATH
+	} else if nofollow {
+		flags = _AT_SYMLINK_NOFOLLOW
+	}
+	_, _, e := syscall.RawSyscall6(syscall.SYS_NEWFSTATAT, uintptr(fd), uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0)
+	return e
+}
+
+var empty byte // "", NUL-terminated
+
+const (
+	_AT_SYMLINK_NOFOLLOW = 0x100
+	_AT_EMPTY_PATH       = 0x1000
+)
+
+func rawFlock(fd, how int) syscall.Errno {
+	_, _, e := syscall.RawSyscall(syscall.SYS_FLOCK, uintptr(fd), uintptr(how), 0)
+	return e
+}
+
+// readFile reads the whole of a small file (/proc/self/...) into buf,
+// growing it on the heap if it must.
+func readFile(path *byte, buf []byte) ([]byte, syscall.Errno) {
+	fd, e := rawOpen(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if e != 0 {
+		return nil, e
+	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, e := rawRead(fd, buf[len(buf):cap(buf)])
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			rawClose(fd)
+			return nil, e
+		}
+		if n == 0 {
+			break
+		}
+		buf = buf[:len(buf)+n]
+	}
+	rawClose(fd)
+	return buf, 0
+}
+
+// lookupEnv is syscall.Getenv without its copy of the environment into a
+// map: the first call reads /proc/self/environ (the environment the
+// process started with, which the hook never changes), and each looks
+// through it. Where that file cannot be read it falls back on
+// syscall.Getenv.
+func lookupEnv(key string) (string, bool) {
+	if !envRead {
+		envRead = true
+		envData, envErr = readFile(unsafe.StringData("/proc/self/environ\x00"), environ[:])
+	}
+	if envErr != 0 {
+		return syscall.Getenv(key)
+	}
+	for s := envData; len(s) > 0; {
+		i := 0
+		for i < len(s) && s[i] != 0 {
+			i++
+		}
+		kv := s[:i]
+		if len(kv) > len(key) && kv[len(key)] == '=' && string(kv[:len(key)]) == key {
+			v := kv[len(key)+1:]
+			return unsafe.String(unsafe.SliceData(v), len(v)), true
+		}
+		if i == len(s) {
+			break
+		}
+		s = s[i+1:]
+	}
+	return "", false
+}
+
+var (
+	envRead bool
+	envData []byte
+	envErr  syscall.Errno
+)
