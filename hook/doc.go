@@ -103,15 +103,24 @@
 // follows CPU-limit changes, one more wake-up in a process that lives for
 // a millisecond; decoratemappings=0 spares the prctl naming each of the
 // runtime's memory mappings (and refused with EINVAL by kernels built
-// without CONFIG_ANON_VMA_NAME). The runtime still reads the cgroup's CPU quota at start (four
-// files), whatever the GODEBUG settings: containermaxprocs=0 would not
-// save those reads. Against an empty Go program built the same way
-// (strace -c, perf stat -r 300; issue 16): 1.32 MB against 1.20 MB, 170
-// page faults against 159, the same runtime syscalls plus the read of
-// /proc/self/cmdline, socket and sendto — what is left above the floor
-// is the runtime's own start. scripts/bench-hook measures what the hook
-// costs dhcpd against /bin/true and an empty Go program, and
-// BenchmarkProcess what a start costs.
+// without CONFIG_ANON_VMA_NAME). The runtime still reads the cgroup's
+// CPU quota at start (four files), whatever the GODEBUG settings:
+// containermaxprocs=0 would not save those reads.
+//
+// notify also stays within the 2 KiB stack the main goroutine starts with
+// (sys.go; TestStartStack holds it there): growing it once cost an empty
+// Go program about 4 % of its run on a virtual machine (a copy, an unwind
+// through tables nothing else reads, fresh pages). So notify allocates
+// nothing (the allocator's slow path, taken by a size class's first
+// object, is deep), keeps its buffers static, makes its system calls raw
+// and reads its environment from /proc/self/environ (syscall.Getenv
+// copies it into a map first). What is left above an empty Go program:
+// reading /proc/self/cmdline and /proc/self/environ, and the delivery's
+// system calls, of which the datagram (socket, sendto, the listener's
+// wake-up) costs more than the spool's eight. scripts/bench-hook-start
+// times the hook's own run against an empty Go program's, interleaved;
+// scripts/bench-hook what the hook costs dhcpd against /bin/true and an
+// empty Go program; BenchmarkProcess what a start costs.
 //
 // # clean
 //

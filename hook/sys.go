@@ -10,7 +10,7 @@ import (
 // A Go program's main goroutine starts on a 2 KiB stack, of which about
 // 1.1 KiB is usable before the runtime grows it; growing copies the stack
 // and unwinds it through tables nothing else reads, onto fresh pages (on
-// a virtual machine about a tenth of an empty Go program's run; issue 16,
+// a virtual machine about 4 % of an empty Go program's run; issue 16,
 // doc.go). notify stays within it (TestStartStack): no heap allocation on
 // its path, whose first use of a size class goes down the allocator's
 // slow path, several hundred bytes deep; its buffers static; its system

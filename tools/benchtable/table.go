@@ -38,6 +38,8 @@ func rows() []row {
 		{Measure: "hook vs an empty Go program, agent listening", Key: "hook_listen_vs_emptygo", Unit: "×", Target: 0.95},
 		{Measure: "hook vs an empty Go program, spooling", Key: "hook_spool_vs_emptygo", Unit: "×", Target: 0.90},
 		{Measure: "  empty Go program vs /bin/true (the floor)", Key: "emptygo_vs_true", Unit: "×", Target: none},
+		{Measure: "hook's own run vs an empty Go program's, interleaved, agent listening", Key: "hook_start_listen_vs_emptygo", Unit: "×", Target: 0.95},
+		{Measure: "hook's own run vs an empty Go program's, interleaved, spooling", Key: "hook_start_spool_vs_emptygo", Unit: "×", Target: 0.90},
 		{Measure: "ingest, hook datagrams → durable outbox (max_dgram_qlen 512)", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down events/s", Unit: "events/s", Target: 50000},
 		{Measure: "  agent cores during ingest", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down agent-cores", Unit: "cores", AtMost: true, Target: 1},
 		{Measure: "region back after an outage (OUTAGE, 60 s) → first delivery, batch_max 100", Key: "BenchmarkDrain/batch_max=100 s-to-first-delivery", Unit: "s", AtMost: true, Target: 1},

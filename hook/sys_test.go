@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestLookupEnv: /proc/self/environ gives what syscall.Getenv gives, for
+// every variable this process started with (tests here do not change
+// the environment) and for one it did not.
+func TestLookupEnv(t *testing.T) {
+	keys := []string{"LEASEKEEPER_NO_SUCH_VARIABLE"}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		v, ok := lookupEnv(k)
+		want, wantOK := syscall.Getenv(k)
+		if v != want || ok != wantOK {
+			t.Errorf("lookupEnv(%q) = %q, %v; syscall.Getenv: %q, %v", k, v, ok, want, wantOK)
+		}
+	}
+	if envErr != 0 {
+		t.Errorf("/proc/self/environ: %v (lookupEnv fell back on syscall.Getenv)", envErr)
+	}
+}
+
+func TestCstring(t *testing.T) {
+	var buf [pathMax]byte
+	for _, tc := range []struct {
+		parts []string
+		want  string // "" for nil
+	}{
+		{[]string{"/var/spool/leasekeeper", "/", spoolFile}, "/var/spool/leasekeeper/events.jsonl"},
+		{[]string{"/a\x00b"}, ""},
+		{[]string{strings.Repeat("a", pathMax-1)}, strings.Repeat("a", pathMax-1)},
+		{[]string{strings.Repeat("a", pathMax-1), "b"}, ""},
+	} {
+		p := cstring(&buf, tc.parts...)
+		if (p == nil) != (tc.want == "") {
+			t.Errorf("cstring(%.20q…) = %v", tc.parts, p)
+			continue
+		}
+		if p != nil {
+			n := 0
+			for buf[n] != 0 {
+				n++
+			}
+			if got := string(buf[:n]); got != tc.want {
+				t.Errorf("cstring(%.20q…) = %.20q…", tc.parts, got)
+			}
+		}
+	}
+}
