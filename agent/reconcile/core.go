@@ -194,6 +194,8 @@ type State struct {
 	indexed bool
 	// orphans are the Orphan pendings Due reached, for TakeOrphans.
 	orphans []Orphan
+	// lapsed counts the standby expiries Due dropped, for TakeLapsed.
+	lapsed int
 }
 
 // NewState returns an empty state waiting for its baseline.
@@ -911,7 +913,8 @@ func (s *State) Due(now int64) []event.Event {
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
 			if q[i].Standby {
-				continue // the primary's to send: it had the time
+				s.lapsed++ // the primary's to send: it had the time
+				continue
 			}
 			if q[i].Orphan {
 				s.orphaned(ip, q[i])
@@ -975,6 +978,14 @@ func (s *State) TakeOrphans() []Orphan {
 	o := s.orphans
 	s.orphans = nil
 	return o
+}
+
+// TakeLapsed returns how many expiries held in standby (Pending.Standby)
+// Due dropped since the last call: the primary had its time to send them.
+func (s *State) TakeLapsed() int {
+	n := s.lapsed
+	s.lapsed = 0
+	return n
 }
 
 // PutOrphans gives back what TakeOrphans returned (a failed commit).

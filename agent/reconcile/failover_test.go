@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -381,6 +382,22 @@ func TestFailoverRules(t *testing.T) {
 			{at: 600 + max(grace, pairSettle)},
 			{at: 640, appended: fostate("communications-interrupted", "normal")},
 			{at: 641, appended: fostate("partner-down", "normal")},
+			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		},
+	}, {
+		// Back from a restart, this side's dhcpd learns the partner took
+		// over (recover, partner-down): the partner expired the lease
+		// when the shrink reached it, so the copy in standby is dropped
+		// (dropPairWaits), not sent should this side take over later.
+		name: "range shrink on both peers, then the partner spoke for the pair: the secondary drops its standby",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: shrunk},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 610, appended: fostate("recover", "partner-down")},
+			{at: 620, appended: fostate("communications-interrupted", "normal")},
+			{at: 621, appended: fostate("partner-down", "normal")},
 			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
 		},
 	}, {
@@ -902,5 +919,36 @@ func TestPairHoldOld(t *testing.T) {
 		if got := tc.pair.holdOld(tc.since); got != tc.want {
 			t.Errorf("%s: holdOld(%v) = %v, want %v", tc.name, tc.since, got, tc.want)
 		}
+	}
+}
+
+// TestPendingOldestLeavesStandby: an expiry the secondary holds in
+// standby is the primary's to send, not news this side holds: the pair
+// channel tells the peer nothing of it (PendingOldest); at its Due it
+// lapses, and is counted (TakeLapsed) for the log.
+func TestPendingOldestLeavesStandby(t *testing.T) {
+	a, b := netip.MustParseAddr(ip1), netip.MustParseAddr(ip2)
+	expiry := func(ip string, at int64) event.Event {
+		return event.Event{Action: event.Expiry, IP: netip.MustParseAddr(ip), MAC: macA, Timestamp: at, Reason: ReasonVanished}
+	}
+	s := NewState(grace)
+	s.Pending[a] = []Pending{{Event: expiry(ip1, t0+500), Due: t0 + 600, Standby: true}}
+	s.Pending[b] = []Pending{{Event: expiry(ip2, t0+600), Due: t0 + 600, Standby: true}, {Event: expiry(ip2, t0+700), Due: t0 + 700}}
+	r := &Reconciler{st: s}
+	defer func() {
+		// At their Due the standby copies lapse, counted for the log.
+		if evs := s.Due(t0 + 600); len(evs) != 0 {
+			t.Errorf("Due sent %v", evs)
+		}
+		if n := s.TakeLapsed(); n != 2 {
+			t.Errorf("%d lapsed, want 2", n)
+		}
+	}()
+	oldest, pending := r.PendingOldest([]netip.Addr{a, b}, []int64{0, 0}, func(ev event.Event) int64 { return ev.Timestamp })
+	if want := []int64{0, t0 + 700}; !slices.Equal(oldest, want) {
+		t.Errorf("oldest %v, want %v", oldest, want)
+	}
+	if want := []bool{false, true}; !slices.Equal(pending, want) {
+		t.Errorf("pending %v, want %v", pending, want)
 	}
 }

@@ -658,6 +658,11 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 	}
 	clear(evs[n:])
 	evs = evs[:n]
+	if n := r.st.TakeLapsed(); n > 0 {
+		p := r.st.Pair
+		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).Int("dropped", n).
+			Msg("failover: expiries of leases a rewrite dropped, held in standby in case the primary went down before sending them, dropped: the primary had its time to send them")
+	}
 	for _, o := range r.st.TakeOrphans() {
 		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
 			Msg("orphaned address: its lease was dropped because the address left every range, and it has ended; the region ignores its expiry, so it is to be freed there")
