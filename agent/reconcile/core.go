@@ -77,6 +77,13 @@ type Told struct {
 	// side recovering): the partner's agent, telling what its file
 	// records, told it (untoldEnd).
 	Spoke bool `json:"spoke,omitempty"`
+	// Interrupted: in a failover pair, the file recorded this end while
+	// this server was in communications-interrupted. dhcpd runs on expiry
+	// when an expired lease goes free, which needs the partner's ack: no
+	// hook of either side has told it, and none will before the lease
+	// goes free, an MCLT after a takeover. This side's agent tells it
+	// when this side takes over (tellInterrupted).
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Ends is a hook's commit's end (its timestamp plus lease_time), 0
 	// otherwise: what the agent knows of a lease the file never showed
 	// it (Snapshot).
@@ -119,6 +126,11 @@ type Pending struct {
 	// this side takes over before then (the primary died before it could
 	// send it); at Due it is dropped (failover.go, pairStandby).
 	Standby bool `json:"standby,omitempty"`
+	// Untold: an end the file recorded while communications were
+	// interrupted, sent on taking over (failover.go, tellInterrupted). It
+	// is sent if it is still the last news of its address, whatever the
+	// file recorded as told.
+	Untold bool `json:"untold,omitempty"`
 }
 
 // Orphan is an address whose lease a reload dropped because it left every
@@ -919,7 +931,11 @@ func (s *State) Due(now int64) []event.Event {
 			if q[i].Orphan {
 				s.orphaned(ip, q[i])
 			}
-			if i <= covered || s.pointless(ip, q[i], t, told) {
+			if q[i].Untold {
+				if e := q[i].Event; !told || !t.Recorded || t.Action != e.Action || t.MAC != e.MAC || t.At != e.Timestamp {
+					continue // told since (ahead of the client's next commit: untoldEnd)
+				}
+			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}
 			if len(picked) == g.start {

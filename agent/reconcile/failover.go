@@ -23,6 +23,10 @@ const (
 // over the whole pool because its partner is known to be down.
 const StatePartnerDown = "partner-down"
 
+// StateCommInterrupted is the failover state of a server that lost touch
+// with its partner and has not taken over.
+const StateCommInterrupted = "communications-interrupted"
+
 // Pair is what the agent knows of its dhcpd's failover pair. The zero
 // value is a dhcpd on its own.
 type Pair struct {
@@ -81,13 +85,15 @@ func (p Pair) withState(fs *parser.FailoverState) Pair {
 // whole file's) into the pair's state. It reports whether this agent's
 // part changed (taking over, or stepping back).
 func (s *State) FailoverSeen(records []*parser.FailoverState) (changed bool) {
-	changed, _ = s.failoverSeen(records)
+	changed, _, _ = s.failoverSeen(records)
 	return changed
 }
 
 // failoverSeen is FailoverSeen, also returning how many rule-2 expiries
-// it dropped because the partner spoke for them (dropPairWaits).
-func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dropped int) {
+// it dropped because the partner spoke for them (dropPairWaits), and how
+// many ends recorded while communications were interrupted it scheduled
+// on taking over (tellInterrupted).
+func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dropped, untold int) {
 	was := s.Pair
 	for _, fs := range records {
 		s.Pair = s.Pair.withState(fs)
@@ -100,8 +106,9 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dro
 	dropped = s.dropPairWaits()
 	if !was.Survivor() && s.Pair.Survivor() {
 		s.takeStandby()
+		untold = s.tellInterrupted()
 	}
-	return was.Survivor() != s.Pair.Survivor(), dropped
+	return was.Survivor() != s.Pair.Survivor(), dropped, untold
 }
 
 // SetPeer sets the pair's peer and role from dhcpd.conf. The states
@@ -386,8 +393,44 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 	default:
 		out.Spoke = s.Pair.partnerSpoke()
 		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || out.Spoke
+		out.Interrupted = s.Pair.MyState == StateCommInterrupted
 	}
 	return out
+}
+
+// tellInterrupted schedules, as this side takes over (partner-down), the
+// ends its file recorded while communications were interrupted
+// (Told.Interrupted) that are still the last news of their address and
+// that this agent did not queue. While communications are interrupted,
+// dhcpd expires leases but cannot free them (that needs the partner's
+// ack), so neither side's on expiry ran; a survivor tells what its file
+// records from the takeover on, and the partner, recovering, runs its
+// on expiry when the survivor's update frees the lease, which the
+// partner's agent drops as told by the survivor (pairRepeat). Without
+// this, an end of a lease whose client does not come back reached the
+// region from no one (make chaos PAIR=1 seed 14: lost). A client that
+// does come back first has its end sent ahead of its commit
+// (untoldEnd), and the scheduled copy is then dropped (Due).
+func (s *State) tellInterrupted() (n int) {
+	for ip, t := range s.Told {
+		if !t.Interrupted || !t.Recorded || t.Action == event.Commit {
+			continue
+		}
+		if own, _ := t.own(); own >= t.At {
+			continue // this agent queued it
+		}
+		l, shown := s.File[ip]
+		if !shown {
+			continue
+		}
+		end, ok := want(ip, l)
+		if !ok || end.Action != t.Action || end.MAC != t.MAC || end.Timestamp != t.At {
+			continue
+		}
+		s.schedule(ip, Pending{Event: end, Due: end.Timestamp, Untold: true})
+		n++
+	}
+	return n
 }
 
 // ownBacklog reports whether ev, a hook event of this side older than

@@ -48,7 +48,7 @@ func (r *Reconciler) scanPair(when string) {
 // failoverSeen folds failover state records into the core and logs
 // taking over and stepping back. r.mu is held.
 func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
-	changed, dropped := r.st.failoverSeen(fs)
+	changed, dropped, untold := r.st.failoverSeen(fs)
 	p := r.st.Pair
 	if p.partnerSpoke() {
 		r.partnerSpoke = true
@@ -62,8 +62,8 @@ func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
 		return
 	}
 	if p.Survivor() {
-		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).
-			Msg("failover: partner down — taking over reporting for every lease in the file")
+		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).Int("untold_ends", untold).
+			Msg("failover: partner down — taking over reporting for every lease in the file, and the ends it recorded while communications were interrupted, which no hook has told")
 		return
 	}
 	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).

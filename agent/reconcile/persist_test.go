@@ -58,6 +58,8 @@ func TestRecordCodecs(t *testing.T) {
 		{Action: event.Expiry, MAC: macA, At: t0, AtNS: t0*1e9 + 1, PeerOwns: true},
 		{Action: event.Expiry, MAC: macA, At: t0, Recorded: true, PeerOwns: true, Spoke: true},
 		{Action: event.Release, MAC: macB, At: t0, Recorded: true, PeerOwns: true, Spoke: true, OwnAt: t0 - 30},
+		{Action: event.Expiry, MAC: macA, At: t0, Recorded: true, Interrupted: true},
+		{Action: event.Expiry, MAC: macA, At: t0, Recorded: true, PeerOwns: true, Interrupted: true, OwnAt: -1},
 	} {
 		got, err := decodeTold(encodeTold(x))
 		if err != nil || got != x {
