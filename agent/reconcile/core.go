@@ -98,6 +98,12 @@ type Told struct {
 	OwnAtNS int64 `json:"own_at_ns,omitempty"`
 }
 
+// recordedEnd reports whether t is ev, an end, as the file recorded it
+// (Told.Recorded): no one has told it for that.
+func (t Told) recordedEnd(ev event.Event) bool {
+	return t.Recorded && t.Action == ev.Action && t.MAC == ev.MAC && t.At == ev.Timestamp
+}
+
 // own is the time (as At and AtNS) of the last event this agent queued
 // for the address: OwnAt and OwnAtNS, or At and AtNS when both are 0.
 func (t Told) own() (at, atNS int64) {
@@ -126,10 +132,12 @@ type Pending struct {
 	// this side takes over before then (the primary died before it could
 	// send it); at Due it is dropped (failover.go, pairStandby).
 	Standby bool `json:"standby,omitempty"`
-	// Untold: an end the file recorded while communications were
-	// interrupted, sent on taking over (failover.go, tellInterrupted). It
-	// is sent if it is still the last news of its address, whatever the
-	// file recorded as told.
+	// Untold: an end this side's agent is to tell in a failover pair
+	// whatever the file records as told meanwhile: one recorded while
+	// communications were interrupted, scheduled on taking over
+	// (tellInterrupted), or one a survivor's file recorded before it
+	// stepped back (keepSurvivorEnds). It is dropped only if the region
+	// was told it or newer news of its address since.
 	Untold bool `json:"untold,omitempty"`
 }
 
@@ -932,8 +940,8 @@ func (s *State) Due(now int64) []event.Event {
 				s.orphaned(ip, q[i])
 			}
 			if q[i].Untold {
-				if e := q[i].Event; !told || !t.Recorded || t.Action != e.Action || t.MAC != e.MAC || t.At != e.Timestamp {
-					continue // told since (ahead of the client's next commit: untoldEnd)
+				if e := q[i].Event; told && !t.recordedEnd(e) && satisfied(t, told, e) {
+					continue // told since, or newer news (untoldEnd, a hook)
 				}
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue

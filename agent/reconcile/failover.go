@@ -108,6 +108,9 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dro
 		s.takeStandby()
 		untold = s.tellInterrupted()
 	}
+	if was.Survivor() && !s.Pair.Survivor() {
+		s.keepSurvivorEnds()
+	}
 	return was.Survivor() != s.Pair.Survivor(), dropped, untold
 }
 
@@ -396,6 +399,28 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 		out.Interrupted = s.Pair.MyState == StateCommInterrupted
 	}
 	return out
+}
+
+// keepSurvivorEnds keeps, as this side steps back from partner-down, the
+// ends its file recorded while it spoke for the pair and that wait for
+// the grace: they stay this side's to send (Pending.Untold). The
+// partner, recovering, runs its on expiry when this side's update frees
+// the lease, and its agent drops that as this side's news (pairRepeat);
+// the free block this side's file records next, outside partner-down, is
+// recorded as told, and the pending end was then dropped as told (make
+// chaos PAIR=1 seed 21: lost).
+func (s *State) keepSurvivorEnds() {
+	for ip, q := range s.Pending {
+		kept := false
+		for i := range q {
+			if r := q[i].Event.Reason; q[i].Event.Action != event.Commit && (r == ReasonMissedExpiry || r == ReasonMissedRelease) && !q[i].Untold {
+				q[i].Untold, kept = true, true
+			}
+		}
+		if kept {
+			s.mark(ip, ChangedPending)
+		}
+	}
 }
 
 // tellInterrupted schedules, as this side takes over (partner-down), the

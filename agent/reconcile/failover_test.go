@@ -234,6 +234,37 @@ func TestFailoverRules(t *testing.T) {
 			}},
 		},
 	}, {
+		// The survivor's file recorded an end of a lease the partner
+		// acked and stepped back within the grace; the free block that
+		// follows is recorded as told. The partner, recovering, drops its
+		// own hook's copy as the survivor's news (pairRepeat): the
+		// survivor still sends its end (make chaos PAIR=1 seed 21: lost).
+		name: "the survivor steps back within the grace after an end its file recorded: it still sends it",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
+			{at: 1, appended: fostate("partner-down", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0, t0+30)},
+			{at: 31, appended: fostate("normal", "recover-done") + block("203.0.113.12", "free", macA, t0, t0+30)},
+			{at: 30 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 10000},
+		},
+	}, {
+		// Its own hook told the end within the grace: nothing more.
+		name: "the survivor steps back within the grace after an end its hook told: nothing more",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
+			{at: 1, appended: fostate("partner-down", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0, t0+30)},
+			{at: 31, appended: fostate("normal", "recover-done") + block("203.0.113.12", "free", macA, t0, t0+30)},
+			{at: 31, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 31, Source: event.SourceHook}},
+			{at: 30 + grace},
+			{at: 10000},
+		},
+	}, {
 		// Communications come back without a takeover: the lease goes
 		// free with the partner's ack, and the hook of the side that
 		// acked it tells the end.
