@@ -124,6 +124,28 @@ func TestFailoverRules(t *testing.T) {
 	base := fostate("normal", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)
 	// shrunk is base rewritten by a range shrink that dropped ip1.
 	shrunk := fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)
+	// interrupted opens the cases of a lease the peer acked whose end the
+	// file recorded while communications were interrupted.
+	interrupted := func(then ...step) []step {
+		return append([]step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+		}, then...)
+	}
+	// steppedBack opens the cases of a survivor whose file recorded the
+	// end of a lease the partner acked and that stepped back within the
+	// grace.
+	steppedBack := func(then ...step) []step {
+		return append([]step{
+			{at: 0, snapshot: base},
+			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
+			{at: 1, appended: fostate("partner-down", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0, t0+30)},
+			{at: 31, appended: fostate("normal", "recover-done") + block("203.0.113.12", "free", macA, t0, t0+30)},
+		}, then...)
+	}
 	tests := []struct {
 		name     string
 		pair     Pair
@@ -218,21 +240,17 @@ func TestFailoverRules(t *testing.T) {
 		// second copy (untoldEnd: told).
 		name: "an end recorded while communications were interrupted, then partner-down: sent on taking over",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, appended: fostate("communications-interrupted", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
-			{at: 40},
-			{at: 50, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
-			{at: 60, hook: ev(renewal("203.0.113.12", macA, t0+60, 20))},
-			{at: 60, appended: ackedBlock("203.0.113.12", "active", macA, t0+60, t0+80)},
-			{at: 10000, want: []string{
+		steps: interrupted(
+			step{at: 40},
+			step{at: 50, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			step{at: 60, hook: ev(renewal("203.0.113.12", macA, t0+60, 20))},
+			step{at: 60, appended: ackedBlock("203.0.113.12", "active", macA, t0+60, t0+80)},
+			step{at: 10000, want: []string{
 				"expiry " + ip1 + " " + macA + " +500 ends-passed",
 				"expiry " + ip2 + " " + macB + " +5000 ends-passed",
 				"expiry 203.0.113.12 " + macA + " +80 ends-passed",
 			}},
-		},
+		),
 	}, {
 		// The survivor's file recorded an end of a lease the partner
 		// acked and stepped back within the grace; the free block that
@@ -241,43 +259,29 @@ func TestFailoverRules(t *testing.T) {
 		// survivor still sends its end (make chaos PAIR=1 seed 21: lost).
 		name: "the survivor steps back within the grace after an end its file recorded: it still sends it",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
-			{at: 1, appended: fostate("partner-down", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0, t0+30)},
-			{at: 31, appended: fostate("normal", "recover-done") + block("203.0.113.12", "free", macA, t0, t0+30)},
-			{at: 30 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
-			{at: 10000},
-		},
+		steps: steppedBack(
+			step{at: 30 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			step{at: 10000},
+		),
 	}, {
 		// Its own hook told the end within the grace: nothing more.
 		name: "the survivor steps back within the grace after an end its hook told: nothing more",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
-			{at: 1, appended: fostate("partner-down", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0, t0+30)},
-			{at: 31, appended: fostate("normal", "recover-done") + block("203.0.113.12", "free", macA, t0, t0+30)},
-			{at: 31, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 31, Source: event.SourceHook}},
-			{at: 30 + grace},
-			{at: 10000},
-		},
+		steps: steppedBack(
+			step{at: 31, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 31, Source: event.SourceHook}},
+			step{at: 30 + grace},
+			step{at: 10000},
+		),
 	}, {
 		// Communications come back without a takeover: the lease goes
 		// free with the partner's ack, and the hook of the side that
 		// acked it tells the end.
 		name: "an end recorded while communications were interrupted, then normal again: left to the hooks",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, appended: fostate("communications-interrupted", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
-			{at: 50, appended: fostate("normal", "normal")},
-			{at: 10000},
-		},
+		steps: interrupted(
+			step{at: 50, appended: fostate("normal", "normal")},
+			step{at: 10000},
+		),
 	}, {
 		// The same while this side recovers from its partner's
 		// partner-down: the survivor told the ends its file recorded,
