@@ -44,6 +44,24 @@ func TestStdlibOnly(t *testing.T) {
 	t.Logf("%d packages", n)
 }
 
+// TestBuildsForRackArchitectures: the hook's raw system calls are numbered
+// per architecture (sysnum_*.go); it builds for each Debian architecture
+// a rack controller runs on (386 does not: its socket calls go through
+// socketcall).
+func TestBuildsForRackArchitectures(t *testing.T) {
+	for _, arch := range []string{"amd64", "arm64", "riscv64", "ppc64le", "s390x", "loong64", "armhf"} {
+		goarch, env := arch, []string{"CGO_ENABLED=0", "GOOS=linux"}
+		if arch == "armhf" {
+			goarch, env = "arm", append(env, "GOARM=7")
+		}
+		cmd := exec.Command(lktest.GoTool(), "build", "-o", os.DevNull, ".")
+		cmd.Env = append(append(os.Environ(), env...), "GOARCH="+goarch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", arch, err, out)
+		}
+	}
+}
+
 // TestReadArgs: /proc/self/cmdline gives the arguments os.Args gives,
 // the test binary's own here.
 func TestReadArgs(t *testing.T) {

@@ -151,7 +151,7 @@ func now() (sec, nsec int64) {
 	var ts syscall.Timespec
 	// CLOCK_REALTIME is 0; the call cannot fail with a valid pointer.
 	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 0, uintptr(unsafe.Pointer(&ts)), 0)
-	return ts.Sec, ts.Sec*1e9 + ts.Nsec
+	return int64(ts.Sec), int64(ts.Sec)*1e9 + int64(ts.Nsec) // int32 on 32-bit architectures
 }
 
 // writeString writes s to fd, best effort: there is nobody to tell if

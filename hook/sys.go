@@ -87,17 +87,50 @@ func rawClose(fd int) syscall.Errno {
 // rawStat is fstatat(2): of path (nofollow: lstat), or of fd when path
 // is nil.
 func rawStat(fd int, path *byte, st *syscall.Stat_t, nofollow bool) syscall.Errno {
+	if !haveFstatat {
+		return statSlow(fd, path, st, nofollow)
+	}
 	flags := 0
 	if path == nil {
 		path, flags = &empty, _AT_EMPTY_PATH
 	} else if nofollow {
 		flags = _AT_SYMLINK_NOFOLLOW
 	}
-	_, _, e := syscall.RawSyscall6(syscall.SYS_NEWFSTATAT, uintptr(fd), uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0)
+	_, _, e := syscall.RawSyscall6(sysFstatat, uintptr(fd), uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(st)), uintptr(flags), 0, 0)
 	return e
 }
 
 var empty byte // "", NUL-terminated
+
+// statSlow is rawStat through package syscall, for an architecture
+// without fstatat(2).
+func statSlow(fd int, path *byte, st *syscall.Stat_t, nofollow bool) syscall.Errno {
+	var err error
+	switch {
+	case path == nil:
+		err = syscall.Fstat(fd, st)
+	case nofollow:
+		err = syscall.Lstat(unsafe.String(path, cstrlen(path)), st)
+	default:
+		err = syscall.Stat(unsafe.String(path, cstrlen(path)), st)
+	}
+	if e, ok := err.(syscall.Errno); ok {
+		return e
+	}
+	if err != nil {
+		return syscall.EINVAL
+	}
+	return 0
+}
+
+// cstrlen is the length of the NUL-terminated string at p.
+func cstrlen(p *byte) int {
+	n := 0
+	for *(*byte)(unsafe.Add(unsafe.Pointer(p), n)) != 0 {
+		n++
+	}
+	return n
+}
 
 const (
 	_AT_SYMLINK_NOFOLLOW = 0x100

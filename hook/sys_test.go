@@ -55,3 +55,44 @@ func TestCstring(t *testing.T) {
 		}
 	}
 }
+
+// TestStatSlow: the fallback of architectures without fstatat(2) gives
+// what rawStat gives.
+func TestStatSlow(t *testing.T) {
+	dir := t.TempDir()
+	file, link := dir+"/f", dir+"/l"
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(file, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	var buf [pathMax]byte
+	for _, tc := range []struct {
+		name     string
+		fd       int
+		path     string
+		nofollow bool
+	}{
+		{"fd", fd, "", false},
+		{"path", atFDCWD, file, false},
+		{"link followed", atFDCWD, link, false},
+		{"link itself", atFDCWD, link, true},
+		{"missing", atFDCWD, dir + "/absent", true},
+	} {
+		var p *byte
+		if tc.path != "" {
+			p = cstring(&buf, tc.path)
+		}
+		var fast, slow syscall.Stat_t
+		ef, es := rawStat(tc.fd, p, &fast, tc.nofollow), statSlow(tc.fd, p, &slow, tc.nofollow)
+		if ef != es || fast.Ino != slow.Ino || fast.Mode != slow.Mode || fast.Size != slow.Size {
+			t.Errorf("%s: rawStat %v (ino %d mode %o), statSlow %v (ino %d mode %o)", tc.name, ef, fast.Ino, fast.Mode, es, slow.Ino, slow.Mode)
+		}
+	}
+}
