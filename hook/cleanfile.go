@@ -263,26 +263,14 @@ const maxCleanSize = 1 << 30
 
 // readAll reads fd to its end; size is what fstat said, a hint.
 func readAll(fd int, size int64) ([]byte, error) {
-	buf := make([]byte, 0, size+1)
-	for {
-		if len(buf) > maxCleanSize {
-			return nil, errors.New("the file grew past the size limit")
-		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
+	buf, e := readInto(fd, make([]byte, 0, size+1), maxCleanSize)
+	switch {
+	case e == errTooBig:
+		return nil, errors.New("the file grew past the size limit")
+	case e != 0:
+		return nil, e
 	}
+	return buf, nil
 }
 
 func writeAll(fd int, b []byte) error {

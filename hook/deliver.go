@@ -127,7 +127,7 @@ func appendSpool(dir string, path *byte, msg []byte) error {
 			}
 			return errors.New("not a regular file")
 		}
-		current, err := lockCurrent(fd, path)
+		current, err := lockCurrent(fd, &stat1, path)
 		if err == nil && current {
 			err = writeLine(fd, line)
 		}
@@ -143,11 +143,13 @@ func appendSpool(dir string, path *byte, msg []byte) error {
 	return errors.New("the spool file was replaced on every attempt")
 }
 
-// lockCurrent takes a shared lock on fd without waiting and reports
-// whether fd is still the file at path. A file the agent holds
-// exclusively is one it has already renamed away to drain it, and a file
-// that no longer sits at path is one the agent took before we locked it.
-func lockCurrent(fd int, path *byte) (bool, error) {
+// lockCurrent takes a shared lock on fd, whose fstat is held, without
+// waiting and reports whether fd is still the file at path. A file the
+// agent holds exclusively is one it has already renamed away to drain
+// it, and a file that no longer sits at path is one the agent took
+// before we locked it. (An open file's device and inode do not change:
+// the fstat made before the lock serves after it.)
+func lockCurrent(fd int, held *syscall.Stat_t, path *byte) (bool, error) {
 	for {
 		e := rawFlock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
 		if e == syscall.EWOULDBLOCK {
@@ -161,10 +163,7 @@ func lockCurrent(fd int, path *byte) (bool, error) {
 		}
 		break
 	}
-	held, named := &stat1, &stat2
-	if e := rawStat(fd, nil, held, false); e != 0 {
-		return false, e
-	}
+	named := &stat2
 	if e := rawStat(atFDCWD, path, named, false); e != 0 {
 		if e == syscall.ENOENT {
 			return false, nil

@@ -90,7 +90,11 @@ func TestLockCurrent(t *testing.T) {
 	check := func(what string, fd int, p string, want bool) {
 		t.Helper()
 		var buf [pathMax]byte
-		ok, err := lockCurrent(fd, cstring(&buf, p))
+		var held syscall.Stat_t
+		if err := syscall.Fstat(fd, &held); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := lockCurrent(fd, &held, cstring(&buf, p))
 		if ok != want || err != nil {
 			t.Errorf("%s: lockCurrent = %v, %v; want %v", what, ok, err, want)
 		}

@@ -28,7 +28,7 @@ var (
 	theConfig config                  // run
 	spoolBuf  [pathMax]byte           // deliver: the spool file's path, NUL-terminated
 	sun       syscall.RawSockaddrUnix // send
-	stat1     syscall.Stat_t          // deliver, appendSpool, lockCurrent
+	stat1     syscall.Stat_t          // deliver, appendSpool (its fd, for lockCurrent)
 	stat2     syscall.Stat_t          // lockCurrent
 )
 
@@ -149,8 +149,24 @@ func readFile(path *byte, buf []byte) ([]byte, syscall.Errno) {
 	if e != 0 {
 		return nil, e
 	}
+	buf, e = readInto(fd, buf, 0)
+	rawClose(fd)
+	return buf, e
+}
+
+// errTooBig is readInto's answer past its limit (no system call returns
+// it: Errno values are small).
+const errTooBig = syscall.Errno(1 << 20)
+
+// readInto reads fd to its end into buf from its start, growing it on
+// the heap past its capacity; past limit bytes (0: none) it stops with
+// errTooBig.
+func readInto(fd int, buf []byte, limit int) ([]byte, syscall.Errno) {
 	buf = buf[:0]
 	for {
+		if limit > 0 && len(buf) > limit {
+			return nil, errTooBig
+		}
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
@@ -159,16 +175,13 @@ func readFile(path *byte, buf []byte) ([]byte, syscall.Errno) {
 			continue
 		}
 		if e != 0 {
-			rawClose(fd)
 			return nil, e
 		}
 		if n == 0 {
-			break
+			return buf, 0
 		}
 		buf = buf[:len(buf)+n]
 	}
-	rawClose(fd)
-	return buf, 0
 }
 
 // lookupEnv is syscall.Getenv without its copy of the environment into a

@@ -511,12 +511,8 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 // never ended in the region).
 func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
 	t, ok := s.Told[ev.IP]
-	if !ok || !s.Pair.InPair() || !t.Recorded || t.Action == event.Commit || t.MAC != ev.MAC ||
-		!sooner(t.Action, t.At, true, ev.Timestamp) {
+	if !ok || !s.Pair.InPair() || t.MAC != ev.MAC || !sooner(t.Action, t.At, true, ev.Timestamp) {
 		return event.Event{}, false
-	}
-	if own, _ := t.own(); own >= t.At {
-		return event.Event{}, false // this agent queued it
 	}
 	if t.Spoke || s.Pair.partnerSpoke() {
 		// The partner spoke for the pair (partner-down; this side
@@ -528,12 +524,25 @@ func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
 		// had recovered).
 		return event.Event{}, false
 	}
-	l, shown := s.File[ev.IP]
+	return s.unqueuedEnd(ev.IP, t)
+}
+
+// unqueuedEnd is the end the file shows for ip when t, what it recorded
+// as told, is that end and this agent queued nothing since (untoldEnd,
+// tellInterrupted).
+func (s *State) unqueuedEnd(ip netip.Addr, t Told) (event.Event, bool) {
+	if !t.Recorded || t.Action == event.Commit {
+		return event.Event{}, false
+	}
+	if own, _ := t.own(); own >= t.At {
+		return event.Event{}, false // this agent queued it
+	}
+	l, shown := s.File[ip]
 	if !shown {
 		return event.Event{}, false
 	}
-	end, ok := want(ev.IP, l)
-	if !ok || end.Action != t.Action || end.MAC != t.MAC || end.Timestamp != t.At {
+	end, ok := want(ip, l)
+	if !ok || !t.recordedEnd(end) {
 		return event.Event{}, false
 	}
 	return end, true

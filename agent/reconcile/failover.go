@@ -438,22 +438,13 @@ func (s *State) keepSurvivorEnds() {
 // (untoldEnd), and the scheduled copy is then dropped (Due).
 func (s *State) tellInterrupted() (n int) {
 	for ip, t := range s.Told {
-		if !t.Interrupted || !t.Recorded || t.Action == event.Commit {
+		if !t.Interrupted {
 			continue
 		}
-		if own, _ := t.own(); own >= t.At {
-			continue // this agent queued it
+		if end, ok := s.unqueuedEnd(ip, t); ok {
+			s.schedule(ip, Pending{Event: end, Due: end.Timestamp, Untold: true})
+			n++
 		}
-		l, shown := s.File[ip]
-		if !shown {
-			continue
-		}
-		end, ok := want(ip, l)
-		if !ok || end.Action != t.Action || end.MAC != t.MAC || end.Timestamp != t.At {
-			continue
-		}
-		s.schedule(ip, Pending{Event: end, Due: end.Timestamp, Untold: true})
-		n++
 	}
 	return n
 }
