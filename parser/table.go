@@ -30,6 +30,7 @@ type Table struct {
 	ias        map[string][]netip.Prefix // an IA's addresses in its last block
 	hosts      map[string]*HostEntry
 	failover   map[string]*FailoverState
+	foLog      []*FailoverState
 	refused    []*Refused
 	ServerDUID *ServerDUID
 	ByteOrder  *ByteOrder
@@ -73,6 +74,7 @@ func (t *Table) Apply(s Statement) {
 		t.ByteOrder = s
 	case *FailoverState:
 		t.failover[s.Peer] = s
+		t.foLog = append(t.foLog, s)
 	}
 }
 
@@ -238,6 +240,11 @@ func (t *Table) Hosts() []*HostEntry {
 	slices.SortFunc(out, func(a, b *HostEntry) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
+
+// FailoverLog returns every failover state record, in file order: the
+// states a server went through since the file was written, where
+// Failover keeps the last of each peer.
+func (t *Table) FailoverLog() []*FailoverState { return t.foLog }
 
 // Failover returns the failover peer states, sorted by peer name.
 func (t *Table) Failover() []*FailoverState {

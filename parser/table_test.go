@@ -106,3 +106,32 @@ lease 203.0.113.2 {
 		t.Errorf("refusals %+v %+v", r, ls.Refused()[1])
 	}
 }
+
+// TestTableFailover: Failover keeps each peer's last state record,
+// FailoverLog every record in file order (a server's states since the
+// file was written: a reader that comes late still sees that the partner
+// was in partner-down before both went back to normal).
+func TestTableFailover(t *testing.T) {
+	rec := func(peer, my, partner string) string {
+		return "failover peer \"" + peer + "\" state {\n  my state " + my + " at 3 2026/12/02 13:14:27;\n  partner state " + partner + " at 3 2026/12/02 13:14:48;\n}\n"
+	}
+	ls, err := ParseLeases(strings.NewReader(rec("b", "normal", "normal") + rec("a", "normal", "partner-down") +
+		rec("b", "recover", "partner-down") + rec("b", "normal", "normal")))
+	if err != nil || len(ls.Errors) > 0 {
+		t.Fatal(err, ls.Errors)
+	}
+	str := func(fs []*FailoverState) []string {
+		out := []string{}
+		for _, f := range fs {
+			out = append(out, f.Peer+" "+f.MyState+"/"+f.PartnerState)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"a normal/partner-down", "b normal/normal"}, str(ls.Failover())); diff != "" {
+		t.Errorf("Failover (-want +got):\n%s", diff)
+	}
+	want := []string{"b normal/normal", "a normal/partner-down", "b recover/partner-down", "b normal/normal"}
+	if diff := cmp.Diff(want, str(ls.FailoverLog())); diff != "" {
+		t.Errorf("FailoverLog (-want +got):\n%s", diff)
+	}
+}

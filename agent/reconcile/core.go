@@ -743,12 +743,17 @@ func (s *State) schedule(ip netip.Addr, p Pending) {
 // Snapshot reconciles a whole file read after a rewrite (or at start).
 // complete is false when the file had syntax errors or a torn end: then
 // nothing is decided (rule 4), and the caller retries later. It returns
-// the number of active leases the file dropped (rule 2).
-func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished int) {
+// the number of active leases the file dropped (rule 2), and what the
+// file's failover state records did, folded in file order after the
+// waits of an earlier rewrite ended (pairRewrite: they are evidence
+// about this rewrite's restart, not that one's) and before the leases.
+func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished int, fo FailoverFold) {
 	if !complete {
-		return 0
+		return 0, fo
 	}
 	s.pairRewrite()
+	fo = s.failoverSeen(t.FailoverLog())
+	spoke := fo.Spoke || s.Pair.partnerSpoke()
 	seen := make(map[netip.Addr]bool, t.Len())
 	baseline := !s.Baselined
 	t.Each(func(b *parser.Lease) {
@@ -787,8 +792,8 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 			continue
 		}
 		standby := false
-		if !s.tellsVanished() {
-			if standby = s.pairStandby(); !standby {
+		if !s.tellsVanished(spoke) {
+			if standby = s.pairStandby(spoke); !standby {
 				continue // the pair's primary reports it (failover.go)
 			}
 		}
@@ -823,7 +828,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})
 		vanished++
 	}
-	return vanished
+	return vanished, fo
 }
 
 // vanishedWait is how long after a dropped lease's end (or the rewrite

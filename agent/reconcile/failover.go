@@ -85,33 +85,52 @@ func (p Pair) withState(fs *parser.FailoverState) Pair {
 // whole file's) into the pair's state. It reports whether this agent's
 // part changed (taking over, or stepping back).
 func (s *State) FailoverSeen(records []*parser.FailoverState) (changed bool) {
-	changed, _, _ = s.failoverSeen(records)
-	return changed
+	return s.failoverSeen(records).Changed
 }
 
-// failoverSeen is FailoverSeen, also returning how many rule-2 expiries
-// it dropped because the partner spoke for them (dropPairWaits), and how
-// many ends recorded while communications were interrupted it scheduled
-// on taking over (tellInterrupted).
-func (s *State) failoverSeen(records []*parser.FailoverState) (changed bool, dropped, untold int) {
+// FailoverFold is what folding failover state records into the state
+// did (failoverSeen).
+type FailoverFold struct {
+	// Changed: this agent's part changed (it took over, or stepped back).
+	Changed bool
+	// Spoke: a record showed that the partner spoke for the pair
+	// (partnerSpoke), whatever the states it ends on.
+	Spoke bool
+	// Dropped counts the rule-2 expiries dropped because the partner
+	// spoke for them (dropPairWaits).
+	Dropped int
+	// Untold counts the ends recorded while communications were
+	// interrupted, scheduled on taking over (tellInterrupted).
+	Untold int
+}
+
+// failoverSeen is FailoverSeen, with all it did. Records are folded in
+// file order, and any of them showing that the partner spoke for the
+// pair is evidence (dropPairWaits): a reader that comes late — a whole
+// read after dhcpd's return — finds dhcpd recovered and back in normal
+// in the same file, and only the records before tell that the partner
+// was in partner-down.
+func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) {
 	was := s.Pair
 	for _, fs := range records {
 		s.Pair = s.Pair.withState(fs)
+		fo.Spoke = fo.Spoke || s.Pair.partnerSpoke()
 	}
 	if s.Pair != was {
 		// Persisted with the file position it goes with: a restarted
 		// agent resuming after these records reads them no more.
 		s.metaDirty = true
 	}
-	dropped = s.dropPairWaits()
+	fo.Dropped = s.dropPairWaits(fo.Spoke)
 	if !was.Survivor() && s.Pair.Survivor() {
 		s.takeStandby()
-		untold = s.tellInterrupted()
+		fo.Untold = s.tellInterrupted()
 	}
 	if was.Survivor() && !s.Pair.Survivor() {
 		s.keepSurvivorEnds()
 	}
-	return was.Survivor() != s.Pair.Survivor(), dropped, untold
+	fo.Changed = was.Survivor() != s.Pair.Survivor()
+	return fo
 }
 
 // SetPeer sets the pair's peer and role from dhcpd.conf. The states
@@ -146,12 +165,13 @@ func (s *State) tellsFromFile() bool {
 // tellsVanished reports whether rule 2 applies: both peers drop the same
 // leases when the range shrinks on both (as MAAS configures them), so
 // only the primary reports them, or a survivor — and not a primary whose
-// file already shows that its partner spoke for the pair (partnerSpoke).
-func (s *State) tellsVanished() bool {
+// file already shows that its partner spoke for the pair (spoke: a
+// record of the rewrite, or the state it ends on; see partnerSpoke).
+func (s *State) tellsVanished(spoke bool) bool {
 	if !s.Pair.InPair() || s.Pair.Survivor() {
 		return true
 	}
-	return s.Pair.Role == RolePrimary && !s.Pair.partnerSpoke()
+	return s.Pair.Role == RolePrimary && !spoke
 }
 
 // pairSettle is how long (seconds) after the rewrite that dropped a lease
@@ -218,8 +238,8 @@ func (s *State) pairVanished(due, now int64) (int64, bool) {
 // dhcpd restart again before sending them (pairRewrite): the same expiry
 // of an address no range holds, with nothing newer between unless a
 // range change brings the address back that soon.
-func (s *State) pairStandby() bool {
-	return s.Pair.InPair() && s.Pair.Role == RoleSecondary && !s.Pair.Survivor() && !s.Pair.partnerSpoke()
+func (s *State) pairStandby(spoke bool) bool {
+	return s.Pair.InPair() && s.Pair.Role == RoleSecondary && !s.Pair.Survivor() && !spoke
 }
 
 // takeStandby makes the expiries held in standby (pairStandby) this
@@ -268,10 +288,11 @@ func (p Pair) partnerSpoke() bool {
 }
 
 // dropPairWaits drops the rule-2 expiries waiting on the pair's state
-// (Pending.PairWait) once the file shows the partner spoke for the pair:
-// it expired the same leases when the same shrink reached it.
-func (s *State) dropPairWaits() (dropped int) {
-	if !s.Pair.partnerSpoke() || s.Pair.Survivor() {
+// (Pending.PairWait) once the file shows the partner spoke for the pair
+// (spoke, failoverSeen): it expired the same leases when the same shrink
+// reached it.
+func (s *State) dropPairWaits(spoke bool) (dropped int) {
+	if !spoke || s.Pair.Survivor() {
 		return 0
 	}
 	for ip, q := range s.Pending {

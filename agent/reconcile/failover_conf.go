@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
-	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
@@ -45,24 +44,23 @@ func (r *Reconciler) scanPair(when string) {
 		Msg("dhcpd is in a failover pair: the file's events are told by the primary alone, or by a survivor in partner-down")
 }
 
-// failoverSeen folds failover state records into the core and logs
-// taking over and stepping back. r.mu is held.
-func (r *Reconciler) failoverSeen(fs []*parser.FailoverState) {
-	changed, dropped, untold := r.st.failoverSeen(fs)
+// failoverNoted logs what folding failover state records into the core
+// did: taking over, stepping back, expiries dropped. r.mu is held.
+func (r *Reconciler) failoverNoted(fo FailoverFold) {
 	p := r.st.Pair
-	if p.partnerSpoke() {
+	if fo.Spoke {
 		r.partnerSpoke = true
 	}
-	if dropped > 0 {
+	if fo.Dropped > 0 {
 		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
-			Int("dropped", dropped).
+			Int("dropped", fo.Dropped).
 			Msg("failover: the partner spoke for the pair while this side was down (partner-down): the expiries of leases this restart dropped were its to send; dropped here")
 	}
-	if !changed {
+	if !fo.Changed {
 		return
 	}
 	if p.Survivor() {
-		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).Int("untold_ends", untold).
+		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).Int("untold_ends", fo.Untold).
 			Msg("failover: partner down — taking over reporting for every lease in the file, and the ends it recorded while communications were interrupted, which no hook has told")
 		return
 	}

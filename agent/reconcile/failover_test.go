@@ -48,7 +48,6 @@ func runPair(t *testing.T, pair Pair, hookless bool, steps []step) {
 		}
 		if st.snapshot != "" {
 			tab, complete := table(t, st.snapshot)
-			s.FailoverSeen(tab.Failover())
 			s.Snapshot(tab, complete, now)
 		}
 		for _, ev := range s.Due(now) {
@@ -504,6 +503,48 @@ func TestFailoverRules(t *testing.T) {
 			{at: 0, snapshot: base},
 			{at: 600, snapshot: fostate("recover-wait", "partner-down") + block(ip2, "active", macB, t0-100, t0+5000)},
 			{at: 10000},
+		},
+	}, {
+		// The agent reads the rewrite late (its rack under load, or it
+		// started after dhcpd): by then dhcpd has recovered and its last
+		// record is normal again. The records before it, in the same
+		// file, show that the partner spoke for the pair (CI failure of
+		// TestLabFailoverShrinkPrimaryDown: the expiry went out twice).
+		name: "range shrink while the primary was down, rewrite read after its dhcpd recovered to normal: nothing",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + fostate("normal", "partner-down") + fostate("recover", "partner-down") +
+				fostate("recover-done", "partner-down") + fostate("recover-done", "normal") + fostate("normal", "normal") +
+				block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10000},
+		},
+	}, {
+		// ... and the same on the secondary's side: it holds no standby
+		// copy of an expiry the partner spoke for.
+		name: "range shrink while the secondary was down, rewrite read after its dhcpd recovered to normal: nothing",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: fostate("normal", "normal") + fostate("recover", "partner-down") + fostate("normal", "normal") +
+				block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 610, appended: fostate("communications-interrupted", "normal")},
+			{at: 611, appended: fostate("partner-down", "normal")},
+			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		},
+	}, {
+		// A rewrite read late must not take the evidence back from an
+		// earlier rewrite's expiry: the records it holds are about its
+		// own restart (pairRewrite).
+		name: "range shrink on both peers, then the primary dies and returns to a partner-down, read late: still the primary's",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: shrunk},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 605, snapshot: fostate("normal", "normal") + fostate("normal", "partner-down") + fostate("recover", "partner-down") +
+				fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
 	}, {
 		// The lease has ended: the primary still waits for its dhcpd to

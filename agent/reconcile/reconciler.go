@@ -535,7 +535,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 	}
 	switch c.kind {
 	case changeFailover:
-		r.failoverSeen(c.failover)
+		r.failoverNoted(r.st.failoverSeen(c.failover))
 	case changeAppend:
 		r.st.Appended(c.leases, now.Unix())
 		if c.duid && !r.classifyAt.IsZero() {
@@ -573,9 +573,9 @@ func (r *Reconciler) apply(c change, now time.Time) {
 				r.rewritePair = &p
 			}
 		}
-		r.failoverSeen(c.table.Failover())
 		r.wholeHeld = false
-		vanished := r.st.Snapshot(c.table, true, now.Unix())
+		vanished, fo := r.st.Snapshot(c.table, true, now.Unix())
+		r.failoverNoted(fo)
 		r.flushNow = true // rare and possibly large: not left for later
 		r.met.snapshots.WithLabelValues("complete").Inc()
 		if !r.met.consistent.Swap(true) {
