@@ -76,6 +76,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 	rec, err := reconcile.New(reconcile.Config{
 		Leases: cfg.DHCPD.Leases, DhcpdConf: cfg.DHCPD.Config, PIDFile: cfg.DHCPD.PIDFile,
 		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: mode, Orphans: orph.Sink(),
+		PairChannel: cfg.Pair.On(),
 	}, store, log.With().Str("component", "reconcile").Logger(), reg, now)
 	if err != nil {
 		orph.Close()
@@ -208,12 +209,13 @@ func (h pairHeld) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) 
 
 // pairStale is the deliverer's StaleFunc with the channel (judgePair).
 func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
-	return judgePair(link.PeerDelivered, rec.Stale)
+	return judgePair(link.PeerDelivered, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
 }
 
 // judgePair judges an event about to be sent by what the pair channel's
-// answers say the peer delivered of its address (peer), and else by
-// stale (the reconciler's judgment without a channel).
+// answers say the peer delivered of its address (peer: the key of the
+// newest, 0 for none, and whether the peer answered about it), and else
+// by stale (the reconciler's judgment without a channel).
 //
 //   - The peer delivered nothing newer: the event is not stale, however
 //     far the leases file has moved on — the peer's newer news, if any,
@@ -232,13 +234,22 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 //     old expiry restated with a commit 60 s newer, ahead of three lives
 //     the peer held).
 //   - The peer did not answer about it: stale decides.
-func judgePair(peer func(event.Event) (newer, known bool), stale deliver.StaleFunc) deliver.StaleFunc {
+//
+// A recovering side's replay (reconcile.ReasonPairReplay) goes only if
+// the peer answered and delivered nothing newer than this agent's own
+// last news of the address before it (replay): then the peer never
+// spoke for the end it tells. Else it is dropped, as without a channel.
+func judgePair(peer func(event.Event) (delivered int64, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
-		newer, known := peer(e)
+		delivered, known := peer(e)
+		if e.Reason == reconcile.ReasonPairReplay {
+			own, ok := replay(e)
+			return !known || !ok || delivered > own, event.Event{}
+		}
 		switch {
-		case known && !newer:
+		case known && delivered <= pair.Key(e):
 			return false, event.Event{}
-		case known && newer:
+		case known:
 			return true, event.Event{}
 		}
 		return stale(ctx, e)

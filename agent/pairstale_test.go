@@ -6,37 +6,58 @@ import (
 	"testing"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 )
 
 // TestJudgePair: what the pair channel's answer says the peer delivered
 // decides before the reconciler's judgment. An older event after the
 // peer's newer news is dropped because MAAS would apply it all the same:
 // an expiry or release clears the MAC's address whatever came before
-// (maasservicelayer/services/leases.py _release_lease_info).
+// (maasservicelayer/services/leases.py _release_lease_info). A
+// recovering side's replay goes only on the peer's word that it told
+// nothing since this side's own news.
 func TestJudgePair(t *testing.T) {
 	e := event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.7"), MAC: "00:16:3e:00:00:01", Timestamp: 100}
+	replayed := e
+	replayed.Reason = reconcile.ReasonPairReplay
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
+	const (
+		own   = 90e9  // this side's own last news before the replay
+		older = 95e9  // the peer's news, older than e
+		newer = 110e9 // the peer's news, newer than e
+	)
 	tests := []struct {
-		name         string
-		newer, known bool
-		stale        bool        // the reconciler's verdict
-		restate      event.Event // and its newest
-		wantStale    bool
-		wantNewest   bool
-		wantAsked    bool // the reconciler was asked
+		name       string
+		e          event.Event
+		delivered  int64 // the peer's newest delivered key
+		known      bool  // the peer answered about the address
+		unqueued   bool  // the reconciler does not know the replay (restarted since)
+		stale      bool  // the reconciler's verdict
+		restate    event.Event
+		wantStale  bool
+		wantNewest bool
+		wantAsked  bool // the reconciler was asked
 	}{
-		{name: "the peer delivered nothing newer: sent, not judged", known: true, stale: true, restate: newest},
-		{name: "the peer did not answer: the reconciler's verdict", stale: true, restate: newest, wantStale: true, wantNewest: true, wantAsked: true},
-		{name: "the peer did not answer, the reconciler sends it alone", wantAsked: true},
-		{name: "the peer delivered newer news: dropped, never restated past the peer's held news", newer: true, known: true,
+		{name: "the peer delivered nothing newer: sent, not judged", e: e, delivered: older, known: true, stale: true, restate: newest},
+		{name: "the peer delivered nothing: sent, not judged", e: e, known: true, stale: true, restate: newest},
+		{name: "the peer did not answer: the reconciler's verdict", e: e, stale: true, restate: newest, wantStale: true, wantNewest: true, wantAsked: true},
+		{name: "the peer did not answer, the reconciler sends it alone", e: e, wantAsked: true},
+		{name: "the peer delivered newer news: dropped, never restated past the peer's held news", e: e, delivered: newer, known: true,
 			stale: true, restate: newest, wantStale: true},
-		{name: "the peer delivered newer news, the reconciler would send it alone: dropped", newer: true, known: true,
+		{name: "the peer delivered newer news, the reconciler would send it alone: dropped", e: e, delivered: newer, known: true,
 			wantStale: true},
+		{name: "a replay the peer told nothing after this side's news of: sent", e: replayed, known: true},
+		{name: "a replay the peer told only older news than this side's of: sent", e: replayed, delivered: own - 1, known: true},
+		{name: "a replay after the peer told news since this side's (the end, in partner-down): dropped", e: replayed, delivered: older, known: true,
+			wantStale: true},
+		{name: "a replay the peer did not answer about: dropped, as without a channel", e: replayed, wantStale: true},
+		{name: "a replay the reconciler no longer knows (restarted): dropped", e: replayed, known: true, unqueued: true, wantStale: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := false
-			f := judgePair(func(event.Event) (bool, bool) { return tc.newer, tc.known },
+			f := judgePair(func(event.Event) (int64, bool) { return tc.delivered, tc.known },
+				func(event.Event) (int64, bool) { return own, !tc.unqueued },
 				func(context.Context, event.Event) (bool, event.Event) {
 					asked = true
 					if tc.stale {
@@ -44,7 +65,7 @@ func TestJudgePair(t *testing.T) {
 					}
 					return false, event.Event{}
 				})
-			stale, n := f(context.Background(), e)
+			stale, n := f(context.Background(), tc.e)
 			if stale != tc.wantStale || n.IP.IsValid() != tc.wantNewest || asked != tc.wantAsked {
 				t.Errorf("stale %v, newest %v, asked %v; want %v, %v, %v", stale, n.IP.IsValid(), asked, tc.wantStale, tc.wantNewest, tc.wantAsked)
 			}

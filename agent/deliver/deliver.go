@@ -582,7 +582,7 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 						return err
 					}
 					d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
-						Int64("timestamp", e.Timestamp).Msg("queued event not sent: in a failover pair, older than news the peer told since")
+						Int64("timestamp", e.Timestamp).Str("reason", e.Reason).Msg("queued event not sent: in a failover pair, older than news the peer told since")
 					continue
 				}
 				d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).

@@ -133,22 +133,19 @@ func (l *Link) Delivered(batch []event.Queued) {
 const maxDelivered = 1 << 16
 
 // PeerDelivered reports, from the peer's answers since the last delivery,
-// whether the peer has delivered news of e's address newer than e — the
-// region may hold it already, so that e alone would take it back (the
-// deliverer's StaleFunc then decides) — and whether the peer answered
-// about e's address at all (known false: the peer was silent, or e was
-// not in the query: judge as if alone).
-func (l *Link) PeerDelivered(e event.Event) (newer, known bool) {
+// the key of the newest news of e's address the peer has delivered (0
+// for none) — newer than e, the region may hold it already, so that e
+// alone would take it back (the deliverer's StaleFunc then decides) —
+// and whether the peer answered about e's address at all (known false:
+// the peer was silent, or e was not in the query: judge as if alone).
+func (l *Link) PeerDelivered(e event.Event) (delivered int64, known bool) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	if l.peerDelivered == nil || l.alone.Load() {
-		return false, false
+		return 0, false
 	}
 	k, ok := l.peerDelivered[e.IP.Unmap()]
-	if !ok {
-		return false, false
-	}
-	return k > Key(e), true
+	return k, ok
 }
 
 // New binds the channel's socket.

@@ -311,8 +311,8 @@ func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 		t.Fatalf("Clear = %d", n)
 	}
 	for _, q := range batch {
-		if newer, known := b.l.PeerDelivered(q.Event); !known || newer {
-			t.Errorf("%s: PeerDelivered = newer %v, known %v; want known, not newer", q.Event.IP, newer, known)
+		if k, known := b.l.PeerDelivered(q.Event); !known || k > Key(q.Event) {
+			t.Errorf("%s: PeerDelivered = %d, known %v; want known, not newer than %d", q.Event.IP, k, known, Key(q.Event))
 		}
 	}
 	b.l.Delivered(batch)

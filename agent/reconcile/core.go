@@ -588,6 +588,9 @@ func (t Told) after(ev event.Event) bool {
 // free B's address (rule 4) — so the caller drops it.
 func (s *State) Superseded(ev event.Event) bool { return s.SupersededWhy(ev) != "" }
 
+// whyPairRepeat is SupersededWhy's reason for pairRepeat.
+const whyPairRepeat = "a repeat of what the failover peer already reported"
+
 // SupersededWhy is Superseded with the rule that drops ev, for the
 // operator's log; "" when ev passes.
 func (s *State) SupersededWhy(ev event.Event) string {
@@ -598,7 +601,7 @@ func (s *State) SupersededWhy(ev event.Event) string {
 	}
 	switch {
 	case s.pairRepeat(t, ev):
-		return "a repeat of what the failover peer already reported"
+		return whyPairRepeat
 	case t.after(ev):
 		if s.ownBacklog(t, ev) || s.endShownBefore(t, ev) {
 			return ""

@@ -348,6 +348,47 @@ func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	return t.PeerOwns && !s.Pair.Survivor()
 }
 
+// ReasonPairReplay marks a hook's expiry or release that a server
+// recovering from its partner's partner-down ran, and that the agent
+// queues only because the failover pair's channel can tell whether it is
+// news (pairReplay): the deliverer sends it only if the peer's agent,
+// asked about its address, delivered nothing newer than this agent's own
+// last news of it.
+const ReasonPairReplay = "pair-replay"
+
+// pairReplay reports whether ev, a hook's expiry or release that
+// pairRepeat drops because this server is recovering, may be news all
+// the same, and returns this agent's own last news of its address (own):
+// what the peer must have told something newer than for ev to be a
+// repeat.
+//
+// A recovering server runs the on expiry of its own old copy of a lease
+// when its partner's update frees it: news the partner told if it
+// recorded the end while it spoke for the pair. But an end the partner
+// recorded just before (in normal, the moment its partner died: make
+// chaos PAIR=1 seed 21, three lease lives lost), it left to this side's
+// hook, which never ran before the death — this replay is then its only
+// telling. The files cannot tell the two apart (the partner's state when
+// it recorded the end is in its file alone), the partner's agent can: it
+// knows what it told. So with a pair channel the event is queued, and
+// judged at delivery (agent: judgePair). Only for the lease this agent
+// itself told last (its ack: own news, the same MAC, not older than what
+// was recorded): else it is an older copy's, as pairRepeat says.
+func (s *State) pairReplay(ev event.Event) (own event.Event, ok bool) {
+	if !s.Pair.InPair() || !s.Pair.Recovering() || ev.Action == event.Commit {
+		return own, false
+	}
+	t, told := s.Told[ev.IP]
+	if !told || t.MAC != ev.MAC || t.after(ev) {
+		return own, false
+	}
+	at, atNS := t.own()
+	if at <= 0 {
+		return own, false // nothing of the address queued by this agent
+	}
+	return event.Event{IP: ev.IP, MAC: t.MAC, Timestamp: at, TimestampNS: atNS}, true
+}
+
 // ownAck notes a hook's commit, ev, as this side's ack of the binding the
 // file last showed for its address, if it is one (the same MAC, the
 // block's start within commitSlack), even when it comes after the file's

@@ -148,26 +148,47 @@ func (r *Reconciler) PendingOldest(ips []netip.Addr, after []int64, key func(eve
 }
 
 // OwnTold gives, for each of ips, key(the last event this agent queued
-// for it), 0 when the last news recorded is the file's (Told.Recorded)
-// or there is none: with nothing of the address still queued, that
+// for it: Told.own, kept when the file's blocks are recorded over it), 0
+// when there is none: with nothing of the address still queued, that
 // event was delivered (or dead-lettered), the newest news of the address
-// this agent can have given the region.
+// this agent can have given the region. (The peer's agent asks: a
+// recovering side's replay goes only if this agent told nothing newer
+// than that side's own news, PairReplay.)
 func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []int64 {
 	out := make([]int64, len(ips))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, ip := range ips {
 		t, ok := r.st.Told[ip.Unmap()]
-		if !ok || t.Recorded {
+		if !ok {
 			continue
 		}
-		ns := t.AtNS
-		if ns/1e9 != t.At {
+		at, ns := t.own()
+		if at <= 0 {
+			continue // nothing queued by this agent
+		}
+		if ns/1e9 != at {
 			ns = 0
 		}
-		out[i] = key(event.Event{Action: t.Action, MAC: t.MAC, IP: ip, Timestamp: t.At, TimestampNS: ns})
+		out[i] = key(event.Event{IP: ip, Timestamp: at, TimestampNS: ns})
 	}
 	return out
+}
+
+// PairReplay gives, for e, a hook's end queued as a pair replay
+// (ReasonPairReplay), key(this agent's own last news of its address
+// before it): e goes to the region only if the peer's agent delivered
+// nothing newer (agent: judgePair). False when this run did not queue e
+// (the agent restarted since): e is then a repeat, as without the
+// channel.
+func (r *Reconciler) PairReplay(e event.Event, key func(event.Event) int64) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rp, ok := r.replays[e.IP.Unmap()]
+	if !ok || rp.ev.Action != e.Action || rp.ev.MAC != e.MAC || rp.ev.Timestamp != e.Timestamp {
+		return 0, false
+	}
+	return key(rp.own), true
 }
 
 // Unsent is how many events the reconciler made and recorded as told but
