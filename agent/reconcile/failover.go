@@ -331,7 +331,9 @@ func (s *State) dropPairWaits(spoke bool) (dropped int) {
 // peer's to tell (Told.PeerOwns, recordTold): the peer acked it last, or
 // the file recorded the end while the partner spoke for the pair; this
 // side's hook then runs the on expiry or on release of an older ack,
-// also after recovery has ended.
+// also after recovery has ended. (With a pair channel, a recovering
+// side's replay of news it may alone hold is judged by the peer's word
+// instead: pairReplay.)
 func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	if !s.Pair.InPair() || ev.Action == event.Commit {
 		return false
@@ -371,9 +373,10 @@ const ReasonPairReplay = "pair-replay"
 // telling. The files cannot tell the two apart (the partner's state when
 // it recorded the end is in its file alone), the partner's agent can: it
 // knows what it told. So with a pair channel the event is queued, and
-// judged at delivery (agent: judgePair). Only for the lease this agent
-// itself told last (its ack: own news, the same MAC, not older than what
-// was recorded): else it is an older copy's, as pairRepeat says.
+// judged at delivery (agent: judgePair). Only when this agent queued
+// news of the address itself (Told.own: its ack's commit, typically) and
+// the file's last record is the same MAC's and not newer than ev: else
+// it is an older copy's, as pairRepeat says.
 func (s *State) pairReplay(ev event.Event) (own event.Event, ok bool) {
 	if !s.Pair.InPair() || !s.Pair.Recovering() || ev.Action == event.Commit {
 		return own, false
