@@ -251,6 +251,62 @@ func TestFailoverRules(t *testing.T) {
 			}},
 		),
 	}, {
+		// This side's own lease expired in normal, waiting for the
+		// partner's ack to go free (its on expiry runs only then), and
+		// the partner died: the ack never comes, the lease goes free an
+		// MCLT after the takeover, and dhcpd restarts in between leave
+		// it to no hook at all (make chaos PAIR=1 seed 3: three lease
+		// lives lost). Sent on taking over; the hook, if it comes, then
+		// repeats it (pairRepeat).
+		name: "this side's own lease expired in normal, then the partner died: sent on taking over",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: ackedBlock("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 31, appended: fostate("communications-interrupted", "normal")},
+			{at: 32, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 10000, want: []string{
+				"expiry " + ip1 + " " + macA + " +500 ends-passed",
+				"expiry " + ip2 + " " + macB + " +5000 ends-passed",
+			}},
+		},
+	}, {
+		// The same lease gone free before the partner died: its hook ran.
+		name: "this side's own lease expired and freed in normal, then the partner died: its hook told it",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: ackedBlock("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "free", macA, t0+10, t0+30)},
+			{at: 30, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 30, Source: event.SourceHook}},
+			{at: 31, appended: fostate("communications-interrupted", "normal")},
+			{at: 32, appended: fostate("partner-down", "normal")},
+			{at: 10000, want: []string{
+				"expiry " + ip1 + " " + macA + " +500 ends-passed",
+				"expiry " + ip2 + " " + macB + " +5000 ends-passed",
+			}},
+		},
+	}, {
+		// The partner's lease (its binding update, no cltt of this
+		// side's) expired in normal: its end is the partner's hook's,
+		// run on its return (a replay, judged by the pair channel).
+		name: "the partner's lease expired in normal, then the partner died: left to the partner",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 31, appended: fostate("communications-interrupted", "normal")},
+			{at: 32, appended: fostate("partner-down", "normal")},
+			{at: 10000, want: []string{
+				"expiry " + ip1 + " " + macA + " +500 ends-passed",
+				"expiry " + ip2 + " " + macB + " +5000 ends-passed",
+			}},
+		},
+	}, {
 		// The survivor's file recorded an end of a lease the partner
 		// acked and stepped back within the grace; the free block that
 		// follows is recorded as told. The partner, recovering, drops its
