@@ -99,8 +99,9 @@ type FailoverFold struct {
 	// Dropped counts the rule-2 expiries dropped because the partner
 	// spoke for them (dropPairWaits).
 	Dropped int
-	// Untold counts the ends recorded while communications were
-	// interrupted, scheduled on taking over (tellInterrupted).
+	// Untold counts the ends no hook has told that taking over scheduled
+	// (tellInterrupted): recorded while communications were interrupted,
+	// or of this side's own leases not yet free (ownExpired).
 	Untold int
 }
 

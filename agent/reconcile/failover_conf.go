@@ -61,7 +61,7 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 	}
 	if p.Survivor() {
 		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).Int("untold_ends", fo.Untold).
-			Msg("failover: partner down — taking over reporting for every lease in the file, and the ends it recorded while communications were interrupted, which no hook has told")
+			Msg("failover: partner down — taking over reporting for every lease in the file, and the ends no hook has told (recorded while communications were interrupted, or of this side's own leases not yet free)")
 		return
 	}
 	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
