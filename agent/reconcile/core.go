@@ -134,8 +134,9 @@ type Pending struct {
 	Standby bool `json:"standby,omitempty"`
 	// Untold: an end this side's agent is to tell in a failover pair
 	// whatever the file records as told meanwhile: one recorded while
-	// communications were interrupted, scheduled on taking over
-	// (tellInterrupted), or one a survivor's file recorded before it
+	// communications were interrupted or of this side's own lease not
+	// yet free, scheduled on taking over (tellInterrupted, ownExpired),
+	// or one a survivor's file recorded before it
 	// stepped back (keepSurvivorEnds). It is dropped only if the region
 	// was told it or newer news of its address since.
 	Untold bool `json:"untold,omitempty"`
