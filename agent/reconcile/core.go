@@ -142,6 +142,14 @@ type Pending struct {
 	Untold bool `json:"untold,omitempty"`
 }
 
+// untoldCovered reports whether p, an Untold end, no longer needs
+// sending, given what the region was told (t): that end, or newer news
+// of its address — not the file's mere record of it (Told.Recorded),
+// which is why p is pending at all.
+func (p Pending) untoldCovered(t Told, told bool) bool {
+	return told && !t.recordedEnd(p.Event) && satisfied(t, told, p.Event)
+}
+
 // Orphan is an address whose lease a reload dropped because it left every
 // range, due now: the region still lists it, and only freeing its record
 // (agent/orphans) clears it.
@@ -464,22 +472,23 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	if ev.Action != event.Commit || s.Complement {
 		return nil
 	}
-	if !s.tellsFromFile() {
-		if end, ok := s.untoldEnd(ev); ok {
-			return []event.Event{end}
-		}
-		return nil
-	}
+	fromFile := s.tellsFromFile()
 	q := s.Pending[ev.IP]
 	t, told := s.Told[ev.IP]
 	var out []event.Event
 	keep := q[:0:0]
 	for _, p := range q {
-		if !endedBefore(p, ev.MAC, ev.Timestamp) {
+		// Where the hooks tell the region, only this side's untold ends
+		// are pending ends of its own (ownDropped, tellInterrupted).
+		if !endedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold {
 			keep = append(keep, p)
 			continue
 		}
-		if !satisfied(t, told, p.Event) {
+		covered := satisfied(t, told, p.Event)
+		if p.Untold {
+			covered = p.untoldCovered(t, told)
+		}
+		if !covered {
 			out = append(out, p.Event)
 			t, told = Told{Action: p.Event.Action, MAC: p.Event.MAC, At: p.Event.Timestamp}, true
 		}
@@ -747,7 +756,8 @@ func (s *State) schedule(ip netip.Addr, p Pending) {
 // Snapshot reconciles a whole file read after a rewrite (or at start).
 // complete is false when the file had syntax errors or a torn end: then
 // nothing is decided (rule 4), and the caller retries later. It returns
-// the number of active leases the file dropped (rule 2), and what the
+// the number of leases the file dropped whose end it scheduled (rule 2;
+// in a pair, also ownDropped), and what the
 // file's failover state records did, folded in file order after the
 // waits of an earlier rewrite ended (pairRewrite: they are evidence
 // about this rewrite's restart, not that one's) and before the leases.
@@ -790,8 +800,15 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		if seen[ip] {
 			continue
 		}
+		own, ownEnd := s.ownDropped(ip) // (before the delete: it reads the file's block)
 		delete(s.File, ip)
 		s.touch(ip)
+		if ownEnd {
+			orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
+			s.schedule(ip, Pending{Event: own, Due: now + s.vanishedWait(), Untold: true, Orphan: orphan})
+			vanished++
+			continue
+		}
 		if l.State != parser.StateActive {
 			continue
 		}
@@ -958,7 +975,7 @@ func (s *State) Due(now int64) []event.Event {
 				s.orphaned(ip, q[i])
 			}
 			if q[i].Untold {
-				if e := q[i].Event; told && !t.recordedEnd(e) && satisfied(t, told, e) {
+				if q[i].untoldCovered(t, told) {
 					continue // told since, or newer news (untoldEnd, a hook)
 				}
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {

@@ -540,6 +540,23 @@ func (s *State) ownExpired(ip netip.Addr, t Told) bool {
 	return ok && l.Acked && !t.PeerOwns && !t.Spoke && (l.State == parser.StateExpired || l.State == parser.StateReleased)
 }
 
+// ownDropped is, in a pair, the end of this side's own lease not yet
+// free (ownExpired) as the file shows it for ip, which a rewrite is
+// dropping: dhcpd runs on expiry when it frees a lease it has, and it no
+// longer has this one, so no hook will ever tell that end (make chaos
+// PAIR=1 seed 21: a lease of the primary's recorded expired in normal,
+// a range shrink restarting both peers in that second; lost). The
+// caller sends it after the grace, for the hook of a lease dhcpd freed
+// before it stopped to come first (Pending.Untold). The partner records
+// this lease as the peer's (Told.PeerOwns) and tells nothing of it.
+func (s *State) ownDropped(ip netip.Addr) (event.Event, bool) {
+	t, ok := s.Told[ip]
+	if !ok || !s.Pair.InPair() || !s.ownExpired(ip, t) {
+		return event.Event{}, false
+	}
+	return s.unqueuedEnd(ip, t)
+}
+
 // ownBacklog reports whether ev, a hook event of this side older than
 // t, what the file recorded as told, is news all the same: this side's
 // backlog. The file's later block is this side's own news (t.PeerOwns

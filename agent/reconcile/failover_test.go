@@ -153,6 +153,19 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10000, want: survivorEnds()},
 		)
 	}
+	// ownDropped opens the cases of this side's own lease of
+	// 203.0.113.12, expired in normal (not yet free: that needs the
+	// partner's ack) and dropped by a rewrite in the next second (a range
+	// shrink applied to both peers, as MAAS does).
+	ownDropped := func(then ...step) []step {
+		return append([]step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: ackedBlock("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 31, snapshot: base},
+		}, then...)
+	}
 	// steppedBack opens the cases of a survivor whose file recorded the
 	// end of a lease the partner acked and that stepped back within the
 	// grace.
@@ -297,6 +310,58 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
 			step{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
 		),
+	}, {
+		// This side's own lease expired in normal, waiting for the
+		// partner's ack, and a range shrink applied to both peers in that
+		// second dropped it: dhcpd runs no on expiry for a lease it no
+		// longer has (make chaos PAIR=1 seed 21: lost). Sent after the
+		// grace, for a hook of its going free to come first if dhcpd
+		// freed it before it stopped.
+		name: "this side's own lease expired in normal, then a rewrite dropped it: sent after the grace",
+		pair: primary,
+		steps: ownDropped(
+			step{at: 31 + grace - 1},
+			step{at: 31 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			step{at: 10000},
+		),
+	}, {
+		name: "the same on the secondary: its own lease is its own to tell",
+		pair: secondary,
+		steps: ownDropped(
+			step{at: 31 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			step{at: 10000},
+		),
+	}, {
+		// The same client back within the grace (the range holds the
+		// address again): the end goes ahead of its new commit.
+		name: "this side's own lease expired in normal, dropped, then the same client's new lease: the end first",
+		pair: primary,
+		steps: ownDropped(
+			step{at: 40, hook: ev(renewal("203.0.113.12", macA, t0+40, 20)),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			step{at: 40, appended: ackedBlock("203.0.113.12", "active", macA, t0+40, t0+60)},
+			step{at: 10000},
+		),
+	}, {
+		// Freed before the rewrite, its hook ran (still queued for the
+		// agent as the file is read): nothing more.
+		name: "this side's own lease expired and freed, its hook late, then a rewrite dropped it: the hook told it",
+		pair: primary,
+		steps: ownDropped(
+			step{at: 32, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 31, Source: event.SourceHook}},
+			step{at: 10000},
+		),
+	}, {
+		// The partner's lease: its end is the partner's hook's.
+		name: "the partner's lease expired in normal, then a rewrite dropped it: left to the partner",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 31, snapshot: base},
+			{at: 10000},
+		},
 	}, {
 		// The survivor's file recorded an end of a lease the partner
 		// acked and stepped back within the grace; the free block that
