@@ -13,6 +13,7 @@ func TestParse(t *testing.T) {
 	in := `== noise
 BenchmarkHooklessLease-2   	       1	        41.79 cpu-µs/event	         1.000 events/block
 BenchmarkIngest/max_dgram_qlen=512/region=down-2  1  52000 events/s  0.9 agent-cores  3.1 ms/commit
+BenchmarkIngest/max_dgram_qlen=512/region=down/offered=50000-2  1  49990 events/s  0.6 agent-cores
 BenchmarkDrain/batch_max=100-2 1 9000 events/s 0.41 s-to-first-delivery
 figure hookless_ratio 0.97
   figure hook_listen_vs_emptygo 0.93
@@ -31,6 +32,7 @@ PASS
 		{"BenchmarkHooklessLease events/block", []float64{1}},
 		{"BenchmarkIngest/max_dgram_qlen=512/region=down events/s", []float64{52000}},
 		{"BenchmarkIngest/max_dgram_qlen=512/region=down agent-cores", []float64{0.9}},
+		{"BenchmarkIngest/max_dgram_qlen=512/region=down/offered=50000 agent-cores", []float64{0.6}},
 		{"BenchmarkDrain/batch_max=100 s-to-first-delivery", []float64{0.41}},
 		{"hookless_ratio", []float64{0.97, 0.99}},
 		{"hook_listen_vs_emptygo", []float64{0.93}},
