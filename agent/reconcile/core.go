@@ -405,7 +405,35 @@ func (s *State) Hook(ev event.Event) {
 	}
 	s.setTold(ev.IP, t)
 	if ev.Action == event.Commit && ev.Source != event.SourceFile {
+		s.toldCommit(ev)
 		s.renewedVanished(ev)
+	}
+}
+
+// toldCommit drops the first pending commit the file showed that ev, a
+// hook's commit, reports — the same client's lease starting in ev's
+// second or up to commitSlack after it, for ev's lease time — and what
+// is pending before it, as Due would (coveredUpTo). Told now, it is old
+// news whatever the region hears next: left pending, an end of
+// that lease in the same second — a hook's, whose block is read later,
+// or never while the pair's state has this side only record it — cannot
+// be ordered against it (whole seconds), and it would go after that end
+// and leave the region holding the lease (make chaos PAIR=1 seed 99: a
+// survivor's missed-commit sent after its own hook's expiry of that
+// second; the life's end lost). The first: hooks come in dhcpd's order,
+// the file's blocks too.
+func (s *State) toldCommit(ev event.Event) {
+	q := s.Pending[ev.IP]
+	for i, p := range q {
+		e := p.Event
+		if e.Action != event.Commit || e.Source != event.SourceFile || p.Untold || p.Standby || p.PairWait || e.MAC != ev.MAC {
+			continue
+		}
+		if e.Timestamp < ev.Timestamp || e.Timestamp > ev.Timestamp+commitSlack || ev.LeaseTime > 0 && e.LeaseTime != ev.LeaseTime {
+			continue
+		}
+		s.setPending(ev.IP, q[i+1:])
+		return
 	}
 }
 
