@@ -298,7 +298,7 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
 			step{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
 			step{at: 30, appended: ackedBlock("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "free", macA, t0+10, t0+30)},
-			step{at: 30, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 30, Source: event.SourceHook}},
+			step{at: 30, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+30))},
 		),
 	}, {
 		// The partner's lease (its binding update, no cltt of this
@@ -348,7 +348,7 @@ func TestFailoverRules(t *testing.T) {
 		name: "this side's own lease expired and freed, its hook late, then a rewrite dropped it: the hook told it",
 		pair: primary,
 		steps: ownDropped(
-			step{at: 32, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 31, Source: event.SourceHook}},
+			step{at: 32, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+31))},
 			step{at: 10000},
 		),
 	}, {
@@ -379,7 +379,7 @@ func TestFailoverRules(t *testing.T) {
 		name: "the survivor steps back within the grace after an end its hook told: nothing more",
 		pair: primary,
 		steps: steppedBack(
-			step{at: 31, hook: &event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.12"), MAC: macA, Timestamp: t0 + 31, Source: event.SourceHook}},
+			step{at: 31, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+31))},
 			step{at: 30 + grace},
 			step{at: 10000},
 		),
