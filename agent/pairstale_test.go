@@ -31,7 +31,7 @@ func TestJudgePair(t *testing.T) {
 		e          event.Event
 		delivered  int64 // the peer's newest delivered key
 		known      bool  // the peer answered about the address
-		unqueued   bool  // the reconciler does not know the replay (restarted since)
+		unqueued   bool  // the reconciler does not know the replay (a later one of its address queued since, its record lost)
 		stale      bool  // the reconciler's verdict
 		restate    event.Event
 		wantStale  bool
@@ -51,7 +51,7 @@ func TestJudgePair(t *testing.T) {
 		{name: "a replay after the peer told news since this side's (the end, in partner-down): dropped", e: replayed, delivered: older, known: true,
 			wantStale: true},
 		{name: "a replay the peer did not answer about: dropped, as without a channel", e: replayed, wantStale: true},
-		{name: "a replay the reconciler no longer knows (restarted): dropped", e: replayed, known: true, unqueued: true, wantStale: true},
+		{name: "a replay the reconciler does not know (a later one of its address queued since, or its record lost): dropped", e: replayed, known: true, unqueued: true, wantStale: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

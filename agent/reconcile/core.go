@@ -171,6 +171,10 @@ type State struct {
 	Told map[netip.Addr]Told `json:"told"`
 	// Pending are synthesised events per address, in order.
 	Pending map[netip.Addr][]Pending `json:"pending"`
+	// Replays are, in a failover pair with the pair channel, the last
+	// replay this agent queued per address (Replay; failover.go,
+	// queueReplay).
+	Replays map[netip.Addr]Replay `json:"replays,omitempty"`
 	// Baselined is set once a first complete snapshot has been taken.
 	Baselined bool `json:"baselined"`
 	// SureMode is the mode last detected for sure from dhcpd.conf (not
@@ -233,6 +237,7 @@ func NewState(grace int64) *State {
 		File:    map[netip.Addr]Lease{},
 		Told:    map[netip.Addr]Told{},
 		Pending: map[netip.Addr][]Pending{},
+		Replays: map[netip.Addr]Replay{},
 		Grace:   grace,
 	}
 }
@@ -244,6 +249,9 @@ const (
 	ChangedFile Changed = 1 << iota
 	ChangedTold
 	ChangedPending
+	ChangedReplay
+	// ChangedAll: what a change of the address's lease can touch (not
+	// its Replay, which only queueReplay sets).
 	ChangedAll = ChangedFile | ChangedTold | ChangedPending
 )
 

@@ -393,6 +393,39 @@ func (s *State) pairReplay(ev event.Event) (own event.Event, ok bool) {
 	return event.Event{IP: ev.IP, MAC: t.MAC, Timestamp: at, TimestampNS: atNS}, true
 }
 
+// Replay is a pair replay this agent queued (ReasonPairReplay,
+// pairReplay): the hook's end (Action, MAC, At), and this agent's own
+// last news of the address before it (OwnAt, OwnAtNS: its Timestamp and
+// TimestampNS), which the deliverer weighs against what the peer
+// delivered (Reconciler.PairReplay). Persisted in the commit that queues
+// the replay: an agent restarted before the replay is sent still judges
+// it, where it used to drop it.
+type Replay struct {
+	Action  string `json:"action"`
+	MAC     string `json:"mac"`
+	At      int64  `json:"at"`
+	OwnAt   int64  `json:"own_at"`
+	OwnAtNS int64  `json:"own_at_ns,omitempty"`
+}
+
+// queueReplay records ev, a hook's end queued as a pair replay, and own,
+// this agent's own news of the address before it (pairReplay).
+func (s *State) queueReplay(ev, own event.Event) {
+	s.Replays[ev.IP] = Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, OwnAt: own.Timestamp, OwnAtNS: own.TimestampNS}
+	s.mark(ev.IP, ChangedReplay)
+}
+
+// replayOwn is the own news a queued replay ev was judged against
+// (queueReplay), as an event with its time; false if ev is not the
+// address's last queued replay.
+func (s *State) replayOwn(ev event.Event) (event.Event, bool) {
+	rp, ok := s.Replays[ev.IP.Unmap()]
+	if !ok || rp.Action != ev.Action || rp.MAC != ev.MAC || rp.At != ev.Timestamp {
+		return event.Event{}, false
+	}
+	return event.Event{IP: ev.IP, Action: rp.Action, MAC: rp.MAC, Timestamp: rp.OwnAt, TimestampNS: rp.OwnAtNS}, true
+}
+
 // ownAck notes a hook's commit, ev, as this side's ack of the binding the
 // file last showed for its address, if it is one (the same MAC, the
 // block's start within commitSlack), even when it comes after the file's

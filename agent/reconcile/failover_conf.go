@@ -178,17 +178,18 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 // PairReplay gives, for e, a hook's end queued as a pair replay
 // (ReasonPairReplay), key(this agent's own last news of its address
 // before it): e goes to the region only if the peer's agent delivered
-// nothing newer (agent: judgePair). False when this run did not queue e
-// (the agent restarted since): e is then a repeat, as without the
-// channel.
+// nothing newer (agent: judgePair). From State.Replays, persisted with
+// the queued event: a restarted agent still judges it. False when e is
+// not the address's last queued replay (a later one was queued, or its
+// record did not load): e is then a repeat, as without the channel.
 func (r *Reconciler) PairReplay(e event.Event, key func(event.Event) int64) (int64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rp, ok := r.replays[e.IP.Unmap()]
-	if !ok || rp.ev.Action != e.Action || rp.ev.MAC != e.MAC || rp.ev.Timestamp != e.Timestamp {
+	own, ok := r.st.replayOwn(e)
+	if !ok {
 		return 0, false
 	}
-	return key(rp.own), true
+	return key(own), true
 }
 
 // Unsent is how many events the reconciler made and recorded as told but

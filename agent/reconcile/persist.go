@@ -26,6 +26,7 @@ import (
 //	reconcile/file/IP    the IP's last block (encodeLease; an IPv6 block's DUID last, when it has one)
 //	reconcile/told/IP    the last event queued for the IP (encodeTold)
 //	reconcile/pending/IP JSON []Pending: synthesised events waiting
+//	reconcile/replay/IP  JSON Replay: the pair replay last queued (failover.go)
 //
 // IP keys are the address's 4 or 16 bytes. Only the entries that
 // changed are written (State.TakeDirty: which of an address's file, told
@@ -43,6 +44,7 @@ var (
 	subFile      = []byte("file")
 	subTold      = []byte("told")
 	subPending   = []byte("pending")
+	subReplay    = []byte("replay")
 )
 
 const persistVersion = 1
@@ -115,7 +117,7 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 	// bbolt inserts into a node's sorted slice and splits nodes only at
 	// commit: keys in random order cost a memmove of the node each, which
 	// is quadratic for a large first write. In key order they append: the
-	// sub-buckets in name order (file, pending, told), each in address
+	// sub-buckets in name order (file, pending, replay, told), each in address
 	// order (byte order within a family). The addresses are sorted once,
 	// not the records.
 	type change struct {
@@ -128,7 +130,7 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 		changes = append(changes, change{ip, ip.AsSlice(), c})
 	}
 	slices.SortFunc(changes, func(a, b change) int { return a.ip.Compare(b.ip) })
-	recs := make([]record, 0, 3*len(d.IPs)+4)
+	recs := make([]record, 0, 4*len(d.IPs)+4)
 	// Only the entries that changed: a hook event changes the address's
 	// Told alone, and its block stays as it was.
 	for _, x := range changes {
@@ -150,6 +152,18 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 				}
 			}
 			recs = append(recs, record{subPending, x.key, p})
+		}
+	}
+	for _, x := range changes {
+		if x.c&ChangedReplay != 0 {
+			var v []byte
+			if rp, ok := s.Replays[x.ip]; ok {
+				var err error
+				if v, err = json.Marshal(rp); err != nil {
+					return nil, fmt.Errorf("replay %s: %w", x.ip, err)
+				}
+			}
+			recs = append(recs, record{subReplay, x.key, v})
 		}
 	}
 	for _, x := range changes {
@@ -288,6 +302,14 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 		err := json.Unmarshal(v, &q)
 		if err == nil && len(q) > 0 {
 			s.Pending[ip] = q
+		}
+		return err
+	})
+	each(subReplay, func(ip netip.Addr, v []byte) error {
+		var rp Replay
+		err := json.Unmarshal(v, &rp)
+		if err == nil {
+			s.Replays[ip] = rp
 		}
 		return err
 	})

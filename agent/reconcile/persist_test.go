@@ -139,6 +139,9 @@ func (p persisted) check(wantPos *Position) {
 	if diff := cmp.Diff(s.Pending, got.Pending, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 		t.Errorf("Pending (-memory +loaded):\n%s", diff)
 	}
+	if diff := cmp.Diff(s.Replays, got.Replays); diff != "" {
+		t.Errorf("Replays (-memory +loaded):\n%s", diff)
+	}
 	if got.Baselined != s.Baselined {
 		t.Errorf("Baselined %t, want %t", got.Baselined, s.Baselined)
 	}
@@ -170,6 +173,22 @@ func TestPersistRoundTrip(t *testing.T) {
 	check(pos)
 	if len(s.Pending) != 2 {
 		t.Fatalf("pending %v, want ip1's expiry and ip2's release", s.Pending)
+	}
+
+	// A pair replay queued (the pair channel's, failover.go): a
+	// restarted agent still knows the own news it is judged against.
+	replayed := hook(event.Expiry, ip2, macB, t0+30)
+	replayed.TimestampNS = (t0+30)*1e9 + 5e8
+	own := hook(event.Commit, ip2, macB, t0+25)
+	own.TimestampNS = (t0+25)*1e9 + 2e8
+	s.queueReplay(replayed, own)
+	commit(nil)
+	check(pos)
+	if got, ok := s.replayOwn(replayed); !ok || got.Timestamp != own.Timestamp || got.TimestampNS != own.TimestampNS {
+		t.Fatalf("replayOwn = %+v, %t; want the own news %+v", got, ok, own)
+	}
+	if _, ok := s.replayOwn(hook(event.Expiry, ip2, macB, t0+31)); ok {
+		t.Fatal("replayOwn answered for another end than the one queued")
 	}
 
 	// Everything due is told; the pending entries go away on disk too.

@@ -151,17 +151,10 @@ type Reconciler struct {
 	// catchUp asks Run to read what dhcpd appended now, and to close the
 	// channel sent once it is applied (Accept, in a failover pair).
 	catchUp chan chan struct{}
-	// replays: for each address, the hook's end last queued as a pair
-	// replay (ReasonPairReplay) and this agent's own news of the address
-	// before it (PairReplay); nil without a pair channel. In memory: an
-	// agent restarted before the deliverer judged it drops it, as
-	// without the channel.
-	replays map[netip.Addr]replay
-}
-
-// replay is a queued pair replay (Reconciler.replays).
-type replay struct {
-	ev, own event.Event
+	// pairChannel: the pair channel is configured (Config.PairChannel),
+	// so a recovering side's replays are queued for the deliverer to
+	// judge (State.Replays, PairReplay) rather than dropped.
+	pairChannel bool
 }
 
 // errNotFollowing: hook events cannot be judged, the task stopped before
@@ -184,9 +177,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
 		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{}),
 		catchUp: make(chan chan struct{}), started: now()}
-	if cfg.PairChannel {
-		r.replays = map[netip.Addr]replay{}
-	}
+	r.pairChannel = cfg.PairChannel
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
 		var err error
@@ -279,10 +270,10 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			continue
 		}
 		why := r.st.SupersededWhy(ev)
-		if why == whyPairRepeat && r.replays != nil {
+		if why == whyPairRepeat && r.pairChannel {
 			if own, ok := r.st.pairReplay(ev); ok {
 				ev.Reason, why = ReasonPairReplay, ""
-				r.replays[ev.IP] = replay{ev: ev, own: own}
+				r.st.queueReplay(ev, own)
 				r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
 					Int64("own_at", own.Timestamp).
 					Msg("a hook's end while dhcpd recovers: queued, and sent only if the failover peer's agent told nothing of the address since this agent's own news of it")
