@@ -967,6 +967,14 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	if err != nil {
 		return outcome{}, err
 	}
+	// Never sent again by the transport itself: net/http replays a
+	// request that looks idempotent (an Idempotency-Key header is enough)
+	// when a reused connection closes before the answer, on a new one,
+	// unseen here — a copy whose start inflight.begin never recorded, so
+	// a stop soon after held too short and the next copy overlapped it
+	// (make chaos PAIR=1 seed 2). Without GetBody it is not replayable;
+	// the deliverer's own retry sends it again, recorded.
+	req.GetBody = nil
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", l.cfg.UserAgent)
 	req.Header.Set("Idempotency-Key", IdempotencyKey(batch))

@@ -667,6 +667,43 @@ func TestSlowRegionNotResent(t *testing.T) {
 	checkOrder(t, items(evs), got)
 }
 
+// TestDroppedConnectionNotReplayedByTransport: the region (or something
+// between) closes a reused connection after reading a request, without
+// an answer. Go's HTTP transport replays such a request by itself when
+// it looks idempotent — an Idempotency-Key header is enough — on a new
+// connection, out of the deliverer's sight: its start was never recorded
+// (inflight.go), so a stop soon after held only until the first copy's
+// start plus the hold, and the next copy overlapped the transport's,
+// which the region was still applying (make chaos PAIR=1 seed 2: a
+// repost). Every request the region sees must be one the deliverer made.
+func TestDroppedConnectionNotReplayedByTransport(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	q := newMemQueue()
+	cfg := fastConfig(s, f)
+	cfg.BatchMax = 5
+	evs := events(10, 10)
+	q.Append(evs[:5]...)
+	h := newDeliverer(t, cfg, q)
+	if err := h.d.Flush(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err) // the connection is now idle in the pool, to be reused
+	}
+	s.FailNext(1, regionstub.Fault{Close: true})
+	q.Append(evs[5:]...)
+	if err := h.d.Flush(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	attempts := metric(t, h.reg, "leasekeeper_delivery_attempts_total")
+	if n := len(s.Requests()); float64(n) != attempts {
+		t.Errorf("the region saw %d requests, the deliverer made %v attempts: the transport sent one by itself", n, attempts)
+	}
+	if attempts != 3 {
+		t.Errorf("%v attempts, want 3 (the first batch, the dropped one, its retry)", attempts)
+	}
+	got, _ := received(t, s.Batches())
+	checkOrder(t, items(evs), got)
+}
+
 // TestRefusedItemThenSameIP: the region refuses one event with 422 (the
 // stub's injected poison: every schema violation MAAS checks is caught
 // before sending, a 7-octet MAC kept back and an invalid event
