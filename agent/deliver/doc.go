@@ -78,7 +78,9 @@
 //     force at once.
 //
 // A retried batch carries the same Idempotency-Key (a hash of its Seqs);
-// MAAS ignores it. An event that does not even pass event.Normalize is
+// MAAS ignores it. Every copy is sent by the deliverer itself, its start
+// recorded (inflight.go): the HTTP transport never replays one on its
+// own, which it would for a request with that header. An event that does not even pass event.Normalize is
 // dead-lettered without being sent. Events for the same IP queued after a
 // dead-lettered one are still delivered: the region must reach the IP's
 // latest state. The dead letter is kept for an operator, who may retry it
