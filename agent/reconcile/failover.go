@@ -467,7 +467,7 @@ func (s *State) ownAck(ev event.Event) {
 // recovering). The last acker's hook is the one that tells.
 //
 // acked is the block's own word that this server acked it (Lease.Acked:
-// its cltt is its start), which holds whether or not the hook's commit
+// its cltt is its start or later), which holds whether or not the hook's commit
 // has come yet — an agent that restarted reads the file before the hook
 // events queued while it was down.
 func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {

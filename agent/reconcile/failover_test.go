@@ -907,7 +907,13 @@ func TestPairReplay(t *testing.T) {
 // cltt is its start (a partner's binding update has none, or an older
 // one).
 func ackedBlock(ip, state, mac string, starts, ends int64) string {
-	return strings.Replace(block(ip, state, mac, starts, ends), "  binding state", "  cltt "+date(starts)+";\n  binding state", 1)
+	return clttBlock(ip, state, mac, starts, ends, starts)
+}
+
+// clttBlock writes a lease block with its cltt: a renewal dhcpd answered
+// with the lease unaltered (dhcp-cache-threshold) moves cltt alone.
+func clttBlock(ip, state, mac string, starts, ends, cltt int64) string {
+	return strings.Replace(block(ip, state, mac, starts, ends), "  binding state", "  cltt "+date(cltt)+";\n  binding state", 1)
 }
 
 // TestPairBacklog: an agent that was down (or whose file reader got
@@ -1003,6 +1009,22 @@ func TestPairBacklog(t *testing.T) {
 		file:   ackedBlock(ip1, "active", macA, t0+200, t0+700) + block(ip1, "released", macA, t0+200, t0+201) + ackedBlock(ip1, "active", macA, t0+230, t0+730),
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Release, ip1, macA, t0+201), hook(event.Commit, ip1, macA, t0+230)},
 		want:   []string{"commit +230"},
+	}, {
+		// make chaos PAIR=1 seed 6: dhcpd answered a renewal with the
+		// lease unaltered (its dhcp-cache-threshold: "reuse_lease: lease
+		// age under 25% threshold"), moving only cltt; the lease then
+		// expired and went free (its hook ran, the agent down), and the
+		// client came back for a new lease, reused in turn. The reused
+		// blocks (cltt after their start) are this side's own: taken for
+		// the peer's, they made the end's hook a repeat of the peer's.
+		name:   "this side's reused renewals (cltt after the start), the lease's end, a new lease: all this side's news",
+		pair:   primary,
+		before: []event.Event{hook(event.Commit, ip1, macA, t0+200), hook(event.Commit, ip1, macA, t0+204)},
+		file: clttBlock(ip1, "active", macA, t0+200, t0+220, t0+204) + clttBlock(ip1, "expired", macA, t0+200, t0+220, t0+204) +
+			clttBlock(ip1, "free", macA, t0+200, t0+220, t0+204) + ackedBlock(ip1, "active", macA, t0+222, t0+240) +
+			clttBlock(ip1, "active", macA, t0+222, t0+240, t0+223),
+		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+221), hook(event.Commit, ip1, macA, t0+222), hook(event.Commit, ip1, macA, t0+223)},
+		want:   []string{"expiry +221", "commit +222", "commit +223"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewState(grace)
