@@ -426,7 +426,8 @@ func (s *State) Hook(ev event.Event) {
 // toldCommit drops the first pending commit the file showed that ev, a
 // hook's commit, reports — the same client's lease starting in ev's
 // second or up to commitSlack after it, for ev's lease time — and what
-// is pending before it, as Due would (coveredUpTo). Told now, it is old
+// is pending before it, as Due would (coveredUpTo; not the untold,
+// standby and waiting ends, which Due judges by their own rules). Told now, it is old
 // news whatever the region hears next: left pending, an end of
 // that lease in the same second — a hook's, whose block is read later,
 // or never while the pair's state has this side only record it — cannot
@@ -445,7 +446,15 @@ func (s *State) toldCommit(ev event.Event) {
 		if e.Timestamp < ev.Timestamp || e.Timestamp > ev.Timestamp+commitSlack || ev.LeaseTime > 0 && e.LeaseTime != ev.LeaseTime {
 			continue
 		}
-		s.setPending(ev.IP, q[i+1:])
+		// Before it, what Due would cut with it (coveredUpTo); the
+		// pending events Due judges by their own rules stay.
+		keep := make([]Pending, 0, len(q)-1)
+		for _, b := range q[:i] {
+			if b.Untold || b.Standby || b.PairWait {
+				keep = append(keep, b)
+			}
+		}
+		s.setPending(ev.IP, append(keep, q[i+1:]...))
 		return
 	}
 }
