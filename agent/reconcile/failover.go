@@ -411,8 +411,9 @@ type Replay struct {
 // queueReplay records ev, a hook's end queued as a pair replay, and own,
 // this agent's own news of the address before it (pairReplay).
 func (s *State) queueReplay(ev, own event.Event) {
-	s.Replays[ev.IP] = Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, OwnAt: own.Timestamp, OwnAtNS: own.TimestampNS}
-	s.mark(ev.IP, ChangedReplay)
+	ip := ev.IP.Unmap() // as replayOwn looks it up
+	s.Replays[ip] = Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, OwnAt: own.Timestamp, OwnAtNS: own.TimestampNS}
+	s.mark(ip, ChangedReplay)
 }
 
 // replayOwn is the own news a queued replay ev was judged against
