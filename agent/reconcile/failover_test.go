@@ -687,6 +687,23 @@ func TestFailoverRules(t *testing.T) {
 			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 		},
 	}, {
+		// ... and the client comes back to the returned primary before
+		// that expiry is due: the end is this side's, and goes ahead of
+		// the new lease's commit (make chaos PAIR=1 seed 17: kept
+		// pending, the commit covered it and the region never heard the
+		// end of the dropped lease).
+		name: "range shrink on both peers, the primary dies and returns, the client is back first: the end goes ahead of its commit",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: shrunk},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 605, snapshot: shrunk},
+			{at: 606, appended: fostate("normal", "partner-down") + fostate("recover", "partner-down")},
+			{at: 610, hook: ev(renewal(ip1, macA, t0+610, 20)), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			{at: 10000},
+		},
+	}, {
 		name: "range shrink while the secondary was down: the surviving primary does not wait",
 		pair: primary,
 		steps: []step{
