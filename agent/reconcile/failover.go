@@ -103,6 +103,9 @@ type FailoverFold struct {
 	// (tellInterrupted): recorded while communications were interrupted,
 	// or of this side's own leases not yet free (ownExpired).
 	Untold int
+	// TookOver, SteppedBack: a record showed this side take over, or
+	// step back (both, in a late read, with Changed false).
+	TookOver, SteppedBack bool
 }
 
 // failoverSeen is FailoverSeen, with all it did. Records are folded in
@@ -111,11 +114,26 @@ type FailoverFold struct {
 // read after dhcpd's return — finds dhcpd recovered and back in normal
 // in the same file, and only the records before tell that the partner
 // was in partner-down.
+//
+// A takeover or a step-back is acted on at its record, not by comparing
+// the states before and after them all: a late read (a whole file the
+// agent read long after dhcpd's restart, or a backlog) may hold both,
+// and the ends this side took over in between are still its to send.
 func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) {
 	was := s.Pair
 	for _, fs := range records {
+		before := s.Pair.Survivor()
 		s.Pair = s.Pair.withState(fs)
 		fo.Spoke = fo.Spoke || s.Pair.partnerSpoke()
+		switch now := s.Pair.Survivor(); {
+		case !before && now:
+			s.takeStandby()
+			fo.Untold += s.tellInterrupted()
+			fo.TookOver = true
+		case before && !now:
+			s.keepSurvivorEnds()
+			fo.SteppedBack = true
+		}
 	}
 	if s.Pair != was {
 		// Persisted with the file position it goes with: a restarted
@@ -123,13 +141,6 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) 
 		s.metaDirty = true
 	}
 	fo.Dropped = s.dropPairWaits(fo.Spoke)
-	if !was.Survivor() && s.Pair.Survivor() {
-		s.takeStandby()
-		fo.Untold = s.tellInterrupted()
-	}
-	if was.Survivor() && !s.Pair.Survivor() {
-		s.keepSurvivorEnds()
-	}
 	fo.Changed = was.Survivor() != s.Pair.Survivor()
 	return fo
 }

@@ -57,6 +57,10 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 			Msg("failover: the partner spoke for the pair while this side was down (partner-down): the expiries of leases this restart dropped were its to send; dropped here")
 	}
 	if !fo.Changed {
+		if fo.TookOver && fo.SteppedBack {
+			r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).Int("untold_ends", fo.Untold).
+				Msg("failover: the file, read late, shows this side took over and stepped back since it was last read: sending the ends it took over, then reporting only this side's part")
+		}
 		return
 	}
 	if p.Survivor() {

@@ -568,6 +568,24 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
 		},
 	}, {
+		// The file read late, whole (the agent busy, or restarted): it
+		// holds this side's takeover and its step-back. The takeover
+		// made the standby copy this side's (the primary, returning,
+		// finds that its partner spoke, and drops its own), and so it is
+		// sent, though the read ends with this side in normal again.
+		name: "range shrink on both peers, then a late whole read holds the secondary's takeover and step-back: it sends its standby",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: shrunk},
+			{at: 601, appended: fostate("normal", "normal")},
+			{at: 615, snapshot: fostate("normal", "normal") + fostate("communications-interrupted", "normal") +
+				fostate("partner-down", "normal") + fostate("partner-down", "recover") + fostate("normal", "recover-done") +
+				block(ip2, "active", macB, t0-100, t0+5000),
+				want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			{at: 10000},
+		},
+	}, {
 		// Back from a restart, this side's dhcpd learns the partner took
 		// over (recover, partner-down): the partner expired the lease
 		// when the shrink reached it, so the copy in standby is dropped
