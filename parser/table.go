@@ -23,7 +23,11 @@ type Table struct {
 	// list holds the leases in order of first appearance; the maps index
 	// it, IPv4 on a cheap key. Replacing a lease keeps its slot; removing
 	// one leaves a nil (dead counts them).
-	list       []*Lease
+	list []*Lease
+	// at holds, for each slot, where its lease's block is in the file:
+	// its ordinal among the blocks (Blocks when it was applied) and how
+	// many failover state records came before it (EachInFileOrder).
+	at         []blockAt
 	dead       int
 	v4         map[uint32]int32
 	v6         map[netip.Prefix]int32
@@ -96,10 +100,32 @@ func (t *Table) put(l *Lease) {
 			t.v6[k] = i
 		}
 	}
+	at := blockAt{block: int32(t.Blocks), records: int32(len(t.foLog))}
 	if ok {
-		t.list[i] = l
+		t.list[i], t.at[i] = l, at
 	} else {
-		t.list = append(t.list, l)
+		t.list, t.at = append(t.list, l), append(t.at, at)
+	}
+}
+
+// blockAt is where a lease's block is in the file (Table.at).
+type blockAt struct{ block, records int32 }
+
+// EachInFileOrder calls fn for every lease in the order of its block in
+// the file (the last one for its address: the one in effect), with the
+// number of failover state records (FailoverLog) before that block: a
+// reader can replay the file's blocks and records as dhcpd wrote them,
+// a lease under the states in force when it was written.
+func (t *Table) EachInFileOrder(fn func(l *Lease, recordsBefore int)) {
+	idx := make([]int32, 0, t.Len())
+	for i, l := range t.list {
+		if l != nil {
+			idx = append(idx, int32(i))
+		}
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return cmp.Compare(t.at[a].block, t.at[b].block) })
+	for _, i := range idx {
+		fn(t.list[i], int(t.at[i].records))
 	}
 }
 

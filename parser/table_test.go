@@ -1,6 +1,7 @@
 package parser
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -133,5 +134,32 @@ func TestTableFailover(t *testing.T) {
 	want := []string{"b normal/normal", "a normal/partner-down", "b recover/partner-down", "b normal/normal"}
 	if diff := cmp.Diff(want, str(ls.FailoverLog())); diff != "" {
 		t.Errorf("FailoverLog (-want +got):\n%s", diff)
+	}
+}
+
+// TestTableEachInFileOrder: leases come in the order of the block in
+// effect for each (the last for its address), each with the number of
+// failover state records written before that block, so that a reader
+// can replay a whole file as dhcpd appended it.
+func TestTableEachInFileOrder(t *testing.T) {
+	rec := func(my string) string {
+		return "failover peer \"fo\" state {\n  my state " + my + " at 3 2026/12/02 13:14:27;\n  partner state normal at 3 2026/12/02 13:14:48;\n}\n"
+	}
+	lease := func(ip, state string) string {
+		return "lease " + ip + " {\n  binding state " + state + ";\n}\n"
+	}
+	ls, err := ParseLeases(strings.NewReader(rec("normal") + lease("203.0.113.1", "active") + lease("203.0.113.2", "active") +
+		rec("communications-interrupted") + rec("partner-down") + lease("203.0.113.1", "expired") + rec("normal") +
+		lease("203.0.113.3", "active")))
+	if err != nil || len(ls.Errors) > 0 {
+		t.Fatal(err, ls.Errors)
+	}
+	var got []string
+	ls.EachInFileOrder(func(l *Lease, records int) {
+		got = append(got, fmt.Sprintf("%s %s %d", l.IP, l.State, records))
+	})
+	want := []string{"203.0.113.2 active 1", "203.0.113.1 expired 3", "203.0.113.3 active 4"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }

@@ -821,14 +821,25 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		return 0, fo
 	}
 	s.pairRewrite()
-	fo = s.failoverSeen(t.FailoverLog())
-	spoke := fo.Spoke || s.Pair.partnerSpoke()
+	// The file's blocks and failover state records are replayed in file
+	// order, as if appended: a lease is judged under the pair's states
+	// in force when dhcpd wrote it (a file read late may hold this side's
+	// takeover, the blocks it wrote as the pair's speaker, and its
+	// step-back).
+	was, records, folded := s.Pair, t.FailoverLog(), 0
+	fold := func(upTo int) {
+		if upTo > folded {
+			fo = fo.then(s.failoverSeen(records[folded:upTo]))
+			folded = upTo
+		}
+	}
 	seen := make(map[netip.Addr]bool, t.Len())
 	baseline := !s.Baselined
-	t.Each(func(b *parser.Lease) {
+	t.EachInFileOrder(func(b *parser.Lease, recordsBefore int) {
 		if b.PrefixLen > 0 {
 			return // delegated prefixes: the region API has no place for them
 		}
+		fold(recordsBefore)
 		seen[b.IP] = true
 		l := leaseOf(b, parser.Time(now))
 		if baseline {
@@ -842,6 +853,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		}
 		s.observe(b.IP, l, now)
 	})
+	fold(len(records))
+	fo.Changed = was.Survivor() != s.Pair.Survivor()
+	spoke := fo.Spoke || s.Pair.partnerSpoke()
 	if !s.Baselined {
 		s.Baselined, s.metaDirty = true, true
 	}

@@ -108,6 +108,18 @@ type FailoverFold struct {
 	TookOver, SteppedBack bool
 }
 
+// then is what fo and next, folding the records that follow fo's, did
+// together. Changed is left to the caller, which knows the states before
+// the first.
+func (fo FailoverFold) then(next FailoverFold) FailoverFold {
+	fo.Spoke = fo.Spoke || next.Spoke
+	fo.Dropped += next.Dropped
+	fo.Untold += next.Untold
+	fo.TookOver = fo.TookOver || next.TookOver
+	fo.SteppedBack = fo.SteppedBack || next.SteppedBack
+	return fo
+}
+
 // failoverSeen is FailoverSeen, with all it did. Records are folded in
 // file order, and any of them showing that the partner spoke for the
 // pair is evidence (dropPairWaits): a reader that comes late — a whole

@@ -375,6 +375,21 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10000},
 		),
 	}, {
+		// The same, read late in one whole read (the agent down through
+		// it all, the file rewritten meanwhile): the end is judged under
+		// the state in force where the file recorded it (partner-down),
+		// not the one the file ends on.
+		name: "a late whole read holds the survivor's takeover, an end its file recorded, and its step-back: it still sends the end",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
+			{at: 31, snapshot: base + fostate("partner-down", "normal") + block("203.0.113.12", "expired", macA, t0, t0+30) +
+				fostate("normal", "recover-done")},
+			{at: 31 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 10000},
+		},
+	}, {
 		// Its own hook told the end within the grace: nothing more.
 		name: "the survivor steps back within the grace after an end its hook told: nothing more",
 		pair: primary,
