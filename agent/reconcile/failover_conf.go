@@ -59,7 +59,7 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 	if !fo.Changed {
 		if fo.TookOver && fo.SteppedBack {
 			r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).Int("untold_ends", fo.Untold).
-				Msg("failover: the file, read late, shows this side took over and stepped back since it was last read: sending the ends it took over, then reporting only this side's part")
+				Msg("failover: the file, read late, shows this side both taking over and stepping back since it was last read: the ends it took over are sent; it reports as its state now says")
 		}
 		return
 	}
