@@ -1,6 +1,9 @@
 // Command benchcmp times commands side by side: each run is one round in
 // which every command runs once, in turn, so background load hits all of
-// them alike. It prints the median wall time and peak RSS of each, and
+// them alike. Each round runs them in an order of its own (shuffled,
+// the same sequence every time: seed 1), so that no command always runs
+// right after the same one and inherits what that one leaves behind
+// (caches, a listener it woke). It prints the median wall time and peak RSS of each, and
 // the ratio of each command's median to the first (the reference).
 //
 //	benchcmp -runs 7 -- dhcpd-pools dhcpd-pools -c C -l L -f j \; \
@@ -13,6 +16,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"slices"
@@ -36,8 +40,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchcmp:", err, "\nusage: benchcmp [-runs N] -- NAME CMD ARGS… \\; NAME CMD ARGS…")
 		os.Exit(2)
 	}
-	for r := 0; r < *runs; r++ {
-		for _, c := range cmds {
+	rng := rand.New(rand.NewPCG(1, 0))
+	for range *runs {
+		order := slices.Clone(cmds)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, c := range order {
 			d, rss, err := runOnce(c.argv)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "benchcmp: %s: %v\n", c.name, err)
@@ -51,7 +58,7 @@ func main() {
 	fmt.Printf("%-28s %10s %10s %10s %8s\n", "command", "median", "min", "peak RSS", "ratio")
 	for _, c := range cmds {
 		m := median(c.times)
-		fmt.Printf("%-28s %9.3fs %9.3fs %8.1fMB %8.2f\n", c.name, m.Seconds(), slices.Min(c.times).Seconds(),
+		fmt.Printf("%-28s %9.4fs %9.4fs %8.1fMB %8.3f\n", c.name, m.Seconds(), slices.Min(c.times).Seconds(),
 			float64(slices.Max(c.rss))/1024, float64(m)/float64(ref))
 	}
 }
