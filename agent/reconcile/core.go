@@ -147,6 +147,13 @@ type Pending struct {
 	Untold bool `json:"untold,omitempty"`
 }
 
+// ownRules reports whether Due judges p by rules of its own (an untold
+// end, an expiry held in standby or waiting on the pair's state), not by
+// what the region was told of its address before it (coveredUpTo,
+// pointless): a hook's commit that covers the pending events before it
+// leaves these (toldCommit).
+func (p Pending) ownRules() bool { return p.Untold || p.Standby || p.PairWait }
+
 // untoldCovered reports whether p, an Untold end, no longer needs
 // sending, given what the region was told (t): that end, or newer news
 // of its address — not the file's mere record of it (Told.Recorded),
@@ -440,7 +447,7 @@ func (s *State) toldCommit(ev event.Event) {
 	q := s.Pending[ev.IP]
 	for i, p := range q {
 		e := p.Event
-		if e.Action != event.Commit || e.Source != event.SourceFile || p.Untold || p.Standby || p.PairWait || e.MAC != ev.MAC {
+		if e.Action != event.Commit || e.Source != event.SourceFile || p.ownRules() || e.MAC != ev.MAC {
 			continue
 		}
 		if e.Timestamp < ev.Timestamp || e.Timestamp > ev.Timestamp+commitSlack || ev.LeaseTime > 0 && e.LeaseTime != ev.LeaseTime {
@@ -450,7 +457,7 @@ func (s *State) toldCommit(ev event.Event) {
 		// pending events Due judges by their own rules stay.
 		keep := make([]Pending, 0, len(q)-1)
 		for _, b := range q[:i] {
-			if b.Untold || b.Standby || b.PairWait {
+			if b.ownRules() {
 				keep = append(keep, b)
 			}
 		}

@@ -166,6 +166,16 @@ func TestFailoverRules(t *testing.T) {
 			{at: 31, snapshot: base},
 		}, then...)
 	}
+	// shrunkOnBoth opens the cases of a range shrink applied to both
+	// peers while both are up (as MAAS does), dropping ip1: base, then
+	// shrunk, then the rewrite's first failover record.
+	shrunkOnBoth := func(then ...step) []step {
+		return append([]step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: shrunk},
+			{at: 601, appended: fostate("normal", "normal")},
+		}, then...)
+	}
 	// steppedBack opens the cases of a survivor whose file recorded the
 	// end of a lease the partner acked and that stepped back within the
 	// grace.
@@ -546,14 +556,11 @@ func TestFailoverRules(t *testing.T) {
 		// standby for that wait, and sends it.
 		name: "range shrink on both peers, the primary dies within its wait: the survivor expires it",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 610, appended: fostate("communications-interrupted", "normal")},
-			{at: 611, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
-		},
+		steps: shrunkOnBoth(
+			step{at: 610, appended: fostate("communications-interrupted", "normal")},
+			step{at: 611, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			step{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		),
 	}, {
 		// The primary's wait (pairVanished): the grace after the
 		// rewrite, at least pairSettle. The secondary holds its copy as
@@ -561,27 +568,21 @@ func TestFailoverRules(t *testing.T) {
 		// not sent it (a standby of pairSettle alone lost it then).
 		name: "range shrink on both peers, the primary dies at the end of its wait: the survivor expires it",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 600 + max(grace, pairSettle) - 1},
-			{at: 600 + max(grace, pairSettle) - 1, appended: fostate("communications-interrupted", "normal") + fostate("partner-down", "normal"),
+		steps: shrunkOnBoth(
+			step{at: 600 + max(grace, pairSettle) - 1},
+			step{at: 600 + max(grace, pairSettle) - 1, appended: fostate("communications-interrupted", "normal") + fostate("partner-down", "normal"),
 				want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
-		},
+			step{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		),
 	}, {
 		name: "range shrink on both peers, the primary dies after its wait: the primary sent it",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 600 + max(grace, pairSettle)},
-			{at: 640, appended: fostate("communications-interrupted", "normal")},
-			{at: 641, appended: fostate("partner-down", "normal")},
-			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
-		},
+		steps: shrunkOnBoth(
+			step{at: 600 + max(grace, pairSettle)},
+			step{at: 640, appended: fostate("communications-interrupted", "normal")},
+			step{at: 641, appended: fostate("partner-down", "normal")},
+			step{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		),
 	}, {
 		// The file read late, whole (the agent busy, or restarted): it
 		// holds this side's takeover and its step-back. The takeover
@@ -590,16 +591,13 @@ func TestFailoverRules(t *testing.T) {
 		// sent, though the read ends with this side in normal again.
 		name: "range shrink on both peers, then a late whole read holds the secondary's takeover and step-back: it sends its standby",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 615, snapshot: fostate("normal", "normal") + fostate("communications-interrupted", "normal") +
+		steps: shrunkOnBoth(
+			step{at: 615, snapshot: fostate("normal", "normal") + fostate("communications-interrupted", "normal") +
 				fostate("partner-down", "normal") + fostate("partner-down", "recover") + fostate("normal", "recover-done") +
 				block(ip2, "active", macB, t0-100, t0+5000),
 				want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-			{at: 10000},
-		},
+			step{at: 10000},
+		),
 	}, {
 		// Back from a restart, this side's dhcpd learns the partner took
 		// over (recover, partner-down): the partner expired the lease
@@ -607,15 +605,12 @@ func TestFailoverRules(t *testing.T) {
 		// (dropPairWaits), not sent should this side take over later.
 		name: "range shrink on both peers, then the partner spoke for the pair: the secondary drops its standby",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 610, appended: fostate("recover", "partner-down")},
-			{at: 620, appended: fostate("communications-interrupted", "normal")},
-			{at: 621, appended: fostate("partner-down", "normal")},
-			{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
-		},
+		steps: shrunkOnBoth(
+			step{at: 610, appended: fostate("recover", "partner-down")},
+			step{at: 620, appended: fostate("communications-interrupted", "normal")},
+			step{at: 621, appended: fostate("partner-down", "normal")},
+			step{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
+		),
 	}, {
 		name: "range shrink while the primary is down: the survivor expires it",
 		pair: secondary,
@@ -633,14 +628,11 @@ func TestFailoverRules(t *testing.T) {
 		// survivor spoke; the primary sends nothing (issue 14).
 		name: "range shrink while the primary was down: the returning primary leaves it to the survivor",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 602, appended: fostate("normal", "partner-down")},
-			{at: 603, appended: fostate("recover", "partner-down")},
-			{at: 10000},
-		},
+		steps: shrunkOnBoth(
+			step{at: 602, appended: fostate("normal", "partner-down")},
+			step{at: 603, appended: fostate("recover", "partner-down")},
+			step{at: 10000},
+		),
 	}, {
 		name: "range shrink while the primary was down, agent started after its dhcpd recovered: nothing",
 		pair: primary,
@@ -683,42 +675,33 @@ func TestFailoverRules(t *testing.T) {
 		// own restart (pairRewrite).
 		name: "range shrink on both peers, then the primary dies and returns to a partner-down, read late: still the primary's",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 605, snapshot: fostate("normal", "normal") + fostate("normal", "partner-down") + fostate("recover", "partner-down") +
+		steps: shrunkOnBoth(
+			step{at: 605, snapshot: fostate("normal", "normal") + fostate("normal", "partner-down") + fostate("recover", "partner-down") +
 				fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
-			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-		},
+			step{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		),
 	}, {
 		// The lease has ended: the primary still waits for its dhcpd to
 		// learn the partner's state (pairSettle; and the grace for a renewal
 		// the file never showed) before expiring it.
 		name: "range shrink on both peers, lease ended: the primary waits for the partner's state",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 602, appended: fostate("normal", "normal")},
-			{at: 600 + max(grace, pairSettle) - 1},
-			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-		},
+		steps: shrunkOnBoth(
+			step{at: 602, appended: fostate("normal", "normal")},
+			step{at: 600 + max(grace, pairSettle) - 1},
+			step{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		),
 	}, {
 		// Shrunk with both up; before the expiry is due the primary rack
 		// dies and returns (a new rewrite) to a partner that went
 		// partner-down only then: the partner never spoke for the lease.
 		name: "range shrink on both peers, then the primary dies and returns to a partner-down: still the primary's",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 605, snapshot: shrunk},
-			{at: 606, appended: fostate("normal", "partner-down") + fostate("recover", "partner-down")},
-			{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-		},
+		steps: shrunkOnBoth(
+			step{at: 605, snapshot: shrunk},
+			step{at: 606, appended: fostate("normal", "partner-down") + fostate("recover", "partner-down")},
+			step{at: 600 + max(grace, pairSettle), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+		),
 	}, {
 		// ... and the client comes back to the returned primary before
 		// that expiry is due: the end is this side's, and goes ahead of
@@ -727,15 +710,12 @@ func TestFailoverRules(t *testing.T) {
 		// end of the dropped lease).
 		name: "range shrink on both peers, the primary dies and returns, the client is back first: the end goes ahead of its commit",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 600, snapshot: shrunk},
-			{at: 601, appended: fostate("normal", "normal")},
-			{at: 605, snapshot: shrunk},
-			{at: 606, appended: fostate("normal", "partner-down") + fostate("recover", "partner-down")},
-			{at: 610, hook: ev(renewal(ip1, macA, t0+610, 20)), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
-			{at: 10000},
-		},
+		steps: shrunkOnBoth(
+			step{at: 605, snapshot: shrunk},
+			step{at: 606, appended: fostate("normal", "partner-down") + fostate("recover", "partner-down")},
+			step{at: 610, hook: ev(renewal(ip1, macA, t0+610, 20)), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
+			step{at: 10000},
+		),
 	}, {
 		name: "range shrink while the secondary was down: the surviving primary does not wait",
 		pair: primary,

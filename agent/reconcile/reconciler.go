@@ -151,10 +151,6 @@ type Reconciler struct {
 	// catchUp asks Run to read what dhcpd appended now, and to close the
 	// channel sent once it is applied (Accept, in a failover pair).
 	catchUp chan chan struct{}
-	// pairChannel: the pair channel is configured (Config.PairChannel),
-	// so a recovering side's replays are queued for the deliverer to
-	// judge (State.Replays, PairReplay) rather than dropped.
-	pairChannel bool
 }
 
 // errNotFollowing: hook events cannot be judged, the task stopped before
@@ -177,7 +173,6 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
 		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{}),
 		catchUp: make(chan chan struct{}), started: now()}
-	r.pairChannel = cfg.PairChannel
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
 		var err error
@@ -270,7 +265,10 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			continue
 		}
 		why := r.st.SupersededWhy(ev)
-		if why == whyPairRepeat && r.pairChannel {
+		if why == whyPairRepeat && r.cfg.PairChannel {
+			// With the pair channel a recovering side's replay is queued
+			// for the deliverer to judge (State.Replays, PairReplay)
+			// rather than dropped.
 			if own, ok := r.st.pairReplay(ev); ok {
 				ev.Reason, why = ReasonPairReplay, ""
 				r.st.queueReplay(ev, own)
