@@ -62,15 +62,14 @@ func TestBuildsForRackArchitectures(t *testing.T) {
 	}
 }
 
-// TestReadArgs: /proc/self/cmdline gives the arguments os.Args gives,
-// the test binary's own here.
-func TestReadArgs(t *testing.T) {
-	got, err := readArgs()
-	if err != nil {
-		t.Fatal(err)
+// TestRuntimeArgs: the runtime's hand-offs (start.go) give what os.Args
+// and os.Environ give, the test binary's own here.
+func TestRuntimeArgs(t *testing.T) {
+	if d := cmp.Diff(os.Args, runtimeArgs()); d != "" {
+		t.Errorf("(-os.Args +runtimeArgs)\n%s", d)
 	}
-	if d := cmp.Diff(os.Args, got); d != "" {
-		t.Errorf("(-os.Args +readArgs)\n%s", d)
+	if d := cmp.Diff(os.Environ(), runtimeEnvs()); d != "" {
+		t.Errorf("(-os.Environ +runtimeEnvs)\n%s", d)
 	}
 }
 

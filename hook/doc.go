@@ -95,11 +95,11 @@
 // they started, exit) puts an empty Go program well behind /bin/true; the
 // hook keeps what it adds on top small. It imports the standard library
 // only, and of it only errors, strconv, syscall and unicode/utf8
-// (TestStdlibOnly keeps it so): no os (it reads its arguments from
-// /proc/self/cmdline and exits with syscall.Exit), hence no time,
-// internal/godebug or internal/poll; no net/netip (ip.go parses addresses,
-// held to net/netip by FuzzParseIP); no unicode, fmt, flag or
-// encoding/json. updatemaxprocs=0 spares the runtime's goroutine that
+// (TestStdlibOnly keeps it so): no os (it takes its arguments and
+// environment from the runtime, start.go, and exits with syscall.Exit),
+// hence no time, internal/godebug or internal/poll; no net/netip (ip.go
+// parses addresses, held to net/netip by FuzzParseIP); no unicode, fmt,
+// flag or encoding/json. updatemaxprocs=0 spares the runtime's goroutine that
 // follows CPU-limit changes, one more wake-up in a process that lives for
 // a millisecond; decoratemappings=0 spares the prctl naming each of the
 // runtime's memory mappings (and refused with EINVAL by kernels built
@@ -111,13 +111,14 @@
 // (sys.go; TestStartStack holds it there): growing it once cost an empty
 // Go program about 4 % of its run on a virtual machine (a copy, an unwind
 // through tables nothing else reads, fresh pages). So notify allocates
-// nothing (the allocator's slow path, taken by a size class's first
-// object, is deep), keeps its buffers static, makes its system calls raw
-// and reads its environment from /proc/self/environ (syscall.Getenv
-// copies it into a map first). What is left above an empty Go program:
-// reading /proc/self/cmdline and /proc/self/environ, and the delivery's
-// system calls, of which the datagram (socket, sendto, the listener's
-// wake-up) costs more than the spool's eight. scripts/bench-hook-start
+// nothing past its first two calls (the allocator's slow path, taken by
+// a size class's first object, is deep), keeps its buffers static and
+// makes its system calls raw. What is left above an empty Go program
+// (perf record over interleaved runs, issue 16): the package
+// initialisers of syscall and what it imports (sync's and iter's first
+// allocations, the RLIMIT_NOFILE raise), and the delivery's system calls,
+// of which the datagram's (socket, sendto with the listener's wake-up,
+// close) cost more than the spool's eight. scripts/bench-hook-start
 // times the hook's own run against an empty Go program's, interleaved;
 // scripts/bench-hook what the hook costs dhcpd against /bin/true and an
 // empty Go program; BenchmarkProcess what a start costs.
@@ -171,8 +172,8 @@
 //
 // # Exit status
 //
-// notify: 0 sent or spooled; 1 lost (neither way took it, or
-// /proc/self/cmdline was unreadable); 2 invalid arguments. clean: 0
+// notify: 0 sent or spooled; 1 lost (neither way took it); 2 invalid
+// arguments. clean: 0
 // whenever dhcpd can start on the file; 2 invalid arguments.
 //
 //go:debug updatemaxprocs=0

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"syscall"
 	"unsafe"
 )
@@ -18,10 +17,10 @@ const (
 )
 
 func main() {
-	args, err := readArgs()
-	if err != nil {
-		writeString(2, "leasekeeper-hook: event lost: cannot read the arguments: "+err.Error()+"\n")
-		syscall.Exit(exitLost)
+	environ = runtimeEnvs() // here, first: start.go
+	args := runtimeArgs()
+	if len(args) == 0 { // execve with no argv[0], which Linux before 5.18 allows
+		args = []string{""}
 	}
 	rest := args[1:]
 	if isMAASHelper(args[0]) && len(rest) > 0 && rest[0] == "notify" {
@@ -77,35 +76,6 @@ func hasByte(s string, b byte) bool {
 		}
 	}
 	return false
-}
-
-// readArgs returns the process's arguments from /proc/self/cmdline. The
-// hook does without package os, whose initialisation (with that of time,
-// internal/godebug and internal/poll under it) showed in every event's
-// start-up, and os.Args is all the hook would use of it. The strings
-// share the static buffer, which is never written again.
-func readArgs() ([]string, error) {
-	const path = "/proc/self/cmdline"
-	buf, e := readFile(unsafe.StringData(path+"\x00"), cmdline[:])
-	if e != 0 {
-		return nil, errors.New("read " + path + ": " + e.Error())
-	}
-	args := argv[:0]
-	for len(buf) > 0 {
-		i := 0
-		for i < len(buf) && buf[i] != 0 {
-			i++
-		}
-		args = append(args, unsafe.String(unsafe.SliceData(buf), i))
-		if i == len(buf) {
-			break
-		}
-		buf = buf[i+1:]
-	}
-	if len(args) == 0 {
-		return nil, errors.New(path + " is empty")
-	}
-	return args, nil
 }
 
 // run is the whole hook: parse, encode, deliver (or clean, runClean). It

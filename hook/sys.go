@@ -21,9 +21,6 @@ import (
 // Static buffers: bss, so a page is only touched when used. They make
 // notify's functions for one goroutine at a time, which the hook is.
 var (
-	cmdline   [4096]byte              // readArgs; a longer command line grows on the heap
-	argv      [32]string              // readArgs; more arguments grow on the heap
-	environ   [16384]byte             // lookupEnv; a larger environment grows on the heap
 	lineBuf   [maxLine]byte           // run: the event's JSON
 	theConfig config                  // run
 	spoolBuf  [pathMax]byte           // deliver: the spool file's path, NUL-terminated
@@ -142,18 +139,6 @@ func rawFlock(fd, how int) syscall.Errno {
 	return e
 }
 
-// readFile reads the whole of a small file (/proc/self/...) into buf,
-// growing it on the heap if it must.
-func readFile(path *byte, buf []byte) ([]byte, syscall.Errno) {
-	fd, e := rawOpen(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if e != 0 {
-		return nil, e
-	}
-	buf, e = readInto(fd, buf, 0)
-	rawClose(fd)
-	return buf, e
-}
-
 // errTooBig is readInto's answer past its limit (no system call returns
 // it: Errno values are small).
 const errTooBig = syscall.Errno(1 << 20)
@@ -183,40 +168,3 @@ func readInto(fd int, buf []byte, limit int) ([]byte, syscall.Errno) {
 		buf = buf[:len(buf)+n]
 	}
 }
-
-// lookupEnv is syscall.Getenv without its copy of the environment into a
-// map: the first call reads /proc/self/environ (the environment the
-// process started with, which the hook never changes), and each looks
-// through it. Where that file cannot be read it falls back on
-// syscall.Getenv.
-func lookupEnv(key string) (string, bool) {
-	if !envRead {
-		envRead = true
-		envData, envErr = readFile(unsafe.StringData("/proc/self/environ\x00"), environ[:])
-	}
-	if envErr != 0 {
-		return syscall.Getenv(key)
-	}
-	for s := envData; len(s) > 0; {
-		i := 0
-		for i < len(s) && s[i] != 0 {
-			i++
-		}
-		kv := s[:i]
-		if len(kv) > len(key) && kv[len(key)] == '=' && string(kv[:len(key)]) == key {
-			v := kv[len(key)+1:]
-			return unsafe.String(unsafe.SliceData(v), len(v)), true
-		}
-		if i == len(s) {
-			break
-		}
-		s = s[i+1:]
-	}
-	return "", false
-}
-
-var (
-	envRead bool
-	envData []byte
-	envErr  syscall.Errno
-)

@@ -7,10 +7,14 @@ import (
 	"testing"
 )
 
-// TestLookupEnv: /proc/self/environ gives what syscall.Getenv gives, for
-// every variable this process started with (tests here do not change
-// the environment) and for one it did not.
+// TestLookupEnv: lookupEnv gives what syscall.Getenv gives, for every
+// variable this process started with (tests here do not change the
+// environment) and for one it did not; and on an environment of its own,
+// the first of a key's entries counts, as for syscall.Getenv.
 func TestLookupEnv(t *testing.T) {
+	saved := environ
+	t.Cleanup(func() { environ = saved })
+	environ = runtimeEnvs()
 	keys := []string{"LEASEKEEPER_NO_SUCH_VARIABLE"}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -23,8 +27,22 @@ func TestLookupEnv(t *testing.T) {
 			t.Errorf("lookupEnv(%q) = %q, %v; syscall.Getenv: %q, %v", k, v, ok, want, wantOK)
 		}
 	}
-	if envErr != 0 {
-		t.Errorf("/proc/self/environ: %v (lookupEnv fell back on syscall.Getenv)", envErr)
+
+	environ = []string{"A=1", "AB=2", "A=3", "B", "C=", "=D"}
+	for _, tc := range []struct {
+		key, want string
+		ok        bool
+	}{
+		{"A", "1", true},
+		{"AB", "2", true},
+		{"B", "", false},
+		{"C", "", true},
+		{"D", "", false},
+		{"", "", false},
+	} {
+		if v, ok := lookupEnv(tc.key); v != tc.want || ok != tc.ok {
+			t.Errorf("lookupEnv(%q) = %q, %v; want %q, %v", tc.key, v, ok, tc.want, tc.ok)
+		}
 	}
 }
 
