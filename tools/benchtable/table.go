@@ -40,6 +40,7 @@ func rows() []row {
 		{Measure: "  empty Go program vs /bin/true (the floor)", Key: "emptygo_vs_true", Unit: "×", Target: none},
 		{Measure: "hook's own run vs an empty Go program's, interleaved, agent listening", Key: "hook_start_listen_vs_emptygo", Unit: "×", Target: 0.95},
 		{Measure: "hook's own run vs an empty Go program's, interleaved, spooling", Key: "hook_start_spool_vs_emptygo", Unit: "×", Target: 0.90},
+		{Measure: "  a second empty Go program vs the first, interleaved (the noise floor)", Key: "hook_start_empty2_vs_emptygo", Unit: "×", Target: none},
 		{Measure: "ingest, hook datagrams → durable outbox (max_dgram_qlen 512)", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down events/s", Unit: "events/s", Target: 50000},
 		{Measure: "  agent cores at that rate (the most it takes; all the senders push)", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down agent-cores", Unit: "cores", Target: none},
 		{Measure: "agent cores ingesting 50 000 events/s offered (max_dgram_qlen 512)", Key: "BenchmarkIngest/max_dgram_qlen=512/region=down/offered=50000 agent-cores", Unit: "cores", AtMost: true, Target: 1},
