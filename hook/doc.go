@@ -99,13 +99,13 @@
 // environment from the runtime, start.go, and exits with syscall.Exit),
 // hence no time, internal/godebug or internal/poll; no net/netip (ip.go
 // parses addresses, held to net/netip by FuzzParseIP); no unicode, fmt,
-// flag or encoding/json. updatemaxprocs=0 spares the runtime's goroutine that
-// follows CPU-limit changes, one more wake-up in a process that lives for
-// a millisecond; decoratemappings=0 spares the prctl naming each of the
-// runtime's memory mappings (and refused with EINVAL by kernels built
-// without CONFIG_ANON_VMA_NAME). The runtime still reads the cgroup's
-// CPU quota at start (four files), whatever the GODEBUG settings:
-// containermaxprocs=0 would not save those reads.
+// flag or encoding/json. updatemaxprocs=0 spares the runtime's goroutine
+// that follows CPU-limit changes, one more wake-up in a process that
+// lives for a millisecond; decoratemappings=0 spares the prctl naming
+// each of the runtime's memory mappings (and refused with EINVAL by
+// kernels built without CONFIG_ANON_VMA_NAME). The runtime still reads
+// the cgroup's CPU quota at start (four files), whatever the GODEBUG
+// settings: containermaxprocs=0 would not save those reads.
 //
 // notify also stays within the 2 KiB stack the main goroutine starts with
 // (sys.go; TestStartStack holds it there): growing it once cost an empty
@@ -173,8 +173,8 @@
 // # Exit status
 //
 // notify: 0 sent or spooled; 1 lost (neither way took it); 2 invalid
-// arguments. clean: 0
-// whenever dhcpd can start on the file; 2 invalid arguments.
+// arguments. clean: 0 whenever dhcpd can start on the file; 2 invalid
+// arguments.
 //
 //go:debug updatemaxprocs=0
 //go:debug decoratemappings=0

@@ -12,10 +12,9 @@ import _ "unsafe" // go:linkname
 // Each returns a copy of the runtime's slice (the strings are shared):
 // one allocation, whose slow path is deep. main calls both first thing,
 // at the bottom of its stack, where that fits in the 2 KiB a goroutine
-// starts with (TestStartStack). They cost the hook nothing the runtime
-// has not already done; reading /proc/self/cmdline and /proc/self/environ
-// instead cost about 4 % of an empty Go program's run (issue 16), and
-// needed /proc.
+// starts with (TestStartStack). Those two copies are all they cost;
+// reading /proc/self/cmdline and /proc/self/environ instead cost about
+// 4 % of an empty Go program's run (issue 16), and needed /proc.
 
 //go:linkname runtimeArgs os.runtime_args
 func runtimeArgs() []string

@@ -12,9 +12,9 @@ import (
 // and unwinds it through tables nothing else reads, onto fresh pages (on
 // a virtual machine about 4 % of an empty Go program's run; issue 16,
 // doc.go). notify stays within it (TestStartStack): no heap allocation on
-// its path, whose first use of a size class goes down the allocator's
-// slow path, several hundred bytes deep; its buffers static; its system
-// calls raw. The syscall package's wrappers copy each path to the heap,
+// its path past main's first two calls (start.go), as a size class's
+// first use goes down the allocator's slow path, several hundred bytes
+// deep; its buffers static; its system calls raw. The syscall package's wrappers copy each path to the heap,
 // and hand the processor off around each call, which a process with one
 // goroutine and calls that return at once has no use for.
 
