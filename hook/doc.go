@@ -118,8 +118,11 @@
 // initialisers of syscall and what it imports (sync's and iter's first
 // allocations, the RLIMIT_NOFILE raise), and the delivery's system calls,
 // of which the datagram's (socket, sendto with the listener's wake-up,
-// close) cost more than the spool's eight. scripts/bench-hook-start
-// times the hook's own run against an empty Go program's, interleaved;
+// close) cost more than the spool's eight. A Go program that does
+// nothing but send the hook's datagram runs as long as the hook does:
+// the delivery is most of what is left, and no hook that delivers gets
+// under it. scripts/bench-hook-start times the hook's own run, and that
+// program's, against an empty Go program's, interleaved;
 // scripts/bench-hook what the hook costs dhcpd against /bin/true and an
 // empty Go program; BenchmarkProcess what a start costs.
 //
