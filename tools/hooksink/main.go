@@ -1,21 +1,28 @@
 // Command hooksink stands in for the leasekeeper agent's hook socket in
-// benchmarks: it binds a unix datagram socket, reads datagrams as fast as
-// they come, and on SIGINT or SIGTERM prints how many it received (and
-// how many were not a JSON object with an "action") and exits.
+// benchmarks and package tests: it runs the agent's own socket reader
+// (agent/hooksock) on a socket it binds, with a sink that only counts,
+// and on SIGINT or SIGTERM prints how many events it received (and how
+// many datagrams the reader refused) and exits. The socket is the
+// agent's (SO_PASSCRED, peeked datagrams consumed once stored), so what
+// a hook's delivery costs against it is what it costs against the agent.
 //
 //	hooksink -socket /run/leasekeeper/hook.sock
 package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 )
 
 func main() {
@@ -35,37 +42,32 @@ func main() {
 	}
 }
 
-// run reads datagrams from a socket bound at path until ctx ends.
+// counter is a sink that counts the events it is given.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Accept(_ context.Context, evs []event.Event) error {
+	c.n.Add(int64(len(evs)))
+	return nil
+}
+
+// run receives on a socket bound at path until ctx ends.
 func run(ctx context.Context, path string) (n, bad int, err error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, 0, err
-	}
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	reg := prometheus.NewRegistry()
+	var sink counter
+	l, err := hooksock.New(hooksock.Config{Path: path}, &sink, zerolog.New(os.Stderr).Level(zerolog.WarnLevel), reg, nil)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer os.Remove(path)
-	_ = c.SetReadBuffer(4 << 20)
-	go func() {
-		<-ctx.Done()
-		c.Close()
-	}()
-	buf := make([]byte, 64<<10)
-	var ev struct {
-		Action string `json:"action"`
-	}
-	for {
-		m, err := c.Read(buf)
-		if err != nil {
-			if ctx.Err() != nil {
-				return n, bad, nil
+	err = l.Run(ctx, func() {})
+	mfs, gerr := reg.Gather()
+	if gerr == nil {
+		for _, mf := range mfs {
+			if mf.GetName() == "leasekeeper_rejected_datagrams_total" {
+				for _, m := range mf.GetMetric() {
+					bad += int(m.GetCounter().GetValue())
+				}
 			}
-			return n, bad, err
-		}
-		n++
-		ev.Action = ""
-		if json.Unmarshal(buf[:m], &ev) != nil || ev.Action == "" {
-			bad++
 		}
 	}
+	return int(sink.n.Load()), bad, err
 }
