@@ -564,7 +564,7 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	var items []oracle.Item
 	for bi, b := range p.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp, LeaseTime: it.LeaseTime})
 		}
 	}
 	p.writeBatches()

@@ -423,7 +423,7 @@ func (r *run) judge(end time.Time) oracle.Report {
 	var items []oracle.Item
 	for bi, b := range r.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp, LeaseTime: it.LeaseTime})
 		}
 	}
 	r.writeBatches()
@@ -1142,7 +1142,7 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 	fmt.Fprintf(w, "agent: peak RSS %s (bound %s) over %d processes; state dir peak %s (bound %s, the state-full filler not counted); spool peak %s\n",
 		mib(m.PeakRSS), mib(RSSBound), m.Processes, mib(m.PeakState), mib(StateBound), mib(m.PeakSpool))
 	fmt.Fprintf(w, "dead-lettered (422 poison) states not delivered: %d\n", rep.Refused)
-	fmt.Fprintf(w, "events dhcpd's hook told just before dhcpd died, never written to its file: %d\n", rep.Unwritten)
+	fmt.Fprintf(w, "events dhcpd's hook told just before dhcpd died, never written to its file: %d; expiries ending such a commit's lease: %d\n", rep.Unwritten, rep.UnwrittenEnds)
 	fmt.Fprintf(w, "slow region: %d accepted requests outlived the agent's 3 s timeout; re-posts overlapping a copy still applied: %d\n",
 		rep.Posts.Slow, len(rep.Posts.Overlapping))
 	fmt.Fprintf(w, "violations: %d", len(rep.Violations))

@@ -16,6 +16,8 @@
 // version is a duplicate, allowed). Rules, each a Violation kind:
 //
 //	false    an item matching no version of its IP: an event the files never showed
+//	         (except one dhcpd's hook told just before dhcpd died, before it wrote
+//	         the lease, and the expiry ending such a commit's lease: Input.Deaths)
 //	order    an item matching only versions older than the current one: an older
 //	         state applied after a newer (this includes an expiry for an old MAC
 //	         after the IP was committed to a new MAC)

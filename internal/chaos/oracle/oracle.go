@@ -119,6 +119,9 @@ type Item struct {
 	Batch int
 	// Timestamp is the event's own time (Unix seconds; 0: unknown).
 	Timestamp int64
+	// LeaseTime is a commit's lease length in seconds (0: unknown, or
+	// not a commit).
+	LeaseTime int64
 }
 
 // Input is a run to judge.
@@ -139,7 +142,9 @@ type Input struct {
 	// or a release's hook before it writes the lease: killed (or
 	// restarted) in between, it leaves an event its hook told that no
 	// file shows. Such an item, its event at most deathSlack before a
-	// death, is counted (Unwritten), not judged.
+	// death, is counted (Unwritten), not judged. The region then holds
+	// that commit's lease: the expiry that ends it, at or after its end
+	// (the agent's rule 2 sends it), is counted too (UnwrittenEnds).
 	Deaths []time.Time
 }
 
@@ -213,20 +218,23 @@ func (v Violation) String() string { return fmt.Sprintf("%-6s %-15s %s", v.Rule,
 
 // Report is the oracle's verdict.
 type Report struct {
-	IPs         int
-	Versions    int            // truth states, all IPs
-	Events      map[string]int // truth transitions: commit, end, vanished
-	Items       int            // region items
-	ItemsBy     map[string]int // by action
-	Duplicates  int            // items beyond the events the files show for their version
-	Unwritten   int            // items whose event dhcpd's hook told just before dhcpd died, never written
-	Vanished    int            // vanished leases
-	VanishedHit int            // of which the region got the expiry
-	Refused     int            // versions never delivered because the agent dead-lettered them
-	Posts       Posts
-	Lag         Lag // from each version's Due to the first item for it
-	Violations  []Violation
-	ByRule      map[string]int
+	IPs        int
+	Versions   int            // truth states, all IPs
+	Events     map[string]int // truth transitions: commit, end, vanished
+	Items      int            // region items
+	ItemsBy    map[string]int // by action
+	Duplicates int            // items beyond the events the files show for their version
+	Unwritten  int            // items whose event dhcpd's hook told just before dhcpd died, never written
+	// UnwrittenEnds are expiries that ended the lease of an unwritten
+	// commit the region held (Input.Deaths).
+	UnwrittenEnds int
+	Vanished      int // vanished leases
+	VanishedHit   int // of which the region got the expiry
+	Refused       int // versions never delivered because the agent dead-lettered them
+	Posts         Posts
+	Lag           Lag // from each version's Due to the first item for it
+	Violations    []Violation
+	ByRule        map[string]int
 }
 
 // Truth builds the per-IP versions from the generations.
@@ -399,6 +407,7 @@ func Check(in Input) Report {
 	hit := map[string]map[int]int{}      // IP → version → items matched
 	history := map[string][]string{}     // IP → the region's items, for evidence
 	endTold := map[string]map[int]bool{} // IP → versions whose end an unwritten item told
+	held := map[string]Item{}            // IP → the unwritten commit that is the region's last word on it
 	// inner[i]: a later item of the same batch is for the same IP, so
 	// item i is a step inside a transaction, not a state the region
 	// shows (a batch sent again with more behind it replays older
@@ -526,6 +535,11 @@ func Check(in Input) Report {
 		}
 		if j < 0 && unwritten(it, in.Deaths) {
 			r.Unwritten++
+			if h, ok := held[it.IP]; it.Action == "commit" {
+				held[it.IP] = it
+			} else if ok && h.MAC == it.MAC {
+				delete(held, it.IP) // that lease's end, unwritten too
+			}
 			if k := p + 1; it.Action != "commit" && p < len(q) && q[p].Active && q[p].MAC == it.MAC && k < len(q) && !q[k].Active && q[k].MAC == it.MAC {
 				// The end of the current life, told as dhcpd died
 				// before it wrote it (a release): the region heard
@@ -535,6 +549,18 @@ func Check(in Input) Report {
 					endTold[it.IP] = map[int]bool{}
 				}
 				endTold[it.IP][k] = true
+			}
+			continue
+		}
+		if h, ok := held[it.IP]; j < 0 && ok && it.Action == "expiry" && h.MAC == it.MAC {
+			// The end of the unwritten commit's lease, which the region
+			// holds and no file shows (the agent's rule 2, core.go
+			// neverShown): owed, but not before the lease's end.
+			r.UnwrittenEnds++
+			delete(held, it.IP)
+			if h.LeaseTime > 0 && h.Timestamp > 0 && it.At.Add(in.Slack).Unix() < h.Timestamp+h.LeaseTime {
+				add("early", it.IP, "expiry %s at %s before the end %s of the unwritten commit it ends (%s)",
+					it.MAC, it.At.UTC().Format("15:04:05.000"), fmtUnix(h.Timestamp+h.LeaseTime), fmtUnix(h.Timestamp))
 			}
 			continue
 		}
@@ -594,6 +620,7 @@ func Check(in Input) Report {
 			r.Duplicates++
 		}
 		pos[it.IP] = j
+		delete(held, it.IP)
 	}
 
 	r.Lag = lagOf(lags, worst)

@@ -592,3 +592,52 @@ func TestUnwrittenRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwrittenCommitEnd: dhcpd runs a commit's hook, then dies before
+// it writes the lease; the restarted file shows the address as it was.
+// The region holds the told lease, and the agent expires it at its end
+// (agent/reconcile/core.go, neverShown). That expiry is owed, not false
+// — found by make chaos SEED=77 (15 minutes): the only violation was
+// such an expiry. Before the lease's end it is early; for a MAC the
+// region does not hold there, false.
+func TestUnwrittenCommitEnd(t *testing.T) {
+	const m3 = "02:00:00:00:00:03"
+	told := func(arrive int, action, mac string, ts, leaseTime int) Item {
+		it := item(arrive, action, ip1, mac)
+		it.Timestamp, it.LeaseTime = at(ts).Unix(), int64(leaseTime)
+		return it
+	}
+	// m1's life, then dhcpd restarted (the table shows it ended).
+	life := []Generation{gen("g0", nil, act(ip1, m1, 20), free(ip1, m1, 20)), gen("g1", []Block{free(ip1, m1, 20)})}
+	heard := []Item{told(1, "commit", m1, 0, 20), told(21, "expiry", m1, 20, 0)}
+	// m1 back on the address after the unwritten commit.
+	back := append(slices.Clone(life), gen("g2", nil, act(ip1, m1, 65)))
+	back[2].Blocks[0].Starts = at(45).Unix()
+	commit := told(30, "commit", m2, 30, 20) // dhcpd dies at 31
+	for _, tc := range []struct {
+		name  string
+		gens  []Generation
+		items []Item
+		want  []string
+		ends  int
+	}{
+		{"expired at its end", life, []Item{commit, told(51, "expiry", m2, 50, 0)}, nil, 1},
+		{"expired a second early: within the slack", life, []Item{commit, told(49, "expiry", m2, 50, 0)}, nil, 1},
+		{"expired long before its end", life, []Item{commit, told(40, "expiry", m2, 50, 0)}, []string{"early " + ip1}, 1},
+		{"no lease time known: not judged early", life, []Item{told(30, "commit", m2, 30, 0), told(40, "expiry", m2, 50, 0)}, nil, 1},
+		{"never expired: the region keeps it", life, []Item{commit}, []string{"final " + ip1}, 0},
+		{"an expiry for another MAC", life, []Item{commit, told(51, "expiry", m3, 50, 0)}, []string{"false " + ip1, "final " + ip1}, 0},
+		{"no unwritten commit before it", life, []Item{told(51, "expiry", m2, 50, 0)}, []string{"false " + ip1}, 0},
+		{"after newer news of the address", back, []Item{commit, told(45, "commit", m1, 45, 20), told(51, "expiry", m2, 50, 0)},
+			[]string{"false " + ip1}, 0},
+	} {
+		items := append(slices.Clone(heard), tc.items...)
+		r := Check(Input{Generations: tc.gens, Items: items, End: at(60), Deaths: []time.Time{at(31)}})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+		if r.UnwrittenEnds != tc.ends {
+			t.Errorf("%s: UnwrittenEnds = %d, want %d", tc.name, r.UnwrittenEnds, tc.ends)
+		}
+	}
+}
