@@ -145,14 +145,29 @@ type Pending struct {
 	// stepped back (keepSurvivorEnds). It is dropped only if the region
 	// was told it or newer news of its address since.
 	Untold bool `json:"untold,omitempty"`
+	// Ahead: in a failover pair, a dropped lease's expiry (rule 2) that
+	// this side sends, whose client the file then showed bound again
+	// after the lease's end, in a block recorded as told (the partner's
+	// binding update, or this side's ack before its hook): the end goes
+	// now, ahead of that commit, whatever the record says (vanishedBack,
+	// aheadCovered). The pair's channel orders it before the partner's
+	// delivery of the commit.
+	Ahead bool `json:"ahead,omitempty"`
 }
 
 // ownRules reports whether Due judges p by rules of its own (an untold
-// end, an expiry held in standby or waiting on the pair's state), not by
-// what the region was told of its address before it (coveredUpTo,
-// pointless): a hook's commit that covers the pending events before it
-// leaves these (toldCommit).
-func (p Pending) ownRules() bool { return p.Untold || p.Standby || p.PairWait }
+// end, an expiry held in standby, waiting on the pair's state, or owed
+// ahead of a recorded commit), not by what the region was told of its
+// address before it (coveredUpTo, pointless): a hook's commit that
+// covers the pending events before it leaves these (toldCommit).
+func (p Pending) ownRules() bool { return p.Untold || p.Standby || p.PairWait || p.Ahead }
+
+// aheadCovered reports whether p, an Ahead end, no longer needs sending:
+// this agent queued it, or newer news of its address, since — not the
+// file's record of the commit that followed it, which is why p is due.
+func (p Pending) aheadCovered(t Told, told bool) bool {
+	return told && !t.Recorded && satisfied(t, told, p.Event)
+}
 
 // untoldCovered reports whether p, an Untold end, no longer needs
 // sending, given what the region was told (t): that end, or newer news
@@ -547,8 +562,11 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 			continue
 		}
 		covered := satisfied(t, told, p.Event)
-		if p.Untold {
+		switch {
+		case p.Untold:
 			covered = p.untoldCovered(t, told)
+		case p.Ahead:
+			covered = p.aheadCovered(t, told)
 		}
 		if !covered {
 			out = append(out, p.Event)
@@ -715,7 +733,13 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// the record of what it heard, synthesise nothing. Only a lease
 		// that vanishes is ours to report (Snapshot).
 		if l.State == parser.StateActive {
-			s.dropPending(ip, ReasonVanished)
+			// In a pair, the end of a lease this side's rewrite dropped
+			// (rule 2) that ended before this binding began is still
+			// this side's to tell, ahead of it; the rest are dropped.
+			// Complement mode drops them all: MAAS's helper told the
+			// commit already, and an expiry of the same MAC after it
+			// would free the new lease.
+			s.vanishedBack(ip, l, now, s.Pair.InPair())
 		}
 		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
 			s.setTold(ip, s.recordTold(t, told, ev, l.Acked))
@@ -736,7 +760,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// must not follow the new binding — unless the dropped lease
 		// ended before the binding began (endedBefore): then it is due
 		// now, ahead of the binding's commit.
-		s.vanishedBack(ip, l, now)
+		s.vanishedBack(ip, l, now, false)
 	}
 	if ev.Action == event.Expiry && had && prev.State == parser.StateActive && prev.MAC == l.MAC && l.Ends < prev.Ends {
 		// Without failover dhcpd writes a release as "free" with the
@@ -749,15 +773,20 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 
 // vanishedBack settles the pending expiries of dropped leases when the
 // file shows ip bound again, as l: those that ended before l began for
-// the same client fall due now (endedBefore), the others are dropped.
-func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64) {
+// the same client fall due now (endedBefore; with ahead, marked Ahead:
+// l is recorded as told), the others are dropped.
+func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	q := s.Pending[ip]
 	keep := q[:0:0]
 	changed := false
 	for _, p := range q {
 		switch {
 		case p.Event.Reason != ReasonVanished:
-		case endedBefore(p, l.MAC, l.Starts):
+		case ahead && endedBefore(p, l.MAC, l.Starts):
+			if p.Due > now || !p.Ahead {
+				p.Due, p.Ahead, changed = min(p.Due, now), true, true
+			}
+		case !ahead && endedBefore(p, l.MAC, l.Starts):
 			if p.Due > now {
 				p.Due, changed = now, true
 			}
@@ -1053,6 +1082,10 @@ func (s *State) Due(now int64) []event.Event {
 			if q[i].Untold {
 				if q[i].untoldCovered(t, told) {
 					continue // told since, or newer news (untoldEnd, a hook)
+				}
+			} else if q[i].Ahead {
+				if q[i].aheadCovered(t, told) {
+					continue // queued since (TakeEndedBefore), or newer news of this agent's
 				}
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue

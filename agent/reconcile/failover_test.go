@@ -166,6 +166,21 @@ func TestFailoverRules(t *testing.T) {
 			{at: 31, snapshot: base},
 		}, then...)
 	}
+	// survivorDropped opens the cases of a lease of ip1 this side acked
+	// as the survivor (ends at +40), dropped by a range shrink at +20,
+	// then the partner's return (this side steps back at +30); then more,
+	// and nothing else to the end.
+	survivorDropped := func(then ...step) []step {
+		down := fostate("partner-down", "normal")
+		steps := []step{
+			{at: 0, snapshot: down + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 1, hook: ev(renewal(ip1, macA, t0+1, 39))},
+			{at: 1, appended: ackedBlock(ip1, "active", macA, t0+1, t0+40)},
+			{at: 20, snapshot: down + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 30, appended: fostate("normal", "recover-done") + fostate("normal", "normal")},
+		}
+		return append(append(steps, then...), step{at: 4000})
+	}
 	// shrunkOnBoth opens the cases of a range shrink applied to both
 	// peers while both are up (as MAAS does), dropping ip1: base, then
 	// shrunk, then the rewrite's first failover record.
@@ -716,6 +731,30 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 610, hook: ev(renewal(ip1, macA, t0+610, 20)), want: []string{"expiry 203.0.113.10 " + macA + " +500 vanished"}},
 			step{at: 10000},
 		),
+	}, {
+		// A survivor's rewrite (a range shrink while the partner was
+		// down) drops a lease it acked; the partner returns and the
+		// survivor steps back; the client, back after the lease's end,
+		// is acked by the partner, whose binding update this side's file
+		// records as told. The dropped lease's end is this side's, and
+		// goes ahead of that commit (make chaos PAIR=1 seed 91: the
+		// update dropped the pending expiry, and the region never heard
+		// the end of two lease lives).
+		name:  "survivor's dropped lease, it steps back, the partner acks the client after the end: the end goes",
+		pair:  secondary,
+		steps: survivorDropped(step{at: 41, appended: block(ip1, "active", macA, t0+41, t0+61), want: []string{"expiry 203.0.113.10 " + macA + " +40 vanished"}}),
+	}, {
+		name:  "... acked after the end by this side (its hook still to come): the end goes at the file's record, once",
+		pair:  secondary,
+		steps: survivorDropped(step{at: 41, appended: ackedBlock(ip1, "active", macA, t0+41, t0+61), want: []string{"expiry 203.0.113.10 " + macA + " +40 vanished"}}, step{at: 41, hook: ev(renewal(ip1, macA, t0+41, 20))}),
+	}, {
+		name:  "... renewed by the partner before the end: no end",
+		pair:  secondary,
+		steps: survivorDropped(step{at: 35, appended: block(ip1, "active", macA, t0+35, t0+55)}),
+	}, {
+		name:  "... another client's after the end: no end (the region moves the address with that commit)",
+		pair:  secondary,
+		steps: survivorDropped(step{at: 41, appended: block(ip1, "active", macB, t0+41, t0+61)}),
 	}, {
 		name: "range shrink while the secondary was down: the surviving primary does not wait",
 		pair: primary,
