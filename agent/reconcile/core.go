@@ -782,13 +782,9 @@ func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	for _, p := range q {
 		switch {
 		case p.Event.Reason != ReasonVanished:
-		case ahead && endedBefore(p, l.MAC, l.Starts):
-			if p.Due > now || !p.Ahead {
-				p.Due, p.Ahead, changed = min(p.Due, now), true, true
-			}
-		case !ahead && endedBefore(p, l.MAC, l.Starts):
-			if p.Due > now {
-				p.Due, changed = now, true
+		case endedBefore(p, l.MAC, l.Starts):
+			if p.Due > now || ahead && !p.Ahead {
+				p.Due, p.Ahead, changed = min(p.Due, now), p.Ahead || ahead, true
 			}
 		default:
 			changed = true
