@@ -698,6 +698,13 @@ func (s *State) SupersededWhy(ev event.Event) string {
 		}
 		return "older than what the region was told about the address"
 	case ev.Action != event.Commit && t.Action == event.Commit && t.MAC != ev.MAC && t.At >= ev.Timestamp:
+		if s.ownBacklog(t, ev) {
+			// The commit is this side's own ack, recorded from the file
+			// in ev's second: dhcpd freed the lease (on expiry runs
+			// then, in a pair), acked the new client, and runs that
+			// commit's hook after ev's.
+			return ""
+		}
 		return "an end of another MAC's lease, after the address was committed to a new MAC"
 	}
 	return ""

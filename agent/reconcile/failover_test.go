@@ -881,6 +881,25 @@ func TestPairSameMACRule(t *testing.T) {
 		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+500), hook(event.Commit, ip1, macA, t0+600)},
 		hook:   hook(event.Expiry, ip1, macA, t0+1200),
 	}, {
+		// dhcpd frees A's lease (its on expiry runs then, in a pair),
+		// acks B the address in the same second, and runs B's commit
+		// hook after A's expiry hook; the agent read the file's blocks
+		// first (make chaos PAIR=1 seed 92: the end of A's life lost).
+		name:   "this side freed A's lease and acked B in that second, the file read first: A's expiry is its backlog",
+		pair:   primary,
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		after: ackedBlock(ip1, "active", macA, t0+200, t0+700) + ackedBlock(ip1, "expired", macA, t0+200, t0+700) +
+			ackedBlock(ip1, "free", macA, t0+200, t0+700) + ackedBlock(ip1, "active", macB, t0+700, t0+720),
+		hook: hook(event.Expiry, ip1, macA, t0+700),
+	}, {
+		name:   "... B acked by the peer in that second: A's end after B's commit would free B's address",
+		pair:   primary,
+		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
+		after: ackedBlock(ip1, "active", macA, t0+200, t0+700) + ackedBlock(ip1, "expired", macA, t0+200, t0+700) +
+			ackedBlock(ip1, "free", macA, t0+200, t0+700) + block(ip1, "active", macB, t0+700, t0+720),
+		hook: hook(event.Expiry, ip1, macA, t0+700),
+		drop: true,
+	}, {
 		name:   "an expiry for another MAC than the one told free",
 		pair:   primary,
 		queued: []event.Event{hook(event.Expiry, ip1, macA, t0+500)},
