@@ -777,6 +777,9 @@ func TestPairSameMACRule(t *testing.T) {
 	primary := Pair{Peer: "fo", Role: RolePrimary, MyState: "normal", PartnerState: "normal"}
 	survivor := Pair{Peer: "fo", Role: RoleSecondary, MyState: StatePartnerDown, PartnerState: "normal"}
 	base := block(ip1, "active", macA, t0-100, t0+500)
+	// ownFreed: this side's lease of A, acked, expired, then freed.
+	ownFreed := ackedBlock(ip1, "active", macA, t0+200, t0+700) + ackedBlock(ip1, "expired", macA, t0+200, t0+700) +
+		ackedBlock(ip1, "free", macA, t0+200, t0+700)
 	for _, tc := range []struct {
 		name     string
 		pair     Pair
@@ -888,17 +891,15 @@ func TestPairSameMACRule(t *testing.T) {
 		name:   "this side freed A's lease and acked B in that second, the file read first: A's expiry is its backlog",
 		pair:   primary,
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
-		after: ackedBlock(ip1, "active", macA, t0+200, t0+700) + ackedBlock(ip1, "expired", macA, t0+200, t0+700) +
-			ackedBlock(ip1, "free", macA, t0+200, t0+700) + ackedBlock(ip1, "active", macB, t0+700, t0+720),
-		hook: hook(event.Expiry, ip1, macA, t0+700),
+		after:  ownFreed + ackedBlock(ip1, "active", macB, t0+700, t0+720),
+		hook:   hook(event.Expiry, ip1, macA, t0+700),
 	}, {
 		name:   "... B acked by the peer in that second: A's end after B's commit would free B's address",
 		pair:   primary,
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
-		after: ackedBlock(ip1, "active", macA, t0+200, t0+700) + ackedBlock(ip1, "expired", macA, t0+200, t0+700) +
-			ackedBlock(ip1, "free", macA, t0+200, t0+700) + block(ip1, "active", macB, t0+700, t0+720),
-		hook: hook(event.Expiry, ip1, macA, t0+700),
-		drop: true,
+		after:  ownFreed + block(ip1, "active", macB, t0+700, t0+720),
+		hook:   hook(event.Expiry, ip1, macA, t0+700),
+		drop:   true,
 	}, {
 		name:   "an expiry for another MAC than the one told free",
 		pair:   primary,
