@@ -746,7 +746,11 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			// Complement mode drops them all: MAAS's helper told the
 			// commit already, and an expiry of the same MAC after it
 			// would free the new lease.
-			s.vanishedBack(ip, l, now, s.Pair.InPair())
+			if s.Pair.InPair() && !s.Complement {
+				s.vanishedBack(ip, l, now, true)
+			} else {
+				s.dropPending(ip, ReasonVanished)
+			}
 		}
 		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
 			s.setTold(ip, s.recordTold(t, told, ev, l.Acked))

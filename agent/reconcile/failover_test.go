@@ -29,6 +29,12 @@ func runPair(t *testing.T, pair Pair, hookless bool, steps []step) {
 	if hookless {
 		s.Grace = 0
 	}
+	runSteps(t, s, steps)
+}
+
+// runSteps is runPair's loop, for a state set up by the caller.
+func runSteps(t *testing.T, s *State, steps []step) {
+	t.Helper()
 	for i, st := range steps {
 		now := t0 + st.at
 		var got []string
@@ -767,6 +773,26 @@ func TestFailoverRules(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { runPair(t, tc.pair, tc.hookless, tc.steps) })
 	}
+}
+
+// TestComplementPairDropsEndBeforeRecordedCommit: in complement mode
+// MAAS's helper tells the region the commit the file records, so a
+// dropped lease's end still pending then is dropped, not sent ahead of
+// it as in replacement mode (an expiry of the same MAC arriving after
+// MAAS's commit would free the new lease). The read comes before the
+// tick that would have sent the end at its time.
+func TestComplementPairDropsEndBeforeRecordedCommit(t *testing.T) {
+	s := NewState(grace)
+	s.Pair, s.Complement = Pair{Peer: "fo", Role: RoleSecondary}, true
+	down := fostate("partner-down", "normal")
+	runSteps(t, s, []step{
+		{at: 0, snapshot: down + block(ip2, "active", macB, t0-100, t0+5000)},
+		{at: 1, appended: ackedBlock(ip1, "active", macA, t0+1, t0+40)},
+		{at: 20, snapshot: down + block(ip2, "active", macB, t0-100, t0+5000)},
+		{at: 30, appended: fostate("normal", "recover-done") + fostate("normal", "normal")},
+		{at: 41, appended: block(ip1, "active", macA, t0+41, t0+61)},
+		{at: 4000},
+	})
 }
 
 // TestPairSameMACRule is the rule that drops a pair's hook repeating what
