@@ -743,9 +743,9 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			// In a pair, the end of a lease this side's rewrite dropped
 			// (rule 2) that ended before this binding began is still
 			// this side's to tell, ahead of it; the rest are dropped.
-			// Complement mode drops them all: MAAS's helper told the
-			// commit already, and an expiry of the same MAC after it
-			// would free the new lease.
+			// Complement mode drops them all, as before: MAAS's helper
+			// told the commit already, and nothing orders the end
+			// before it (rule 4).
 			if s.Pair.InPair() && !s.Complement {
 				s.vanishedBack(ip, l, now, true)
 			} else {

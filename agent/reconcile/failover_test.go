@@ -777,10 +777,12 @@ func TestFailoverRules(t *testing.T) {
 
 // TestComplementPairDropsEndBeforeRecordedCommit: in complement mode
 // MAAS's helper tells the region the commit the file records, so a
-// dropped lease's end still pending then is dropped, not sent ahead of
-// it as in replacement mode (an expiry of the same MAC arriving after
-// MAAS's commit would free the new lease). The read comes before the
-// tick that would have sent the end at its time.
+// dropped lease's end still pending then is dropped, as before Ahead
+// existed, not sent ahead of it as in replacement mode: nothing orders
+// it before MAAS's own delivery of the commit, and an end arriving
+// after it is rule 4's case (what MAAS does with it:
+// maasservicelayer/services/leases.py, store_lease_info). The read
+// comes before the tick that would have sent the end at its time.
 func TestComplementPairDropsEndBeforeRecordedCommit(t *testing.T) {
 	s := NewState(grace)
 	s.Pair, s.Complement = Pair{Peer: "fo", Role: RoleSecondary}, true
