@@ -922,7 +922,7 @@ func TestPairSameMACRule(t *testing.T) {
 		after:  ownFreed + ackedBlock(ip1, "active", macB, t0+700, t0+720),
 		hook:   hook(event.Expiry, ip1, macA, t0+700),
 	}, {
-		name:   "... B acked by the peer in that second: A's end after B's commit would free B's address",
+		name:   "... B acked by the peer in that second: still dropped (rule 4: an end of another MAC after the address's commit)",
 		pair:   primary,
 		queued: []event.Event{hook(event.Commit, ip1, macA, t0+200)},
 		after:  ownFreed + block(ip1, "active", macB, t0+700, t0+720),
