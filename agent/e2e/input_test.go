@@ -317,6 +317,17 @@ func TestFullStateDisk(t *testing.T) {
 	if err != nil || !a.running() {
 		t.Fatalf("agent not answering on a full disk: %v", err)
 	}
+	// The count is of events waiting now, and a retry can still store a
+	// small batch on the full disk (a CI run saw one: presumably its
+	// failed commit had left the blocks it wrote allocated). Until the
+	// agent reads more from the socket or the spool nothing then waits,
+	// so wait for the count to show rather than read it once.
+	waitFor(30*time.Second, func() bool {
+		if r, err := a.status(); err == nil {
+			rep = r
+		}
+		return rep.Held != nil && rep.Held.Events > 0
+	})
 	spooled := 0
 	if b, err := os.ReadFile(filepath.Join(e.spool, "events.jsonl")); err == nil {
 		spooled = strings.Count(string(b), "\n")
