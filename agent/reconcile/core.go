@@ -594,8 +594,8 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 // outside partner-down, or before this side took over (an end a
 // survivor's file recorded since is pending, and told from there).
 // dhcpd runs on expiry only when an expired lease goes free, which needs
-// the peer's ack (server/mdb.c make_binding_state_transition; the
-// README's "Failover pairs"); a client that comes back first is given
+// the peer's ack (server/mdb.c make_binding_state_transition;
+// docs/failover.md); a client that comes back first is given
 // the same address again from the expired lease, and no hook of either
 // server ever reports that end (make chaos PAIR=1: lease lives that
 // never ended in the region).

@@ -2,7 +2,7 @@ package reconcile
 
 // Failover pairs: which side of a dhcpd failover pair this agent's dhcpd
 // is, what state dhcpd says the pair is in, and so which of the file's
-// rules this agent applies (see the README, "Failover pairs"). Pure.
+// rules this agent applies (see docs/failover.md). Pure.
 
 import (
 	"net/netip"

@@ -208,7 +208,7 @@ func TestLabFailoverPair(t *testing.T) {
 	// Its file learns from the survivor what happened; no stale event
 	// reaches the region, and the survivor steps back.
 	before := len(w1.arrivals(netip.Addr{}))
-	w1.startAgent() // the rack's agent is up before its dhcpd (see the README: spooled replays)
+	w1.startAgent() // the rack's agent is up before its dhcpd (see docs/failover.md, Limits: spooled replays)
 	if err := w1.d.Restart(""); err != nil {
 		t.Fatal(err)
 	}
