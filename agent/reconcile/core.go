@@ -256,6 +256,9 @@ type State struct {
 	orphans []Orphan
 	// lapsed counts the standby expiries Due dropped, for TakeLapsed.
 	lapsed int
+	// aheadSent are the Ahead ends Due or TakeEndedBefore handed out,
+	// for TakeAheadSent.
+	aheadSent []event.Event
 }
 
 // NewState returns an empty state waiting for its baseline.
@@ -571,6 +574,9 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		if !covered {
 			out = append(out, p.Event)
 			t, told = Told{Action: p.Event.Action, MAC: p.Event.MAC, At: p.Event.Timestamp}, true
+			if p.Ahead {
+				s.aheadSent = append(s.aheadSent, p.Event)
+			}
 		}
 	}
 	if len(keep) != len(q) {
@@ -1094,6 +1100,7 @@ func (s *State) Due(now int64) []event.Event {
 				if q[i].aheadCovered(t, told) {
 					continue // queued since (TakeEndedBefore), or newer news of this agent's
 				}
+				s.aheadSent = append(s.aheadSent, q[i].Event)
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}
@@ -1161,6 +1168,15 @@ func (s *State) TakeLapsed() int {
 	n := s.lapsed
 	s.lapsed = 0
 	return n
+}
+
+// TakeAheadSent returns the ends of dropped leases (Pending.Ahead) that
+// Due or TakeEndedBefore handed out since the last call, ahead of their
+// client's new commit the file recorded as told, and forgets them.
+func (s *State) TakeAheadSent() []event.Event {
+	evs := s.aheadSent
+	s.aheadSent = nil
+	return evs
 }
 
 // PutOrphans gives back what TakeOrphans returned (a failed commit).

@@ -59,6 +59,9 @@ func runSteps(t *testing.T, s *State, steps []step) {
 		for _, ev := range s.Due(now) {
 			show(ev)
 		}
+		for _, ev := range s.TakeAheadSent() { // (Reconciler logs these)
+			got = append(got, "ahead "+ev.IP.String())
+		}
 		if diff := cmp.Diff(st.want, got); diff != "" {
 			t.Fatalf("step %d (t+%ds) (-want +got):\n%s", i, st.at, diff)
 		}
@@ -748,11 +751,11 @@ func TestFailoverRules(t *testing.T) {
 		// the end of two lease lives).
 		name:  "survivor's dropped lease, it steps back, the partner acks the client after the end: the end goes",
 		pair:  secondary,
-		steps: survivorDropped(step{at: 41, appended: block(ip1, "active", macA, t0+41, t0+61), want: []string{"expiry 203.0.113.10 " + macA + " +40 vanished"}}),
+		steps: survivorDropped(step{at: 41, appended: block(ip1, "active", macA, t0+41, t0+61), want: []string{"expiry 203.0.113.10 " + macA + " +40 vanished", "ahead 203.0.113.10"}}),
 	}, {
 		name:  "... acked after the end by this side (its hook still to come): the end goes at the file's record, once",
 		pair:  secondary,
-		steps: survivorDropped(step{at: 41, appended: ackedBlock(ip1, "active", macA, t0+41, t0+61), want: []string{"expiry 203.0.113.10 " + macA + " +40 vanished"}}, step{at: 41, hook: ev(renewal(ip1, macA, t0+41, 20))}),
+		steps: survivorDropped(step{at: 41, appended: ackedBlock(ip1, "active", macA, t0+41, t0+61), want: []string{"expiry 203.0.113.10 " + macA + " +40 vanished", "ahead 203.0.113.10"}}, step{at: 41, hook: ev(renewal(ip1, macA, t0+41, 20))}),
 	}, {
 		name:  "... renewed by the partner before the end: no end",
 		pair:  secondary,

@@ -295,6 +295,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		keep = append(keep, ev)
 	}
 	if err := r.commit(ctx, keep); err != nil {
+		r.st.TakeAheadSent() // back in Pending below: told when next taken
 		for ip, p := range undo {
 			if p.ok {
 				r.st.Told[ip] = p.t
@@ -309,6 +310,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		}
 		return err
 	}
+	r.logAheadSent()
 	return nil
 }
 
@@ -629,6 +631,16 @@ func (r *Reconciler) classified(kind, by string) {
 // checked, stamped, recorded as told, counted and logged. It is false
 // for one not to queue (invalid, or one the region cannot take). r.mu is
 // held.
+// logAheadSent says which dropped leases' ends the state sent ahead of
+// their client's new commit (Pending.Ahead): in a failover pair no hook
+// of either server reports those ends.
+func (r *Reconciler) logAheadSent() {
+	for _, ev := range r.st.TakeAheadSent() {
+		r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("ends", ev.Timestamp).
+			Msg("failover: the end of a lease a rewrite dropped, whose client the file shows bound again after it, goes now, ahead of the new commit: no hook of either server reports it")
+	}
+}
+
 func (r *Reconciler) synthesised(ev event.Event, now time.Time) (event.Event, bool) {
 	if err := ev.Normalize(); err != nil {
 		r.met.problems.WithLabelValues(problemInvalid).Inc()
@@ -680,6 +692,7 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).Int("dropped", n).
 			Msg("failover: expiries of leases a rewrite dropped, held in standby in case the primary went down before sending them, dropped: the primary had its time to send them")
 	}
+	r.logAheadSent()
 	for _, o := range r.st.TakeOrphans() {
 		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
 			Msg("orphaned address: its lease was dropped because the address left every range, and it has ended; the region ignores its expiry, so it is to be freed there")
