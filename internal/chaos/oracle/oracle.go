@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/internal/maasmodel"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
 
@@ -587,7 +588,11 @@ func Check(in Input) Report {
 			// file never showed: not an early expiry of the lease the
 			// restart then dropped.
 			r.Unwritten++
-		case v.Vanished && it.Action != "commit" && it.At.Add(in.Slack).Unix() < v.Ends:
+		case v.Vanished && it.Action != "commit" && it.At.Add(in.Slack).Unix() < v.Ends &&
+			!(givenAway(q, j) && (q[j+1].From == 0 || it.At.Add(in.Slack).Unix() >= q[j+1].From)):
+			// Before the dropped lease's end, and not once dhcpd gave the
+			// address to another client (then its end is owed at once,
+			// ahead of that commit).
 			add("early", it.IP, "expiry %s at %s before the lease's end %s (%s)", it.MAC, it.At.UTC().Format("15:04:05.000"), fmtUnix(v.Ends), v)
 		}
 		if hit[it.IP] == nil {
@@ -641,8 +646,11 @@ func Check(in Input) Report {
 			if hit[ip][k] > 0 || endTold[ip][k] {
 				continue
 			}
-			if v.Vanished && (v.Ends > end || k+1 < len(q) && q[k+1].Active && q[k+1].MAC != v.MAC) {
-				continue // not due yet, or superseded by another MAC's commit
+			if v.Vanished && v.Ends > end && !givenAway(q, k) {
+				// Not due yet. Once another MAC has the address it is:
+				// MAAS links the address to both MACs until it hears the
+				// old lease end (internal/maasmodel).
+				continue
 			}
 			if refused[ip+" "+v.MAC] {
 				r.Refused++
@@ -661,11 +669,12 @@ func Check(in Input) Report {
 	for _, it := range in.Items {
 		got.apply(it.Action, it.IP, it.MAC)
 	}
+	wantL, gotL := want.leases(), got.leases()
 	all := map[string]bool{}
-	for ip := range want.lease {
+	for ip := range wantL {
 		all[ip] = true
 	}
-	for ip := range got.lease {
+	for ip := range gotL {
 		all[ip] = true
 	}
 	finals := make([]string, 0, len(all))
@@ -674,11 +683,20 @@ func Check(in Input) Report {
 	}
 	sort.Strings(finals)
 	for _, ip := range finals {
-		if w, g := want.lease[ip], got.lease[ip]; w != g && !refused[ip+" "+w] && !refused[ip+" "+g] {
+		if w, g := wantL[ip], gotL[ip]; w != g && !refused[ip+" "+w] && !refused[ip+" "+g] {
 			add("final", ip, "region holds %q, the files say %q; truth %s; region's items %s", g, w, versions(truth[ip]), strings.Join(history[ip], ", "))
 		}
 	}
 	return r
+}
+
+// givenAway reports whether q[k], a lease a rewrite dropped, is followed
+// by another client's lease of the address: then the dropped lease is
+// over, whatever its end, and MAAS must hear its end before that commit
+// (a commit links the address to the new MAC without unlinking the old:
+// internal/maasmodel).
+func givenAway(q []Version, k int) bool {
+	return q[k].Vanished && k+1 < len(q) && q[k+1].Active && q[k+1].MAC != q[k].MAC
 }
 
 func versions(q []Version) string {
@@ -748,30 +766,26 @@ func truthOrder(gens []Generation, end int64) []truthEvent {
 	return out
 }
 
-// view is the region's discovered addresses (internal/lktest/regionstub's
-// view.apply, reduced to what the oracle compares): per IP the MAC.
-type view struct {
-	lease map[string]string   // IP → MAC
-	byMAC map[string][]string // MAC → IPs
-}
+// view is the region's discovered addresses as MAAS keeps them
+// (internal/maasmodel, as the region stub applies them), reduced to what
+// the oracle compares: per IP the MAC holding it (MACs joined by commas
+// when a MAC was left linked to it).
+type view struct{ r *maasmodel.Region }
 
-func newView() *view { return &view{lease: map[string]string{}, byMAC: map[string][]string{}} }
+func newView() *view { return &view{maasmodel.New()} }
 
 func (v *view) apply(action, ip, mac string) {
-	for _, other := range v.byMAC[mac] {
-		if other != ip && v.lease[other] == mac {
-			delete(v.lease, other)
-		}
+	v.r.Apply(maasmodel.Event{Action: action, IP: ip, MAC: mac})
+}
+
+// leases returns IP → MAC.
+func (v *view) leases() map[string]string {
+	out := make(map[string]string, v.r.Len())
+	for _, ip := range v.r.IPs() {
+		l, _ := v.r.Lease(ip)
+		out[ip] = l.MAC()
 	}
-	v.byMAC[mac] = nil
-	if action == "commit" {
-		v.lease[ip] = mac
-		v.byMAC[mac] = []string{ip}
-		return
-	}
-	if v.lease[ip] == mac {
-		delete(v.lease, ip)
-	}
+	return out
 }
 
 // Sorted returns the violations by rule then IP.

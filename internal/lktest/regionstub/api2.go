@@ -265,15 +265,24 @@ func (s *Server) readIPs(w http.ResponseWriter, r *http.Request, u APIUser, rec 
 	// asking for all; anyone else sees only their own USER_RESERVED ones.
 	if all && u.Admin {
 		s.mu.Lock()
-		ips := make([]string, 0, len(s.view.leases))
-		for ip := range s.view.leases {
+		var ips []string
+		for _, ip := range s.view.IPs() {
 			if !want.IsValid() || ip == want.String() {
 				ips = append(ips, ip)
 			}
 		}
 		slices.Sort(ips)
-		for i, ip := range ips {
-			l := s.view.leases[ip]
+		ifID := 1000
+		for _, ip := range ips {
+			l, _ := s.view.Lease(ip)
+			// One interface per MAC linked to the address (more than one
+			// only when a client left one behind: internal/maasmodel).
+			ifaces := make([]map[string]any, len(l.MACs))
+			for k, mac := range l.MACs {
+				ifaces[k] = map[string]any{"id": ifID, "name": "eth0", "type": "unknown", "mac_address": mac,
+					"system_id": nil, "enabled": true}
+				ifID++
+			}
 			sub := ""
 			for _, sn := range s.subnets {
 				if sn.CIDR.Contains(netip.MustParseAddr(ip)) {
@@ -285,10 +294,9 @@ func (s *Server) readIPs(w http.ResponseWriter, r *http.Request, u APIUser, rec 
 				"alloc_type": maasapi.AllocDiscovered, "alloc_type_name": "Observed",
 				"created": time.Unix(l.Timestamp, 0).UTC().Format("2006-01-02T15:04:05.000"),
 				"ip":      ip, "owner": nil,
-				"interface_set": []map[string]any{{"id": 1000 + i, "name": "eth0", "type": "unknown", "mac_address": l.MAC,
-					"system_id": nil, "enabled": true}},
-				"subnet":       map[string]any{"cidr": sub},
-				"resource_uri": "/MAAS/api/2.0/ipaddresses/",
+				"interface_set": ifaces,
+				"subnet":        map[string]any{"cidr": sub},
+				"resource_uri":  "/MAAS/api/2.0/ipaddresses/",
 			})
 		}
 		s.mu.Unlock()
@@ -318,14 +326,13 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, u APIUser) int 
 		return writeJSON(w, http.StatusBadRequest, map[string][]string{"ip": {"Enter a valid IPv4 or IPv6 address."}})
 	}
 	s.mu.Lock()
-	l, found := s.view.leases[a.String()]
+	_, found := s.view.Lease(a.String())
 	// Only DISCOVERED records exist here: force+discovered finds it;
 	// force alone excludes it; no force looks for the user's own
 	// reservation, of which there are none.
 	found = found && force && discovered
 	if found {
-		delete(s.view.leases, a.String())
-		delete(s.view.byMAC[l.MAC], a.String())
+		s.view.Delete(a.String())
 	}
 	s.mu.Unlock()
 	if !found {

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/maasmodel"
 )
 
 // Subnet is a MAAS subnet and its IP ranges.
@@ -334,7 +335,11 @@ func normaliseMAC(mac string) string {
 // Lease is the region's view of one address: what a DISCOVERED IP address
 // of MAAS holds after the events it took.
 type Lease struct {
-	IP        string `json:"ip"`
+	IP string `json:"ip"`
+	// MAC is the MAC whose interface holds the address; when MAAS has
+	// linked it to more than one (an address committed to B while A's
+	// lease of it was never ended: internal/maasmodel), their MACs joined
+	// by commas, in link order.
 	MAC       string `json:"mac"`
 	Hostname  string `json:"hostname"`
 	LeaseTime int64  `json:"lease_time"`
@@ -381,52 +386,25 @@ func place(subnets []Subnet, it *item) (ignored bool, err error) {
 	return false, nil
 }
 
-// view is the region's DISCOVERED addresses: per IP the current lease,
-// per MAC the addresses linked to it, and the MACs MAAS has an interface
-// for (it makes one on the first commit from an unknown MAC).
-type view struct {
-	leases map[string]Lease
-	byMAC  map[string]map[string]bool
-	macs   map[string]bool
-}
+// view is the region's DISCOVERED addresses: internal/maasmodel, which
+// applies an item as store_lease_info does (and names the files it
+// mirrors).
+type view struct{ *maasmodel.Region }
 
-func newView() view {
-	return view{leases: map[string]Lease{}, byMAC: map[string]map[string]bool{}, macs: map[string]bool{}}
-}
+func newView() view { return view{maasmodel.New()} }
 
 // apply is store_lease_info after its checks, in arrival order and with
 // no timestamp comparison: a late event overwrites newer state.
-func (v *view) apply(it *item) {
-	if !v.macs[it.MAC] {
-		if it.Action != event.Commit {
-			return // no interface and not a commit: nothing to do
-		}
-		v.macs[it.MAC] = true
+func (v view) apply(it *item) {
+	v.Apply(maasmodel.Event{Action: it.Action, IP: it.ip.String(), MAC: it.MAC, Hostname: it.Hostname,
+		LeaseTime: it.LeaseTime, Timestamp: it.Timestamp})
+}
+
+// lease is the address's row as a Lease.
+func (v view) lease(ip string) (Lease, bool) {
+	l, ok := v.Lease(ip)
+	if !ok {
+		return Lease{}, false
 	}
-	// Every other discovered address of the MAC's interfaces in the same
-	// family is deleted.
-	for ip := range v.byMAC[it.MAC] {
-		if ip != it.IP && netip.MustParseAddr(ip).Is4() == it.ip.Is4() {
-			delete(v.leases, ip)
-			delete(v.byMAC[it.MAC], ip)
-		}
-	}
-	switch it.Action {
-	case event.Commit:
-		if old, ok := v.leases[it.IP]; ok && old.MAC != it.MAC {
-			delete(v.byMAC[old.MAC], it.IP)
-		}
-		v.leases[it.IP] = Lease{IP: it.IP, MAC: it.MAC, Hostname: it.Hostname, LeaseTime: it.LeaseTime, Timestamp: it.Timestamp}
-		if v.byMAC[it.MAC] == nil {
-			v.byMAC[it.MAC] = map[string]bool{}
-		}
-		v.byMAC[it.MAC][it.IP] = true
-	default:
-		// The MAC's record for the address loses it; another MAC's
-		// record for the same address (a stale release) is untouched.
-		if old, ok := v.leases[it.IP]; ok && old.MAC == it.MAC {
-			delete(v.leases, it.IP)
-			delete(v.byMAC[it.MAC], it.IP)
-		}
-	}
+	return Lease{IP: l.IP, MAC: l.MAC(), Hostname: l.Hostname, LeaseTime: l.LeaseTime, Timestamp: l.Timestamp}, true
 }

@@ -663,9 +663,9 @@ func (s *Server) Len() int {
 func (s *Server) Leases() map[string]Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]Lease, len(s.view.leases))
-	for k, v := range s.view.leases {
-		out[k] = v
+	out := make(map[string]Lease, s.view.Len())
+	for _, ip := range s.view.IPs() {
+		out[ip], _ = s.view.lease(ip)
 	}
 	return out
 }
@@ -674,8 +674,7 @@ func (s *Server) Leases() map[string]Lease {
 func (s *Server) Lease(ip netip.Addr) (Lease, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, ok := s.view.leases[ip.String()]
-	return l, ok
+	return s.view.lease(ip.String())
 }
 
 // WaitItems waits until at least n items were taken, or ctx ends.

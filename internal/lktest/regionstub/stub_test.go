@@ -445,9 +445,11 @@ func keys(m map[string]Lease) []string {
 
 // TestArrivalOrder: items apply in arrival order keyed by IP with no
 // timestamp comparison; a MAC's other addresses in the family are
-// dropped when it gets news of one; a release from another MAC than the
-// holder's leaves the holder's lease (src/maasservicelayer/services/leases.py,
-// store_lease_info and _release_lease_info). The Idempotency-Key is
+// dropped when it gets news of one; a commit to another MAC links the
+// address's row to it as well, and a release from the first MAC then
+// takes it from both (src/maasservicelayer/services/leases.py,
+// store_lease_info and _release_lease_info; internal/maasmodel names the
+// repository files). The Idempotency-Key is
 // ignored: a batch sent twice is applied twice
 // (src/maasapiserver/v3/api/internal/handlers/leases.py reads no header).
 func TestArrivalOrder(t *testing.T) {
@@ -461,10 +463,13 @@ func TestArrivalOrder(t *testing.T) {
 		want map[string]string // IP → MAC after
 	}{
 		{batch(mk("commit", "203.0.113.1", a, 200)), map[string]string{"203.0.113.1": a}},
-		// Older, from another MAC: applied all the same.
-		{batch(mk("commit", "203.0.113.1", b, 100)), map[string]string{"203.0.113.1": b}},
-		// A stale release from a: b keeps the address.
-		{batch(mk("release", "203.0.113.1", a, 300)), map[string]string{"203.0.113.1": b}},
+		// Older, from another MAC: applied all the same, and a stays
+		// linked to the address.
+		{batch(mk("commit", "203.0.113.1", b, 100)), map[string]string{"203.0.113.1": a + "," + b}},
+		// A stale release from a: the address's row loses its IP, so b
+		// loses the address too.
+		{batch(mk("release", "203.0.113.1", a, 300)), map[string]string{}},
+		{batch(mk("commit", "203.0.113.1", b, 350)), map[string]string{"203.0.113.1": b}},
 		// b moves to .2: its .1 record goes.
 		{batch(mk("commit", "203.0.113.2", b, 400)), map[string]string{"203.0.113.2": b}},
 		// An expiry for an unknown MAC does nothing.
