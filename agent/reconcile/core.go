@@ -522,6 +522,32 @@ func endedBefore(p Pending, mac string, start int64) bool {
 		sooner(p.Event.Action, p.Event.Timestamp, p.Event.Reason == ReasonMissedExpiry, start)
 }
 
+// givenAway reports whether p is the expiry of a lease a rewrite dropped
+// (rule 2) whose address dhcpd has given to another client, mac: that
+// lease is over, whatever its end. MAAS must hear its end before the new
+// commit: a commit updates the address's DISCOVERED record in place and
+// links it to the new MAC's interfaces without unlinking the old one's
+// (maasservicelayer/services/leases.py _commit_lease_info;
+// db/repositories/staticipaddress.py create_or_update, an upsert on ip;
+// services/interfaces.py link_ip, which only adds), so the old client's
+// next lease anywhere deletes the record, and its late expiry clears it,
+// for the new client too (internal/maasmodel). A failover primary's
+// PairWait expiry and the secondary's Standby copy are the pair's to
+// decide, and are dropped as before (failover.go).
+func givenAway(p Pending, mac string) bool {
+	return p.Event.Reason == ReasonVanished && p.Event.Action == event.Expiry && p.Event.MAC != mac &&
+		!p.PairWait && !p.Standby
+}
+
+// endedAt is p's event dated no later than start, the new binding's: the
+// end of a lease whose address went to another client before its end
+// (givenAway) is dated when it did.
+func endedAt(p Pending, start int64) event.Event {
+	ev := p.Event
+	ev.Timestamp = min(ev.Timestamp, start)
+	return ev
+}
+
 // sooner reports whether an end (action, at) of a client's lease came
 // before that client's lease starting at start (seconds): in an earlier
 // second, or in the same one when the leases file recorded the lease
@@ -560,10 +586,11 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		// own. (make chaos PAIR=1 seed 17: a returned primary's rule-2
 		// expiry, due after its client came back, was kept pending here;
 		// the commit then covered it and no one told that end.)
-		if !endedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && p.Event.Reason != ReasonVanished {
+		if !endedBefore(p, ev.MAC, ev.Timestamp) && !givenAway(p, ev.MAC) || !fromFile && !p.Untold && p.Event.Reason != ReasonVanished {
 			keep = append(keep, p)
 			continue
 		}
+		p.Event = endedAt(p, ev.Timestamp)
 		covered := satisfied(t, told, p.Event)
 		switch {
 		case p.Untold:
@@ -790,8 +817,10 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 
 // vanishedBack settles the pending expiries of dropped leases when the
 // file shows ip bound again, as l: those that ended before l began for
-// the same client fall due now (endedBefore; with ahead, marked Ahead:
-// l is recorded as told), the others are dropped.
+// the same client, or whose address l gives to another client
+// (givenAway, dated at l's start), fall due now (endedBefore; with ahead,
+// marked Ahead: l is recorded as told); the others, the same client's
+// lease taken back before its end, are dropped.
 func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	q := s.Pending[ip]
 	keep := q[:0:0]
@@ -799,9 +828,9 @@ func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	for _, p := range q {
 		switch {
 		case p.Event.Reason != ReasonVanished:
-		case endedBefore(p, l.MAC, l.Starts):
-			if p.Due > now || ahead && !p.Ahead {
-				p.Due, p.Ahead, changed = min(p.Due, now), p.Ahead || ahead, true
+		case endedBefore(p, l.MAC, l.Starts) || givenAway(p, l.MAC):
+			if ev := endedAt(p, l.Starts); p.Due > now || ahead && !p.Ahead || ev != p.Event {
+				p.Event, p.Due, p.Ahead, changed = ev, min(p.Due, now), p.Ahead || ahead, true
 			}
 		default:
 			changed = true
@@ -1217,10 +1246,20 @@ func (s *State) pointless(ip netip.Addr, p Pending, t Told, ok bool) bool {
 		return true
 	}
 	if p.Event.Reason == ReasonVanished {
-		if l, back := s.File[ip]; back && (l.State == parser.StateActive && !endedBefore(p, l.MAC, l.Starts) || l.MAC != "" && l.MAC != p.Event.MAC) {
-			// Reappeared, or the address moved on. A block with no MAC
-			// (the free lease dhcpd lists when a range holds the address
-			// again) is neither: the region still holds the old lease.
+		l, back := s.File[ip]
+		switch {
+		case !back:
+		case l.State == parser.StateActive:
+			// The same client's lease taken back before the end
+			// (reappeared). Another client's is owed the end first
+			// (givenAway), as is the same client's after it
+			// (endedBefore).
+			return !endedBefore(p, l.MAC, l.Starts) && !givenAway(p, l.MAC)
+		case l.MAC != "" && l.MAC != p.Event.MAC:
+			// The address moved on, and that lease is over too. A block
+			// with no MAC (the free lease dhcpd lists when a range holds
+			// the address again) is not that: the region still holds the
+			// old lease.
 			return true
 		}
 	}

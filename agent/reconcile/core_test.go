@@ -457,10 +457,12 @@ func TestRules(t *testing.T) {
 			{at: 600 + grace - 1},
 			{at: 600 + grace, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +600 vanished"}},
 		}},
-		{"rule 2: another MAC's commit does not move the expiry", []step{
+		// MAAS links an address committed to another MAC to both
+		// (internal/maasmodel): the old lease's end goes first (givenAway).
+		{"rule 2: another MAC's commit after the dropped lease's end: its expiry goes first", []step{
 			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+5)},
 			{at: 20, snapshot: "\n"},
-			{at: 21, hook: ev(renewal(ip1, macB, t0+21, 600))},
+			{at: 21, hook: ev(renewal(ip1, macB, t0+21, 600)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +5 vanished"}},
 			{at: 20 + grace},
 			{at: 700},
 		}},
@@ -480,11 +482,19 @@ func TestRules(t *testing.T) {
 			{at: 500 + grace - 1},
 			{at: 500 + grace, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +500 vanished"}},
 		}},
-		{"rule 2 and 4: vanished, then committed to another MAC: no expiry for the old one", []step{
+		{"rule 2: vanished, then committed to another MAC before its end: its expiry goes at once, ahead of the commit, dated at it", []step{
 			{at: 0, snapshot: base},
 			{at: 10, snapshot: block(ip2, "active", macB, t0-100, t0+5000)},
-			{at: 20, hook: ev(hook(event.Commit, ip1, macB, t0+20))},
+			{at: 20, hook: ev(hook(event.Commit, ip1, macB, t0+20)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +20 vanished"}},
 			{at: 500},
+		}},
+		{"... the file's block first (the hook later, or none: hookless)", []step{
+			{at: 0, snapshot: base},
+			{at: 10, snapshot: block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 20, appended: block(ip1, "active", "00:16:3e:00:00:0c", t0+20, t0+620), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +20 vanished"}},
+			{at: 20, hook: ev(hook(event.Commit, ip1, "00:16:3e:00:00:0c", t0+20))},
+			{at: 500},
+			{at: 640},
 		}},
 		{"rule 3: dhcpd never expires an ended lease", []step{
 			{at: 0, snapshot: base},

@@ -20,17 +20,26 @@
 //     complement mode (see Modes).
 //  2. An IP whose last state was active vanishes from a rewritten file:
 //     synthesise an expiry at the lease's own end (now if it has passed),
-//     with its MAC, unless the IP reappears first or is committed to
-//     another MAC.
+//     with its MAC, unless the same client's lease of the IP reappears
+//     first. If dhcpd gives the IP to another client before then, the
+//     expiry goes at once, ahead of that commit, dated at its start:
+//     MAAS's commit updates the address's record in place and links it
+//     to the new MAC without unlinking the old one, so the old client's
+//     next news would take the address from the new one
+//     (internal/maasmodel names the MAAS files).
 //  3. An active lease whose end passed and that dhcpd never expired (dhcpd
 //     dead or stuck): synthesise the expiry after the grace (not in
 //     complement mode).
 //  4. Never: an expiry before the end of a lease still in the file; an
 //     event for a restart that kept the lease; anything from a file that
-//     did not parse whole; an expiry for MAC A once the IP was committed
-//     to MAC B (the region keys rows by IP alone and would clear B). The
-//     last rule also drops a hook's stale expiry or release (Superseded),
-//     such as one spooled before the commit that replaced it.
+//     did not parse whole; an expiry for MAC A once the region was told
+//     the IP's commit to MAC B (it would clear the record B's commit
+//     updated in place). The last rule also drops a hook's stale expiry
+//     or release (Superseded), such as one spooled before the commit that
+//     replaced it. Not done: sending such an end with B's commit again
+//     after it, which would also unlink A in MAAS; dropped, A stays
+//     linked to the address until A's next news of that family deletes
+//     the record, and B's next renewal makes it again.
 //
 // The first complete snapshot is a baseline: the region is assumed to
 // know what the file says, so a first start invents nothing.
