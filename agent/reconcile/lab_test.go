@@ -600,3 +600,61 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestLabDroppedThenGivenAway: a client's lease is dropped by a range
+// shrink and dhcpd restart; the range comes back and dhcpd gives the
+// address to another client before the dropped lease's end. MAAS's
+// commit would link the address to the new MAC without unlinking the
+// old one (internal/maasmodel: services/leases.py, staticipaddress.py
+// create_or_update, interfaces.py link_ip), so the old lease's expiry
+// must reach the region first: then the region holds the address for
+// the new client alone. The agent used to drop that expiry.
+func TestLabDroppedThenGivenAway(t *testing.T) {
+	for _, hooks := range []string{hooksNone, hooksOK} {
+		t.Run(hooks, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, hooks, 120) // the dropped lease outlives the test
+			w.grace = 2 * time.Second
+			w.startDhcpd(100, 100) // one address
+			w.startAgent()
+			a, b := w.lab.AddClient("a"), w.lab.AddClient("b")
+			ip := w.dhclient(a)
+			w.waitArrival(ip, event.Commit, mac(a), 5*time.Second)
+			if err := a.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			ends := w.leaseEnds(ip)
+			w.restartDhcpd(101, 101)
+			if strings.Contains(readFile(t, w.d.LeasesPath()), "lease "+ip.String()+" ") {
+				t.Fatalf("dhcpd kept %s after the shrink; the test premise is gone", ip)
+			}
+			w.restartDhcpd(100, 100)
+			if got := w.dhclient(b); got != ip {
+				t.Fatalf("b got %s, want %s", got, ip)
+			}
+			w.waitArrival(ip, event.Commit, mac(b), 5*time.Second)
+			time.Sleep(w.grace + 2*time.Second) // anything else would come now
+			var seq []string
+			expiredA, committedB := false, false
+			for _, x := range w.arrivals(ip) {
+				seq = append(seq, x.String())
+				switch {
+				case x.Action == event.Expiry && x.MAC == mac(a):
+					if committedB {
+						t.Errorf("A's expiry after B's commit: %s", x)
+					}
+					expiredA = true
+				case x.Action == event.Commit && x.MAC == mac(b):
+					committedB = true
+				}
+			}
+			t.Logf("region saw for %s (A's lease ends in %s):\n  %s", ip, time.Until(time.Unix(ends, 0)).Round(time.Second), strings.Join(seq, "\n  "))
+			if !expiredA {
+				t.Errorf("no expiry of A's dropped lease reached the region")
+			}
+			if l, ok := w.stub.Lease(ip); !ok || l.MAC != mac(b) {
+				t.Errorf("the region holds %s as %+v (found %v), want for %s alone", ip, l, ok, mac(b))
+			}
+		})
+	}
+}
