@@ -522,10 +522,11 @@ func endedBefore(p Pending, mac string, start int64) bool {
 		sooner(p.Event.Action, p.Event.Timestamp, p.Event.Reason == ReasonMissedExpiry, start)
 }
 
-// givenAway reports whether p is the expiry of a lease a rewrite dropped
-// (rule 2) whose address dhcpd has given to another client, mac: that
-// lease is over, whatever its end. MAAS must hear its end before the new
-// commit: a commit updates the address's DISCOVERED record in place and
+// givenAway reports whether p is the end of a lease of another client
+// than mac, the address's new holder: the expiry of a lease a rewrite
+// dropped (rule 2), over once dhcpd gives its address away, whatever its
+// end, or an end the file showed that no hook has told yet (rule 1).
+// MAAS must hear that end before the new commit: a commit updates the address's DISCOVERED record in place and
 // links it to the new MAC's interfaces without unlinking the old one's
 // (maasservicelayer/services/leases.py _commit_lease_info;
 // db/repositories/staticipaddress.py create_or_update, an upsert on ip;
@@ -535,8 +536,7 @@ func endedBefore(p Pending, mac string, start int64) bool {
 // PairWait expiry and the secondary's Standby copy are the pair's to
 // decide, and are dropped as before (failover.go).
 func givenAway(p Pending, mac string) bool {
-	return p.Event.Reason == ReasonVanished && p.Event.Action == event.Expiry && p.Event.MAC != mac &&
-		!p.PairWait && !p.Standby
+	return p.Event.Action != event.Commit && p.Event.MAC != "" && p.Event.MAC != mac && !p.PairWait && !p.Standby
 }
 
 // endedAt is p's event dated no later than start, the new binding's: the

@@ -380,8 +380,30 @@ func TestRules(t *testing.T) {
 			{at: 30 + grace},
 			{at: 200, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +130 ends-passed"}},
 		}},
-		// The same, the file showing the new binding before its hook
-		// comes: the expiry falls due at once, ahead of the commit.
+		// The file recorded A's lease expired and its hook never came;
+		// within the grace dhcpd gives the address to B. MAAS would keep
+		// A linked to the address if B's commit went first
+		// (internal/maasmodel): A's end goes ahead of it (the case of
+		// B's hook first is under rule 4).
+		{"rule 1: expired in the file, B's block before its hook, which never comes: A's expiry, then B's commit, in file order", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 30, appended: block(ip1, "free", macA, t0-100, t0+30)},
+			{at: 35, appended: block(ip1, "active", macB, t0+35, t0+635)},
+			{at: 30 + grace, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +30 missed-expiry"}},
+			{at: 35 + grace, want: []string{"commit 203.0.113.10 00:16:3e:00:00:0b +35 missed-commit"}},
+		}},
+		{"... B's block, then its hook within the grace: A's expiry ahead of it", []step{
+			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
+			{at: 30, appended: block(ip1, "free", macA, t0-100, t0+30)},
+			{at: 35, appended: block(ip1, "active", macB, t0+35, t0+635)},
+			{at: 36, hook: ev(hook(event.Commit, ip1, macB, t0+35)),
+				want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +30 missed-expiry"}},
+			{at: 35 + grace},
+			{at: 100},
+		}},
+		// As the same client's case of rule 1 above, the file showing
+		// the new binding before its hook comes: the expiry falls due at
+		// once, ahead of the commit.
 		{"rule 2: vanished, then the file shows the same client's new binding after the end: the expiry at once", []step{
 			{at: 0, snapshot: block(ip1, "active", macA, t0-100, t0+30)},
 			{at: 10, snapshot: "\n"},
@@ -511,10 +533,14 @@ func TestRules(t *testing.T) {
 			{at: 20, snapshot: base},
 			{at: 499},
 		}},
-		{"rule 4: an IP re-leased to B never gets a late expiry for A", []step{
+		// MAAS would keep A linked to the address if B's commit went
+		// first, and clear it for B if A's expiry came after
+		// (internal/maasmodel): A's end goes ahead of B's commit.
+		{"rule 4: an IP re-leased to B never gets a late expiry for A: it goes ahead of B's commit", []step{
 			{at: 0, snapshot: base},
 			{at: 500, appended: block(ip1, "free", macA, t0-100, t0+500)},
-			{at: 501, hook: ev(hook(event.Commit, ip1, macB, t0+501))},
+			{at: 501, hook: ev(hook(event.Commit, ip1, macB, t0+501)),
+				want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +500 missed-expiry"}},
 			{at: 501, appended: block(ip1, "active", macB, t0+501, t0+1101)},
 			{at: 600},
 		}},

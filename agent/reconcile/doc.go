@@ -17,7 +17,10 @@
 //     earlier, which is how dhcpd without failover writes a release;
 //     expiry for free, expired and the other unbound states). With no
 //     hooks at all (grace 0) this alone delivers every event. Not in
-//     complement mode (see Modes).
+//     complement mode (see Modes). An end still waiting for its hook
+//     when a hook reports the address's next commit goes at once, ahead
+//     of it (TakeEndedBefore; for another client's commit, see rule 2 on
+//     why MAAS needs the end first).
 //  2. An IP whose last state was active vanishes from a rewritten file:
 //     synthesise an expiry at the lease's own end (now if it has passed),
 //     with its MAC, unless the same client's lease of the IP reappears
