@@ -102,6 +102,13 @@
 //     delivers what its hooks report; the agent records those changes as
 //     told and synthesises only rule 2, the expiries no hook ever
 //     reports. Rules 1 and 3 are off: their events would be duplicates.
+//     A dropped lease whose address dhcpd gives to another client before
+//     its end is not expired: MAAS's helper told the new commit before
+//     the file showed it, and an expiry after it would clear the
+//     address for the new client as well (internal/maasmodel). MAAS then
+//     keeps the old MAC linked to the address until that MAC's next
+//     news deletes the record, which the new client's next renewal makes
+//     again.
 //   - hookless: no reporting hook, or none dhcpd can run (missing, not
 //     executable): the grace is 0 and every change reaches the outbox as
 //     soon as dhcpd has written it.
