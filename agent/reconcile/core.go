@@ -147,7 +147,8 @@ type Pending struct {
 	Untold bool `json:"untold,omitempty"`
 	// Ahead: in a failover pair, a dropped lease's expiry (rule 2) that
 	// this side sends, whose client the file then showed bound again
-	// after the lease's end, in a block recorded as told (the partner's
+	// after the lease's end, or whose address it showed bound to another
+	// client (givenAway), in a block recorded as told (the partner's
 	// binding update, or this side's ack before its hook): the end goes
 	// now, ahead of that commit, whatever the record says (vanishedBack,
 	// aheadCovered). The pair's channel orders it before the partner's
@@ -526,8 +527,9 @@ func endedBefore(p Pending, mac string, start int64) bool {
 // than mac, the address's new holder: the expiry of a lease a rewrite
 // dropped (rule 2), over once dhcpd gives its address away, whatever its
 // end, or an end the file showed that no hook has told yet (rule 1).
-// MAAS must hear that end before the new commit: a commit updates the address's DISCOVERED record in place and
-// links it to the new MAC's interfaces without unlinking the old one's
+// MAAS must hear that end before the new commit: a commit updates the
+// address's DISCOVERED record in place and links it to the new MAC's
+// interfaces without unlinking the old one's
 // (maasservicelayer/services/leases.py _commit_lease_info;
 // db/repositories/staticipaddress.py create_or_update, an upsert on ip;
 // services/interfaces.py link_ip, which only adds), so the old client's
@@ -563,8 +565,9 @@ func sooner(action string, at int64, recorded bool, start int64) bool {
 
 // TakeEndedBefore removes and returns, in order, the ends of ev's
 // address that ended before ev, a commit a hook reported, and that the
-// region has not been told: pending ends (endedBefore; those already
-// told are only removed), and in a failover pair an end the file
+// region has not been told: pending ends of the same client
+// (endedBefore) or of another (givenAway, dated no later than ev; those
+// already told are only removed), and in a failover pair an end the file
 // recorded while it only recorded (outside partner-down, or before the
 // takeover) that no hook of this side reported (untoldEnd). The caller
 // queues them ahead of ev, and calls Hook for each. Sent after ev, or
@@ -1200,8 +1203,9 @@ func (s *State) TakeLapsed() int {
 }
 
 // TakeAheadSent returns the ends of dropped leases (Pending.Ahead) that
-// Due or TakeEndedBefore handed out since the last call, ahead of their
-// client's new commit the file recorded as told, and forgets them.
+// Due or TakeEndedBefore handed out since the last call, ahead of the
+// next commit of their address the file recorded as told, and forgets
+// them.
 func (s *State) TakeAheadSent() []event.Event {
 	evs := s.aheadSent
 	s.aheadSent = nil

@@ -627,20 +627,21 @@ func (r *Reconciler) classified(kind, by string) {
 	r.log.Info().Msg("dhcpd's hourly rewrite of the leases file")
 }
 
+// logAheadSent says which dropped leases' ends the state sent ahead of
+// the next commit of their address the file recorded as told
+// (Pending.Ahead): in a failover pair no hook of either server reports
+// those ends.
+func (r *Reconciler) logAheadSent() {
+	for _, ev := range r.st.TakeAheadSent() {
+		r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("ends", ev.Timestamp).
+			Msg("failover: the end of a lease a rewrite dropped goes now, ahead of the next commit of its address (its client back after the end, or another client): no hook of either server reports it")
+	}
+}
+
 // synthesised readies an event the state synthesised for the outbox:
 // checked, stamped, recorded as told, counted and logged. It is false
 // for one not to queue (invalid, or one the region cannot take). r.mu is
 // held.
-// logAheadSent says which dropped leases' ends the state sent ahead of
-// their client's new commit (Pending.Ahead): in a failover pair no hook
-// of either server reports those ends.
-func (r *Reconciler) logAheadSent() {
-	for _, ev := range r.st.TakeAheadSent() {
-		r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("ends", ev.Timestamp).
-			Msg("failover: the end of a lease a rewrite dropped, whose client the file shows bound again after it, goes now, ahead of the new commit: no hook of either server reports it")
-	}
-}
-
 func (r *Reconciler) synthesised(ev event.Event, now time.Time) (event.Event, bool) {
 	if err := ev.Normalize(); err != nil {
 		r.met.problems.WithLabelValues(problemInvalid).Inc()
