@@ -541,6 +541,13 @@ func givenAway(p Pending, mac string) bool {
 	return p.Event.Action != event.Commit && p.Event.MAC != "" && p.Event.MAC != mac && !p.PairWait && !p.Standby
 }
 
+// owedBefore reports whether p is an end the region must hear before
+// the binding of mac starting at start: the same client's lease that
+// ended before it (endedBefore), or another client's (givenAway).
+func owedBefore(p Pending, mac string, start int64) bool {
+	return endedBefore(p, mac, start) || givenAway(p, mac)
+}
+
 // endedAt is p's event dated no later than start, the new binding's: the
 // end of a lease whose address went to another client before its end
 // (givenAway) is dated when it did.
@@ -589,7 +596,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		// own. (make chaos PAIR=1 seed 17: a returned primary's rule-2
 		// expiry, due after its client came back, was kept pending here;
 		// the commit then covered it and no one told that end.)
-		if !endedBefore(p, ev.MAC, ev.Timestamp) && !givenAway(p, ev.MAC) || !fromFile && !p.Untold && p.Event.Reason != ReasonVanished {
+		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && p.Event.Reason != ReasonVanished {
 			keep = append(keep, p)
 			continue
 		}
@@ -831,7 +838,7 @@ func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	for _, p := range q {
 		switch {
 		case p.Event.Reason != ReasonVanished:
-		case endedBefore(p, l.MAC, l.Starts) || givenAway(p, l.MAC):
+		case owedBefore(p, l.MAC, l.Starts):
 			if ev := endedAt(p, l.Starts); p.Due > now || ahead && !p.Ahead || ev != p.Event {
 				p.Event, p.Due, p.Ahead, changed = ev, min(p.Due, now), p.Ahead || ahead, true
 			}
@@ -1258,7 +1265,7 @@ func (s *State) pointless(ip netip.Addr, p Pending, t Told, ok bool) bool {
 			// (reappeared). Another client's is owed the end first
 			// (givenAway), as is the same client's after it
 			// (endedBefore).
-			return !endedBefore(p, l.MAC, l.Starts) && !givenAway(p, l.MAC)
+			return !owedBefore(p, l.MAC, l.Starts)
 		case l.MAC != "" && l.MAC != p.Event.MAC:
 			// The address moved on, and that lease is over too. A block
 			// with no MAC (the free lease dhcpd lists when a range holds

@@ -49,8 +49,12 @@ type Event struct {
 
 // Lease is an address's DISCOVERED row.
 type Lease struct {
-	IP        string
-	MACs      []string // the MACs of the interfaces linked to it, in link order
+	IP   string
+	MACs []string // the MACs of the interfaces linked to it, in link order
+	// Hostname is the last commit's. MAAS keeps it in a DNS resource
+	// (_commit_lease_info: update_dynamic_hostname, or nothing for an
+	// invalid one, or release_dynamic_hostname for a node's name); that
+	// is not modelled.
 	Hostname  string
 	LeaseTime int64
 	Timestamp int64 // the last commit's, MAAS's "created"

@@ -36,7 +36,9 @@
 //
 //   - Application is keyed by IP in arrival order, comparing no
 //     timestamps: a late or repeated event overwrites newer state (Leases
-//     shows the result).
+//     shows the result). A commit from another MAC links the address to
+//     it without unlinking the first, whose later news then takes the
+//     address from both (internal/maasmodel).
 //
 //   - 204 on success. Every request is recorded (Requests), every batch
 //     taken (Batches, Items).
