@@ -795,7 +795,10 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 				s.dropPending(ip, ReasonVanished)
 			}
 		}
-		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit) {
+		// An end is recorded as the news after a commit of the same
+		// client only: another client's unbound block ends no lease the
+		// region heard of (see below).
+		if t, told := s.Told[ip]; l.State == parser.StateActive || (told && t.Action == event.Commit && t.MAC == l.MAC) {
 			s.setTold(ip, s.recordTold(t, told, ev, l.Acked))
 			s.noteShownEnd(ip, ev, now)
 		}
@@ -804,8 +807,14 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	if l.State != parser.StateActive && (!had || prev.State != parser.StateActive) {
 		// An unbound block for an address the file never showed bound:
 		// free leases a rewrite lists, or states the region never heard
-		// of. Nothing to tell.
-		if t, told := s.Told[ip]; !told || t.Action != event.Commit {
+		// of. Nothing to tell — unless the region was told this
+		// client's commit (a hook's, ahead of the file). Another
+		// client's unbound block is not the end of that lease: dhcpd
+		// keeps the last hardware address on free and backup leases,
+		// and a failover partner's binding updates move them (make
+		// chaos PAIR=1 seed 94: a secondary just stepped back sent the
+		// expiry of a MAC the address was never bound to).
+		if t, told := s.Told[ip]; !told || t.Action != event.Commit || t.MAC != l.MAC {
 			return
 		}
 	}
