@@ -97,6 +97,8 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		d.Close()
 		return fail(err)
 	}
+	// The hooks' backlog first: what the file showed is sent after it.
+	rec.AwaitBacklog(hs.Drained())
 
 	closePair := func() error { return nil }
 	var link *pair.Link

@@ -457,3 +457,99 @@ func fill(t *testing.T, path string) {
 		}
 	}
 }
+
+// TestBacklogBeforeFile: a client's lease was told. Then, its renewal
+// and its release: the leases file, rewritten, shows the release alone,
+// and the agent that read it stops before the hooks' events of both are
+// stored (they wait in the socket's queue, or the spool). The next
+// agent starts after reconcile.expiry_grace has passed. It must take the
+// hooks' backlog before it sends what it scheduled from the file: the
+// other way round, the release goes as missed and the hook's older
+// commit is then dropped as older news, a lease life lost to the region
+// (make chaos PAIR=1 seed 94: three).
+func TestBacklogBeforeFile(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		activated bool // the socket outlives agents (systemd); else the hooks spool
+	}{
+		{"socket queue", true},
+		{"spool", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			var sock *os.File
+			if tc.activated {
+				sock = e.activatedSocket()
+			}
+			opts := agentOptions{activated: sock, extra: "\n[reconcile]\nmode = \"replacement\"\nexpiry_grace = \"1s\"\n"}
+			leasesPath := filepath.Join(e.dir, "dhcpd.leases")
+			if err := os.WriteFile(leasesPath, []byte("# dhcpd.leases\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			const mac = "02:00:00:00:00:07"
+			h := hookEvent{ip: ipOf(7), client: 7}
+			hook := func(id int, action string) hookEvent {
+				x := h
+				x.id, x.action = id, action
+				if action == event.Commit {
+					x.host = fmt.Sprintf("node-%d", id)
+				}
+				if err := e.hook(x); err != nil {
+					t.Fatal(err)
+				}
+				return x
+			}
+			block := func(state string, starts, ends int64) string {
+				return fmt.Sprintf("lease %s {\n  starts %s;\n  ends %s;\n  cltt %s;\n  binding state %s;\n  hardware ethernet %s;\n}\n",
+					h.ip, leaseTime(starts), leaseTime(ends), leaseTime(starts), state, mac)
+			}
+			write := func(text string) { // whole, as dhcpd rewrites it
+				tmp := leasesPath + "~"
+				if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(tmp, leasesPath); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// The first lease, told while an agent runs.
+			a := e.startAgent(opts)
+			at := time.Now().Unix()
+			first := hook(1, event.Commit)
+			write(block("active", at, at+600))
+			e.waitDelivered(a, []hookEvent{first}, 30*time.Second)
+			// The renewal at s and the release at r, the file rewritten
+			// with the release; the agent reads it and stops.
+			s, r := at+2, at+4
+			write(block("released", s, r))
+			if !waitFor(30*time.Second, func() bool { return a.metric("leasekeeper_reconcile_pending") > 0 }) {
+				t.Fatalf("the release the file shows is not pending; the agent logs:\n%s", a.logTail(20))
+			}
+			a.stop()
+			time.Sleep(time.Until(time.Unix(s, 0)))
+			renewal := hook(2, event.Commit)
+			time.Sleep(time.Until(time.Unix(r, 0)))
+			release := hook(3, event.Release)
+			// Past the grace of what the file showed.
+			time.Sleep(time.Until(time.Unix(r+2, 0)))
+			a = e.startAgent(opts)
+			e.waitDelivered(a, []hookEvent{first, renewal, release}, 30*time.Second)
+			time.Sleep(2 * time.Second) // whatever else comes, within a grace
+			var got []string
+			for _, it := range e.region.items() {
+				got = append(got, it.Action+" "+it.Hostname)
+			}
+			if w := []string{"commit node-1", "commit node-2", "release "}; !slices.Equal(got, w) {
+				t.Errorf("the region got %q, want %q; the agent logs:\n%s", got, w, a.logTail(20))
+			}
+			a.stop()
+		})
+	}
+}
+
+// leaseTime is t as dhcpd writes it in dhcpd.leases (UTC).
+func leaseTime(t int64) string {
+	u := time.Unix(t, 0).UTC()
+	return fmt.Sprintf("%d %s", u.Weekday(), u.Format("2006/01/02 15:04:05"))
+}

@@ -77,8 +77,9 @@ type Listener struct {
 }
 
 // Drained is closed once the events spooled while nobody listened, and
-// the datagrams queued ahead of them, are stored (handed to the sink,
-// which queued or dropped them). A Run that ends first never closes it.
+// the datagrams queued in the socket when Run started, are stored
+// (handed to the sink, which queued or dropped them). A Run that ends
+// first never closes it.
 func (l *Listener) Drained() <-chan struct{} { return l.drained }
 
 // LastProgress is when the hook socket last made progress (agent.Prober):
@@ -178,8 +179,13 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 		conn.SetReadDeadline(time.Now()) // wake a reader waiting on the poller
 	})
 	defer stop()
-	// Events the hooks spooled while nobody listened come first.
+	// Events the hooks spooled while nobody listened come first, and
+	// Drained covers those queued in the socket too (an activated socket
+	// outlives the agent), spool or not.
 	if err = l.drainSpool(ctx, sk, events); err == nil {
+		err = l.readQueued(ctx, sk, events)
+	}
+	if err == nil {
 		if err = stored(ctx, events); err == nil && ctx.Err() == nil {
 			select {
 			case <-l.drained: // a second Run
