@@ -767,6 +767,9 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 		if err := r.commit(ctx, evs); err != nil {
 			r.unsent = append(r.unsent, evs...)
 			r.flushAt, r.retryAt = time.Time{}, now.Add(retryDelay)
+			if ctx.Err() != nil {
+				break // stopping: shutdown persists it, or says it cannot
+			}
 			r.met.problems.WithLabelValues(problemPersist).Inc()
 			r.log.Error().Err(err).Int("events", len(r.unsent)).Msg("cannot persist the reconciler's state and events; retrying")
 		}
