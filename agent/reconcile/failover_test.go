@@ -1422,3 +1422,61 @@ func TestOwnTold(t *testing.T) {
 		t.Errorf("OwnTold %v, want %v", got, want)
 	}
 }
+
+// TestPairBacklogFirst: the primary acked A's lease and renewed it; with
+// the partner gone quiet its file recorded the lease expired (not free:
+// that needs the partner's ack), A back two seconds later, and released;
+// the agent stopped before it took those hooks' events, and the next one
+// reads the file, partner-down and all, before the hooks' backlog. The
+// release is this side's own end not yet free (ownExpired), due at once
+// as it takes over. The Reconciler takes the backlog first
+// (AwaitBacklog): then each hook event is this side's backlog behind its
+// recorded news (ownBacklog), and the pending release is covered by the
+// hook's. Sent before them, the release made the hook's older commit
+// look old: dropped, a lease life lost (make chaos PAIR=1 seed 94, the
+// agent's log: the same three drops).
+func TestPairBacklogFirst(t *testing.T) {
+	const ip = "203.0.113.12"
+	s := NewState(grace)
+	s.Pair = Pair{Peer: "fo", Role: RolePrimary}
+	tab, complete := table(t, fostate("normal", "normal"))
+	s.Snapshot(tab, complete, t0)
+	var got []string
+	accept := func(ev event.Event) { // as Reconciler.Accept
+		if why := s.SupersededWhy(ev); why != "" {
+			got = append(got, fmt.Sprintf("dropped %s %+d: %s", ev.Action, ev.Timestamp-t0, why))
+			return
+		}
+		for _, x := range s.TakeEndedBefore(ev) {
+			got = append(got, fmt.Sprintf("ahead %s %+d", x.Action, x.Timestamp-t0))
+			s.Hook(x)
+		}
+		s.Hook(ev)
+		got = append(got, fmt.Sprintf("hook %s %+d", ev.Action, ev.Timestamp-t0))
+	}
+	due := func(at int64) {
+		for _, ev := range s.Due(t0 + at) {
+			got = append(got, fmt.Sprintf("due %s %+d %s", ev.Action, ev.Timestamp-t0, ev.Reason))
+			s.Hook(ev)
+		}
+	}
+	accept(renewal(ip, macA, t0+16, 10))
+	appendPair(t, s, ackedBlock(ip, "active", macA, t0+16, t0+26), t0+16)
+	accept(renewal(ip, macA, t0+18, 20))
+	appendPair(t, s, clttBlock(ip, "active", macA, t0+16, t0+26, t0+18), t0+18)
+	due(20)
+	appendPair(t, s, block(ip, "expired", macA, t0+16, t0+26)+
+		ackedBlock(ip, "active", macA, t0+28, t0+48)+ackedBlock(ip, "released", macA, t0+28, t0+29), t0+30)
+	due(30)
+	// The next agent: the file (partner-down), the backlog, then Due.
+	appendPair(t, s, fostate("partner-down", "normal"), t0+32)
+	accept(hook(event.Expiry, ip, macA, t0+26))
+	accept(renewal(ip, macA, t0+28, 20))
+	accept(hook(event.Release, ip, macA, t0+29))
+	due(32)
+	due(10000)
+	want := []string{"hook commit +16", "hook commit +18", "hook expiry +26", "hook commit +28", "hook release +29"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
