@@ -160,26 +160,34 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	d.waitRegion(ctx, ip1, "commit", 5*time.Second)
+	if _, err := d.expect(ctx, ip1, "commit", 5*time.Second); err != nil {
+		return err
+	}
 
 	say("c1 releases it (dhclient -r): dhcpd runs the hook on release")
 	if err := c1.Release(ctx); err != nil {
 		return err
 	}
-	d.waitRegion(ctx, ip1, "release", 5*time.Second)
+	if _, err := d.expect(ctx, ip1, "release", 5*time.Second); err != nil {
+		return err
+	}
 
 	say("c2 takes a lease and vanishes without a release (a destroyed container): dhcpd expires it at its end and runs the hook on expiry")
 	ip2, err := d.dhclient(ctx, c2)
 	if err != nil {
 		return err
 	}
-	d.waitRegion(ctx, ip2, "commit", 5*time.Second)
+	if _, err := d.expect(ctx, ip2, "commit", 5*time.Second); err != nil {
+		return err
+	}
 	if err := c2.Kill(); err != nil {
 		return err
 	}
 	ends2 := d.leaseEnds(ip2)
 	d.show("demo", "c2's lease ends at %s, in %.0f s", time.Unix(ends2, 0).Format("15:04:05"), time.Until(time.Unix(ends2, 0)).Seconds())
-	d.waitRegion(ctx, ip2, "expiry", time.Until(time.Unix(ends2, 0))+10*time.Second)
+	if _, err := d.expect(ctx, ip2, "expiry", time.Until(time.Unix(ends2, 0))+10*time.Second); err != nil {
+		return err
+	}
 
 	say("c3 takes a lease, then its container is force-deleted: no release, no clean shutdown")
 	c3 := d.lab.AddClient("c3")
@@ -187,7 +195,9 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	d.waitRegion(ctx, ip4, "commit", 5*time.Second)
+	if _, err := d.expect(ctx, ip4, "commit", 5*time.Second); err != nil {
+		return err
+	}
 	if err := c3.Destroy(); err != nil {
 		return err
 	}
@@ -201,14 +211,18 @@ func (d *demo) run() error {
 	if err != nil {
 		return fmt.Errorf("release --for: %w", err)
 	}
-	d.waitRegion(ctx, ip4, "release", 5*time.Second)
+	if _, err := d.expect(ctx, ip4, "release", 5*time.Second); err != nil {
+		return err
+	}
 
 	say("the failure leasekeeper exists for: c1 takes a lease again and vanishes; then the range shrinks to leave its address out and dhcpd restarts")
 	ip3, err := d.dhclient(ctx, c1)
 	if err != nil {
 		return err
 	}
-	d.waitRegion(ctx, ip3, "commit", 5*time.Second)
+	if _, err := d.expect(ctx, ip3, "commit", 5*time.Second); err != nil {
+		return err
+	}
 	if err := c1.Destroy(); err != nil {
 		return err
 	}
@@ -226,9 +240,9 @@ func (d *demo) run() error {
 	}
 	d.show("demo", "the lease c1 was given ends at %s, in %.0f s: the region must not free it earlier", time.Unix(ends3, 0).Format("15:04:05"),
 		time.Until(time.Unix(ends3, 0)).Seconds())
-	got := d.waitRegion(ctx, ip3, "expiry", time.Until(time.Unix(ends3, 0))+10*time.Second)
-	if got.IsZero() {
-		return errors.New("the synthesised expiry did not arrive")
+	got, err := d.expect(ctx, ip3, "expiry", time.Until(time.Unix(ends3, 0))+10*time.Second)
+	if err != nil {
+		return fmt.Errorf("the synthesised expiry did not arrive: %w", err)
 	}
 	d.show("demo", "the expiry arrived %.1f s after the lease's end", got.Sub(time.Unix(ends3, 0)).Seconds())
 	if _, ok := d.stub.Lease(ip3); ok {
@@ -392,6 +406,16 @@ func (d *demo) printRegion(ctx context.Context) {
 		seen = len(items)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// expect is waitRegion for a step the demo cannot go on without: an
+// error if the region did not receive it.
+func (d *demo) expect(ctx context.Context, ip netip.Addr, action string, within time.Duration) (time.Time, error) {
+	at := d.waitRegion(ctx, ip, action, within)
+	if at.IsZero() {
+		return at, fmt.Errorf("the region received no %s for %s within %s", action, ip, within.Round(time.Second))
+	}
+	return at, nil
 }
 
 // waitRegion waits for the region to receive action for ip and returns
