@@ -310,6 +310,7 @@ func TestFullStateDisk(t *testing.T) {
 	// spool. So watch from the start instead of reading once: the most
 	// events /status showed held, and the most lines the spool held.
 	watch := watchFull(a, e.spool)
+	t.Cleanup(func() { watch.stop() }) // on a failure before the stop below
 	during := g.events(400, 0, 20)
 	if err := e.runHooks(during, 2, nil); err != nil {
 		t.Fatal(err)
@@ -373,6 +374,7 @@ type fullSeen struct {
 type fullWatch struct {
 	mu   sync.Mutex
 	seen fullSeen
+	once sync.Once
 	quit chan struct{}
 	done chan struct{}
 }
@@ -418,9 +420,13 @@ func (w *fullWatch) held() int {
 	return w.seen.held
 }
 
+// stop ends the polling (once; later calls wait for it) and returns
+// what it saw.
 func (w *fullWatch) stop() fullSeen {
-	close(w.quit)
+	w.once.Do(func() { close(w.quit) })
 	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return w.seen
 }
 

@@ -150,6 +150,7 @@ type Reconciler struct {
 	// until backlogUntil, nothing pending is sent (decide, Due).
 	// backlogDone: no longer waited for. Set before Run.
 	backlog      <-chan struct{}
+	backlogMax   time.Duration // defaultBacklogMax; tests shorten it
 	backlogUntil time.Time
 	backlogDone  bool
 
@@ -179,7 +180,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		now = time.Now
 	}
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
-		classifyWait: defaultClassifyWait, read: make(chan struct{}), ended: make(chan struct{}),
+		classifyWait: defaultClassifyWait, backlogMax: defaultBacklogMax, read: make(chan struct{}), ended: make(chan struct{}),
 		catchUp: make(chan chan struct{}), started: now()}
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
@@ -346,13 +347,13 @@ func (r *Reconciler) readUpToNow(ctx context.Context) {
 	}
 }
 
-// backlogMax bounds how long, from Run's start, the hooks' backlog is
-// waited for before what is pending is sent without it.
-const backlogMax = 30 * time.Second
+// defaultBacklogMax bounds how long, from Run's start, the hooks'
+// backlog is waited for before what is pending is sent without it.
+const defaultBacklogMax = 30 * time.Second
 
 // AwaitBacklog has Run send nothing it synthesised until taken is closed
 // (hooksock.Listener.Drained: the events the hooks queued in the socket
-// or spooled while no agent read them are taken), or backlogMax has
+// or spooled while no agent read them are taken), or 30 s have
 // passed. An event pending from before the start (a previous run read
 // the file and stopped within the grace) is due at once; sent before the
 // hooks' backlog, it would make news the backlog holds look old: a
@@ -378,7 +379,7 @@ func (r *Reconciler) backlogTaken(now time.Time) bool {
 		return false
 	}
 	r.backlogDone = true
-	r.log.Warn().Dur("waited", backlogMax).
+	r.log.Warn().Dur("waited", r.backlogMax).
 		Msg("the hooks' backlog (events queued in the socket or spooled while no agent read them) is not all taken yet: sending what the leases file shows without it; a hook event in it older than what is sent now will be dropped as older news")
 	return true
 }
@@ -401,7 +402,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	r.mu.Unlock()
 	r.pid = readPID(r.cfg.PIDFile)
 	r.mu.Lock()
-	r.backlogUntil = r.now().Add(backlogMax)
+	r.backlogUntil = r.now().Add(r.backlogMax)
 	r.mu.Unlock()
 	backlog := r.backlog // its case below fires once
 	changes, err := r.fol.resume(r.loadedPos)

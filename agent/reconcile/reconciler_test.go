@@ -610,3 +610,39 @@ func TestTaskBusyWatchPaused(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskAwaitsBacklog: what the file asks to send waits for the hooks'
+// backlog (AwaitBacklog): it goes once the backlog is taken, or, if it
+// never is, after backlogMax, with a warning.
+func TestTaskAwaitsBacklog(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		taken bool // the backlog is taken (closed) after a while; else never
+	}{{"taken", true}, {"never taken", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.d.rewrite("", true)
+			backlog := make(chan struct{})
+			h.beforeRun = func(r *Reconciler) {
+				r.AwaitBacklog(backlog)
+				r.backlogMax = 5 * time.Second
+			}
+			h.start(30 * time.Second) // hookless: a commit is due at once
+			h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
+			time.Sleep(500 * time.Millisecond) // many rounds and ticks
+			if got := h.queued(); len(got) != 0 {
+				t.Fatalf("queued before the backlog was taken: %q", got)
+			}
+			if tc.taken {
+				close(backlog)
+			}
+			got, _ := h.waitQueued(1, 10*time.Second)
+			if want := "commit 203.0.113.10 00:16:3e:00:00:0a missed-commit"; len(got) != 1 || got[0] != want {
+				t.Fatalf("queued %q, want %q", got, want)
+			}
+			if warned := strings.Contains(h.logText(), "backlog"); warned == tc.taken {
+				t.Errorf("warned of a backlog not taken: %t, want %t; log:\n%s", warned, !tc.taken, h.logText())
+			}
+		})
+	}
+}
