@@ -455,6 +455,23 @@ func TestFailoverRules(t *testing.T) {
 			{at: 200},
 		},
 	}, {
+		// The survivor's file recorded the end of A's lease and it
+		// stepped back within the grace; the next block is a backup
+		// block carrying another client's address, dated later. It is
+		// no news of A's lease: A's end still goes (recorded as told,
+		// its later date made A's end look old, and it was dropped).
+		name: "the survivor steps back after an end its file recorded, then another client's backup block: it still sends the end",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
+			{at: 1, appended: fostate("partner-down", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0, t0+30)},
+			{at: 31, appended: fostate("normal", "recover-done") + block("203.0.113.12", "backup", macB, t0+31, t0+90)},
+			{at: 30 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 200},
+		},
+	}, {
 		// Communications come back without a takeover: the lease goes
 		// free with the partner's ack, and the hook of the side that
 		// acked it tells the end.
