@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/leasegen"
 )
 
 // TestDisallowedUIDRejected: the hook run as nobody reaches the socket
@@ -506,8 +507,9 @@ func TestBacklogBeforeFile(t *testing.T) {
 				return x
 			}
 			block := func(state string, starts, ends int64) string {
+				at := func(sec int64) string { return leasegen.Date(time.Unix(sec, 0).UTC()) }
 				return fmt.Sprintf("lease %s {\n  starts %s;\n  ends %s;\n  cltt %s;\n  binding state %s;\n  hardware ethernet %s;\n}\n",
-					h.ip, leaseTime(starts), leaseTime(ends), leaseTime(starts), state, mac)
+					h.ip, at(starts), at(ends), at(starts), state, mac)
 			}
 			write := func(text string) { // whole, as dhcpd rewrites it
 				tmp := leasesPath + "~"
@@ -552,10 +554,4 @@ func TestBacklogBeforeFile(t *testing.T) {
 			a.stop()
 		})
 	}
-}
-
-// leaseTime is t as dhcpd writes it in dhcpd.leases (UTC).
-func leaseTime(t int64) string {
-	u := time.Unix(t, 0).UTC()
-	return fmt.Sprintf("%d %s", u.Weekday(), u.Format("2006/01/02 15:04:05"))
 }

@@ -809,11 +809,11 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// free leases a rewrite lists, or states the region never heard
 		// of. Nothing to tell — unless the region was told this
 		// client's commit (a hook's, ahead of the file). Another
-		// client's unbound block is not the end of that lease: dhcpd
-		// keeps the last hardware address on free and backup leases,
-		// and a failover partner's binding updates move them (make
-		// chaos PAIR=1 seed 94: a secondary just stepped back sent the
-		// expiry of a MAC the address was never bound to).
+		// client's unbound block is not the end of that lease: free and
+		// backup blocks carry the hardware address of a client the
+		// address was never bound to in that time, as both peers' files
+		// showed in make chaos PAIR=1 seed 94, where a secondary just
+		// stepped back sent the expiry of such a MAC.
 		if t, told := s.Told[ip]; !told || t.Action != event.Commit || t.MAC != l.MAC {
 			return
 		}

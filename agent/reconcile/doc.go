@@ -17,8 +17,8 @@
 //     earlier, which is how dhcpd without failover writes a release;
 //     expiry for free, expired and the other unbound states; but an
 //     unbound block whose hardware address differs from the last
-//     commit told is not the end of that lease: dhcpd keeps the last
-//     client's address on free and backup leases). With no
+//     commit told is not the end of that lease: failover peers'
+//     free and backup blocks carry such addresses). With no
 //     hooks at all (grace 0) this alone delivers every event. Not in
 //     complement mode (see Modes). An end still waiting for its hook
 //     when a hook reports the address's next commit goes at once, ahead

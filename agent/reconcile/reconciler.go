@@ -363,10 +363,14 @@ const defaultBacklogMax = 30 * time.Second
 // read of the file (Accept). Call before Run.
 func (r *Reconciler) AwaitBacklog(taken <-chan struct{}) { r.backlog = taken }
 
+// backlogOver reports whether the hooks' backlog is no longer waited
+// for (or never was). r.mu is held.
+func (r *Reconciler) backlogOver() bool { return r.backlogDone || r.backlog == nil }
+
 // backlogTaken reports whether decide may send what is due: the hooks'
 // backlog is taken, or was waited for long enough. r.mu is held.
 func (r *Reconciler) backlogTaken(now time.Time) bool {
-	if r.backlogDone || r.backlog == nil {
+	if r.backlogOver() {
 		return true
 	}
 	select {
@@ -399,11 +403,9 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	watching := r.watch(w, dir)
 	r.mu.Lock()
 	r.scanMode("start")
-	r.mu.Unlock()
-	r.pid = readPID(r.cfg.PIDFile)
-	r.mu.Lock()
 	r.backlogUntil = r.now().Add(r.backlogMax)
 	r.mu.Unlock()
+	r.pid = readPID(r.cfg.PIDFile)
 	backlog := r.backlog // its case below fires once
 	changes, err := r.fol.resume(r.loadedPos)
 	r.round(ctx, changes, err)
@@ -514,7 +516,7 @@ func (r *Reconciler) watch(w *fsnotify.Watcher, dir string) bool {
 func (r *Reconciler) arm(timer *time.Timer) {
 	r.mu.Lock()
 	var next time.Time
-	if at, ok := r.st.NextDue(); ok && (r.backlogDone || r.backlog == nil) {
+	if at, ok := r.st.NextDue(); ok && r.backlogOver() {
 		// (While the hooks' backlog is waited for, nothing is sent: the
 		// second's tick below checks backlogUntil.)
 		next = time.Unix(min(at, 1<<40), 0)

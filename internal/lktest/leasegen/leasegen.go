@@ -86,7 +86,9 @@ func WriteConfig(w io.Writer, o Options) error {
 
 var weekday = [...]int{0, 1, 2, 3, 4, 5, 6}
 
-func date(t time.Time) string {
+// Date is t as dhcpd writes a time in dhcpd.leases ("W YYYY/MM/DD
+// HH:MM:SS", W the weekday); t is taken as is, so pass it in UTC.
+func Date(t time.Time) string {
 	return fmt.Sprintf("%d %04d/%02d/%02d %02d:%02d:%02d",
 		weekday[t.Weekday()], t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second())
 }
@@ -117,7 +119,7 @@ func WriteLeases(w io.Writer, o Options) error {
 			}
 			mac := [6]byte{0x52, 0x54, 0, byte(i >> 16), byte(i >> 8), byte(i)}
 			fmt.Fprintf(bw, "lease %s {\n  starts %s;\n  ends %s;\n  tstp %s;\n  cltt %s;\n  binding state %s;\n  next binding state %s;\n  rewind binding state free;\n",
-				ip(a), date(starts), date(ends), date(ends), date(starts), state, next)
+				ip(a), Date(starts), Date(ends), Date(ends), Date(starts), state, next)
 			fmt.Fprintf(bw, "  hardware ethernet %02x:%02x:%02x:%02x:%02x:%02x;\n", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5])
 			fmt.Fprintf(bw, "  uid \"\\001RT\\000%c%c%c\";\n", 'A'+byte(i%26), 'a'+byte(i/26%26), '0'+byte(i%10))
 			if o.MAAS {
