@@ -485,6 +485,29 @@ func (s *State) toldCommit(ev event.Event) {
 	}
 }
 
+// toldEnd drops what is pending for ip, dated no later than t, a hook's
+// end that the file has just recorded outside the rules that make this
+// side tell the file's news (observe, !tellsFromFile): the file's blocks
+// come in dhcpd's order, so what its earlier blocks made pending is older
+// news than that end, and sent after it would take the region back. The
+// pending events Due judges by their own rules stay. (make chaos PAIR=1
+// seed 95: a survivor's hook told a commit and, after its step-back, the
+// release of the same second; the missed-commit its file had made
+// pending as the survivor, no longer covered by a pending release, went
+// out after the release, and the region ended on a released lease.)
+func (s *State) toldEnd(ip netip.Addr, t Told) {
+	q := s.Pending[ip]
+	keep := make([]Pending, 0, len(q))
+	for _, p := range q {
+		if p.ownRules() || p.Event.Timestamp > t.At {
+			keep = append(keep, p)
+		}
+	}
+	if len(keep) < len(q) {
+		s.setPending(ip, keep)
+	}
+}
+
 // renewedVanished: a hook's commit for a lease a rewrite dropped, to the
 // same MAC and ending later than the end the file showed, is a renewal
 // the file never showed the agent (it was down, or could not read the
@@ -794,6 +817,13 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			} else {
 				s.dropPending(ip, ReasonVanished)
 			}
+		}
+		if t, told := s.Told[ip]; l.State != parser.StateActive && told && !t.Recorded && satisfied(t, told, ev) {
+			// A hook told this end: what this side's file made pending
+			// before it is covered, as Due covers what precedes the
+			// pending copy of a told event (coveredUpTo) — here the
+			// block is not scheduled, so nothing else would cover it.
+			s.toldEnd(ip, t)
 		}
 		// An end is recorded as the news after a commit of the same
 		// client only: another client's unbound block ends no lease the

@@ -455,6 +455,37 @@ func TestFailoverRules(t *testing.T) {
 			{at: 200},
 		},
 	}, {
+		// The survivor acks a lease and the client releases it in the
+		// same second; the partner's recovery ends in between and this
+		// side steps back. Its hooks told both events. The missed-commit
+		// its file made pending as the survivor is older than the
+		// release (the file's order) and must not follow it: it did,
+		// and the region ended on a released lease (make chaos PAIR=1
+		// seed 95, 203.0.113.101).
+		name: "a survivor's hooks tell a commit and, after its step-back, the release of the same second: nothing more",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: fostate("partner-down", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, hook: ev(fine(renewal(ip1, macA, t0+10, 10), 100))},
+			{at: 10, appended: ackedBlock(ip1, "active", macA, t0+10, t0+20)},
+			{at: 10, appended: fostate("partner-down", "recover-done") + fostate("normal", "recover-done")},
+			{at: 10, hook: ev(fine(hook(event.Release, ip1, macA, t0+10), 900))},
+			{at: 10, appended: ackedBlock(ip1, "released", macA, t0+10, t0+10)},
+			{at: 10 + grace},
+		},
+	}, {
+		// The same with both hooks ahead of the file's blocks.
+		name: "a survivor's hooks tell a commit and its release before the file shows them across its step-back: nothing more",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: fostate("partner-down", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, hook: ev(fine(renewal(ip1, macA, t0+10, 10), 100))},
+			{at: 10, hook: ev(fine(hook(event.Release, ip1, macA, t0+10), 900))},
+			{at: 10, appended: ackedBlock(ip1, "active", macA, t0+10, t0+20) + fostate("partner-down", "recover-done") +
+				fostate("normal", "recover-done") + ackedBlock(ip1, "released", macA, t0+10, t0+10)},
+			{at: 10 + grace},
+		},
+	}, {
 		// The survivor's file recorded the end of A's lease and it
 		// stepped back within the grace; the next block is a backup
 		// block carrying another client's address, dated later. It is
