@@ -374,6 +374,28 @@ func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	return t.PeerOwns && !s.Pair.Survivor()
 }
 
+// behindPeerRecord reports whether ev, a hook's event of this side's,
+// is older than the address's last news only because the file recorded
+// the peer's newer work (Told.Recorded, Told.PeerOwns) before ev was
+// taken: an agent back from a restart reads the file before the events
+// its hooks queued meanwhile. Whose lease ev ends (or begins) the newer
+// record does not say — pairRepeat's rule is for a record no newer than
+// the hook's event — and the region may not have the peer's news yet.
+// With the pair channel such an event is queued, and the deliverer
+// judges it by the peer's word (agent: judgePair): sent ahead of the
+// peer's news if the peer has not delivered it, dropped if it has, and,
+// while the peer does not answer, sent with the file's newer record
+// after it. Not while dhcpd recovers: it serves no client then, and its
+// hooks' ends are replays (pairReplay). (make chaos PAIR=1 seed 95: the
+// secondary's agent, restarted, read the primary's commit of 203.0.113.166
+// before its own hook's expiry of the lease two seconds older, and
+// dropped the expiry: the region never heard that lease end.)
+func (s *State) behindPeerRecord(ev event.Event) bool {
+	t, ok := s.Told[ev.IP]
+	return ok && s.Pair.InPair() && !s.Pair.Recovering() && ev.Source != event.SourceFile &&
+		t.Recorded && t.PeerOwns && t.after(ev)
+}
+
 // ReasonPairReplay marks a hook's expiry or release that a server
 // recovering from its partner's partner-down ran, and that the agent
 // queues only because the failover pair's channel can tell whether it is

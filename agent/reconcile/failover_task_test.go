@@ -156,3 +156,45 @@ func TestTaskRestartKeepsShownEnd(t *testing.T) {
 		t.Fatalf("queued %q, want the client's next commit %q\nlog:\n%s", got, want, h.logText())
 	}
 }
+
+// TestTaskBacklogBehindPeerRecord is the secondary's agent back from a
+// restart: meanwhile its own lease of ip1 ended (the hook's expiry waits
+// in the socket) and the primary acked the client a new lease two
+// seconds later. The agent reads the file first, the primary's commit
+// included, then the hook's expiry. Whose lease that expiry ends the
+// newer record cannot say, and the region may not have the primary's
+// news yet: with the pair channel the expiry is queued for the
+// deliverer to judge by the peer's word; without it, it is dropped as
+// before (make chaos PAIR=1 seed 95, 203.0.113.166: dropped with the
+// channel, a lease end the region never heard).
+func TestTaskBacklogBehindPeerRecord(t *testing.T) {
+	for _, channel := range []bool{true, false} {
+		t.Run(fmt.Sprintf("channel=%t", channel), func(t *testing.T) {
+			h := newHarness(t)
+			h.pairHooked("secondary")
+			h.beforeRun = func(r *Reconciler) { r.cfg.PairChannel = channel }
+			now := time.Now().Unix()
+			h.d.rewrite(fostate("normal", "normal")+ackedBlock(ip1, "active", macA, now-20, now+3600), true)
+			h.start(time.Second)
+			if err := h.r.Accept(context.Background(), []event.Event{renewal(ip1, macA, now-20, 3620)}); err != nil {
+				t.Fatal(err)
+			}
+			h.stop()
+
+			h.d.append(ackedBlock(ip1, "expired", macA, now-20, now-2) + block(ip1, "active", macA, now, now+600))
+			h.start(time.Second)
+			end := hook(event.Expiry, ip1, macA, now-2)
+			end.Source = event.SourceSpool
+			if err := h.r.Accept(context.Background(), []event.Event{end}); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"commit 203.0.113.10 00:16:3e:00:00:0a "}
+			if channel {
+				want = append(want, "expiry 203.0.113.10 00:16:3e:00:00:0a ")
+			}
+			if got := h.queued(); strings.Join(got, "|") != strings.Join(want, "|") {
+				t.Fatalf("queued %q, want %q\nlog:\n%s", got, want, h.logText())
+			}
+		})
+	}
+}

@@ -40,8 +40,10 @@ type Config struct {
 	// expiry; nil = only the expiry is sent.
 	Orphans OrphanSink
 	// PairChannel: the failover pair's channel is configured ([pair]),
-	// so a hook's end run while dhcpd recovers is queued for the
-	// deliverer to judge (PairReplay), not dropped.
+	// so a hook's end run while dhcpd recovers (PairReplay), and a hook
+	// event older than the peer's news the file recorded first
+	// (behindPeerRecord), are queued for the deliverer to judge, not
+	// dropped.
 	PairChannel bool
 }
 
@@ -285,6 +287,13 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 					Int64("own_at", own.Timestamp).
 					Msg("a hook's end while dhcpd recovers: queued, and sent only if the failover peer's agent told nothing of the address since this agent's own news of it")
 			}
+		}
+		if why != "" && r.cfg.PairChannel && r.st.behindPeerRecord(ev) {
+			t := r.st.Told[ev.IP]
+			r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
+				Str("told", t.Action).Str("told_mac", t.MAC).Int64("told_at", t.At).
+				Msg("a hook event older than the peer's news the file recorded first: queued, and sent only if the failover peer's agent has not delivered that news")
+			why = ""
 		}
 		if why != "" {
 			t := r.st.Told[ev.IP]
