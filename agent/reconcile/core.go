@@ -492,11 +492,12 @@ func (s *State) toldCommit(ev event.Event) {
 // earlier blocks made pending for that client is older news than that
 // end, and sent after it would take the region back. The pending events
 // Due judges by their own rules stay, and so do the ends of leases a
-// rewrite dropped (rule 2: vanishedBack and pointless settle those). (make chaos PAIR=1
-// seed 95: a survivor's hook told a commit and, after its step-back, the
-// release of the same second; the missed-commit its file had made
-// pending as the survivor, no longer covered by a pending release, went
-// out after the release, and the region ended on a released lease.)
+// rewrite dropped (rule 2: vanishedBack and pointless settle those).
+// (make chaos PAIR=1 seed 95: a survivor's hook told a commit and, after
+// its step-back, the release of the same second; the missed-commit its
+// file had made pending as the survivor, no longer covered by a pending
+// release, went out after the release, and the region ended on a
+// released lease.)
 func (s *State) toldEnd(ip netip.Addr, t Told) {
 	q := s.Pending[ip]
 	keep := make([]Pending, 0, len(q))
