@@ -292,7 +292,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			t := r.st.Told[ev.IP]
 			r.log.Info().Str("action", ev.Action).Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
 				Str("told", t.Action).Str("told_mac", t.MAC).Int64("told_at", t.At).
-				Msg("a hook event older than the peer's news the file recorded first: queued, and sent only if the failover peer's agent has not delivered that news")
+				Msg("a hook event older than the peer's news the file recorded first: queued for the failover peer agent's word (sent ahead of that news if the peer has not delivered it, dropped if it has)")
 			why = ""
 		}
 		if why != "" {
