@@ -488,7 +488,11 @@ func TestBacklogBeforeFile(t *testing.T) {
 			if tc.activated {
 				sock = e.activatedSocket()
 			}
-			opts := agentOptions{activated: sock, extra: "\n[reconcile]\nmode = \"replacement\"\nexpiry_grace = \"1s\"\n"}
+			// The grace is long enough for the first agent to stop
+			// before the release it read falls due: with 1 s, a slow
+			// stop under CI's race detector let it send the release,
+			// and the renewal was then older news.
+			opts := agentOptions{activated: sock, extra: "\n[reconcile]\nmode = \"replacement\"\nexpiry_grace = \"4s\"\n"}
 			leasesPath := filepath.Join(e.dir, "dhcpd.leases")
 			if err := os.WriteFile(leasesPath, []byte("# dhcpd.leases\n"), 0o644); err != nil {
 				t.Fatal(err)
@@ -540,10 +544,10 @@ func TestBacklogBeforeFile(t *testing.T) {
 			time.Sleep(time.Until(time.Unix(r, 0)))
 			release := hook(3, event.Release)
 			// Past the grace of what the file showed.
-			time.Sleep(time.Until(time.Unix(r+2, 0)))
+			time.Sleep(time.Until(time.Unix(r+4, 0)))
 			a = e.startAgent(opts)
 			e.waitDelivered(a, []hookEvent{first, renewal, release}, 30*time.Second)
-			time.Sleep(2 * time.Second) // whatever else comes, within a grace
+			time.Sleep(4 * time.Second) // whatever else comes, within a grace
 			var got []string
 			for _, it := range e.region.items() {
 				got = append(got, it.Action+" "+it.Hostname)
