@@ -821,7 +821,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 				s.dropPending(ip, ReasonVanished)
 			}
 		}
-		if t, told := s.Told[ip]; l.State != parser.StateActive && told && !t.Recorded && satisfied(t, told, ev) {
+		if t, told := s.Told[ip]; l.State != parser.StateActive && told && !t.Recorded && t.Action != event.Commit && satisfied(t, told, ev) {
 			// A hook told this end: what this side's file made pending
 			// before it is covered, as Due covers what precedes the
 			// pending copy of a told event (coveredUpTo) — here the
