@@ -537,19 +537,16 @@ func (p *pair) measures() {
 
 // judge: the region against the pair's truth, both files merged.
 func (p *pair) judge(end time.Time) oracle.Report {
-	var files [][]oracle.Generation
+	pf := &PairFiles{}
 	for _, k := range p.racks {
-		files = append(files, k.capt.generations(end, k.opts.Dir))
-	}
-	inRange := func(f, g int, ip string) bool {
-		rg := p.racks[f].rangeOf(files[f][g])
-		a, err := netip.ParseAddr(ip)
-		if err != nil || !a.Is4() {
-			return true
+		gens := k.capt.generations(end, k.opts.Dir)
+		rgs := make([][2]int, len(gens))
+		for g, gen := range gens {
+			rgs[g] = k.rangeOf(gen)
 		}
-		last := int(a.As4()[3])
-		return strings.HasPrefix(ip, "203.0.113.") && last >= rg[0] && last <= rg[1]
+		pf.Files, pf.Ranges = append(pf.Files, gens), append(pf.Ranges, rgs)
 	}
+	files := pf.Files
 	for f, gens := range files {
 		for _, gen := range gens {
 			at := "-"
@@ -560,7 +557,7 @@ func (p *pair) judge(end time.Time) oracle.Report {
 				pairRole[f], gen.Name, p.racks[f].rangeOf(gen), at, gen.Table, len(gen.Blocks)-gen.Table)
 		}
 	}
-	merged := oracle.MergePair(files, inRange)
+	merged := pf.Merge()
 	var items []oracle.Item
 	for bi, b := range p.stub.Batches() {
 		for _, it := range b.Items {
@@ -578,7 +575,7 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	}
 	p.say("judging: %d region items; leases file generations: primary %d, secondary %d; the pair's merged truth %d",
 		len(items), len(files[0]), len(files[1]), len(merged))
-	ev := Evidence{Input: oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths}, Requests: requests(p.stub)}
+	ev := Evidence{Input: oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths}, Requests: requests(p.stub), Pair: pf}
 	p.evidence = &ev
 	return Verdict(ev)
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -142,7 +143,33 @@ type Result struct {
 type Evidence struct {
 	Input    oracle.Input
 	Requests []oracle.Request
+	// Pair is a pair run's two files before they were merged into
+	// Input.Generations (nil for one rack). Judged again, they are
+	// merged again, so that a change to oracle.MergePair applies too.
+	Pair *PairFiles `json:",omitempty"`
 }
+
+// PairFiles are a failover pair's leases files as MergePair takes them.
+type PairFiles struct {
+	Files [][]oracle.Generation
+	// Ranges[f][g] is the range (last octets of 203.0.113.x) the dhcpd
+	// that wrote Files[f][g] started on.
+	Ranges [][][2]int
+}
+
+// InRange is MergePair's inRange: whether ip lies in the range of the
+// dhcpd that wrote Files[f][g].
+func (p *PairFiles) InRange(f, g int, ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is4() {
+		return true
+	}
+	rg, last := p.Ranges[f][g], int(a.As4()[3])
+	return strings.HasPrefix(ip, "203.0.113.") && last >= rg[0] && last <= rg[1]
+}
+
+// Merge is the pair's truth as one stream of generations.
+func (p *PairFiles) Merge() []oracle.Generation { return oracle.MergePair(p.Files, p.InRange) }
 
 // EvidenceFile is the run's outcome with its evidence, in the run's
 // directory.
@@ -163,6 +190,9 @@ func Verdict(ev Evidence) oracle.Report {
 // judgeAgain is the run's report again: the oracle's verdict on the
 // evidence, and the agent's bounds.
 func judgeAgain(res Result) oracle.Report {
+	if p := res.Evidence.Pair; p != nil {
+		res.Evidence.Input.Generations = p.Merge()
+	}
 	rep := Verdict(*res.Evidence)
 	for _, v := range res.Agent.Violations() {
 		rep.Violations = append(rep.Violations, v)

@@ -50,22 +50,13 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 	// before its own blocks).
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
 
-	// A copy carries the lease's start too (the binding update's start
-	// time of state becomes the partner's starts: dhcpd
-	// server/failover.c): two lives of one MAC can end in the same
-	// second (the first expired, the next released in it), and only
-	// the start tells the second's end from a copy of the first's.
-	type key struct {
-		IP, MAC      string
-		Active       bool
-		Starts, Ends int64
-	}
-	told := make([]map[key]bool, len(files)) // what each file contributed
+	told := make([]map[pairKey]bool, len(files)) // what each file contributed
 	for f := range told {
-		told[f] = map[key]bool{}
+		told[f] = map[pairKey]bool{}
 	}
 	cur := map[string]Block{} // IP → the pair's last block
 	out := []Generation{{Name: "pair-start"}}
+	src := []int{} // the file each block of out's last generation came from (-1: a table)
 	for _, e := range evs {
 		gen := files[e.f][e.g]
 		if e.b < 0 {
@@ -103,6 +94,10 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 				}
 			}
 			next.Table = len(next.Blocks)
+			src = src[:0]
+			for range next.Blocks {
+				src = append(src, -1)
+			}
 			for _, ip := range drop {
 				delete(cur, ip)
 			}
@@ -110,7 +105,7 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 			continue
 		}
 		b := gen.Blocks[e.b]
-		k := key{IP: b.IP, MAC: b.MAC, Active: b.Active, Starts: b.Starts, Ends: b.Ends}
+		k := keyOf(b)
 		echo := false
 		for f := range told {
 			if f != e.f && told[f][k] {
@@ -119,7 +114,12 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		}
 		told[e.f][k] = true
 		if echo {
-			continue // the partner's copy of a block the pair already showed
+			// The partner's copy of a block the pair already showed.
+			// Blocks of this address that this file wrote before the
+			// copy are older than it in the file's own order, however
+			// the two captures interleaved them: superseded, no news.
+			dropSuperseded(&out[len(out)-1], &src, e.f, k, told[e.f], cur)
+			continue
 		}
 		if c, ok := cur[b.IP]; ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts {
 			// The end of a life older than the one the pair holds now:
@@ -130,7 +130,74 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		}
 		last := &out[len(out)-1]
 		last.Blocks = append(last.Blocks, b)
+		src = append(src, e.f)
 		cur[b.IP] = b
 	}
 	return out
+}
+
+// pairKey is a block's lease state. A copy carries the lease's start too
+// (the binding update's start time of state becomes the partner's
+// starts: dhcpd server/failover.c): two lives of one MAC can end in the
+// same second (the first expired, the next released in it), and only the
+// start tells the second's end from a copy of the first's.
+type pairKey struct {
+	IP, MAC      string
+	Active       bool
+	Starts, Ends int64
+}
+
+func keyOf(b Block) pairKey {
+	return pairKey{IP: b.IP, MAC: b.MAC, Active: b.Active, Starts: b.Starts, Ends: b.Ends}
+}
+
+// dropSuperseded removes from g (the merge's last generation, src its
+// blocks' files) the blocks of k's address that file f contributed after
+// another file's block k, now that f wrote its copy of k: f wrote them
+// before the copy, so in f's order they are older than k, and the merge
+// placed them after k only because the two files were read at slightly
+// different times (make chaos PAIR=1 SEED=95: a secondary back from a
+// restart wrote a stale free state of a lease a millisecond before it
+// wrote the binding update of the primary's newer commit; neither peer
+// ever ended that commit). They leave f's told set, so a partner that
+// writes them after k still tells them. cur[ip] becomes the address's
+// last block left. Nothing changes unless k is in g.
+func dropSuperseded(g *Generation, src *[]int, f int, k pairKey, told map[pairKey]bool, cur map[string]Block) {
+	var stale []int
+	orig := -1
+	for j := len(g.Blocks) - 1; j >= g.Table; j-- {
+		b := g.Blocks[j]
+		if b.IP != k.IP {
+			continue
+		}
+		if (*src)[j] != f && keyOf(b) == k {
+			orig = j
+			break
+		}
+		if (*src)[j] == f {
+			stale = append(stale, j)
+		}
+	}
+	if orig < 0 || len(stale) == 0 {
+		return
+	}
+	drop := map[int]bool{}
+	for _, j := range stale {
+		drop[j] = true
+		delete(told, keyOf(g.Blocks[j]))
+	}
+	blocks, files := g.Blocks[:0], (*src)[:0]
+	for j, b := range g.Blocks {
+		if !drop[j] {
+			blocks = append(blocks, b)
+			files = append(files, (*src)[j])
+		}
+	}
+	g.Blocks, *src = blocks, files
+	for j := len(g.Blocks) - 1; j >= 0; j-- {
+		if g.Blocks[j].IP == k.IP {
+			cur[k.IP] = g.Blocks[j]
+			break
+		}
+	}
 }

@@ -145,3 +145,62 @@ func TestMergePairStaleEndOfAReturningPeer(t *testing.T) {
 		t.Errorf("violations %v\n%s", got, evidence(r))
 	}
 }
+
+// Found in a pair run (make chaos PAIR=1 SEED=95, 203.0.113.161): the
+// secondary, back from a restart, wrote a stale free state of ip1 (its
+// end two minutes ahead) and then the binding update of the primary's
+// commit begun at 28; its capture was read a millisecond after the
+// primary's, so by time alone the free state came after the commit and
+// ended it. In the secondary's own file it came before the copy: the
+// commit was never ended, and was renewed at 35. Each file's own order
+// decides; the time between two files' reads does not.
+func TestMergePairFileOrderOverReadOrder(t *testing.T) {
+	blk := func(b Block, starts int, seenMS int) Block {
+		b.Starts, b.Seen = at(starts).Unix(), t0.Add(time.Duration(seenMS)*time.Millisecond)
+		return b
+	}
+	commit := blk(act(ip1, m1, 38), 28, 28_922)
+	stale := blk(free(ip1, m1, 148), 28, 28_923)
+	renew := blk(act(ip1, m1, 55), 35, 35_100)
+	copyOf := func(b Block, seenMS int) Block { b.Seen = t0.Add(time.Duration(seenMS) * time.Millisecond); return b }
+	ev := func(arrive int, action string, ts int) Item {
+		it := item(arrive, action, ip1, m1)
+		it.Timestamp = at(ts).Unix()
+		return it
+	}
+	all := func(f, g int, ip string) bool { return true }
+	tests := []struct {
+		name  string
+		prim  []Block
+		sec   []Block
+		items []Item
+		want  []string
+	}{{
+		name:  "the secondary's free state before its copy of the commit ends nothing",
+		prim:  []Block{commit, renew},
+		sec:   []Block{stale, copyOf(commit, 28_923), copyOf(renew, 35_200)},
+		items: []Item{ev(29, "commit", 28), ev(36, "commit", 35)},
+	}, {
+		name: "the same free state that the primary writes after the commit ends it",
+		prim: []Block{commit, copyOf(stale, 29_000)},
+		sec:  []Block{stale, copyOf(commit, 28_923)},
+		// A false ending item would be early; without one the end is lost.
+		items: []Item{ev(29, "commit", 28)},
+		want:  []string{"final " + ip1, "lost " + ip1},
+	}, {
+		name:  "a free state the secondary writes after its copy ends the commit",
+		prim:  []Block{commit},
+		sec:   []Block{copyOf(commit, 28_923), copyOf(stale, 28_923)},
+		items: []Item{ev(29, "commit", 28)},
+		want:  []string{"final " + ip1, "lost " + ip1},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := MergePair([][]Generation{{gen("p0", nil, tc.prim...)}, {gen("s0", nil, tc.sec...)}}, all)
+			r := Check(Input{Generations: m, End: at(40), Items: tc.items})
+			if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+				t.Errorf("violations (-want +got):\n%s\nmerged %+v\n%s", diff, m, evidence(r))
+			}
+		})
+	}
+}
