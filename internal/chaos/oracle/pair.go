@@ -156,10 +156,11 @@ func keyOf(b Block) pairKey {
 // another file's block k, now that f wrote its copy of k: f wrote them
 // before the copy, so in f's order they are older than k, and the merge
 // placed them after k only because the two files were read at slightly
-// different times (make chaos PAIR=1 SEED=95: a secondary back from a
-// restart wrote a stale free state of a lease a millisecond before it
-// wrote the binding update of the primary's newer commit; neither peer
-// ever ended that commit). They leave f's told set, so a partner that
+// different times (make chaos PAIR=1 SEED=95: the record of a DHCPOFFER,
+// free with an end two minutes ahead as dhcpd server/dhcp.c dhcpdiscover
+// sets it, written just before the ack's commit or its binding update,
+// was read a millisecond after the partner's block of that commit and
+// ended it; no peer ever did). They leave f's told set, so a partner that
 // writes them after k still tells them. cur[ip] becomes the address's
 // last block left. Nothing changes unless k is in g.
 func dropSuperseded(g *Generation, src *[]int, f int, k pairKey, told map[pairKey]bool, cur map[string]Block) {
