@@ -136,6 +136,19 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 	return out
 }
 
+// offerAhead is how far ahead of the file's showing it a block's end must
+// be for the block to be dhcpd's record of an offer (two minutes ahead,
+// server/dhcp.c dhcpdiscover) rather than an end that happened (dated
+// when it happened, or a second early).
+const offerAhead = 60 * time.Second
+
+// isOffer reports whether b is unbound with its end still well ahead
+// when the file showed it: in a failover pair, dhcpd's record of a
+// DHCPOFFER.
+func isOffer(b Block) bool {
+	return !b.Active && !b.Seen.IsZero() && time.Unix(b.Ends, 0).After(b.Seen.Add(offerAhead))
+}
+
 // pairKey is a block's lease state. A copy carries the lease's start too
 // (the binding update's start time of state becomes the partner's
 // starts: dhcpd server/failover.c): two lives of one MAC can end in the
@@ -152,18 +165,20 @@ func keyOf(b Block) pairKey {
 }
 
 // dropSuperseded removes from g (the merge's last generation, src its
-// blocks' files) the blocks of k's address that file f contributed after
-// another file's block k, now that f wrote its copy of k: f wrote them
-// before the copy, so in f's order they are older than k, and the merge
-// placed them after k only because the two files were read at slightly
-// different times (make chaos PAIR=1 SEED=95: the record of a DHCPOFFER,
-// free with an end two minutes ahead as dhcpd server/dhcp.c dhcpdiscover
-// sets it, written just before the ack's commit or its binding update,
-// was read a millisecond after the partner's block of that commit and
-// ended it; no peer ever did). They leave f's told set, so a partner that
-// writes them after k still tells them. cur[ip] becomes the address's
-// last block left. Nothing changes unless k is in g.
+// blocks' files) the offers (isOffer) of k's address that file f
+// contributed after another file's commit k, now that f wrote its copy
+// of k. f wrote them before the copy, so in f's order they are older
+// than k; the merge placed them after k only because the two files were
+// read at slightly different times, and took them for k's end (make
+// chaos PAIR=1 SEED=95: no peer ever ended that commit). Nothing is
+// removed if f wrote any other block of the address in between. The
+// removed blocks leave f's told set, so a partner that writes them after
+// k still tells them. cur[ip] becomes the address's last block left.
+// Nothing changes unless k is in g.
 func dropSuperseded(g *Generation, src *[]int, f int, k pairKey, told map[pairKey]bool, cur map[string]Block) {
+	if !k.Active {
+		return
+	}
 	var stale []int
 	orig := -1
 	for j := len(g.Blocks) - 1; j >= g.Table; j-- {
@@ -176,6 +191,14 @@ func dropSuperseded(g *Generation, src *[]int, f int, k pairKey, told map[pairKe
 			break
 		}
 		if (*src)[j] == f {
+			if !isOffer(b) {
+				// f's file went on from k (an end of k's life, say):
+				// its copy of k is a replay of an older state (a
+				// partner in recovery resends what it held, make
+				// chaos PAIR=1 SEED=98), not news that came after
+				// its own blocks.
+				return
+			}
 			stale = append(stale, j)
 		}
 	}
