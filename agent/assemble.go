@@ -440,6 +440,16 @@ func (x status) RegionReport() *RegionReport {
 	return r
 }
 
+func (x status) LeasesFileReport() *LeasesFileReport {
+	path, since := x.r.LeasesFile()
+	r := &LeasesFileReport{Path: path}
+	if !since.IsZero() {
+		t := since.UTC()
+		r.MissingSince = &t
+	}
+	return r
+}
+
 func (x status) ModeReport() *ModeReport {
 	m := x.r.Mode()
 	if m == nil {

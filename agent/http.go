@@ -24,18 +24,21 @@ import (
 // prints. Keys are a contract; pointers are null when unknown (no status
 // source wired, never delivered, no lag information).
 type StatusReport struct {
-	Version       string        `json:"version"`
-	Ready         bool          `json:"ready"`
-	Started       time.Time     `json:"started"`
-	Time          time.Time     `json:"time"` // the agent's clock when it answered
-	QueueDepth    *int          `json:"queue_depth"`
-	LastDelivery  *time.Time    `json:"last_delivery"`
-	DeadLetters   *int          `json:"deadletters"`
-	LagSeconds    *float64      `json:"lag_seconds"`
-	Tasks         []TaskReport  `json:"tasks"`
-	UptimeSeconds float64       `json:"uptime_seconds"`
-	Mode          *ModeReport   `json:"mode"`   // null before the reconciler has run
-	Region        *RegionReport `json:"region"` // null when no deliverer is wired
+	Version       string       `json:"version"`
+	Ready         bool         `json:"ready"`
+	Started       time.Time    `json:"started"`
+	Time          time.Time    `json:"time"` // the agent's clock when it answered
+	QueueDepth    *int         `json:"queue_depth"`
+	LastDelivery  *time.Time   `json:"last_delivery"`
+	DeadLetters   *int         `json:"deadletters"`
+	LagSeconds    *float64     `json:"lag_seconds"`
+	Tasks         []TaskReport `json:"tasks"`
+	UptimeSeconds float64      `json:"uptime_seconds"`
+	Mode          *ModeReport  `json:"mode"` // null before the reconciler has run
+	// LeasesFile is the dhcpd.leases followed; null when no reconciler
+	// is wired.
+	LeasesFile *LeasesFileReport `json:"leases_file"`
+	Region     *RegionReport     `json:"region"` // null when no deliverer is wired
 	// Held are events read from the hook socket or spool that wait, in
 	// memory, for the outbox to store them (a full disk); their datagrams
 	// stay in the socket. Null when no part can hold events.
@@ -127,6 +130,19 @@ type RegionReport struct {
 // Regioner is optionally implemented by a Status: the delivery's health.
 type Regioner interface {
 	RegionReport() *RegionReport
+}
+
+// LeasesFileReport is StatusReport.LeasesFile: its path and, while it
+// does not exist, since when (null when it exists or was not looked for
+// yet).
+type LeasesFileReport struct {
+	Path         string     `json:"path"`
+	MissingSince *time.Time `json:"missing_since"`
+}
+
+// LeasesFiler is optionally implemented by a Status: the leases file.
+type LeasesFiler interface {
+	LeasesFileReport() *LeasesFileReport
 }
 
 // ModeReport is the reconciler's mode in StatusReport (see
@@ -298,6 +314,9 @@ func (a *Agent) Report() StatusReport {
 		}
 		if m, ok := s.(Moder); ok {
 			r.Mode = m.ModeReport()
+		}
+		if l, ok := s.(LeasesFiler); ok {
+			r.LeasesFile = l.LeasesFileReport()
 		}
 		if p, ok := s.(Pairer); ok {
 			r.Pair = p.PairReport()

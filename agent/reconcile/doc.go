@@ -73,6 +73,10 @@
 // and a server-duid write), and while dhcpd is busy (the last read found
 // 16 blocks or more) at most one read per 250 ms, so a dhcpd under load
 // costs a few reads, commits and deliveries a second, not one per lease.
+// A path that names no file (dhcpd never ran, or the setting names a
+// file dhcpd does not write) is waited for: a warning says so once,
+// leasekeeper_reconcile_leases_file_missing is 1 and /status shows since
+// when, until the file appears and is read whole.
 //
 // A rewrite is told apart as a restart when a server-duid statement
 // follows it (dhcpd writes one right after the rename at start; the

@@ -37,6 +37,7 @@ type metrics struct {
 	leases, pending atomic.Int64
 	consistent      atomic.Bool
 	hookless        atomic.Bool
+	absent          atomic.Bool  // the leases file does not exist
 	keptBackN       atomic.Int64 // keptBack's total, for /status
 }
 
@@ -104,6 +105,8 @@ func newMetrics() *metrics {
 			func() float64 { return b2f(m.consistent.Load()) }),
 		gauge("leasekeeper_reconcile_hookless", "1 when dhcpd.conf runs no hook, so every event comes from the leases file at once.",
 			func() float64 { return b2f(m.hookless.Load()) }),
+		gauge("leasekeeper_reconcile_leases_file_missing", "1 while dhcpd.leases does not exist (dhcpd never ran, or the setting names a file dhcpd does not write): nothing is read. Alert when it stays 1 while dhcpd runs.",
+			func() float64 { return b2f(m.absent.Load()) }),
 	}
 	return m
 }

@@ -121,7 +121,10 @@ type Reconciler struct {
 	// readFailed: the last read of the leases file failed; wholeHeld: a
 	// whole read is held unfinished. Either makes st.Unknown (core.go).
 	readFailed, wholeHeld bool
-	mode                  atomic.Pointer[Detection] // the last detection, for status
+	// absentSince: when the leases file was first found missing (zero:
+	// it exists, or was never looked for).
+	absentSince time.Time
+	mode        atomic.Pointer[Detection] // the last detection, for status
 	// keptBackWarned: kinds of kept-back events already explained at
 	// warn level (later ones are logged at debug).
 	keptBackWarned map[string]bool
@@ -571,6 +574,7 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
+	r.noteAbsent(r.fol.absent(), now)
 	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)
@@ -583,6 +587,32 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	if r.onRound != nil {
 		r.onRound(r.st)
 	}
+}
+
+// noteAbsent tells the operator when the leases file is missing and when
+// it is back: a dhcpd that never ran, or a dhcpd.leases setting naming a
+// file dhcpd does not write (MAAS's is /var/lib/maas/dhcp/dhcpd.leases),
+// would otherwise look like a quiet network.
+func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
+	switch {
+	case absent && r.absentSince.IsZero():
+		r.absentSince = now
+		r.met.absent.Store(true)
+		r.log.Warn().Str("leases", r.cfg.Leases).
+			Msg("the leases file does not exist: nothing to follow until dhcpd writes it (if dhcpd is running, dhcpd.leases in the configuration names a file it does not write)")
+	case !absent && !r.absentSince.IsZero():
+		r.log.Info().Str("leases", r.cfg.Leases).Dur("missing_for", now.Sub(r.absentSince)).Msg("the leases file appeared; following it")
+		r.absentSince = time.Time{}
+		r.met.absent.Store(false)
+	}
+}
+
+// LeasesFile is the leases file followed and, while it does not exist,
+// since when it was found missing (zero otherwise).
+func (r *Reconciler) LeasesFile() (path string, absentSince time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg.Leases, r.absentSince
 }
 
 // tick runs on the timer: events due, flushes, rewrite classification.

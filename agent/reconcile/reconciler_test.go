@@ -648,3 +648,57 @@ func TestTaskAwaitsBacklog(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskLeasesFileMissing: a leases file that does not exist (dhcpd
+// never ran, or dhcpd.leases names a file dhcpd does not write) is told
+// to the operator — a warning, the gauge, LeasesFile for /status — and
+// its appearance too; what dhcpd then writes is followed as usual.
+func TestTaskLeasesFileMissing(t *testing.T) {
+	h := newHarness(t)
+	h.start(30 * time.Second)
+	gauge := func() float64 {
+		t.Helper()
+		for _, c := range h.r.met.collectors {
+			ch := make(chan *prometheus.Desc, 4)
+			c.Describe(ch)
+			close(ch)
+			for d := range ch {
+				if strings.Contains(d.String(), `"leasekeeper_reconcile_leases_file_missing"`) {
+					return testutil.ToFloat64(c)
+				}
+			}
+		}
+		t.Fatal("no leasekeeper_reconcile_leases_file_missing")
+		return 0
+	}
+	waitUntil := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s\nlog:\n%s", what, h.logText())
+			}
+		}
+	}
+	waitUntil("the missing file reported", func() bool { _, since := h.r.LeasesFile(); return !since.IsZero() })
+	if path, _ := h.r.LeasesFile(); path != h.d.path {
+		t.Errorf("LeasesFile path %q, want %q", path, h.d.path)
+	}
+	if g := gauge(); g != 1 {
+		t.Errorf("leasekeeper_reconcile_leases_file_missing %v while the file is missing, want 1", g)
+	}
+	if n := strings.Count(h.logText(), "the leases file does not exist"); n != 1 {
+		t.Errorf("the warning logged %d times, want once\nlog:\n%s", n, h.logText())
+	}
+
+	h.d.rewrite("", true)
+	waitUntil("the file's appearance reported", func() bool { _, since := h.r.LeasesFile(); return since.IsZero() })
+	// The first whole read is the baseline; what dhcpd appends is news.
+	h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
+	h.waitQueued(1, 5*time.Second)
+	if g := gauge(); g != 0 {
+		t.Errorf("leasekeeper_reconcile_leases_file_missing %v once the file exists, want 0", g)
+	}
+	if !strings.Contains(h.logText(), "the leases file appeared") {
+		t.Errorf("no log of the file's appearance\nlog:\n%s", h.logText())
+	}
+}

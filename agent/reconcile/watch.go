@@ -110,6 +110,10 @@ type follower struct {
 
 func newFollower(path string) *follower { return &follower{path: path} }
 
+// absent reports whether the path named no file at the last attempt to
+// open it, and none is held.
+func (w *follower) absent() bool { return w.f == nil && w.missing }
+
 // close releases the file.
 func (w *follower) close() {
 	if w.f != nil {
@@ -214,6 +218,7 @@ func (w *follower) sync(poll bool) ([]change, error) {
 			}
 			return nil, err
 		}
+		w.missing = false
 		err := w.pollChecks(poll, w.readNew())
 		return w.take(), err
 	}

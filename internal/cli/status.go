@@ -44,6 +44,7 @@ how delivery to the region is going:
   last delivery  when the region last accepted a batch, and how long ago
   dead letters   events the region refused (see leasekeeper deadletter)
   lag            how long the oldest queued event has waited
+  leases file    the dhcpd.leases followed, and whether it is missing
   mode           replacement, complement or hookless, and why (leasekeeper
                  check-maas explains it); events kept back because the
                  region cannot take them (no six-octet MAC)
@@ -57,7 +58,8 @@ address listening on every interface is reached on loopback).
 version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
 null), deadletters, lag_seconds (null when unknown), tasks
 ([{name, state}]), uptime_seconds, mode ({mode, detected, forced,
-unsure, why, kept_back}, null before the reconciler ran) and region
+unsure, why, kept_back}, null before the reconciler ran), leases_file
+({path, missing_since}: null while the file exists) and region
 ({state, error, hint, since, failed_attempts}; state is unknown, ok,
 outage, config or failing).
 
@@ -238,6 +240,14 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 	}
 	if r.Unhealthy != "" && r.Ready {
 		fmt.Fprintf(tw, "health\tunhealthy: %s\n", r.Unhealthy)
+	}
+	if l := r.LeasesFile; l != nil {
+		if l.MissingSince != nil {
+			fmt.Fprintf(tw, "leases file\t%s does not exist (for %s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n",
+				l.Path, roundAge(r.Time.Sub(*l.MissingSince)))
+		} else {
+			fmt.Fprintf(tw, "leases file\t%s\n", l.Path)
+		}
 	}
 	if m := r.Mode; m != nil {
 		line := m.Mode

@@ -99,6 +99,33 @@ lag            2m0s
 	}
 }
 
+// TestStatusLeasesFile: the leases file followed, and a missing one with
+// how long it has been missing and what to check.
+func TestStatusLeasesFile(t *testing.T) {
+	for _, tc := range []struct{ name, file, want string }{
+		{"exists", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":null}`,
+			"leases file    /var/lib/dhcp/dhcpd.leases\n"},
+		{"missing", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":"2026-11-29T11:55:00Z"}`,
+			"leases file    /var/lib/dhcp/dhcpd.leases does not exist (for 5m0s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
+				"queue_depth":0,"last_delivery":null,"deadletters":0,"lag_seconds":0,"tasks":[],"uptime_seconds":10800,
+				"leases_file":`+tc.file+`}`, 200)
+			out, _, code := run(t, "status", "--url", srv.URL)
+			want := `agent          ready (version 1.2.3, up 3h0m0s)
+queue depth    0
+last delivery  never
+dead letters   0
+lag            0s
+` + tc.want
+			if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+				t.Errorf("exit %d (-want +got):\n%s", code, diff)
+			}
+		})
+	}
+}
+
 func TestStatusUnknowns(t *testing.T) {
 	srv := statusServer(t, `{"version":"dev","ready":false,"started":"2026-11-29T12:00:00Z","time":"2026-11-29T12:00:00.2Z",
 		"queue_depth":null,"last_delivery":null,"deadletters":null,"lag_seconds":null,"tasks":[{"name":"outbox","state":"starting"}],"uptime_seconds":0.2}`, 200)
