@@ -115,9 +115,9 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		told[e.f][k] = true
 		if echo {
 			// The partner's copy of a block the pair already showed.
-			// Blocks of this address that this file wrote before the
-			// copy are older than it in the file's own order, however
-			// the two captures interleaved them: superseded, no news.
+			// An offer this file wrote before its copy of a commit is
+			// older than the commit in the file's own order, however
+			// the two captures interleaved them: no end of it.
 			dropSuperseded(&out[len(out)-1], &src, e.f, k, told[e.f], cur)
 			continue
 		}
