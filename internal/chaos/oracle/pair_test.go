@@ -146,9 +146,9 @@ func TestMergePairStaleEndOfAReturningPeer(t *testing.T) {
 	}
 }
 
-// Found in a pair run (make chaos PAIR=1 SEED=95), twice: a peer that
-// answers a client's DISCOVER writes the offered lease (free, its end
-// the offer's two minutes ahead: dhcpd server/dhcp.c dhcpdiscover), then
+// Found in a pair run (make chaos PAIR=1 SEED=95), twice: a peer's file
+// shows the offered state of a lease (free, starting now, its end the
+// two minutes dhcpd gives an offer: server/dhcp.c dhcpdiscover), then
 // the commit of its ack, or its partner's binding update of the ack.
 // Captures of the two files are ordered only by when each was read; the
 // offer, read a millisecond after the partner's block of the commit,
