@@ -1528,3 +1528,39 @@ func TestPairBacklogFirst(t *testing.T) {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestBehindPeerRecord: a hook's event older than the peer's news the
+// file recorded first is queued for the peer's word — unless it is an end
+// and the record is the same MAC's end, which is the end it tells, the
+// peer's (TestLabFailoverStaleOnExpiry once sent it twice).
+func TestBehindPeerRecord(t *testing.T) {
+	const ip, a, b = "203.0.113.10", "00:16:3e:00:00:0a", "00:16:3e:00:00:0b"
+	now := time.Now().Unix()
+	tests := []struct {
+		name      string
+		told      Told
+		ev        event.Event
+		recovered bool
+		want      bool
+	}{
+		{"expiry behind the peer's commit of the next lease", Told{Action: event.Commit, MAC: b, At: now, Recorded: true, PeerOwns: true}, hook(event.Expiry, ip, a, now-2), true, true},
+		{"expiry behind the peer's renewal of the same MAC", Told{Action: event.Commit, MAC: a, At: now, Recorded: true, PeerOwns: true}, hook(event.Expiry, ip, a, now-2), true, true},
+		{"expiry behind another MAC's end", Told{Action: event.Expiry, MAC: b, At: now, Recorded: true, PeerOwns: true}, hook(event.Expiry, ip, a, now-2), true, true},
+		{"expiry behind the same MAC's end", Told{Action: event.Expiry, MAC: a, At: now, Recorded: true, PeerOwns: true}, hook(event.Expiry, ip, a, now-18), true, false},
+		{"release behind the same MAC's end", Told{Action: event.Release, MAC: a, At: now, Recorded: true, PeerOwns: true}, hook(event.Release, ip, a, now-2), true, false},
+		{"commit behind the same MAC's end", Told{Action: event.Expiry, MAC: a, At: now, Recorded: true, PeerOwns: true}, hook(event.Commit, ip, a, now-2), true, true},
+		{"not the peer's", Told{Action: event.Commit, MAC: b, At: now, Recorded: true}, hook(event.Expiry, ip, a, now-2), true, false},
+		{"while dhcpd recovers", Told{Action: event.Commit, MAC: b, At: now, Recorded: true, PeerOwns: true}, hook(event.Expiry, ip, a, now-2), false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &State{Told: map[netip.Addr]Told{netip.MustParseAddr(ip): tc.told}, Pair: Pair{Peer: "fo", Role: RolePrimary, MyState: "normal", PartnerState: "normal"}}
+			if !tc.recovered {
+				s.Pair.MyState = "recover"
+			}
+			if got := s.behindPeerRecord(tc.ev); got != tc.want {
+				t.Errorf("behindPeerRecord = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
