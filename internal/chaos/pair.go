@@ -548,13 +548,13 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	}
 	files := pf.Files
 	for f, gens := range files {
-		for _, gen := range gens {
+		for g, gen := range gens {
 			at := "-"
 			if len(gen.Blocks) > 0 && !gen.Blocks[0].Seen.IsZero() {
 				at = fmt.Sprintf("%.1fs", gen.Blocks[0].Seen.Sub(p.t0).Seconds())
 			}
 			p.say("  %s %s: started on %v, first read at %s, table %d, appended %d",
-				pairRole[f], gen.Name, p.racks[f].rangeOf(gen), at, gen.Table, len(gen.Blocks)-gen.Table)
+				pairRole[f], gen.Name, pf.Ranges[f][g], at, gen.Table, len(gen.Blocks)-gen.Table)
 		}
 	}
 	merged := pf.Merge()

@@ -190,9 +190,6 @@ func Verdict(ev Evidence) oracle.Report {
 // judgeAgain is the run's report again: the oracle's verdict on the
 // evidence, and the agent's bounds.
 func judgeAgain(res Result) oracle.Report {
-	if p := res.Evidence.Pair; p != nil {
-		res.Evidence.Input.Generations = p.Merge()
-	}
 	rep := Verdict(*res.Evidence)
 	for _, v := range res.Agent.Violations() {
 		rep.Violations = append(rep.Violations, v)
@@ -214,6 +211,11 @@ func Rejudge(dir string) (Result, error) {
 	}
 	if res.Evidence == nil {
 		return Result{}, fmt.Errorf("%s: the run was never judged (no evidence)", EvidenceFile)
+	}
+	if p := res.Evidence.Pair; p != nil {
+		// Merged again with this oracle: the report and Explain both
+		// see the new merge.
+		res.Evidence.Input.Generations = p.Merge()
 	}
 	res.Report = judgeAgain(res)
 	return res, nil
