@@ -592,8 +592,9 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 // noteAbsent tells the operator when the leases file is missing and when
 // it is back: a dhcpd that never ran, or a dhcpd.leases setting naming a
 // file dhcpd does not write (MAAS's is /var/lib/maas/dhcp/dhcpd.leases:
-// MAAS src/provisioningserver/dhcp/leases.py, get_leases_file),
-// would otherwise look like a quiet network.
+// the -lf of MAAS's debian/maas-dhcp.maas-dhcpd.service), would otherwise
+// look like a quiet network. `leasekeeper check-maas` names the file the
+// running dhcpd has open.
 func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
 	switch {
 	case absent && r.absentSince.IsZero():

@@ -31,8 +31,11 @@ the region settings, and say:
                  dpkg diverts it, whether it lies in the read-only MAAS snap
   hook           each hook program, and any that dhcpd cannot run
   helper-socket  whether anything receives MAAS's helper's events (complement)
-  agent-access   whether the agent's user can read dhcpd.conf and the
-                 certificates (MAAS writes its dhcpd.conf readable by root
+  leases-file    whether dhcpd.leases names the file the running dhcpd writes
+                 (the one it has open, whatever set it), or, with no dhcpd
+                 running, whether it names MAAS's when only MAAS's exists
+  agent-access   whether the agent's user can read dhcpd.conf, the leases
+                 file and the certificates (MAAS writes its dhcpd.conf readable by root
                  only; then the agent cannot tell the mode)
   region-url     port 5242 and the internal leases endpoint
   certificates   the rack's client certificate, key and MAAS's CA

@@ -2,7 +2,8 @@
 // is in its way, for `leasekeeper check-maas`: which mode the reconciler
 // is in and why (the dhcpd.conf lines, the program they run, diverted or
 // not, deb or snap), whether MAAS's helper has anyone to send to, whether
-// the agent's user can read what detection needs, and whether the region
+// the agent's user can read what detection needs, whether dhcpd.leases
+// names the file the running dhcpd writes, and whether the region
 // can be reached as MAAS requires (port 5242, mutual TLS with the rack's
 // certificate, MAAS's CA, server name "maas"). It reads files and makes
 // one TLS connection; it changes nothing and sends no events.
@@ -43,7 +44,7 @@ const (
 // Finding is one thing check-maas says.
 type Finding struct {
 	Severity string `json:"severity"`
-	Check    string `json:"check"` // mode, hook, helper-socket, agent-access, region-url, certificates, region, dhcpv6
+	Check    string `json:"check"` // mode, hook, helper-socket, leases-file, agent-access, region-url, certificates, region, dhcpv6
 	Message  string `json:"message"`
 	Fix      string `json:"fix,omitempty"` // what to do, for problems
 }
@@ -75,6 +76,12 @@ type Options struct {
 	// Credentials lists the credential names systemd passes the agent's
 	// unit (LoadCredential=NAME:PATH); nil asks systemctl.
 	Credentials func() []string
+	// ProcRoot is where running dhcpd processes are looked for; "" =
+	// /proc.
+	ProcRoot string
+	// MAASLeases are the leases files MAAS's dhcpd writes; nil =
+	// MAASLeasesFiles.
+	MAASLeases []string
 }
 
 // unitCredentials asks systemd for the names of the credentials
@@ -117,6 +124,14 @@ func Run(ctx context.Context, o Options) *Report {
 	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
 	r.mode(r.Mode, "dhcpd.config")
 	r.hooks(r.Mode)
+	procRoot, maas := o.ProcRoot, o.MAASLeases
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	if maas == nil {
+		maas = MAASLeasesFiles
+	}
+	r.leasesFile(c, runningDHCPD(procRoot), maas, time.Now())
 	creds := o.Credentials
 	if creds == nil {
 		creds = unitCredentials
@@ -258,6 +273,12 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Confi
 		default:
 			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot connect to the region.", name, f, why),
 				fmt.Sprintf("have systemd pass it a copy: systemctl edit leasekeeper, [Service] LoadCredential=%s:%s (README.Debian, section 1)", filepath.Base(f), f))
+		}
+	}
+	if l := c.DHCPD.Leases; l != "" && fileExists(l) {
+		if why := unreadable(l, uid, gids); why != "" {
+			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot follow dhcpd's leases, and synthesises nothing.", name, l, why),
+				fmt.Sprintf("let %s read it and search its directory (MAAS's maas-dhcpd.service makes the file 0664 in a 0775 directory)", name))
 		}
 	}
 	if d.Conf == "" || d.Forced {

@@ -131,8 +131,12 @@ func newWorld(t *testing.T) *world {
 	cfg.Region.URL = "https://" + u.Host + leasesPath
 	cfg.Region.CertFile, cfg.Region.KeyFile, cfg.Region.CAFile = w.pki.clientCert, w.pki.clientKy, w.pki.caFile
 	cfg.Region.TokenFile = ""
+	cfg.DHCPD.Leases = filepath.Join(dir, "dhcpd.leases")
 	w.cfg = cfg
-	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), Timeout: 5 * time.Second}
+	// No dhcpd runs in this world: the machine's (other tests') are not
+	// looked at (TestLeasesFile covers that check).
+	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), Timeout: 5 * time.Second,
+		ProcRoot: t.TempDir(), MAASLeases: []string{}}
 	return w
 }
 
@@ -201,7 +205,7 @@ func TestComplementRack(t *testing.T) {
 	if rep.Problems != 0 || rep.Mode.Mode != reconcile.ModeComplement {
 		t.Fatalf("%d problems, mode %s: %q", rep.Problems, rep.Mode.Mode, got)
 	}
-	if !has(got, "ok mode", "note hook", "ok helper-socket", "ok region-url", "ok certificates", "ok region") {
+	if !has(got, "ok mode", "note hook", "ok helper-socket", "note leases-file", "ok region-url", "ok certificates", "ok region") {
 		t.Errorf("findings %q", got)
 	}
 	if f := find(rep, "hook", Note); !strings.Contains(f.Message, "not diverted") || !strings.Contains(f.Fix, "divert") {
@@ -282,8 +286,24 @@ func TestAgentAccess(t *testing.T) {
 			}
 		}
 	}
+	// dhcpd creates its leases file 0664 less its umask (server/db.c,
+	// new_lease_file), MAAS's unit chmods it 0664; one the agent cannot
+	// read, it cannot follow.
+	if err := os.WriteFile(w.cfg.DHCPD.Leases, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	w.opts.AgentUser = "nobody"
 	_, rep := w.check()
+	if f := findOf(rep, "agent-access", w.cfg.DHCPD.Leases); f == nil || f.Severity != Problem || !strings.Contains(f.Message, "cannot follow") {
+		t.Errorf("want an agent-access problem for the leases file %s; got %+v", w.cfg.DHCPD.Leases, f)
+	}
+	if err := os.Chmod(w.cfg.DHCPD.Leases, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, rep = w.check()
+	if f := findOf(rep, "agent-access", w.cfg.DHCPD.Leases); f != nil {
+		t.Errorf("the leases file is 0644 now; got %+v", f)
+	}
 	var f *Finding
 	for i, x := range rep.Findings {
 		if x.Check == "agent-access" && strings.Contains(x.Message, "cannot read "+w.dhcpdIn+" (") {
