@@ -42,7 +42,11 @@ type span struct{ start, end int }
 // string (dhcpd escapes control bytes, so the string is broken), a '}'
 // closing nothing, or a statement still open at the end of the input (a
 // torn write). Leaving a host statement in place is harmless to dhcpd;
-// removing anything that is not one would lose leases.
+// removing anything that is not one would lose leases. One limit: the
+// scan goes by braces and does not know which blocks dhcpd refuses, and
+// dhcpd's recovery from a refused block skips the statement after it; a
+// host removed from there moves that skip onto the next statement
+// (TestCleanAfterRefusedBlock). dhcpd writes no refused block itself.
 func hostStatements(in []byte) ([]span, cleanResult) {
 	r := cleanResult{stopped: -1}
 	var spans []span

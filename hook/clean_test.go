@@ -228,16 +228,21 @@ func dhcpdString(rng *rand.Rand) string {
 	return b.String()
 }
 
-// checkAgainstParser: where the parser reads in without a complaint,
-// what clean removed are host statements the parser reads, and
-// everything else reads the same before and after. Unless dhcpd refuses
-// a block (parser.Refused), those are all of the parser's hosts: after a
-// refused block dhcpd reads on from where its error stopped it, not from
-// the block's closing brace (lease_file_subparse, server/confpars.c), so
-// a host nested in that block can be a top-level host to dhcpd; clean,
-// which goes by braces and stops at what it cannot close, leaves it.
-// Leaving one is harmless, removing anything else loses leases (fuzz:
-// "lease 3.0.3.0{+;host f{}1{}").
+// checkAgainstParser: where the parser reads in without a complaint and
+// dhcpd refuses nothing, what clean removed are exactly the parser's host
+// statements, and everything else reads the same before and after.
+//
+// After a statement dhcpd refuses (parser.Refused) it reads on from
+// where its error stopped it, not from the closing brace, and skips the
+// statement after (lease_file_subparse and skip_to_semi, dhcpd's
+// server/confpars.c and common/parse.c): where statements begin and end
+// differs between dhcpd and clean, which goes by braces. A host nested in
+// a refused lease can be top-level to dhcpd, and clean leaves it (fuzz:
+// "lease 3.0.3.0{+;host f{}1{}"); a host right after a refused block is
+// the statement dhcpd skips, and once clean removes it dhcpd skips the
+// next one instead, a lease perhaps (TestCleanAfterRefusedBlock). So
+// there only the checks of FuzzClean itself hold: whole host statements
+// removed, nothing else.
 func checkAgainstParser(t testing.TB, in, out []byte, r cleanResult) {
 	t.Helper()
 	before, errs := statements(in)
@@ -248,23 +253,20 @@ func checkAgainstParser(t testing.TB, in, out []byte, r cleanResult) {
 	if errs != 0 {
 		t.Fatalf("the parser reads the input but not the output\ninput:\n%q\noutput:\n%q", in, out)
 	}
-	split := func(ss []parser.Statement) (others []parser.Statement, hosts int, refused bool) {
-		for _, s := range ss {
-			switch s.(type) {
-			case *parser.HostEntry:
-				hosts++
-				continue
-			case *parser.Refused:
-				refused = true
-			}
-			others = append(others, s)
+	var kept []parser.Statement
+	hosts := 0
+	for _, s := range before {
+		switch s.(type) {
+		case *parser.Refused:
+			return
+		case *parser.HostEntry:
+			hosts++
+			continue
 		}
-		return others, hosts, refused
+		kept = append(kept, s)
 	}
-	kept, hosts, refused := split(before)
-	others, left, _ := split(after)
-	if hosts-left != r.removed || (!refused && left != 0) {
-		t.Fatalf("removed %d, the parser read %d host statements before and %d after in\n%q", r.removed, hosts, left, in)
+	if hosts != r.removed {
+		t.Fatalf("removed %d, the parser read %d host statements in\n%q", r.removed, hosts, in)
 	}
 	// Line numbers move when hosts above go: Line, and a refused
 	// statement's At (the line dhcpd stopped at).
@@ -272,8 +274,45 @@ func checkAgainstParser(t testing.TB, in, out []byte, r cleanResult) {
 		f, ok := p.Last().(cmp.StructField)
 		return ok && (f.Name() == "Line" || f.Name() == "At")
 	}, cmp.Ignore())
-	if d := cmp.Diff(kept, others, ignoreLine, cmp.Exporter(func(reflect.Type) bool { return true })); d != "" {
+	if d := cmp.Diff(kept, after, ignoreLine, cmp.Exporter(func(reflect.Type) bool { return true })); d != "" {
 		t.Fatalf("statements other than hosts changed (-before +after)\n%s\ninput:\n%q", d, in)
+	}
+}
+
+// TestCleanAfterRefusedBlock pins a limit of clean, which goes by braces
+// and does not know which blocks dhcpd refuses: a host statement right
+// after a lease dhcpd refuses is what dhcpd's recovery skips, and once
+// clean removes it, dhcpd skips the lease after it instead (the parser
+// mirrors dhcpd there, issue 17's differential harness). MAAS's own
+// clean, a regular expression, does the same. A leases file dhcpd wrote
+// has no refused block (dhcpd rewrites the whole file from what it loaded
+// each time it starts), so this takes a file damaged or written by
+// something else between dhcpd's last write and its next start; the
+// agent then synthesises that lease's expiry, as for any lease a restart
+// drops (issue 5). If clean ever learns dhcpd's refusals, this test says
+// so.
+func TestCleanAfterRefusedBlock(t *testing.T) {
+	refused := "lease 203.0.113.1 {\n  starts 1 2020/01/06 00:00:00;\n  bogus;\n}\n"
+	lease := "lease 203.0.113.2 {\n  starts 1 2020/01/06 00:00:00;\n  ends never;\n  binding state active;\n  hardware ethernet 02:00:00:00:00:01;\n}\n"
+	in := []byte(refused + "host h {\n  dynamic;\n}\n" + lease)
+	out, r := cleanLeases(in)
+	if r.removed != 1 || string(out) != refused+lease {
+		t.Fatalf("removed %d: %q", r.removed, out)
+	}
+	loaded := func(b []byte) (leases int) {
+		ss, errs := statements(b)
+		if errs != 0 {
+			t.Fatalf("parse errors in %q", b)
+		}
+		for _, s := range ss {
+			if _, ok := s.(*parser.Lease); ok {
+				leases++
+			}
+		}
+		return leases
+	}
+	if before, after := loaded(in), loaded(out); before != 1 || after != 0 {
+		t.Errorf("dhcpd loads %d lease(s) before clean and %d after; want 1 and 0 (the limit this test pins)", before, after)
 	}
 }
 
