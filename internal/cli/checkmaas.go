@@ -35,8 +35,8 @@ the region settings, and say:
                  (the one it has open, whatever set it), or, with no dhcpd
                  running, whether it names MAAS's when only MAAS's exists
   agent-access   whether the agent's user can read dhcpd.conf, the leases
-                 file and the certificates (MAAS writes its dhcpd.conf readable by root
-                 only; then the agent cannot tell the mode)
+                 file and the certificates (MAAS writes its dhcpd.conf
+                 readable by root only; then the agent cannot tell the mode)
   region-url     port 5242 and the internal leases endpoint
   certificates   the rack's client certificate, key and MAAS's CA
   region         one TLS connection to the region with the client certificate

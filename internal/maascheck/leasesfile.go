@@ -161,7 +161,11 @@ func (r *Report) leasesFile(c *config.Config, procs []dhcpdProc, maas []string, 
 	want := c.DHCPD.Leases
 	set := func(p string) string { return fmt.Sprintf("set [dhcpd] leases = %q in leasekeeper.toml", p) }
 	if want == "" {
-		r.add(Problem, "leases-file", "dhcpd.leases is not set: the agent does not start.", set(append(maas, "/var/lib/dhcp/dhcpd.leases")[0]))
+		fix := set("/var/lib/dhcp/dhcpd.leases")
+		if len(maas) > 0 {
+			fix = set(maas[0])
+		}
+		r.add(Problem, "leases-file", "dhcpd.leases is not set: the agent does not start.", fix)
 		return
 	}
 	var known, unknown []string
