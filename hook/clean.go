@@ -72,9 +72,20 @@ func hostStatements(in []byte) ([]span, cleanResult) {
 }
 
 // isHostKeyword reports whether the statement at in[i:] starts with the
-// keyword host, followed by white space as dhcpd writes it.
+// keyword host, followed by white space or a comment. dhcpd's lexer takes
+// keywords in any case (intern, common/conflex.c: tolower and
+// strcasecmp), so "HOST" is a host statement to dhcpd as well, though
+// dhcpd itself writes "host"; ASCII letters fold with 0x20.
 func isHostKeyword(in []byte, i int) bool {
-	return len(in)-i > 4 && string(in[i:i+4]) == "host" && isBlank(in[i+4])
+	if len(in)-i <= 4 || !(isBlank(in[i+4]) || in[i+4] == '#') {
+		return false
+	}
+	for k, c := range []byte("host") {
+		if in[i+k]|0x20 != c {
+			return false
+		}
+	}
+	return true
 }
 
 // statementEnd finds the end of the top-level statement starting at
