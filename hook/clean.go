@@ -72,12 +72,18 @@ func hostStatements(in []byte) ([]span, cleanResult) {
 }
 
 // isHostKeyword reports whether the statement at in[i:] starts with the
-// keyword host, followed by white space or a comment. dhcpd's lexer takes
-// keywords in any case (intern, common/conflex.c: tolower and
-// strcasecmp), so "HOST" is a host statement to dhcpd as well, though
-// dhcpd itself writes "host"; ASCII letters fold with 0x20.
+// keyword host, followed by what may come between it and the host's
+// name: white space, a comment, or the quote of a quoted name. dhcpd's
+// lexer ends a word at any byte but a letter, a digit, '-' and '_'
+// (read_num_or_name, common/conflex.c), and takes keywords in any case
+// (intern: tolower and strcasecmp), so "HOST" is a host statement to
+// dhcpd as well, though dhcpd itself writes "host"; ASCII letters fold
+// with 0x20.
 func isHostKeyword(in []byte, i int) bool {
-	if len(in)-i <= 4 || !(isBlank(in[i+4]) || in[i+4] == '#') {
+	if len(in)-i <= 4 {
+		return false
+	}
+	if c := in[i+4]; !isBlank(c) && c != '#' && c != '"' {
 		return false
 	}
 	for k, c := range []byte("host") {

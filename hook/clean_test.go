@@ -55,6 +55,7 @@ func TestCleanLeases(t *testing.T) {
 		// dhcpd's lexer folds keywords' case (fuzz: "hosT 0{}").
 		{name: "keyword case", in: "HOST h {\n a;\n}\n" + lease, want: lease, removed: 1, maasDiffers: true},
 		{name: "comment after keyword", in: "host# c\n h {\n a;\n}\n" + lease, want: lease, removed: 1, maasDiffers: true},
+		{name: "quoted name right after keyword", in: "host\"h\" {\n a;\n}\n" + lease, want: lease, removed: 1, maasDiffers: true},
 		{name: "host inside a lease is not a statement", in: "lease 203.0.113.5 {\n host h { a; }\n}\n", want: "lease 203.0.113.5 {\n host h { a; }\n}\n", maasDiffers: true},
 		{
 			name: "host in a client's name",
