@@ -136,10 +136,11 @@
 // 3.5 to 3.8): the hosts OMAPI wrote and their rubouts, so that dhcpd
 // starts with the hosts of dhcpd.conf only.
 //
-// clean removes the top-level statements whose first word is host and
-// that have a block, each with the line end (LF or CR LF) after its '}',
-// and keeps every other byte. It reads statements as dhcpd's lexer does
-// (quoted strings with \ escapes, # comments, nested blocks). On files
+// clean removes the top-level statements whose first word is host (in
+// any case, as dhcpd reads keywords) and that have a block, each with the
+// line end (LF or CR LF) after its '}', and keeps every other byte. It
+// reads statements as dhcpd's lexer does (quoted strings with \ escapes,
+// # comments, nested blocks). On files
 // as dhcpd writes them it removes exactly what MAAS's helper removes
 // (TestCleanMatchesMAAS, and the lab test on dhcpd's own file), except
 // that the expression cuts into a lease whose strings hold "host " and
@@ -147,7 +148,11 @@
 // any bytes (MAAS's fails on a file that is not UTF-8). At a raw newline
 // inside a string, a '}' closing nothing or a statement torn at the end,
 // it stops and keeps the rest as it is: a host left in the file is
-// harmless to dhcpd, anything else removed would be a lost lease.
+// harmless to dhcpd, anything else removed would be a lost lease. It does
+// not know which blocks dhcpd refuses; after one, dhcpd skips the next
+// statement, and a host removed from there moves the skip onto the
+// statement after it (TestCleanAfterRefusedBlock; MAAS's expression does
+// the same). dhcpd writes no refused block itself.
 //
 // Only a file that has a host statement is rewritten: a new file beside
 // it (NAME.leasekeeper-clean-PID, O_CREAT|O_EXCL|O_NOFOLLOW) with the
