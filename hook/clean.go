@@ -46,7 +46,8 @@ type span struct{ start, end int }
 // scan goes by braces and does not know which blocks dhcpd refuses, and
 // dhcpd's recovery from a refused block skips the statement after it; a
 // host removed from there moves that skip onto the next statement
-// (TestCleanAfterRefusedBlock). dhcpd writes no refused block itself.
+// (TestCleanAfterRefusedBlock). dhcpd's rewrite at each start keeps
+// none of the blocks it refused.
 func hostStatements(in []byte) ([]span, cleanResult) {
 	r := cleanResult{stopped: -1}
 	var spans []span

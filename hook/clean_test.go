@@ -297,10 +297,10 @@ func checkAgainstParser(t testing.TB, in, out []byte, r cleanResult) {
 // after a lease dhcpd refuses is what dhcpd's recovery skips, and once
 // clean removes it, dhcpd skips the lease after it instead (the parser
 // mirrors dhcpd there, issue 17's differential harness). MAAS's own
-// clean, a regular expression, does the same. A leases file dhcpd wrote
-// has no refused block (dhcpd rewrites the whole file from what it loaded
-// each time it starts), so this takes a file damaged or written by
-// something else between dhcpd's last write and its next start; the
+// clean, a regular expression, does the same. dhcpd's rewrite at each
+// start keeps none of the blocks it refused, so this takes a block
+// appended since that dhcpd cannot read back, or a file damaged or
+// written by something else before the next start; the
 // agent then synthesises that lease's expiry, as for any lease a restart
 // drops (issue 5). If clean ever learns dhcpd's refusals, this test says
 // so.

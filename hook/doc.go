@@ -152,7 +152,8 @@
 // not know which blocks dhcpd refuses; after one, dhcpd skips the next
 // statement, and a host removed from there moves the skip onto the
 // statement after it (TestCleanAfterRefusedBlock; MAAS's expression does
-// the same). dhcpd writes no refused block itself.
+// the same). dhcpd's rewrite at each start keeps none of the blocks it
+// refused.
 //
 // Only a file that has a host statement is rewritten: a new file beside
 // it (NAME.leasekeeper-clean-PID, O_CREAT|O_EXCL|O_NOFOLLOW) with the
