@@ -140,11 +140,11 @@
 // any case, as dhcpd reads keywords) and that have a block, each with the
 // line end (LF or CR LF) after its '}', and keeps every other byte. It
 // reads statements as dhcpd's lexer does (quoted strings with \ escapes,
-// # comments, nested blocks). On files
-// as dhcpd writes them it removes exactly what MAAS's helper removes
-// (TestCleanMatchesMAAS, and the lab test on dhcpd's own file), except
-// that the expression cuts into a lease whose strings hold "host " and
-// misses a host with a '}' in a string; clean does neither, and reads
+// # comments, nested blocks). On files as dhcpd writes them it removes
+// exactly what MAAS's helper removes (TestCleanMatchesMAAS, and the lab
+// test on dhcpd's own file), except that the expression cuts into a
+// lease whose strings hold "host " and misses a host with a '}' in a
+// string; clean does neither, and reads
 // any bytes (MAAS's fails on a file that is not UTF-8). At a raw newline
 // inside a string, a '}' closing nothing or a statement torn at the end,
 // it stops and keeps the rest as it is: a host left in the file is

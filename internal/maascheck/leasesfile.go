@@ -68,12 +68,14 @@ func runningDHCPD(procRoot string) []dhcpdProc {
 		if slices.Contains(argv, "-6") || slices.Contains(argv, "-t") || slices.Contains(argv, "-T") {
 			continue
 		}
+		lf := ""
+		if i := slices.Index(argv, "-lf"); i >= 0 && i+1 < len(argv) {
+			lf = argv[i+1]
+		}
 		p := dhcpdProc{PID: pid}
-		p.Leases, p.Deleted = openLeases(dir, argv)
-		if p.Leases == "" {
-			if i := slices.Index(argv, "-lf"); i >= 0 && i+1 < len(argv) && filepath.IsAbs(argv[i+1]) {
-				p.Leases, p.FromArgs = argv[i+1], true
-			}
+		p.Leases, p.Deleted = openLeases(dir, lf)
+		if p.Leases == "" && filepath.IsAbs(lf) {
+			p.Leases, p.FromArgs = lf, true
 		}
 		out = append(out, p)
 	}
@@ -83,9 +85,9 @@ func runningDHCPD(procRoot string) []dhcpdProc {
 // openLeases finds the leases file among the descriptors under dir/fd:
 // the regular files dhcpd has open, less its stdout and stderr (a log
 // file, under the lab's and systemd's redirections). When more than one
-// is left, the one the command line's -lf names, else one named
+// is left, the one the command line's -lf names (lf), else one named
 // *.leases.
-func openLeases(dir string, argv []string) (path string, deleted bool) {
+func openLeases(dir, lf string) (path string, deleted bool) {
 	fds, err := os.ReadDir(filepath.Join(dir, "fd"))
 	if err != nil {
 		return "", false
@@ -125,11 +127,9 @@ func openLeases(dir string, argv []string) (path string, deleted bool) {
 	case len(cands) == 1:
 		return pick(cands[0])
 	}
-	if i := slices.Index(argv, "-lf"); i >= 0 && i+1 < len(argv) {
-		for _, c := range cands {
-			if p, _ := pick(c); p == argv[i+1] {
-				return pick(c)
-			}
+	for _, c := range cands {
+		if p, _ := pick(c); lf != "" && p == lf {
+			return pick(c)
 		}
 	}
 	for _, c := range cands {
@@ -161,7 +161,7 @@ func (r *Report) leasesFile(c *config.Config, procs []dhcpdProc, maas []string, 
 	want := c.DHCPD.Leases
 	set := func(p string) string { return fmt.Sprintf("set [dhcpd] leases = %q in leasekeeper.toml", p) }
 	if want == "" {
-		fix := set("/var/lib/dhcp/dhcpd.leases")
+		fix := set(config.Default().DHCPD.Leases)
 		if len(maas) > 0 {
 			fix = set(maas[0])
 		}
@@ -169,6 +169,7 @@ func (r *Report) leasesFile(c *config.Config, procs []dhcpdProc, maas []string, 
 		return
 	}
 	var known, unknown []string
+	first := "" // the first file a running dhcpd writes: the fix
 	for _, p := range procs {
 		switch {
 		case p.Leases == "":
@@ -190,16 +191,12 @@ func (r *Report) leasesFile(c *config.Config, procs []dhcpdProc, maas []string, 
 			return
 		default:
 			known = append(known, fmt.Sprintf("dhcpd (pid %d) writes %s", p.PID, p.Leases))
+			if first == "" {
+				first = p.Leases
+			}
 		}
 	}
 	if len(known) > 0 {
-		first := ""
-		for _, p := range procs {
-			if p.Leases != "" {
-				first = p.Leases
-				break
-			}
-		}
 		r.add(Problem, "leases-file", fmt.Sprintf("dhcpd.leases names %s, but no running dhcpd writes it: %s. The agent would follow a file that never changes and report nothing.", want, strings.Join(known, "; ")),
 			set(first))
 		return

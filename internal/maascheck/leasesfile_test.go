@@ -61,6 +61,8 @@ func (f *fakeProc) proc(pid int, comm string, argv []string, fds ...string) {
 	}
 }
 
+// dhcpdArgv is MAAS's dhcpd command line (debian/maas-dhcp.maas-dhcpd.service
+// in MAAS's source), with lf as its -lf ("" for none) and more flags.
 func dhcpdArgv(lf string, more ...string) []string {
 	argv := []string{"dhcpd", "-user", "dhcpd", "-group", "dhcpd", "-f", "-q", "-4", "-pf", "/run/maas-dhcp/dhcpd.pid", "-cf", "/var/lib/maas/dhcpd.conf"}
 	if lf != "" {

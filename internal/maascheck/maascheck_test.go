@@ -287,8 +287,9 @@ func TestAgentAccess(t *testing.T) {
 		}
 	}
 	// dhcpd creates its leases file 0664 less its umask (server/db.c,
-	// new_lease_file), MAAS's unit chmods it 0664; one the agent cannot
-	// read, it cannot follow.
+	// new_lease_file), MAAS's unit chmods it 0664 (MAAS's
+	// debian/maas-dhcp.maas-dhcpd.service); one the agent cannot read, it
+	// cannot follow.
 	if err := os.WriteFile(w.cfg.DHCPD.Leases, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
