@@ -22,6 +22,7 @@ const (
 	ReasonVanished      = "vanished"       // rule 2
 	ReasonPairNewest    = "pair-newest"    // a failover pair's newest news, sent after a stale event (NewestForPair)
 	ReasonEndsPassed    = "ends-passed"    // rule 3
+	ReasonRestated      = "restated"       // a MAC's current lease, told again after the end of another of its addresses (Restatement)
 )
 
 // commitSlack is how much earlier than the lease's start a hook's commit
@@ -260,6 +261,10 @@ type State struct {
 	// aheadSent are the Ahead ends Due or TakeEndedBefore handed out,
 	// for TakeAheadSent.
 	aheadSent []event.Event
+	// lastCommit is, per MAC and family, the address of the last commit
+	// recorded in Told for that MAC (Restatement); built from Told on
+	// first use, entries checked against Told when read.
+	lastCommit *commitIndex
 }
 
 // NewState returns an empty state waiting for its baseline.
@@ -346,6 +351,163 @@ func (s *State) setTold(ip netip.Addr, t Told) {
 	}
 	s.Told[ip] = t
 	s.mark(ip, ChangedTold)
+	if t.Action == event.Commit {
+		if k, ok := macKey(t.MAC); ok {
+			s.indexCommits()
+			s.lastCommit.set(k, ip)
+		}
+	}
+}
+
+// macKey is a MAC as Normalize writes it (six octets, lower-case hex,
+// colons) in the low 48 bits; false for any other MAC.
+func macKey(mac string) (uint64, bool) {
+	if len(mac) != 17 {
+		return 0, false
+	}
+	var k uint64
+	for i := 0; i < 17; i += 3 {
+		hi, lo := unhex(mac[i]), unhex(mac[i+1])
+		if hi < 0 || lo < 0 || (i+2 < 17 && mac[i+2] != ':') {
+			return 0, false
+		}
+		k = k<<8 | uint64(hi<<4|lo)
+	}
+	return k, true
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	}
+	return -1
+}
+
+// commitIndex maps a MAC (macKey) to an address per family. Its maps
+// hold no pointers (a netip.Addr does), so the garbage collector does
+// not scan them and their slots are small: on a fresh rack every new
+// client grows the IPv4 map.
+type commitIndex struct {
+	v4 map[uint64]uint32
+	v6 map[uint64][16]byte
+}
+
+func (c *commitIndex) set(mac uint64, ip netip.Addr) {
+	if ip = ip.Unmap(); ip.Is4() {
+		a := ip.As4()
+		c.v4[mac] = uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		return
+	}
+	if c.v6 == nil {
+		c.v6 = make(map[uint64][16]byte)
+	}
+	c.v6[mac] = ip.As16()
+}
+
+// get is the MAC's address in ip's family.
+func (c *commitIndex) get(mac uint64, ip netip.Addr) (netip.Addr, bool) {
+	if ip.Unmap().Is4() {
+		v, ok := c.v4[mac]
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), ok
+	}
+	v, ok := c.v6[mac]
+	return netip.AddrFrom16(v), ok
+}
+
+// indexCommits builds lastCommit from Told when it is not built yet (a
+// new state, or one loaded from disk): per MAC and family the commit
+// with the latest time.
+func (s *State) indexCommits() {
+	if s.lastCommit != nil {
+		return
+	}
+	s.lastCommit = &commitIndex{v4: make(map[uint64]uint32)}
+	type latest struct {
+		ip netip.Addr
+		at int64
+	}
+	best := make(map[[2]uint64]latest)
+	for ip, t := range s.Told {
+		if t.Action != event.Commit {
+			continue
+		}
+		k, ok := macKey(t.MAC)
+		if !ok {
+			continue
+		}
+		var fam uint64
+		if !ip.Unmap().Is4() {
+			fam = 1
+		}
+		if b, seen := best[[2]uint64{k, fam}]; !seen || t.At > b.at || (t.At == b.at && ip.Less(b.ip)) {
+			best[[2]uint64{k, fam}] = latest{ip, t.At}
+		}
+	}
+	for k, b := range best {
+		s.lastCommit.set(k[0], b.ip)
+	}
+}
+
+// Restatement is what to queue right after ev, an end (expiry or
+// release) about to be queued for the region: the commit of the address
+// the region last heard ev's MAC commit in that family, told again, when
+// that is another address whose lease the MAC still holds. MAAS deletes
+// a MAC's other discovered addresses of the family at every event of
+// the MAC, an end's included (maasservicelayer/services/leases.py
+// store_lease_info), so the end of one of two leases a machine holds
+// under two client identifiers on one MAC (a PXE ROM's and the installed
+// system's: dhcpd leases each its own address, server/dhcp.c find_lease)
+// would take from the region the address the machine holds now, until
+// its next renewal. Told again after the end, the commit puts it back
+// (and its host name, which the end's deletion released). A region
+// keying rows by address alone takes it as a repeat.
+//
+// The commit is the file's active block of that address when it shows
+// one for the MAC (its start, end and host name), else the hook's commit
+// Told recorded, while its lease runs (no host name: Told keeps none).
+// Not in complement mode (MAAS's own helper tells the region the hooks'
+// events, in an order this agent does not see) nor in a failover pair
+// (both racks' agents tell the region; an address's news is ordered
+// between them by the pair's own rules).
+func (s *State) Restatement(ev event.Event, now int64) (event.Event, bool) {
+	if ev.Action == event.Commit || s.Complement || s.Pair.InPair() {
+		return event.Event{}, false
+	}
+	k, ok := macKey(ev.MAC)
+	if !ok {
+		return event.Event{}, false
+	}
+	s.indexCommits()
+	ip, ok := s.lastCommit.get(k, ev.IP)
+	if !ok || ip == ev.IP.Unmap() {
+		return event.Event{}, false
+	}
+	t, told := s.Told[ip]
+	if !told || t.Action != event.Commit || t.MAC != ev.MAC {
+		return event.Event{}, false // that address has newer news
+	}
+	var n event.Event
+	if l, shown := s.File[ip]; shown {
+		if l.State != parser.StateActive || l.MAC != ev.MAC || l.Ends <= now {
+			return event.Event{}, false // its end or its new client is the news to come
+		}
+		if n, ok = want(ip, l); !ok {
+			return event.Event{}, false
+		}
+	} else {
+		if t.Ends <= now {
+			return event.Event{}, false
+		}
+		n = event.Event{Action: event.Commit, Family: ev.Family, IP: ip, MAC: t.MAC, Timestamp: t.At, LeaseTime: t.Ends - t.At, Source: event.SourceFile}
+	}
+	n.Reason = ReasonRestated
+	if n.Normalize() != nil || n.Deliverable() != nil {
+		return event.Event{}, false
+	}
+	return n, true
 }
 
 // leaseOf reduces a parsed block to what the reconciler keeps. An IPv6

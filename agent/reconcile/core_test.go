@@ -905,3 +905,80 @@ func TestEndsHeap(t *testing.T) {
 		t.Errorf("%d entries left", len(h))
 	}
 }
+
+// TestRestatement: after an end for a MAC, the commit of the address the
+// region last heard that MAC commit, when its lease still runs
+// (State.Restatement; MAAS deletes a MAC's other addresses of the family
+// at each of its events: maasservicelayer/services/leases.py
+// store_lease_info, internal/maasmodel).
+func TestRestatement(t *testing.T) {
+	const ip3, ip6 = "203.0.113.12", "2001:db8::11"
+	// open: macA committed ip1 (the first identifier) then ip2 (the
+	// second), both in the file, both told.
+	open := func(t *testing.T) *State {
+		s := NewState(grace)
+		s.Snapshot(parser.NewTable(), true, t0)
+		s.Appended(blocks(t, block(ip1, "active", macA, t0, t0+600)+block(ip2, "active", macA, t0+10, t0+610)), t0+10)
+		s.Hook(hook(event.Commit, ip1, macA, t0))
+		s.Hook(hook(event.Commit, ip2, macA, t0+10))
+		return s
+	}
+	release1 := hook(event.Release, ip1, macA, t0+20)
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, s *State)
+		ev    event.Event
+		want  string // "" for none, else "IP MAC starts lease_time"
+	}{
+		{"the first identifier's release: the second's lease again", nil, release1, ip2 + " " + macA + " 10 600"},
+		{"its expiry too", nil, hook(event.Expiry, ip1, macA, t0+600), ip2 + " " + macA + " 10 600"},
+		{"a commit: none", nil, hook(event.Commit, ip1, macA, t0+20), ""},
+		{"the end of the last committed address itself: none", nil, hook(event.Release, ip2, macA, t0+20), ""},
+		{"another MAC's end: none", nil, hook(event.Release, ip1, macB, t0+20), ""},
+		{"the other address has newer news (another MAC's commit): none", func(t *testing.T, s *State) {
+			s.Hook(hook(event.Commit, ip2, macB, t0+15))
+		}, release1, ""},
+		{"the other address's end is the file's news to come: none", func(t *testing.T, s *State) {
+			s.Appended(blocks(t, block(ip2, "free", macA, t0+10, t0+15)), t0+15)
+		}, release1, ""},
+		{"the other lease has ended: none", nil, hook(event.Expiry, ip1, macA, t0+700), ""},
+		{"an address of the other family: none", func(t *testing.T, s *State) {
+			ev := hook(event.Commit, ip6, macA, t0+12)
+			ev.Family, ev.LeaseTime = event.IPv6, 600
+			s.Hook(ev)
+		}, release1, ip2 + " " + macA + " 10 600"},
+		{"three addresses: the last committed", func(t *testing.T, s *State) {
+			s.Appended(blocks(t, block(ip3, "active", macA, t0+12, t0+612)), t0+12)
+			s.Hook(hook(event.Commit, ip3, macA, t0+12))
+		}, release1, ip3 + " " + macA + " 12 600"},
+		{"a hook's commit the file does not show yet: from what it told", func(t *testing.T, s *State) {
+			ev := hook(event.Commit, ip3, macA, t0+12)
+			ev.LeaseTime = 300
+			s.Hook(ev)
+		}, release1, ip3 + " " + macA + " 12 300"},
+		{"complement mode: none", func(t *testing.T, s *State) { s.Complement = true }, release1, ""},
+		{"a failover pair: none", func(t *testing.T, s *State) { s.Pair = Pair{Peer: "fo", Role: RolePrimary} }, release1, ""},
+		{"a state loaded from disk: the index is rebuilt", func(t *testing.T, s *State) {
+			s.lastCommit = nil
+		}, release1, ip2 + " " + macA + " 10 600"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			if tc.setup != nil {
+				tc.setup(t, s)
+			}
+			x, ok := s.Restatement(tc.ev, tc.ev.Timestamp)
+			got := ""
+			if ok {
+				got = fmt.Sprintf("%s %s %d %d", x.IP, x.MAC, x.Timestamp-t0, x.LeaseTime)
+				if x.Action != event.Commit || x.Reason != ReasonRestated {
+					t.Errorf("restated %+v, want a commit with reason %s", x, ReasonRestated)
+				}
+			}
+			if got != tc.want {
+				t.Errorf("Restatement = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -309,11 +309,11 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		save(ev.IP)
 		for _, ex := range r.st.TakeEndedBefore(ev) {
 			if ex, ok := r.synthesised(ex, now); ok {
-				keep = append(keep, ex)
+				keep = r.appendRestated(keep, ex, now)
 			}
 		}
 		r.st.Hook(ev)
-		keep = append(keep, ev)
+		keep = r.appendRestated(keep, ev, now)
 	}
 	if err := r.commit(ctx, keep); err != nil {
 		r.st.TakeAheadSent() // back in Pending below: told when next taken
@@ -773,6 +773,31 @@ func (r *Reconciler) synthesised(ev event.Event, now time.Time) (event.Event, bo
 	return ev, true
 }
 
+// restatement is State.Restatement, stamped, counted and logged: the
+// commit to queue right after ev. r.mu is held.
+func (r *Reconciler) restatement(ev event.Event, now time.Time) (event.Event, bool) {
+	x, ok := r.st.Restatement(ev, now.Unix())
+	if !ok {
+		return x, false
+	}
+	x.TimestampNS = now.UnixNano()
+	r.met.synthesised.WithLabelValues(ReasonRestated).Inc()
+	r.log.Info().Stringer("ip", x.IP).Str("mac", x.MAC).Str("hostname", x.Hostname).Int64("timestamp", x.Timestamp).
+		Str("after", ev.Action).Stringer("after_ip", ev.IP).
+		Msg("told the region again of this MAC's current lease, after the end of another of its addresses: MAAS drops a MAC's other addresses at each of its events")
+	return x, true
+}
+
+// appendRestated appends ev, and its restatement if it has one. r.mu is
+// held.
+func (r *Reconciler) appendRestated(evs []event.Event, ev event.Event, now time.Time) []event.Event {
+	evs = append(evs, ev)
+	if x, ok := r.restatement(ev, now); ok {
+		evs = append(evs, x)
+	}
+	return evs
+}
+
 // decide queues what is due, or schedules a flush. r.mu is held.
 func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 	// Due's slice is this call's: what is to be queued is kept in it, in
@@ -782,14 +807,28 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 		evs = r.st.Due(now.Unix())
 	}
 	n := 0
+	var restated []event.Event // evs with each restatement after its end (rare)
 	for _, ev := range evs {
-		if ev, ok := r.synthesised(ev, now); ok {
-			evs[n] = ev
-			n++
+		ev, ok := r.synthesised(ev, now)
+		if !ok {
+			continue
+		}
+		evs[n] = ev
+		n++
+		switch x, ok := r.restatement(ev, now); {
+		case ok && restated == nil:
+			restated = append(slices.Clone(evs[:n]), x)
+		case ok:
+			restated = append(restated, ev, x)
+		case restated != nil:
+			restated = append(restated, ev)
 		}
 	}
 	clear(evs[n:])
 	evs = evs[:n]
+	if restated != nil {
+		evs = restated
+	}
 	if n := r.st.TakeLapsed(); n > 0 {
 		p := r.st.Pair
 		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).Int("dropped", n).
