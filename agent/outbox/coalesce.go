@@ -36,12 +36,18 @@ type ipRun struct {
 	seen    bool   // backward scan: the IP's last event has been met
 	keptMAC bool   // backward scan: the last event after commit for mac is kept
 	macs    []string
+	before  []string // backward scan: the MACs met before the last commit
 }
 
 // coalesceKeep decides, for events in queue order, which to keep.
 //
 // Why this rule: the region keys rows by IP. A commit(M) binds the IP to
-// M whatever came before, so nothing before an IP's last commit matters.
+// M whatever came before, so nothing before an IP's last commit matters,
+// save another MAC's end that was that MAC's last event there: MAAS links
+// an address to the new MAC's interfaces without unlinking the old one's
+// (maasservicelayer/services/leases.py _commit_lease_info,
+// services/interfaces.py link_ip), so the old client's end must come
+// before the new client's commit, as it did in the queue.
 // After it, an expiry or release for M frees the IP (the last one carries
 // the final action) and one for another MAC changes nothing, or, if the
 // region frees by IP alone, frees it too; keeping the IP's last event
@@ -84,6 +90,9 @@ func coalesceKeep(hs []head) []bool {
 		case i > r.commit && h.mac == r.mac && !r.keptMAC:
 			keep[i] = true
 			r.keptMAC = true
+		case i < r.commit && !slices.Contains(r.before, h.mac):
+			r.before = append(r.before, h.mac)
+			keep[i] = !h.commit && h.mac != r.mac
 		}
 	}
 	return keep

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/maasmodel"
 )
 
 // step is a compact way to write a queued event in a table: action, MAC
@@ -47,14 +48,17 @@ func TestCoalesce(t *testing.T) {
 		{"empty", nil, nil},
 		{"one event", []step{c("A", 1)}, []uint64{1}},
 		{"renewals keep the last commit", []step{c("A", 1), c("A", 1), c("A", 1)}, []uint64{3}},
-		{"new MAC after expiry: last commit only", []step{c("A", 1), x("A", 1), c("B", 1)}, []uint64{3}},
+		{"new MAC after expiry: the old MAC's end, then the commit", []step{c("A", 1), x("A", 1), c("B", 1)}, []uint64{2, 3}},
+		{"new MAC after a commit with no end: last commit only", []step{c("A", 1), c("B", 1)}, []uint64{2}},
+		{"an old MAC's end, then its commit again, before the last: not kept", []step{x("A", 1), c("A", 1), c("B", 1)}, []uint64{3}},
+		{"the last commit's own MAC's end before it: not kept", []step{c("B", 1), r("B", 1), c("B", 1)}, []uint64{3}},
 		{"final expiry after commit kept with the commit", []step{c("A", 1), c("A", 1), x("A", 1)}, []uint64{2, 3}},
 		{"final action is the last one for the MAC", []step{c("A", 1), x("A", 1), r("A", 1)}, []uint64{1, 3}},
 		{"repeated expiries: commit and last expiry", []step{c("A", 1), x("A", 1), x("A", 1)}, []uint64{1, 3}},
 		{"stale expiry after a new commit is the last event: kept", []step{c("B", 1), x("A", 1)}, []uint64{1, 2}},
 		{"stale expiry in the middle goes", []step{c("B", 1), x("A", 1), x("B", 1)}, []uint64{1, 3}},
 		{"commit, its expiry, then a stale one", []step{c("B", 1), x("B", 1), x("A", 1)}, []uint64{1, 2, 3}},
-		{"A, expire, B, stale A expiry", []step{c("A", 1), x("A", 1), c("B", 1), x("A", 1)}, []uint64{3, 4}},
+		{"A, expire, B, stale A expiry", []step{c("A", 1), x("A", 1), c("B", 1), x("A", 1)}, []uint64{2, 3, 4}},
 		{"no commit: last event per MAC", []step{x("A", 1), r("B", 1), x("A", 1)}, []uint64{2, 3}},
 		{"no commit, one MAC: last", []step{x("A", 1), r("A", 1)}, []uint64{2}},
 		{"IPs are independent and keep their order", []step{
@@ -159,5 +163,63 @@ func TestCoalesceEquivalent(t *testing.T) {
 				t.Fatalf("queue %v: last event %d of %s dropped", steps, seq, ip)
 			}
 		}
+	}
+}
+
+// TestCoalesceMAAS: queues a rack writes when an address passes from one
+// client to the next, played on MAAS's own model of the region
+// (internal/maasmodel: maasservicelayer/services/leases.py
+// store_lease_info, _commit_lease_info, _release_lease_info), which had
+// the old client's lease before the queue: the coalesced queue leaves
+// MAAS as the whole queue does, the address linked to the new client
+// alone. Dropping the old client's end ahead of the new commit left it
+// linked to both.
+func TestCoalesceMAAS(t *testing.T) {
+	tests := []struct {
+		name        string
+		before, q   []step
+		wantAddress map[string]string // IP's last octet → the MACs linked (maasmodel Lease.MAC)
+	}{
+		{"renewals, the old client's expiry, the new client's commits",
+			[]step{c("A", 1)},
+			[]step{c("A", 1), c("A", 1), x("A", 1), c("B", 1), c("B", 1)},
+			map[string]string{"1": macOf("B")}},
+		{"a release, with another address's renewals between",
+			[]step{c("A", 1), c("C", 2)},
+			[]step{c("A", 1), c("C", 2), r("A", 1), c("C", 2), c("B", 1), c("C", 2)},
+			map[string]string{"1": macOf("B"), "2": macOf("C")}},
+		{"a stale end of the old client after the new commit",
+			[]step{c("A", 1)},
+			[]step{x("A", 1), c("B", 1), x("A", 1)},
+			map[string]string{"1": macOf("B")}},
+		{"three clients in turn",
+			[]step{c("A", 1)},
+			[]step{x("A", 1), c("B", 1), r("B", 1), c("C", 1)},
+			map[string]string{"1": macOf("C")}},
+	}
+	play := func(before, q []event.Queued) map[string]string {
+		m := maasmodel.New()
+		for _, e := range append(append([]event.Queued(nil), before...), q...) {
+			m.Apply(maasmodel.Event{Action: e.Event.Action, IP: e.Event.IP.String(), MAC: e.Event.MAC})
+		}
+		out := map[string]string{}
+		for _, ip := range m.IPs() {
+			l, _ := m.Lease(ip)
+			a := netip.MustParseAddr(ip).As4()
+			out[fmt.Sprint(a[3])] = l.MAC()
+		}
+		return out
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, q := queue(tt.before), queue(tt.q)
+			full, coalesced := play(before, q), play(before, Coalesce(q))
+			if diff := cmp.Diff(tt.wantAddress, full); diff != "" {
+				t.Fatalf("the whole queue (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(full, coalesced); diff != "" {
+				t.Errorf("coalesced, MAAS holds (-whole queue +coalesced):\n%s", diff)
+			}
+		})
 	}
 }

@@ -67,7 +67,11 @@
 //     commit is a no-op if the region checks the MAC, and frees the IP if
 //     it does not; keeping it gives the same result either way);
 //   - with no commit queued, the last expiry or release of each MAC (the
-//     region's binding is unknown, so each may be the one that frees it).
+//     region's binding is unknown, so each may be the one that frees it);
+//   - before the last commit, the last event of each other MAC when it is
+//     an expiry or release: MAAS links an address to a new MAC without
+//     unlinking the old one, so the old client's end must still reach it
+//     first (internal/maasmodel).
 //
 // Events are only deleted, never moved, so the order of everything kept,
 // within and across IPs, is unchanged, and a batch the deliverer already
@@ -75,6 +79,15 @@
 // the region in the same state as the full queue would (tested against a
 // model of the region in TestCoalesceEquivalent). Coalesce is the rule as
 // a pure function.
+//
+// That model keys the region's rows by address. MAAS's are not quite
+// that (internal/maasmodel): a commit links the address to the new MAC
+// without unlinking the old one (hence the last rule above;
+// TestCoalesceMAAS), and every event of a MAC deletes the MAC's other
+// addresses. A rule exact for MAAS whatever the region held before would
+// have to keep most of each MAC's events across addresses, whose order
+// decides the links; not built. Coalescing runs only past the bound,
+// after a long outage of the region, and says so in the log.
 //
 // A pass reads the whole queue (about a microsecond of CPU per queued
 // event), so once one has run, the next waits until MaxEvents/8 more

@@ -494,7 +494,8 @@ func TestCoalescingStore(t *testing.T) {
 		t.Errorf("Depth %d, coalesced_total %v; want 3, 8", s.Depth(), s.metric(t, "leasekeeper_outbox_coalesced_total"))
 	}
 	// Fill again with a MAC change and a final expiry: the pass keeps
-	// commit B (IP 1) and commit+expiry A (IP 2).
+	// A's expiry and commit B (IP 1: MAAS must hear the old client's end
+	// first) and commit+expiry A (IP 2).
 	for _, e := range []event.Event{
 		mk(event.Expiry, "A", 1), mk(event.Commit, "B", 1), mk(event.Commit, "A", 2), mk(event.Commit, "A", 2),
 		mk(event.Commit, "A", 2), mk(event.Expiry, "A", 2), mk(event.Commit, "B", 1), mk(event.Commit, "B", 1),
@@ -506,7 +507,7 @@ func TestCoalescingStore(t *testing.T) {
 	for _, e := range q {
 		got = append(got, fmt.Sprintf("%s %s %s", e.Event.IP, e.Event.Action, e.Event.MAC[len(e.Event.MAC)-2:]))
 	}
-	want := []string{"198.18.0.3 commit 41", "198.18.0.2 commit 41", "198.18.0.2 expiry 41", "198.18.0.1 commit 42"}
+	want := []string{"198.18.0.3 commit 41", "198.18.0.1 expiry 41", "198.18.0.2 commit 41", "198.18.0.2 expiry 41", "198.18.0.1 commit 42"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("queue after second pass (-want +got):\n%s", diff)
 	}
@@ -522,8 +523,8 @@ func TestCoalescingStore(t *testing.T) {
 	for i := 10; i < 30; i++ {
 		must(t, s.Append(ctx, mk(event.Commit, "C", i)))
 	}
-	if s.Depth() != 24 || len(peekAll(t, s.Store)) != 24 {
-		t.Errorf("Depth %d, want 24 (nothing dropped)", s.Depth())
+	if s.Depth() != 25 || len(peekAll(t, s.Store)) != 25 {
+		t.Errorf("Depth %d, want 25 (nothing dropped)", s.Depth())
 	}
 	if s.metric(t, "leasekeeper_outbox_over_bound") != 1 {
 		t.Error("over_bound not set")
