@@ -261,9 +261,9 @@ type State struct {
 	// aheadSent are the Ahead ends Due or TakeEndedBefore handed out,
 	// for TakeAheadSent.
 	aheadSent []event.Event
-	// lastCommit is, per MAC and family, the address of the last commit
-	// recorded in Told for that MAC (Restatement); built from Told on
-	// first use, entries checked against Told when read.
+	// lastCommit is, per MAC and family, the addresses of the last two
+	// commits recorded in Told for that MAC (Restatement); built from
+	// Told on first use, entries checked against Told when read.
 	lastCommit *commitIndex
 }
 
@@ -386,92 +386,110 @@ func unhex(c byte) int {
 	return -1
 }
 
-// commitIndex maps a MAC (macKey) to an address per family. Its maps
-// hold no pointers (a netip.Addr does), so the garbage collector does
-// not scan them and their slots are small: on a fresh rack every new
-// client grows the IPv4 map.
+// commitIndex maps a MAC (macKey) to the addresses of its last two
+// commits per family, the newest first (two: the end of the newest may
+// leave the one before it the MAC's running lease). Its maps hold no
+// pointers (a netip.Addr does), so the garbage collector does not scan
+// them, and their slots are small: on a fresh rack every new client
+// grows the IPv4 map. The zero address is no address.
 type commitIndex struct {
-	v4 map[uint64]uint32
-	v6 map[uint64][16]byte
+	v4 map[uint64][2]uint32
+	v6 map[uint64][2][16]byte
 }
 
 func (c *commitIndex) set(mac uint64, ip netip.Addr) {
 	if ip = ip.Unmap(); ip.Is4() {
 		a := ip.As4()
-		c.v4[mac] = uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		if cur := c.v4[mac]; cur[0] != v {
+			c.v4[mac] = [2]uint32{v, cur[0]}
+		}
 		return
 	}
 	if c.v6 == nil {
-		c.v6 = make(map[uint64][16]byte)
+		c.v6 = make(map[uint64][2][16]byte)
 	}
-	c.v6[mac] = ip.As16()
+	if v, cur := ip.As16(), c.v6[mac]; cur[0] != v {
+		c.v6[mac] = [2][16]byte{v, cur[0]}
+	}
 }
 
-// get is the MAC's address in ip's family.
-func (c *commitIndex) get(mac uint64, ip netip.Addr) (netip.Addr, bool) {
+// get is the MAC's last two addresses in ip's family, the newest first;
+// n of them are set.
+func (c *commitIndex) get(mac uint64, ip netip.Addr) (out [2]netip.Addr, n int) {
 	if ip.Unmap().Is4() {
-		v, ok := c.v4[mac]
-		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), ok
+		for _, v := range c.v4[mac] {
+			if v != 0 {
+				out[n] = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+				n++
+			}
+		}
+		return out, n
 	}
-	v, ok := c.v6[mac]
-	return netip.AddrFrom16(v), ok
+	for _, v := range c.v6[mac] {
+		if v != ([16]byte{}) {
+			out[n] = netip.AddrFrom16(v)
+			n++
+		}
+	}
+	return out, n
 }
 
 // indexCommits builds lastCommit from Told when it is not built yet (a
-// new state, or one loaded from disk): per MAC and family the commit
-// with the latest time.
+// new state, or one loaded from disk): Told's commits in time order.
 func (s *State) indexCommits() {
 	if s.lastCommit != nil {
 		return
 	}
-	s.lastCommit = &commitIndex{v4: make(map[uint64]uint32)}
-	type latest struct {
-		ip netip.Addr
-		at int64
+	s.lastCommit = &commitIndex{v4: make(map[uint64][2]uint32)}
+	type commit struct {
+		mac uint64
+		ip  netip.Addr
+		at  int64
 	}
-	best := make(map[[2]uint64]latest)
+	var cs []commit
 	for ip, t := range s.Told {
-		if t.Action != event.Commit {
-			continue
-		}
-		k, ok := macKey(t.MAC)
-		if !ok {
-			continue
-		}
-		var fam uint64
-		if !ip.Unmap().Is4() {
-			fam = 1
-		}
-		if b, seen := best[[2]uint64{k, fam}]; !seen || t.At > b.at || (t.At == b.at && ip.Less(b.ip)) {
-			best[[2]uint64{k, fam}] = latest{ip, t.At}
+		if k, ok := macKey(t.MAC); ok && t.Action == event.Commit {
+			cs = append(cs, commit{k, ip, t.At})
 		}
 	}
-	for k, b := range best {
-		s.lastCommit.set(k[0], b.ip)
+	slices.SortFunc(cs, func(a, b commit) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return a.ip.Compare(b.ip)
+	})
+	for _, c := range cs {
+		s.lastCommit.set(c.mac, c.ip)
 	}
 }
 
 // Restatement is what to queue right after ev, an end (expiry or
 // release) about to be queued for the region: the commit of the address
 // the region last heard ev's MAC commit in that family, told again, when
-// that is another address whose lease the MAC still holds. MAAS deletes
-// a MAC's other discovered addresses of the family at every event of
-// the MAC, an end's included (maasservicelayer/services/leases.py
+// that is another address whose lease the MAC still holds (or, when the
+// newest is ev's own address, the one before it). MAAS deletes a MAC's
+// other discovered addresses of the family at every event of the MAC,
+// an end's included (maasservicelayer/services/leases.py
 // store_lease_info), so the end of one of two leases a machine holds
 // under two client identifiers on one MAC (a PXE ROM's and the installed
-// system's: dhcpd leases each its own address, server/dhcp.c find_lease)
-// would take from the region the address the machine holds now, until
-// its next renewal. Told again after the end, the commit puts it back
-// (and its host name, which the end's deletion released). A region
-// keying rows by address alone takes it as a repeat.
+// system's: dhcpd does not give a client a lease found by its hardware
+// address that another client identifier holds, server/dhcp.c
+// find_lease) would leave the region without the address the machine
+// holds now, until its next renewal. Told again after the end, the
+// commit puts it back (and its host name, which the end's deletion
+// released). A region keying rows by address alone takes it as a
+// repeat.
 //
-// The commit is the file's active block of that address when it shows
-// one for the MAC (its start, end and host name), else the hook's commit
-// Told recorded, while its lease runs (no host name: Told keeps none).
-// Not in complement mode (MAAS's own helper tells the region the hooks'
-// events, in an order this agent does not see) nor in a failover pair
-// (both racks' agents tell the region; an address's news is ordered
-// between them by the pair's own rules).
+// The commit is the file's active block of that address for the MAC
+// (its start, end and host name), or the hook's commit Told recorded
+// when that is newer than what the file shows (the reader behind dhcpd;
+// the host name then from the file's block of the same MAC, if any).
+// While the file is Unknown only the hook's commit is used. Not in
+// complement mode (MAAS's own helper tells the region the hooks' events,
+// in an order this agent does not see) nor in a failover pair (both
+// racks' agents tell the region; an address's news is ordered between
+// them by the pair's own rules).
 func (s *State) Restatement(ev event.Event, now int64) (event.Event, bool) {
 	if ev.Action == event.Commit || s.Complement || s.Pair.InPair() {
 		return event.Event{}, false
@@ -481,27 +499,52 @@ func (s *State) Restatement(ev event.Event, now int64) (event.Event, bool) {
 		return event.Event{}, false
 	}
 	s.indexCommits()
-	ip, ok := s.lastCommit.get(k, ev.IP)
-	if !ok || ip == ev.IP.Unmap() {
-		return event.Event{}, false
+	ips, n := s.lastCommit.get(k, ev.IP)
+	for _, ip := range ips[:n] {
+		if ip == ev.IP.Unmap() {
+			continue
+		}
+		if x, ok := s.restate(ip, ev, now); ok {
+			return x, true
+		}
 	}
+	return event.Event{}, false
+}
+
+// restate is the commit of ip for ev's MAC to tell again, if its lease
+// runs (Restatement).
+func (s *State) restate(ip netip.Addr, ev event.Event, now int64) (event.Event, bool) {
 	t, told := s.Told[ip]
 	if !told || t.Action != event.Commit || t.MAC != ev.MAC {
 		return event.Event{}, false // that address has newer news
 	}
+	l, shown := s.File[ip]
+	fileAt := l.Starts
+	if l.State != parser.StateActive {
+		fileAt = l.Ends
+	}
 	var n event.Event
-	if l, shown := s.File[ip]; shown {
-		if l.State != parser.StateActive || l.MAC != ev.MAC || l.Ends <= now {
-			return event.Event{}, false // its end or its new client is the news to come
-		}
-		if n, ok = want(ip, l); !ok {
-			return event.Event{}, false
-		}
-	} else {
+	switch {
+	case t.Ends > 0 && (shown && t.At > fileAt || !shown && len(s.Pending[ip]) == 0):
+		// A hook's commit the file does not show yet. (Not one whose
+		// lease a rewrite dropped: its end is pending.)
 		if t.Ends <= now {
 			return event.Event{}, false
 		}
 		n = event.Event{Action: event.Commit, Family: ev.Family, IP: ip, MAC: t.MAC, Timestamp: t.At, LeaseTime: t.Ends - t.At, Source: event.SourceFile}
+		if shown && l.MAC == ev.MAC {
+			n.Hostname = l.Hostname
+		}
+	case shown && !s.Unknown:
+		if l.State != parser.StateActive || l.MAC != ev.MAC || l.Ends <= now {
+			return event.Event{}, false // its end or its new client is the news to come
+		}
+		var ok bool
+		if n, ok = want(ip, l); !ok {
+			return event.Event{}, false
+		}
+	default:
+		return event.Event{}, false
 	}
 	n.Reason = ReasonRestated
 	if n.Normalize() != nil || n.Deliverable() != nil {

@@ -933,7 +933,21 @@ func TestRestatement(t *testing.T) {
 		{"the first identifier's release: the second's lease again", nil, release1, ip2 + " " + macA + " 10 600"},
 		{"its expiry too", nil, hook(event.Expiry, ip1, macA, t0+600), ip2 + " " + macA + " 10 600"},
 		{"a commit: none", nil, hook(event.Commit, ip1, macA, t0+20), ""},
-		{"the end of the last committed address itself: none", nil, hook(event.Release, ip2, macA, t0+20), ""},
+		{"the end of the newest address: the one before it, still running", nil, hook(event.Release, ip2, macA, t0+20), ip1 + " " + macA + " 0 600"},
+		{"the end of the newest address, the one before it ended: none", func(t *testing.T, s *State) {
+			s.Appended(blocks(t, block(ip1, "free", macA, t0, t0+15)), t0+15)
+		}, hook(event.Release, ip2, macA, t0+20), ""},
+		{"a hook's commit whose lease a rewrite dropped: none", func(t *testing.T, s *State) {
+			ev := hook(event.Commit, ip3, macA, t0+12)
+			ev.LeaseTime = 600
+			s.Hook(ev)
+			s.Appended(blocks(t, block(ip3, "active", macA, t0+12, t0+612)), t0+12)
+			tb, _ := table(t, block(ip1, "active", macA, t0, t0+600)+block(ip2, "active", macA, t0+10, t0+610))
+			s.Snapshot(tb, true, t0+14) // the rewrite drops ip3
+			if _, ok := s.File[netip.MustParseAddr(ip3)]; ok {
+				t.Fatal("the rewrite kept " + ip3)
+			}
+		}, release1, ip2 + " " + macA + " 10 600"},
 		{"another MAC's end: none", nil, hook(event.Release, ip1, macB, t0+20), ""},
 		{"the other address has newer news (another MAC's commit): none", func(t *testing.T, s *State) {
 			s.Hook(hook(event.Commit, ip2, macB, t0+15))
@@ -956,6 +970,35 @@ func TestRestatement(t *testing.T) {
 			ev.LeaseTime = 300
 			s.Hook(ev)
 		}, release1, ip3 + " " + macA + " 12 300"},
+		{"the ending address is the newest commit: the one before it", func(t *testing.T, s *State) {
+			s.Appended(blocks(t, block(ip1, "active", macA, t0+15, t0+615)), t0+15)
+			s.Hook(hook(event.Commit, ip1, macA, t0+15))
+		}, release1, ip2 + " " + macA + " 10 600"},
+		{"the newer one ended: the one before it", func(t *testing.T, s *State) {
+			ev := hook(event.Commit, ip3, macA, t0+12)
+			ev.LeaseTime = 5
+			s.Hook(ev)
+		}, release1, ip2 + " " + macA + " 10 600"},
+		{"the file shows another MAC's block there: none", func(t *testing.T, s *State) {
+			s.Appended(blocks(t, block(ip2, "active", macB, t0+15, t0+615)), t0+15)
+		}, release1, ""},
+		{"a hook's renewal the file does not show yet: the hook's times", func(t *testing.T, s *State) {
+			ev := hook(event.Commit, ip2, macA, t0+18)
+			ev.LeaseTime = 900
+			s.Hook(ev)
+		}, release1, ip2 + " " + macA + " 18 900"},
+		{"the file unknown: not its block", func(t *testing.T, s *State) { s.Unknown = true }, release1, ""},
+		{"IPv6: the MAC's other address of that family", func(t *testing.T, s *State) {
+			for i, ip := range []string{ip6, "2001:db8::12"} {
+				ev := hook(event.Commit, ip, macA, t0+12+int64(i))
+				ev.Family, ev.LeaseTime = event.IPv6, 600
+				s.Hook(ev)
+			}
+		}, func() event.Event {
+			ev := hook(event.Release, ip6, macA, t0+20)
+			ev.Family = event.IPv6
+			return ev
+		}(), "2001:db8::12 " + macA + " 13 600"},
 		{"complement mode: none", func(t *testing.T, s *State) { s.Complement = true }, release1, ""},
 		{"a failover pair: none", func(t *testing.T, s *State) { s.Pair = Pair{Peer: "fo", Role: RolePrimary} }, release1, ""},
 		{"a state loaded from disk: the index is rebuilt", func(t *testing.T, s *State) {

@@ -784,7 +784,7 @@ func (r *Reconciler) restatement(ev event.Event, now time.Time) (event.Event, bo
 	r.met.synthesised.WithLabelValues(ReasonRestated).Inc()
 	r.log.Info().Stringer("ip", x.IP).Str("mac", x.MAC).Str("hostname", x.Hostname).Int64("timestamp", x.Timestamp).
 		Str("after", ev.Action).Stringer("after_ip", ev.IP).
-		Msg("told the region again of this MAC's current lease, after the end of another of its addresses: MAAS drops a MAC's other addresses at each of its events")
+		Msg("this MAC's running lease queued again for the region, after the end of another of its addresses: MAAS drops a MAC's other addresses at each of its events")
 	return x, true
 }
 
