@@ -599,6 +599,36 @@ func TestUnwrittenRelease(t *testing.T) {
 	}
 }
 
+// TestUnwrittenReleaseThenRenewed: as TestUnwrittenRelease, but the
+// restarted dhcpd keeps the lease, the client renews it, and only a
+// later rewrite drops it (make chaos SEED=2037, 15 minutes: the two
+// renewals were judged older than the drop the release had been
+// matched to).
+func TestUnwrittenReleaseThenRenewed(t *testing.T) {
+	gens := []Generation{
+		gen("g0", nil, act(ip1, m1, 20)),
+		gen("g1", []Block{act(ip1, m1, 20)}, act(ip1, m1, 45)),
+		gen("g2", []Block{}),
+	}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"the renewal, then the drop's end", []Item{timed(1, "commit", 0), timed(11, "release", 10), timed(26, "commit", 25), timed(46, "expiry", 45)}, nil},
+		{"the renewal, the drop's end never told", []Item{timed(1, "commit", 0), timed(11, "release", 10), timed(26, "commit", 25)},
+			[]string{"final " + ip1, "lost " + ip1}},
+	} {
+		r := Check(Input{Generations: gens, Items: tc.items, End: at(100), Deaths: []time.Time{at(11)}})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+		if r.Unwritten != 1 {
+			t.Errorf("%s: Unwritten = %d, want 1", tc.name, r.Unwritten)
+		}
+	}
+}
+
 // TestUnwrittenCommitEnd: dhcpd runs a commit's hook, then dies before
 // it writes the lease; the restarted file shows the address as it was.
 // The region holds the told lease, and the agent expires it at its end
