@@ -924,6 +924,12 @@ func TestRestatement(t *testing.T) {
 		return s
 	}
 	release1 := hook(event.Release, ip1, macA, t0+20)
+	// hookCommit: a hook's commit for macA with its lease time.
+	hookCommit := func(s *State, ip string, at, leaseTime int64) {
+		ev := hook(event.Commit, ip, macA, at)
+		ev.LeaseTime = leaseTime
+		s.Hook(ev)
+	}
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, s *State)
@@ -938,9 +944,7 @@ func TestRestatement(t *testing.T) {
 			s.Appended(blocks(t, block(ip1, "free", macA, t0, t0+15)), t0+15)
 		}, hook(event.Release, ip2, macA, t0+20), ""},
 		{"a hook's commit whose lease a rewrite dropped: none", func(t *testing.T, s *State) {
-			ev := hook(event.Commit, ip3, macA, t0+12)
-			ev.LeaseTime = 600
-			s.Hook(ev)
+			hookCommit(s, ip3, t0+12, 600)
 			s.Appended(blocks(t, block(ip3, "active", macA, t0+12, t0+612)), t0+12)
 			tb, _ := table(t, block(ip1, "active", macA, t0, t0+600)+block(ip2, "active", macA, t0+10, t0+610))
 			s.Snapshot(tb, true, t0+14) // the rewrite drops ip3
@@ -966,26 +970,20 @@ func TestRestatement(t *testing.T) {
 			s.Hook(hook(event.Commit, ip3, macA, t0+12))
 		}, release1, ip3 + " " + macA + " 12 600"},
 		{"a hook's commit the file does not show yet: from what it told", func(t *testing.T, s *State) {
-			ev := hook(event.Commit, ip3, macA, t0+12)
-			ev.LeaseTime = 300
-			s.Hook(ev)
+			hookCommit(s, ip3, t0+12, 300)
 		}, release1, ip3 + " " + macA + " 12 300"},
 		{"the ending address is the newest commit: the one before it", func(t *testing.T, s *State) {
 			s.Appended(blocks(t, block(ip1, "active", macA, t0+15, t0+615)), t0+15)
 			s.Hook(hook(event.Commit, ip1, macA, t0+15))
 		}, release1, ip2 + " " + macA + " 10 600"},
 		{"the newer one ended: the one before it", func(t *testing.T, s *State) {
-			ev := hook(event.Commit, ip3, macA, t0+12)
-			ev.LeaseTime = 5
-			s.Hook(ev)
+			hookCommit(s, ip3, t0+12, 5)
 		}, release1, ip2 + " " + macA + " 10 600"},
 		{"the file shows another MAC's block there: none", func(t *testing.T, s *State) {
 			s.Appended(blocks(t, block(ip2, "active", macB, t0+15, t0+615)), t0+15)
 		}, release1, ""},
 		{"a hook's renewal the file does not show yet: the hook's times", func(t *testing.T, s *State) {
-			ev := hook(event.Commit, ip2, macA, t0+18)
-			ev.LeaseTime = 900
-			s.Hook(ev)
+			hookCommit(s, ip2, t0+18, 900)
 		}, release1, ip2 + " " + macA + " 18 900"},
 		{"the file unknown: not its block", func(t *testing.T, s *State) { s.Unknown = true }, release1, ""},
 		{"IPv6: the MAC's other address of that family", func(t *testing.T, s *State) {
