@@ -359,31 +359,22 @@ func (s *State) setTold(ip netip.Addr, t Told) {
 	}
 }
 
-// macKey is a MAC as Normalize writes it (six octets, lower-case hex,
-// colons) in the low 48 bits; false for any other MAC.
+// macKey is a MAC as Normalize writes it (six octets, two hex digits
+// each, colons) in the low 48 bits; false for any other MAC.
 func macKey(mac string) (uint64, bool) {
 	if len(mac) != 17 {
 		return 0, false
 	}
 	var k uint64
 	for i := 0; i < 17; i += 3 {
-		hi, lo := unhex(mac[i]), unhex(mac[i+1])
-		if hi < 0 || lo < 0 || (i+2 < 17 && mac[i+2] != ':') {
+		hi, ok1 := parser.HexDigit(mac[i])
+		lo, ok2 := parser.HexDigit(mac[i+1])
+		if !ok1 || !ok2 || (i+2 < 17 && mac[i+2] != ':') {
 			return 0, false
 		}
 		k = k<<8 | uint64(hi<<4|lo)
 	}
 	return k, true
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	}
-	return -1
 }
 
 // commitIndex maps a MAC (macKey) to the addresses of its last two

@@ -408,7 +408,13 @@ func Check(in Input) Report {
 	hit := map[string]map[int]int{}      // IP → version → items matched
 	history := map[string][]string{}     // IP → the region's items, for evidence
 	endTold := map[string]map[int]bool{} // IP → versions whose end an unwritten item told
-	held := map[string]Item{}            // IP → the unwritten commit that is the region's last word on it
+	markEndTold := func(ip string, k int) {
+		if endTold[ip] == nil {
+			endTold[ip] = map[int]bool{}
+		}
+		endTold[ip][k] = true
+	}
+	held := map[string]Item{} // IP → the unwritten commit that is the region's last word on it
 	// inner[i]: a later item of the same batch is for the same IP, so
 	// item i is a step inside a transaction, not a state the region
 	// shows (a batch sent again with more behind it replays older
@@ -546,10 +552,7 @@ func Check(in Input) Report {
 				// before it wrote it (a release): the region heard
 				// the life end, so the end the files show later for
 				// it (its expiry) is not lost.
-				if endTold[it.IP] == nil {
-					endTold[it.IP] = map[int]bool{}
-				}
-				endTold[it.IP][k] = true
+				markEndTold(it.IP, k)
 			}
 			continue
 		}
@@ -594,10 +597,7 @@ func Check(in Input) Report {
 				// it (make chaos SEED=2037: two renewals after such a
 				// release were judged older than the drop). The drop's
 				// end counts as told, unless a renewal takes it back.
-				if endTold[it.IP] == nil {
-					endTold[it.IP] = map[int]bool{}
-				}
-				endTold[it.IP][j] = true
+				markEndTold(it.IP, j)
 				continue
 			}
 		case v.Vanished && it.Action != "commit" && it.At.Add(in.Slack).Unix() < v.Ends &&
