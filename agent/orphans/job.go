@@ -22,6 +22,7 @@ const (
 	StateBusy         = "busy"         // something answers ARP for it
 	StateBlocked      = "blocked"      // it cannot be probed (not on a link of this rack)
 	StateRefused      = "refused"      // the API key is refused or not an administrator's
+	StateUnreleasable = "unreleasable" // MAAS's release fails for its record (linked to several interfaces)
 )
 
 // Job is an address to free in the region.

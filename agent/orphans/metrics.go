@@ -24,14 +24,14 @@ func newMetrics() *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_orphans_refused_total",
-			Help: "Orphaned addresses not freed, by reason: other-mac and not-discovered (the region's record is someone else's: left alone), api-key (the key is refused or not an administrator's: alert).",
+			Help: "Orphaned addresses not freed, by reason: other-mac and not-discovered (the region's record is someone else's: left alone), api-key (the key is refused or not an administrator's: alert), linked-interfaces (the region's record is linked to several interfaces, which MAAS's release fails on: kept, tried hourly).",
 		}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_orphans_held",
 			Help: "Orphaned addresses waiting to be freed in the region (leasekeeper status lists them and why).",
 		}),
 	}
-	for _, r := range []string{"other-mac", "not-discovered", "api-key"} {
+	for _, r := range []string{"other-mac", "not-discovered", "api-key", "linked-interfaces"} {
 		m.refused.WithLabelValues(r)
 	}
 	return m

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ const (
 	backoffMin           = time.Second
 	backoffMax           = time.Minute
 	refusedRetry         = 10 * time.Minute
+	unreleasableRetry    = time.Hour
 	requestTimeout       = 30 * time.Second
 )
 
@@ -60,9 +62,8 @@ type Releaser struct {
 	met   *metrics
 	wake  chan struct{}
 
-	mu     sync.Mutex // guards jobs, admin, warned
+	mu     sync.Mutex // guards jobs, warned
 	jobs   map[netip.Addr]Job
-	admin  *maasapi.User
 	warned map[netip.Addr]bool
 	work   sync.Mutex // one attempt at a time (the task or ReleaseNow)
 }
@@ -152,11 +153,11 @@ func (r *Releaser) client() *maasapi.Client {
 }
 
 // SetClient puts a reloaded [maas] in force (nil: not configured any
-// more): the next attempt uses it, the administrator check is made again,
-// and every job is due at once, those left unconfigured included.
+// more): the next attempt uses it, and every job is due at once, those
+// left unconfigured or refused included.
 func (r *Releaser) SetClient(c *maasapi.Client) {
 	r.mu.Lock()
-	r.cfg.Client, r.admin = c, nil
+	r.cfg.Client = c
 	for ip, j := range r.jobs {
 		j.Next = time.Time{}
 		r.jobs[ip] = j
@@ -290,8 +291,15 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		r.met.refused.WithLabelValues("api-key").Inc()
 		if prev != StateRefused || j.Attempts == 0 {
 			log.Error().Str("reason", out.Reason).Time("next", j.Next).
-				Str("fix", "put an administrator's API key (maas apikey --username ADMIN) in maas.api_key_file and reload").
+				Str("fix", "put the API key of a MAAS administrator (a user MAAS lets list every address and force-release one: maas apikey --username ADMIN) in maas.api_key_file and reload").
 				Msg("the region refuses to free the address with this API key")
+		}
+	case StateUnreleasable:
+		j.Next = now.Add(unreleasableRetry)
+		if prev != StateUnreleasable {
+			r.met.refused.WithLabelValues("linked-interfaces").Inc()
+			log.Warn().Str("reason", out.Reason).Time("next", j.Next).
+				Msg("MAAS cannot free this observed address through its API; kept in status and tried again hourly")
 		}
 	default: // retrying
 		j.Attempts++
@@ -311,12 +319,9 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	if o, ok := r.checkAdmin(ctx); !ok {
-		return o
-	}
 	recs, err := c.Records(ctx, j.IP)
 	if err != nil {
-		return apiOutcome(err)
+		return r.apiOutcome(ctx, err)
 	}
 	var disc *maasapi.IPAddress
 	var other []string
@@ -357,31 +362,46 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 		return Outcome{Done: true, Result: "freed", Reason: "observed for the lease's MAC, silent on " + p.Iface}
 	case errors.Is(err, maasapi.ErrAbsent):
 		return Outcome{Done: true, Result: "gone", Reason: "the region answered that no discovered record exists (freed meanwhile)"}
+	case len(disc.Interfaces) > 1 && maasapi.IsInternalError(err):
+		return Outcome{Result: StateUnreleasable, Reason: unreleasable(*disc, mac, err)}
 	default:
-		return apiOutcome(err)
+		return r.apiOutcome(ctx, err)
 	}
 }
 
-// checkAdmin asks once who the key belongs to; an answer that it is not
-// an administrator is asked again at the next attempt.
-func (r *Releaser) checkAdmin(ctx context.Context) (Outcome, bool) {
-	r.mu.Lock()
-	u := r.admin
-	r.mu.Unlock()
-	if u != nil && u.IsSuperuser {
-		return Outcome{}, true
+// unreleasable says why MAAS cannot free rec and what frees it. MAAS's
+// release (src/maasserver/api/ip_addresses.py, 3.6 to master) unlinks
+// the record from each of its interfaces in turn, and unlinking a
+// DISCOVERED record deletes it (src/maasserver/models/interface.py,
+// unlink_ip_address): the second interface's turn deletes it again,
+// Django refuses, and the request fails with a 500, rolled back. A record
+// has several interfaces when the lease's MAC is a machine's NIC with
+// VLANs or a bond on it (the leases API links it to every interface with
+// the MAC: src/maasservicelayer/services/interfaces.py, link_ip), or when
+// a new client's commit linked it to a second MAC before the old one's
+// end. MAAS itself deletes it at the MAC's next lease event on the
+// region (src/maasservicelayer/services/leases.py, store_lease_info).
+func unreleasable(rec maasapi.IPAddress, mac string, err error) string {
+	names := make([]string, len(rec.Interfaces))
+	for i, f := range rec.Interfaces {
+		names[i] = f.Name + " (" + strings.ToLower(f.MACAddress) + ")"
 	}
-	who, err := r.client().Whoami(ctx)
-	if err != nil {
-		return apiOutcome(err), false
+	return fmt.Sprintf("the region failed to release its observed record (%v): the record is linked to %d interfaces, %s, and MAAS's release fails for such a record (it deletes the record at the first interface and again at the next); the region keeps the address until %s leases again from it, or until the record is linked to one interface only",
+		err, len(rec.Interfaces), strings.Join(names, ", "), mac)
+}
+
+// apiOutcome is the job's state after err from the region; a refusal
+// names the key's user when the region says who it is.
+func (r *Releaser) apiOutcome(ctx context.Context, err error) Outcome {
+	o := apiOutcome(err)
+	if o.Result == StateRefused && errors.Is(err, maasapi.ErrForbidden) {
+		if c := r.client(); c == nil {
+			return o
+		} else if who, werr := c.Whoami(ctx); werr == nil {
+			o.Reason = fmt.Sprintf("the API key is %q's (is_superuser %v): %s", who.Username, who.IsSuperuser, o.Reason)
+		}
 	}
-	r.mu.Lock()
-	r.admin = &who
-	r.mu.Unlock()
-	if !who.IsSuperuser {
-		return Outcome{Result: StateRefused, Reason: fmt.Sprintf("the API key is %q's, who is not an administrator: MAAS answers 403 to a forced release", who.Username)}, false
-	}
-	return Outcome{}, true
+	return o
 }
 
 func apiOutcome(err error) Outcome {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +28,11 @@ import (
 const (
 	adminKey = "aC:aT:aS"
 	userKey  = "uC:uT:uS"
+	groupKey = "gC:gT:gS" // in the Administrators group, not is_superuser
+	flagKey  = "fC:fT:fS" // is_superuser, removed from the Administrators group
 	ip       = "203.0.113.100"
 	macA     = "02:00:00:00:00:0a"
+	macB     = "02:00:00:00:00:0b"
 )
 
 // observe has the stub's region record a commit of ip for mac, through
@@ -51,23 +55,33 @@ func observe(t *testing.T, s *regionstub.Server, mac string) {
 // TestReleaserDecides: one attempt on a held address, against the
 // MAAS-shaped stub's API 2.0 and a probe that says whether anyone
 // answers: the address is freed only when the region's record is still
-// DISCOVERED for the lease's MAC, nobody answers, and the key is an
-// administrator's.
+// DISCOVERED for the lease's MAC, nobody answers, and MAAS lets the key
+// list and force-release addresses. Who may is MAAS's to say
+// (src/maasserver/authorization.py: 3.8 and later ask for permissions
+// an administrator has through the Administrators group, whatever
+// is_superuser says). A record linked to more than one interface is one
+// MAAS's release fails on (src/maasserver/api/ip_addresses.py, release;
+// src/maasserver/models/interface.py, unlink_ip_address): kept, hourly.
 func TestReleaserDecides(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		regionMAC string // "" = the region has no record
-		key       string
-		answered  bool
-		result    string
-		done      bool
-		releases  int
+		name       string
+		regionMACs []string // the commits the region took for ip, in order; none: no record
+		ifaces     []string // the region's interfaces with macA (nil: one unknown interface)
+		key        string
+		answered   bool
+		result     string
+		done       bool
+		releases   int
 	}{
-		{"freed", macA, adminKey, false, "freed", true, 1},
-		{"another MAC holds it now", "02:00:00:00:00:0b", adminKey, false, "other-mac", true, 0},
-		{"already gone", "", adminKey, false, "gone", true, 0},
-		{"someone answers ARP", macA, adminKey, true, orphans.StateBusy, false, 0},
-		{"not an administrator's key", macA, userKey, false, orphans.StateRefused, false, 0},
+		{"freed", []string{macA}, nil, adminKey, false, "freed", true, 1},
+		{"another MAC holds it now", []string{macB}, nil, adminKey, false, "other-mac", true, 0},
+		{"already gone", nil, nil, adminKey, false, "gone", true, 0},
+		{"someone answers ARP", []string{macA}, nil, adminKey, true, orphans.StateBusy, false, 0},
+		{"not an administrator's key", []string{macA}, nil, userKey, false, orphans.StateRefused, false, 0},
+		{"an administrator by group, not is_superuser", []string{macA}, nil, groupKey, false, "freed", true, 1},
+		{"is_superuser, out of the Administrators group", []string{macA}, nil, flagKey, false, orphans.StateRefused, false, 0},
+		{"the MAC is a machine's NIC with a VLAN on it", []string{macA}, []string{"eth0", "eth0.100"}, adminKey, false, orphans.StateUnreleasable, false, 1},
+		{"linked to a second MAC too", []string{macB, macA}, nil, adminKey, false, orphans.StateUnreleasable, false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := regionstub.Start(regionstub.Options{})
@@ -79,10 +93,15 @@ func TestReleaserDecides(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.AddAPIKey(adminKey, regionstub.APIUser{Name: "admin", Admin: true})
+			s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
 			s.AddAPIKey(userKey, regionstub.APIUser{Name: "user"})
-			if tc.regionMAC != "" {
-				observe(t, s, tc.regionMAC)
+			s.AddAPIKey(groupKey, regionstub.APIUser{Name: "ops", Admin: true})
+			s.AddAPIKey(flagKey, regionstub.APIUser{Name: "former", Superuser: true})
+			if tc.ifaces != nil {
+				s.SetInterfaces(macA, tc.ifaces...)
+			}
+			for _, mac := range tc.regionMACs {
+				observe(t, s, mac)
 			}
 			key, err := maasapi.ParseKey(tc.key)
 			if err != nil {
@@ -129,11 +148,29 @@ func TestReleaserDecides(t *testing.T) {
 				t.Errorf("%d release calls, want %d: %+v", n, tc.releases, s.API2Requests())
 			}
 			_, still := s.Lease(addr)
-			if wantStill := tc.regionMAC != "" && tc.releases == 0; still != wantStill {
+			if wantStill := len(tc.regionMACs) > 0 && tc.result != "freed"; still != wantStill {
 				t.Errorf("region still lists it: %v, want %v", still, wantStill)
 			}
 			if tc.result == "freed" && probes == 0 {
 				t.Error("freed without an ARP probe")
+			}
+			jobs := r.Jobs()
+			if tc.done != (len(jobs) == 0) {
+				t.Fatalf("jobs after the attempt: %+v (done %v)", jobs, tc.done)
+			}
+			switch tc.result {
+			case orphans.StateRefused:
+				// The refusal is MAAS's 403, and names the key's user.
+				if !strings.Contains(jobs[0].Reason, "403") || !strings.Contains(jobs[0].Reason, "API key is") {
+					t.Errorf("refusal's reason: %q", jobs[0].Reason)
+				}
+			case orphans.StateUnreleasable:
+				if d := jobs[0].Next.Sub(jobs[0].Last); d != time.Hour {
+					t.Errorf("next attempt in %v, want an hour", d)
+				}
+				if !strings.Contains(jobs[0].Reason, "linked to 2 interfaces") {
+					t.Errorf("reason: %q", jobs[0].Reason)
+				}
 			}
 		})
 	}
@@ -152,7 +189,7 @@ func TestReleaserReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.AddAPIKey(adminKey, regionstub.APIUser{Name: "admin", Admin: true})
+	s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
 	observe(t, s, macA)
 	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
 	if err != nil {

@@ -41,7 +41,7 @@ func orphanWorld(t *testing.T, withKey bool) *world {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.stub.AddAPIKey(orphanKey, regionstub.APIUser{Name: "admin", Admin: true}); err != nil {
+		if err := w.stub.AddAPIKey(orphanKey, regionstub.Administrator("admin")); err != nil {
 			t.Fatal(err)
 		}
 		w.maasURL, w.maasKeyFile = u, filepath.Join(w.dir, "maas.key")

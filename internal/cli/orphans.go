@@ -25,13 +25,14 @@ func newOrphansCmd(env *Env) *cobra.Command {
 		Short: "List (and free) the addresses the region keeps for leases a dhcpd reload dropped",
 		Long: `When a dhcpd restart drops an active lease because its address left every
 range, MAAS ignores the expiry leasekeeper sends at the lease's end (the
-address is in no dynamic range any more) and keeps the address "Observed"
+address is in no range of its subnet any more) and keeps the address "Observed"
 for ever. The agent frees it through MAAS's API 2.0 ([maas] in its
 configuration) once the region's record is still DISCOVERED for the
 lease's MAC and nothing answers an ARP probe for it on the rack's link.
 This command lists the addresses it still holds, with why (waiting for the
-lease's end, busy: something answers for it, refused: the API key is not an
-administrator's, unconfigured: no [maas] key, …).
+lease's end, busy: something answers for it, refused: MAAS does not let the
+API key's user list or release addresses, unreleasable: MAAS's release fails
+for a record linked to several interfaces, unconfigured: no [maas] key, …).
 
 --release runs the same checked release now, for the IPs given (default:
 every listed address), and prints how each went: freed, gone (the region

@@ -26,8 +26,9 @@ var (
 	// ErrAbsent: a forced release found no record of that type for the
 	// address ("IP address … does not exist."): nothing left to free.
 	ErrAbsent = errors.New("maas: no such address record")
-	// ErrForbidden: the key's user is not an administrator.
-	ErrForbidden = errors.New("maas: the API key's user is not an administrator (force-releasing needs admin rights)")
+	// ErrForbidden: the key's user lacks the permission (not an
+	// administrator).
+	ErrForbidden = errors.New("maas: the region does not allow this API key's user to do this (403)")
 	// ErrUnauthorized: MAAS does not know the key (revoked, mistyped).
 	ErrUnauthorized = errors.New("maas: the API key was refused (401)")
 )
@@ -41,6 +42,13 @@ type StatusError struct {
 
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("maas: %s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), e.Body)
+}
+
+// IsInternalError reports whether err is the region's 500 answer (an
+// exception in its code, as against 502–504 from nginx or a busy region).
+func IsInternalError(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == http.StatusInternalServerError
 }
 
 // Client talks to one region's API 2.0.

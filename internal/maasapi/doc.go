@@ -13,7 +13,7 @@
 //
 // Answers are mapped to errors a caller can branch on: ErrAbsent (400
 // "… does not exist." to a forced release: nothing left to free),
-// ErrForbidden (403: the key is not an administrator's), ErrUnauthorized
+// ErrForbidden (403: the key's user lacks the permission), ErrUnauthorized
 // (401: MAAS does not know the key); any other failure is a *StatusError
 // or a transport error, worth retrying.
 package maasapi

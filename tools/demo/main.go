@@ -136,7 +136,7 @@ func (d *demo) run() error {
 		return err
 	}
 	const apiKey = "demoConsumer:demoToken:demoSecret"
-	if err := stub.AddAPIKey(apiKey, regionstub.APIUser{Name: "admin", Admin: true}); err != nil {
+	if err := stub.AddAPIKey(apiKey, regionstub.Administrator("admin")); err != nil {
 		return err
 	}
 	d.apiURL, d.apiKey = apiURL, filepath.Join(d.dir, "maas.key")

@@ -12,22 +12,41 @@ package regionstub
 //     src/apiclient/maas_client.py (MAASOAuth: SIGNATURE_PLAINTEXT);
 //   - GET users/?op=whoami returns the key's user:
 //     src/maasserver/api/users.py (whoami);
+//   - who may do what: MAAS 3.8 and later ask OpenFGA whether the user
+//     can_view_ipaddresses (to list all) and can_edit_global_entities
+//     (to force a release), which an administrator has through the
+//     Administrators group, not through is_superuser (the two can
+//     differ); 3.6 and 3.7 asked is_superuser. The stub answers as 3.8
+//     and later: src/maasserver/authorization.py,
+//     src/maasserver/api/ip_addresses.py;
 //   - GET ipaddresses/?ip=IP[&all=true]: records with a non-null IP;
-//     without all, or for a non-administrator, only the user's own
-//     USER_RESERVED ones; fields alloc_type, alloc_type_name ("Observed"
-//     for DISCOVERED), created, ip, owner, interface_set (with
-//     mac_address), subnet; a malformed ip is 400 "Parameter 'ip' must
-//     contain an IP address.": src/maasserver/api/ip_addresses.py (read),
-//     src/maasserver/enum.py (IPADDRESS_TYPE_CHOICES),
+//     all=true by a user without the permission is 403 "Listing all IP
+//     addresses requires admin privileges."; without all, only the
+//     user's own USER_RESERVED ones; fields alloc_type, alloc_type_name
+//     ("Observed" for DISCOVERED), created, ip, owner, interface_set
+//     (with mac_address), subnet; a malformed ip is 400 "Parameter 'ip'
+//     must contain an IP address.": src/maasserver/api/ip_addresses.py
+//     (read), src/maasserver/enum.py (IPADDRESS_TYPE_CHOICES),
 //     src/maascommon/enums/ipaddress.py (DISCOVERED = 6);
-//   - POST ipaddresses/ op=release: ip mandatory; force=true by a
-//     non-administrator is 403 "Force-releasing an IP address requires
-//     admin privileges."; force with discovered=true takes only the
-//     DISCOVERED record, force alone every other type, neither the
+//   - an observed record is linked to every interface the region has
+//     with the lease's MAC (one unknown interface by default; a
+//     machine's NIC and its VLANs or bond with SetInterfaces):
+//     src/maasservicelayer/services/leases.py (store_lease_info),
+//     src/maasservicelayer/services/interfaces.py (link_ip);
+//   - POST ipaddresses/ op=release: ip mandatory; force=true by a user
+//     without the permission is 403 "Force-releasing an IP address
+//     requires admin privileges."; force with discovered=true takes only
+//     the DISCOVERED record, force alone every other type, neither the
 //     user's own reservation; none found is 400 "IP address %s does not
 //     exist." (with force) or the longer message without; found is
-//     unlinked or deleted, 204: src/maasserver/api/ip_addresses.py
-//     (release).
+//     unlinked from each of its interfaces in turn, and unlinking a
+//     DISCOVERED record deletes it, so a record with two or more
+//     interfaces is deleted twice: Django raises, the middleware answers
+//     500 with the exception's text, and the transaction is rolled back
+//     (the record stays); otherwise 204:
+//     src/maasserver/api/ip_addresses.py (release),
+//     src/maasserver/models/interface.py (unlink_ip_address),
+//     src/maasserver/middleware.py (process_exception).
 //
 // The DISCOVERED records are the stub's view: what the leases API
 // applied, with its dynamic-range gate (maas.go), so a release removes
@@ -46,6 +65,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
+	"github.com/leasekeeper/leasekeeper/internal/maasmodel"
 )
 
 // API2Path is the public API 2.0 root.
@@ -53,8 +73,12 @@ const API2Path = "/MAAS/api/2.0/"
 
 // MAAS's words for API 2.0 answers.
 const (
-	MsgInvalidAPIKey       = "Authorization Error: Invalid API key."
-	MsgForceNeedsAdmin     = "Force-releasing an IP address requires admin privileges."
+	MsgInvalidAPIKey     = "Authorization Error: Invalid API key."
+	MsgForceNeedsAdmin   = "Force-releasing an IP address requires admin privileges."
+	MsgListAllNeedsAdmin = "Listing all IP addresses requires admin privileges."
+	// MsgDeletedTwice is Django's refusal to delete a model instance
+	// already deleted (django/db/models/base.py, Model.delete).
+	MsgDeletedTwice        = "StaticIPAddress object can't be deleted because its id attribute is set to None."
 	MsgIPParamNotIP        = "Parameter 'ip' must contain an IP address."
 	msgReleaseAbsentForced = "IP address %s does not exist."
 	msgReleaseAbsent       = "IP address %s does not exist, is not the correct type of address, or does not belong to the requesting user.\nIf you are sure you want to release this address, use force=true as a MAAS administrator."
@@ -62,8 +86,38 @@ const (
 
 // APIUser is a MAAS user holding an API key.
 type APIUser struct {
-	Name  string
+	Name string
+	// Admin: in MAAS's Administrators group, which gives (3.8 and later)
+	// the permissions to list every address and force a release.
 	Admin bool
+	// Superuser is is_superuser as whoami shows it: set at an
+	// administrator's creation, it says nothing of the group later.
+	Superuser bool
+}
+
+// Administrator is a user as MAAS creates an administrator: superuser
+// and in the Administrators group.
+func Administrator(name string) APIUser { return APIUser{Name: name, Admin: true, Superuser: true} }
+
+// SetInterfaces has the region know mac as the named interfaces of a
+// machine (its NIC and the VLANs or bond on it, which share the NIC's
+// MAC) instead of one unknown interface: an observed record for mac is
+// linked to each.
+func (s *Server) SetInterfaces(mac string, names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.api2.ifaces == nil {
+		s.api2.ifaces = map[string][]string{}
+	}
+	s.api2.ifaces[strings.ToLower(mac)] = slices.Clone(names)
+}
+
+// interfacesOf are the region's interfaces with mac. s.mu is held.
+func (s *Server) interfacesOf(mac string) []string {
+	if n, ok := s.api2.ifaces[strings.ToLower(mac)]; ok && len(n) > 0 {
+		return n
+	}
+	return []string{"eth0"}
 }
 
 // API2Request is one request the API 2.0 stand-in answered.
@@ -78,7 +132,8 @@ type API2Request struct {
 }
 
 type api2State struct {
-	keys     map[string]APIUser // "consumer:token:secret" → user
+	keys     map[string]APIUser  // "consumer:token:secret" → user
+	ifaces   map[string][]string // MAC → a machine's interface names (SetInterfaces)
 	requests []API2Request
 	srv      *http.Server
 	url      string
@@ -207,7 +262,7 @@ func (s *Server) serveAPI2(w http.ResponseWriter, r *http.Request, rec *API2Requ
 			return text(w, http.StatusBadRequest, "Unrecognised signature: method="+r.Method+" op="+r.URL.Query().Get("op"))
 		}
 		rec.Op = "whoami"
-		return writeJSON(w, http.StatusOK, map[string]any{"username": u.Name, "is_superuser": u.Admin, "is_local": true,
+		return writeJSON(w, http.StatusOK, map[string]any{"username": u.Name, "is_superuser": u.Superuser, "is_local": true,
 			"email": u.Name + "@example.com", "resource_uri": "/MAAS/api/2.0/users/" + u.Name + "/"})
 	case API2Path + "ipaddresses/":
 	default:
@@ -260,10 +315,13 @@ func (s *Server) readIPs(w http.ResponseWriter, r *http.Request, u APIUser, rec 
 		}
 		want = a
 	}
+	if all && !u.Admin {
+		return text(w, http.StatusForbidden, MsgListAllNeedsAdmin)
+	}
 	out := []map[string]any{}
 	// Only DISCOVERED records exist here: listed for an administrator
 	// asking for all; anyone else sees only their own USER_RESERVED ones.
-	if all && u.Admin {
+	if all {
 		s.mu.Lock()
 		var ips []string
 		for _, ip := range s.view.IPs() {
@@ -275,14 +333,7 @@ func (s *Server) readIPs(w http.ResponseWriter, r *http.Request, u APIUser, rec 
 		ifID := 1000
 		for _, ip := range ips {
 			l, _ := s.view.Lease(ip)
-			// One interface per MAC linked to the address (more than one
-			// only when a client left one behind: internal/maasmodel).
-			ifaces := make([]map[string]any, len(l.MACs))
-			for k, mac := range l.MACs {
-				ifaces[k] = map[string]any{"id": ifID, "name": "eth0", "type": "unknown", "mac_address": mac,
-					"system_id": nil, "enabled": true}
-				ifID++
-			}
+			ifaces := s.recordInterfaces(l, &ifID)
 			sub := ""
 			for _, sn := range s.subnets {
 				if sn.CIDR.Contains(netip.MustParseAddr(ip)) {
@@ -307,6 +358,21 @@ func (s *Server) readIPs(w http.ResponseWriter, r *http.Request, u APIUser, rec 
 	return http.StatusOK
 }
 
+// recordInterfaces are the interface_set of l's record: every interface
+// with each MAC linked to it (more than one MAC only when a client left
+// one behind: internal/maasmodel), ids counted from *id. s.mu is held.
+func (s *Server) recordInterfaces(l maasmodel.Lease, id *int) []map[string]any {
+	var out []map[string]any
+	for _, mac := range l.MACs {
+		for _, name := range s.interfacesOf(mac) {
+			out = append(out, map[string]any{"id": *id, "name": name, "type": "unknown", "mac_address": mac,
+				"system_id": nil, "enabled": true})
+			*id++
+		}
+	}
+	return out
+}
+
 func (s *Server) release(w http.ResponseWriter, r *http.Request, u APIUser) int {
 	ip := r.PostForm.Get("ip")
 	if ip == "" {
@@ -326,15 +392,19 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, u APIUser) int 
 		return writeJSON(w, http.StatusBadRequest, map[string][]string{"ip": {"Enter a valid IPv4 or IPv6 address."}})
 	}
 	s.mu.Lock()
-	_, found := s.view.Lease(a.String())
+	l, found := s.view.Lease(a.String())
 	// Only DISCOVERED records exist here: force+discovered finds it;
 	// force alone excludes it; no force looks for the user's own
 	// reservation, of which there are none.
 	found = found && force && discovered
-	if found {
+	twice := found && len(s.recordInterfaces(l, new(int))) > 1
+	if found && !twice {
 		s.view.Delete(a.String())
 	}
 	s.mu.Unlock()
+	if twice {
+		return text(w, http.StatusInternalServerError, MsgDeletedTwice)
+	}
 	if !found {
 		if force {
 			return text(w, http.StatusBadRequest, fmt.Sprintf(msgReleaseAbsentForced, ip))

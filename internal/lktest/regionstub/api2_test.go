@@ -19,6 +19,8 @@ import (
 const (
 	adminKey = "ac:at:as"
 	userKey  = "uc:ut:us"
+	groupKey = "gc:gt:gs"
+	flagKey  = "fc:ft:fs"
 )
 
 // api2 is a stub with one observed address (203.0.113.120 for
@@ -35,8 +37,8 @@ func api2(t *testing.T) (*regionstub.Server, string, netip.Addr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.AddAPIKey(adminKey, regionstub.APIUser{Name: "admin", Admin: true}) //nolint:errcheck
-	s.AddAPIKey(userKey, regionstub.APIUser{Name: "user"})                //nolint:errcheck
+	s.AddAPIKey(adminKey, regionstub.Administrator("admin")) //nolint:errcheck
+	s.AddAPIKey(userKey, regionstub.APIUser{Name: "user"})   //nolint:errcheck
 	ip := netip.MustParseAddr("203.0.113.120")
 	postItems(t, s, []event.RegionItem{{Action: "commit", Family: "ipv4", MAC: "02:00:00:00:00:01", IP: ip.String(), Timestamp: 1700000000, LeaseTime: 600}})
 	if _, ok := s.Lease(ip); !ok {
@@ -88,9 +90,12 @@ func TestAPI2OAuth(t *testing.T) {
 
 // src/maasserver/api/ip_addresses.py, read: an administrator with all=true
 // sees the DISCOVERED record ("Observed", src/maasserver/enum.py) with the
-// MAC's interface; a plain user sees only their own reservations.
+// MAC's interface; a plain user asking for all is refused (403), and so is
+// a user with is_superuser outside the Administrators group, while one in
+// the group without it is not (3.8 and later ask the group's permission,
+// can_view_ipaddresses: src/maasserver/authorization.py).
 func TestAPI2ReadIP(t *testing.T) {
-	_, u, ip := api2(t)
+	s, u, ip := api2(t)
 	ctx := context.Background()
 	recs, err := client(t, u, adminKey).Records(ctx, ip)
 	if err != nil || len(recs) != 1 {
@@ -101,8 +106,17 @@ func TestAPI2ReadIP(t *testing.T) {
 		len(r.MACs()) != 1 || r.MACs()[0] != "02:00:00:00:00:01" {
 		t.Errorf("record %+v", r)
 	}
-	if recs, err := client(t, u, userKey).Records(ctx, ip); err != nil || len(recs) != 0 {
-		t.Errorf("a plain user sees %+v %v", recs, err)
+	if recs, err := client(t, u, userKey).Records(ctx, ip); !errors.Is(err, maasapi.ErrForbidden) ||
+		!strings.Contains(err.Error(), regionstub.MsgListAllNeedsAdmin) {
+		t.Errorf("a plain user asking for all: %+v %v, want 403", recs, err)
+	}
+	s.AddAPIKey(flagKey, regionstub.APIUser{Name: "former", Superuser: true}) //nolint:errcheck
+	if _, err := client(t, u, flagKey).Records(ctx, ip); !errors.Is(err, maasapi.ErrForbidden) {
+		t.Errorf("is_superuser out of the group: %v, want 403", err)
+	}
+	s.AddAPIKey(groupKey, regionstub.APIUser{Name: "ops", Admin: true}) //nolint:errcheck
+	if recs, err := client(t, u, groupKey).Records(ctx, ip); err != nil || len(recs) != 1 {
+		t.Errorf("in the group without is_superuser: %+v %v", recs, err)
 	}
 	if recs, err := client(t, u, adminKey).Records(ctx, netip.MustParseAddr("203.0.113.121")); err != nil || len(recs) != 0 {
 		t.Errorf("another address: %+v %v", recs, err)
@@ -168,6 +182,64 @@ func TestAPI2Release(t *testing.T) {
 	if n := s.Releases(ip.String()); n != 5 {
 		t.Errorf("%d release requests recorded, want 5", n)
 	}
+}
+
+// src/maasserver/api/ip_addresses.py, release, unlinks the record from
+// each interface in turn; src/maasserver/models/interface.py,
+// unlink_ip_address, deletes a DISCOVERED record at the first; the second
+// delete raises (django/db/models/base.py, Model.delete) and
+// src/maasserver/middleware.py answers 500 with its text, the
+// transaction rolled back. The record has two interfaces when the MAC is
+// a machine's NIC with a VLAN on it (src/maasservicelayer/services/
+// interfaces.py, link_ip to every interface with the MAC), or when a
+// second MAC committed the address (internal/maasmodel).
+func TestAPI2ReleaseTwoInterfaces(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		vlan   bool
+		second string // a second MAC that committed the address
+		code   int
+	}{
+		{"one interface", false, "", 204},
+		{"a NIC and its VLAN", true, "", 500},
+		{"two MACs", false, "02:00:00:00:00:02", 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, u, ip := api2(t)
+			if tc.vlan {
+				s.SetInterfaces("02:00:00:00:00:01", "eth0", "eth0.100")
+			}
+			if tc.second != "" {
+				postItems(t, s, []event.RegionItem{{Action: "commit", Family: "ipv4", MAC: tc.second, IP: ip.String(), Timestamp: 1700000100, LeaseTime: 600}})
+			}
+			ctx := context.Background()
+			recs, err := client(t, u, adminKey).Records(ctx, ip)
+			if err != nil || len(recs) != 1 {
+				t.Fatalf("records: %+v %v", recs, err)
+			}
+			if n := len(recs[0].Interfaces); n != 1+btoi(tc.vlan)+btoi(tc.second != "") {
+				t.Errorf("%d interfaces listed: %+v", n, recs[0].Interfaces)
+			}
+			err = client(t, u, adminKey).ReleaseDiscovered(ctx, ip)
+			var se *maasapi.StatusError
+			switch {
+			case tc.code == 204 && err != nil:
+				t.Errorf("release: %v", err)
+			case tc.code == 500 && (!errors.As(err, &se) || se.Status != 500 || se.Body != regionstub.MsgDeletedTwice || !maasapi.IsInternalError(err)):
+				t.Errorf("release: %v, want 500 %q", err, regionstub.MsgDeletedTwice)
+			}
+			if _, still := s.Lease(ip); still != (tc.code == 500) {
+				t.Errorf("the region lists the address: %v", still)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // postItems sends items to the leases API over mTLS.
