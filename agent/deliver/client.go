@@ -31,7 +31,14 @@ const MaxRetryAfter = 10 * time.Minute
 // and unacknowledged data gives up after userTimeout. So a request waiting
 // for a slow but live region waits, and one whose peer vanished fails
 // within about half a minute.
+//
+// An idle connection is kept for idleTimeout, under the 5 s after which
+// MAAS's internal API server (uvicorn, no timeout_keep_alive:
+// src/maasapiserver/app.py) closes one: a request written as the server
+// closes its idle connection fails unanswered and, the region being
+// unable to say it never read it, counts as perhaps applied.
 const (
+	idleTimeout  = 3 * time.Second
 	keepIdle     = 10 * time.Second
 	keepInterval = 5 * time.Second
 	keepCount    = 3
@@ -153,7 +160,7 @@ func newHTTPClient(cfg *Config, tc *tls.Config) *http.Client {
 		TLSHandshakeTimeout: cfg.Timeout,
 		MaxIdleConns:        2,
 		MaxIdleConnsPerHost: 2,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     idleTimeout,
 		ForceAttemptHTTP2:   false, // MAAS's uvicorn speaks HTTP/1.1
 		// A batch of 100 events is ~15 KiB of JSON: with the
 		// default 4 KiB buffer the request went out as four or five TLS
@@ -243,7 +250,7 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		o.kind = kindConfig
 		loc := resp.Header.Get("Location")
 		o.what += " to " + strconv.Quote(loc)
-		o.hint = fmt.Sprintf("the region redirects to %q: set region.url to the address it names (the agent does not follow redirects: MAAS's own agent counts a redirect as delivered, and loses the events)", loc)
+		o.hint = fmt.Sprintf("the region redirects to %q: set region.url to the address it names (the agent does not follow redirects: followed, a 301 to 303 turns the POST into a GET, and any would deliver somewhere not configured)", loc)
 	case c == http.StatusForbidden && strings.Contains(answer, "Client certificate required"):
 		o.kind = kindConfig
 		o.hint = "the region wants a client certificate: set region.cert_file and region.key_file (" + maasHintCert + ")"
@@ -277,11 +284,12 @@ func wrongPortHint(u *url.URL, what string) string {
 	return s
 }
 
-// classifyErr decides what an attempt without an answer means: most are
-// an outage (wait), but a TLS trust failure or a plain HTTP port is the
-// configuration and will not heal by waiting.
-func classifyErr(err error, cfg *Config, u *url.URL, serverName string) outcome {
-	o := outcome{kind: kindOutage, what: err.Error(), down: unreachable(err)}
+// classifyErr decides what an attempt without an answer means (wrote:
+// the whole request was written): most are an outage (wait), but a TLS
+// trust failure or a plain HTTP port is the configuration and will not
+// heal by waiting.
+func classifyErr(err error, wrote bool, cfg *Config, u *url.URL, serverName string) outcome {
+	o := outcome{kind: kindOutage, what: err.Error(), down: unreachable(err) || (!wrote && cutShort(err))}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		o.what = ue.Err.Error()
@@ -323,6 +331,8 @@ func classifyErr(err error, cfg *Config, u *url.URL, serverName string) outcome 
 		o.hint = fmt.Sprintf("the region refused the TLS handshake (%v): it wants a client certificate signed by its CA: set region.cert_file and region.key_file (%s)", opErr.Err, maasHintCert)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		o.hint = fmt.Sprintf("nothing listens at %s: regiond is down, or the port is wrong (MAAS's internal API is on %s)", u.Host, maasPort)
+	case o.down && !unreachable(err):
+		o.hint = fmt.Sprintf("%s accepted the connection and closed it before the request: on MAAS, nginx on port %s is up but the internal API server behind it is not (restarting, or waiting for its database)", u.Host, maasPort)
 	case errors.As(err, &dnsErr):
 		o.hint = fmt.Sprintf("cannot resolve %q: check region.url and DNS", dnsErr.Name)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):

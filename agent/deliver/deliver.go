@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -104,6 +105,7 @@ type link struct {
 	cfg        Config
 	u          *url.URL
 	serverName string
+	tls        *tls.Config // nil for plain http
 	hc         *http.Client
 	token      string
 }
@@ -269,6 +271,7 @@ func newLink(cfg Config) (*link, error) {
 	}
 	cfg.URL = u.String()
 	l.cfg = cfg
+	l.tls = tc
 	l.hc = newHTTPClient(&l.cfg, tc)
 	return l, nil
 }
@@ -963,6 +966,14 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	}
 	actx, cancel := context.WithTimeout(ctx, l.cfg.Timeout+l.cfg.AnswerTimeout)
 	defer cancel()
+	var wrote atomic.Bool // the whole request went out (to the kernel)
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, l.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return outcome{}, err
@@ -1012,14 +1023,14 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		if ctx.Err() != nil {
 			return outcome{}, ctx.Err()
 		}
-		o = classifyErr(err, &l.cfg, l.u, l.serverName)
+		o = classifyErr(err, wrote.Load(), &l.cfg, l.u, l.serverName)
 	} else {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
 		resp.Body.Close()
 		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
 	}
-	if mayHaveApplied(o, err) {
+	if mayHaveApplied(o, err, wrote.Load()) {
 		d.markDoubt(last)
 	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
@@ -1032,15 +1043,17 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 func (d *Deliverer) markDoubt(seq uint64) { d.doubt.Store(max(d.doubt.Load(), seq)) }
 
 // mayHaveApplied reports whether a request that ended in o (err: its
-// transport error) may have been applied by the region all the same: it
-// went out and no answer came (a timeout, a connection cut), or an
-// answer came from something between the agent and the region (a
-// proxy's 502, 503 or 504). MAAS's own answers are definite: 2xx
-// applied, 422 refused before anything was applied, 500 rolled back
-// (one transaction per request, inflight.go).
-func mayHaveApplied(o outcome, err error) bool {
+// transport error; wrote: the whole request was written) may have been
+// applied by the region all the same: it went out and no answer came (a
+// timeout, a connection cut), or an answer came from something between
+// the agent and the region (a proxy's 502, 503 or 504). A request not
+// written whole never reached the region's application (a refused
+// connection, one closed before or during the TLS handshake). MAAS's own
+// answers are definite: 2xx applied, 422 refused before anything was
+// applied, 500 rolled back (one transaction per request, inflight.go).
+func mayHaveApplied(o outcome, err error, wrote bool) bool {
 	if err != nil {
-		return !o.down && o.kind != kindConfig
+		return wrote && !o.down && o.kind != kindConfig
 	}
 	return o.status > 500
 }

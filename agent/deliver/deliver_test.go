@@ -941,7 +941,7 @@ func TestClassify(t *testing.T) {
 			t.Errorf("%d: what %q", tc.status, o.what)
 		}
 	}
-	if o := classifyErr(errors.New("connection reset by peer"), &Config{}, u, "maas"); o.kind != kindOutage {
+	if o := classifyErr(errors.New("connection reset by peer"), true, &Config{}, u, "maas"); o.kind != kindOutage {
 		t.Errorf("reset: %s", resultLabel[o.kind])
 	}
 }

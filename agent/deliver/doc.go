@@ -64,9 +64,12 @@
 //     504 and other 5xx: an outage. The same batch is retried for as long
 //     as it takes, with exponential backoff and full jitter between
 //     MinBackoff and MaxBackoff, or after the Retry-After the region asked
-//     for (capped at MaxRetryAfter). Never dead-lettered.
-//   - The agent's configuration: a redirect (not followed: MAAS's own
-//     agent counts a 3xx as delivered and loses the events), 400, 404,
+//     for (capped at MaxRetryAfter). Never dead-lettered. A region that
+//     refused the connection, or closed it before the request was written
+//     (MAAS's nginx with no API server behind it), is probed while
+//     waiting, and its return ends the wait (probe.go).
+//   - The agent's configuration: a redirect (not followed: it would turn
+//     the POST into a GET, or deliver somewhere not configured), 400, 404,
 //     405 (a wrong port or path: MAAS's public API has no such route),
 //     401, 403 (403 "Client certificate required." without a client
 //     certificate), another 4xx, and TLS failures that waiting will not

@@ -2,37 +2,51 @@ package deliver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 )
 
 // While the region cannot be reached, the wait before the next attempt
-// is watched by a probe: a bare TCP connection to the region's address
-// (no TLS, no request), closed at once, every ProbeInterval with jitter.
-// The first that connects ends the wait, so delivery resumes within about
-// one interval of the region's return, however long the backoff has
-// grown during a long outage.
+// is watched by a probe: a connection to the region's address and, for
+// https, a TLS handshake (no request), closed at once, every
+// ProbeInterval with jitter. The first that completes ends the wait, so
+// delivery resumes within about one interval of the region's return,
+// however long the backoff has grown during a long outage.
 //
-// Only an attempt that could not connect at all (connection refused, no
-// route, the connect timing out: a dial error) is "down" in this sense.
+// "Down" in this sense is an attempt that could not connect at all
+// (connection refused, no route, the connect timing out: a dial error),
+// or whose connection was closed or reset before the request was
+// written. The second is how MAAS's region is down: port 5242 is nginx's
+// stream proxy, a service of its own, which accepts the connection and
+// closes it when the internal API server behind it is not there
+// (restarting, or stopped; src/maasserver/templates/http/
+// regiond.nginx.stream.conf.template). So a bare connect says nothing
+// there: the probe's TLS handshake, answered by the API server itself,
+// is what tells it is back.
+//
 // A region that answers — 503, 502, 429, any 5xx, with or without
-// Retry-After — or that accepts the connection and then stalls, resets
-// it or fails the TLS handshake, is up and struggling: it gets the plain
+// Retry-After — or that takes the request and then stalls or cuts the
+// connection, or whose handshake fails on trust (an alert, a
+// certificate), is up and struggling or misconfigured: it gets the plain
 // exponential backoff with full jitter (or its Retry-After), and no probe
-// shortens that, since a successful connect says nothing about whether
-// it can take a batch now. Nor does a probe change the backoff: if the
-// attempt it brings forward fails again, the next wait follows on from
-// the last one's attempt count.
+// shortens that. Nor does a probe change the backoff: if the attempt it
+// brings forward fails again, the next wait follows on from the last
+// one's attempt count.
 //
 // What a probe costs a region that is down: one connection attempt per
-// agent per interval (a SYN answered by a RST while nothing listens),
-// never more than one at a time. Jitter (each wait drawn from [½, 1½] of
-// the interval) keeps the racks of a region from probing, and so coming
-// back, in lockstep; when it returns they reconnect spread over an
-// interval, and from then on it is the backoff that protects it.
+// agent per interval (a SYN answered by a RST while nothing listens, or
+// a connection nginx closes at once, before any cryptography), never
+// more than one at a time; the handshake's cost falls on the region only
+// once it is back, once. Jitter (each wait drawn from [½, 1½] of the
+// interval) keeps the racks of a region from probing, and so coming back,
+// in lockstep; when it returns they reconnect spread over an interval,
+// and from then on it is the backoff that protects it.
 
 // DefaultProbeInterval is the mean time between probes of a region that
 // is down. At most 1.5× it passes between its return and the probe that
@@ -48,6 +62,14 @@ const probeTimeout = time.Second
 func unreachable(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// cutShort reports whether err is the connection ending under the agent
+// (closed or reset by the other side). Before the request was written,
+// it is a region down behind its proxy.
+func cutShort(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // probeAddr is the address a probe connects to, "" when probing cannot
@@ -77,6 +99,7 @@ func (d *Deliverer) whenBack(ctx context.Context) <-chan struct{} {
 		return back
 	}
 	every := d.probeEvery
+	tc := d.link.Load().tls
 	go func() {
 		dialer := net.Dialer{Timeout: probeTimeout}
 		for {
@@ -89,17 +112,19 @@ func (d *Deliverer) whenBack(ctx context.Context) <-chan struct{} {
 			case <-t.C:
 			}
 			c, err := dialer.DialContext(ctx, "tcp", addr)
+			if err == nil && tc != nil {
+				err = handshake(ctx, c, tc)
+			}
+			if err == nil {
+				c.Close()
+			}
 			if ctx.Err() != nil {
-				if err == nil {
-					c.Close()
-				}
 				return
 			}
 			if err != nil {
 				d.m.probes.WithLabelValues("down").Inc()
 				continue
 			}
-			c.Close()
 			d.m.probes.WithLabelValues("up").Inc()
 			d.log.Info().Str("address", addr).Msg("region accepts connections again: retrying now")
 			close(back)
@@ -107,4 +132,19 @@ func (d *Deliverer) whenBack(ctx context.Context) <-chan struct{} {
 		}
 	}()
 	return back
+}
+
+// handshake runs a TLS handshake on c, bounded by probeTimeout, and
+// closes c when it fails. Only a connection cut short is an error: one
+// the region ends with an alert or a certificate the agent refuses is a
+// region that is there (the attempt then says what is wrong).
+func handshake(ctx context.Context, c net.Conn, tc *tls.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	err := tls.Client(c, tc).HandshakeContext(ctx)
+	if err != nil && (cutShort(err) || ctx.Err() != nil) {
+		c.Close()
+		return err
+	}
+	return nil
 }

@@ -1,10 +1,13 @@
 package deliver
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +30,93 @@ func TestUnreachable(t *testing.T) {
 		if got := unreachable(c.err); got != c.want {
 			t.Errorf("%s: unreachable = %t, want %t", c.name, got, c.want)
 		}
+	}
+}
+
+// TestDownBeforeWritten: a connection closed or reset before the request
+// was written whole is a region down behind its proxy (nginx on 5242):
+// down, probed, never applied. The same after the request went out is a
+// region that may have applied it. A refused connection is down either
+// way; a handshake the region refuses is configuration.
+func TestDownBeforeWritten(t *testing.T) {
+	u, _ := url.Parse("https://region:5242/MAAS/a/v3internal/leases")
+	for _, c := range []struct {
+		name          string
+		err           error
+		wrote         bool
+		down, applied bool
+	}{
+		{"EOF before the request", &url.Error{Op: "Post", Err: io.EOF}, false, true, false},
+		{"reset before the request", &url.Error{Op: "Post", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, false, true, false},
+		{"EOF after the request", &url.Error{Op: "Post", Err: io.EOF}, true, false, true},
+		{"reset after the request", &url.Error{Op: "Post", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}, true, false, true},
+		{"refused", &url.Error{Op: "Post", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, false, true, false},
+		{"timeout before the request", &url.Error{Op: "Post", Err: context.DeadlineExceeded}, false, false, false},
+		{"timeout after the request", &url.Error{Op: "Post", Err: context.DeadlineExceeded}, true, false, true},
+		{"handshake refused", &url.Error{Op: "Post", Err: &net.OpError{Op: "remote error", Err: tls.AlertError(42)}}, false, false, false},
+	} {
+		o := classifyErr(c.err, c.wrote, &Config{}, u, "maas")
+		if o.down != c.down {
+			t.Errorf("%s: down = %t, want %t", c.name, o.down, c.down)
+		}
+		if got := mayHaveApplied(o, c.err, c.wrote); got != c.applied {
+			t.Errorf("%s: may have applied = %t, want %t", c.name, got, c.applied)
+		}
+		if c.down && !c.wrote && errors.Is(c.err, io.EOF) && !strings.Contains(o.hint, "nginx") {
+			t.Errorf("%s: hint %q", c.name, o.hint)
+		}
+	}
+}
+
+// TestRegionBackBehindProxy: MAAS's port 5242 is nginx's stream proxy
+// (src/maasserver/templates/http/regiond.nginx.stream.conf.template),
+// which stays up while the internal API server behind it is down, and
+// closes each connection it cannot pass on. The attempt ends before its
+// request is written: down (probed, with a TLS handshake, since a bare
+// connect succeeds), and not a batch the region may have applied. When
+// the API server is back, the probe's handshake sees it and the batch
+// goes out at once, however long the backoff (an hour here).
+func TestRegionBackBehindProxy(t *testing.T) {
+	t.Parallel()
+	s1, f := stub(t, regionstub.Options{})
+	addr := s1.Addr().String()
+	front, err := regionstub.StartFront(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	s1.Close()
+	q := newMemQueue()
+	cfg := fastConfig(s1, f)
+	cfg.URL = strings.Replace(s1.URL(), addr, front.Addr().String(), 1)
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	h := newDeliverer(t, cfg, q)
+	h.d.probeEvery = 20 * time.Millisecond
+	evs := events(10, 10)
+	q.Append(evs...)
+	run(t, h.d)
+	waitFor(t, 10*time.Second, "an attempt cut short", func() bool {
+		return metric(t, h.reg, "leasekeeper_delivery_attempts_total", "result", "retry") >= 1
+	})
+	waitFor(t, 10*time.Second, "probes finding the API server down behind the proxy", func() bool {
+		return metric(t, h.reg, "leasekeeper_region_probes_total", "result", "down") >= 3
+	})
+	if n := metric(t, h.reg, "leasekeeper_region_probes_total", "result", "up"); n != 0 {
+		t.Errorf("probes up = %v while only the proxy listens", n)
+	}
+	if got := h.d.doubt.Load(); got != 0 {
+		t.Errorf("a batch the proxy closed on is marked as perhaps applied (doubt %d)", got)
+	}
+	s2, err := regionstub.Start(regionstub.Options{Addr: addr, PKI: s1.PKI()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	waitFor(t, 30*time.Second, "delivery once the API server is back", func() bool { return q.Depth() == 0 })
+	got, _ := received(t, s2.Batches())
+	checkOrder(t, items(evs), got)
+	if n := metric(t, h.reg, "leasekeeper_region_probes_total", "result", "up"); n != 1 {
+		t.Errorf("probes up = %v, want 1", n)
 	}
 }
 

@@ -168,6 +168,20 @@ func (r *region) stub() *regionstub.Server {
 	return r.cur
 }
 
+// behindProxy puts a stand-in for MAAS's nginx stream proxy in front of
+// the stub (regionstub.Front) and returns its URL, for an agent's
+// region.url: while the stub is stopped, connections are accepted and
+// closed, as on a MAAS region whose internal API server is down.
+func (r *region) behindProxy() string {
+	r.tb.Helper()
+	f, err := regionstub.StartFront(r.addr)
+	if err != nil {
+		r.tb.Fatal(err)
+	}
+	r.tb.Cleanup(func() { f.Close() })
+	return strings.Replace(r.url, r.addr, f.Addr().String(), 1)
+}
+
 // stop closes the stub: connections are refused until start.
 func (r *region) stop() {
 	r.mu.Lock()

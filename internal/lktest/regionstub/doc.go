@@ -4,7 +4,8 @@
 // (stub_test.go; maas.go lists the files):
 //
 //   - Transport: HTTPS on any port (MAAS: 5242, where nginx's stream proxy
-//     passes TLS through to the internal API app), HTTP/1.1. The server
+//     passes TLS through to the internal API app; Front stands for it),
+//     HTTP/1.1, an idle connection closed after 5 s (uvicorn's default). The server
 //     certificate is MAAS's cluster certificate: CN maas-cluster, the one
 //     SAN DNS:maas, signed by the CA "maas-ca"; no IP address is in it, so
 //     a client verifies it for the name "maas" (server_name), not for the

@@ -236,6 +236,9 @@ func (s *Server) Start() error {
 		TLSConfig:         s.TLSConfig(),
 		ErrorLog:          s.opts.ErrorLog,
 		ReadHeaderTimeout: 10 * time.Second,
+		// uvicorn's default keep-alive: MAAS's internal API server sets
+		// no timeout_keep_alive (src/maasapiserver/app.py).
+		IdleTimeout: 5 * time.Second,
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
