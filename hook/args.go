@@ -53,6 +53,8 @@ agent is unreachable.
                 /var/spool/leasekeeper)
 
 Flags take their value as the next argument or after '=' (--ip=203.0.113.5).
+A flag notify does not know (a newer dhcpd.conf than this hook) is skipped,
+with its value, and named in one warning line; the event still goes.
 
 clean removes the "host NAME { ... }" statements (hosts OMAPI added) from a
 dhcpd leases file, so that dhcpd starts with the hosts of its dhcpd.conf
@@ -89,8 +91,9 @@ type event struct {
 // config is what one invocation does.
 type config struct {
 	event
-	socket string // agent's unix datagram socket
-	spool  string // spool directory
+	socket  string // agent's unix datagram socket
+	spool   string // spool directory
+	ignored string // the first flag skipped as unknown ("" for none)
 }
 
 // The flags notify takes, in the order usage lists them.
@@ -144,7 +147,18 @@ func parseArgs(cfg *config, args []string, getenv func(string) (string, bool)) e
 		}
 		f := lookupFlag(name)
 		if f < 0 {
-			return bad("unknown flag ", a[:2+len(name)], "")
+			// Not a flag this hook knows: a newer MAAS's dhcpd.conf may
+			// pass one (the diversion keeps this hook under MAAS's new
+			// template). Refusing would lose the event: skip the flag and
+			// its value (the next argument, unless it is a flag), and say
+			// so once the event is out.
+			if !hasValue && i+1 < len(args) && !isFlag(args[i+1]) {
+				i++
+			}
+			if cfg.ignored == "" {
+				cfg.ignored = a[:2+len(name)]
+			}
+			continue
 		}
 		if !hasValue {
 			// The next argument is the value whatever it looks like: a
@@ -226,6 +240,9 @@ func notAbsolute(from string, fromEnv bool, p string) error {
 	}
 	return errors.New(from + " " + quote(p) + ": want an absolute path")
 }
+
+// isFlag reports whether a looks like a flag ("--" and a name).
+func isFlag(a string) bool { return len(a) > 2 && a[0] == '-' && a[1] == '-' }
 
 func lookupFlag(name string) int {
 	for i := range flagNames {

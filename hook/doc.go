@@ -35,8 +35,9 @@
 //     zero-padded, ':'-separated ("02:00:00:0a:0b:0c"). 130 bytes is the
 //     longest DHCPv6 DUID, which the v6 snippet passes. The empty string
 //     is accepted and sent as "": a DHCPv4 client without a hardware
-//     address (InfiniBand) still gets leases, and MAAS's region takes ""
-//     as "no MAC".
+//     address (InfiniBand) still gets leases; MAAS's region takes "" as
+//     "no MAC" from 3.8 on and refuses it before (the agent holds such
+//     events back from a region older than 3.8).
 //   - --lease-time: whole seconds, 0 to 4294967295 (what dhcpd's 32-bit
 //     encode-int can produce); default 0.
 //   - --hostname: any bytes. "(none)" (what MAAS's snippet passes when the
@@ -46,14 +47,19 @@
 //     hold: '"' and '\' escaped, control characters as \u00XX, every byte
 //     that is not valid UTF-8 replaced by U+FFFD. The encoded name is cut
 //     at 255 bytes, at a character boundary, never inside an escape (see
-//     "Size" below for why); a real host name (at most 255 bytes in one
-//     DHCP option, 253 in DNS) is never cut. A longer, hostile name is cut
+//     "Size" below for why); a host name of printable ASCII (at most 255
+//     bytes in one DHCP option, 253 in DNS) is never cut, one with
+//     escapes or replaced bytes may be. A longer, hostile name is cut
 //     rather than refused: refusing would lose the event, and the name is
 //     the one thing in it the client chose.
 //
 // Anything invalid: one line on stderr naming the flag and quoting the
 // value (escaped, so it cannot add lines to dhcpd's log), exit status 2,
-// nothing sent or spooled. --help prints the usage and exits 0.
+// nothing sent or spooled. A flag notify does not know is not invalid: a
+// newer MAAS may pass one (under the diversion its dhcpd.conf template
+// updates and this hook does not), so it is skipped with its value (the
+// next argument, unless that is a flag), the event is sent, and one line
+// on stderr names the flag. --help prints the usage and exits 0.
 //
 // # The datagram
 //

@@ -277,7 +277,6 @@ func TestInvalidArguments(t *testing.T) {
 		notifyArgs("--lease-time", "soon"),
 		notifyArgs("--lease-time", "18446744073709551616"),
 		notifyArgs("--action", "commit\nEvil: injected line"),
-		notifyArgs("--bogus", "x"),
 		notifyArgs("--socket", "relative.sock"),
 	} {
 		r := runHook(t, []string{envSocket + "=" + sock, envSpool + "=" + spool}, args...)
@@ -291,6 +290,21 @@ func TestInvalidArguments(t *testing.T) {
 	nothingQueued(t, c)
 	if fileExists(spool) {
 		t.Errorf("invalid arguments created the spool %s", spool)
+	}
+}
+
+// TestUnknownFlag: a flag the hook does not know (a newer MAAS's
+// dhcpd.conf under the diversion) costs a warning line, not the event:
+// exit 0, the event sent whole, the flag named on stderr.
+func TestUnknownFlag(t *testing.T) {
+	sock, c := listen(t)
+	r := runHook(t, []string{envSocket + "=" + sock}, notifyArgs("--client-id", "\x01abc", "--hostname", "c1")...)
+	if r.code != 0 || r.stdout != "" || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, `unknown flag "--client-id"`) {
+		t.Errorf("exit %d, stdout %q, stderr %q: want 0 and one warning line", r.code, r.stdout, r.stderr)
+	}
+	d := decode(t, receive(t, c))
+	if d.IP != "203.0.113.5" || d.Action != "commit" || d.Hostname == nil || *d.Hostname != "c1" {
+		t.Errorf("event %+v", d)
 	}
 }
 

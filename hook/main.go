@@ -104,7 +104,18 @@ func run(args []string, getenv func(string) (string, bool), stdout, stderr int) 
 		complain(stderr, "event lost: ", err)
 		return exitLost
 	}
+	if cfg.ignored != "" {
+		warnIgnored(stderr, cfg.ignored)
+	}
 	return exitOK
+}
+
+// warnIgnored names the unknown flag notify skipped, after the event
+// went out. Not inlined, as complain.
+//
+//go:noinline
+func warnIgnored(stderr int, flag string) {
+	writeString(stderr, "leasekeeper-hook: ignored the unknown flag "+quote(flag)+" (a dhcpd.conf newer than this hook?); the event was taken all the same\n")
 }
 
 // complain writes the hook's one line to stderr. Not inlined: its
