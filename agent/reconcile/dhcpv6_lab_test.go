@@ -79,3 +79,59 @@ func TestLabDHCPv6(t *testing.T) {
 		t.Errorf("events kept back:\n%s", logs)
 	}
 }
+
+// TestLabDHCPv6Prefix: a client asking for an address and a delegated
+// prefix (dhclient -6 -N -P). dhcpd runs "on commit" for each binding
+// with the same packet, and "on expiry" with each binding's scope
+// (server/dhcpv6.c, server/mdb6.c), so a hook reading the address from
+// the IA_NA option reported the prefix's events as the address's: here
+// the prefix's lifetime is 20 s and the address's 600 s, and when the
+// client goes silent the prefix's expiry ended the address in the region
+// 580 s early. The shipped snippet runs no hook for such a packet, nor at
+// the end of a binding whose commit ran none; the agent reports the
+// address's commit from dhcpd6.leases, and nothing ends it.
+func TestLabDHCPv6Prefix(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, hooksOK, 600, lab.WithIPv6(netip.MustParsePrefix("2001:db8:1::1/64")))
+	conf := "default-lease-time 600;\npreferred-lifetime 300;\nmax-lease-time 600;\n" +
+		lab.HookSnippet6(t, w.hook, w.dir+"/hook.sock", w.dir+"/spool") +
+		w.lab.Subnet6Conf("  range6 2001:db8:1::100 2001:db8:1::1ff;\n"+
+			"  pool6 {\n    prefix6 2001:db8:2:: 2001:db8:2:f00:: /56;\n"+
+			"    default-lease-time 20;\n    preferred-lifetime 10;\n    max-lease-time 20;\n  }")
+	w.d = w.lab.StartDhcpd(t, lab.DhcpdConfig{Family: 6, Conf: conf})
+	w.startAgent()
+	c := w.lab.AddClient("c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ip, err := c.Dhclient6(ctx, "-N", "-P")
+	if err != nil {
+		t.Fatalf("dhclient -6 -N -P: %v\ndhcpd:\n%s", err, w.d.Logs())
+	}
+	if lf := readFile(t, c.LeaseFile6()); !strings.Contains(lf, "iaprefix 2001:db8:2:") {
+		t.Fatalf("dhclient got no prefix:\n%s", lf)
+	}
+	w.waitArrival(ip, event.Commit, mac(c), w.grace+10*time.Second)
+	// The client goes silent: the prefix ends at 20 s, the address at 600.
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for !strings.Contains(readFile(t, w.d.LeasesPath()), "binding state expired") && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !strings.Contains(readFile(t, w.d.LeasesPath()), "binding state expired") {
+		t.Fatalf("the prefix did not expire in dhcpd6.leases:\n%s", readFile(t, w.d.LeasesPath()))
+	}
+	time.Sleep(w.grace + 2*time.Second) // what the expiry brings would come now
+	var seq []string
+	for _, a := range w.arrivals(netip.Addr{}) {
+		seq = append(seq, a.String())
+		if a.IP != ip.String() {
+			t.Errorf("the region got an event for an address the client was not given: %s", a)
+		}
+		if a.Action != event.Commit {
+			t.Errorf("the region got %s while %s is leased for 600 s", a, ip)
+		}
+	}
+	t.Logf("the region got:\n  %s", strings.Join(seq, "\n  "))
+}
