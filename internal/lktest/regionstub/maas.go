@@ -17,6 +17,9 @@ package regionstub
 //     src/maasservicelayer/db/repositories/subnets.py (find_best_subnet_for_ip),
 //     src/maasservicelayer/db/repositories/ipranges.py (get_dynamic_range_for_ip),
 //     src/maasservicelayer/db/tables.py (staticipaddress.lease_time: Integer),
+//     src/maascommon/utils/network.py (coerce_to_valid_hostname) and
+//     src/maasservicelayer/services/dnsresources.py
+//     (update_dynamic_hostname asserts a commit's hostname coerces),
 //     src/maasapiserver/common/middlewares/db.py (TransactionMiddleware).
 
 import (
@@ -29,6 +32,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/maasmodel"
@@ -383,8 +387,38 @@ func place(subnets []Subnet, it *item) (ignored bool, err error) {
 	if it.Action == event.Commit && !it.leaseOK {
 		return false, fmt.Errorf("DataError: invalid input for query argument: %d (value out of int32 range)", it.LeaseTime)
 	}
+	if it.Action == event.Commit && validHostname(it.Hostname) && coerceHostname(it.Hostname) == "" {
+		return false, fmt.Errorf("AssertionError: update_dynamic_hostname: coerce_to_valid_hostname(%q) is None", it.Hostname)
+	}
 	return false, nil
 }
+
+// validHostname is _is_valid_hostname of src/maasservicelayer/services/
+// leases.py: a commit's hostname MAAS gives to its DNS.
+func validHostname(h string) bool {
+	return h != "" && h != "(none)" && strings.TrimFunc(h, pyspace) != ""
+}
+
+// pyspace is Python's str.isspace for one character: Unicode's white
+// space and the ASCII separators \x1c to \x1f.
+func pyspace(r rune) bool { return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f }
+
+// coerceHostname is coerce_to_valid_hostname of
+// src/maascommon/utils/network.py, "" for its None: lower case, every run
+// of characters other than ASCII letters, digits and '-' one '-', '-'
+// trimmed; None when nothing, or more than 64 characters, is left.
+// src/maasservicelayer/services/dnsresources.py, update_dynamic_hostname,
+// asserts it is not None: the batch fails with 500.
+func coerceHostname(h string) string {
+	h = hostnameJunk.ReplaceAllString(strings.ToLower(h), "-")
+	h = strings.Trim(h, "-")
+	if h == "" || len(h) > 64 {
+		return ""
+	}
+	return h
+}
+
+var hostnameJunk = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
 
 // view is the region's DISCOVERED addresses: internal/maasmodel, which
 // applies an item as store_lease_info does (and names the files it

@@ -357,6 +357,12 @@ func TestUnplaceable(t *testing.T) {
 		{"timestamp past year 9999", withKey("timestamp", `253402300800`), "year is out of range"},
 		{"timestamp beyond int64", withKey("timestamp", `99999999999999999999999`), "year is out of range"},
 		{"lease_time 2^31", withKey("lease_time", `2147483648`), "value out of int32 range"},
+		// src/maasservicelayer/services/dnsresources.py, update_dynamic_hostname:
+		// assert coerce_to_valid_hostname(hostname) is not None
+		// (src/maascommon/utils/network.py).
+		{"hostname of dots", withKey("hostname", `"..."`), "coerce_to_valid_hostname"},
+		{"hostname of 65 characters", withKey("hostname", `"`+strings.Repeat("a", 65)+`"`), "coerce_to_valid_hostname"},
+		{"hostname of symbols", withKey("hostname", `"_ é _"`), "coerce_to_valid_hostname"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, c := start(t, Options{})
@@ -378,6 +384,17 @@ func TestUnplaceable(t *testing.T) {
 			}
 		})
 	}
+	t.Run("hostnames MAAS takes", func(t *testing.T) {
+		s, c := start(t, Options{})
+		for _, h := range []string{`""`, `"(none)"`, `"   "`, `""`, `"Node_1.example"`, `"` + strings.Repeat("a", 64) + `"`, `"-a-"`} {
+			if a := mustPost(t, c, s.URL(), batch(withKey("hostname", h))); a.status != http.StatusNoContent {
+				t.Errorf("hostname %s: %d %s, want 204", h, a.status, a.raw)
+			}
+		}
+		if a := mustPost(t, c, s.URL(), batch(edit(withKey("hostname", `"..."`), "action", `"expiry"`))); a.status != http.StatusNoContent {
+			t.Errorf("an expiry's hostname is not looked at: %d", a.status)
+		}
+	})
 	t.Run("lease_time only matters for a commit in a range", func(t *testing.T) {
 		s, c := start(t, Options{Subnets: []Subnet{mustSubnet(t, "203.0.113.0/24=203.0.113.100-203.0.113.199")}})
 		for _, b := range []string{
