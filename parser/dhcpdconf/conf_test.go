@@ -334,9 +334,9 @@ var confValidCases = []confCase{
 		src: lines(
 			"on commit {",
 			`  set clhw = binary-to-ascii(16, 8, ":", substring(hardware, 1, 6));`,
-			`  set cllt = binary-to-ascii(10, 32, "", encode-int(lease-time, 32));`,
 			`  set clip = binary-to-ascii(10, 8, ".", leased-address);`,
-			`  set clht = pick-first-value(option agent.remote-id, option host-name, "(none)");`,
+			`  set cllt = binary-to-ascii(10, 32, "", encode-int(lease-time, 32));`,
+			`  set clht = pick-first-value(option host-name, "(none)");`,
 			`  execute("/usr/sbin/maas-dhcp-helper", "notify", "--action", "commit", "--mac", clhw,`,
 			`    "--ip-family", "ipv4", "--ip", clip, "--lease-time", cllt, "--hostname", clht);`,
 			"}",
