@@ -124,6 +124,12 @@ type Deliverer struct {
 	// probeEvery: while the region is down, how often its return is
 	// probed for (probe.go); 0: never.
 	probeEvery time.Duration
+	// probedBack: the last wait was ended by a probe that found the
+	// region back. If the attempt it brought forward fails as down again
+	// (a proxy that closes only some connections: nginx with the API
+	// server's backlog full), the next wait is the backoff's in full, not
+	// probed (probe.go).
+	probedBack atomic.Bool
 
 	turn   chan struct{} // held by whoever is sending: one batch in flight, ever
 	last   atomic.Int64  // Unix ns of the last 2xx
@@ -940,6 +946,9 @@ func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify, dow
 	if onNotify {
 		notify = d.q.Notify()
 	}
+	if down && d.probedBack.Swap(false) {
+		down = false // the probe's "back" was wrong last time: back off
+	}
 	if down {
 		pctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -950,6 +959,7 @@ func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify, dow
 	case <-d.reloaded:
 	case <-notify:
 	case <-back:
+		d.probedBack.Store(true)
 	case <-ctx.Done():
 		return false
 	}
@@ -966,7 +976,10 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	}
 	actx, cancel := context.WithTimeout(ctx, l.cfg.Timeout+l.cfg.AnswerTimeout)
 	defer cancel()
-	var wrote atomic.Bool // the whole request went out (to the kernel)
+	// wrote: the request was written whole, into the connection's buffer
+	// (Request.write reports it before the transport flushes). A
+	// connection that fails before that never carried the request.
+	var wrote atomic.Bool
 	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) {
 			if i.Err == nil {
@@ -1024,13 +1037,17 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 			return outcome{}, ctx.Err()
 		}
 		o = classifyErr(err, wrote.Load(), &l.cfg, l.u, l.serverName)
+		if !o.down {
+			d.probedBack.Store(false)
+		}
 	} else {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
 		resp.Body.Close()
 		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
+		d.probedBack.Store(false)
 	}
-	if mayHaveApplied(o, err, wrote.Load()) {
+	if mayHaveApplied(o, err) {
 		d.markDoubt(last)
 	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
@@ -1043,17 +1060,19 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 func (d *Deliverer) markDoubt(seq uint64) { d.doubt.Store(max(d.doubt.Load(), seq)) }
 
 // mayHaveApplied reports whether a request that ended in o (err: its
-// transport error; wrote: the whole request was written) may have been
-// applied by the region all the same: it went out and no answer came (a
-// timeout, a connection cut), or an answer came from something between
-// the agent and the region (a proxy's 502, 503 or 504). A request not
-// written whole never reached the region's application (a refused
-// connection, one closed before or during the TLS handshake). MAAS's own
-// answers are definite: 2xx applied, 422 refused before anything was
-// applied, 500 rolled back (one transaction per request, inflight.go).
-func mayHaveApplied(o outcome, err error, wrote bool) bool {
+// transport error) may have been applied by the region all the same: it
+// went out and no answer came (a timeout, a connection cut), or an
+// answer came from something between the agent and the region (a
+// proxy's 502, 503 or 504). A region down never got it (o.down: a
+// refused connection, or one closed before the request was written). A
+// timeout counts as perhaps applied even before the request was all
+// written: the transport may still be writing it when the attempt gives
+// up. MAAS's own answers are definite: 2xx applied, 422 refused before
+// anything was applied, 500 rolled back (one transaction per request,
+// inflight.go).
+func mayHaveApplied(o outcome, err error) bool {
 	if err != nil {
-		return wrote && !o.down && o.kind != kindConfig
+		return !o.down && o.kind != kindConfig
 	}
 	return o.status > 500
 }

@@ -37,7 +37,11 @@ import (
 // exponential backoff with full jitter (or its Retry-After), and no probe
 // shortens that. Nor does a probe change the backoff: if the attempt it
 // brings forward fails again, the next wait follows on from the last
-// one's attempt count.
+// one's attempt count, and if it fails as down again, that wait is not
+// probed (Deliverer.probedBack): nginx also closes connections it cannot
+// pass to an API server whose listen backlog is full, a region
+// struggling, which the probe's handshake may get through to now and
+// then; so it is retried at most once per backoff between them.
 //
 // What a probe costs a region that is down: one connection attempt per
 // agent per interval (a SYN answered by a RST while nothing listens, or

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +29,15 @@ type Front struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	cutEvery atomic.Int64 // CutEvery's n
+	accepted atomic.Int64
 }
+
+// CutEvery has the front close the first of every n connections at once,
+// as nginx does when the API server's socket refuses it (its listen
+// backlog full: a region struggling, not down); n < 2 stops it.
+func (f *Front) CutEvery(n int) { f.cutEvery.Store(int64(n)) }
 
 // StartFront listens on 127.0.0.1:0 and relays to backend.
 func StartFront(backend string) (*Front, error) {
@@ -85,6 +94,11 @@ func (f *Front) serve() {
 		c, err := f.ln.Accept()
 		if err != nil {
 			return
+		}
+		k := f.accepted.Add(1) - 1
+		if n := f.cutEvery.Load(); n >= 2 && k%n == 0 {
+			c.Close()
+			continue
 		}
 		f.wg.Add(1)
 		go func() {
