@@ -53,8 +53,9 @@ agent is unreachable.
                 /var/spool/leasekeeper)
 
 Flags take their value as the next argument or after '=' (--ip=203.0.113.5).
-A flag notify does not know (a newer dhcpd.conf than this hook) is skipped,
-with its value, and named in one warning line; the event still goes.
+A flag notify does not know (a newer dhcpd.conf than this hook) is skipped
+with its value (the next argument, unless given after '='), and named in
+one warning line; the event is still sent.
 
 clean removes the "host NAME { ... }" statements (hosts OMAPI added) from a
 dhcpd leases file, so that dhcpd starts with the hosts of its dhcpd.conf
@@ -135,7 +136,7 @@ func parseArgs(cfg *config, args []string, getenv func(string) (string, bool)) e
 		if a == "-h" || a == "--help" {
 			return errHelp
 		}
-		if len(a) < 3 || a[0] != '-' || a[1] != '-' {
+		if !isFlag(a) {
 			return bad("unexpected argument ", a, "")
 		}
 		name, v, hasValue := a[2:], "", false
@@ -149,10 +150,11 @@ func parseArgs(cfg *config, args []string, getenv func(string) (string, bool)) e
 		if f < 0 {
 			// Not a flag this hook knows: a newer MAAS's dhcpd.conf may
 			// pass one (the diversion keeps this hook under MAAS's new
-			// template). Refusing would lose the event: skip the flag and
-			// its value (the next argument, unless it is a flag), and say
-			// so once the event is out.
-			if !hasValue && i+1 < len(args) && !isFlag(args[i+1]) {
+			// template, which gives every flag a value). Refusing would
+			// lose the event: skip the flag and its value, the next
+			// argument whatever it looks like (a client may choose a
+			// value such as "--ip=…"), and say so once the event is out.
+			if !hasValue && i+1 < len(args) {
 				i++
 			}
 			if cfg.ignored == "" {

@@ -71,8 +71,9 @@ func TestParseArgs(t *testing.T) {
 		{"unknown flag", notifyArgs("--client-id", "1:2:3", "--hostname", "c1"), env(),
 			with(func(c *config) { c.hostname, c.ignored = "c1", "--client-id" })},
 		{"unknown flag with equals", notifyArgs("--client-id=1:2:3"), env(), with(func(c *config) { c.ignored = "--client-id" })},
-		{"unknown flag without a value", []string{"notify", "--future", "--action", "commit", "--mac", "2:0:0:a:b:c", "--ip-family", "ipv4", "--ip", "203.0.113.5"}, env(),
-			with(func(c *config) { c.ignored = "--future" })},
+		{"unknown flag's value that looks like a flag", notifyArgs("--client-id", "--ip=203.0.113.99", "--future", "--socket=/tmp/evil.sock"), env(),
+			with(func(c *config) { c.ignored = "--client-id" })},
+		{"unknown flag's value --help", notifyArgs("--client-id", "--help"), env(), with(func(c *config) { c.ignored = "--client-id" })},
 		{"unknown flag last", notifyArgs("--future"), env(), with(func(c *config) { c.ignored = "--future" })},
 		{"the first unknown flag is named", notifyArgs("--one", "1", "--two", "2"), env(), with(func(c *config) { c.ignored = "--one" })},
 	} {

@@ -58,8 +58,8 @@
 // nothing sent or spooled. A flag notify does not know is not invalid: a
 // newer MAAS may pass one (under the diversion its dhcpd.conf template
 // updates and this hook does not), so it is skipped with its value (the
-// next argument, unless that is a flag), the event is sent, and one line
-// on stderr names the flag. --help prints the usage and exits 0.
+// next argument whatever it holds, unless the value came after '='), the
+// event is sent, and one line on stderr names the flag. --help prints the usage and exits 0.
 //
 // # The datagram
 //

@@ -115,7 +115,7 @@ func run(args []string, getenv func(string) (string, bool), stdout, stderr int) 
 //
 //go:noinline
 func warnIgnored(stderr int, flag string) {
-	writeString(stderr, "leasekeeper-hook: ignored the unknown flag "+quote(flag)+" (a dhcpd.conf newer than this hook?); the event was taken all the same\n")
+	writeString(stderr, "leasekeeper-hook: ignored the unknown flag "+quote(flag)+" (a dhcpd.conf newer than this hook? upgrade leasekeeper); the event was still sent\n")
 }
 
 // complain writes the hook's one line to stderr. Not inlined: its

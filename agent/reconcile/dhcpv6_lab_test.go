@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -134,4 +135,80 @@ func TestLabDHCPv6Prefix(t *testing.T) {
 		}
 	}
 	t.Logf("the region got:\n  %s", strings.Join(seq, "\n  "))
+}
+
+// TestLabDHCPv6PrefixUpgrade: a prefix bound under the earlier snippet,
+// which stored the IA_NA address as clip in every binding's scope, keeps
+// that scope across dhcpd's restart and the client's renewals (dhcpd
+// writes it to dhcpd6.leases and keeps a binding's scope until it ends:
+// server/mdb6.c). The shipped snippet unsets clip at a renewal it runs
+// no hook for, so the prefix's later expiry does not end the address.
+func TestLabDHCPv6PrefixUpgrade(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, hooksOK, 600, lab.WithIPv6(netip.MustParsePrefix("2001:db8:1::1/64")))
+	head := "default-lease-time 600;\npreferred-lifetime 300;\nmax-lease-time 600;\n"
+	subnet := w.lab.Subnet6Conf("  range6 2001:db8:1::100 2001:db8:1::1ff;\n" +
+		"  pool6 {\n    prefix6 2001:db8:2:: 2001:db8:2:f00:: /56;\n" +
+		"    default-lease-time 20;\n    preferred-lifetime 10;\n    max-lease-time 20;\n  }")
+	// The earlier leasekeeper6.conf: a hook for every binding.
+	call := fmt.Sprintf("%q, \"notify\", \"--socket\", %q, \"--spool\", %q,", w.hook, w.dir+"/hook.sock", w.dir+"/spool")
+	earlier := `on commit {
+    set clhw = binary-to-ascii(16, 8, ":", option dhcp6.client-id);
+    set clip = binary-to-ascii(16, 16, ":", substring(option dhcp6.ia-na, 16, 16));
+    execute(` + call + ` "--action", "commit", "--mac", clhw, "--ip-family", "ipv6", "--ip", clip,
+        "--lease-time", "600", "--hostname", "(none)");
+}
+on expiry {
+    execute(` + call + ` "--action", "expiry", "--mac", clhw, "--ip-family", "ipv6", "--ip", clip);
+}
+on release {
+    execute(` + call + ` "--action", "release", "--mac", clhw, "--ip-family", "ipv6", "--ip", clip);
+}
+`
+	w.d = w.lab.StartDhcpd(t, lab.DhcpdConfig{Family: 6, Conf: head + earlier + subnet})
+	w.startAgent()
+	c := w.lab.AddClient("c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ip, err := c.Dhclient6(ctx, "-N", "-P")
+	if err != nil {
+		t.Fatalf("dhclient -6 -N -P: %v\ndhcpd:\n%s", err, w.d.Logs())
+	}
+	w.waitArrival(ip, event.Commit, mac(c), 10*time.Second)
+	if !strings.Contains(readFile(t, w.d.LeasesPath()), `set clip = "`) {
+		t.Fatalf("the earlier snippet stored no clip:\n%s", readFile(t, w.d.LeasesPath()))
+	}
+	// The upgrade: dhcpd restarts on the shipped snippet; the client
+	// renews (the prefix's T1 is a few seconds) and then goes silent.
+	if err := w.d.Restart(head + lab.HookSnippet6(t, w.hook, w.dir+"/hook.sock", w.dir+"/spool") + subnet); err != nil {
+		t.Fatal(err)
+	}
+	renewed := func() bool {
+		logs := w.d.Logs()
+		i := strings.LastIndex(logs, "dhcpd start")
+		return i >= 0 && strings.Contains(logs[i:], "Reply NA") && strings.Contains(logs[i:], "Reply PD")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !renewed() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !renewed() {
+		t.Fatalf("no renewal after the restart:\n%s", w.d.Logs())
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(45 * time.Second)
+	for !strings.Contains(readFile(t, w.d.LeasesPath()), "binding state expired") && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !strings.Contains(readFile(t, w.d.LeasesPath()), "binding state expired") {
+		t.Fatalf("the prefix did not expire in dhcpd6.leases:\n%s", readFile(t, w.d.LeasesPath()))
+	}
+	time.Sleep(w.grace + 2*time.Second)
+	for _, a := range w.arrivals(ip) {
+		if a.Action != event.Commit {
+			t.Errorf("the region got %s while %s is leased for 600 s", a, ip)
+		}
+	}
 }
