@@ -18,7 +18,8 @@
 //     (an observed record beside another type's is freed as any: the
 //     release takes the observed one only). Whether the key's user may
 //     list and release is MAAS's to say (3.8 and later ask the
-//     Administrators group's permissions, not is_superuser): a 403
+//     Administrators group's permissions, not is_superuser, unless RBAC
+//     is on): a 403
 //     refuses the job, logged at error level with the user whoami names,
 //     retried every ten minutes;
 //  2. nobody may answer an ARP probe for it on the rack's interface for
@@ -27,8 +28,8 @@
 //     in /status;
 //  3. then POST ipaddresses op=release ip force=true discovered=true:
 //     204, or 400 "does not exist" (already free), completes the job. A
-//     500 for a record linked to more than one interface is MAAS failing
-//     on it every time (its release deletes the record once for each
+//     500 "… can't be deleted …" for a record linked to more than one
+//     interface is MAAS failing on it every time (its release deletes the record once for each
 //     interface: see unreleasable): the job stays "unreleasable", tried
 //     hourly, until MAAS deletes the record at the MAC's next lease event.
 //

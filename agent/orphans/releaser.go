@@ -321,7 +321,7 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 	defer cancel()
 	recs, err := c.Records(ctx, j.IP)
 	if err != nil {
-		return r.apiOutcome(ctx, err)
+		return r.regionOutcome(ctx, err)
 	}
 	var disc *maasapi.IPAddress
 	var other []string
@@ -362,11 +362,18 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 		return Outcome{Done: true, Result: "freed", Reason: "observed for the lease's MAC, silent on " + p.Iface}
 	case errors.Is(err, maasapi.ErrAbsent):
 		return Outcome{Done: true, Result: "gone", Reason: "the region answered that no discovered record exists (freed meanwhile)"}
-	case len(disc.Interfaces) > 1 && maasapi.IsInternalError(err):
+	case failsAlways(*disc, err):
 		return Outcome{Result: StateUnreleasable, Reason: unreleasable(*disc, mac, err)}
 	default:
-		return r.apiOutcome(ctx, err)
+		return r.regionOutcome(ctx, err)
 	}
+}
+
+// failsAlways reports whether err, from releasing rec, is MAAS's release
+// failing as it does every time for a record with several interfaces
+// (see unreleasable); another 500 is retried with backoff.
+func failsAlways(rec maasapi.IPAddress, err error) bool {
+	return len(rec.Interfaces) > 1 && maasapi.IsInternalError(err) && strings.Contains(err.Error(), "can't be deleted")
 }
 
 // unreleasable says why MAAS cannot free rec and what frees it. MAAS's
@@ -374,31 +381,33 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 // the record from each of its interfaces in turn, and unlinking a
 // DISCOVERED record deletes it (src/maasserver/models/interface.py,
 // unlink_ip_address): the second interface's turn deletes it again,
-// Django refuses, and the request fails with a 500, rolled back. A record
-// has several interfaces when the lease's MAC is a machine's NIC with
-// VLANs or a bond on it (the leases API links it to every interface with
-// the MAC: src/maasservicelayer/services/interfaces.py, link_ip), or when
-// a new client's commit linked it to a second MAC before the old one's
-// end. MAAS itself deletes it at the MAC's next lease event on the
-// region (src/maasservicelayer/services/leases.py, store_lease_info).
+// Django refuses ("… object can't be deleted because its id attribute
+// is set to None."), and the request fails with a 500, rolled back. A
+// record has several interfaces when the lease's MAC is a machine's NIC
+// with VLANs or a bond on it (the leases API links it to every interface
+// with the MAC: src/maasservicelayer/services/interfaces.py, link_ip), or
+// when a new client's commit linked it to a second MAC before the old
+// one's end. MAAS itself deletes it at the next lease event of one of
+// those MACs for another address in a range of a subnet of the same
+// family (src/maasservicelayer/services/leases.py, store_lease_info).
 func unreleasable(rec maasapi.IPAddress, mac string, err error) string {
 	names := make([]string, len(rec.Interfaces))
 	for i, f := range rec.Interfaces {
 		names[i] = f.Name + " (" + strings.ToLower(f.MACAddress) + ")"
 	}
-	return fmt.Sprintf("the region failed to release its observed record (%v): the record is linked to %d interfaces, %s, and MAAS's release fails for such a record (it deletes the record at the first interface and again at the next); the region keeps the address until %s leases again from it, or until the record is linked to one interface only",
-		err, len(rec.Interfaces), strings.Join(names, ", "), mac)
+	return fmt.Sprintf("MAAS cannot release this observed record: it is linked to %d interfaces, %s, and MAAS's release deletes it at the first and fails at the next (%v). Nothing frees it through the API; MAAS drops it by itself the next time %s (or another MAC listed) leases an address from this region, e.g. at the machine's next PXE boot, or when all but one of those interfaces are deleted",
+		len(rec.Interfaces), strings.Join(names, ", "), err, mac)
 }
 
-// apiOutcome is the job's state after err from the region; a refusal
-// names the key's user when the region says who it is.
-func (r *Releaser) apiOutcome(ctx context.Context, err error) Outcome {
+// regionOutcome is apiOutcome, a refusal naming the key's user when the
+// region says who it is.
+func (r *Releaser) regionOutcome(ctx context.Context, err error) Outcome {
 	o := apiOutcome(err)
 	if o.Result == StateRefused && errors.Is(err, maasapi.ErrForbidden) {
 		if c := r.client(); c == nil {
 			return o
 		} else if who, werr := c.Whoami(ctx); werr == nil {
-			o.Reason = fmt.Sprintf("the API key is %q's (is_superuser %v): %s", who.Username, who.IsSuperuser, o.Reason)
+			o.Reason = fmt.Sprintf("the API key is %q's: %s", who.Username, o.Reason)
 		}
 	}
 	return o
