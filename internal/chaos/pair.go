@@ -24,7 +24,6 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/internal/chaos/oracle"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
-	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
 // Fault kinds of the pair run.
@@ -107,7 +106,7 @@ func (p *pair) newRack(i int) (*rack, error) {
 		return nil, err
 	}
 	// The rack's own run draws no random numbers (the pair's does).
-	sub := &run{opts: o, tb: p.tb, faults: map[string]int{}, t0: p.t0, log: p.log, lab: p.lab, stub: p.stub}
+	sub := &run{opts: o, tb: p.tb, faults: map[string]int{}, t0: p.t0, log: p.log, lab: p.lab, stub: p.stub, front: p.front}
 	var err error
 	if sub.files, err = p.stub.WriteFiles(filepath.Join(o.Dir, "pki")); err != nil {
 		return nil, err
@@ -202,11 +201,9 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 	if err := os.Chmod(o.Dir, 0o711); err != nil {
 		return oracle.Report{}, err
 	}
-	r.stub, err = regionstub.Start(regionstub.Options{})
-	if err != nil {
+	if err := r.startRegion(); err != nil {
 		return oracle.Report{}, err
 	}
-	r.tb.Cleanup(func() { r.stub.Close() })
 	r.lab = lab.New(r.tb)
 	p := &pair{run: r, rg: ranges[0]}
 	for i := range 2 {

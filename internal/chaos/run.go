@@ -96,6 +96,7 @@ type run struct {
 	dmu     sync.Mutex // dhcpd restarts
 	afmu    sync.Mutex // agent faults, one at a time (each stops, then starts one agent)
 	stub    *regionstub.Server
+	front   *regionstub.Front // MAAS's nginx on 5242: the agents' way to the stub
 	files   regionstub.Files
 
 	sock, sockAway, spool, state string
@@ -303,11 +304,9 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.tb.Cleanup(func() { r.log.Close() })
 	lab.Require(r.tb, "dhcpd", "dhclient", "perfdhcp")
 
-	r.stub, err = regionstub.Start(regionstub.Options{})
-	if err != nil {
+	if err := r.startRegion(); err != nil {
 		return oracle.Report{}, err
 	}
-	r.tb.Cleanup(func() { r.stub.Close() })
 	if r.files, err = r.stub.WriteFiles(filepath.Join(o.Dir, "pki")); err != nil {
 		return oracle.Report{}, err
 	}
@@ -408,6 +407,22 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	r.capt.poll()
 	r.say("judging: %d region items, %d leases file generations", r.stub.Len(), len(r.capt.gens))
 	return r.judge(end), nil
+}
+
+// startRegion starts the region stub and, in front of it, a stand-in for
+// the nginx stream proxy MAAS runs on port 5242, which the agents talk
+// to.
+func (r *run) startRegion() error {
+	var err error
+	if r.stub, err = regionstub.Start(regionstub.Options{}); err != nil {
+		return err
+	}
+	r.tb.Cleanup(func() { r.stub.Close() })
+	if r.front, err = regionstub.StartFront(r.stub.Addr().String()); err != nil {
+		return err
+	}
+	r.tb.Cleanup(func() { r.front.Close() })
+	return nil
 }
 
 // stopDhcpd stops dhcpd (SIGTERM, waiting for its exit) and records its
@@ -638,7 +653,7 @@ listen = %q
 socket = %q
 [log]
 format = "json"
-`, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.stub.URL(), r.files.CA, r.files.ClientCert, r.files.ClientKey,
+`, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.front.URL(r.stub.URL()), r.files.CA, r.files.ClientCert, r.files.ClientKey,
 		r.state, r.metrics, filepath.Join(r.opts.Dir, "run", "control.sock")) + r.extraConfig
 	path := filepath.Join(r.opts.Dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
@@ -873,15 +888,21 @@ func (r *run) inject(ctx context.Context, kind string) {
 	case FRegionDown:
 		r.fault(kind)
 		d := r.between(3*time.Second, 20*time.Second)
-		switch r.intn(3) {
+		v := r.intn(4)
+		switch v {
 		case 0:
 			r.stub.CloseFor(d)
 		case 1:
 			r.stub.Unavailable(d, "1")
+		case 2:
+			// The API server stopped behind nginx: connections closed
+			// before the request.
+			r.front.DownFor(d)
 		default:
 			// A date on the region's clock, which region-clock-skew moves.
 			r.stub.FailFor(d, regionstub.Fault{Status: 503, RetryAt: 2 * time.Second})
 		}
+		r.say("region down for %s: %s", d.Round(time.Millisecond), [...]string{"connections reset", "503, Retry-After 1", "API server stopped behind nginx", "503, Retry-After a date"}[v])
 	case FRegion500:
 		r.fault(kind)
 		r.stub.FailFor(r.between(3*time.Second, 15*time.Second), regionstub.Fault{Status: 500})

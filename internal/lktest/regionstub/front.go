@@ -3,6 +3,7 @@ package regionstub
 import (
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +31,26 @@ type Front struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	cutEvery atomic.Int64 // CutEvery's n
-	accepted atomic.Int64
+	cutEvery  atomic.Int64 // CutEvery's n
+	accepted  atomic.Int64
+	downUntil atomic.Int64 // DownFor: Unix ns
+}
+
+// DownFor has the front behave for d as nginx does while the API server
+// behind it is stopped: the connections it relays are cut (the server
+// went away under them), and each new one is closed at once.
+func (f *Front) DownFor(d time.Duration) {
+	f.downUntil.Store(time.Now().Add(d).UnixNano())
+	f.mu.Lock()
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+}
+
+// URL is u (a Server's URL) with its host and port the front's.
+func (f *Front) URL(u string) string {
+	return strings.Replace(u, f.backend, f.ln.Addr().String(), 1)
 }
 
 // CutEvery has the front close the first of every n connections at once,
@@ -96,7 +115,7 @@ func (f *Front) serve() {
 			return
 		}
 		k := f.accepted.Add(1) - 1
-		if n := f.cutEvery.Load(); n >= 2 && k%n == 0 {
+		if n := f.cutEvery.Load(); n >= 2 && k%n == 0 || time.Now().UnixNano() < f.downUntil.Load() {
 			c.Close()
 			continue
 		}
