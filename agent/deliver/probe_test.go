@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
@@ -88,15 +89,7 @@ func TestRegionBackBehindProxy(t *testing.T) {
 	}
 	defer front.Close()
 	s1.Close()
-	q := newMemQueue()
-	cfg := fastConfig(s1, f)
-	cfg.URL = strings.Replace(s1.URL(), addr, front.Addr().String(), 1)
-	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
-	h := newDeliverer(t, cfg, q)
-	h.d.probeEvery = 20 * time.Millisecond
-	evs := events(10, 10)
-	q.Append(evs...)
-	run(t, h.d)
+	h, q, evs := probedDeliverer(t, s1, f, front.URL(s1.URL()))
 	waitFor(t, 10*time.Second, "an attempt cut short", func() bool {
 		return metric(t, h.reg, "leasekeeper_delivery_attempts_total", "result", "retry") >= 1
 	})
@@ -122,6 +115,23 @@ func TestRegionBackBehindProxy(t *testing.T) {
 	}
 }
 
+// probedDeliverer is a deliverer for url (s's, or a front's) whose only
+// way out of a wait is the probe: an hour's backoff, a probe every 20 ms;
+// it runs with 10 events queued.
+func probedDeliverer(t *testing.T, s *regionstub.Server, f regionstub.Files, url string) (harness, *memQueue, []event.Event) {
+	t.Helper()
+	q := newMemQueue()
+	cfg := fastConfig(s, f)
+	cfg.URL = url
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	h := newDeliverer(t, cfg, q)
+	h.d.probeEvery = 20 * time.Millisecond
+	evs := events(10, 10)
+	q.Append(evs...)
+	run(t, h.d)
+	return h, q, evs
+}
+
 // TestRegionBackProbed: the region refuses connections, so the batch
 // waits out a backoff of an hour; the probe sees the region back and the
 // batch goes out at once (issue 16). Without the probe the test would
@@ -131,14 +141,7 @@ func TestRegionBackProbed(t *testing.T) {
 	s1, f := stub(t, regionstub.Options{})
 	addr := s1.Addr().String()
 	s1.Close()
-	q := newMemQueue()
-	cfg := fastConfig(s1, f)
-	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
-	h := newDeliverer(t, cfg, q)
-	h.d.probeEvery = 20 * time.Millisecond
-	evs := events(10, 10)
-	q.Append(evs...)
-	run(t, h.d)
+	h, q, evs := probedDeliverer(t, s1, f, s1.URL())
 	waitFor(t, 10*time.Second, "an attempt refused", func() bool {
 		return metric(t, h.reg, "leasekeeper_delivery_attempts_total", "result", "retry") >= 1
 	})
@@ -197,14 +200,7 @@ func TestProxyCutsSome(t *testing.T) {
 	}
 	defer front.Close()
 	front.CutEvery(2) // connections 1, 3, 5… cut; 2, 4, 6… passed
-	q := newMemQueue()
-	cfg := fastConfig(s, f)
-	cfg.URL = strings.Replace(s.URL(), s.Addr().String(), front.Addr().String(), 1)
-	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
-	h := newDeliverer(t, cfg, q)
-	h.d.probeEvery = 20 * time.Millisecond
-	q.Append(events(10, 10)...)
-	run(t, h.d)
+	h, q, _ := probedDeliverer(t, s, f, front.URL(s.URL()))
 	waitFor(t, 10*time.Second, "the attempt a probe brought forward, cut again", func() bool {
 		return metric(t, h.reg, "leasekeeper_delivery_attempts_total", "result", "retry") >= 2
 	})

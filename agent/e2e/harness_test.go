@@ -179,7 +179,7 @@ func (r *region) behindProxy() string {
 		r.tb.Fatal(err)
 	}
 	r.tb.Cleanup(func() { f.Close() })
-	return strings.Replace(r.url, r.addr, f.Addr().String(), 1)
+	return f.URL(r.url)
 }
 
 // stop closes the stub: connections are refused until start.
