@@ -1037,15 +1037,14 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 			return outcome{}, ctx.Err()
 		}
 		o = classifyErr(err, wrote.Load(), &l.cfg, l.u, l.serverName)
-		if !o.down {
-			d.probedBack.Store(false)
-		}
 	} else {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
 		resp.Body.Close()
 		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
-		d.probedBack.Store(false)
+	}
+	if !o.down {
+		d.probedBack.Store(false) // the region answered, or is up and struggling
 	}
 	if mayHaveApplied(o, err) {
 		d.markDoubt(last)

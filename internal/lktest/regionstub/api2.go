@@ -373,6 +373,15 @@ func (s *Server) recordInterfaces(l maasmodel.Lease, id *int) []map[string]any {
 	return out
 }
 
+// linkCount is how many interfaces l's record is linked to. s.mu is held.
+func (s *Server) linkCount(l maasmodel.Lease) int {
+	n := 0
+	for _, mac := range l.MACs {
+		n += len(s.interfacesOf(mac))
+	}
+	return n
+}
+
 func (s *Server) release(w http.ResponseWriter, r *http.Request, u APIUser) int {
 	ip := r.PostForm.Get("ip")
 	if ip == "" {
@@ -397,7 +406,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, u APIUser) int 
 	// force alone excludes it; no force looks for the user's own
 	// reservation, of which there are none.
 	found = found && force && discovered
-	twice := found && len(s.recordInterfaces(l, new(int))) > 1
+	twice := found && s.linkCount(l) > 1
 	if found && !twice {
 		s.view.Delete(a.String())
 	}
