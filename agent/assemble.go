@@ -241,12 +241,19 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // the peer answered and delivered nothing newer than this agent's own
 // last news of the address before it (replay): then the peer never
 // spoke for the end it tells. Else it is dropped, as without a channel.
+// The end of a lease dhcpd never wrote (reconcile.ReasonUnwritten) is
+// dropped when the peer delivered news of its address newer than the
+// commit it ends (replay: the peer renewed the lease, or ended it
+// itself); the peer's older news does not hold it back.
 func judgePair(peer func(event.Event) (delivered int64, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		delivered, known := peer(e)
 		if e.Reason == reconcile.ReasonPairReplay {
 			own, ok := replay(e)
 			return !known || !ok || delivered > own, event.Event{}
+		}
+		if own, ok := replay(e); ok && known && e.Reason == reconcile.ReasonUnwritten && delivered > own {
+			return true, event.Event{}
 		}
 		switch {
 		case known && delivered <= pair.Key(e):

@@ -20,6 +20,8 @@ func TestJudgePair(t *testing.T) {
 	e := event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.7"), MAC: "00:16:3e:00:00:01", Timestamp: 100}
 	replayed := e
 	replayed.Reason = reconcile.ReasonPairReplay
+	unwritten := e
+	unwritten.Reason = reconcile.ReasonUnwritten
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
 	const (
 		own   = 90e9  // this side's own last news before the replay
@@ -52,6 +54,11 @@ func TestJudgePair(t *testing.T) {
 			wantStale: true},
 		{name: "a replay the peer did not answer about: dropped, as without a channel", e: replayed, wantStale: true},
 		{name: "a replay the reconciler does not know (a later one of its address queued since, or its record lost): dropped", e: replayed, known: true, unqueued: true, wantStale: true},
+		{name: "an unwritten lease's end the peer told nothing after the commit of: sent", e: unwritten, delivered: own - 1, known: true},
+		{name: "an unwritten lease's end after the peer's newer news of its address (a renewal): dropped", e: unwritten, delivered: older, known: true,
+			wantStale: true},
+		{name: "an unwritten lease's end the peer did not answer about: the reconciler's verdict", e: unwritten, wantAsked: true},
+		{name: "an unwritten lease's end whose record is lost: judged as any event", e: unwritten, delivered: older, known: true, unqueued: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

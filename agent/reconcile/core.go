@@ -22,6 +22,7 @@ const (
 	ReasonVanished      = "vanished"       // rule 2
 	ReasonPairNewest    = "pair-newest"    // a failover pair's newest news, sent after a stale event (NewestForPair)
 	ReasonEndsPassed    = "ends-passed"    // rule 3
+	ReasonUnwritten     = "unwritten"      // rule 3, for a hook's commit no file showed (unwrittenEnd)
 	ReasonRestated      = "restated"       // a MAC's current lease, told again after the end of another of its addresses (Restatement)
 )
 
@@ -254,6 +255,11 @@ type State struct {
 	// File on every Due; built on first use, entries checked when popped.
 	ends    endsHeap
 	indexed bool
+	// toldEnds orders the hooks' commits (Told.Ends) by end, for rule 3
+	// on leases the file never showed (unwrittenEnd); built on first
+	// use, entries checked against Told when popped.
+	toldEnds    endsHeap
+	toldIndexed bool
 	// orphans are the Orphan pendings Due reached, for TakeOrphans.
 	orphans []Orphan
 	// lapsed counts the standby expiries Due dropped, for TakeLapsed.
@@ -351,6 +357,9 @@ func (s *State) setTold(ip netip.Addr, t Told) {
 	}
 	s.Told[ip] = t
 	s.mark(ip, ChangedTold)
+	if s.toldIndexed && hookEnd(t) {
+		s.toldEnds.push(endsEntry{ends: t.Ends, ip: ip})
+	}
 	if t.Action == event.Commit {
 		if k, ok := macKey(t.MAC); ok {
 			s.indexCommits()
@@ -1313,6 +1322,76 @@ func unwrittenCommit(l Lease, t Told) bool {
 	return l.Starts < t.At-1 && l.Ends < t.Ends
 }
 
+// hookEnd reports whether t is a hook's commit with its end (Told.Ends):
+// one the file may never show (unwrittenEnd).
+func hookEnd(t Told) bool {
+	return t.Action == event.Commit && !t.Recorded && t.Ends > 0
+}
+
+// unwrittenEnd applies rule 3 to a lease the agent knows only from a
+// hook: e, a commit's end popped from toldEnds once the grace after it
+// passed, whose lease the file does not hold — it shows no block for the
+// address, or one older than the commit (unwrittenCommit). dhcpd runs a
+// commit's hook before it writes the lease, and one stopped in between
+// (a restart, a crash) never wrote it: the client was told the lease,
+// the region was told it, and the restarted dhcpd does not know it — it
+// answers the client's renewal with a NAK or not at all ("unknown
+// lease"), and no hook will ever tell that lease's end. A rewrite that
+// drops such a lease while the agent holds its commit schedules the
+// expiry (neverShown), but the hook's datagram can come after the
+// rewrite was read (make chaos PAIR=1 seed 103: a secondary restarted
+// on a new range between its hook and its write; the region kept the
+// address for the client), and neverShown stays out of a failover pair.
+//
+// The expiry is dated at the lease's end. In a pair the partner may have
+// renewed the lease since (the client's rebinding request reaches both
+// servers), news this side's file never showed if the partner died
+// before its binding update: the expiry is then recorded as a replay
+// (queueReplay), and with the pair channel it goes only if the peer's
+// agent delivered nothing of the address newer than the commit
+// (agent: judgePair).
+func (s *State) unwrittenEnd(e endsEntry) (Pending, bool) {
+	t, ok := s.Told[e.ip]
+	if !ok || !hookEnd(t) || t.Ends != e.ends || s.Complement || !s.Baselined {
+		return Pending{}, false // stale: news of the address since
+	}
+	if l, shown := s.File[e.ip]; shown && !unwrittenCommit(l, t) {
+		return Pending{}, false // the file showed it: rules 1 to 3 decide
+	}
+	for _, p := range s.Pending[e.ip] {
+		if p.Event.MAC == t.MAC && p.Event.Action != event.Commit {
+			return Pending{}, false // its end is scheduled (neverShown)
+		}
+	}
+	family := event.IPv4
+	if e.ip.Is6() && !e.ip.Is4In6() {
+		family = event.IPv6
+	}
+	ev := event.Event{Action: event.Expiry, Family: family, MAC: t.MAC, IP: e.ip,
+		Timestamp: t.Ends, Source: event.SourceFile, Reason: ReasonUnwritten}
+	if s.Pair.InPair() {
+		s.queueReplay(ev, event.Event{IP: e.ip, MAC: t.MAC, Timestamp: t.At, TimestampNS: t.AtNS})
+	}
+	orphan := e.ip.Is4() && s.OutOfRange != nil && s.OutOfRange(e.ip)
+	return Pending{Event: ev, Due: e.ends + s.Grace, Orphan: orphan}, true
+}
+
+// indexTold builds toldEnds from Told when it is missing (a new or
+// loaded state) or mostly stale entries (renewals push a new one each).
+func (s *State) indexTold() {
+	if s.toldIndexed && len(s.toldEnds) <= 2*len(s.Told)+1024 {
+		return
+	}
+	s.toldEnds = s.toldEnds[:0]
+	for ip, t := range s.Told {
+		if hookEnd(t) {
+			s.toldEnds = append(s.toldEnds, endsEntry{ends: t.Ends, ip: ip})
+		}
+	}
+	heap.Init(&s.toldEnds)
+	s.toldIndexed = true
+}
+
 // Due returns the synthesised events whose time has come, in time order,
 // dropping those that became pointless (a hook reported them, the IP came
 // back, the IP went to another MAC). It also applies rule 3. The caller
@@ -1337,6 +1416,15 @@ func (s *State) Due(now int64) []event.Event {
 		t, told := s.Told[e.ip]
 		if !satisfied(t, told, ev) {
 			s.schedule(e.ip, Pending{Event: ev, Due: now})
+		}
+	}
+	// Rule 3 for the leases the file never showed: a hook's commit whose
+	// end passed, the file holding its address for no lease of it.
+	s.indexTold()
+	for len(s.toldEnds) > 0 && s.toldEnds[0].ends+s.Grace <= now {
+		e := s.toldEnds.pop()
+		if p, ok := s.unwrittenEnd(e); ok {
+			s.schedule(e.ip, p)
 		}
 	}
 	// What is due is noted as indices into each address's queue, and
@@ -1531,6 +1619,18 @@ func (s *State) NextDue() (int64, bool) {
 		e := s.ends[0]
 		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			s.ends.pop() // stale
+			continue
+		}
+		if at := e.ends + s.Grace; !found || at < next {
+			next, found = at, true
+		}
+		break
+	}
+	s.indexTold()
+	for len(s.toldEnds) > 0 {
+		e := s.toldEnds[0]
+		if t, ok := s.Told[e.ip]; !ok || !hookEnd(t) || t.Ends != e.ends {
+			s.toldEnds.pop() // stale
 			continue
 		}
 		if at := e.ends + s.Grace; !found || at < next {

@@ -446,10 +446,12 @@ func (s *State) pairReplay(ev event.Event) (own event.Event, ok bool) {
 }
 
 // Replay is a pair replay this agent queued (ReasonPairReplay,
-// pairReplay): the hook's end (Action, MAC, At), and this agent's own
-// last news of the address before it (OwnAt, OwnAtNS: its Timestamp and
-// TimestampNS), which the deliverer weighs against what the peer
-// delivered (Reconciler.PairReplay). Persisted in the commit that queues
+// pairReplay), or in a pair the end of a lease dhcpd never wrote
+// (ReasonUnwritten, unwrittenEnd): the end (Action, MAC, At), and this
+// agent's own last news of the address before it (OwnAt, OwnAtNS: its
+// Timestamp and TimestampNS; the commit an unwritten end ends), which
+// the deliverer weighs against what the peer delivered
+// (Reconciler.PairReplay). Persisted in the commit that queues
 // the replay: an agent restarted before the replay is sent still judges
 // it, where it used to drop it.
 type Replay struct {

@@ -70,6 +70,9 @@ type world struct {
 	// pair is the agent's [pair]: the channel to the other rack's agent
 	// (startPair).
 	pair config.Pair
+	// mode, if set, is the agent's reconcile.mode (detection takes a
+	// wrapper script around the hook for another program).
+	mode string
 }
 
 func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
@@ -172,6 +175,9 @@ func (w *world) startAgent() {
 		// This test is about our hook failing.
 		cfg.Reconcile.Mode = "replacement"
 	}
+	if w.mode != "" {
+		cfg.Reconcile.Mode = w.mode
+	}
 	cfg.Metrics.Listen = ""
 	cfg.Control.Socket = ""
 	cfg.MAAS.APIURL, cfg.MAAS.APIKeyFile = w.maasURL, w.maasKeyFile
@@ -251,6 +257,29 @@ func synthesised(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// counter is the value of a counter of reg with the label value (any
+// label), 0 if none.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // arrival is an item the stub accepted and when.

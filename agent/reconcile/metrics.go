@@ -79,7 +79,7 @@ func newMetrics() *metrics {
 	for _, k := range []string{event.NoMACEmpty, event.NoMACDUID, event.NoMACNotSixByte} {
 		m.keptBack.WithLabelValues(k)
 	}
-	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed, ReasonRestated} {
+	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed, ReasonUnwritten, ReasonRestated} {
 		m.synthesised.WithLabelValues(r)
 	}
 	m.rewrites.WithLabelValues("restart")

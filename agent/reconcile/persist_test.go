@@ -447,3 +447,32 @@ func FuzzDecodeRecords(f *testing.F) {
 		}
 	})
 }
+
+// TestPersistUnwritten: a restarted agent still ends a lease a hook told
+// and the file never showed (rule 3, unwritten): the commit's end is in
+// its Told record, and the end heap is rebuilt from it.
+func TestPersistUnwritten(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	defer store.Close()
+	s := NewState(grace)
+	p := persisted{t, store, s}
+	tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+5000))
+	s.Snapshot(tab, true, t0)
+	s.Hook(renewal(ip2, macB, t0+10, 20))
+	p.commit(nil)
+	var got *State
+	if err := store.View(bucketName, func(b *bbolt.Bucket) error {
+		var err error
+		got, _, _, err = load(b, grace)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := got.NextDue(); !ok || at != t0+30+grace {
+		t.Fatalf("loaded NextDue = %+d, %t; want the commit's end plus the grace", at-t0, ok)
+	}
+	evs := got.Due(t0 + 30 + grace)
+	if len(evs) != 1 || evs[0].Reason != ReasonUnwritten || evs[0].IP != netip.MustParseAddr(ip2) || evs[0].Timestamp != t0+30 {
+		t.Fatalf("loaded Due = %+v; want the unwritten lease's expiry", evs)
+	}
+}

@@ -230,6 +230,22 @@ func (d *Dhcpd) stop() error {
 	return nil
 }
 
+// Kill ends dhcpd with SIGKILL, as a crash or a power cut would: it
+// writes nothing more. Restart starts it again.
+func (d *Dhcpd) Kill() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.p
+	if p == nil {
+		return nil
+	}
+	d.p = nil
+	if err := p.stop(syscall.SIGKILL, stopGrace); err != nil {
+		return fmt.Errorf("dhcpd: %w", err)
+	}
+	return nil
+}
+
 // Restart stops dhcpd, replaces dhcpd.conf with newConf unless it is
 // empty, and starts dhcpd again on the same leases file, waiting until it
 // is ready (it rewrites the leases file at every start).
