@@ -349,6 +349,12 @@ func (s *State) setFile(ip netip.Addr, l Lease) {
 	if s.indexed && l.State == parser.StateActive && l.Ends != int64(parser.Never) {
 		s.ends.push(endsEntry{ends: l.Ends, ip: ip})
 	}
+	if t, ok := s.Told[ip]; ok && hookEnd(t) && l.MAC == t.MAC && l.Starts >= t.At-commitSlack {
+		// The file shows the hook's commit (or a later lease of its
+		// client): the file's rules end it, not unwrittenEnd's.
+		t.Ends = 0
+		s.setTold(ip, t)
+	}
 }
 
 func (s *State) setTold(ip netip.Addr, t Told) {
@@ -638,6 +644,11 @@ func (s *State) Hook(ev event.Event) {
 	t := Told{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, AtNS: fineTime(ev)}
 	if ev.Action == event.Commit && ev.LeaseTime > 0 && ev.Source != event.SourceFile {
 		t.Ends = ev.Timestamp + ev.LeaseTime
+	}
+	if prev, ok := s.Told[ev.IP]; ok && ev.Reason == ReasonRestated && hookEnd(prev) && prev.MAC == ev.MAC && prev.At == ev.Timestamp {
+		// The hook's commit told again (Restatement): still a lease the
+		// file may never show (unwrittenEnd).
+		t.Ends = prev.Ends
 	}
 	if prev, ok := s.Told[ev.IP]; ok && s.Pair.InPair() && prev.Recorded && prev.after(ev) && !s.endShownBefore(prev, ev) {
 		// This side's backlog, sent ahead of its own later news that
@@ -1342,6 +1353,13 @@ func hookEnd(t Told) bool {
 // rewrite was read (make chaos PAIR=1 seed 103: a secondary restarted
 // on a new range between its hook and its write; the region kept the
 // address for the client), and neverShown stays out of a failover pair.
+//
+// A commit whose block the file shows has its end cleared then (setFile):
+// from there on it is the file's rules that end it, rule 2's for a
+// rewrite that drops it — in a pair, whoever speaks for that (make chaos
+// PAIR=1 seed 103, the first run with this rule: ten such leases ended
+// here too, judged by the pair channel, where the partner had told
+// their ends).
 //
 // The expiry is dated at the lease's end. In a pair the partner may have
 // renewed the lease since (the client's rebinding request reaches both

@@ -1607,3 +1607,42 @@ func TestUnwrittenEndInPair(t *testing.T) {
 		t.Errorf("Replays alone = %v, want none", s2.Replays)
 	}
 }
+
+// TestUnwrittenOnlyNeverShown: unwrittenEnd is for leases the file never
+// showed. One it showed, then dropped, is rule 2's (here the partner's to
+// tell: it spoke for the pair when this side's rewrite dropped it); and a
+// hook's commit told again after another address's end (Restatement) is
+// still the lease the file never showed.
+func TestUnwrittenOnlyNeverShown(t *testing.T) {
+	only1 := block(ip1, "active", macA, t0-100, t0+50000)
+	t.Run("shown by the survivor's file, dropped on its return to the partner's partner-down: the partner's", func(t *testing.T) {
+		runPair(t, Pair{Peer: "fo", Role: RolePrimary}, false, []step{
+			{at: 0, snapshot: fostate(StatePartnerDown, "normal") + only1},
+			{at: 10, hook: ev(renewal(ip2, macB, t0+10, 20))},
+			{at: 10, appended: ackedBlock(ip2, "active", macB, t0+10, t0+30)},
+			{at: 40, snapshot: fostate("recover", StatePartnerDown) + only1},
+			{at: 30 + grace},
+			{at: 10000},
+		})
+	})
+	t.Run("restated, never shown: ended at its end", func(t *testing.T) {
+		s := NewState(grace)
+		tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+15))
+		s.Snapshot(tab, true, t0)
+		s.Hook(renewal(ip2, macA, t0+10, 60))
+		end := s.Due(t0 + 15 + grace)
+		if len(end) != 1 || end[0].Reason != ReasonEndsPassed {
+			t.Fatalf("Due = %+v; want ip1's end", end)
+		}
+		s.Hook(end[0])
+		x, ok := s.Restatement(end[0], t0+15+grace)
+		if !ok || x.IP != netip.MustParseAddr(ip2) {
+			t.Fatalf("Restatement = %+v, %v; want ip2's commit", x, ok)
+		}
+		s.Hook(x)
+		got := s.Due(t0 + 70 + grace)
+		if len(got) != 1 || got[0].Reason != ReasonUnwritten || got[0].IP != x.IP || got[0].Timestamp != t0+70 {
+			t.Fatalf("Due = %+v; want ip2's unwritten end at t0+70", got)
+		}
+	})
+}
