@@ -1218,6 +1218,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		own, ownEnd := s.ownDropped(ip) // (before the delete: it reads the file's block)
 		delete(s.File, ip)
 		s.touch(ip)
+		toldEnd := s.droppedTold(ip, l)
 		if ownEnd {
 			orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
 			s.schedule(ip, Pending{Event: own, Due: now + s.vanishedWait(), Untold: true, Orphan: orphan})
@@ -1247,10 +1248,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		// A renewal's hook may have come before the rewrite, its block
 		// never read (the file unreadable when dhcpd appended it): the
 		// lease ends at the renewed end the hook told.
-		end := l.Ends
-		if t, ok := s.Told[ip]; ok && t.Action == event.Commit && t.MAC == l.MAC && t.Ends > end {
-			end = t.Ends
-		}
+		end := max(l.Ends, toldEnd)
 		due := max(end, now) + wait
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 			Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
@@ -1265,6 +1263,40 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		vanished++
 	}
 	return vanished, fo
+}
+
+// droppedTold hands a hook's commit of ip's client, whose lease the
+// file showed (l, which a rewrite drops), over to rule 2: that lease
+// is the one whose end the commit told (its block, or the lease it
+// renewed: a renewal dhcpd answered from the lease it had, which it
+// does not write — server/dhcp.c reuse_lease, dhcp-cache-threshold —
+// or whose block was never read), so unwrittenEnd leaves it (make chaos
+// PAIR=1 seed 103: such leases, a failover partner's to tell, were ended
+// twice). It returns the commit's end: a renewal's hook may have come
+// before the rewrite, its block never read, and the lease then ends at
+// the renewed end (0: no such commit).
+func (s *State) droppedTold(ip netip.Addr, l Lease) int64 {
+	t, ok := s.Told[ip]
+	if !ok || t.Action != event.Commit || t.MAC != l.MAC {
+		return 0
+	}
+	end := t.Ends
+	if hookEnd(t) && t.coveredBy(l) {
+		t.Ends = 0
+		s.setTold(ip, t)
+	}
+	return end
+}
+
+// coveredBy reports whether l, the file's block of t's address, is the
+// lease t, a hook's commit, told (or renewed within it), or shows that
+// lease's end: the same client's, ending no earlier than the commit.
+// dhcpd answers a renewal early in a lease from the lease it has,
+// without writing it (server/dhcp.c reuse_lease: dhcp-cache-threshold,
+// 25 % by default), and the lease then ends at the block's end, not at
+// the end the hook computed from the lease time.
+func (t Told) coveredBy(l Lease) bool {
+	return l.MAC == t.MAC && l.Ends >= t.At-commitSlack
 }
 
 // vanishedWait is how long after a dropped lease's end (or the rewrite
@@ -1342,24 +1374,29 @@ func hookEnd(t Told) bool {
 // unwrittenEnd applies rule 3 to a lease the agent knows only from a
 // hook: e, a commit's end popped from toldEnds once the grace after it
 // passed, whose lease the file does not hold — it shows no block for the
-// address, or one older than the commit (unwrittenCommit). dhcpd runs a
-// commit's hook before it writes the lease, and one stopped in between
-// (a restart, a crash) never wrote it: the client was told the lease,
-// the region was told it, and the restarted dhcpd does not know it — it
-// answers the client's renewal with a NAK or not at all ("unknown
-// lease"), and no hook will ever tell that lease's end. A rewrite that
-// drops such a lease while the agent holds its commit schedules the
-// expiry (neverShown), but the hook's datagram can come after the
-// rewrite was read (make chaos PAIR=1 seed 103: a secondary restarted
-// on a new range between its hook and its write; the region kept the
-// address for the client), and neverShown stays out of a failover pair.
+// address, another client's older one, or the same client's life that
+// ended before the commit. dhcpd runs a commit's hook before it writes
+// the lease, and one stopped in between (a restart, a crash) never wrote
+// it: the client was told the lease, the region was told it, and the
+// restarted dhcpd does not know it — it answers the client's renewal
+// with a NAK or not at all ("unknown lease"), and no hook will ever tell
+// that lease's end. A rewrite that drops such a lease while the agent
+// holds its commit schedules the expiry (neverShown), but the hook's
+// datagram can come after the rewrite was read (make chaos PAIR=1 seed
+// 103: a secondary restarted on a new range between its hook and its
+// write; the region kept the address for the client), and neverShown
+// stays out of a failover pair.
 //
-// A commit whose block the file shows has its end cleared then (setFile):
-// from there on it is the file's rules that end it, rule 2's for a
-// rewrite that drops it — in a pair, whoever speaks for that (make chaos
-// PAIR=1 seed 103, the first run with this rule: ten such leases ended
-// here too, judged by the pair channel, where the partner had told
-// their ends).
+// The file's rules end the rest: the commit's own block (setFile clears
+// the commit's end when it shows it), and the client's lease the commit
+// renewed (coveredBy) — dhcpd answers a renewal early in a lease from
+// the lease it has and writes nothing, and a renewal it did not live to
+// write leaves the restarted dhcpd with the lease before it; either way
+// the lease ends at the file's end. A rewrite that drops either hands
+// the commit to rule 2 (droppedTold), in a pair to whichever side speaks
+// for it. (The first make chaos PAIR=1 seed 103 runs with this rule, before
+// both, synthesised 10 and 19 unwritten ends where one commit went
+// unwritten: TestUnwrittenEndCases, TestUnwrittenOnlyNeverShown.)
 //
 // The expiry is dated at the lease's end. In a pair the partner may have
 // renewed the lease since (the client's rebinding request reaches both
@@ -1373,8 +1410,10 @@ func (s *State) unwrittenEnd(e endsEntry) (Pending, bool) {
 	if !ok || !hookEnd(t) || t.Ends != e.ends || s.Complement || !s.Baselined {
 		return Pending{}, false // stale: news of the address since
 	}
-	if l, shown := s.File[e.ip]; shown && !unwrittenCommit(l, t) {
-		return Pending{}, false // the file showed it: rules 1 to 3 decide
+	if l, shown := s.File[e.ip]; shown && (l.Starts >= t.At-1 || t.coveredBy(l)) {
+		// The file shows the commit's block or newer, or the lease it
+		// renewed: rules 1 to 3 decide.
+		return Pending{}, false
 	}
 	for _, p := range s.Pending[e.ip] {
 		if p.Event.MAC == t.MAC && p.Event.Action != event.Commit {

@@ -1073,3 +1073,48 @@ func TestRestatement(t *testing.T) {
 		})
 	}
 }
+
+// TestUnwrittenEndCases: what the file shows of the address decides
+// whether a hook's commit whose end passed is a lease dhcpd never wrote.
+// dhcpd answers a renewal early in a lease from the lease it has and
+// writes nothing (server/dhcp.c reuse_lease: dhcp-cache-threshold, 25 %
+// by default); the hook still tells a commit, with an end computed from
+// the full lease time. The lease then ends at the file's end (make chaos
+// PAIR=1 seed 103: such ends sent twice).
+func TestUnwrittenEndCases(t *testing.T) {
+	ip := netip.MustParseAddr(ip2)
+	at, ends := t0+33, t0+53 // the hook's commit: at, lease time 20
+	tests := []struct {
+		name  string
+		file  *Lease
+		fires bool
+	}{
+		{"no block: fires", nil, true},
+		{"the client's older life, ended before the commit: fires",
+			&Lease{State: parser.StateFree, MAC: macB, Starts: t0 - 100, Ends: t0 - 50}, true},
+		{"another client's life, ended before the commit: fires",
+			&Lease{State: parser.StateFree, MAC: macA, Starts: t0 - 100, Ends: t0 - 50}, true},
+		{"another client's running lease (the commit never written, a restarted dhcpd holds the old one): fires",
+			&Lease{State: parser.StateActive, MAC: macA, Starts: t0, Ends: t0 + 60}, true},
+		{"the lease the commit renewed, running: rule 3's", &Lease{State: parser.StateActive, MAC: macB, Starts: t0 + 31, Ends: t0 + 41}, false},
+		{"the lease the commit renewed, ended after it (a reused lease): the file's end", &Lease{State: parser.StateExpired, MAC: macB, Starts: t0 + 31, Ends: t0 + 41}, false},
+		{"the commit's own block: the file's", &Lease{State: parser.StateActive, MAC: macB, Starts: t0 + 33, Ends: t0 + 53}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.Baselined = true
+			if tc.file != nil {
+				s.File[ip] = *tc.file
+			}
+			s.Told[ip] = Told{Action: event.Commit, MAC: macB, At: at, Ends: ends}
+			p, ok := s.unwrittenEnd(endsEntry{ends: ends, ip: ip})
+			if ok != tc.fires {
+				t.Fatalf("unwrittenEnd = %+v, %v; want %v", p, ok, tc.fires)
+			}
+			if ok && (p.Event.Timestamp != ends || p.Event.Reason != ReasonUnwritten || p.Event.MAC != macB) {
+				t.Errorf("event %+v", p.Event)
+			}
+		})
+	}
+}

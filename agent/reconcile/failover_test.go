@@ -1625,6 +1625,16 @@ func TestUnwrittenOnlyNeverShown(t *testing.T) {
 			{at: 10000},
 		})
 	})
+	t.Run("... the hook read after the block (an agent restarted): the same", func(t *testing.T) {
+		runPair(t, Pair{Peer: "fo", Role: RolePrimary}, false, []step{
+			{at: 0, snapshot: fostate(StatePartnerDown, "normal") + only1},
+			{at: 10, appended: ackedBlock(ip2, "active", macB, t0+10, t0+30)},
+			{at: 11, hook: ev(renewal(ip2, macB, t0+11, 20))},
+			{at: 40, snapshot: fostate("recover", StatePartnerDown) + only1},
+			{at: 31 + grace},
+			{at: 10000},
+		})
+	})
 	t.Run("restated, never shown: ended at its end", func(t *testing.T) {
 		s := NewState(grace)
 		tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+15))
