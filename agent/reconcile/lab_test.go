@@ -10,6 +10,7 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -238,8 +239,18 @@ func (w *world) stopAgent() {
 	w.lastLogs = r.logs
 }
 
-// synthesised returns leasekeeper_synthesised_total by reason.
+// synthesised returns leasekeeper_synthesised_total by reason (those
+// above 0).
 func synthesised(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	out := counters(t, reg, "leasekeeper_synthesised_total")
+	maps.DeleteFunc(out, func(_ string, v float64) bool { return v == 0 })
+	return out
+}
+
+// counters returns the counter vector name of reg by its (single)
+// label's value.
+func counters(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -247,39 +258,16 @@ func synthesised(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "leasekeeper_synthesised_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if v := m.GetCounter().GetValue(); v > 0 {
-				out[m.GetLabel()[0].GetValue()] = v
-			}
-		}
-	}
-	return out
-}
-
-// counter is the value of a counter of reg with the label value (any
-// label), 0 if none.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
+			if l := m.GetLabel(); len(l) == 1 {
+				out[l[0].GetValue()] = m.GetCounter().GetValue()
 			}
 		}
 	}
-	return 0
+	return out
 }
 
 // arrival is an item the stub accepted and when.

@@ -83,12 +83,12 @@ exec %[4]s "$@"
 	if err := <-errc; err == nil {
 		t.Fatal("the client got a lease from a dhcpd killed before it acked; the test premise is gone")
 	}
-	before := counter(t, w.agent.reg, "leasekeeper_reconcile_snapshots_total", "complete")
+	before := counters(t, w.agent.reg, "leasekeeper_reconcile_snapshots_total")["complete"]
 	w.restartDhcpd(100, 150)
 	if strings.Contains(readFile(t, w.d.LeasesPath()), "hardware ethernet "+mac(c)) {
 		t.Fatalf("the restarted dhcpd's file holds %s; the test premise is gone:\n%s", mac(c), readFile(t, w.d.LeasesPath()))
 	}
-	for counter(t, w.agent.reg, "leasekeeper_reconcile_snapshots_total", "complete") <= before {
+	for counters(t, w.agent.reg, "leasekeeper_reconcile_snapshots_total")["complete"] <= before {
 		time.Sleep(20 * time.Millisecond) // the agent reads the restart's rewrite (go test -timeout bounds it)
 	}
 	// Only now the hook runs and tells the commit.
