@@ -349,6 +349,9 @@ func (s *State) setFile(ip netip.Addr, l Lease) {
 	if s.indexed && l.State == parser.StateActive && l.Ends != int64(parser.Never) {
 		s.ends.push(endsEntry{ends: l.Ends, ip: ip})
 	}
+	if s.Hookless {
+		return // (no hook tells a commit's end: nothing to clear)
+	}
 	if t, ok := s.Told[ip]; ok && hookEnd(t) && l.MAC == t.MAC && l.Starts >= t.At-commitSlack {
 		// The file shows the hook's commit (or a later lease of its
 		// client): the file's rules end it, not unwrittenEnd's.
@@ -645,10 +648,12 @@ func (s *State) Hook(ev event.Event) {
 	if ev.Action == event.Commit && ev.LeaseTime > 0 && ev.Source != event.SourceFile {
 		t.Ends = ev.Timestamp + ev.LeaseTime
 	}
-	if prev, ok := s.Told[ev.IP]; ok && ev.Reason == ReasonRestated && hookEnd(prev) && prev.MAC == ev.MAC && prev.At == ev.Timestamp {
-		// The hook's commit told again (Restatement): still a lease the
-		// file may never show (unwrittenEnd).
-		t.Ends = prev.Ends
+	if ev.Reason == ReasonRestated {
+		if prev, ok := s.Told[ev.IP]; ok && hookEnd(prev) && prev.MAC == ev.MAC && prev.At == ev.Timestamp {
+			// The hook's commit told again (Restatement): still a lease
+			// the file may never show (unwrittenEnd).
+			t.Ends = prev.Ends
+		}
 	}
 	if prev, ok := s.Told[ev.IP]; ok && s.Pair.InPair() && prev.Recorded && prev.after(ev) && !s.endShownBefore(prev, ev) {
 		// This side's backlog, sent ahead of its own later news that
