@@ -244,7 +244,8 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // The end of a lease dhcpd never wrote (reconcile.ReasonUnwritten) is
 // dropped when the peer delivered news of its address newer than the
 // commit it ends (replay: the peer renewed the lease, or ended it
-// itself); the peer's older news does not hold it back.
+// itself); the peer's older news does not hold it back, and a peer that
+// did not answer leaves it to stale, as any event.
 func judgePair(peer func(event.Event) (delivered int64, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		delivered, known := peer(e)

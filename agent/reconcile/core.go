@@ -92,8 +92,10 @@ type Told struct {
 	// when this side takes over (tellInterrupted).
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Ends is a hook's commit's end (its timestamp plus lease_time), 0
-	// otherwise: what the agent knows of a lease the file never showed
-	// it (Snapshot).
+	// otherwise, and 0 again once the file shows the commit's block
+	// (setFile) or a rewrite drops the lease it renewed (droppedTold):
+	// what the agent knows of a lease the file never showed it
+	// (neverShown, unwrittenEnd).
 	Ends int64 `json:"ends,omitempty"`
 	// OwnAt and OwnAtNS are the time (as At and AtNS) of the last event
 	// this agent queued for the address, kept when the file's blocks
@@ -1295,13 +1297,15 @@ func (s *State) droppedTold(ip netip.Addr, l Lease) int64 {
 
 // coveredBy reports whether l, the file's block of t's address, is the
 // lease t, a hook's commit, told (or renewed within it), or shows that
-// lease's end: the same client's, ending no earlier than the commit.
+// lease's end: the same client's, ending after the commit (a life that
+// ended in the commit's second or before is not one the commit renewed:
+// the client came back after its end).
 // dhcpd answers a renewal early in a lease from the lease it has,
 // without writing it (server/dhcp.c reuse_lease: dhcp-cache-threshold,
 // 25 % by default), and the lease then ends at the block's end, not at
 // the end the hook computed from the lease time.
 func (t Told) coveredBy(l Lease) bool {
-	return l.MAC == t.MAC && l.Ends >= t.At-commitSlack
+	return l.MAC == t.MAC && l.Ends > t.At
 }
 
 // vanishedWait is how long after a dropped lease's end (or the rewrite
@@ -1407,12 +1411,16 @@ func hookEnd(t Told) bool {
 // renewed the lease since (the client's rebinding request reaches both
 // servers), news this side's file never showed if the partner died
 // before its binding update: the expiry is then recorded as a replay
-// (queueReplay), and with the pair channel it goes only if the peer's
-// agent delivered nothing of the address newer than the commit
-// (agent: judgePair).
+// (queueReplay), and with the pair channel it is dropped if the peer's
+// agent answers that it delivered news of the address newer than the
+// commit (agent: judgePair). A peer that does not answer (its rack down)
+// and a pair without the channel cannot say: the expiry goes, and a
+// renewal the partner made is ended early, until the client's next
+// renewal is told (a live lease left in the region forever is the worse
+// of the two).
 func (s *State) unwrittenEnd(e endsEntry) (Pending, bool) {
 	t, ok := s.Told[e.ip]
-	if !ok || !hookEnd(t) || t.Ends != e.ends || s.Complement || !s.Baselined {
+	if !ok || !hookEnd(t) || t.Ends != e.ends {
 		return Pending{}, false // stale: news of the address since
 	}
 	if l, shown := s.File[e.ip]; shown && (l.Starts >= t.At-1 || t.coveredBy(l)) {
@@ -1421,8 +1429,11 @@ func (s *State) unwrittenEnd(e endsEntry) (Pending, bool) {
 		return Pending{}, false
 	}
 	for _, p := range s.Pending[e.ip] {
-		if p.Event.MAC == t.MAC && p.Event.Action != event.Commit {
-			return Pending{}, false // its end is scheduled (neverShown)
+		if p.Event.MAC == t.MAC && p.Event.Action != event.Commit && !p.Standby {
+			// Its end is scheduled (neverShown, rule 2). Not a copy held
+			// in standby: that one lapses if the primary had the time
+			// to send its own (pairStandby).
+			return Pending{}, false
 		}
 	}
 	family := event.IPv4
@@ -1437,6 +1448,12 @@ func (s *State) unwrittenEnd(e endsEntry) (Pending, bool) {
 	orphan := e.ip.Is4() && s.OutOfRange != nil && s.OutOfRange(e.ip)
 	return Pending{Event: ev, Due: e.ends + s.Grace, Orphan: orphan}, true
 }
+
+// tellsUnwritten reports whether unwrittenEnd applies now: the agent
+// knows what the file holds (a first whole read is taken), and the hooks
+// tell the agent, not another program (complement mode). Until then the
+// ends wait in toldEnds.
+func (s *State) tellsUnwritten() bool { return s.Baselined && !s.Complement }
 
 // indexTold builds toldEnds from Told when it is missing (a new or
 // loaded state) or mostly stale entries (renewals push a new one each).
@@ -1483,7 +1500,7 @@ func (s *State) Due(now int64) []event.Event {
 	// Rule 3 for the leases the file never showed: a hook's commit whose
 	// end passed, the file holding its address for no lease of it.
 	s.indexTold()
-	for len(s.toldEnds) > 0 && s.toldEnds[0].ends+s.Grace <= now {
+	for s.tellsUnwritten() && len(s.toldEnds) > 0 && s.toldEnds[0].ends+s.Grace <= now {
 		e := s.toldEnds.pop()
 		if p, ok := s.unwrittenEnd(e); ok {
 			s.schedule(e.ip, p)
@@ -1689,7 +1706,7 @@ func (s *State) NextDue() (int64, bool) {
 		break
 	}
 	s.indexTold()
-	for len(s.toldEnds) > 0 {
+	for s.tellsUnwritten() && len(s.toldEnds) > 0 {
 		e := s.toldEnds[0]
 		if t, ok := s.Told[e.ip]; !ok || !hookEnd(t) || t.Ends != e.ends {
 			s.toldEnds.pop() // stale

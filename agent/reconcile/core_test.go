@@ -1085,20 +1085,29 @@ func TestUnwrittenEndCases(t *testing.T) {
 	ip := netip.MustParseAddr(ip2)
 	at, ends := t0+33, t0+53 // the hook's commit: at, lease time 20
 	tests := []struct {
-		name  string
-		file  *Lease
-		fires bool
+		name    string
+		file    *Lease
+		pending *Pending // an end already pending for the address
+		fires   bool
 	}{
-		{"no block: fires", nil, true},
+		{"no block: fires", nil, nil, true},
+		{"the client's life that ended the second before (it came back after the end): fires",
+			&Lease{State: parser.StateFree, MAC: macB, Starts: t0, Ends: at - 1}, nil, true},
+		{"... ended in the commit's second: fires",
+			&Lease{State: parser.StateFree, MAC: macB, Starts: t0, Ends: at}, nil, true},
+		{"its end pending (rule 2): that one goes",
+			nil, &Pending{Event: event.Event{Action: event.Expiry, MAC: macB, Timestamp: ends, Reason: ReasonVanished}}, false},
+		{"only a standby copy of rule 2's end pending (it lapses if the primary sent its own): fires",
+			nil, &Pending{Event: event.Event{Action: event.Expiry, MAC: macB, Timestamp: ends, Reason: ReasonVanished}, Standby: true}, true},
 		{"the client's older life, ended before the commit: fires",
-			&Lease{State: parser.StateFree, MAC: macB, Starts: t0 - 100, Ends: t0 - 50}, true},
+			&Lease{State: parser.StateFree, MAC: macB, Starts: t0 - 100, Ends: t0 - 50}, nil, true},
 		{"another client's life, ended before the commit: fires",
-			&Lease{State: parser.StateFree, MAC: macA, Starts: t0 - 100, Ends: t0 - 50}, true},
+			&Lease{State: parser.StateFree, MAC: macA, Starts: t0 - 100, Ends: t0 - 50}, nil, true},
 		{"another client's running lease (the commit never written, a restarted dhcpd holds the old one): fires",
-			&Lease{State: parser.StateActive, MAC: macA, Starts: t0, Ends: t0 + 60}, true},
-		{"the lease the commit renewed, running: rule 3's", &Lease{State: parser.StateActive, MAC: macB, Starts: t0 + 31, Ends: t0 + 41}, false},
-		{"the lease the commit renewed, ended after it (a reused lease): the file's end", &Lease{State: parser.StateExpired, MAC: macB, Starts: t0 + 31, Ends: t0 + 41}, false},
-		{"the commit's own block: the file's", &Lease{State: parser.StateActive, MAC: macB, Starts: t0 + 33, Ends: t0 + 53}, false},
+			&Lease{State: parser.StateActive, MAC: macA, Starts: t0, Ends: t0 + 60}, nil, true},
+		{"the lease the commit renewed, running: rule 3's", &Lease{State: parser.StateActive, MAC: macB, Starts: t0 + 31, Ends: t0 + 41}, nil, false},
+		{"the lease the commit renewed, ended after it (a reused lease): the file's end", &Lease{State: parser.StateExpired, MAC: macB, Starts: t0 + 31, Ends: t0 + 41}, nil, false},
+		{"the commit's own block: the file's", &Lease{State: parser.StateActive, MAC: macB, Starts: t0 + 33, Ends: t0 + 53}, nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1108,6 +1117,9 @@ func TestUnwrittenEndCases(t *testing.T) {
 				s.File[ip] = *tc.file
 			}
 			s.Told[ip] = Told{Action: event.Commit, MAC: macB, At: at, Ends: ends}
+			if tc.pending != nil {
+				s.Pending[ip] = []Pending{*tc.pending}
+			}
 			p, ok := s.unwrittenEnd(endsEntry{ends: ends, ip: ip})
 			if ok != tc.fires {
 				t.Fatalf("unwrittenEnd = %+v, %v; want %v", p, ok, tc.fires)
@@ -1116,5 +1128,28 @@ func TestUnwrittenEndCases(t *testing.T) {
 				t.Errorf("event %+v", p.Event)
 			}
 		})
+	}
+}
+
+// TestUnwrittenWaitsForItsMode: while the agent does not know what the
+// file holds (no whole read yet) or the hooks tell another program
+// (complement mode, which an unsure detection takes), the ends of the
+// hooks' commits wait; they are judged once the mode allows.
+func TestUnwrittenWaitsForItsMode(t *testing.T) {
+	s := NewState(grace)
+	s.Complement = true
+	tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+5000))
+	s.Snapshot(tab, true, t0)
+	s.Hook(renewal(ip2, macB, t0+10, 20))
+	if got := s.Due(t0 + 100); len(got) != 0 {
+		t.Fatalf("Due in complement mode = %+v", got)
+	}
+	if at, ok := s.NextDue(); ok && at <= t0+100 {
+		t.Fatalf("NextDue in complement mode = %+d: a time Due will not act on", at-t0)
+	}
+	s.Complement = false
+	got := s.Due(t0 + 101)
+	if len(got) != 1 || got[0].Reason != ReasonUnwritten || got[0].Timestamp != t0+30 {
+		t.Fatalf("Due once replacement = %+v; want the unwritten end", got)
 	}
 }

@@ -40,9 +40,9 @@
 //     have dropped it (dhcpd runs a commit's hook before it writes the
 //     lease; killed in between, it never wrote it): reason "unwritten",
 //     at the commit's end plus the grace. In a failover pair the
-//     deliverer sends it only if the peer's agent delivered nothing of
-//     the address newer than that commit (the partner may have renewed
-//     the lease).
+//     deliverer drops it if the peer's agent answers that it delivered
+//     news of the address newer than that commit (the partner may have
+//     renewed the lease).
 //  4. Never: an expiry before the end of a lease still in the file; an
 //     event for a restart that kept the lease; anything from a file that
 //     did not parse whole; an expiry for MAC A once the region was told

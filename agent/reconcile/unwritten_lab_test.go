@@ -31,21 +31,31 @@ func TestLabUnwrittenCommit(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, hooksOK, 12)
 	arm, fired, goOn := filepath.Join(w.dir, "arm"), filepath.Join(w.dir, "fired"), filepath.Join(w.dir, "go")
-	// The first commit after arm is noted (its arguments in fired) and
+	c := w.lab.AddClient("c1")
+	// c1's first commit after arm is noted (its arguments in fired) and
 	// its hook held until go (at most 60 s), then run: dhcpd waits for
-	// it meanwhile, and the test kills dhcpd then.
+	// it meanwhile, and the test kills dhcpd then. (Not another client's
+	// renewal in between.)
 	wrapper := filepath.Join(w.dir, "stalling-hook")
+	// (dhcpd's binary-to-ascii writes the MAC's octets unpadded.)
+	var octets []string
+	for _, b := range c.MAC {
+		octets = append(octets, fmt.Sprintf("%x", b))
+	}
 	script := fmt.Sprintf(`#!/bin/sh
 case " $* " in
 *" --action commit "*)
-	if /bin/rm %[1]s 2>/dev/null; then
-		echo "$*" > %[2]s.tmp && /bin/mv %[2]s.tmp %[2]s
-		i=0
-		while [ ! -e %[3]s ] && [ $i -lt 600 ]; do /bin/sleep 0.1; i=$((i+1)); done
-	fi
+	case " $* " in
+	*" --mac %[5]s "*|*" --mac %[6]s "*)
+		if /bin/rm %[1]s 2>/dev/null; then
+			echo "$*" > %[2]s.tmp && /bin/mv %[2]s.tmp %[2]s
+			i=0
+			while [ ! -e %[3]s ] && [ $i -lt 600 ]; do /bin/sleep 0.1; i=$((i+1)); done
+		fi
+	esac
 esac
 exec %[4]s "$@"
-`, shq(arm), shq(fired), shq(goOn), shq(w.hook))
+`, shq(arm), shq(fired), shq(goOn), shq(w.hook), mac(c), strings.Join(octets, ":"))
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +68,6 @@ exec %[4]s "$@"
 	ip0 := w.dhclient(c0)
 	w.waitArrival(ip0, event.Commit, mac(c0), 5*time.Second)
 
-	c := w.lab.AddClient("c1")
 	if err := os.WriteFile(arm, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
