@@ -23,6 +23,7 @@ const (
 	ReasonPairNewest    = "pair-newest"    // a failover pair's newest news, sent after a stale event (NewestForPair)
 	ReasonEndsPassed    = "ends-passed"    // rule 3
 	ReasonUnwritten     = "unwritten"      // rule 3, for a hook's commit no file showed (unwrittenEnd)
+	ReasonGivenAway     = "given-away"     // rule 2, for a lease whose address another client's commit took before any read showed it dropped (givenAwayTold)
 	ReasonRestated      = "restated"       // a MAC's current lease, told again after the end of another of its addresses (Restatement)
 )
 
@@ -868,6 +869,9 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	if len(keep) != len(q) {
 		s.setPending(ev.IP, keep)
 	}
+	if end, ok := s.givenAwayTold(ev, t, told); ok {
+		return append(out, end)
+	}
 	if len(out) == 0 {
 		// A survivor tells what its file records from the takeover on;
 		// an end recorded before it (communications interrupted: nothing
@@ -878,6 +882,30 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		}
 	}
 	return out
+}
+
+// givenAwayTold is the end of the lease the region was told last for
+// ev's address (t, if told) when ev, a hook's commit, gives the address
+// to another client and nothing pending ends that lease: dhcpd gives an
+// address away only once the lease on it is over, and one a restart
+// dropped (its range shrunk, then back) ends with no hook, and no read
+// of the file may have shown the drop yet (a busyRound apart under
+// load: TestLabDroppedThenGivenAway). Dated no later than ev and sent
+// ahead of it (givenAway). Not in a failover pair (the partner may have
+// told that end) nor for an address without a MAC.
+func (s *State) givenAwayTold(ev event.Event, t Told, told bool) (event.Event, bool) {
+	if !told || s.Pair.InPair() || t.Action != event.Commit || t.MAC == "" || t.MAC == ev.MAC {
+		return event.Event{}, false
+	}
+	at := ev.Timestamp
+	if hookEnd(t) && t.Ends < at {
+		at = t.Ends
+	}
+	if l, ok := s.File[ev.IP]; ok && l.MAC == t.MAC && l.State == parser.StateActive && l.Ends < at {
+		at = l.Ends
+	}
+	return event.Event{Action: event.Expiry, Family: ev.Family, MAC: t.MAC, IP: ev.IP,
+		Timestamp: at, Source: event.SourceFile, Reason: ReasonGivenAway}, true
 }
 
 // untoldEnd is, in a failover pair, the end of the same client's lease
@@ -1204,6 +1232,14 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 			}
 			return
 		}
+		if prev, had := s.File[b.IP]; had && s.givenAwayUnread(b.IP, prev, l) {
+			// dhcpd dropped prev and gave its address to l's client
+			// between two reads of the file: the end is owed ahead of
+			// the new binding, as if the agent had read the rewrite
+			// that dropped it (observe: vanishedBack, givenAway).
+			s.dropped(b.IP, prev, now, false)
+			vanished++
+		}
 		s.observe(b.IP, l, now)
 	})
 	fold(len(records))
@@ -1219,57 +1255,80 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		vanished += s.neverShown(seen, now)
 	}
 	for ip, l := range s.File {
-		if seen[ip] {
-			continue
-		}
-		own, ownEnd := s.ownDropped(ip) // (before the delete: it reads the file's block)
-		delete(s.File, ip)
-		s.touch(ip)
-		toldEnd := s.droppedTold(ip, l)
-		if ownEnd {
-			orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
-			s.schedule(ip, Pending{Event: own, Due: now + s.vanishedWait(), Untold: true, Orphan: orphan})
+		if !seen[ip] && s.dropped(ip, l, now, spoke) {
 			vanished++
-			continue
 		}
-		if l.State != parser.StateActive {
-			continue
-		}
-		standby := false
-		if !s.tellsVanished(spoke) {
-			if standby = s.pairStandby(spoke); !standby {
-				continue // the pair's primary reports it (failover.go)
-			}
-		}
-		// Rule 2: dropped by the rewrite; expire at its own end, sent
-		// the grace after it (or after the rewrite, for one that has
-		// already ended), as for any lease whose end passed (rule 3): the
-		// file may not have shown its last renewal (the agent was down
-		// or could not read it when dhcpd wrote it), or the client may
-		// renew in its very last second once a range holds the address
-		// again (make chaos seed 2031: the expiry went out the instant
-		// the lease ended, and the renewal of that second, 0.7 s later);
-		// that renewal's hook, still on its way (spooled, queued on the
-		// socket), moves the expiry to the renewed end (Hook).
-		wait := s.vanishedWait()
-		// A renewal's hook may have come before the rewrite, its block
-		// never read (the file unreadable when dhcpd appended it): the
-		// lease ends at the renewed end the hook told.
-		end := max(l.Ends, toldEnd)
-		due := max(end, now) + wait
-		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
-			Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
-		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
-		due, pairWait := s.pairVanished(due, now)
-		if standby {
-			// Held as long as the primary holds its copy: the same
-			// rule (pairVanished), from the same rewrite time.
-			pairWait = false
-		}
-		s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})
-		vanished++
 	}
 	return vanished, fo
+}
+
+// givenAwayUnread reports whether l, the file's block for ip in a
+// rewrite, binds the address to another client than prev, the active
+// lease the file last showed for it, whose commit the region was told
+// last: dhcpd dropped prev (a restart whose range no longer held ip, a
+// rewrite the agent did not read before the next) and gave the address
+// away. Under load the agent reads the file a busyRound apart, and a
+// restart that drops a lease, a second that brings the range back and
+// another client's lease can all come between two reads
+// (TestLabDroppedThenGivenAway). Not in a failover pair (the partner
+// may have ended prev and told it; failover.go decides from files).
+func (s *State) givenAwayUnread(ip netip.Addr, prev, l Lease) bool {
+	if s.Pair.InPair() || prev.State != parser.StateActive || l.State != parser.StateActive || prev.MAC == "" || prev.MAC == l.MAC {
+		return false
+	}
+	t, ok := s.Told[ip]
+	return ok && t.Action == event.Commit && t.MAC == prev.MAC
+}
+
+// dropped applies rule 2 to l, ip's lease in File, which a rewrite
+// dropped (spoke: the file shows the failover partner spoke for the
+// pair). It reports whether an end was scheduled.
+func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
+	own, ownEnd := s.ownDropped(ip) // (before the delete: it reads the file's block)
+	delete(s.File, ip)
+	s.touch(ip)
+	toldEnd := s.droppedTold(ip, l)
+	if ownEnd {
+		orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
+		s.schedule(ip, Pending{Event: own, Due: now + s.vanishedWait(), Untold: true, Orphan: orphan})
+		return true
+	}
+	if l.State != parser.StateActive {
+		return false
+	}
+	standby := false
+	if !s.tellsVanished(spoke) {
+		if standby = s.pairStandby(spoke); !standby {
+			return false // the pair's primary reports it (failover.go)
+		}
+	}
+	// Rule 2: dropped by the rewrite; expire at its own end, sent
+	// the grace after it (or after the rewrite, for one that has
+	// already ended), as for any lease whose end passed (rule 3): the
+	// file may not have shown its last renewal (the agent was down
+	// or could not read it when dhcpd wrote it), or the client may
+	// renew in its very last second once a range holds the address
+	// again (make chaos seed 2031: the expiry went out the instant
+	// the lease ended, and the renewal of that second, 0.7 s later);
+	// that renewal's hook, still on its way (spooled, queued on the
+	// socket), moves the expiry to the renewed end (Hook).
+	wait := s.vanishedWait()
+	// A renewal's hook may have come before the rewrite, its block
+	// never read (the file unreadable when dhcpd appended it): the
+	// lease ends at the renewed end the hook told.
+	end := max(l.Ends, toldEnd)
+	due := max(end, now) + wait
+	ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
+		Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
+	orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
+	due, pairWait := s.pairVanished(due, now)
+	if standby {
+		// Held as long as the primary holds its copy: the same
+		// rule (pairVanished), from the same rewrite time.
+		pairWait = false
+	}
+	s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})
+	return true
 }
 
 // droppedTold hands a hook's commit of ip's client, whose lease the

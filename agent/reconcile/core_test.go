@@ -568,6 +568,42 @@ func TestRules(t *testing.T) {
 			{at: 500},
 			{at: 640},
 		}},
+		// The rewrite that dropped A's lease and the one that gave its
+		// address to another client, read as one: the file's reads are
+		// a busyRound apart under load (TestLabDroppedThenGivenAway).
+		{"rule 2: dropped and given away between two reads: A's expiry at once, dated at the new binding, ahead of it", []step{
+			{at: 0, snapshot: base},
+			{at: 20, snapshot: block(ip1, "active", macB, t0+20, t0+620) + block(ip2, "active", macB, t0-100, t0+5000),
+				want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +20 vanished"}},
+			{at: 20 + grace, want: []string{"commit 203.0.113.10 00:16:3e:00:00:0b +20 missed-commit"}},
+			{at: 500},
+			{at: 640},
+		}},
+		{"... the new client's hook before that read: A's expiry ahead of its commit (given-away), and nothing after", []step{
+			{at: 0, snapshot: base},
+			{at: 20, hook: ev(hook(event.Commit, ip1, macB, t0+20)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +20 given-away"}},
+			{at: 21, snapshot: block(ip1, "active", macB, t0+20, t0+620) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 500},
+			{at: 640},
+		}},
+		{"... after A's end: dated at it", []step{
+			{at: 0, snapshot: base},
+			{at: 510, hook: ev(hook(event.Commit, ip1, macB, t0+510)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +500 given-away"}},
+			{at: 600},
+		}},
+		{"... the same client's lease in the rewrite: a renewal, nothing", []step{
+			{at: 0, snapshot: base},
+			{at: 20, snapshot: block(ip1, "active", macA, t0+20, t0+620) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 20 + grace, want: []string{"commit 203.0.113.10 00:16:3e:00:00:0a +20 missed-commit"}},
+			{at: 620 + grace, want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +620 ends-passed"}},
+		}},
+		{"... A's end told first: nothing owed", []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(hook(event.Release, ip1, macA, t0+10))},
+			{at: 20, hook: ev(hook(event.Commit, ip1, macB, t0+20))},
+			{at: 21, snapshot: block(ip1, "active", macB, t0+20, t0+620) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 640},
+		}},
 		{"rule 3: dhcpd never expires an ended lease", []step{
 			{at: 0, snapshot: base},
 			{at: 500},

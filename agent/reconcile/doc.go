@@ -32,7 +32,16 @@
 //     MAAS's commit updates the address's record in place and links it
 //     to the new MAC without unlinking the old one, so the old client's
 //     next news would take the address from the new one
-//     (internal/maasmodel names the MAAS files).
+//     (internal/maasmodel names the MAAS files). The same when no read
+//     of the file showed the drop: a rewrite that shows the address
+//     bound to another client than the active lease the file last
+//     showed, whose commit the region was told last (the reads are a
+//     busyRound apart under load, and a restart that drops the lease, a
+//     second that brings the range back and the new client's lease fit
+//     between two), and a hook's commit of another client for an
+//     address whose last news told was a commit, with nothing pending
+//     to end it (reason "given-away"; dhcpd gives an address away only
+//     once the lease on it is over). Not in a failover pair.
 //  3. An active lease whose end passed and that dhcpd never expired (dhcpd
 //     dead or stuck): synthesise the expiry after the grace (not in
 //     complement mode). The same for a commit a hook told that the file
