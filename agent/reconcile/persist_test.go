@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.etcd.io/bbolt"
 
@@ -26,7 +27,13 @@ import (
 
 func openStore(t testing.TB, dir string) *outbox.Store {
 	t.Helper()
-	s, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	return openStoreReg(t, dir, nil)
+}
+
+// openStoreReg opens the outbox in dir with its metrics in reg (nil: none).
+func openStoreReg(t testing.TB, dir string, reg prometheus.Registerer) *outbox.Store {
+	t.Helper()
+	s, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{Logger: zerolog.Nop(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

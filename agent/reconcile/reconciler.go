@@ -60,25 +60,28 @@ const (
 	// settleDelay gathers the burst of inotify events one change makes
 	// (a rewrite: the rename, then the server-duid write) into one read.
 	settleDelay = 2 * time.Millisecond
-	// busyRound and busyBlocks: after a read that found at least
-	// busyBlocks blocks (dhcpd under load), the next read waits until
-	// busyRound after it, so a busy dhcpd costs a few reads, commits and
-	// deliveries a second instead of hundreds. Each round costs the
-	// agent about the same whatever it read (an outbox commit and its
-	// fsyncs, a request, the commit that acknowledges it): 250 ms, not
-	// 100, cut the CPU of a hookless lease by about a sixth
-	// (BenchmarkHooklessLease), and a file event under load reaches the
-	// region within about a quarter of a second (MAAS's own rack agent
-	// holds lease events for up to 5 s: maasagent/internal/dhcp,
-	// flushInterval). Until then
-	// the directory's inotify watch is removed: dhcpd writes each lease
-	// with a write of its own, and each would wake the agent (the
-	// watcher's goroutine, then Run's) only to be ignored — at thousands
-	// of leases a second, the largest part of what a lease cost. The
-	// watch is added again before the next read, so whatever is written
-	// after that read is signalled as before.
-	busyRound  = 250 * time.Millisecond
-	busyBlocks = 16
+	// busyRound: after a read that found a block, the next read waits
+	// until busyRound after it, so dhcpd under load costs the agent a few
+	// rounds a second whatever its rate, and a lone lease (none read in
+	// the last busyRound) is read within settleDelay. Each round costs
+	// the agent about the same whatever it read (an outbox commit and
+	// its fsyncs, a request, the commit that acknowledges it: ~0.8 ms of
+	// CPU). Until issue 16's last change only a read that found 16
+	// blocks or more made a round busy: from a few leases a second up to
+	// ~5 000 (where 2 ms of settling gathers 16) each read found one or
+	// two blocks, and each lease cost a round (BenchmarkHooklessLease at
+	// 500 leases/s: 765 µs an event, 4 964 commits for 5 000; real dhcpd
+	// under perfdhcp: 21 to 52 µs a commit, by how fast dhcpd went). 250
+	// ms, not 100, cut the CPU of a hookless lease by about a sixth; a
+	// file event under load reaches the region within about a quarter of
+	// a second (MAAS's own rack agent holds lease events for up to 5 s:
+	// maasagent/internal/dhcp, flushInterval). Until then the
+	// directory's inotify watch is removed: dhcpd writes each lease with
+	// a write of its own, and each would wake the agent (the watcher's
+	// goroutine, then Run's) only to be ignored. The watch is added
+	// again before the next read, so whatever is written after that read
+	// is signalled as before.
+	busyRound = 250 * time.Millisecond
 	// flushDelay bounds how long a state change with no event to queue
 	// (a block dhcpd appended, a new position) waits to be persisted. A
 	// crash before loses nothing: the file is read again from the last
@@ -457,7 +460,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 			if filepath.Base(e.Name) == base && !settling {
 				settling = true
 				d := settleDelay
-				if r.lastBlocks >= busyBlocks {
+				if r.lastBlocks > 0 {
 					d = max(d, busyRound-time.Since(r.lastSync))
 				}
 				settle.Reset(d)
@@ -481,7 +484,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 				paused, watching = false, r.watch(w, dir)
 			}
 			r.sync(ctx, false)
-			if watching && r.lastBlocks >= busyBlocks && w.Remove(dir) == nil {
+			if watching && r.lastBlocks > 0 && w.Remove(dir) == nil {
 				paused, settling = true, true
 				settle.Reset(max(settleDelay, busyRound-time.Since(r.lastSync)))
 			}

@@ -33,6 +33,8 @@ type harness struct {
 	logs  *strings.Builder
 	// beforeRun, when set, runs between New and Run in start.
 	beforeRun func(*Reconciler)
+	// storeReg, when set, gets the outbox's metrics.
+	storeReg prometheus.Registerer
 }
 
 func newHarness(t *testing.T) *harness {
@@ -67,7 +69,7 @@ func (h *harness) hooked() {
 // start runs a new reconciler (on the same state as any before it).
 func (h *harness) start(grace time.Duration) {
 	h.t.Helper()
-	h.store = openStore(h.t, h.dir)
+	h.store = openStoreReg(h.t, h.dir, h.storeReg)
 	log := zerolog.New(syncWriter{h.logs}).With().Timestamp().Logger()
 	// The fake hook hooked() writes is leasekeeper-hook as far as mode
 	// detection is concerned.
@@ -585,7 +587,7 @@ func TestTaskUnreadableHoldsSynthesis(t *testing.T) {
 	h.stop()
 }
 
-// TestTaskBusyWatchPaused: after a read that found busyBlocks blocks the
+// TestTaskBusyWatchPaused: after a read that found blocks the
 // inotify watch is off until the next read (reconciler.go, busyRound);
 // it must be on again after it, so a lone block dhcpd appends once the
 // burst is over is read at once. The poll is an hour here: only the watch
@@ -598,11 +600,11 @@ func TestTaskBusyWatchPaused(t *testing.T) {
 	ip := func(i int) string { return fmt.Sprintf("203.0.113.%d", 10+i) }
 	mac := func(i int) string { return fmt.Sprintf("00:16:3e:00:01:%02x", i) }
 	var burst strings.Builder
-	for i := range busyBlocks + 4 {
+	const n = 20
+	for i := range n {
 		burst.WriteString(nowBlock(ip(i), "active", mac(i), 0, time.Hour))
 	}
 	h.d.append(burst.String())
-	n := busyBlocks + 4
 	h.waitQueued(n, 5*time.Second)
 	for i := n; i < n+3; i++ {
 		h.d.append(nowBlock(ip(i), "active", mac(i), 0, time.Hour))
@@ -610,6 +612,49 @@ func TestTaskBusyWatchPaused(t *testing.T) {
 		if want := "commit " + ip(i) + " " + mac(i); !strings.HasPrefix(got[i], want) {
 			t.Fatalf("event %d is %q, want %q…", i, got[i], want)
 		}
+	}
+}
+
+// TestTaskBusyRounds: leases dhcpd appends one by one, at a rate where
+// each read would find only one (a block every 10 ms, 2 ms of settling),
+// are read a busyRound apart once a read has found one: rounds, and so
+// outbox commits, are bounded by time, not by leases (each costs an
+// outbox commit, a request and its acknowledgement). Until issue 16's
+// last change only a read that found 16 blocks made a round busy, and
+// this wrote 60 commits for 60 leases.
+func TestTaskBusyRounds(t *testing.T) {
+	h := newHarness(t)
+	reg := prometheus.NewRegistry()
+	h.storeReg = reg
+	h.d.rewrite("", true)
+	h.beforeRun = func(r *Reconciler) { r.cfg.Poll = time.Hour }
+	h.start(30 * time.Second)
+	commits := func() uint64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "leasekeeper_outbox_commit_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no leasekeeper_outbox_commit_seconds")
+		return 0
+	}
+	const n = 60
+	c0, start := commits(), time.Now()
+	for i := range n {
+		h.d.append(nowBlock(fmt.Sprintf("203.0.113.%d", 10+i), "active", fmt.Sprintf("00:16:3e:00:02:%02x", i), 0, time.Hour))
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.waitQueued(n, 10*time.Second)
+	elapsed := time.Since(start)
+	// One round a busyRound, the first read, and flushes (flushDelay).
+	limit := uint64(elapsed/busyRound) + 2 + uint64(elapsed/flushDelay) + 1
+	if got := commits() - c0; got > limit {
+		t.Errorf("%d outbox commits for %d leases appended over %s, want at most %d (one a busyRound)", got, n, elapsed.Round(time.Millisecond), limit)
 	}
 }
 
