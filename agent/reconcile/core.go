@@ -891,21 +891,38 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 // dropped (its range shrunk, then back) ends with no hook, and no read
 // of the file may have shown the drop yet (a busyRound apart under
 // load: TestLabDroppedThenGivenAway). Dated no later than ev and sent
-// ahead of it (givenAway). Not in a failover pair (the partner may have
-// told that end) nor for an address without a MAC.
+// ahead of it (givenAway). Only when the commit told came before ev for
+// sure (Told.before), not in a failover pair (the partner may have told
+// that end) nor for an address without a MAC.
 func (s *State) givenAwayTold(ev event.Event, t Told, told bool) (event.Event, bool) {
-	if !told || s.Pair.InPair() || t.Action != event.Commit || t.MAC == "" || t.MAC == ev.MAC {
+	if !told || s.Pair.InPair() || t.Action != event.Commit || t.MAC == "" || t.MAC == ev.MAC || !t.before(ev) {
 		return event.Event{}, false
 	}
+	// The lease ended at the commit's end, or the file's block's (a
+	// renewal dhcpd answered from the lease it had: coveredBy), if
+	// before ev; never before the commit told.
 	at := ev.Timestamp
 	if hookEnd(t) && t.Ends < at {
 		at = t.Ends
 	}
-	if l, ok := s.File[ev.IP]; ok && l.MAC == t.MAC && l.State == parser.StateActive && l.Ends < at {
+	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && t.coveredBy(l) && l.Ends < at {
 		at = l.Ends
 	}
 	return event.Event{Action: event.Expiry, Family: ev.Family, MAC: t.MAC, IP: ev.IP,
-		Timestamp: at, Source: event.SourceFile, Reason: ReasonGivenAway}, true
+		Timestamp: max(at, t.At), Source: event.SourceFile, Reason: ReasonGivenAway}, true
+}
+
+// before reports whether what the region was told happened before ev
+// for sure: in an earlier second, or in the same second when both are
+// hook events timed to the nanosecond. (A commit of the same second
+// from the file, or replayed from the spool, may be older than what was
+// told.)
+func (t Told) before(ev event.Event) bool {
+	if t.At != ev.Timestamp {
+		return t.At < ev.Timestamp
+	}
+	ns := fineTime(ev)
+	return t.AtNS != 0 && ns != 0 && t.AtNS < ns
 }
 
 // untoldEnd is, in a failover pair, the end of the same client's lease
@@ -1271,9 +1288,11 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 // restart that drops a lease, a second that brings the range back and
 // another client's lease can all come between two reads
 // (TestLabDroppedThenGivenAway). Not in a failover pair (the partner
-// may have ended prev and told it; failover.go decides from files).
+// may have ended prev and told it; failover.go decides from files), nor
+// in complement mode (MAAS's helper told the new commit already: see
+// observe).
 func (s *State) givenAwayUnread(ip netip.Addr, prev, l Lease) bool {
-	if s.Pair.InPair() || prev.State != parser.StateActive || l.State != parser.StateActive || prev.MAC == "" || prev.MAC == l.MAC {
+	if s.Pair.InPair() || s.Complement || prev.State != parser.StateActive || l.State != parser.StateActive || prev.MAC == "" || prev.MAC == l.MAC {
 		return false
 	}
 	t, ok := s.Told[ip]

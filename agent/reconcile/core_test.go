@@ -591,6 +591,22 @@ func TestRules(t *testing.T) {
 			{at: 510, hook: ev(hook(event.Commit, ip1, macB, t0+510)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +500 given-away"}},
 			{at: 600},
 		}},
+		{"... the hook told A's commit, its end before the new one: dated at it", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, hook: ev(renewal(ip1, macA, t0+1, 60))},
+			{at: 90, hook: ev(hook(event.Commit, ip1, macB, t0+90)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +61 given-away"}},
+		}},
+		{"... A's commit the file told, B's hook of the same second: which came first is not known, nothing", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, appended: block(ip1, "active", macA, t0+1, t0+601)},
+			{at: 1 + grace, want: []string{"commit 203.0.113.10 00:16:3e:00:00:0a +1 missed-commit"}},
+			{at: 1 + grace, hook: ev(hook(event.Commit, ip1, macB, t0+1))},
+		}},
+		{"... both hooks timed to the nanosecond in one second: A's end ahead", []step{
+			{at: 0, snapshot: "\n"},
+			{at: 1, hook: ev(fine(renewal(ip1, macA, t0+1, 600), 100))},
+			{at: 1, hook: ev(fine(hook(event.Commit, ip1, macB, t0+1), 900)), want: []string{"expiry 203.0.113.10 00:16:3e:00:00:0a +1 given-away"}},
+		}},
 		{"... the same client's lease in the rewrite: a renewal, nothing", []step{
 			{at: 0, snapshot: base},
 			{at: 20, snapshot: block(ip1, "active", macA, t0+20, t0+620) + block(ip2, "active", macB, t0-100, t0+5000)},
