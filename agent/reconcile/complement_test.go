@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,6 +241,36 @@ func TestTaskComplement(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.r.met.mode.WithLabelValues("complement")); n != 1 {
 		t.Errorf("leasekeeper_reconcile_mode{mode=complement} = %v", n)
+	}
+}
+
+// TestTaskKeptBackGivenAway: a kept-back commit (a DHCPv6 client whose
+// DUID carries no MAC) of an address another client's lease held still
+// has that lease's end queued ahead of it: dhcpd gave the address away,
+// so that lease is over (givenAwayTold), and once the kept-back commit
+// is recorded as told nothing else would send it.
+func TestTaskKeptBackGivenAway(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(time.Second)
+	now := time.Now().Unix()
+	ip := netip.MustParseAddr("2001:db8::10")
+	llt := event.Event{Action: event.Commit, Family: event.IPv6, MAC: "0:1:0:1:2f:0:0:1:0:16:3e:0:0:a", IP: ip, Timestamp: now - 10, LeaseTime: 3600}
+	en := event.Event{Action: event.Commit, Family: event.IPv6, MAC: "0:2:0:0:ab:11:1:2:3:4:5:6", IP: ip, Timestamp: now}
+	for _, e := range []*event.Event{&llt, &en} {
+		if err := e.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []event.Event{llt, en} {
+		if err := h.r.Accept(context.Background(), []event.Event{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"commit 2001:db8::10 00:16:3e:00:00:0a ", "expiry 2001:db8::10 00:16:3e:00:00:0a given-away"}
+	if got := h.queued(); !slices.Equal(got, want) {
+		t.Fatalf("queued %q, want %q", got, want)
 	}
 }
 

@@ -275,9 +275,17 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 	for _, ev := range evs {
 		if err := ev.Deliverable(); err != nil {
 			// Recorded as told all the same: the file would only yield
-			// the same event again.
+			// the same event again. The ends owed before it still go:
+			// another client's lease on the address is over, and told
+			// after this, rule 4 would drop it (a DHCPv6 client whose
+			// DUID carries no MAC taking a dropped lease's address).
 			r.keptBack(ev, err)
 			save(ev.IP)
+			for _, ex := range r.st.TakeEndedBefore(ev) {
+				if ex, ok := r.synthesised(ex, now); ok {
+					keep = r.appendRestated(keep, ex, now)
+				}
+			}
 			r.st.Hook(ev)
 			continue
 		}
