@@ -41,7 +41,8 @@
 //     between two), and a hook's commit of another client for an
 //     address whose last news told was a commit, with nothing pending
 //     to end it (reason "given-away"; dhcpd gives an address away only
-//     once the lease on it is over). Not in a failover pair.
+//     once the lease on it is over), a commit kept back too (a DHCPv6
+//     client whose DUID carries no MAC). Not in a failover pair.
 //  3. An active lease whose end passed and that dhcpd never expired (dhcpd
 //     dead or stuck): synthesise the expiry after the grace (not in
 //     complement mode). The same for a commit a hook told that the file
