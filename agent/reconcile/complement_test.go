@@ -244,6 +244,14 @@ func TestTaskComplement(t *testing.T) {
 	}
 }
 
+// DHCPv6 clients' DUIDs as dhcpd's hook passes them: a DUID-LLT that
+// carries the Ethernet address 00:16:3e:00:00:0a, and a DUID-EN that
+// carries none (kept back: event.NoMACDUID).
+const (
+	duidLLT = "0:1:0:1:2f:0:0:1:0:16:3e:0:0:a"
+	duidEN  = "0:2:0:0:ab:11:1:2:3:4:5:6"
+)
+
 // TestTaskKeptBackGivenAway: a kept-back commit (a DHCPv6 client whose
 // DUID carries no MAC) of an address another client's lease held still
 // has that lease's end queued ahead of it: dhcpd gave the address away,
@@ -256,8 +264,8 @@ func TestTaskKeptBackGivenAway(t *testing.T) {
 	h.start(time.Second)
 	now := time.Now().Unix()
 	ip := netip.MustParseAddr("2001:db8::10")
-	llt := event.Event{Action: event.Commit, Family: event.IPv6, MAC: "0:1:0:1:2f:0:0:1:0:16:3e:0:0:a", IP: ip, Timestamp: now - 10, LeaseTime: 3600}
-	en := event.Event{Action: event.Commit, Family: event.IPv6, MAC: "0:2:0:0:ab:11:1:2:3:4:5:6", IP: ip, Timestamp: now}
+	llt := event.Event{Action: event.Commit, Family: event.IPv6, MAC: duidLLT, IP: ip, Timestamp: now - 10, LeaseTime: 3600}
+	en := event.Event{Action: event.Commit, Family: event.IPv6, MAC: duidEN, IP: ip, Timestamp: now}
 	for _, e := range []*event.Event{&llt, &en} {
 		if err := e.Normalize(); err != nil {
 			t.Fatal(err)
@@ -283,8 +291,8 @@ func TestTaskKeptBack(t *testing.T) {
 	h.d.rewrite("", true)
 	h.start(time.Second)
 	now := time.Now().Unix()
-	en := event.Event{Action: event.Commit, Family: event.IPv6, MAC: "0:2:0:0:ab:11:1:2:3:4:5:6", IP: netip.MustParseAddr("2001:db8::11"), Timestamp: now}
-	llt := event.Event{Action: event.Commit, Family: event.IPv6, MAC: "0:1:0:1:2f:0:0:1:0:16:3e:0:0:a", IP: netip.MustParseAddr("2001:db8::10"), Timestamp: now}
+	en := event.Event{Action: event.Commit, Family: event.IPv6, MAC: duidEN, IP: netip.MustParseAddr("2001:db8::11"), Timestamp: now}
+	llt := event.Event{Action: event.Commit, Family: event.IPv6, MAC: duidLLT, IP: netip.MustParseAddr("2001:db8::10"), Timestamp: now}
 	none := hook(event.Expiry, ip1, "", now)
 	var evs []event.Event
 	for _, e := range []event.Event{en, en, llt, none} {

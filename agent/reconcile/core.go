@@ -1254,8 +1254,9 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 			// between two reads of the file: the end is owed ahead of
 			// the new binding, as if the agent had read the rewrite
 			// that dropped it (observe: vanishedBack, givenAway).
-			s.dropped(b.IP, prev, now, false)
-			vanished++
+			if s.dropped(b.IP, prev, now, false) {
+				vanished++
+			}
 		}
 		s.observe(b.IP, l, now)
 	})

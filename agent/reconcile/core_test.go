@@ -571,6 +571,10 @@ func TestRules(t *testing.T) {
 		// The rewrite that dropped A's lease and the one that gave its
 		// address to another client, read as one: the file's reads are
 		// a busyRound apart under load (TestLabDroppedThenGivenAway).
+		// MAAS links the address to B without unlinking A, and A's end
+		// after B's commit would take it from B (internal/maasmodel:
+		// maasservicelayer/services/leases.py, staticipaddress.py
+		// create_or_update, interfaces.py link_ip).
 		{"rule 2: dropped and given away between two reads: A's expiry at once, dated at the new binding, ahead of it", []step{
 			{at: 0, snapshot: base},
 			{at: 20, snapshot: block(ip1, "active", macB, t0+20, t0+620) + block(ip2, "active", macB, t0-100, t0+5000),

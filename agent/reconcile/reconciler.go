@@ -65,17 +65,12 @@ const (
 	// rounds a second whatever its rate, and a lone lease (none read in
 	// the last busyRound) is read within settleDelay. Each round costs
 	// the agent about the same whatever it read (an outbox commit and
-	// its fsyncs, a request, the commit that acknowledges it: ~0.8 ms of
-	// CPU). Until issue 16's last change only a read that found 16
-	// blocks or more made a round busy: from a few leases a second up to
-	// ~5 000 (where 2 ms of settling gathers 16) each read found one or
-	// two blocks, and each lease cost a round (BenchmarkHooklessLease at
-	// 500 leases/s: 765 µs an event, 4 964 commits for 5 000; real dhcpd
-	// under perfdhcp: 21 to 52 µs a commit, by how fast dhcpd went). 250
-	// ms, not 100, cut the CPU of a hookless lease by about a sixth; a
-	// file event under load reaches the region within about a quarter of
-	// a second (MAAS's own rack agent holds lease events for up to 5 s:
-	// maasagent/internal/dhcp, flushInterval). Until then the
+	// its fsyncs, a request, the commit that acknowledges it): with a
+	// round per lease, BenchmarkHooklessLease500 cost 765 µs an event.
+	// 250 ms, not 100, cut the CPU of a hookless lease by about a sixth;
+	// a file event under load reaches the region within about a quarter
+	// of a second (MAAS's own rack agent holds lease events for up to
+	// 5 s: maasagent/internal/dhcp, flushInterval). Until then the
 	// directory's inotify watch is removed: dhcpd writes each lease with
 	// a write of its own, and each would wake the agent (the watcher's
 	// goroutine, then Run's) only to be ignored. The watch is added
@@ -146,7 +141,7 @@ type Reconciler struct {
 	lastSync     time.Time // when the last read started
 	started      time.Time // New's time: events older were queued by an earlier run (Stale)
 	partnerSpoke bool      // the file showed, since the start, that the partner spoke for the pair (Stale)
-	lastBlocks   int       // blocks appended it found
+	lastFound    bool      // it found a block (busyRound)
 	progress     atomic.Int64
 
 	// onRound, when set (tests, benchmarks), runs with mu held after each
@@ -281,11 +276,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			// DUID carries no MAC taking a dropped lease's address).
 			r.keptBack(ev, err)
 			save(ev.IP)
-			for _, ex := range r.st.TakeEndedBefore(ev) {
-				if ex, ok := r.synthesised(ex, now); ok {
-					keep = r.appendRestated(keep, ex, now)
-				}
-			}
+			keep = r.endedBefore(keep, ev, now)
 			r.st.Hook(ev)
 			continue
 		}
@@ -318,11 +309,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			continue
 		}
 		save(ev.IP)
-		for _, ex := range r.st.TakeEndedBefore(ev) {
-			if ex, ok := r.synthesised(ex, now); ok {
-				keep = r.appendRestated(keep, ex, now)
-			}
-		}
+		keep = r.endedBefore(keep, ev, now)
 		r.st.Hook(ev)
 		keep = r.appendRestated(keep, ev, now)
 	}
@@ -344,6 +331,18 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 	}
 	r.logAheadSent()
 	return nil
+}
+
+// endedBefore appends to keep the ends owed ahead of ev, a hook's
+// commit (State.TakeEndedBefore), each as a synthesised event with the
+// commits it makes MAAS forget told again (appendRestated).
+func (r *Reconciler) endedBefore(keep []event.Event, ev event.Event, now time.Time) []event.Event {
+	for _, ex := range r.st.TakeEndedBefore(ev) {
+		if ex, ok := r.synthesised(ex, now); ok {
+			keep = r.appendRestated(keep, ex, now)
+		}
+	}
+	return keep
 }
 
 // readUpToNow has Run read and apply what dhcpd appended to the file so
@@ -468,7 +467,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 			if filepath.Base(e.Name) == base && !settling {
 				settling = true
 				d := settleDelay
-				if r.lastBlocks > 0 {
+				if r.lastFound {
 					d = max(d, busyRound-time.Since(r.lastSync))
 				}
 				settle.Reset(d)
@@ -492,7 +491,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 				paused, watching = false, r.watch(w, dir)
 			}
 			r.sync(ctx, false)
-			if watching && r.lastBlocks > 0 && w.Remove(dir) == nil {
+			if watching && r.lastFound && w.Remove(dir) == nil {
 				paused, settling = true, true
 				settle.Reset(max(settleDelay, busyRound-time.Since(r.lastSync)))
 			}
@@ -569,10 +568,7 @@ func (r *Reconciler) arm(timer *time.Timer) {
 func (r *Reconciler) sync(ctx context.Context, poll bool) {
 	r.lastSync = time.Now()
 	changes, err := r.fol.sync(poll)
-	r.lastBlocks = 0
-	for _, c := range changes {
-		r.lastBlocks += len(c.leases)
-	}
+	r.lastFound = slices.ContainsFunc(changes, func(c change) bool { return len(c.leases) > 0 })
 	r.round(ctx, changes, err)
 }
 
