@@ -32,9 +32,10 @@ func appendEvent(b []byte, e *event.Event) []byte {
 	b = appendString(b, e.Action)
 	b = appendString(b, e.Family)
 	b = appendString(b, e.MAC)
-	ip, _ := e.IP.MarshalBinary() // never fails
-	b = binary.AppendUvarint(b, uint64(len(ip)))
-	b = append(b, ip...)
+	// The address as MarshalBinary writes it (4 or 16 bytes, then the
+	// zone), appended in place.
+	b = binary.AppendUvarint(b, uint64(e.IP.BitLen()/8+len(e.IP.Zone())))
+	b, _ = e.IP.AppendBinary(b) // never fails
 	b = appendString(b, e.Hostname)
 	b = binary.AppendVarint(b, e.Timestamp)
 	b = binary.AppendVarint(b, e.LeaseTime)
@@ -45,9 +46,31 @@ func appendEvent(b []byte, e *event.Event) []byte {
 }
 
 func encodeEvent(e *event.Event) []byte {
-	// 64: the version, the length prefixes, the address and the integers.
-	n := 64 + len(e.Action) + len(e.Family) + len(e.MAC) + len(e.Hostname) + len(e.Reason)
-	return appendEvent(make([]byte, 0, n), e)
+	return appendEvent(make([]byte, 0, eventSize(e)), e)
+}
+
+// eventSize is about what appendEvent appends for e: 64 for the version,
+// the length prefixes, the address and the integers.
+func eventSize(e *event.Event) int {
+	return 64 + len(e.Action) + len(e.Family) + len(e.MAC) + len(e.Hostname) + len(e.Reason)
+}
+
+// encodeEvents encodes evs into one buffer, one allocation for all of
+// them instead of one each (the reconciler queues every lease of a
+// round at once). Each record's capacity ends where it does.
+func encodeEvents(evs []event.Event) [][]byte {
+	n := 0
+	for i := range evs {
+		n += eventSize(&evs[i])
+	}
+	buf := make([]byte, 0, n)
+	recs := make([][]byte, len(evs))
+	for i := range evs {
+		start := len(buf)
+		buf = appendEvent(buf, &evs[i])
+		recs[i] = buf[start:len(buf):len(buf)]
+	}
+	return recs
 }
 
 // reader walks a record; the first error sticks and later reads return

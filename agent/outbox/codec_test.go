@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"net/netip"
 	"strings"
@@ -93,4 +94,37 @@ func FuzzDecodeEvent(f *testing.F) {
 			t.Fatalf("head %+v, %v disagrees with %+v", h, err, e)
 		}
 	})
+}
+
+// TestEventRecordLayout pins the record's bytes, which queued events an
+// older agent wrote must keep: the address as netip's MarshalBinary
+// writes it (4 bytes, 16, 16 and the zone), whichever way it is appended.
+// encodeEvents (one buffer for a round's events) writes the same records
+// as encodeEvent, each with its capacity ending where it does.
+func TestEventRecordLayout(t *testing.T) {
+	evs := []event.Event{
+		codecCases[1],
+		{Action: event.Commit, Family: event.IPv6, MAC: "02:00:00:0a:0b:0c", IP: netip.MustParseAddr("fe80::1%eth0")},
+		{Action: event.Commit, Family: event.IPv4, MAC: "02:00:00:0a:0b:0c", IP: netip.MustParseAddr("::ffff:203.0.113.9")},
+	}
+	want := []string{
+		"0106636f6d6d697404697076341130323a30303a30303a30613a30623a306304cb007107066e6f64652d3780c49fd50cb009aab4aed8c7bfce972f0100",
+		"0106636f6d6d697404697076361130323a30303a30303a30613a30623a306314fe80000000000000000000000000000165746830000000000000",
+		"0106636f6d6d697404697076341130323a30303a30303a30613a30623a30631000000000000000000000ffffcb007109000000000000",
+	}
+	recs := encodeEvents(evs)
+	for i := range evs {
+		if got := hex.EncodeToString(encodeEvent(&evs[i])); got != want[i] {
+			t.Errorf("encodeEvent(%v) = %s, want %s", evs[i].IP, got, want[i])
+		}
+		if got := hex.EncodeToString(recs[i]); got != want[i] {
+			t.Errorf("encodeEvents: record %d = %s, want %s", i, got, want[i])
+		}
+		if cap(recs[i]) != len(recs[i]) {
+			t.Errorf("encodeEvents: record %d has room past its end (%d of %d): an append would write into the next", i, len(recs[i]), cap(recs[i]))
+		}
+		if ip, _ := evs[i].IP.MarshalBinary(); !bytes.Contains(recs[i], ip) {
+			t.Errorf("record %d does not hold %v as MarshalBinary writes it", i, evs[i].IP)
+		}
+	}
 }

@@ -304,13 +304,12 @@ func (s *Store) AppendSeq(ctx context.Context, evs ...event.Event) (uint64, erro
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	recs := make([][]byte, len(evs))
 	for i := range evs {
 		if !evs[i].IP.IsValid() {
 			return 0, fmt.Errorf("outbox: event %d has no IP address: %w", i, event.ErrInvalid)
 		}
-		recs[i] = encodeEvent(&evs[i])
 	}
+	recs := encodeEvents(evs)
 	var first uint64
 	err := s.do(ctx, len(recs), func(t *txn) error {
 		first = t.seq
@@ -521,7 +520,9 @@ func (s *Store) Update(ctx context.Context, name string, fn func(b *bbolt.Bucket
 			if !evs[i].IP.IsValid() {
 				return fmt.Errorf("outbox: event %d has no IP address: %w", i, event.ErrInvalid)
 			}
-			if err := t.push(encodeEvent(&evs[i])); err != nil {
+		}
+		for _, rec := range encodeEvents(evs) {
+			if err := t.push(rec); err != nil {
 				return err
 			}
 		}

@@ -274,6 +274,20 @@ type State struct {
 	// commits recorded in Told for that MAC (Restatement); built from
 	// Told on first use, entries checked against Told when read.
 	lastCommit *commitIndex
+	// due is Due's scratch, kept from call to call.
+	due struct {
+		groups []dueGroup
+		picked []int32
+	}
+}
+
+// dueGroup is one address's events Due picked: its queue, and its
+// indices in picked.
+type dueGroup struct {
+	ip         netip.Addr
+	first      int64
+	q          []Pending
+	start, end int
 }
 
 // NewState returns an empty state waiting for its baseline.
@@ -1592,20 +1606,20 @@ func (s *State) Due(now int64) []event.Event {
 	// growing result, was a tenth of what the agent allocated per lease.
 	// The queues noted stay as they are: Pending keeps only their tail,
 	// and an append to that tail writes past what is noted.
-	type group struct {
-		ip         netip.Addr
-		first      int64
-		q          []Pending
-		start, end int // the address's indices in picked
-	}
-	var groups []group
-	var picked []int32
+	// groups and picked are kept from call to call (s.due): grown anew
+	// each round, they were a tenth of what the agent allocated per
+	// hookless lease.
+	groups, picked := s.due.groups[:0], s.due.picked[:0]
+	defer func() {
+		clear(groups) // their queues, for the GC
+		s.due.groups, s.due.picked = groups[:0], picked[:0]
+	}()
 	for ip, q := range s.Pending {
 		// Per address strictly in order: stop at the first not yet due,
 		// and judge each against what the ones before it will have told.
 		t, told := s.Told[ip]
 		covered := coveredUpTo(q, t, told)
-		g := group{ip: ip, q: q, start: len(picked)}
+		g := dueGroup{ip: ip, q: q, start: len(picked)}
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
 			if q[i].Standby {
@@ -1645,7 +1659,7 @@ func (s *State) Due(now int64) []event.Event {
 			groups = append(groups, g)
 		}
 	}
-	slices.SortFunc(groups, func(a, b group) int {
+	slices.SortFunc(groups, func(a, b dueGroup) int {
 		if c := cmp.Compare(a.first, b.first); c != 0 {
 			return c
 		}

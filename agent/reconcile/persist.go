@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/bits"
 	"net/netip"
 	"slices"
 
@@ -125,19 +126,29 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 		key []byte
 		c   Changed
 	}
+	// Keys and values are appended to one buffer (bbolt keeps what Put
+	// is given until the transaction ends): an allocation per round,
+	// not one per key and value.
+	var buf arena
 	changes := make([]change, 0, len(d.IPs))
+	n := 4
 	for ip, c := range d.IPs {
-		changes = append(changes, change{ip, ip.AsSlice(), c})
+		changes = append(changes, change{ip: ip, c: c})
+		n += bits.OnesCount8(uint8(c & (ChangedFile | ChangedPending | ChangedReplay | ChangedTold)))
 	}
 	slices.SortFunc(changes, func(a, b change) int { return a.ip.Compare(b.ip) })
-	recs := make([]record, 0, 4*len(d.IPs)+4)
+	buf.grow(len(changes) * 96)
+	for i := range changes {
+		changes[i].key = buf.add(appendAddr(buf.b, changes[i].ip))
+	}
+	recs := make([]record, 0, n)
 	// Only the entries that changed: a hook event changes the address's
 	// Told alone, and its block stays as it was.
 	for _, x := range changes {
 		if x.c&ChangedFile != 0 {
 			var f []byte
 			if l, ok := s.File[x.ip]; ok {
-				f = encodeLease(l)
+				f = buf.add(appendLease(buf.b, l))
 			}
 			recs = append(recs, record{subFile, x.key, f})
 		}
@@ -170,7 +181,7 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 		if x.c&ChangedTold != 0 {
 			var t []byte
 			if told, ok := s.Told[x.ip]; ok {
-				t = encodeTold(told)
+				t = buf.add(appendTold(buf.b, told))
 			}
 			recs = append(recs, record{subTold, x.key, t})
 		}
@@ -203,6 +214,40 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 		recs = append(recs, record{nil, keyPos, v})
 	}
 	return recs, nil
+}
+
+// arena is records' buffer: each record is appended to b, and add cuts
+// it off with its capacity ending where it does, so nothing appended
+// later writes into it. When an append outgrows b, the records cut off
+// before stay in the old array.
+type arena struct{ b []byte }
+
+// grow makes room for about n more bytes.
+func (a *arena) grow(n int) {
+	if cap(a.b)-len(a.b) < n {
+		a.b = make([]byte, 0, n)
+	}
+}
+
+// add takes b, a.b with one record appended, and returns that record.
+func (a *arena) add(b []byte) []byte {
+	r := b[len(a.b):len(b):len(b)]
+	a.b = b
+	return r
+}
+
+// appendAddr appends ip's bytes as AsSlice returns them (4 or 16, no
+// zone): the records' key.
+func appendAddr(b []byte, ip netip.Addr) []byte {
+	switch {
+	case ip.Is4():
+		a := ip.As4()
+		return append(b, a[:]...)
+	case ip.Is6():
+		a := ip.As16()
+		return append(b, a[:]...)
+	}
+	return b
 }
 
 // write applies recs to the reconciler's bucket b.
@@ -325,7 +370,11 @@ var errShortRecord = errors.New("short record")
 // older agent refuses a version 2 record (errShortRecord) and goes on
 // without it.
 func encodeLease(l Lease) []byte {
-	b := make([]byte, 0, 4+2*binary.MaxVarintLen64+3+len(l.MAC)+len(l.Hostname)+len(l.DUID))
+	return appendLease(make([]byte, 0, 4+2*binary.MaxVarintLen64+3+len(l.MAC)+len(l.Hostname)+len(l.DUID)), l)
+}
+
+// appendLease appends encodeLease's record of l to b.
+func appendLease(b []byte, l Lease) []byte {
 	if l.Acked {
 		b = append(b, 2, byte(l.State), familyByte(l.Family))
 		b = binary.AppendVarint(b, l.Starts)
@@ -382,7 +431,11 @@ func decodeLease(b []byte) (Lease, error) {
 // At and AtNS themselves). Flag 16 is Spoke, flag 32 Interrupted
 // (nothing follows either).
 func encodeTold(t Told) []byte {
-	b := make([]byte, 0, 3+4*binary.MaxVarintLen64+2+len(t.MAC))
+	return appendTold(make([]byte, 0, 3+4*binary.MaxVarintLen64+2+len(t.MAC)), t)
+}
+
+// appendTold appends encodeTold's record of t to b.
+func appendTold(b []byte, t Told) []byte {
 	own := t.OwnAt != 0 || t.OwnAtNS != 0
 	version := byte(1)
 	if t.AtNS != 0 || t.Ends != 0 || own || t.Spoke || t.Interrupted {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -481,5 +482,51 @@ func TestPersistUnwritten(t *testing.T) {
 	evs := got.Due(t0 + 30 + grace)
 	if len(evs) != 1 || evs[0].Reason != ReasonUnwritten || evs[0].IP != netip.MustParseAddr(ip2) || evs[0].Timestamp != t0+30 {
 		t.Fatalf("loaded Due = %+v; want the unwritten lease's expiry", evs)
+	}
+}
+
+// TestRecordsLayout: records cuts every key and value out of one buffer;
+// each must be what the per-record encoders write (the key as AsSlice
+// returns the address, so records written before stay readable), and
+// none may have room past its end, where the next one is appended.
+func TestRecordsLayout(t *testing.T) {
+	s := NewState(grace)
+	for i, ip := range []netip.Addr{
+		netip.MustParseAddr("203.0.113.7"),
+		netip.MustParseAddr("2001:db8::7"),
+		netip.MustParseAddr("::ffff:198.51.100.7"),
+		netip.MustParseAddr("198.51.100.8"),
+	} {
+		s.File[ip] = Lease{State: parser.StateActive, Family: "ipv4", MAC: macA, Hostname: strings.Repeat("h", 40*i), Starts: t0, Ends: t0 + 600}
+		s.Told[ip] = Told{Action: event.Commit, MAC: macB, At: t0 + int64(i), Ends: t0 + 600}
+		s.mark(ip, ChangedFile|ChangedTold)
+	}
+	recs, err := records(s, s.TakeDirty(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 8 {
+		t.Fatalf("%d records, want 8 (a block and a told record for each of 4 addresses)", len(recs))
+	}
+	for _, r := range recs {
+		ip, ok := netip.AddrFromSlice(r.key)
+		if !ok || !bytes.Equal(r.key, ip.AsSlice()) {
+			t.Fatalf("key %x is not an address as AsSlice writes it", r.key)
+		}
+		var want []byte
+		switch string(r.sub) {
+		case string(subFile):
+			want = encodeLease(s.File[ip])
+		case string(subTold):
+			want = encodeTold(s.Told[ip])
+		default:
+			t.Fatalf("record in %q", r.sub)
+		}
+		if !bytes.Equal(r.val, want) {
+			t.Errorf("%s %v: %x, want %x", r.sub, ip, r.val, want)
+		}
+		if cap(r.key) != len(r.key) || cap(r.val) != len(r.val) {
+			t.Errorf("%s %v: key or value with room past its end", r.sub, ip)
+		}
 	}
 }

@@ -35,6 +35,8 @@ func rows() []row {
 		{Measure: "hookless: dhcpd + agent tailing, exchanges/s vs dhcpd alone (PIN=1)", Key: "hookless_ratio", Unit: "×", Target: 0.95},
 		{Measure: "  agent CPU per commit dhcpd wrote, hookless, real dhcpd", Key: "hookless_agent_us_per_commit", Unit: "µs", AtMost: true, Target: 20},
 		{Measure: "  agent CPU per lease event, hookless, one write per block (BenchmarkHooklessLease)", Key: "BenchmarkHooklessLease cpu-µs/event", Unit: "µs", AtMost: true, Target: 20},
+		{Measure: "  heap allocated per lease event in that run (steady where the CPU figure is noisy)", Key: "BenchmarkHooklessLease B/event", Unit: "B", Target: none},
+		{Measure: "  allocations per lease event in that run", Key: "BenchmarkHooklessLease allocs/event", Unit: "allocs", Target: none},
 		{Measure: "  the same at 500 leases/s, where a read finds a few blocks (BenchmarkHooklessLease500)", Key: "BenchmarkHooklessLease500 cpu-µs/event", Unit: "µs", Target: none},
 		{Measure: "hook vs an empty Go program, agent listening", Key: "hook_listen_vs_emptygo", Unit: "×", Target: 0.95},
 		{Measure: "hook vs an empty Go program, spooling", Key: "hook_spool_vs_emptygo", Unit: "×", Target: 0.90},
