@@ -590,8 +590,9 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 					if err := d.persist(ctx, func() error { return d.q.Ack(q.Seq) }); err != nil {
 						return err
 					}
+					d.m.superseded.Inc()
 					d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
-						Int64("timestamp", e.Timestamp).Str("reason", e.Reason).Msg("queued event not sent: in a failover pair, older than news the peer told since")
+						Int64("timestamp", e.Timestamp).Str("reason", e.Reason).Msg("queued event not sent: in a failover pair, older than news the peer told since (leasekeeper_deliver_superseded_total)")
 					continue
 				}
 				d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).

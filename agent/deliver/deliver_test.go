@@ -1733,6 +1733,9 @@ func TestStaleNotSent(t *testing.T) {
 	if n := q.Depth(); n != 0 {
 		t.Errorf("queue depth %d, want 0", n)
 	}
+	if n := testutil.ToFloat64(h.d.m.superseded); n != 1 {
+		t.Errorf("leasekeeper_deliver_superseded_total %v, want 1", n)
+	}
 }
 
 // TestStaleSentWithNewest: when the stale check names the newer news
@@ -1779,6 +1782,9 @@ func TestStaleSentWithNewest(t *testing.T) {
 	}
 	if n := q.Depth(); n != 0 {
 		t.Errorf("queue depth %d, want 0", n)
+	}
+	if n := testutil.ToFloat64(h.d.m.superseded); n != 0 {
+		t.Errorf("leasekeeper_deliver_superseded_total %v, want 0: every stale event went out", n)
 	}
 }
 

@@ -14,6 +14,7 @@ type metrics struct {
 	deadlettered prometheus.Counter
 	keptBack     prometheus.Counter
 	unsafeSplits prometheus.Counter
+	superseded   prometheus.Counter
 	state        *prometheus.GaugeVec
 	probes       *prometheus.CounterVec
 }
@@ -49,6 +50,10 @@ func newMetrics() metrics {
 			Name: "leasekeeper_deliver_unsafe_splits_total",
 			Help: "Batches the region may have applied already (sent before, never answered) that it then failed or refused, and that were split with an address or MAC on both sides of the cut, after sending them whole again did not help: until the second half landed, the region may have shown an older state.",
 		}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasekeeper_deliver_superseded_total",
+			Help: "Queued events taken off the queue unsent because, in a failover pair, the peer's agent had delivered newer news of their address since: sent now, they would take the region back. The region has the newer state; the lease lives these events told it may never hear of (docs/failover.md).",
+		}),
 	}
 	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_region_probes_total",
@@ -72,7 +77,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.unsafeSplits, m.state, m.probes}
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.unsafeSplits, m.superseded, m.state, m.probes}
 }
 
 func (m *metrics) setState(state string) {
