@@ -39,6 +39,9 @@ type Measures struct {
 	// PairGaveUp: leasekeeper_pair_gave_up_total by why (a pair run):
 	// waits for the peer that pair.hold_max ended.
 	PairGaveUp map[string]int
+	// Superseded: leasekeeper_deliver_superseded_total (a pair run):
+	// queued events dropped as older than what the peer delivered since.
+	Superseded int
 }
 
 // SynthesisedTotal is every synthesised event.
@@ -74,10 +77,11 @@ type measure struct {
 }
 
 var counted = map[string]string{
-	"leasekeeper_events_received_total": "source",
-	"leasekeeper_synthesised_total":     "reason",
-	"leasekeeper_outbox_depth":          "",
-	"leasekeeper_pair_gave_up_total":    "why",
+	"leasekeeper_events_received_total":    "source",
+	"leasekeeper_synthesised_total":        "reason",
+	"leasekeeper_outbox_depth":             "",
+	"leasekeeper_pair_gave_up_total":       "why",
+	"leasekeeper_deliver_superseded_total": "",
 }
 
 // sample reads agent n's (pid's) peak RSS and counters.
@@ -144,6 +148,8 @@ func (m *measure) result() Measures {
 				if v > 0 {
 					out.PairGaveUp[val] += int(v)
 				}
+			case "leasekeeper_deliver_superseded_total":
+				out.Superseded += int(v)
 			}
 		}
 	}

@@ -1188,6 +1188,9 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 	if len(m.PairGaveUp) > 0 {
 		fmt.Fprintf(w, "pair channel: waits ended by hold_max (%s)\n", joinCounts(m.PairGaveUp))
 	}
+	if m.Superseded > 0 {
+		fmt.Fprintf(w, "pair channel: queued events dropped as older than the peer's delivered news: %d\n", m.Superseded)
+	}
 	fmt.Fprintf(w, "region: %d items (commit %d, expiry %d, release %d), duplicates %d, vanished expiries delivered %d of %d\n",
 		rep.Items, rep.ItemsBy["commit"], rep.ItemsBy["expiry"], rep.ItemsBy["release"], rep.Duplicates, rep.VanishedHit, rep.Vanished)
 	fmt.Fprintf(w, "delivery lag (the file showed it → the region got it; %d changes): p50 %s, p99 %s, max %s (%s)\n",
