@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -248,6 +249,10 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	return c, nil
 }
 
+// maxFileSize bounds a configuration file (Decode); the shipped one,
+// comments and all, is about 14 KiB.
+const maxFileSize = 1 << 20
+
 // Decode reads a TOML file over the defaults without validating the
 // values' meaning: it fails on syntax errors, unknown sections and keys and
 // values of the wrong type. Use it for reading a file that may be
@@ -258,8 +263,18 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 // one key at a time: decoding into the whole struct would stop at the
 // first wrong type and match names regardless of case ("[Region]").
 func Decode(r io.Reader, name string) (*Config, error) {
+	// Read whole first, and no more than a configuration can be: a
+	// device or a wrong path (/dev/zero, a log) given as the file is
+	// refused, not read until memory runs out.
+	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, maxFileSize>>10)
+	}
 	var file map[string]toml.Primitive
-	md, err := toml.NewDecoder(r).Decode(&file)
+	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(&file)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {

@@ -100,8 +100,9 @@ part failed (the reason is on stderr and in the log), 2 for bad flags.`,
 				}
 				return cfg.WriteTOML(env.Stdout)
 			}
-			// SIGTERM and SIGINT cancel cmd.Context() (Main); SIGHUP
-			// reloads.
+			// SIGTERM and SIGINT cancel cmd.Context() (Main), and the
+			// agent then flushes before it returns; SIGHUP reloads.
+			ownsStop(cmd.Context())
 			hup := make(chan os.Signal, 4)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)

@@ -32,6 +32,8 @@ func newCheckCmd(env *Env) *cobra.Command {
                   rewrite drops it and never runs on-expiry for it
   duplicate-mac   one MAC address holding several active IPv4 leases
   fixed-address   an active dynamic lease on a host declaration's fixed address
+  unreadable      a statement of the leases file that could not be read (not a
+                  leases file, or damaged): what it held was not checked
 
 In a failover pair, a peer whose state is not normal is noted (partner-down:
 this server answers for the whole pool; recover: it answers nobody until it
@@ -50,6 +52,15 @@ relevant, ips and host; failover entries are those of pools --json.`,
 			}
 			now := parser.TimeOf(env.Now())
 			problems, unresolved := pools.Check(cfg, ls.Table, now)
+			// A file the decoder had to skip statements of was not
+			// checked whole: "ok" would tell a monitoring script a
+			// healthy rack. (A torn last statement is dhcpd writing, not
+			// damage: a warning only, as before.)
+			unreadable := make([]pools.Problem, 0, len(ls.Errors))
+			for _, e := range ls.Errors {
+				unreadable = append(unreadable, pools.Problem{Kind: "unreadable", Detail: fmt.Sprintf("%s:%v", ff.leases, e)})
+			}
+			problems = append(unreadable, problems...)
 			pairs := pools.Summarize(cfg, ls.Table, now).Failover
 			if ff.asJSON {
 				out := CheckJSON{Problems: problems, Unchecked: unresolved, Failover: pairs}

@@ -76,7 +76,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no file", []string{"leases"}, 2, "accepts 1 arg"},
 		{"unknown flag", []string{"leases", "--nope", "x"}, 2, "unknown flag"},
 		{"missing file", []string{"leases", "testdata/does-not-exist"}, 1, "no such file"},
-		{"pools needs config", []string{"pools", "--leases", "x"}, 1, `"config" not set`},
+		{"pools needs config", []string{"pools", "--leases", "x"}, 2, `"config" not set`},
 		{"bad config", []string{"pools", "--leases", "testdata/dhcpd.leases", "--config", "testdata/dhcpd.leases"}, 1, "testdata/dhcpd.leases:"},
 	}
 	for _, tc := range tests {

@@ -168,7 +168,13 @@ func (acc *deadLetterAccess) list(ctx context.Context) ([]agent.DeadLetterReport
 			ds = agent.DeadLetterReports(got)
 			return err
 		},
-		func() error { ds = []agent.DeadLetterReport{}; return nil })
+		func(path string) error {
+			// An agent that never ran there queued nothing; a mistyped
+			// directory looks the same, so say where no outbox was.
+			fmt.Fprintf(acc.env.Stderr, "leasekeeper: note: no outbox at %s: no agent has queued anything with this state directory\n", path)
+			ds = []agent.DeadLetterReport{}
+			return nil
+		})
 	return ds, err
 }
 
@@ -200,14 +206,15 @@ func (acc *deadLetterAccess) change(ctx context.Context, op string, seq uint64) 
 			}
 			return err
 		},
-		func() error { return notFound })
+		func(string) error { return notFound })
 }
 
 // do runs viaAgent against the running agent, or, when it does not
 // answer (or --state-dir was given), viaFile on the outbox file; noFile
-// runs when there is no outbox file at all.
+// runs when there is no outbox file at all (a --state-dir that does not
+// exist is an error).
 func (acc *deadLetterAccess) do(ctx context.Context, viaAgent func(*http.Client) error,
-	viaFile func(*outbox.Store) error, noFile func() error) error {
+	viaFile func(*outbox.Store) error, noFile func(path string) error) error {
 	dir := acc.stateDir
 	var agentErr error
 	if dir == "" {
@@ -230,9 +237,14 @@ func (acc *deadLetterAccess) do(ctx context.Context, viaAgent func(*http.Client)
 		}
 		agentErr = err
 	}
+	if acc.stateDir != "" {
+		if _, err := os.Stat(acc.stateDir); err != nil {
+			return fmt.Errorf("--state-dir: %w", err)
+		}
+	}
 	path := config.State{Dir: dir}.OutboxPath()
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return noFile()
+		return noFile(path)
 	}
 	s, err := outbox.Open(path, outbox.Options{Logger: zerolog.Nop(), Now: acc.env.Now})
 	if err != nil {

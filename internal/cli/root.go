@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,10 +61,20 @@ func ExitCode(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "leasekeeper:", err)
 	var ue usageError
-	if errors.As(err, &ue) {
+	if errors.As(err, &ue) || cobraUsage(err) {
 		return 2
 	}
 	return 1
+}
+
+// cobraUsage reports whether err is one of the bad invocations cobra
+// finds itself, before a command runs, and returns without a type of its
+// own: an unknown command, a required flag left out. (Flag errors go
+// through SetFlagErrorFunc, argument counts through exactArgs and
+// noArgs.)
+func cobraUsage(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command ") || strings.HasPrefix(msg, "required flag(s) ")
 }
 
 // New returns the root command.
@@ -84,6 +95,21 @@ Operator commands read dhcpd's own files and never modify them.`,
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// cobra's own help command prints "Unknown help topic" and exits 0.
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help shows the help of any command: leasekeeper help COMMAND [SUBCOMMAND].",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if cmd == nil || err != nil || len(rest) > 0 && cmd.HasSubCommands() {
+				return usageError{fmt.Errorf("no help for %q: no such command (see leasekeeper --help)", strings.Join(args, " "))}
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	})
 	root.AddCommand(
 		newLeasesCmd(&env),
 		newPoolsCmd(&env),

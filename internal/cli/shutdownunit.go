@@ -79,6 +79,9 @@ is left in place.`,
 				Enable: !noEnable,
 				Force:  force,
 			}
+			if releaseTimeout < 0 || cmd.Flags().Changed("release-timeout") && releaseTimeout == 0 {
+				return usageError{fmt.Errorf("--release-timeout %v: must be positive (leave it out for release's own)", releaseTimeout)}
+			}
 			if releaseTimeout > 0 {
 				in.Unit.ReleaseArgs = []string{"--timeout=" + releaseTimeout.String()}
 				in.Unit.StopTimeout = releaseTimeout + 10*time.Second

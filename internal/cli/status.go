@@ -192,7 +192,11 @@ func (e *notRunningError) Error() string {
 	if u, err := neturl.Parse(e.URL); err == nil {
 		host = u.Host
 	}
-	return fmt.Sprintf("cannot reach the agent at %s: is it running? (metrics.listen in the config): %v", host, e.Err)
+	if strings.HasPrefix(e.URL, controlBase+"/") || e.URL == controlBase {
+		// The error names the socket (dial unix PATH).
+		return fmt.Sprintf("cannot reach the agent on its control socket: is it running, with this control.socket? %v", e.Err)
+	}
+	return fmt.Sprintf("cannot reach the agent at %s: is it running, and listening there (metrics.listen in the config, or --url)? %v", host, e.Err)
 }
 
 func (e *notRunningError) Unwrap() error { return e.Err }

@@ -166,7 +166,7 @@ func TestStatusFromConfig(t *testing.T) {
 func TestStatusNotRunning(t *testing.T) {
 	addr := closedAddr(t)
 	_, stderr, code := run(t, "status", "--url", "http://"+addr)
-	want := "leasekeeper: cannot reach the agent at " + addr + ": is it running? (metrics.listen in the config): dial tcp " + addr + ": connect: connection refused\n"
+	want := "leasekeeper: cannot reach the agent at " + addr + ": is it running, and listening there (metrics.listen in the config, or --url)? dial tcp " + addr + ": connect: connection refused\n"
 	if code != 1 || stderr != want {
 		t.Errorf("exit %d, stderr:\n%q\nwant\n%q", code, stderr, want)
 	}
@@ -345,7 +345,7 @@ func TestDeadLetterViaFile(t *testing.T) {
 	}
 	defer s.Close()
 	_, stderr, code = run(t, "deadletter", "list", "--config", cfg)
-	if code != 1 || !strings.Contains(stderr, "cannot reach the agent at") || !strings.Contains(stderr, "the outbox is locked, so an agent is running: is control.socket the same") {
+	if code != 1 || !strings.Contains(stderr, "cannot reach the agent on its control socket") || !strings.Contains(stderr, "the outbox is locked, so an agent is running: is control.socket the same") {
 		t.Errorf("locked: exit %d %s", code, stderr)
 	}
 	_, stderr, code = run(t, "deadletter", "list", "--state-dir", dir)

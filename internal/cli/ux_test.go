@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
+)
+
+// TestUsageExitStatus: bad invocations cobra finds itself exit 2, as every
+// command's help promises, not 1 (check's "problems found").
+func TestUsageExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string // substring of stdout
+	}{
+		{[]string{"bogus"}, 2, ""},
+		{[]string{"check", "--leases", "testdata/dhcpd.leases"}, 2, ""},
+		{[]string{"pools", "--config", "testdata/dhcpd.conf"}, 2, ""},
+		{[]string{"help", "nosuch"}, 2, ""},
+		{[]string{"help", "deadletter", "nosuch"}, 2, ""},
+		{[]string{"help", "leases"}, 0, "leasekeeper leases"},
+		{[]string{"help", "deadletter", "list"}, 0, "deadletter list"},
+		{[]string{"help"}, 0, "Available Commands"},
+		{[]string{"install-shutdown-unit", "--root", "rootfs", "--release-timeout", "-5s"}, 2, ""},
+		{[]string{"install-shutdown-unit", "--root", "rootfs", "--release-timeout", "0s"}, 2, ""},
+	} {
+		out, stderr, code := run(t, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.out) {
+			t.Errorf("%q: exit %d, want %d; stdout %q (want %q in it); stderr %q", tc.args, code, tc.code, out, tc.out, stderr)
+		}
+	}
+}
+
+// TestCheckUnreadable: a leases file check could not read whole (garbage,
+// or not a leases file) is a problem, exit 1, never "ok".
+func TestCheckUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "dhcpd.leases")
+	if err := os.WriteFile(bad, []byte("lease 203.0.113.5 {\n  starts 4 2026/11/26 10:00:00;\n}\n\x07\x1b[2J \"unterminated\nsubnet 203.0.113.0 netmask 255.255.255.0 { }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := run(t, "check", "--json", "--leases", bad, "--config", "testdata/dhcpd.conf")
+	if code != 1 {
+		t.Errorf("exit %d, want 1; stderr %s", code, stderr)
+	}
+	var got CheckJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	n := 0
+	for _, p := range got.Problems {
+		if p.Kind == "unreadable" {
+			n++
+			if !strings.Contains(p.Detail, bad) {
+				t.Errorf("problem %+v does not name the file", p)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no unreadable problem in %+v", got.Problems)
+	}
+	out, _, code = run(t, "check", "--leases", bad, "--config", "testdata/dhcpd.conf")
+	if code != 1 || strings.Contains(out, "ok:") || !strings.Contains(out, "unreadable: ") {
+		t.Errorf("text: exit %d, output %q; want 1 and an unreadable line, no ok", code, out)
+	}
+}
+
+// TestNotRunningMessage: the advice names what the operator configured:
+// the control socket, or the TCP listener.
+func TestNotRunningMessage(t *testing.T) {
+	sock := (&notRunningError{URL: controlBase + "/status", Err: errors.New("dial unix /run/leasekeeper/control.sock: connect: no such file or directory")}).Error()
+	if strings.Contains(sock, "leasekeeper-control") || strings.Contains(sock, "metrics.listen") || !strings.Contains(sock, "control.socket") || !strings.Contains(sock, "/run/leasekeeper/control.sock") {
+		t.Errorf("control socket: %q", sock)
+	}
+	tcp := (&notRunningError{URL: "http://127.0.0.1:9742/status", Err: errors.New("connection refused")}).Error()
+	if !strings.Contains(tcp, "127.0.0.1:9742") || !strings.Contains(tcp, "metrics.listen") {
+		t.Errorf("tcp: %q", tcp)
+	}
+}
+
+// TestDeadLetterStateDirMissing: a --state-dir that does not exist is an
+// error; one without an outbox lists nothing, and says where it looked
+// (TestDeadLetterNoOutbox).
+func TestDeadLetterStateDirMissing(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, code := run(t, "deadletter", "list", "--state-dir", filepath.Join(dir, "typo"))
+	if code != 1 || !strings.Contains(stderr, "typo") {
+		t.Errorf("missing --state-dir: exit %d, stderr %q; want 1 naming it", code, stderr)
+	}
+	out, stderr, code := run(t, "deadletter", "list", "--state-dir", dir)
+	if code != 0 || !strings.Contains(out, "no dead letters") || !strings.Contains(stderr, filepath.Join(dir, "outbox.db")) {
+		t.Errorf("empty --state-dir: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+// TestConfigTooLarge: a device or a huge file given as the configuration
+// is refused after a bounded read, not read until memory runs out.
+func TestConfigTooLarge(t *testing.T) {
+	if _, err := config.Decode(bytes.NewReader(make([]byte, 2<<20)), "/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a leasekeeper configuration") {
+		t.Errorf("2 MiB of zeros: %v", err)
+	}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		_, stderr, code := run(t, "agent", "--print-config", "--config", "/dev/zero")
+		if code != 1 || !strings.Contains(stderr, "not a leasekeeper configuration") {
+			t.Errorf("--config /dev/zero: exit %d, stderr %q", code, stderr)
+		}
+	}
+}
+
+// signalChildEnv makes the test binary run Main on the arguments after
+// "--" (TestStopSignalChild), as the leasekeeper binary would.
+const signalChildEnv = "LEASEKEEPER_TEST_SIGNAL_CHILD"
+
+func TestStopSignalChild(t *testing.T) {
+	if os.Getenv(signalChildEnv) == "" {
+		t.Skip("run by TestStopSignal")
+	}
+	for i, a := range os.Args {
+		if a == "--" {
+			os.Args = append([]string{"leasekeeper"}, os.Args[i+1:]...)
+			break
+		}
+	}
+	os.Exit(Main(Env{Version: "test"}))
+}
+
+// TestStopSignal: a command blocked where it does not watch its context
+// (here `leases` opening a FIFO no one writes) still ends on SIGINT,
+// stopGrace later, with 128 + the signal's number; the agent, which
+// stops on its own, is not ended that way (ownsStop, TestRunAgentSignals).
+func TestStopSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a child process")
+	}
+	fifo := filepath.Join(t.TempDir(), "leases.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestStopSignalChild$", "--", "leases", fifo)
+	cmd.Env = append(os.Environ(), signalChildEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(300 * time.Millisecond) // into its open of the FIFO
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
+			t.Errorf("exit %v, want status %d; stderr %s", err, 128+int(syscall.SIGINT), stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "stopped by interrupt") {
+			t.Errorf("stderr %q, want it to say it was stopped", stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("still running 30 s after SIGINT (a liveness bound, not a timing): %s", stderr.String())
+	}
+}
