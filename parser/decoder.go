@@ -338,7 +338,7 @@ func (d *Decoder) recoverStep(p *stmtParser, buf []byte, final bool, limit int, 
 		case rc.sw == nil && lx.kind == tWord && rc.depth == 0 && (i == 0 || lx.col0) && dhcpdTopKeyword(w):
 			rc.sw, rc.swn = &Refused{Line: lx.tline, What: string(lower(w)), Swallowed: true, At: rc.from}, i
 		case rc.sw != nil && i == rc.swn+1:
-			rc.sw.What += " " + clip(string(w)) // the address or name
+			rc.sw.What += " " + shown(string(w)) // the address or name
 		}
 	}
 	commit()

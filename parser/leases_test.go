@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -310,6 +311,67 @@ func TestLeasesHostile(t *testing.T) {
 				tc.check(t, ls)
 			}
 			checkParallel(t, []byte(tc.in))
+		})
+	}
+}
+
+// TestWarningsEscapeFileText: a warning about a malformed statement
+// shows the file's text escaped, as %q does: a garbage file must not put
+// control bytes (BEL, ESC sequences) or invalid UTF-8 on the operator's
+// terminal. The warning still names the line.
+func TestWarningsEscapeFileText(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	random := make([]byte, 16<<10)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	tests := []struct {
+		name string
+		in   string
+		line string // a warning starts with it; "" for any
+		want string // in that warning
+	}{
+		{"unknown statement of garbage", "\a\xff\x1b]0;\x1b[2J\x07\xfe \"unterminated\n", "line 1: ", `"\x1b[2j\a\xfe": unterminated string`},
+		{"host name", "\n\nhost \"a\x07\x1b[2J\xff\" {\n  hardware \"x\n", "line 4: ", `"host a\a\x1b[2J\xff": unterminated string`},
+		{"torn host", "host \x1b]0\x07\xff {\n  hardware ethernet 0:1:2:3:4:5;\nlease 203.0.113.9 {\n}\n", "line 1: ", `"host \x1b]0\a\xff": not closed before line 3`},
+		{"statement left out in dhcpd's recovery", "lease 203.0.113.1 {\n  frob;\n}\nhost \x07\xff\x1b {\n}\n", "line 4: ", `host "\a\xff\x1b": left out`},
+		{"set x = %garbage", "lease 203.0.113.1 {\n  set x = %\x07\xff;\n}\n", "line 1: ", `set x: "%\a" is not %DECIMAL`},
+		{"clipped", "\x1b" + strings.Repeat("\x07", 500) + " \"x\n", "line 1: ", `\a\a…": unterminated string`},
+		{"random bytes", string(random), "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var warnings []string
+			d := NewDecoder()
+			h := func(s Statement, err error) {
+				if err != nil {
+					warnings = append(warnings, err.Error())
+				} else if r, ok := s.(*Refused); ok {
+					warnings = append(warnings, r.String())
+				}
+			}
+			d.Feed([]byte(tc.in), h)
+			if err := d.Close(h); err != nil {
+				warnings = append(warnings, err.Error())
+			}
+			found := false
+			for _, w := range warnings {
+				if !utf8.ValidString(w) || strings.ContainsFunc(w, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+					t.Errorf("warning holds raw file bytes: %q", w)
+				}
+				if !strings.HasPrefix(w, "line ") {
+					t.Errorf("warning names no line: %q", w)
+				}
+				if strings.HasPrefix(w, tc.line) && strings.Contains(w, tc.want) {
+					found = true
+				}
+				if len(w) > 4*maxMsg+300 {
+					t.Errorf("warning of %d bytes: not clipped", len(w))
+				}
+			}
+			if !found {
+				t.Errorf("no warning %q…%q in %q", tc.line, tc.want, warnings)
+			}
 		})
 	}
 }

@@ -599,7 +599,7 @@ func (p *stmtParser) bindingValue(name string, line int) error {
 					return err
 				}
 			}
-			return p.refuse(line, "set %s: %%%s is not %%DECIMAL", name, x.text)
+			return p.refuse(line, "set %s: %q is not %%DECIMAL", name, "%"+string(x.text))
 		}
 		val = append([]byte{'%'}, x.text...)
 	case t.kind == dName:

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // errShort means the buffer ended inside a statement.
@@ -57,9 +58,9 @@ type memoBlock struct {
 
 func (p *stmtParser) where() string {
 	if p.arg == nil {
-		return clip(p.ctx)
+		return shown(p.ctx)
 	}
-	return clip(p.ctx + " " + string(p.arg))
+	return shown(p.ctx + " " + string(p.arg))
 }
 
 // maxMsg bounds the text of a file quoted in an error: an error about a
@@ -72,6 +73,21 @@ func clip(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:maxMsg], "") + "…"
+}
+
+// shown is text of the file as an error shows it bare (the statement,
+// its address or name): clipped, and quoted as %q quotes a token when it
+// holds anything a terminal would not print as it is — control bytes,
+// invalid UTF-8 — so that a garbage file cannot put escape sequences on
+// the operator's terminal.
+func shown(s string) string {
+	s = clip(s)
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // fail builds a syntax error at the current token.

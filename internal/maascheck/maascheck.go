@@ -164,6 +164,19 @@ func (r *Report) mode(d reconcile.Detection, key string) {
 	}[d.Mode]
 	msg := fmt.Sprintf("%s — %s. Why: %s.", d.Mode, what, d.Why)
 	switch {
+	case d.Forced && d.Unsure:
+		// Detection read no hooks it could judge: nothing contradicts
+		// reconcile.mode, which is what leasekeeper.toml advises when
+		// the agent cannot read dhcpd.conf.
+		why := "detection could not tell what dhcpd.conf's hooks run"
+		switch {
+		case d.Conf == "":
+			why = "dhcpd.conf could not be read (dhcpd.config is not set)"
+		case d.Unreadable:
+			why = "dhcpd.conf could not be read"
+		}
+		r.add(Note, "mode", msg+fmt.Sprintf(" reconcile.mode forces %s, which is used as set because %s; check-maas cannot confirm it.", d.Mode, why),
+			"make sure it is what dhcpd's hooks run: replacement only if they run leasekeeper-hook (or maas-dhcp-helper diverted to it)")
 	case d.Forced && d.Detected == reconcile.ModeComplement && d.Mode != reconcile.ModeComplement:
 		r.add(Problem, "mode", msg+fmt.Sprintf(" reconcile.mode forces %s, but dhcpd.conf's hooks tell the region themselves", d.Mode),
 			"remove reconcile.mode (or set it to \"auto\"): with MAAS's helper in place the agent would send second copies of hooked events, and a late copy overwrites newer news in the region")

@@ -263,6 +263,53 @@ func TestProblems(t *testing.T) {
 	}
 }
 
+// TestForcedMode: reconcile.mode is a problem only when detection read
+// hooks that tell the region themselves; when it could not tell (the
+// situation leasekeeper.toml advises setting reconcile.mode for), the
+// forced mode is a note, never advice to remove it.
+func TestForcedMode(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(w *world)
+		want  string // severity of the mode finding
+		words string // in its message
+	}{
+		{"forced replacement, dhcpd.config unset", func(w *world) {
+			w.cfg.DHCPD.Config, w.cfg.Reconcile.Mode = "", "replacement"
+		}, Note, "could not be read"},
+		{"forced replacement, dhcpd.conf unreadable", func(w *world) {
+			w.cfg.DHCPD.Config, w.cfg.Reconcile.Mode = filepath.Join(w.dir, "missing.conf"), "replacement"
+		}, Note, "could not be read"},
+		{"forced complement, dhcpd.config unset", func(w *world) {
+			w.cfg.DHCPD.Config, w.cfg.Reconcile.Mode = "", "complement"
+		}, Note, "could not be read"},
+		{"forced replacement over MAAS's helper", func(w *world) {
+			w.listen()
+			w.cfg.Reconcile.Mode = "replacement"
+		}, Problem, "hooks tell the region themselves"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			tc.setup(w)
+			got, rep := w.check()
+			if !rep.Mode.Forced {
+				t.Fatalf("mode not forced: %+v", rep.Mode)
+			}
+			f := find(rep, "mode", tc.want)
+			if f == nil || !strings.Contains(f.Message, tc.words) {
+				t.Fatalf("want a mode %s mentioning %q; got %q", tc.want, tc.words, got)
+			}
+			if tc.want != Problem && find(rep, "mode", Problem) != nil {
+				t.Errorf("a mode problem besides the %s: %+v", tc.want, find(rep, "mode", Problem))
+			}
+			if tc.want != Problem && strings.Contains(f.Fix, "remove reconcile.mode") {
+				t.Errorf("advises removing reconcile.mode: %q", f.Fix)
+			}
+		})
+	}
+}
+
 // TestAgentAccess: MAAS writes dhcpd.conf readable by root only; the
 // agent's user then cannot tell the mode, and check-maas says what to
 // set.
