@@ -149,15 +149,19 @@ func (l *Listener) Received() *prometheus.CounterVec { return l.m.received }
 
 // Run receives until ctx ends. ready is called once the socket listens.
 func (l *Listener) Run(ctx context.Context, ready func()) error {
-	conn, inherited, err := l.open()
+	conn, own, err := l.open()
 	if err != nil {
 		return err
 	}
+	inherited := own == nil
 	defer func() {
-		conn.Close()
+		// Removed while still bound: an agent starting meanwhile finds
+		// the socket listened on and refuses, and the bound socket keeps
+		// its file's inode (so its number) from being reused.
 		if !inherited {
-			os.Remove(l.cfg.Path)
+			removeOwn(l.cfg.Path, own)
 		}
+		conn.Close()
 	}()
 	l.log.Info().Str("socket", l.cfg.Path).Bool("activated", inherited).Msg("hook socket listening")
 	ready()
@@ -204,8 +208,10 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 	return err
 }
 
-// open creates the socket or takes the one systemd passed.
-func (l *Listener) open() (*net.UnixConn, bool, error) {
+// open creates the socket or takes the one systemd passed. own is the
+// socket file it created (nil for an activated socket): only that file is
+// removed on exit.
+func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 	for _, f := range activation.Files(true) {
 		c, err := net.FilePacketConn(f)
 		f.Close()
@@ -220,15 +226,22 @@ func (l *Listener) open() (*net.UnixConn, bool, error) {
 			}
 			if err := passCred(uc); err != nil {
 				uc.Close()
-				return nil, false, err
+				return nil, nil, err
 			}
-			return uc, true, nil
+			return uc, nil, nil
 		}
 		c.Close()
 	}
 	if fi, err := os.Lstat(l.cfg.Path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, false, fmt.Errorf("hook socket %s exists and is not a socket; refusing to replace it", l.cfg.Path)
+			return nil, nil, fmt.Errorf("hook socket %s exists and is not a socket; refusing to replace it", l.cfg.Path)
+		}
+		// A socket left by a previous run is replaced; one something
+		// still listens on (another agent given the same hook.socket)
+		// is not: unlinking it would leave that agent bound to a name
+		// no hook can reach, and every event would go to the spool.
+		if err := probe(l.cfg.Path); err != nil {
+			return nil, nil, err
 		}
 		os.Remove(l.cfg.Path) // a stale socket from a previous run
 	}
@@ -245,13 +258,18 @@ func (l *Listener) open() (*net.UnixConn, bool, error) {
 	}}
 	pc, err := lc.ListenPacket(context.Background(), "unixgram", l.cfg.Path)
 	if err != nil {
-		return nil, false, fmt.Errorf("hook socket: %w", err)
+		return nil, nil, fmt.Errorf("hook socket: %w", err)
 	}
 	uc := pc.(*net.UnixConn)
-	fail := func(err error) (*net.UnixConn, bool, error) {
+	own, err = os.Lstat(l.cfg.Path)
+	if err != nil {
 		uc.Close()
-		os.Remove(l.cfg.Path)
-		return nil, false, err
+		return nil, nil, fmt.Errorf("hook socket: %w", err)
+	}
+	fail := func(err error) (*net.UnixConn, os.FileInfo, error) {
+		removeOwn(l.cfg.Path, own)
+		uc.Close()
+		return nil, nil, err
 	}
 	if err := passCred(uc); err != nil {
 		return fail(err)
@@ -274,7 +292,35 @@ func (l *Listener) open() (*net.UnixConn, bool, error) {
 	if err := uc.SetReadBuffer(4 << 20); err != nil {
 		l.log.Debug().Err(err).Msg("hook socket: cannot enlarge the receive buffer")
 	}
-	return uc, false, nil
+	return uc, own, nil
+}
+
+// probe tells whether something is bound to the socket at path, without
+// sending it anything: connecting a datagram socket only names the peer.
+// It returns nil only when nobody is (a stale socket, or gone meanwhile).
+func probe(path string) error {
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	switch {
+	case err == nil:
+		c.Close()
+		return fmt.Errorf("hook socket %s: another process listens on it (another leasekeeper agent?); stop it or set hook.socket to another path", path)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, fs.ErrNotExist):
+		return nil
+	case errors.Is(err, syscall.EPROTOTYPE):
+		// A stream or seqpacket socket is bound there.
+		return fmt.Errorf("hook socket %s: another process listens on it (not a datagram socket); stop it or set hook.socket to another path", path)
+	default:
+		return fmt.Errorf("hook socket %s: cannot tell whether another process listens on it (%w); refusing to replace it: remove it if nothing does, or set hook.socket to another path", path, err)
+	}
+}
+
+// removeOwn removes the socket file at path if it is still the one this
+// agent bound (own), not one another agent has put there since. Call it
+// before closing the socket, which pins own's inode until then.
+func removeOwn(path string, own os.FileInfo) {
+	if fi, err := os.Lstat(path); err == nil && os.SameFile(fi, own) {
+		os.Remove(path)
+	}
 }
 
 // passCredOn reports whether SO_PASSCRED is set on the socket.

@@ -288,3 +288,95 @@ func TestSinkFailure(t *testing.T) {
 		t.Fatalf("got %d events", len(evs))
 	}
 }
+
+// TestRefusesListenedSocket: a second agent given the same hook.socket
+// refuses, and leaves the first one's socket where the hooks find it.
+func TestRefusesListenedSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	s := newSink()
+	start(t, Config{Path: path}, s)
+	first, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := New(Config{Path: path}, newSink(), zerolog.Nop(), nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Were it to listen, it stops at once, as an agent failing later in
+	// its start would.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = l.Run(ctx, cancel)
+	if err == nil || !strings.Contains(err.Error(), "another process listens") || !strings.Contains(err.Error(), path) {
+		t.Errorf("Run = %v, want a refusal naming %s", err, path)
+	}
+	if fi, err := os.Lstat(path); err != nil || !os.SameFile(fi, first) {
+		t.Errorf("the first listener's socket was replaced or removed: %v", err)
+	}
+	send(t, path, datagram(1, "still-heard"))
+	if evs := s.waitFor(t, 1); evs[0].Hostname != "still-heard" {
+		t.Errorf("first listener got %v", evs)
+	}
+}
+
+// TestReplacesStaleSocket: a socket file nobody is bound to (a previous
+// run that was killed) is replaced.
+func TestReplacesStaleSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // a datagram socket's file outlives it
+	stale, err := os.Lstat(path)
+	if err != nil || stale.Mode().Type() != os.ModeSocket {
+		t.Fatalf("no stale socket file: %v %v", stale, err)
+	}
+	s := newSink()
+	start(t, Config{Path: path}, s)
+	// (The new file may get the freed inode's number: sending tells.)
+	send(t, path, datagram(1, "fresh"))
+	s.waitFor(t, 1)
+}
+
+// TestLeavesForeignSocketOnExit: an agent removes on exit only the
+// socket file it bound, not one put in its place since.
+func TestLeavesForeignSocketOnExit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	l, err := New(Config{Path: path}, newSink(), zerolog.Nop(), nil, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("the other socket was removed: %v", err)
+	}
+	send(t, path, []byte("x"))
+	other.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := other.Read(make([]byte, 8)); err != nil {
+		t.Fatalf("the other socket no longer receives: %v", err)
+	}
+}
