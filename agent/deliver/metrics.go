@@ -52,7 +52,7 @@ func newMetrics() metrics {
 		}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deliver_superseded_total",
-			Help: "Queued events taken off the queue unsent because, in a failover pair, the peer's agent had delivered newer news of their address since: sent now, they would take the region back. The region has the newer state; the lease lives these events told it may never hear of (docs/failover.md).",
+			Help: "Queued events taken off the queue unsent because, in a failover pair, the peer's agent had delivered newer news of their address since: sent now, they would take the region back. Most are news the peer told the region too (both racks' files record every lease); one that was not is a lease life the region never hears of (the hold_max pattern, docs/failover.md).",
 		}),
 	}
 	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
