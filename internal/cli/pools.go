@@ -35,6 +35,13 @@ func (f *fileFlags) load(env *Env) (*dhcpdconf.Config, *parser.Leases, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if len(cfg.Ranges) == 0 {
+		// Statements leasekeeper does not model are skipped without a
+		// word (dhcpd.conf has hundreds), so a mistyped range or the
+		// wrong file would otherwise show only as empty pools and every
+		// lease an orphan.
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s: no range or range6 statement found: no dynamic pool, so every lease is outside the pools (if there should be one: a typo, or not dhcpd's configuration?)\n", f.config)
+	}
 	ls, err := loadLeases(env, f.leases)
 	if err != nil {
 		return nil, nil, err

@@ -174,3 +174,21 @@ func TestStopSignal(t *testing.T) {
 		t.Fatalf("still running 30 s after SIGINT (a liveness bound, not a timing): %s", stderr.String())
 	}
 }
+
+// TestNoRanges: a dhcpd.conf with no range (a typo such as "rang", or
+// another file) is named in a warning, not shown only as empty pools.
+func TestNoRanges(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "dhcpd.conf")
+	if err := os.WriteFile(conf, []byte("subnet 203.0.113.0 netmask 255.255.255.0 {\n  rang 203.0.113.10 203.0.113.20;\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"pools", "check"} {
+		_, stderr, _ := run(t, cmd, "--leases", "testdata/dhcpd.leases", "--config", conf)
+		if !strings.Contains(stderr, conf+": no range or range6 statement found") {
+			t.Errorf("%s: stderr %q, want a warning naming %s", cmd, stderr, conf)
+		}
+	}
+	if _, stderr, _ := run(t, "pools", "--leases", "testdata/dhcpd.leases", "--config", "testdata/dhcpd.conf"); strings.Contains(stderr, "no range") {
+		t.Errorf("a configuration with ranges: %q", stderr)
+	}
+}
