@@ -73,6 +73,18 @@ func start(t *testing.T, cfg Config, s Sink) (*Listener, *prometheus.Registry) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop := listen(t, l)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return l, reg
+}
+
+// listen runs l until it listens; stop ends it and returns Run's error.
+func listen(t *testing.T, l *Listener) (stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
@@ -80,15 +92,13 @@ func start(t *testing.T, cfg Config, s Sink) (*Listener, *prometheus.Registry) {
 	select {
 	case <-ready:
 	case err := <-done:
+		cancel()
 		t.Fatalf("Run: %v", err)
 	}
-	t.Cleanup(func() {
+	return func() error {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return l, reg
+		return <-done
+	}
 }
 
 func send(t *testing.T, path string, b []byte) {
@@ -349,26 +359,18 @@ func TestLeavesForeignSocketOnExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx, func() { close(ready) }) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	stop := listen(t, l)
 	if err := os.Remove(path); err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	other, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	defer other.Close()
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	if _, err := os.Lstat(path); err != nil {

@@ -1606,9 +1606,8 @@ func (s *State) Due(now int64) []event.Event {
 	// growing result, was a tenth of what the agent allocated per lease.
 	// The queues noted stay as they are: Pending keeps only their tail,
 	// and an append to that tail writes past what is noted.
-	// groups and picked are kept from call to call (s.due): grown anew
-	// each round, they were a tenth of what the agent allocated per
-	// hookless lease.
+	// groups and picked are kept from call to call (s.due), not grown
+	// anew each round.
 	groups, picked := s.due.groups[:0], s.due.picked[:0]
 	defer func() {
 		clear(groups) // their queues, for the GC

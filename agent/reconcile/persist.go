@@ -134,12 +134,14 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 	n := 4
 	for ip, c := range d.IPs {
 		changes = append(changes, change{ip: ip, c: c})
-		n += bits.OnesCount8(uint8(c & (ChangedFile | ChangedPending | ChangedReplay | ChangedTold)))
+		n += bits.OnesCount8(uint8(c)) // a record per sub-bucket changed
 	}
 	slices.SortFunc(changes, func(a, b change) int { return a.ip.Compare(b.ip) })
-	buf.grow(len(changes) * 96)
+	buf.grow(len(changes) * 96) // about a key, a block and a told record
 	for i := range changes {
-		changes[i].key = buf.add(appendAddr(buf.b, changes[i].ip))
+		// The key as AsSlice has it: 4 or 16 bytes (no zone).
+		k, _ := changes[i].ip.WithZone("").AppendBinary(buf.b) // never fails
+		changes[i].key = buf.add(k)
 	}
 	recs := make([]record, 0, n)
 	// Only the entries that changed: a hook event changes the address's
@@ -234,20 +236,6 @@ func (a *arena) add(b []byte) []byte {
 	r := b[len(a.b):len(b):len(b)]
 	a.b = b
 	return r
-}
-
-// appendAddr appends ip's bytes as AsSlice returns them (4 or 16, no
-// zone): the records' key.
-func appendAddr(b []byte, ip netip.Addr) []byte {
-	switch {
-	case ip.Is4():
-		a := ip.As4()
-		return append(b, a[:]...)
-	case ip.Is6():
-		a := ip.As16()
-		return append(b, a[:]...)
-	}
-	return b
 }
 
 // write applies recs to the reconciler's bucket b.

@@ -79,7 +79,7 @@ is left in place.`,
 				Enable: !noEnable,
 				Force:  force,
 			}
-			if releaseTimeout < 0 || cmd.Flags().Changed("release-timeout") && releaseTimeout == 0 {
+			if cmd.Flags().Changed("release-timeout") && releaseTimeout <= 0 {
 				return usageError{fmt.Errorf("--release-timeout %v: must be positive (leave it out for release's own)", releaseTimeout)}
 			}
 			if releaseTimeout > 0 {
