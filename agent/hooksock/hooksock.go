@@ -26,6 +26,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -232,6 +233,15 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 		}
 		c.Close()
 	}
+	// From the probe to the bind, no other agent starting on the same
+	// path may come between: both would find the old socket stale, and
+	// the later one's unlink would leave the earlier bound to a name no
+	// hook reaches.
+	unlock, err := lockDir(filepath.Dir(l.cfg.Path))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
 	if fi, err := os.Lstat(l.cfg.Path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
 			return nil, nil, fmt.Errorf("hook socket %s exists and is not a socket; refusing to replace it", l.cfg.Path)
@@ -311,6 +321,33 @@ func probe(path string) error {
 		return fmt.Errorf("hook socket %s: another process listens on it (not a datagram socket); stop it or set hook.socket to another path", path)
 	default:
 		return fmt.Errorf("hook socket %s: cannot tell whether another process listens on it (%w); refusing to replace it: remove it if nothing does, or set hook.socket to another path", path, err)
+	}
+}
+
+// dirLockWait bounds how long lockDir waits for another holder.
+const dirLockWait = 5 * time.Second
+
+// lockDir takes an exclusive flock(2) on the directory dir (which leaves
+// no file behind), waiting up to dirLockWait; unlock releases it.
+func lockDir(dir string) (unlock func(), _ error) {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("hook socket: %w", &fs.PathError{Op: "open", Path: dir, Err: err})
+	}
+	deadline := time.Now().Add(dirLockWait)
+	for {
+		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { syscall.Close(fd) }, nil
+		}
+		if err != syscall.EWOULDBLOCK && err != syscall.EINTR || time.Now().After(deadline) {
+			syscall.Close(fd)
+			if err == syscall.EWOULDBLOCK {
+				return nil, fmt.Errorf("hook socket: directory %s stayed locked (flock) by another process for %s; is another agent starting on hook.socket?", dir, dirLockWait)
+			}
+			return nil, fmt.Errorf("hook socket: lock %s: %w", dir, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -351,6 +351,71 @@ func TestReplacesStaleSocket(t *testing.T) {
 	s.waitFor(t, 1)
 }
 
+// TestSimultaneousStarts: agents started at the same instant on one
+// path with a stale socket file (each finds it stale before any binds)
+// end with exactly one listening, and it is the one the path reaches:
+// without the directory lock, a later start's unlink left an earlier
+// one bound to a name no hook reaches, and both ran.
+func TestSimultaneousStarts(t *testing.T) {
+	const rounds, agents = 30, 4
+	for round := range rounds {
+		path := filepath.Join(t.TempDir(), "hook.sock")
+		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close() // the stale file of a killed run
+		ctx, cancel := context.WithCancel(context.Background())
+		sinks := make([]*sink, agents)
+		ready := make(chan int, agents)
+		done := make(chan error, agents)
+		gate := make(chan struct{})
+		for i := range agents {
+			sinks[i] = newSink()
+			l, err := New(Config{Path: path}, sinks[i], zerolog.Nop(), nil, time.Now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				<-gate
+				done <- l.Run(ctx, func() { ready <- i })
+			}()
+		}
+		close(gate)
+		// Each either listens or refuses.
+		var listening []int
+		refused := 0
+		for len(listening)+refused < agents {
+			select {
+			case i := <-ready:
+				listening = append(listening, i)
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "another process listens") {
+					t.Errorf("round %d: Run = %v, want a refusal", round, err)
+				}
+				refused++
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: %d listening, %d refused after 10 s", round, len(listening), refused)
+			}
+		}
+		if len(listening) != 1 {
+			t.Errorf("round %d: %d agents listening, want 1", round, len(listening))
+		} else {
+			send(t, path, datagram(round, "heard"))
+			sinks[listening[0]].waitFor(t, 1)
+		}
+		cancel()
+		for range listening {
+			if err := <-done; err != nil {
+				t.Errorf("round %d: Run: %v", round, err)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
 // TestLeavesForeignSocketOnExit: an agent removes on exit only the
 // socket file it bound, not one put in its place since.
 func TestLeavesForeignSocketOnExit(t *testing.T) {
