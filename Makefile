@@ -44,7 +44,7 @@ fuzz:
 # Every figure of issue 16's table (hookless cost, hook vs an empty Go
 # program, ingest, latency, region back after an outage), the median of
 # RUNS (3) runs each, as one table next to its targets; also written to
-# bin/bench.json. About 15 minutes (scripts/bench). The older, more
+# bin/bench.json. About 21 minutes (scripts/bench). The older, more
 # detailed drivers run on their own: scripts/bench-pools (parser vs
 # dhcpd-pools), scripts/bench-agent, scripts/bench-reconcile.
 bench: test-deps build

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
 )
 
 // The benchmarks run their workload once, whatever b.N is (run them with
@@ -358,6 +361,76 @@ func BenchmarkDrain(b *testing.B) {
 			b.Logf("batch_max %d: %d events queued in %s, region away %s; back: first delivery after %s (deliver's probe, while the region %s), queue empty after %s: %.0f events/s over %d requests",
 				batch, *drainCount, filled.Round(time.Millisecond), back.Sub(down).Round(time.Second),
 				first.Sub(back).Round(time.Millisecond), how, last.Sub(back).Round(time.Millisecond), rate, len(e.region.requests()))
+			a.stop()
+		})
+	}
+}
+
+// BenchmarkHooklessLatency: the same latency in hookless mode (dhcpd.conf
+// runs no hook), from a lease block's write(2) to dhcpd.leases, as dhcpd
+// makes it, to the region stub's receipt of its commit. A lone lease
+// (rate=1) is read within the reconciler's settle delay; under load
+// (rate=100) a read that found a block is followed by the next only a
+// busy round later (agent/reconcile busyRound, 250 ms), which bounds what
+// a lease costs the agent at the price of this latency.
+func BenchmarkHooklessLatency(b *testing.B) {
+	for _, c := range []struct {
+		rate, n int
+	}{{1, int(latencyFor.Seconds())}, {100, int(latencyFor.Seconds() * 100)}} {
+		b.Run(fmt.Sprintf("rate=%d", c.rate), func(b *testing.B) {
+			e := newEnv(b)
+			conf := filepath.Join(e.dir, "dhcpd.conf")
+			leases := filepath.Join(e.dir, "dhcpd.leases")
+			if err := os.WriteFile(conf, []byte("subnet 198.18.0.0 netmask 255.254.0.0 {\n  range 198.18.0.1 198.19.255.254;\n}\n"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(leases, []byte("# This lease file was written by isc-dhcp-4.4.3-P1\n\n"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			a := e.startAgent(agentOptions{dhcpdConf: conf})
+			f, err := os.OpenFile(leases, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			written := make(map[string]time.Time, c.n)
+			tick := time.NewTicker(time.Second / time.Duration(c.rate))
+			defer tick.Stop()
+			b.ResetTimer()
+			for i := range c.n {
+				<-tick.C
+				ip := ipOf(i)
+				now := time.Now()
+				ts, end := now.UTC().Format("2006/01/02 15:04:05"), now.UTC().Add(time.Hour).Format("2006/01/02 15:04:05")
+				block := fmt.Sprintf("lease %s {\n  starts %d %s;\n  ends %d %s;\n  cltt %d %s;\n  binding state active;\n  next binding state free;\n  rewind binding state free;\n  hardware ethernet 02:00:00:00:%02x:%02x;\n  client-hostname \"lat-%d\";\n}\n",
+					ip, now.UTC().Weekday(), ts, now.UTC().Weekday(), end, now.UTC().Weekday(), ts, i>>8&0xff, i&0xff, i)
+				written[ip] = now
+				if _, err := f.WriteString(block); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if !waitFor(30*time.Second, func() bool { return e.region.count() >= c.n }) {
+				b.Fatalf("%d of %d commits at the region after 30 s", e.region.count(), c.n)
+			}
+			b.StopTimer()
+			var lat []time.Duration
+			for _, bt := range e.region.batches() {
+				for _, it := range bt.Items {
+					if t, ok := written[it.IP]; ok && it.Action == event.Commit {
+						lat = append(lat, bt.At.Sub(t))
+						delete(written, it.IP)
+					}
+				}
+			}
+			if len(written) > 0 {
+				b.Fatalf("%d commits never reached the region", len(written))
+			}
+			p50, p99 := percentile(lat, 50), percentile(lat, 99)
+			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+			b.ReportMetric(0, "ns/op")
+			b.Logf("hookless, %d leases at %d/s: write to dhcpd.leases → region received p50 %s, p99 %s, max %s; %d requests",
+				len(lat), c.rate, p50, p99, percentile(lat, 100), len(e.region.requests()))
 			a.stop()
 		})
 	}

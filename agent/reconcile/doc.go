@@ -86,10 +86,10 @@
 // drops to 0, and it is read again at the next poll. The poll
 // (reconcile.poll_interval) also covers lost inotify events and queue
 // overflows (the Errors channel is read and logged). Reads are coalesced:
-// one read 2 ms after the first event of a burst (a rewrite is a rename
-// and a server-duid write), and while dhcpd is busy (the last read found
-// 16 blocks or more) at most one read per 250 ms, so a dhcpd under load
-// costs a few reads, commits and deliveries a second, not one per lease.
+// the file is read at once when it changes, but after a read that found
+// a block the next waits until 250 ms after it (busyRound), so a dhcpd
+// under load costs a few reads, commits and deliveries a second, not one
+// per lease, and a lone lease is read as soon as dhcpd writes it.
 // A path that names no file (dhcpd never ran, or the setting names a
 // file dhcpd does not write) is waited for: a warning says so once,
 // leasekeeper_reconcile_leases_file_missing is 1 and /status shows since

@@ -57,6 +57,9 @@ func rows() []row {
 		{Measure: "  of which the hook's own run (process start and exit), p50", Key: "BenchmarkLatency hook-exec-p50-ms", Unit: "ms", Target: none},
 		{Measure: "  hook exit → region, p50 (the agent's part)", Key: "BenchmarkLatency after-hook-p50-ms", Unit: "ms", Target: none},
 		{Measure: "  hook exit → region, p99", Key: "BenchmarkLatency after-hook-p99-ms", Unit: "ms", Target: none},
+		{Measure: "hookless: a lone lease's write to dhcpd.leases → region, p50 (1 lease/s)", Key: "BenchmarkHooklessLatency/rate=1 p50-ms", Unit: "ms", Target: none},
+		{Measure: "  the same under load (100 leases/s: a busy round, 250 ms, between reads), p50", Key: "BenchmarkHooklessLatency/rate=100 p50-ms", Unit: "ms", Target: none},
+		{Measure: "  the same under load, p99", Key: "BenchmarkHooklessLatency/rate=100 p99-ms", Unit: "ms", Target: none},
 	}
 }
 
