@@ -464,5 +464,5 @@ func (x status) ModeReport() *ModeReport {
 		return nil
 	}
 	return &ModeReport{Mode: string(m.Mode), Detected: string(m.Detected), Forced: m.Forced, Unsure: m.Unsure,
-		Why: m.Why, KeptBack: x.r.KeptBack()}
+		Kept: m.Kept, Why: m.Why, KeptBack: x.r.KeptBack()}
 }

@@ -151,8 +151,11 @@ type ModeReport struct {
 	Mode     string `json:"mode"`     // replacement, complement or hookless: in force
 	Detected string `json:"detected"` // what dhcpd.conf says (differs when forced)
 	Forced   bool   `json:"forced"`   // reconcile.mode set it
-	Unsure   bool   `json:"unsure"`   // detection could not tell and took complement
-	Why      string `json:"why"`
+	Unsure   bool   `json:"unsure"`   // detection could not tell: complement, or Kept
+	// Kept: dhcpd.conf could not be read now, and Mode is the mode last
+	// detected for sure, not complement.
+	Kept bool   `json:"kept,omitempty"`
+	Why  string `json:"why"`
 	// KeptBack counts events not sent because the region cannot take
 	// them (no six-octet MAC: DHCPv6 clients whose DUID holds none).
 	KeptBack int64 `json:"kept_back"`

@@ -20,14 +20,20 @@ const unitMarker = "# Written by leasekeeper install-shutdown-unit."
 
 // networkUnits are the services that bring the network up on the
 // distributions nodes and containers run. The shutdown unit is ordered
-// after each of them (and after network-online.target), so at shutdown
-// systemd stops it — running its ExecStop — before any of them takes the
-// network down. Ordering against a unit that does not exist, or is not
-// started, is harmless; nothing here pulls one in (no Wants=: waiting
-// for network-online at boot is not this unit's business).
+// after each of them and after network.target, so at shutdown systemd
+// stops it — running its ExecStop — before any of them takes the network
+// down (units ordered after network.target stop before the network goes
+// down: systemd.special(7)). Ordering against a unit that does not exist,
+// or is not started, is harmless; nothing here pulls one in.
+//
+// network-online.target is left out on purpose: it has no part in the
+// stop order (nothing that takes the network down is ordered only before
+// it), and ordering after it costs at boot: multi-user.target, which
+// wants this unit, gets ordered after it too, so the boot would wait for
+// network-online (a wait-online timeout, with a cable unplugged) whenever
+// something else pulls it in.
 var networkUnits = []string{
 	"network.target",
-	"network-online.target",
 	"systemd-networkd.service",
 	"NetworkManager.service",
 	"networking.service",

@@ -22,6 +22,26 @@ func TestShutdownUnitGolden(t *testing.T) {
 	lktest.Golden(t, filepath.Join("testdata", ShutdownUnitName), got)
 }
 
+// The unit must not hold up the boot: multi-user.target wants it, and a
+// target is ordered after what it wants, so After=network-online.target
+// here would make every boot wait for the network to be online. The stop
+// order needs only network.target and the network services.
+func TestShutdownUnitBootOrdering(t *testing.T) {
+	b, err := ShutdownUnit{Binary: "/usr/sbin/leasekeeper"}.Render()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if strings.Contains(s, "network-online") {
+		t.Errorf("unit mentions network-online.target:\n%s", s)
+	}
+	for _, want := range []string{"\nAfter=network.target\n", "\nAfter=systemd-networkd.service\n", "\nAfter=NetworkManager.service\n", "\nAfter=networking.service\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("unit lacks %q:\n%s", want, s)
+		}
+	}
+}
+
 func TestShutdownUnitValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -138,6 +138,7 @@ func TestErrors(t *testing.T) {
 		{"timeout zero", "[region]\ntimeout = \"0s\"", []string{"region.timeout: 0s is not between"}},
 		{"timeout long", "[region]\ntimeout = \"11m\"", []string{"region.timeout: 11m0s is not between"}},
 		{"grace negative", "[reconcile]\nexpiry_grace = \"-1s\"", []string{"reconcile.expiry_grace: -1s is negative"}},
+		{"grace fraction", "[reconcile]\nexpiry_grace = \"1500ms\"", []string{`reconcile.expiry_grace: 1.5s is not a whole number of seconds (dhcpd.leases dates in seconds): write "1s" or "2s"`}},
 		{"poll too short", "[reconcile]\npoll_interval = \"1ms\"", []string{"reconcile.poll_interval: 1ms is shorter than 10ms"}},
 		{"mode", "[reconcile]\nmode = \"replace\"", []string{`reconcile.mode: "replace" is not one of auto, replacement, complement, hookless`}},
 		{"listen no port", "[metrics]\nlisten = \"127.0.0.1\"", []string{`metrics.listen: "127.0.0.1" is not host:port`}},

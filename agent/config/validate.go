@@ -79,6 +79,10 @@ func (c *Config) Validate() error {
 
 	if g := c.Reconcile.ExpiryGrace; g < 0 {
 		badf("reconcile.expiry_grace", "%s is negative", g)
+	} else if g%time.Second != 0 {
+		// The reconciler counts the grace in whole seconds, as
+		// dhcpd.leases dates events: "500ms" would act as "0s".
+		badf("reconcile.expiry_grace", "%s is not a whole number of seconds (dhcpd.leases dates in seconds): write %q or %q", g, g.Truncate(time.Second).String(), (g.Truncate(time.Second) + time.Second).String())
 	}
 	if p := c.Reconcile.PollInterval; p < 10*time.Millisecond {
 		badf("reconcile.poll_interval", "%s is shorter than 10ms", p)

@@ -28,7 +28,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_orphans_held",
-			Help: "Orphaned addresses waiting to be freed in the region (leasekeeper status lists them and why).",
+			Help: "Orphaned addresses waiting to be freed in the region (leasekeeper orphans lists them and why; so does leasekeeper status --json).",
 		}),
 	}
 	for _, r := range []string{"other-mac", "not-discovered", "api-key", "linked-interfaces"} {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -32,6 +34,33 @@ var reloadable = func() map[string]bool {
 	}
 	return m
 }()
+
+// reloadableList is reloadable for --help, sorted, wrapped under the
+// SIGHUP line.
+func reloadableList() string {
+	keys := slices.Sorted(maps.Keys(reloadable))
+	const indent = "                   "
+	var b strings.Builder
+	line := indent
+	for i, k := range keys {
+		w := k
+		if i < len(keys)-1 {
+			w += ","
+		} else {
+			w += "."
+		}
+		if len(line)+1+len(w) > 79 && line != indent {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if line != indent {
+			line += " "
+		}
+		line += w
+	}
+	b.WriteString(line)
+	return b.String()
+}
 
 func newAgentCmd(env *Env) *cobra.Command {
 	var (
@@ -60,10 +89,11 @@ Signals:
                    a bound, persist, exit 0. A second signal kills at once.
   SIGHUP           reload: re-read --config (with the same --set). A file
                    with errors is logged and ignored; the running
-                   configuration stays. log.level and the [region] keys
-                   take effect at once (a delivery waiting out a
-                   configuration error is retried with the new settings);
-                   the log names every other changed key, which takes
+                   configuration stays. These keys take effect at once
+                   (a delivery waiting out a configuration error is
+                   retried with the new settings):
+` + reloadableList() + `
+                   The log names every other changed key, which takes
                    effect at the next restart.
 
 Under systemd (Type=notify) the agent sends READY=1 once every part runs,

@@ -34,12 +34,15 @@ func newDeadLetterCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deadletter list|retry|drop",
 		Short: "List, retry or drop the events the region refused",
-		Long: `When the region refuses one event of a batch with a 4xx answer other than
-408 or 429, the agent isolates it, delivers the rest and keeps the refused
-event as a dead letter, with the region's answer, in its outbox
-(state.dir/outbox.db). These commands show them and let an operator send
-one again (retry: it is queued at the end, after anything newer for its
-IP) or forget it (drop).
+		Long: `When the region refuses one event of a batch (422: its schema) or cannot
+place it (a 500 that splitting the batch pins on that event alone: an
+address in no MAAS subnet), the agent delivers the rest and keeps the
+refused event as a dead letter, with the region's answer, in its outbox
+(state.dir/outbox.db). Other answers (a wrong port, path or certificate:
+400, 401, 403, 404; a region that is away or fails everything) are
+retried and never dead-lettered. These commands show the dead letters and
+let an operator send one again (retry: it is queued at the end, after
+anything newer for its IP) or forget it (drop).
 
 Where the dead letters are read: the outbox is a bbolt file that one
 process at a time may open, so while the agent runs these commands go

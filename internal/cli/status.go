@@ -32,8 +32,8 @@ func newStatusCmd(env *Env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--url URL] [--config FILE] [--json]",
 		Short: "Show the running agent's queue depth, last delivery, dead letters and lag",
-		Long: `Ask the running agent (GET /status on its HTTP listener, metrics.listen)
-how delivery to the region is going:
+		Long: `Ask the running agent (GET /status, on its control socket or its HTTP
+listener: see below) how delivery to the region is going:
 
   region         ok, or the problem and what to change: an outage (no
                  answer; waiting), a configuration error (wrong port or
@@ -58,10 +58,14 @@ address listening on every interface is reached on loopback).
 version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
 null), deadletters, lag_seconds (null when unknown), tasks
 ([{name, state}]), uptime_seconds, mode ({mode, detected, forced,
-unsure, why, kept_back}, null before the reconciler ran), leases_file
-({path, missing_since}: null while the file exists) and region
+unsure, kept, why, kept_back}, null before the reconciler ran),
+leases_file ({path, missing_since}: null while the file exists), region
 ({state, error, hint, since, failed_attempts}; state is unknown, ok,
-outage, config or failing).
+outage, config or failing), held ({events, since}: events waiting in
+memory for a full disk), unhealthy (why /healthz answers 503, or ""),
+orphans ([{ip, state, reason, ends, attempts, next}]: addresses a reload
+dropped that the region still holds; leasekeeper orphans shows them) and
+pair (dhcpd's failover pair; null outside one).
 
 Exit status: 0 when the agent answered, 1 when it could not be reached or
 answered with an error, 2 for bad flags.`,
@@ -90,8 +94,8 @@ answered with an error, 2 for bad flags.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&url, "url", "", "the agent's HTTP listener, e.g. http://127.0.0.1:9742 (default: metrics.listen from --config)")
-	f.StringVarP(&configPath, "config", "c", config.DefaultPath, "the agent's configuration file, read for metrics.listen")
+	f.StringVar(&url, "url", "", "the agent's HTTP listener, e.g. http://127.0.0.1:9742 (default: control.socket from --config when this user may use it, else metrics.listen)")
+	f.StringVarP(&configPath, "config", "c", config.DefaultPath, "the agent's configuration file, read for control.socket and metrics.listen")
 	f.BoolVar(&asJSON, "json", false, "print the agent's JSON answer (the stable, scriptable format)")
 	return cmd
 }
@@ -258,6 +262,8 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		switch {
 		case m.Forced:
 			line += fmt.Sprintf(" (forced by reconcile.mode; detected %s)", m.Detected)
+		case m.Kept:
+			line += " (unsure now: dhcpd.conf unreadable; kept, the mode last detected for sure)"
 		case m.Unsure:
 			line += " (unsure: the safe side)"
 		}

@@ -126,6 +126,38 @@ lag            0s
 	}
 }
 
+// TestStatusModeLine: the mode line says whether the mode was forced, taken
+// for lack of a readable dhcpd.conf (complement), or kept from an earlier
+// sure detection while dhcpd.conf is unreadable (not "the safe side").
+func TestStatusModeLine(t *testing.T) {
+	for _, tc := range []struct{ name, mode, want string }{
+		{"detected", `{"mode":"replacement","detected":"replacement","forced":false,"unsure":false,"why":"dhcpd.conf runs maas-dhcp-helper","kept_back":0}`,
+			"mode           replacement\n               dhcpd.conf runs maas-dhcp-helper\n"},
+		{"forced", `{"mode":"hookless","detected":"replacement","forced":true,"unsure":false,"why":"reconcile.mode","kept_back":0}`,
+			"mode           hookless (forced by reconcile.mode; detected replacement)\n               reconcile.mode\n"},
+		{"unsure", `{"mode":"complement","detected":"complement","forced":false,"unsure":true,"why":"cannot read dhcpd.conf","kept_back":0}`,
+			"mode           complement (unsure: the safe side)\n               cannot read dhcpd.conf\n"},
+		{"kept", `{"mode":"replacement","detected":"replacement","forced":false,"unsure":true,"kept":true,"why":"cannot read dhcpd.conf; keeping the mode last detected for sure, replacement","kept_back":0}`,
+			"mode           replacement (unsure now: dhcpd.conf unreadable; kept, the mode last detected for sure)\n               cannot read dhcpd.conf; keeping the mode last detected for sure, replacement\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
+				"queue_depth":0,"last_delivery":null,"deadletters":0,"lag_seconds":0,"tasks":[],"uptime_seconds":10800,
+				"mode":`+tc.mode+`}`, 200)
+			out, _, code := run(t, "status", "--url", srv.URL)
+			want := `agent          ready (version 1.2.3, up 3h0m0s)
+queue depth    0
+last delivery  never
+dead letters   0
+lag            0s
+` + tc.want
+			if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+				t.Errorf("exit %d (-want +got):\n%s", code, diff)
+			}
+		})
+	}
+}
+
 func TestStatusUnknowns(t *testing.T) {
 	srv := statusServer(t, `{"version":"dev","ready":false,"started":"2026-11-29T12:00:00Z","time":"2026-11-29T12:00:00.2Z",
 		"queue_depth":null,"last_delivery":null,"deadletters":null,"lag_seconds":null,"tasks":[{"name":"outbox","state":"starting"}],"uptime_seconds":0.2}`, 200)
