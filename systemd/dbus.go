@@ -48,7 +48,9 @@ func DialManager(ctx context.Context, socket string) (*DBusManager, error) {
 		conn, err = sddbus.NewSystemConnectionContext(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to systemd (is it running? use --root for an image or container rootfs): %w", err)
+		// No hint of what to do instead: that depends on the command
+		// (install-shutdown-unit has --root, release does not).
+		return nil, fmt.Errorf("connect to systemd: %w", err)
 	}
 	return &DBusManager{conn: conn}, nil
 }
@@ -72,6 +74,20 @@ func (m *DBusManager) Enable(ctx context.Context, name string) ([]string, error)
 		}
 	}
 	return links, nil
+}
+
+// UnitFileState is systemctl is-enabled NAME: "enabled", "disabled",
+// "static", "masked", …
+func (m *DBusManager) UnitFileState(ctx context.Context, name string) (string, error) {
+	p, err := m.conn.GetUnitPropertyContext(ctx, name, "UnitFileState")
+	if err != nil {
+		return "", err
+	}
+	s, ok := p.Value.Value().(string)
+	if !ok {
+		return "", fmt.Errorf("UnitFileState of %s is %s, not a string", name, p.Value.Signature())
+	}
+	return s, nil
 }
 
 // Start is systemctl start NAME: it waits for the job's result.
