@@ -238,8 +238,14 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 	}
 	o.retryAfter, o.retryOK = parseRetryAfter(resp.Header.Get("Retry-After"), ref)
 	switch {
-	case c >= 200 && c < 300:
+	case c >= 200 && c < 300 && answer == "":
 		o.kind = kindOK
+	case c >= 200 && c < 300:
+		// MAAS answers 204 with no body (maasapiserver's LeasesHandler,
+		// status_code=204): a page in a 200 is something else at that
+		// address (a proxy's, a captive portal's), which stored nothing.
+		o.kind = kindConfig
+		o.hint = fmt.Sprintf("the region answered %d with a body, where MAAS's leases API answers 204 with none: is region.url MAAS's internal leases API (https://REGION:5242/MAAS/a/v3internal/leases)? Nothing it answered so is counted delivered", c)
 	case c == http.StatusUnprocessableEntity:
 		o.kind = kindRefused
 	case c == http.StatusInternalServerError:

@@ -60,6 +60,8 @@ const (
 	DefaultMaxBackoff     = 30 * time.Second
 	DefaultWarnEvery      = 30 * time.Second
 	DefaultPoisonAttempts = 5
+	DefaultPoisonConfirm  = 30
+	DefaultPoisonSpan     = 30 * time.Second
 	DefaultUserAgent      = "leasekeeper/dev"
 
 	// pollInterval re-checks the queue even without a Notify, in case a
@@ -92,6 +94,13 @@ type Config struct {
 	// before a neighbour is tried to tell a poison event from a failing
 	// region.
 	PoisonAttempts int
+	// PoisonConfirm and PoisonSpan: once an event failed with 500 right
+	// after a neighbour was accepted, it is retried alone PoisonConfirm
+	// times over PoisonSpan before it may be dead-lettered (lone): a
+	// region failing some requests at random, or everything for a
+	// moment, must cost retries, never a dead letter.
+	PoisonConfirm int
+	PoisonSpan    time.Duration
 	// InflightFile records a request's start until its answer, across a
 	// crash (inflight.go); "" keeps no record. UnansweredHold is how long
 	// after the start of a request the previous run left unanswered the
@@ -242,6 +251,12 @@ func withDefaults(cfg Config) (Config, error) {
 	}
 	if cfg.PoisonAttempts <= 0 {
 		cfg.PoisonAttempts = DefaultPoisonAttempts
+	}
+	if cfg.PoisonConfirm <= 0 {
+		cfg.PoisonConfirm = DefaultPoisonConfirm
+	}
+	if cfg.PoisonSpan <= 0 {
+		cfg.PoisonSpan = DefaultPoisonSpan
 	}
 	return cfg, nil
 }
@@ -650,7 +665,7 @@ func withNewest(batch []event.Queued, restate map[netip.Addr]restatement) []even
 
 // send posts batch until the region answers for its content: a 2xx acks
 // it; a 422 or a 500 splits it in halves sent in order (a lone event
-// refused with 422 is dead-lettered, one failing with 500 goes to lone);
+// refused or failing goes to lone);
 // anything else (no answer, an outage status, a configuration problem)
 // is waited out and the same batch sent again.
 //
@@ -679,9 +694,6 @@ func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection
 		case kindOK:
 			return d.delivered(ctx, batch, b.peeked)
 		case kindRefused, kindFailed:
-			if len(batch) == 1 && o.kind == kindRefused {
-				return d.deadLetter(ctx, batch[0], o.what)
-			}
 			if len(batch) == 1 {
 				return d.lone(ctx, batch[0], o, b)
 			}
@@ -736,23 +748,36 @@ func (d *Deliverer) parts(batch []event.Queued) (first, second []event.Queued, o
 	return independent(batch)
 }
 
-// lone handles one event the region failed with 500 on its own, at the
-// head of the queue. A 500 is a poison event (an address in no subnet) or
-// the region failing everything (its database away), and only the second
-// must never cost a dead letter. So the event is retried alone, with
-// backoff, PoisonAttempts times in all; if it still fails, a neighbour is
-// sent alone (the next queued event sharing no IP or MAC with it or with
-// anything skipped: it may overtake the suspect without changing what
-// the region ends with), and the suspect once more right after. Only when
-// the neighbour is accepted and the suspect fails again is it
-// dead-lettered, with the region's answer. When no neighbour is accepted
-// the region is taken to be failing: the suspect is retried with growing
-// backoff, forever, and nothing is dead-lettered.
+// lone handles one event the region failed (500) or refused (422) on its
+// own, at the head of the queue. A 500 is a poison event (an address in
+// no subnet) or the region failing everything (its database away) or
+// some requests (one broken worker behind a balancer); a 422 is an event
+// its schema refuses, or a region refusing everything (a schema this
+// agent does not know). Only a poison event may cost a dead letter.
+//
+// An event failing with 500 is retried alone, with backoff,
+// PoisonAttempts times in all (a 422 is not: retried, it would be
+// refused again); if it still fails, a neighbour is sent alone (the next
+// queued event sharing no IP or MAC with it or with anything skipped: it
+// may overtake the suspect without changing what the region ends with),
+// and the suspect once more right after. The neighbour accepted and the
+// suspect failing right after is a proof that the failure is the
+// event's own. One proof dead-letters a refused event, with the region's
+// answer. A failed one is then retried alone PoisonConfirm times over
+// PoisonSpan, and dead-lettered only if every one of those fails and a
+// neighbour, if one is queued, is accepted once more with the suspect
+// failing right after: a region that fails requests at random, or fails
+// everything for a moment, costs retries, never a dead letter. When no
+// neighbour is accepted the region is taken to be failing (or refusing)
+// everything: the suspect is retried with growing backoff, forever,
+// nothing is dead-lettered, and what proofs there were count no more.
 func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *bisection) (err error) {
 	one := []event.Queued{q}
 	fails, last, outages, rounds := 1, first, 0, 0
 	consumed := false // a neighbour went out of turn: the batch in hand is stale
-	evidence := false // a neighbour was just accepted: the next 500 is the suspect's own
+	evidence := false // a neighbour was just accepted: the next failure is the suspect's own
+	var proved time.Time // the first proof; zero before it
+	since := 0           // the suspect's failures alone since proved
 	defer func() {
 		if err == nil && consumed {
 			err = errRepeek
@@ -768,6 +793,8 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 			return errRepeek
 		}
 		cfg, wake, down = d.link.Load().cfg, false, false
+		// A proved suspect's rounds: PoisonConfirm of them over PoisonSpan.
+		round := max(cfg.PoisonSpan/time.Duration(cfg.PoisonConfirm), cfg.MinBackoff)
 		o, err := d.post(ctx, one)
 		if err != nil {
 			return err
@@ -775,17 +802,33 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 		switch o.kind {
 		case kindOK:
 			return d.delivered(ctx, one, b.peeked)
-		case kindRefused:
-			return d.deadLetter(ctx, q, o.what)
-		case kindFailed:
+		case kindRefused, kindFailed:
 			fails, last, outages = fails+1, o, 0
-			if evidence {
-				return d.deadLetter(ctx, q, fmt.Sprintf("%s (failed alone %d times; the region accepted another event in between)", last.what, fails))
+			if !proved.IsZero() {
+				since++
 			}
-			if fails < cfg.PoisonAttempts {
+			confirmed := !proved.IsZero() && since >= cfg.PoisonConfirm && d.now().Sub(proved) >= cfg.PoisonSpan
+			switch {
+			case evidence && o.kind == kindRefused:
+				return d.deadLetter(ctx, q, fmt.Sprintf("%s (refused alone; the region accepted another event in between)", last.what))
+			case evidence && confirmed:
+				return d.deadLetter(ctx, q, fmt.Sprintf("%s (failed alone %d times over %s; the region accepted another event in between, and again since)",
+					last.what, fails, d.now().Sub(proved).Round(time.Millisecond)))
+			case evidence:
+				evidence = false
+				if proved.IsZero() {
+					proved, since = d.now(), 1
+					d.log.Info().Uint64("suspect_seq", q.Seq).Str("suspect_ip", q.Event.IP.String()).Dur("for", cfg.PoisonSpan).
+						Msg("region failed an event right after accepting another: retrying it before dead-lettering it (a region failing at random must not cost a dead letter)")
+				}
+				delay = round
+				continue
+			case proved.IsZero() && o.kind == kindFailed && fails < cfg.PoisonAttempts:
 				delay = jitter(cfg.MinBackoff, cfg.MaxBackoff, fails-1)
 				continue
 			}
+			// (Judging a proved suspect, each round also sends the
+			// neighbours queued since: the queue moves on meanwhile.)
 			p, err := d.probe(ctx, q, b)
 			if err != nil {
 				return err
@@ -801,12 +844,23 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 				outages++
 				delay, down = d.retryDelay(*p.outage, outages-1), p.outage.down
 				continue
+			case p.tried == 0 && confirmed:
+				// Nothing left to compare it with: the proof and the
+				// failures since it are the verdict.
+				return d.deadLetter(ctx, q, fmt.Sprintf("%s (failed alone %d times over %s; the region accepted another event in between)",
+					last.what, fails, d.now().Sub(proved).Round(time.Millisecond)))
+			case p.tried == 0 && !proved.IsZero():
+				delay, wake = round, true // a new event makes a neighbour to try
+				continue
 			}
-			tried := p.tried
+			proved, since = time.Time{}, 0
 			rounds++
 			why := "the region fails every event it is sent with HTTP 500"
-			if tried == 0 {
-				why = "the region fails this event with HTTP 500, and no other event is queued to tell whether it fails them all"
+			if last.kind == kindRefused {
+				why = "the region refuses every event it is sent with HTTP 422 (its schema: a MAAS version this agent does not know?)"
+			}
+			if p.tried == 0 {
+				why = fmt.Sprintf("the region fails this event with HTTP %d, and no other event is queued to tell whether it fails them all", last.status)
 				wake = true // a new event makes a neighbour to try
 			}
 			d.health.failing(d, last.what, why+"; nothing is dead-lettered: see regiond's log for the cause")
@@ -820,13 +874,14 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 
 // probed is what probe found.
 type probed struct {
-	accepted bool     // a neighbour was accepted (and acked)
-	tried    int      // neighbours sent
+	accepted bool     // neighbours were accepted (and acked)
+	tried    int      // requests of neighbours sent
 	outage   *outcome // a neighbour got no answer about itself: nothing learnt
 }
 
-// probe sends neighbours of the suspect q one by one, up to maxProbes of
-// them, until one is accepted. A neighbour is an event queued after q
+// probe sends the neighbours of the suspect q, all of them in one request
+// (up to BatchMax), then, if the region fails that, one by one until one
+// is accepted, maxProbes requests in all. A neighbour is an event queued after q
 // sharing neither IP nor MAC with q, with an event it would overtake, or
 // with a neighbour that failed; in a failover pair it is also one the
 // pair's gate clears and the stale check passes (neighbours).
@@ -844,13 +899,43 @@ func (d *Deliverer) probe(ctx context.Context, q event.Queued, b *bisection) (p 
 	if err != nil {
 		return p, err
 	}
+	// The neighbours that may go, in queue order: sent together first, so
+	// that while a suspect is being judged the rest of the queue moves on;
+	// one by one (as many as maxProbes) if the region fails them together.
+	var group []event.Queued
 	for _, c := range cands {
-		if p.tried == maxProbes {
-			break
-		}
 		e := c.Event
 		if ips[e.IP] || macs[e.MAC] || d.gate != nil && d.staleNeighbour(ctx, e) {
 			ips[e.IP], macs[e.MAC] = true, true
+			continue
+		}
+		group = append(group, c)
+	}
+	if len(group) > 1 {
+		p.tried++
+		o, err := d.post(ctx, group)
+		if err != nil {
+			return p, err
+		}
+		switch o.kind {
+		case kindOK:
+			d.log.Info().Uint64("suspect_seq", q.Seq).Str("suspect_ip", q.Event.IP.String()).Int("neighbours", len(group)).
+				Msg("region accepted the neighbours of an event it fails: trying the suspect once more")
+			p.accepted = true
+			return p, d.delivered(ctx, group, b.peeked)
+		case kindRefused, kindFailed:
+		default:
+			p.outage = &o
+			return p, nil
+		}
+	}
+	ips, macs = map[netip.Addr]bool{}, map[string]bool{}
+	for _, c := range group {
+		if p.tried >= maxProbes {
+			break
+		}
+		e := c.Event
+		if ips[e.IP] || macs[e.MAC] {
 			continue
 		}
 		p.tried++
@@ -1039,10 +1124,18 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		}
 		o = classifyErr(err, wrote.Load(), &l.cfg, l.u, l.serverName)
 	} else {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
 		resp.Body.Close()
-		o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
+		if rerr != nil {
+			// An answer cut off (the connection reset within a body its
+			// header announced) is no answer: a 2xx so cut is no proof
+			// that the region stored the batch.
+			err = fmt.Errorf("HTTP %d, then reading the answer: %w", resp.StatusCode, rerr)
+			o = classifyErr(err, true, &l.cfg, l.u, l.serverName)
+		} else {
+			o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
+		}
 	}
 	if !o.down {
 		d.probedBack.Store(false) // the region answered, or is up and struggling
