@@ -25,7 +25,10 @@
 //   - systemd-networkd (ParseNetworkd; /run/systemd/netif/leases/IFINDEX):
 //     KEY=VALUE lines, of which ADDRESS, SERVER_ADDRESS, CLIENTID (hex)
 //     and LIFETIME (seconds) are read (keys as systemd 252 writes them).
-//     The file's name is the interface index; the file records no expiry,
+//     The file's name is the interface index (a file named in
+//     Options.LeaseFiles with a single Options.Interfaces entry is that
+//     interface's instead: a copied file's index may be another
+//     namespace's); the file records no expiry,
 //     so the file's modification time (networkd rewrites it at every bind
 //     and renewal) plus LIFETIME is taken as the end.
 //   - NetworkManager's internal client
@@ -41,7 +44,15 @@
 // it has not ended, its address is still configured on the interface
 // and its file names the server. An address the interface no longer has
 // is skipped: the release must come from that address, and the lease
-// may be stale (the MAC may hold another lease by now).
+// may be stale (the MAC may hold another lease by now). So every release
+// gives back an address still in use; Run warns about each unless
+// Options.AtShutdown (the machine is going down, the address with it).
+//
+// With Options.Interfaces, leases on other interfaces are left out,
+// except a named file's, which are reported skipped with the reason; a
+// named file with no lease for an interface asked for fails the run. An
+// interface asked for that does not exist fails it at once
+// (ErrNoSuchInterface).
 //
 // # The packet and the send
 //

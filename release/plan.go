@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -16,6 +17,7 @@ type Source struct {
 	// Iface is the interface the file's name or the command line says
 	// the file belongs to, for formats that do not record it.
 	Iface  string
+	Named  bool      // named on the command line, not found by a glob
 	Saved  time.Time // the file's modification time
 	Leases []Lease   // the current leases (Current applied)
 	// ClientIDs are the identifiers the dhclient.conf that goes with the
@@ -49,6 +51,7 @@ const (
 	SkipNoServer              // the file records no server identifier
 	SkipNoInterface           // no such interface, or the file does not say which
 	SkipNotEthernet           // the interface has no 6-byte hardware address
+	SkipNotAsked              // a named file's lease for an interface not asked for
 )
 
 // Action is one lease and what Plan decided for it.
@@ -70,7 +73,9 @@ type Action struct {
 // the interface (a DHCPRELEASE must come from the address it gives
 // back, and an address the node no longer holds may by now be another
 // lease of the same MAC's), and the file names the server. When only is
-// not empty, leases on other interfaces are left out. A lease found in
+// not empty, leases on other interfaces are left out, except those of
+// named files (Source.Named), which are reported skipped with the reason:
+// someone asked for that file. A lease found in
 // several files (interface and address equal) is planned once: from a
 // file that allows the release if any does, else from the file whose
 // lease ends last (unknown counting as last). Actions are ordered by interface and
@@ -84,11 +89,11 @@ func Plan(sources []Source, ifaces map[string]Iface, only []string, now time.Tim
 	var out []Action
 	for _, s := range sources {
 		for _, l := range s.Leases {
-			name := l.Interface
-			if name == "" {
-				name = s.Iface
-			}
+			name := leaseIface(s, l)
 			if len(only) > 0 && !slices.Contains(only, name) {
+				if s.Named {
+					out = append(out, notAsked(s, l, name, only))
+				}
 				continue
 			}
 			a := Action{Iface: name, Lease: l, Source: s.Path, Format: s.Format, Verdict: Release}
@@ -110,6 +115,28 @@ func Plan(sources []Source, ifaces map[string]Iface, only []string, now time.Tim
 		return cmp.Or(cmp.Compare(x.Iface, y.Iface), x.Lease.Address.Compare(y.Lease.Address))
 	})
 	return out
+}
+
+// leaseIface is the interface a lease is for: the one its file records,
+// else the one the file's name or the command line gives ("" if none).
+func leaseIface(s Source, l Lease) string {
+	if l.Interface != "" {
+		return l.Interface
+	}
+	return s.Iface
+}
+
+// notAsked is the action for a named file's lease on an interface other
+// than those asked for.
+func notAsked(s Source, l Lease, name string, only []string) Action {
+	a := Action{Iface: name, Lease: l, Source: s.Path, Format: s.Format, Verdict: SkipNotAsked}
+	if name == "" {
+		a.Verdict = SkipNoInterface
+		a.Reason = "the file does not say which interface it is for, and of several --interface none is assumed (name its interface as the only --interface)"
+		return a
+	}
+	a.Reason = fmt.Sprintf("the lease is for %s, not --interface %s", name, strings.Join(only, ", "))
+	return a
 }
 
 // later reports whether expiry a is after b, zero meaning never or

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/leasekeeper/leasekeeper/internal/lktest"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
 var addrEqual = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
@@ -608,4 +610,142 @@ func FuzzParseNetworkd(f *testing.F) {
 			t.Fatalf("round trip (-first +second):\n%s", diff)
 		}
 	})
+}
+
+// TestExplainPrivileges: EACCES or EPERM from setting up the socket
+// means release is not root, not that the way to the server is barred.
+func TestExplainPrivileges(t *testing.T) {
+	server := netip.MustParseAddr("203.0.113.1")
+	dial := func(err error) error { return &net.OpError{Op: "dial", Net: "udp4", Err: err} }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"bind EACCES", dial(os.NewSyscallError("bind", syscall.EACCES)), "binding UDP port 68 needs root (CAP_NET_BIND_SERVICE)"},
+		{"bind EPERM", dial(os.NewSyscallError("bind", syscall.EPERM)), "binding UDP port 68 needs root"},
+		{"bind to device", dial(os.NewSyscallError("setsockopt SO_BINDTODEVICE", syscall.EPERM)), "needs root (CAP_NET_RAW)"},
+		{"connect EACCES", dial(os.NewSyscallError("connect", syscall.EACCES)), "prohibited here (a prohibit route or a firewall)"},
+		{"write EPERM", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPERM)}, "prohibited here"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := explain(tc.err, server)
+			if !strings.Contains(got.Error(), tc.want) || !errors.Is(got, tc.err) {
+				t.Errorf("explain = %v, want it to say %q and wrap the error", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunNoSuchInterface: an --interface the node does not have stops
+// the run before anything is read or sent.
+func TestRunNoSuchInterface(t *testing.T) {
+	var out, errb bytes.Buffer
+	_, err := Run(context.Background(), Options{Interfaces: []string{"lk-nosuch0"}, LeaseFiles: []string{filepath.Join(t.TempDir(), "none")}, Stdout: &out, Stderr: &errb})
+	if !errors.Is(err, ErrNoSuchInterface) || !strings.Contains(err.Error(), "--interface lk-nosuch0") || out.Len() != 0 || errb.Len() != 0 {
+		t.Errorf("err %v, stdout %q, stderr %q; want ErrNoSuchInterface and nothing printed", err, out.String(), errb.String())
+	}
+}
+
+// TestRunDhclientConfNamed: a dhclient.conf named but missing is warned
+// about (the default one may be missing without a word).
+func TestRunDhclientConfNamed(t *testing.T) {
+	dir := t.TempDir()
+	lease := filepath.Join(dir, "dhclient.leases")
+	os.WriteFile(lease, []byte("lease {\n interface \"lk-nosuch0\";\n fixed-address 203.0.113.9;\n option dhcp-server-identifier 203.0.113.1;\n expire never;\n}\n"), 0o644)
+	missing := filepath.Join(dir, "missing.conf")
+	for _, tc := range []struct {
+		conf, want string
+	}{
+		{missing, missing + ": open " + missing + ": no such file or directory (client identifiers from it not used)"},
+		{"-", ""},
+	} {
+		var out, errb bytes.Buffer
+		_, err := Run(context.Background(), Options{LeaseFiles: []string{lease}, DhclientConf: tc.conf, DryRun: true, Stdout: &out, Stderr: &errb})
+		if err != nil || !strings.Contains(errb.String(), tc.want) || tc.want == "" && errb.Len() != 0 {
+			t.Errorf("--dhclient-conf %s: err %v, stderr %q; want %q", tc.conf, err, errb.String(), tc.want)
+		}
+	}
+}
+
+// TestRunNamedFileInterface: which interface a named networkd-format
+// file is for, with --interface. A single --interface wins over the
+// file's name (an index of another namespace or boot); with several,
+// the name says, and a named file with no lease for an interface asked
+// for is reported, its leases skipped with the reason, and fails the
+// run instead of "no DHCPv4 leases found". Runs in a lab namespace with
+// interfaces br0 (203.0.113.1/24), n0 and n1; dry runs, nothing sent.
+func TestRunNamedFileInterface(t *testing.T) {
+	l := lab.New(t)
+	if err := l.IP(l.NS,
+		[]string{"link", "add", "n0", "type", "veth", "peer", "name", "n1"},
+		[]string{"link", "set", "n0", "up"},
+		[]string{"link", "set", "n1", "up"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	idx := map[string]string{}
+	if err := l.InNetns(l.NS, func() error {
+		for _, n := range []string{"br0", "n0", "n1"} {
+			ifc, err := net.InterfaceByName(n)
+			if err != nil {
+				return err
+			}
+			idx[n] = strconv.Itoa(ifc.Index)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const networkd = "ADDRESS=203.0.113.1\nSERVER_ADDRESS=203.0.113.2\nLIFETIME=600\n"
+	dhclient := ""
+	for _, n := range []string{"br0", "n0", "n1"} {
+		dhclient += "lease {\n interface \"" + n + "\";\n fixed-address 203.0.113.1;\n option dhcp-server-identifier 203.0.113.2;\n expire never;\n}\n"
+	}
+	for _, tc := range []struct {
+		name, file, body string
+		ifaces           []string
+		want             []string // in stdout
+		fail             bool     // ErrFailed
+	}{
+		{"one --interface, name of another", idx["n0"], networkd, []string{"br0"},
+			[]string{"br0: would release 203.0.113.1"}, false},
+		{"one --interface, name of none", "999", networkd, []string{"br0"},
+			[]string{"br0: would release 203.0.113.1"}, false},
+		{"one --interface, NetworkManager name of another", "internal-0f8d3b52-6d6e-4c8a-9d8f-5c1b6bb7c2a1-eth7.lease", networkd, []string{"br0"},
+			[]string{"br0: would release 203.0.113.1"}, false},
+		{"several, name of one of them", idx["br0"], networkd, []string{"n0", "br0"},
+			[]string{"br0: would release 203.0.113.1"}, false},
+		{"several, name of another", idx["n1"], networkd, []string{"br0", "n0"},
+			[]string{"n1: skipped 203.0.113.1: the lease is for n1, not --interface br0, n0"}, true},
+		{"several, name of none", "lease", networkd, []string{"br0", "n0"},
+			[]string{"(unknown interface): skipped 203.0.113.1: the file does not say which interface it is for"}, true},
+		{"dhclient, one asked for", "dhclient.leases", dhclient, []string{"br0"},
+			[]string{"br0: would release 203.0.113.1", "n0: skipped 203.0.113.1: the lease is for n0, not --interface br0"}, false},
+		{"dhclient, none asked for", "dhclient.leases", dhclient[:strings.Index(dhclient, "}")+2], []string{"n0", "n1"},
+			[]string{"br0: skipped 203.0.113.1: the lease is for br0, not --interface n0, n1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), tc.file)
+			if err := os.WriteFile(file, []byte(tc.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			var err error
+			if lerr := l.InNetns(l.NS, func() error {
+				_, err = Run(context.Background(), Options{LeaseFiles: []string{file}, Interfaces: tc.ifaces, DhclientConf: "-", DryRun: true, Stdout: &out, Stderr: &errb})
+				return nil
+			}); lerr != nil {
+				t.Fatal(lerr)
+			}
+			if errors.Is(err, ErrFailed) != tc.fail || err != nil && !tc.fail {
+				t.Errorf("err %v, want failure %v", err, tc.fail)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s%s", w, out.String(), errb.String())
+				}
+			}
+		})
+	}
 }

@@ -40,14 +40,22 @@ type Options struct {
 	Interfaces []string // only these interfaces; all when empty
 	// LeaseFiles are read instead of Globs when not empty; their format
 	// is detected from their content.
-	LeaseFiles   []string
-	Globs        []string // default DefaultGlobs
-	DhclientConf string   // default DefaultDhclientConf; "-" for none
+	LeaseFiles []string
+	Globs      []string // default DefaultGlobs
+	// DhclientConf is the dhclient.conf for dhclient leases: "" for
+	// DefaultDhclientConf (or NetworkManager's own, next to its lease
+	// files), "-" for none. One named here that is missing is warned
+	// about; the default may well be missing.
+	DhclientConf string
 	DryRun       bool
-	Timeout      time.Duration // default DefaultTimeout
-	Now          func() time.Time
-	Stdout       io.Writer // the per-interface report
-	Stderr       io.Writer // warnings about odd files
+	// AtShutdown says the machine is shutting down (the shutdown unit's
+	// release): the addresses released are about to go, so releasing
+	// them while still configured is no cause for a warning.
+	AtShutdown bool
+	Timeout    time.Duration // default DefaultTimeout
+	Now        func() time.Time
+	Stdout     io.Writer // the per-interface report
+	Stderr     io.Writer // warnings: odd files, addresses released while in use
 }
 
 // Result counts what Run did. Released are releases whose leaving the
@@ -62,13 +70,20 @@ type Result struct {
 // or a named lease file could not be used.
 var ErrFailed = errors.New("release failed")
 
+// ErrNoSuchInterface is wrapped by Run's error when an interface in
+// Options.Interfaces does not exist: nothing is done.
+var ErrNoSuchInterface = errors.New("no such interface on this node")
+
 // Run finds the node's DHCPv4 leases, sends a DHCPRELEASE for each
 // current one (or, with DryRun, prints what it would send) and reports
 // per interface. All sends together take at most Timeout. Leases that
 // are not released are reported with the reason. Unreadable or odd
 // lease files found by the globs are warned about and skipped; named
 // ones (LeaseFiles) also make the run fail at the end, after the
-// others have been released.
+// others have been released, and so does a named file that holds no
+// lease for the interfaces asked for (or for any it can tell).
+// Releasing an address still configured on its interface is warned
+// about, unless AtShutdown.
 func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -91,10 +106,29 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	for _, name := range o.Interfaces {
 		if _, ok := ifaces[name]; !ok {
-			fmt.Fprintf(o.Stderr, "leasekeeper: warning: --interface %s: no such interface\n", name)
+			return Result{}, fmt.Errorf("--interface %s: %w", name, ErrNoSuchInterface)
 		}
 	}
-	sources, looked, bad := o.readSources(ifaces)
+	sources, looked, bad := o.readSources()
+	unmatched := 0 // named files with no lease for the interfaces asked for
+	for _, s := range sources {
+		if s.Named && len(s.Leases) > 0 && !slices.ContainsFunc(s.Leases, func(l Lease) bool {
+			name := leaseIface(s, l)
+			return name != "" && (len(o.Interfaces) == 0 || slices.Contains(o.Interfaces, name))
+		}) {
+			unmatched++
+		}
+	}
+	failures := func() []error {
+		var out []error
+		if bad > 0 {
+			out = append(out, fmt.Errorf("%w: %d named lease file(s) unusable", ErrFailed, bad))
+		}
+		if unmatched > 0 {
+			out = append(out, fmt.Errorf("%w: %d named lease file(s) with no lease for the interface(s) asked for (see the skipped lines)", ErrFailed, unmatched))
+		}
+		return out
+	}
 
 	actions := Plan(sources, ifaces, o.Interfaces, o.Now())
 	res := Result{Actions: actions}
@@ -105,10 +139,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		} else {
 			fmt.Fprintf(o.Stdout, "no DHCPv4 leases found (looked in %s)\n", where)
 		}
-		if bad > 0 {
-			return res, fmt.Errorf("%w: %d named lease file(s) unusable", ErrFailed, bad)
-		}
-		return res, nil
+		return res, errors.Join(failures()...)
 	}
 
 	errs := make([]error, len(actions))
@@ -165,14 +196,43 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			fmt.Fprintf(o.Stdout, "%s: no DHCPv4 lease found\n", name)
 		}
 	}
+	if !o.DryRun && !o.AtShutdown {
+		// Plan releases only addresses still configured (a DHCPRELEASE
+		// comes from the address it gives back), so on a running node
+		// every release gives away an address in use, unless the
+		// client removed it since.
+		for i, a := range actions {
+			if a.Verdict == Release && errs[i] == nil && stillConfigured(a.Iface, a.Lease.Address) {
+				fmt.Fprintf(o.Stderr, "leasekeeper: warning: %s is still configured on %s: dhcpd may give it to another client while this node still uses it (remove the address or stop the DHCP client first; at shutdown the shutdown unit runs release at the right time)\n", a.Lease.Address, a.Iface)
+			}
+		}
+	}
 	var out []error
 	if res.Failed > 0 {
 		out = append(out, fmt.Errorf("%w: %d of %d release(s) not sent", ErrFailed, res.Failed, res.Failed+res.Released+res.Unconfirmed))
 	}
-	if bad > 0 {
-		out = append(out, fmt.Errorf("%w: %d named lease file(s) unusable", ErrFailed, bad))
+	return res, errors.Join(append(out, failures()...)...)
+}
+
+// stillConfigured reports whether addr is an address of the interface
+// name now.
+func stillConfigured(name string, addr netip.Addr) bool {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return false
 	}
-	return res, errors.Join(out...)
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // via names the interface a release left through when it is not the
@@ -194,7 +254,7 @@ func orUnknown(s string) string {
 // readSources reads the named lease files, or those the globs find.
 // It returns what it looked at (for the "no leases" message) and how
 // many named files were unusable. Problems are warned about on Stderr.
-func (o Options) readSources(ifaces map[string]Iface) (sources []Source, looked []string, bad int) {
+func (o Options) readSources() (sources []Source, looked []string, bad int) {
 	named := len(o.LeaseFiles) > 0
 	paths := o.LeaseFiles
 	if !named {
@@ -232,14 +292,24 @@ func (o Options) readSources(ifaces map[string]Iface) (sources []Source, looked 
 			ids, err = ParseDhclientConf(f)
 			f.Close()
 		}
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		// The default dhclient.conf may well be missing; one named
+		// (DhclientConf) is expected to be there.
+		if err != nil && (!errors.Is(err, os.ErrNotExist) || path == o.DhclientConf) {
 			fmt.Fprintf(o.Stderr, "leasekeeper: warning: %s: %v (client identifiers from it not used)\n", path, err)
 		}
 		confIDs[path] = ids
 		return ids
 	}
 	for _, p := range paths {
-		s, err := readSource(p, ifaces)
+		// A file named on the command line with a single --interface
+		// is that interface's, whatever its name says: a networkd file
+		// copied from elsewhere is named by an index of another
+		// namespace, or of another boot.
+		given := ""
+		if named && len(o.Interfaces) == 1 {
+			given = o.Interfaces[0]
+		}
+		s, err := readSource(p, given)
 		if err == nil && s.Iface == "" && len(o.Interfaces) == 1 && s.Format != FormatDhclient {
 			s.Iface = o.Interfaces[0]
 		}
@@ -259,14 +329,17 @@ func (o Options) readSources(ifaces map[string]Iface) (sources []Source, looked 
 			}
 			s.ClientIDs = clientIDs(c)
 		}
+		s.Named = named
 		sources = append(sources, *s)
 	}
 	return sources, looked, bad
 }
 
 // readSource reads and parses one lease file. A torn dhclient file
-// returns its complete leases and the error.
-func readSource(path string, ifaces map[string]Iface) (*Source, error) {
+// returns its complete leases and the error. iface, when not "", is the
+// interface of a file whose format does not record one, instead of the
+// one its name gives.
+func readSource(path, iface string) (*Source, error) {
 	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
@@ -274,7 +347,11 @@ func readSource(path string, ifaces map[string]Iface) (*Source, error) {
 	defer f.Close()
 	format, leases, perr := Parse(f)
 	s := &Source{Path: path, Format: format, Saved: fi.ModTime(), Leases: Current(leases)}
-	if format != FormatDhclient {
+	switch {
+	case format == FormatDhclient:
+	case iface != "":
+		s.Iface = iface
+	default:
 		name, err := ifaceFromName(path)
 		if err != nil {
 			return nil, err

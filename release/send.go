@@ -147,7 +147,8 @@ func send(ctx context.Context, a Action, pkt []byte) (Sent, error) {
 				// dhclient or networkd may hold port 68 too.
 				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
 				if serr == nil && p.bind != "" {
-					serr = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, p.bind)
+					serr = os.NewSyscallError("setsockopt SO_BINDTODEVICE",
+						syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, p.bind))
 				}
 			})
 			return errors.Join(err, serr)
@@ -244,6 +245,18 @@ func noARP(p path, server netip.Addr, timedOut bool) error {
 // explain turns socket and route lookup errors into what they mean for
 // a release.
 func explain(err error, server netip.Addr) error {
+	// Refused privileges first: EACCES and EPERM from the socket's own
+	// set-up are about who runs release, not about the way to the
+	// server.
+	var se *os.SyscallError
+	if errors.As(err, &se) && (errors.Is(se.Err, syscall.EACCES) || errors.Is(se.Err, syscall.EPERM)) {
+		switch se.Syscall {
+		case "bind":
+			return fmt.Errorf("binding UDP port 68 needs root (CAP_NET_BIND_SERVICE): %w", err)
+		case "setsockopt SO_BINDTODEVICE":
+			return fmt.Errorf("binding the socket to its interface needs root (CAP_NET_RAW): %w", err)
+		}
+	}
 	switch {
 	case errors.Is(err, syscall.ENETUNREACH):
 		return fmt.Errorf("no route to %s from this address (network unreachable): %w", server, err)

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
+
+	"golang.org/x/sys/unix"
 )
 
 // Manager is what installing needs of a running systemd: the live half of
@@ -19,6 +21,9 @@ type Manager interface {
 	Enable(ctx context.Context, name string) ([]string, error)
 	// Start starts a unit and waits for its job to finish.
 	Start(ctx context.Context, name string) error
+	// UnitFileState is the unit file's enablement as systemctl
+	// is-enabled prints it: "enabled", "disabled", …
+	UnitFileState(ctx context.Context, name string) (string, error)
 }
 
 // DefaultUnitDir is where administrators' units live, relative to the root.
@@ -49,8 +54,15 @@ type InstallResult struct {
 	Path    string   // the unit file, as seen from inside the root
 	Written bool     // false when the file already had this content
 	Links   []string // enable links made by this run
-	Enabled bool     // an enable link exists (offline) or was requested (live)
-	Started bool     // the unit was started (live only)
+	// Enabled: offline, an enable link exists; live, the unit was
+	// enabled by this run or (without Enable) the manager reports it
+	// enabled.
+	Enabled bool
+	// EnableState is, live without Enable, the unit file's state as the
+	// manager reports it ("enabled", "disabled", …): the state left as
+	// it was. "" otherwise, or when the manager could not say.
+	EnableState string
+	Started     bool // the unit was started (live only)
 }
 
 // ErrForeignUnit is returned when a unit file of the same name exists and
@@ -65,16 +77,9 @@ func (in Installer) Install(ctx context.Context) (InstallResult, error) {
 	if err != nil {
 		return res, err
 	}
-	dir := in.UnitDir
-	if dir == "" {
-		dir = DefaultUnitDir
-	}
-	if path.IsAbs(dir) {
-		return res, fmt.Errorf("unit dir %q: must be relative to the root", dir)
-	}
-	root, err := os.OpenRoot(in.Root)
+	root, dir, err := in.open()
 	if err != nil {
-		return res, fmt.Errorf("root: %w", err)
+		return res, err
 	}
 	defer root.Close()
 
@@ -105,6 +110,12 @@ func (in Installer) Install(ctx context.Context) (InstallResult, error) {
 		}
 	}
 	if !in.Enable {
+		// Left as it was: report what that is, not what was asked. Not
+		// knowing is no reason to fail an install that is done.
+		if st, err := in.Manager.UnitFileState(ctx, ShutdownUnitName); err == nil {
+			res.EnableState = st
+			res.Enabled = st == "enabled" || st == "enabled-runtime"
+		}
 		return res, nil
 	}
 	res.Links, err = in.Manager.Enable(ctx, ShutdownUnitName)
@@ -126,15 +137,90 @@ func (in Installer) Install(ctx context.Context) (InstallResult, error) {
 	return res, nil
 }
 
-// writeUnit writes text to name atomically (temporary file, rename),
-// unless the file already holds it. It refuses to replace a file without
-// our marker unless force is set.
-func writeUnit(root *os.Root, name string, text []byte, force bool) (bool, error) {
+// Check reports, writing nothing, what would make Install fail: the root
+// cannot be opened, the unit directory cannot be reached inside it (a
+// symbolic link leading out, a file in the way) or is on a read-only
+// file system, a unit file of that name is foreign and Force is not
+// set, or (offline, with Enable) the enable link's place is taken.
+// Callers with work of their own to do first (copying the binary into
+// the root) call it before, so that a refusal leaves nothing behind.
+// The unit's Binary may still be unknown.
+func (in Installer) Check() error {
+	root, dir, err := in.open()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	// The nearest part of dir that exists must be a directory inside
+	// the root, on a writable file system; the rest is made by Install.
+	for d := dir; ; d = path.Dir(d) {
+		fi, err := root.Stat(d)
+		if errors.Is(err, fs.ErrNotExist) && d != "." {
+			continue
+		}
+		if err == nil && !fi.IsDir() {
+			err = errors.New("not a directory")
+		}
+		if err == nil {
+			err = writable(root, d)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path.Join("/", d), err)
+		}
+		break
+	}
+	// No text to compare with: only whether a file there is ours.
+	if _, err := unitUpToDate(root, path.Join(dir, ShutdownUnitName), nil, in.Force); err != nil {
+		return err
+	}
+	if in.Manager == nil && in.Enable {
+		_, err = linkState(root, path.Join(dir, wantedBy+".wants", ShutdownUnitName), "/"+path.Join(dir, ShutdownUnitName))
+	}
+	return err
+}
+
+// writable refuses a directory on a read-only mount (where even root
+// cannot write).
+func writable(root *os.Root, dir string) error {
+	f, err := root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Flags&unix.ST_RDONLY != 0 {
+		return unix.EROFS
+	}
+	return nil
+}
+
+// open opens the root; it returns the unit directory relative to it.
+func (in Installer) open() (root *os.Root, dir string, err error) {
+	dir = in.UnitDir
+	if dir == "" {
+		dir = DefaultUnitDir
+	}
+	if path.IsAbs(dir) {
+		return nil, "", fmt.Errorf("unit dir %q: must be relative to the root", dir)
+	}
+	root, err = os.OpenRoot(in.Root)
+	if err != nil {
+		return nil, "", fmt.Errorf("root: %w", err)
+	}
+	return root, dir, nil
+}
+
+// unitUpToDate reports whether name already holds text (nil: never),
+// and refuses a file without our marker unless force is set.
+func unitUpToDate(root *os.Root, name string, text []byte, force bool) (bool, error) {
 	old, err := root.ReadFile(name)
 	switch {
 	case err == nil:
-		if bytes.Equal(old, text) {
-			return false, nil
+		if text != nil && bytes.Equal(old, text) {
+			return true, nil
 		}
 		if !writtenByUs(old) && !force {
 			return false, fmt.Errorf("/%s: %w", name, ErrForeignUnit)
@@ -142,6 +228,16 @@ func writeUnit(root *os.Root, name string, text []byte, force bool) (bool, error
 	case errors.Is(err, fs.ErrNotExist):
 	default:
 		return false, fmt.Errorf("read /%s: %w", name, err)
+	}
+	return false, nil
+}
+
+// writeUnit writes text to name atomically (temporary file, rename),
+// unless the file already holds it. It refuses to replace a file without
+// our marker unless force is set.
+func writeUnit(root *os.Root, name string, text []byte, force bool) (bool, error) {
+	if same, err := unitUpToDate(root, name, text, force); same || err != nil {
+		return false, err
 	}
 	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return false, fmt.Errorf("create /%s: %w", path.Dir(name), err)
@@ -184,16 +280,8 @@ func writeNew(root *os.Root, name string, b []byte) error {
 // (absolute target). An existing link to target is left alone; anything
 // else at that path is an error, never replaced.
 func ensureLink(root *os.Root, link, target string) (bool, error) {
-	got, err := root.Readlink(link)
-	switch {
-	case err == nil:
-		if got == target {
-			return false, nil
-		}
-		return false, fmt.Errorf("/%s exists and points at %s, not %s; remove it first", link, got, target)
-	case errors.Is(err, fs.ErrNotExist):
-	default:
-		return false, fmt.Errorf("/%s: %w", link, err)
+	if there, err := linkState(root, link, target); there || err != nil {
+		return false, err
 	}
 	if err := root.MkdirAll(path.Dir(link), 0o755); err != nil {
 		return false, fmt.Errorf("create /%s: %w", path.Dir(link), err)
@@ -202,6 +290,22 @@ func ensureLink(root *os.Root, link, target string) (bool, error) {
 		return false, fmt.Errorf("enable: %w", err)
 	}
 	return true, nil
+}
+
+// linkState reports whether link is a symlink to target, and refuses
+// anything else at that path.
+func linkState(root *os.Root, link, target string) (bool, error) {
+	got, err := root.Readlink(link)
+	switch {
+	case err == nil:
+		if got == target {
+			return true, nil
+		}
+		return false, fmt.Errorf("/%s exists and points at %s, not %s; remove it first", link, got, target)
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("/%s: %w", link, err)
 }
 
 func linkPointsAt(root *os.Root, link, target string) bool {

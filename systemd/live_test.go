@@ -59,6 +59,14 @@ func TestInstallLive(t *testing.T) {
 	if err != nil || res.Written || len(res.Links) != 0 || !res.Started {
 		t.Fatalf("second install: %+v %v", res, err)
 	}
+	// Without Enable the enable state is left as it was, and reported as
+	// the manager sees it, not as "not enabled".
+	noEnable := in
+	noEnable.Enable = false
+	res, err = noEnable.Install(ctx)
+	if err != nil || res.Written || !res.Enabled || res.EnableState != "enabled" || res.Started {
+		t.Fatalf("install without Enable: %+v %v", res, err)
+	}
 
 	m.Stop(t)
 	got, err := os.ReadFile(marker)
@@ -72,12 +80,13 @@ func TestInstallLive(t *testing.T) {
 
 func TestDialManagerNoSystemd(t *testing.T) {
 	// A socket path that does not exist falls back to the system bus; on
-	// a machine without one the error says what to do.
+	// a machine without one the error says so, and no command's hint:
+	// release has no --root, install-shutdown-unit adds that itself.
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path="+filepath.Join(t.TempDir(), "nobus"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := DialManager(ctx, filepath.Join(t.TempDir(), "nosock"))
-	if err == nil || !strings.Contains(err.Error(), "--root") {
+	if err == nil || !strings.Contains(err.Error(), "connect to systemd") || strings.Contains(err.Error(), "--") {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -250,3 +250,87 @@ func TestInstallBadRoot(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// Check finds, writing nothing, what would make Install refuse: callers
+// run it before copying a binary into the root, so that a refusal leaves
+// nothing behind.
+func TestInstallCheck(t *testing.T) {
+	u := ShutdownUnit{Binary: "/usr/sbin/leasekeeper"}
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, root, outside string)
+		force bool
+		want  string // substring of the error; "" = none
+	}{
+		{"empty root", func(*testing.T, string, string) {}, false, ""},
+		{"foreign unit", func(t *testing.T, root, _ string) {
+			write(t, filepath.Join(root, "etc/systemd/system", ShutdownUnitName), "[Unit]\n")
+		}, false, "not written by leasekeeper"},
+		{"foreign unit, forced", func(t *testing.T, root, _ string) {
+			write(t, filepath.Join(root, "etc/systemd/system", ShutdownUnitName), "[Unit]\n")
+		}, true, ""},
+		{"our unit, other content", func(t *testing.T, root, _ string) {
+			write(t, filepath.Join(root, "etc/systemd/system", ShutdownUnitName), unitMarker+"\n[Unit]\n")
+		}, false, ""},
+		{"symlink out of the root", func(t *testing.T, root, outside string) {
+			mkdir(t, filepath.Join(root, "etc"))
+			if err := os.Symlink(outside, filepath.Join(root, "etc/systemd")); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "/etc/systemd"},
+		{"enable link taken", func(t *testing.T, root, _ string) {
+			mkdir(t, filepath.Join(root, "etc/systemd/system/multi-user.target.wants"))
+			if err := os.Symlink("/dev/null", filepath.Join(root, "etc/systemd/system/multi-user.target.wants", ShutdownUnitName)); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "points at /dev/null"},
+		{"file in the way", func(t *testing.T, root, _ string) {
+			write(t, filepath.Join(root, "etc/systemd"), "")
+		}, false, "not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			root, outside := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
+			mkdir(t, root)
+			mkdir(t, outside)
+			tc.setup(t, root, outside)
+			before := tree(t, base)
+			err := Installer{Root: root, Unit: u, Enable: true, Force: tc.force}.Check()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			if after := tree(t, base); after != before {
+				t.Fatalf("Check wrote:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, name, text string) {
+	t.Helper()
+	mkdir(t, filepath.Dir(name))
+	if err := os.WriteFile(name, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tree lists every path under dir.
+func tree(t *testing.T, dir string) string {
+	t.Helper()
+	var paths []string
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		paths = append(paths, strings.TrimPrefix(p, dir))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(paths, " ")
+}

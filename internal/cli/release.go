@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,10 @@ type releaseFlags struct {
 	dhclientConf string
 	dryRun       bool
 	timeout      time.Duration
+
+	// Set from the command line, not flags of their own:
+	confGiven  bool // --dhclient-conf given, even as the default path
+	atShutdown bool // --only-at-shutdown given, and systemd is shutting down
 }
 
 func newReleaseCmd(env *Env) *cobra.Command {
@@ -38,8 +43,11 @@ Leases are found whatever client holds them:
   NetworkManager           /var/lib/NetworkManager/internal-UUID-IFACE.lease,
                            /var/lib/NetworkManager/dhclient-UUID-IFACE.lease
 --lease-file reads the named files instead (repeatable); their format
-is detected from their content, and a networkd-format file whose name
-is not an interface index belongs to the one --interface given.
+is detected from their content. A networkd-format file named this way
+belongs to the --interface given when only one is (whatever the file's
+name says), else to the interface its name gives (networkd's interface
+index, NetworkManager's interface name). A named file's leases on
+interfaces not asked for are reported skipped with the reason.
 
 Each release is a unicast DHCPRELEASE from the lease's address, port 68,
 to the lease's server, port 67, along the kernel's route from that
@@ -61,11 +69,22 @@ Where nothing can show the packet left (the route's interface has no
 ARP, e.g. a tunnel), the line says "sent, not confirmed". Lease files
 and dhclient.conf must be regular files (symbolic links are followed): a
 FIFO or device is refused (never opened in a way that could block).
+
+Only addresses still configured are released (the release must come
+from the address), so while the node runs a release gives away an
+address it still uses: dhcpd may hand it to another client at once.
+Each such release is warned about on stderr, except at shutdown
+(--only-at-shutdown, as the shutdown unit runs it).
+
 One line per lease is printed. Exit status: 0 when every current lease
 was released, sent but not confirmed, or skipped, or there were none; 1
-when a release could not be sent or a --lease-file could not be read
-(the others are still released). --server, --leases and --no-wait
-belong to the rack side and are refused without --for and --mac.
+when a release could not be sent, or a --lease-file could not be read or
+holds no lease for the --interface given (or for any interface it can
+tell); the others are still released. 2 for a bad invocation, such as an
+--interface this node does not have. A --dhclient-conf named but missing
+is warned about. Sending needs root (it binds UDP port 68); --dry-run
+does not. --server, --leases and --no-wait belong to the rack side and
+are refused without --for and --mac.
 
 On the rack: --for IP --mac MAC makes the local dhcpd release the lease
 of a client that is gone without releasing it (a force-deleted container,
@@ -117,6 +136,10 @@ it; then the leases file is watched until dhcpd records the release
 			if f.timeout <= 0 {
 				return usageError{fmt.Errorf("--timeout %v: must be positive", f.timeout)}
 			}
+			f.confGiven = cmd.Flags().Changed("dhclient-conf")
+			// withShutdownGuard runs this only when the machine is
+			// shutting down, if --only-at-shutdown was given.
+			f.atShutdown, _ = cmd.Flags().GetBool("only-at-shutdown")
 			return runNodeRelease(cmd.Context(), env, f)
 		},
 	}
@@ -142,7 +165,7 @@ func runNodeRelease(ctx context.Context, env *Env, f releaseFlags) error {
 		ctx = context.Background()
 	}
 	conf := f.dhclientConf
-	if conf == release.DefaultDhclientConf {
+	if !f.confGiven {
 		conf = "" // lets NetworkManager's own dhclient confs apply
 	}
 	_, err := release.Run(ctx, release.Options{
@@ -150,10 +173,14 @@ func runNodeRelease(ctx context.Context, env *Env, f releaseFlags) error {
 		LeaseFiles:   f.leaseFiles,
 		DhclientConf: conf,
 		DryRun:       f.dryRun,
+		AtShutdown:   f.atShutdown,
 		Timeout:      f.timeout,
 		Now:          env.Now,
 		Stdout:       env.Stdout,
 		Stderr:       env.Stderr,
 	})
+	if errors.Is(err, release.ErrNoSuchInterface) {
+		return usageError{err}
+	}
 	return err
 }

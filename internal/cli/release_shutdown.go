@@ -46,7 +46,7 @@ func (g *shutdownGuard) allow(ctx context.Context, env *Env) (bool, error) {
 	defer cancel()
 	mgr, err := systemd.DialManager(ctx, g.socket)
 	if err != nil {
-		return false, fmt.Errorf("--only-at-shutdown: cannot tell whether the machine is shutting down, so nothing is released: %w", err)
+		return false, fmt.Errorf("--only-at-shutdown: cannot tell whether the machine is shutting down, so nothing is released: %w (is systemd running, and is this root? to release now, leave --only-at-shutdown out)", err)
 	}
 	defer mgr.Close()
 	down, state, err := mgr.ShuttingDown(ctx)

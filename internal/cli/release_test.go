@@ -79,6 +79,7 @@ func TestReleaseUsage(t *testing.T) {
 		{"server without for", []string{"--server", "203.0.113.1", "--dry-run"}, 2, "--server is for the rack-side release and needs --for IP --mac MAC"},
 		{"leases without for", []string{"--leases=/var/lib/dhcp/dhcpd.leases", "--dry-run"}, 2, "--leases is for the rack-side release"},
 		{"no-wait without for", []string{"--no-wait", "--dry-run"}, 2, "--no-wait is for the rack-side release"},
+		{"no such interface", []string{"--interface", "lk-nosuch0", "--lease-file", "/nonexistent/lease", "--dry-run"}, 2, "--interface lk-nosuch0: no such interface"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runRelease(t, tc.args...)
@@ -99,6 +100,30 @@ func TestReleaseNoLeases(t *testing.T) {
 	out, stderr, code := runRelease(t, "--lease-file", empty, "--lease-file", duidOnly)
 	if code != 0 || !strings.Contains(out, "no DHCPv4 leases found") || stderr != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 0 and \"no DHCPv4 leases found\"", code, out, stderr)
+	}
+}
+
+// TestReleaseHelp: the help says what a release costs on a running
+// node, and that it needs root.
+func TestReleaseHelp(t *testing.T) {
+	out, _, code := runRelease(t, "--help")
+	for _, want := range []string{"Sending needs root", "dhcpd may hand it to another client", "except at shutdown", "--interface this node does not have"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, help lacks %q", code, want)
+		}
+	}
+}
+
+// TestReleaseDhclientConfNamed: a --dhclient-conf given but missing is
+// warned about, even when it is the default path.
+func TestReleaseDhclientConfNamed(t *testing.T) {
+	dir := t.TempDir()
+	lease := filepath.Join(dir, "dhclient.leases")
+	os.WriteFile(lease, []byte("lease {\n interface \"lk-nosuch0\";\n fixed-address 203.0.113.9;\n option dhcp-server-identifier 203.0.113.1;\n expire never;\n}\n"), 0o644)
+	missing := filepath.Join(dir, "missing.conf")
+	_, stderr, code := runRelease(t, "--lease-file", lease, "--dhclient-conf", missing, "--dry-run")
+	if code != 0 || !strings.Contains(stderr, missing+": open "+missing+": no such file") {
+		t.Errorf("exit %d, stderr %q; want 0 and a warning naming %s", code, stderr, missing)
 	}
 }
 
@@ -284,18 +309,22 @@ func TestLabReleaseDhclient(t *testing.T) {
 	r.waitHook("commit", ip)
 	conf := filepath.Join(c.Dir, "dhclient.conf")
 
-	out, _, code, _ := r.release(c, "--dry-run", "--lease-file", c.LeaseFile(), "--dhclient-conf", conf)
+	out, stderr, code, _ := r.release(c, "--dry-run", "--lease-file", c.LeaseFile(), "--dhclient-conf", conf)
 	wantDry := fmt.Sprintf("eth0: would release %s: DHCPRELEASE xid ", ip)
-	if code != 0 || !strings.Contains(out, wantDry) ||
+	if code != 0 || !strings.Contains(out, wantDry) || strings.Contains(stderr, "warning") ||
 		!strings.Contains(out, "chaddr 02:00:00:00:00:01 server-id 203.0.113.1 client-id 01:02:00:00:00:00:01") {
 		t.Fatalf("dry run: exit %d, output %q; want 0 and %q… with chaddr, server-id and client-id", code, out, wantDry)
 	}
 	time.Sleep(200 * time.Millisecond)
 	r.noRelease()
 
-	out, _, code, _ = r.release(c, "--lease-file", c.LeaseFile(), "--dhclient-conf", conf)
+	// Released while still configured, not at shutdown: said on stderr.
+	out, stderr, code, _ = r.release(c, "--lease-file", c.LeaseFile(), "--dhclient-conf", conf)
 	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1 (dhclient lease in %s)", ip, c.LeaseFile()); code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	if want := fmt.Sprintf("leasekeeper: warning: %s is still configured on eth0: dhcpd may give it to another client while this node still uses it", ip); !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q lacks %q", stderr, want)
 	}
 	r.checkReleased(ip, c.MAC)
 	r.waitHook("release", ip)
@@ -567,6 +596,10 @@ func TestLabShutdownUnitReleases(t *testing.T) {
 	t.Logf("ExecStop's release:\n%s", out)
 	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); !strings.Contains(string(out), want) {
 		t.Fatalf("release at shutdown did not report %q\nsystemd log:\n%s", want, um.Log())
+	}
+	// At shutdown the address is about to go: no warning that it is in use.
+	if strings.Contains(string(out), "still configured") {
+		t.Errorf("release at shutdown warned: %s", out)
 	}
 	r.checkReleased(ip, c.MAC)
 	r.waitHook("release", ip)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,9 +45,10 @@ func newInstallShutdownUnitCmd(env *Env) *cobra.Command {
 		Short: "Install the unit that releases this machine's DHCP leases at clean shutdown",
 		Long: `Install ` + systemd.ShutdownUnitName + `, a oneshot unit that does nothing at
 start and runs "leasekeeper release" when it is stopped. It is ordered
-after the network services (systemd-networkd, NetworkManager, ifupdown's
-networking, network-online.target), so at shutdown systemd stops it —
-releasing the leases — before the network goes down.
+after network.target and the network services (systemd-networkd,
+NetworkManager, ifupdown's networking), so at shutdown systemd stops it —
+releasing the leases — before the network goes down. It does not wait
+for network-online.target at boot.
 
 On a running system (no --root) the unit is written to
 /etc/systemd/system, then systemd is asked over D-Bus to reload, enable
@@ -56,17 +59,25 @@ is needed.
 With --root DIR the unit is installed into a container rootfs or a
 mounted image: the unit file and the multi-user.target.wants symlink are
 written directly, nothing is started, D-Bus is not used. Every path is
-resolved inside DIR; a symlink leading out of it is an error.
+resolved inside DIR; a symlink leading out of it is an error. An empty
+--root (an unset variable) is a usage error, not the running system.
 
 leasekeeper itself must be on the target: --binary names its path there
 (default: this executable on a running system; with --root the first of
 ` + fmt.Sprint(binaryCandidates) + ` that exists in DIR).
 --copy-binary copies this executable to ` + copiedBinary + ` in DIR first.
+The binary must be an executable regular file (with --root: in DIR,
+its symbolic links followed as DIR's own system will follow them), else
+nothing is installed: the unit's ExecStop would fail unseen at every
+shutdown. On a running system a binary under /tmp, /var/tmp, /run or
+/dev/shm, or this executable deleted or replaced since it started, is
+warned about.
 
 Running it again changes nothing. A unit file of the same name that
-install-shutdown-unit did not write is refused unless --force. With
---no-enable the unit is written but not enabled; an existing enable link
-is left in place.`,
+install-shutdown-unit did not write is refused unless --force; a refusal
+is found before anything is copied or written. With --no-enable the unit
+is written but not enabled; an existing enable link is left in place,
+and the enable state is reported as systemd has it.`,
 		Example: `  # on a node, e.g. from cloud-init runcmd:
   leasekeeper install-shutdown-unit
 
@@ -79,6 +90,11 @@ is left in place.`,
 				Enable: !noEnable,
 				Force:  force,
 			}
+			if cmd.Flags().Changed("root") && root == "" {
+				// An unset $ROOT in a script: installing on the
+				// running system instead would be a surprise.
+				return usageError{errors.New("--root is empty: name the root file system (leave --root out for the running system)")}
+			}
 			if cmd.Flags().Changed("release-timeout") && releaseTimeout <= 0 {
 				return usageError{fmt.Errorf("--release-timeout %v: must be positive (leave it out for release's own)", releaseTimeout)}
 			}
@@ -86,53 +102,10 @@ is left in place.`,
 				in.Unit.ReleaseArgs = []string{"--timeout=" + releaseTimeout.String()}
 				in.Unit.StopTimeout = releaseTimeout + 10*time.Second
 			}
-			out := cmd.OutOrStdout()
-			var err error
-			if root != "" {
-				in.Root = root
-				if copyBinary {
-					if binary != "" && binary != copiedBinary {
-						return usageError{errors.New("--copy-binary installs to " + copiedBinary + "; do not combine it with another --binary")}
-					}
-					if err := copySelf(root, copiedBinary); err != nil {
-						return err
-					}
-					fmt.Fprintf(out, "copied leasekeeper to %s in %s\n", copiedBinary, root)
-					binary = copiedBinary
-				}
-				if binary == "" {
-					if binary, err = findBinaryIn(root); err != nil {
-						return err
-					}
-				}
-			} else {
-				if copyBinary {
-					return usageError{errors.New("--copy-binary needs --root")}
-				}
-				if binary == "" {
-					if binary, err = selfPath(); err != nil {
-						return err
-					}
-				}
-			}
-			in.Unit.Binary = binary
-			if err := in.Unit.Validate(); err != nil {
-				return usageError{err}
-			}
-
-			ctx, cancel := context.WithTimeout(cmd.Context(), installTimeout)
-			defer cancel()
 			if root == "" {
-				mgr, err := systemd.DialManager(ctx, socket)
-				if err != nil {
-					return err
-				}
-				defer mgr.Close()
-				in.Manager = mgr
+				return installLive(cmd, env, in, binary, copyBinary, socket)
 			}
-			res, err := in.Install(ctx)
-			reportInstall(out, root, res, in)
-			return err
+			return installInRoot(cmd, in, root, binary, copyBinary)
 		},
 	}
 	f := cmd.Flags()
@@ -147,7 +120,100 @@ is left in place.`,
 	return cmd
 }
 
-func reportInstall(out io.Writer, root string, res systemd.InstallResult, in systemd.Installer) {
+// installInRoot installs the unit into the root file system root.
+func installInRoot(cmd *cobra.Command, in systemd.Installer, root, binary string, copyBinary bool) (err error) {
+	out := cmd.OutOrStdout()
+	in.Root = root
+	if copyBinary {
+		if binary != "" && binary != copiedBinary {
+			return usageError{errors.New("--copy-binary installs to " + copiedBinary + "; do not combine it with another --binary")}
+		}
+		binary = copiedBinary
+	}
+	if binary != "" {
+		in.Unit.Binary = binary
+		if err := in.Unit.Validate(); err != nil {
+			return usageError{err}
+		}
+	}
+	// Whatever would make the install refuse is found before the
+	// binary is copied in (19 MB, and left behind otherwise).
+	if err := in.Check(); err != nil {
+		return err
+	}
+	var res systemd.InstallResult
+	if copyBinary {
+		var created bool
+		if created, err = copySelf(root, copiedBinary); err != nil {
+			return err
+		}
+		if created {
+			// A failure from here on (the root changed since Check)
+			// takes the copy away again, unless the unit written now
+			// names it. One that replaced an earlier copy stays: a
+			// unit written before may name it.
+			defer func() {
+				if err != nil && !res.Written {
+					removeIn(root, copiedBinary)
+				}
+			}()
+		}
+		fmt.Fprintf(out, "copied leasekeeper to %s in %s\n", copiedBinary, root)
+	}
+	if binary == "" {
+		if binary, err = findBinaryIn(root); err != nil {
+			return err
+		}
+		in.Unit.Binary = binary
+	}
+	if err := checkBinaryIn(root, binary); err != nil {
+		return err
+	}
+	res, err = in.Install(cmd.Context())
+	reportInstall(out, root, res, in, err)
+	return err
+}
+
+// installLive installs the unit on the running system, over D-Bus.
+func installLive(cmd *cobra.Command, env *Env, in systemd.Installer, binary string, copyBinary bool, socket string) error {
+	if copyBinary {
+		return usageError{errors.New("--copy-binary needs --root")}
+	}
+	self, err := selfPath()
+	if binary == "" {
+		if err != nil {
+			return err
+		}
+		binary = self
+	}
+	in.Unit.Binary = binary
+	if err := in.Unit.Validate(); err != nil {
+		return usageError{err}
+	}
+	if err := checkBinary(binary); err != nil {
+		return err
+	}
+	for _, w := range binaryWarnings(binary, self, "/proc/self/exe") {
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s\n", w)
+	}
+
+	ctx, cancel := context.WithTimeout(cmd.Context(), installTimeout)
+	defer cancel()
+	mgr, err := systemd.DialManager(ctx, socket)
+	if err != nil {
+		return fmt.Errorf("%w (is systemd running? for an image or a container's rootfs use --root)", err)
+	}
+	defer mgr.Close()
+	in.Manager = mgr
+	res, err := in.Install(ctx)
+	reportInstall(cmd.OutOrStdout(), "", res, in, err)
+	return err
+}
+
+// reportInstall says what Install did. After an error it says only what
+// was done (written, linked, started), nothing about a state it did not
+// reach.
+func reportInstall(out io.Writer, root string, res systemd.InstallResult, in systemd.Installer, err error) {
 	if res.Path == "" {
 		return
 	}
@@ -155,25 +221,35 @@ func reportInstall(out io.Writer, root string, res systemd.InstallResult, in sys
 	if root != "" {
 		where = " in " + root
 	}
-	if res.Written {
+	switch {
+	case res.Written:
 		fmt.Fprintf(out, "wrote %s%s (ExecStop: %s release)\n", res.Path, where, in.Unit.Binary)
-	} else {
+	case err == nil:
 		fmt.Fprintf(out, "%s%s is up to date\n", res.Path, where)
 	}
 	for _, l := range res.Links {
 		fmt.Fprintf(out, "enabled: %s\n", l)
 	}
+	if res.Started {
+		fmt.Fprintf(out, "started %s: its stop at shutdown releases the leases\n", systemd.ShutdownUnitName)
+	}
+	if err != nil {
+		return
+	}
+	live := root == ""
 	switch {
+	case !in.Enable && live && res.EnableState == "":
+		fmt.Fprintln(out, "not enabling (--no-enable); its enable state is left as it was")
 	case !in.Enable && res.Enabled:
 		fmt.Fprintln(out, "not enabling (--no-enable); it was already enabled and stays so")
+	case !in.Enable && live:
+		fmt.Fprintf(out, "not enabled (--no-enable; systemd reports it %s)\n", res.EnableState)
 	case !in.Enable:
 		fmt.Fprintln(out, "not enabled (--no-enable)")
 	case res.Enabled && len(res.Links) == 0:
 		fmt.Fprintln(out, "already enabled")
 	}
-	if res.Started {
-		fmt.Fprintf(out, "started %s: its stop at shutdown releases the leases\n", systemd.ShutdownUnitName)
-	} else if root != "" && res.Enabled {
+	if !live && res.Enabled {
 		fmt.Fprintln(out, "it starts at the root's next boot")
 	}
 }
@@ -196,41 +272,181 @@ func findBinaryIn(root string) (string, error) {
 	}
 	defer r.Close()
 	for _, c := range binaryCandidates {
-		if fi, err := r.Stat(c[1:]); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		if fi, err := statInRoot(r, c); err == nil && executable(fi) == nil {
 			return c, nil
 		}
 	}
 	return "", fmt.Errorf("leasekeeper is not installed in %s (looked for %v): install it there, use --copy-binary, or name its path with --binary", root, binaryCandidates)
 }
 
-// copySelf copies the running executable into root at dst (inside root).
-func copySelf(root, dst string) error {
-	self, err := selfPath()
-	if err != nil {
-		return err
-	}
-	src, err := os.Open(self)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
+// checkBinaryIn refuses a unit whose ExecStop names no executable file
+// in root: the "-" on ExecStop would hide the failure at every shutdown.
+// The path is resolved as the root's own system will resolve it.
+func checkBinaryIn(root, binary string) error {
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return fmt.Errorf("root: %w", err)
 	}
 	defer r.Close()
+	fi, err := statInRoot(r, binary)
+	if err == nil {
+		err = executable(fi)
+	}
+	if err != nil {
+		return fmt.Errorf("--binary %s in %s: %w; the unit would release nothing at shutdown, silently (install leasekeeper there, use --copy-binary, or name its path in the root with --binary)", binary, root, unwrapPath(err))
+	}
+	return nil
+}
+
+// checkBinary is checkBinaryIn for the running system.
+func checkBinary(binary string) error {
+	fi, err := os.Stat(binary)
+	if err == nil {
+		err = executable(fi)
+	}
+	if err != nil {
+		return fmt.Errorf("--binary %s: %w; the unit would release nothing at shutdown, silently", binary, unwrapPath(err))
+	}
+	return nil
+}
+
+// executable refuses what ExecStop cannot run.
+func executable(fi fs.FileInfo) error {
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("not executable (mode %04o)", fi.Mode().Perm())
+	}
+	return nil
+}
+
+// unwrapPath drops a PathError's operation and path: the caller names
+// the path as the user wrote it.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if errors.Is(pe.Err, fs.ErrNotExist) {
+			return errors.New("no such file")
+		}
+		return pe.Err
+	}
+	return err
+}
+
+// volatileDirs are cleaned at boot or by tmpfiles, or are memory: a
+// binary there is gone by some later shutdown.
+var volatileDirs = []string{"/tmp", "/var/tmp", "/run", "/dev/shm"}
+
+// binaryWarnings are what is odd, not wrong, about a live install's
+// binary: a place it will not stay in, or (when it is this executable,
+// self) a file deleted or replaced since this process started, as
+// procExe (/proc/self/exe) shows.
+func binaryWarnings(binary, self, procExe string) []string {
+	var out []string
+	paths := []string{binary}
+	if r, err := filepath.EvalSymlinks(binary); err == nil && r != binary {
+		paths = append(paths, r)
+	}
+	for _, p := range paths {
+		for _, d := range volatileDirs {
+			if strings.HasPrefix(p, d+"/") {
+				out = append(out, fmt.Sprintf("the unit runs %s, which is under %s: once it is removed (a reboot, a tmp cleaner) the unit releases nothing and its failure is not shown; install leasekeeper to a lasting place (e.g. %s) and name it with --binary", binary, d, copiedBinary))
+				return out
+			}
+		}
+	}
+	if binary == self {
+		if l, err := os.Readlink(procExe); err == nil && strings.HasSuffix(l, " (deleted)") {
+			out = append(out, fmt.Sprintf("this leasekeeper's executable was deleted or replaced since it started: the unit runs whatever is at %s at shutdown", binary))
+		}
+	}
+	return out
+}
+
+// statInRoot is Stat of the absolute path p as a system running in r
+// resolves it: symbolic links are followed, an absolute one from r's
+// top, and ".." stops there. (os.Root refuses absolute links, which
+// images have: /usr/sbin/leasekeeper -> /opt/leasekeeper/leasekeeper.)
+func statInRoot(r *os.Root, p string) (fs.FileInfo, error) {
+	const maxLinks = 40 // the kernel's limit
+	todo := strings.Split(p, "/")
+	done, links := ".", 0 // done: resolved so far, no links in it
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			done = path.Dir(done)
+			continue
+		}
+		next := path.Join(done, c)
+		fi, err := r.Lstat(next)
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return nil, &fs.PathError{Op: "stat", Path: p, Err: syscall.ELOOP}
+		}
+		target, err := r.Readlink(next)
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix(target, "/") {
+			done = "."
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return r.Lstat(done)
+}
+
+// removeIn removes name (absolute, inside root), ignoring errors: it
+// undoes a copy on the way out of a failure already reported.
+func removeIn(root, name string) {
+	if r, err := os.OpenRoot(root); err == nil {
+		_ = r.Remove(name[1:])
+		r.Close()
+	}
+}
+
+// copySelf copies the running executable into root at dst (inside
+// root). created reports that nothing was at dst before.
+func copySelf(root, dst string) (created bool, err error) {
+	self, err := selfPath()
+	if err != nil {
+		return false, err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return false, err
+	}
+	defer src.Close()
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return false, fmt.Errorf("root: %w", err)
+	}
+	defer r.Close()
 	rel := dst[1:]
+	if _, err := r.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
+		created = true
+	}
 	if err := r.MkdirAll(path.Dir(rel), 0o755); err != nil {
-		return fmt.Errorf("create %s in %s: %w", path.Dir(dst), root, err)
+		return false, fmt.Errorf("create %s in %s: %w", path.Dir(dst), root, err)
 	}
 	tmp := rel + ".leasekeeper-tmp"
 	if err := r.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("copy to %s in %s: %w", dst, root, err)
+		return false, fmt.Errorf("copy to %s in %s: %w", dst, root, err)
 	}
 	// O_EXCL: a symlink planted at the temporary name is not followed.
 	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
 	if err != nil {
-		return fmt.Errorf("copy to %s in %s: %w", dst, root, err)
+		return false, fmt.Errorf("copy to %s in %s: %w", dst, root, err)
 	}
 	_, err = io.Copy(f, src)
 	if cerr := f.Close(); err == nil {
@@ -247,7 +463,7 @@ func copySelf(root, dst string) error {
 		if errors.Is(err, fs.ErrExist) {
 			err = fmt.Errorf("%s exists: %w", dst, err)
 		}
-		return fmt.Errorf("copy to %s in %s: %w", dst, root, err)
+		return false, fmt.Errorf("copy to %s in %s: %w", dst, root, err)
 	}
-	return nil
+	return created, nil
 }

@@ -6,6 +6,8 @@ package cloudinit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,8 +36,14 @@ func build(t *testing.T) (path, sum string) {
 
 func runScript(t *testing.T, env ...string) (string, error) {
 	t.Helper()
+	return runScriptPath(t, "/usr/sbin:/usr/bin:/sbin:/bin", env...)
+}
+
+// runScriptPath runs the script with PATH path.
+func runScriptPath(t *testing.T, path string, env ...string) (string, error) {
+	t.Helper()
 	cmd := exec.Command("/bin/sh", script)
-	cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
+	cmd.Env = append([]string{"PATH=" + path}, env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -101,17 +109,85 @@ func TestNodeScriptStaysInsideRoot(t *testing.T) {
 	}
 }
 
-// noHostLeasekeeper skips when this machine has leasekeeper installed:
-// the script would use it instead of fetching one.
+// noHostLeasekeeper skips when this machine has leasekeeper installed
+// (the script would use it instead of fetching one) or has no curl.
 func noHostLeasekeeper(t *testing.T) {
+	t.Helper()
+	noHostBinary(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+}
+
+func noHostBinary(t *testing.T) {
 	t.Helper()
 	for _, c := range []string{"/usr/sbin/leasekeeper", "/usr/local/sbin/leasekeeper", "/usr/bin/leasekeeper", "/usr/local/bin/leasekeeper"} {
 		if _, err := os.Stat(c); err == nil {
 			t.Skipf("%s is installed on this machine; the script would use it", c)
 		}
 	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl not installed")
+}
+
+// toolDir returns a directory for PATH holding the tools the script
+// runs, and of the downloaders only those named: a node without curl.
+func toolDir(t *testing.T, downloaders ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range append([]string{"cat", "chmod", "cp", "cut", "dirname", "mkdir", "mktemp", "mv", "rm", "sha256sum", "tr"}, downloaders...) {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Skipf("%s not installed", name)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestNodeScriptWgetOnly: on a node with wget and no curl, a file URL
+// still works (wget has no file scheme), a failed download says why
+// (wget -q said nothing), and the checksum may be upper case.
+func TestNodeScriptWgetOnly(t *testing.T) {
+	noHostBinary(t)
+	path := toolDir(t, "wget")
+	bin, sum := build(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/leasekeeper" {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeFile(w, r, bin)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name, url, sum string
+		want           []string // in the output
+		ok             bool
+	}{
+		{"file URL", "file://" + bin, sum, []string{"copied leasekeeper"}, true},
+		{"file URL, upper-case checksum", "file://" + bin, strings.ToUpper(sum), []string{"copied leasekeeper"}, true},
+		{"http, upper-case checksum", srv.URL + "/leasekeeper", strings.ToUpper(sum), []string{"copied leasekeeper"}, true},
+		{"http, not found", srv.URL + "/nope", sum, []string{"404", "leasekeeper-node: cannot download " + srv.URL + "/nope"}, false},
+		{"file URL, missing", "file:///nonexistent/leasekeeper", sum, []string{"leasekeeper-node: cannot copy file:///nonexistent/leasekeeper"}, false},
+		{"wrong checksum", "file://" + bin, strings.Repeat("A", 64), []string{"checksum mismatch", "want " + strings.Repeat("a", 64)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			out, err := runScriptPath(t, path, "LEASEKEEPER_URL="+tc.url, "LEASEKEEPER_SHA256="+tc.sum, "LEASEKEEPER_ROOT="+root, "TMPDIR="+t.TempDir())
+			if (err == nil) != tc.ok {
+				t.Errorf("err %v, want success %v:\n%s", err, tc.ok, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			_, err = os.Stat(filepath.Join(root, "etc/systemd/system/leasekeeper-release.service"))
+			if (err == nil) != tc.ok {
+				t.Errorf("unit installed: %v, want %v", err == nil, tc.ok)
+			}
+		})
 	}
 }
 

@@ -8,7 +8,8 @@
 #   LEASEKEEPER_URL     where to fetch a static leasekeeper binary from when
 #                       this machine does not already have one (http, https
 #                       or file URL; e.g. a file server on the rack).
-#   LEASEKEEPER_SHA256  its expected SHA-256; required with LEASEKEEPER_URL.
+#   LEASEKEEPER_SHA256  its expected SHA-256 (hex, either case); required
+#                       with LEASEKEEPER_URL.
 #   LEASEKEEPER_ROOT    install into this root file system (a container's
 #                       rootfs, a mounted image) instead of this machine.
 #                       Nothing inside it is run or written by this script:
@@ -30,17 +31,39 @@ fetch() {
 		log "LEASEKEEPER_SHA256 must be set with LEASEKEEPER_URL (the binary runs as root)"
 		return 1
 	fi
-	if command -v curl >/dev/null 2>&1; then
-		curl -fsSL --retry 5 --max-time 120 -o "$2" "$1" || return 1
-	elif command -v wget >/dev/null 2>&1; then
-		wget -q -T 120 -O "$2" "$1" || return 1
-	else
-		log "neither curl nor wget is installed; cannot fetch $1"
-		return 1
-	fi
+	case "$1" in
+	file://*)
+		# wget has no file scheme, and a node may have only wget.
+		src="${1#file://}"
+		src="${src#localhost}"
+		if ! cp "$src" "$2"; then
+			log "cannot copy $1"
+			return 1
+		fi
+		;;
+	*)
+		if command -v curl >/dev/null 2>&1; then
+			if ! curl -fsSL --retry 5 --max-time 120 -o "$2" "$1"; then
+				log "cannot download $1 (curl's error above)"
+				return 1
+			fi
+		elif command -v wget >/dev/null 2>&1; then
+			# -nv, not -q: a failure says why.
+			if ! wget -nv -T 120 -O "$2" "$1"; then
+				log "cannot download $1 (wget's error above)"
+				return 1
+			fi
+		else
+			log "neither curl nor wget is installed; cannot fetch $1"
+			return 1
+		fi
+		;;
+	esac
+	# sha256sum prints lower case; the setting may be either.
 	got="$(sha256sum "$2" | cut -d' ' -f1)"
-	if [ "$got" != "$LEASEKEEPER_SHA256" ]; then
-		log "checksum mismatch for $1: got $got, want $LEASEKEEPER_SHA256"
+	want="$(printf '%s' "$LEASEKEEPER_SHA256" | tr 'A-F' 'a-f')"
+	if [ "$got" != "$want" ]; then
+		log "checksum mismatch for $1: got $got, want $want"
 		return 1
 	fi
 	chmod 0755 "$2"
