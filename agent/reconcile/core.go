@@ -210,6 +210,13 @@ type State struct {
 	Replays map[netip.Addr]Replay `json:"replays,omitempty"`
 	// Baselined is set once a first complete snapshot has been taken.
 	Baselined bool `json:"baselined"`
+	// NoFile: before any baseline, this run found the leases file
+	// missing: dhcpd had written nothing the region could know of, so
+	// the first snapshot, once it appears, is news, not a baseline. (Not
+	// persisted: a file that appears while no agent runs is a baseline,
+	// as after a path corrected between two runs, which must not replay
+	// a rack's every lease.)
+	NoFile bool `json:"-"`
 	// SureMode is the mode last detected for sure from dhcpd.conf (not
 	// forced, not unsure), kept while dhcpd.conf cannot be read. Set by
 	// the caller; persisted with Baselined.
@@ -1246,7 +1253,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		}
 	}
 	seen := make(map[netip.Addr]bool, t.Len())
-	baseline := !s.Baselined
+	baseline := !s.Baselined && !s.NoFile
 	t.EachInFileOrder(func(b *parser.Lease, recordsBefore int) {
 		if b.PrefixLen > 0 {
 			return // delegated prefixes: the region API has no place for them

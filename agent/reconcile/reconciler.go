@@ -590,6 +590,9 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	defer r.mu.Unlock()
 	now := r.now()
 	r.noteAbsent(r.fol.absent(), now)
+	if r.fol.absent() && !r.st.Baselined {
+		r.st.NoFile = true
+	}
 	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)

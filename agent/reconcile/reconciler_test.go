@@ -694,6 +694,29 @@ func TestTaskAwaitsBacklog(t *testing.T) {
 	}
 }
 
+// TestTaskLeasesFileAppearsWithLeases: a leases file missing when the
+// agent first looked (dhcpd had written nothing) that appears holding a
+// lease, dhcpd's first start having written it in one rewrite, is news,
+// not a baseline the region is assumed to know: hookless, no hook told
+// anyone of that lease (a cold review found it never sent).
+func TestTaskLeasesFileAppearsWithLeases(t *testing.T) {
+	h := newHarness(t)
+	h.start(30 * time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, since := h.r.LeasesFile(); !since.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the missing file not reported\nlog:\n%s", h.logText())
+		}
+	}
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Second, time.Hour), true)
+	got, _ := h.waitQueued(1, 5*time.Second)
+	if !strings.Contains(got[0], ip1) || !strings.Contains(got[0], "commit") {
+		t.Errorf("queued %v, want the commit of %s", got, ip1)
+	}
+}
+
 // TestTaskLeasesFileMissing: a leases file that does not exist (dhcpd
 // never ran, or dhcpd.leases names a file dhcpd does not write) is told
 // to the operator — a warning, the gauge, LeasesFile for /status — and
@@ -737,7 +760,7 @@ func TestTaskLeasesFileMissing(t *testing.T) {
 
 	h.d.rewrite("", true)
 	waitUntil("the file's appearance reported", func() bool { _, since := h.r.LeasesFile(); return since.IsZero() })
-	// The first whole read is the baseline; what dhcpd appends is news.
+	// What dhcpd appends is news.
 	h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
 	h.waitQueued(1, 5*time.Second)
 	if g := gauge(); g != 0 {
