@@ -58,9 +58,12 @@ type Prober interface {
 }
 
 // Reloader is implemented by tasks that apply a new configuration on
-// SIGHUP without a restart. Reload runs concurrently with Run.
+// SIGHUP without a restart. Reload prepares cfg and returns what puts it
+// in force, or why it cannot; it changes nothing itself, so that a
+// reload one part refuses leaves every part as it was. Both run
+// concurrently with Run.
 type Reloader interface {
-	Reload(cfg *config.Config) error
+	Reload(cfg *config.Config) (apply func(), err error)
 }
 
 // Status is what `leasekeeper status` and systemd's STATUS= report. The
@@ -424,27 +427,43 @@ func (a *Agent) healthy(limit time.Duration) error {
 	return fmt.Errorf("no progress: %s", strings.Join(stuck, ", "))
 }
 
-// Reload puts cfg in force: it tells systemd (RELOADING=1, then READY=1),
-// hands cfg to every task that implements Reloader and returns their
-// errors joined. The caller validated cfg, and applies what it owns (the
-// log level) itself.
+// Reload puts cfg in force: it tells systemd (RELOADING=1, then READY=1)
+// and hands cfg to every task that implements Reloader; only when every
+// one of them can take it is it applied, to all of them and to Config.
+// Otherwise it returns their errors joined and nothing changes. The
+// caller validated cfg, and applies what it owns (the log level) itself
+// once Reload succeeded.
 func (a *Agent) Reload(cfg *config.Config) error {
 	a.notify("reloading", a.Notifier.Reloading)
+	defer func() {
+		if a.ready.Load() {
+			a.notify("ready", a.Notifier.Ready)
+		}
+	}()
+	var (
+		errs    []error
+		applies []func()
+	)
+	for _, ts := range a.tasks {
+		if r, ok := ts.task.(Reloader); ok {
+			apply, err := r.Reload(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", ts.name, err))
+				continue
+			}
+			applies = append(applies, apply)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...) // nothing applied: the running configuration stays
+	}
 	a.cfgMu.Lock()
 	a.cfg = cfg
 	a.cfgMu.Unlock()
-	var errs []error
-	for _, ts := range a.tasks {
-		if r, ok := ts.task.(Reloader); ok {
-			if err := r.Reload(cfg); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", ts.name, err))
-			}
-		}
+	for _, apply := range applies {
+		apply()
 	}
-	if a.ready.Load() {
-		a.notify("ready", a.Notifier.Ready)
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (a *Agent) registerMetrics() error {

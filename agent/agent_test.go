@@ -579,33 +579,58 @@ drain:
 // reloader is a task that records reloads.
 type reloader struct {
 	gate
-	got atomic.Pointer[config.Config]
+	got    atomic.Pointer[config.Config]
+	refuse bool
 }
 
-func (r *reloader) Reload(c *config.Config) error { r.got.Store(c); return errors.New("half applied") }
+func (r *reloader) Reload(c *config.Config) (func(), error) {
+	if r.refuse {
+		return nil, errors.New("cannot take it")
+	}
+	return func() { r.got.Store(c) }, nil
+}
 
+// TestReload: a configuration every part can take is applied to all of
+// them and to Config; one a part refuses is applied to none, and Config
+// stays (a cold review: the log said "configuration reloaded" while the
+// deliverer kept the old region settings, and the next reload's diff
+// named the wrong keys).
 func TestReload(t *testing.T) {
 	notes := notifySocket(t)
 	a := newAgent(t, testConfig())
 	r := &reloader{gate: gate{release: make(chan struct{})}}
+	no := &reloader{gate: gate{release: make(chan struct{})}}
 	a.Add("r", r)
+	a.Add("no", no)
 	start(t, a)
 	close(r.release)
+	close(no.release)
 	expect(t, notes, "READY=1")
 
 	c := testConfig()
 	c.Log.Level = "debug"
-	err := a.Reload(c)
-	if err == nil || err.Error() != "r: half applied" {
+	if err := a.Reload(c); err != nil {
 		t.Errorf("Reload = %v", err)
 	}
-	if r.got.Load() != c || a.Config() != c {
+	if r.got.Load() != c || no.got.Load() != c || a.Config() != c {
 		t.Error("new config not handed over")
 	}
 	s := expect(t, notes, "RELOADING=1")
 	if !strings.Contains(s, "\nMONOTONIC_USEC=") {
 		t.Errorf("reloading: %q", s)
 	}
+	expect(t, notes, "READY=1")
+
+	no.refuse = true
+	d := testConfig()
+	d.Log.Level = "warn"
+	if err := a.Reload(d); err == nil || err.Error() != "no: cannot take it" {
+		t.Errorf("Reload = %v, want the refusal", err)
+	}
+	if r.got.Load() != c || a.Config() != c {
+		t.Error("a refused configuration was applied")
+	}
+	expect(t, notes, "RELOADING=1")
 	expect(t, notes, "READY=1")
 }
 

@@ -327,13 +327,12 @@ type orphansTask struct {
 
 func (t orphansTask) Run(ctx context.Context, ready func()) error { return t.r.Run(ctx, ready) }
 
-func (t orphansTask) Reload(cfg *config.Config) error {
+func (t orphansTask) Reload(cfg *config.Config) (func(), error) {
 	c, err := maasClient(cfg, t.version)
 	if err != nil {
-		return err // the [maas] in force stays
+		return nil, err // the [maas] in force stays
 	}
-	t.r.SetClient(c)
-	return nil
+	return func() { t.r.SetClient(c) }, nil
 }
 
 // regionConfig is the deliverer's configuration from [region].
@@ -366,8 +365,8 @@ type deliverTask struct {
 
 func (t deliverTask) Run(ctx context.Context, ready func()) error { return t.run(ctx, ready) }
 
-func (t deliverTask) Reload(cfg *config.Config) error {
-	return t.d.Reload(regionConfig(cfg, t.version))
+func (t deliverTask) Reload(cfg *config.Config) (func(), error) {
+	return t.d.Prepare(regionConfig(cfg, t.version))
 }
 
 // ReloadableRegionKeys are the [region] keys a SIGHUP puts in force
@@ -438,12 +437,18 @@ func (x status) DeadLetterCount() int     { return x.s.DeadLetterCount() }
 func (x status) LastDelivery() time.Time  { return x.d.LastDelivery() }
 func (x status) OldestPending() time.Time { return x.s.OldestPending() }
 
+// askingShown: a request unanswered this long shows in /status.
+const askingShown = 5 * time.Second
+
 func (x status) RegionReport() *RegionReport {
 	h := x.d.Health()
 	r := &RegionReport{State: h.State, Error: h.Error, Hint: h.Hint, FailedAttempts: h.Attempts}
 	if !h.Since.IsZero() {
 		t := h.Since.UTC()
 		r.Since = &t
+	}
+	if since, n := x.d.Asking(); !since.IsZero() && time.Since(since) >= askingShown {
+		r.Waiting = &RegionWaitReport{Since: since.UTC(), Events: n}
 	}
 	return r
 }

@@ -125,6 +125,16 @@ type RegionReport struct {
 	Hint           string     `json:"hint,omitempty"`
 	Since          *time.Time `json:"since,omitempty"`
 	FailedAttempts int        `json:"failed_attempts,omitempty"`
+	// Waiting is the request awaiting the region's answer, once it has
+	// waited a few seconds (a region slow or stuck applying it); null
+	// otherwise.
+	Waiting *RegionWaitReport `json:"waiting,omitempty"`
+}
+
+// RegionWaitReport is RegionReport.Waiting.
+type RegionWaitReport struct {
+	Since  time.Time `json:"since"`  // when it was sent
+	Events int       `json:"events"` // how many it holds
 }
 
 // Regioner is optionally implemented by a Status: the delivery's health.

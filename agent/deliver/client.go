@@ -95,6 +95,30 @@ func tlsConfig(cfg *Config, host string) (*tls.Config, error) {
 	return c, nil
 }
 
+// credentialWarnings are what is wrong, but not fatal, with the rack's
+// credentials tc was built from: a private key others may read, a client
+// certificate out of its validity (the region will refuse it; said at
+// start and on reload, not first at the first refused handshake).
+func credentialWarnings(cfg *Config, tc *tls.Config, now time.Time) []string {
+	var out []string
+	if cfg.KeyFile != "" {
+		if fi, err := os.Stat(cfg.KeyFile); err == nil && fi.Mode().Perm()&0o007 != 0 {
+			out = append(out, fmt.Sprintf("region.key_file %s has mode %04o: other users can read the rack's private key; chmod o-rwx it (0600, or 0640 with the agent's group)", cfg.KeyFile, fi.Mode().Perm()))
+		}
+	}
+	if tc == nil || len(tc.Certificates) == 0 || tc.Certificates[0].Leaf == nil {
+		return out
+	}
+	const day = "2006-01-02 15:04 UTC"
+	switch leaf := tc.Certificates[0].Leaf; {
+	case now.After(leaf.NotAfter):
+		out = append(out, fmt.Sprintf("region.cert_file %s expired on %s: the region will refuse it; renew the rack's certificate (%s)", cfg.CertFile, leaf.NotAfter.UTC().Format(day), maasHintCert))
+	case now.Before(leaf.NotBefore):
+		out = append(out, fmt.Sprintf("region.cert_file %s is valid from %s only: check this rack's clock (timedatectl)", cfg.CertFile, leaf.NotBefore.UTC().Format(day)))
+	}
+	return out
+}
+
 // readRegionFile reads ca_file, cert_file or key_file. When the agent may
 // not read it — a MAAS rack keeps its key for MAAS's user only — but
 // systemd passed the service a credential of the same base name
@@ -263,6 +287,10 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 	case c == http.StatusUnauthorized, c == http.StatusForbidden, c == http.StatusProxyAuthRequired:
 		o.kind = kindConfig
 		o.hint = "the region refuses the agent's credentials: check region.cert_file and region.key_file (" + maasHintCert + ")"
+	case c == http.StatusBadRequest && u.Scheme == "http" && strings.Contains(answer, "HTTPS"):
+		// Go's and nginx's answer to plain HTTP on a TLS port.
+		o.kind = kindConfig
+		o.hint = "region.url says http:// but the region's port speaks TLS: write https:// (MAAS's internal API is https://REGION:" + maasPort + "/MAAS/a/v3internal/leases)"
 	case c == http.StatusNotFound, c == http.StatusMethodNotAllowed, c == http.StatusBadRequest:
 		o.kind = kindConfig
 		o.hint = wrongPortHint(u, "the region has no leases endpoint at "+u.Path)
@@ -324,12 +352,17 @@ func classifyErr(err error, wrote bool, cfg *Config, u *url.URL, serverName stri
 			strings.Join(names, ", "), serverName)
 	case errors.As(err, &invalid):
 		o.kind = kindConfig
-		o.hint = "the region's certificate is not valid here: " + invalid.Error()
+		// Not invalid.Error(): it names the current time, and a hint
+		// that changes on every attempt is logged as a new problem.
+		o.hint = "the region's certificate is not valid here: " + certInvalidHint(invalid)
 	case errors.As(err, &record), strings.Contains(o.what, "server gave HTTP response to HTTPS client"):
 		// (net/http reports a plain HTTP answer to the handshake with a
 		// new error that does not wrap the RecordHeaderError.)
 		o.kind = kindConfig
 		o.hint = wrongPortHint(u, "the region's port does not speak TLS")
+	case errors.As(err, &opErr) && opErr.Op == "remote error" && strings.Contains(opErr.Err.Error(), "expired certificate"):
+		o.kind = kindConfig
+		o.hint = fmt.Sprintf("the region refused this rack's client certificate as expired (region.cert_file %s): renew it (%s)", cfg.CertFile, maasHintCert)
 	case errors.As(err, &opErr) && opErr.Op == "remote error":
 		// The region ended the handshake with an alert: MAAS before 3.8
 		// requires a client certificate from its CA right there.
@@ -345,6 +378,19 @@ func classifyErr(err error, wrote bool, cfg *Config, u *url.URL, serverName stri
 		o.hint = "no answer in time: the region is down or overloaded"
 	}
 	return o
+}
+
+// certInvalidHint says why the region's certificate is refused, from
+// the certificate itself (stable from one attempt to the next).
+func certInvalidHint(e x509.CertificateInvalidError) string {
+	c, day := e.Cert, "2006-01-02 15:04 UTC"
+	switch {
+	case e.Reason == x509.Expired && c != nil && time.Now().Before(c.NotBefore):
+		return fmt.Sprintf("it is valid from %s only: check this rack's clock (timedatectl), or the region's certificate", c.NotBefore.UTC().Format(day))
+	case e.Reason == x509.Expired && c != nil:
+		return fmt.Sprintf("it expired on %s: renew the region's certificate, or check this rack's clock (timedatectl)", c.NotAfter.UTC().Format(day))
+	}
+	return e.Error()
 }
 
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.

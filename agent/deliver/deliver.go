@@ -64,6 +64,9 @@ const (
 	DefaultPoisonSpan     = 30 * time.Second
 	DefaultUserAgent      = "leasekeeper/dev"
 
+	// slowAnswer: a request unanswered this long is logged, once, and
+	// shown by Asking (status) until it ends.
+	slowAnswer = 30 * time.Second
 	// pollInterval re-checks the queue even without a Notify, in case a
 	// wake-up was consumed elsewhere (Flush) or lost.
 	pollInterval = 5 * time.Second
@@ -124,6 +127,10 @@ type link struct {
 type Deliverer struct {
 	q   Queue
 	log zerolog.Logger
+	// asking: when the request awaiting its answer was sent (UnixNano;
+	// 0 when none), and its events (Asking).
+	asking, askingN atomic.Int64
+	slowAfter       time.Duration // slowAnswer; tests shorten it
 	now func() time.Time
 	m   metrics
 	reg prometheus.Registerer
@@ -180,10 +187,16 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 		return nil, err
 	}
 	d := &Deliverer{q: q, log: log, now: now, turn: make(chan struct{}, 1), reloaded: make(chan struct{}, 1), recheck: recheckAfter,
-		probeEvery: DefaultProbeInterval}
+		probeEvery: DefaultProbeInterval, slowAfter: slowAnswer}
 	d.health.h.State = StateUnknown
 	d.setLink(l)
-	d.m = newMetrics()
+	d.m = newMetrics(func() float64 {
+		since, _ := d.Asking()
+		if since.IsZero() {
+			return 0
+		}
+		return d.now().Sub(since).Seconds()
+	})
 	if err := d.m.register(reg); err != nil {
 		return nil, fmt.Errorf("deliver: metrics: %w", err)
 	}
@@ -304,23 +317,38 @@ func (d *Deliverer) setLink(l *link) {
 	if l.token != "" && strings.Contains(l.u.Path, "/v3internal/") {
 		d.log.Warn().Str("url", l.cfg.URL).Msg("region.token_file is set, but MAAS's internal API takes no bearer token: only the client certificate counts")
 	}
+	for _, w := range credentialWarnings(&l.cfg, l.tls, time.Now()) {
+		d.log.Warn().Msg(w)
+	}
 }
 
 // Reload puts a new configuration in force: the next attempt (a retry
 // waiting for its backoff at once) uses it. On error the running one
 // stays.
 func (d *Deliverer) Reload(cfg Config) error {
-	l, err := newLink(cfg)
+	apply, err := d.Prepare(cfg)
 	if err != nil {
 		return err
 	}
-	d.setLink(l)
-	d.log.Info().Str("url", l.cfg.URL).Str("server_name", l.serverName).Msg("region settings reloaded")
-	select {
-	case d.reloaded <- struct{}{}:
-	default:
-	}
+	apply()
 	return nil
+}
+
+// Prepare is Reload in two steps: it reads cfg's files and returns what
+// puts cfg in force, or why it cannot (then nothing changes).
+func (d *Deliverer) Prepare(cfg Config) (apply func(), err error) {
+	l, err := newLink(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		d.setLink(l)
+		d.log.Info().Str("url", l.cfg.URL).Str("server_name", l.serverName).Msg("region settings reloaded")
+		select {
+		case d.reloaded <- struct{}{}:
+		default:
+		}
+	}, nil
 }
 
 // Close unregisters the metrics and drops idle connections, so that a
@@ -329,6 +357,17 @@ func (d *Deliverer) Close() {
 	d.m.unregister(d.reg)
 	d.link.Load().hc.CloseIdleConnections()
 	d.inflight.close()
+}
+
+// Asking is the request awaiting the region's answer: when it was sent
+// (zero when none) and how many events it holds. A region that is slow
+// or stuck shows here, while its state is still the last answer's.
+func (d *Deliverer) Asking() (since time.Time, events int) {
+	ns := d.asking.Load()
+	if ns == 0 {
+		return time.Time{}, 0
+	}
+	return time.Unix(0, ns), int(d.askingN.Load())
 }
 
 // LastDelivery is when the region last accepted a batch (zero if never).
@@ -1104,7 +1143,17 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
 	}
 	var o outcome
+	d.askingN.Store(int64(len(batch)))
+	d.asking.Store(start.UnixNano())
+	slow := time.AfterFunc(d.slowAfter, func() {
+		d.log.Warn().Int("events", len(batch)).Dur("waited", d.slowAfter).Dur("answer_timeout", l.cfg.AnswerTimeout).
+			Msgf("the region has not answered a request of %d events for %s: waiting for its answer (it may be applying it), not sending it again before the answer timeout", len(batch), d.slowAfter)
+	})
 	resp, err := l.hc.Do(req)
+	d.asking.Store(0)
+	if !slow.Stop() {
+		d.log.Info().Int("events", len(batch)).Dur("waited", d.now().Sub(start).Round(time.Millisecond)).Msg("the slow request ended")
+	}
 	if ctx.Err() == nil {
 		// Answered, or failed: either way this run, not a restarted one,
 		// decides what comes next. Left set when the agent stops with

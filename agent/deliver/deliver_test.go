@@ -2,11 +2,17 @@ package deliver
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -734,6 +740,43 @@ func TestSlowRegionNotResent(t *testing.T) {
 	checkOrder(t, items(evs), got)
 }
 
+// TestSlowRegionShown: a request the region takes long to answer shows
+// while it waits (Asking, for /status; the wait gauge) and is logged once
+// past slowAfter; its state stays the last answer's, and nothing is sent
+// again (a cold review: a region hanging for minutes read "ok" with no
+// log line until the answer timeout).
+func TestSlowRegionShown(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	s.SetDelay(time.Second)
+	q := newMemQueue()
+	evs := events(7, 7)
+	q.Append(evs...)
+	h := newDeliverer(t, fastConfig(s, f), q)
+	h.d.slowAfter = 300 * time.Millisecond
+	run(t, h.d)
+	waitFor(t, 5*time.Second, "the request to wait", func() bool {
+		since, n := h.d.Asking()
+		return !since.IsZero() && n == len(evs) && time.Since(since) > 500*time.Millisecond
+	})
+	if w := metric(t, h.reg, "leasekeeper_region_request_wait_seconds"); w < 0.5 {
+		t.Errorf("leasekeeper_region_request_wait_seconds = %v while the request waits, want ≥ 0.5", w)
+	}
+	if !strings.Contains(h.log.String(), "the region has not answered a request of 7 events") {
+		t.Errorf("no log line for the slow request:\n%s", h.log.String())
+	}
+	waitFor(t, 5*time.Second, "the queue to drain", func() bool { return q.Depth() == 0 })
+	if since, _ := h.d.Asking(); !since.IsZero() {
+		t.Error("Asking still shows a request after the answer")
+	}
+	if w := metric(t, h.reg, "leasekeeper_region_request_wait_seconds"); w != 0 {
+		t.Errorf("leasekeeper_region_request_wait_seconds = %v after the answer, want 0", w)
+	}
+	if n := len(s.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}
+
 // TestDroppedConnectionNotReplayedByTransport: the region (or something
 // between) closes a reused connection after reading a request, without
 // an answer. Go's HTTP transport replays such a request by itself when
@@ -1012,6 +1055,41 @@ func TestClassify(t *testing.T) {
 	}
 	if o := classifyErr(errors.New("connection reset by peer"), true, &Config{}, u, "maas"); o.kind != kindOutage {
 		t.Errorf("reset: %s", resultLabel[o.kind])
+	}
+	// Plain HTTP to the TLS port: Go's server (and nginx) answer 400.
+	plain, _ := url.Parse("http://region:5242/MAAS/a/v3internal/leases")
+	if o := classify(&http.Response{StatusCode: 400, Header: http.Header{}}, "Client sent an HTTP request to an HTTPS server.", time.Now(), plain); o.kind != kindConfig || !strings.Contains(o.hint, "write https://") {
+		t.Errorf("http:// to a TLS port: %s %q", resultLabel[o.kind], o.hint)
+	}
+}
+
+// TestClassifyCertificates: an expired or not yet valid region
+// certificate, and the region refusing this rack's expired one, each get
+// a hint that says so and stays the same from one attempt to the next
+// (the x509 error names the current time: as the hint, every attempt
+// was logged at error as a new problem).
+func TestClassifyCertificates(t *testing.T) {
+	u, _ := url.Parse("https://region:5242/MAAS/a/v3internal/leases")
+	cfg := &Config{CertFile: "/var/lib/maas/certificates/agent.crt"}
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		err  error
+		hint string
+	}{
+		{"expired", x509.CertificateInvalidError{Reason: x509.Expired,
+			Cert: &x509.Certificate{NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-24 * time.Hour)}}, "it expired on "},
+		{"not yet valid", x509.CertificateInvalidError{Reason: x509.Expired,
+			Cert: &x509.Certificate{NotBefore: now.Add(24 * time.Hour), NotAfter: now.Add(48 * time.Hour)}}, "check this rack's clock"},
+		{"ours expired", &net.OpError{Op: "remote error", Err: errors.New("tls: expired certificate")}, "refused this rack's client certificate as expired (region.cert_file /var/lib/maas/certificates/agent.crt)"},
+	} {
+		o := classifyErr(fmt.Errorf("Post: %w", tc.err), true, cfg, u, "maas")
+		if o.kind != kindConfig || !strings.Contains(o.hint, tc.hint) {
+			t.Errorf("%s: %s %q, want config and %q", tc.name, resultLabel[o.kind], o.hint, tc.hint)
+		}
+		if strings.Contains(o.hint, "current time") {
+			t.Errorf("%s: the hint names the current time, so it changes on every attempt: %q", tc.name, o.hint)
+		}
 	}
 }
 
@@ -2091,4 +2169,68 @@ func interrupted(t *testing.T, s *regionstub.Server, cfg Config, q Queue, delay 
 	}
 	h.d.Close()
 	s.SetDelay(0)
+}
+
+// TestCredentialWarnings: a private key others may read, and a client
+// certificate out of its validity, are warned about when the settings
+// are read (at start and on reload), not first found at the region's
+// refusal; good ones are not.
+func TestCredentialWarnings(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, notBefore, notAfter time.Time, keyMode os.FileMode) Config {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: notBefore, NotAfter: notAfter}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{CertFile: filepath.Join(dir, name+".crt"), KeyFile: filepath.Join(dir, name+".key")}
+		if err := os.WriteFile(cfg.CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg.KeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), keyMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(cfg.KeyFile, keyMode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		mode     os.FileMode
+		want     []string
+	}{
+		{"good", now.Add(-time.Hour), now.Add(time.Hour), 0o600, nil},
+		{"group", now.Add(-time.Hour), now.Add(time.Hour), 0o640, nil},
+		{"world-readable key", now.Add(-time.Hour), now.Add(time.Hour), 0o644, []string{"has mode 0644: other users can read the rack's private key"}},
+		{"expired", now.Add(-48 * time.Hour), now.Add(-24 * time.Hour), 0o600, []string{"expired on " + now.Add(-24*time.Hour).UTC().Format("2006-01-02")}},
+		{"not yet valid", now.Add(24 * time.Hour), now.Add(48 * time.Hour), 0o600, []string{"is valid from " + now.Add(24*time.Hour).UTC().Format("2006-01-02")}},
+	} {
+		cfg := write(strings.ReplaceAll(tc.name, " ", "-"), tc.from, tc.to, tc.mode)
+		tlsc, err := tlsConfig(&cfg, "maas")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := credentialWarnings(&cfg, tlsc, now)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: warnings %q, want %d", tc.name, got, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: warning %q, want %q in it", tc.name, got[i], w)
+			}
+		}
+	}
 }

@@ -17,9 +17,12 @@ type metrics struct {
 	superseded   prometheus.Counter
 	state        *prometheus.GaugeVec
 	probes       *prometheus.CounterVec
+	asking       prometheus.GaugeFunc
 }
 
-func newMetrics() metrics {
+// newMetrics makes the deliverer's metrics; asking is how long the
+// request awaiting its answer has waited (0 when none).
+func newMetrics(asking func() float64) metrics {
 	m := metrics{
 		delivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_delivered_total",
@@ -40,7 +43,7 @@ func newMetrics() metrics {
 		}),
 		deadlettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deadlettered_total",
-			Help: "Events the region refused (422) or failed (500, alone and again after a neighbour was accepted) on their own, moved to the dead letters.",
+			Help: "Events the region refused (422, alone, right after it accepted another event) or failed (500, alone, right after it accepted another event, and every time since over 30 s) on their own, moved to the dead letters.",
 		}),
 		keptBack: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deliver_kept_back_total",
@@ -55,6 +58,10 @@ func newMetrics() metrics {
 			Help: "Queued events taken off the queue unsent because, in a failover pair, the peer's agent had delivered newer news of their address since: sent now, they would take the region back. Most are news the peer told the region too (both racks' files record every lease); one that was not is a lease life the region never hears of (the hold_max pattern, docs/failover.md).",
 		}),
 	}
+	m.asking = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "leasekeeper_region_request_wait_seconds",
+		Help: "How long the request awaiting the region's answer has waited (0 when none): a region slow or stuck applying a batch shows here while its state is still its last answer's. Not sent again before region's answer timeout (5m).",
+	}, asking)
 	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_region_probes_total",
 		Help: "Connection probes of a region that could not be reached at the last attempt (probe.go), by result: down (no connection), up (connected: the batch is retried at once).",
@@ -64,7 +71,7 @@ func newMetrics() metrics {
 	}
 	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "leasekeeper_region_state",
-		Help: "1 for the state delivery to the region is in: unknown (nothing sent yet), ok, outage (no answer: waiting), config (the agent's settings are wrong: retried, nothing dead-lettered; see leasekeeper status), failing (the region fails every event with 500).",
+		Help: "1 for the state delivery to the region is in: unknown (nothing sent yet), ok, outage (no answer: waiting), config (the agent's settings are wrong: retried, nothing dead-lettered; see leasekeeper status), failing (the region fails every event with 500, or refuses every event with 422).",
 	}, []string{"state"})
 	for _, r := range resultLabel {
 		m.attempts.WithLabelValues(r)
@@ -77,7 +84,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.unsafeSplits, m.superseded, m.state, m.probes}
+	return []prometheus.Collector{m.delivered, m.attempts, m.lastDelivery, m.latency, m.deadlettered, m.keptBack, m.unsafeSplits, m.superseded, m.state, m.probes, m.asking}
 }
 
 func (m *metrics) setState(state string) {

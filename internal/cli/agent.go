@@ -232,10 +232,11 @@ func reload(a *agent.Agent, load func() (*config.Config, error), level *levelSam
 		return
 	}
 	changed := config.Diff(a.Config(), cfg)
-	level.set(cfg.Log.Level)
 	if err := a.Reload(cfg); err != nil {
-		log.Error().Err(err).Msg("reload: a part could not apply the new configuration")
+		log.Error().Err(err).Strs("changed", changed).Msg("reload refused: a part cannot take the new configuration; the running configuration stays in force, every key of it")
+		return
 	}
+	level.set(cfg.Log.Level)
 	var later []string
 	for _, k := range changed {
 		if !reloadable[k] {

@@ -137,7 +137,8 @@ func (s *syncBuffer) waitFor(t *testing.T, want string) {
 }
 
 // TestRunAgentSignals drives the agent command's signal handling: SIGHUP
-// on its channel reloads (a broken file is refused, a good one applied);
+// on its channel reloads (a broken file is refused, so is one a part
+// cannot take, and nothing of it applied; a good one is applied);
 // SIGTERM, as Main passes it on (the context cancelled with the signal as
 // its cause), stops cleanly, names the signal and lets a second one kill.
 func TestRunAgentSignals(t *testing.T) {
@@ -173,6 +174,18 @@ func TestRunAgentSignals(t *testing.T) {
 	}
 	sigs <- syscall.SIGHUP
 	logs.waitFor(t, "reload refused; the running configuration stays in force")
+
+	// Valid as a file, but the deliverer cannot read its CA: refused
+	// whole, nothing applied (the next reload's diff shows it).
+	bad := strings.Replace(base, `url = "http://127.0.0.1:1/leases"`, `url = "https://127.0.0.1:1/leases"`+"\nca_file = \"/nonexistent/ca.pem\"", 1)
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sigs <- syscall.SIGHUP
+	logs.waitFor(t, "reload refused: a part cannot take the new configuration")
+	if strings.Contains(logs.String(), "configuration reloaded") {
+		t.Errorf("a refused reload logged as reloaded:\n%s", logs.String())
+	}
 
 	good := strings.Replace(base, "[log]\n", "[log]\nlevel = \"debug\"\n", 1) + "[reconcile]\npoll_interval = \"1s\"\n"
 	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {

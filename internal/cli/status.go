@@ -60,8 +60,9 @@ null), deadletters, lag_seconds (null when unknown), tasks
 ([{name, state}]), uptime_seconds, mode ({mode, detected, forced,
 unsure, kept, why, kept_back}, null before the reconciler ran),
 leases_file ({path, missing_since}: null while the file exists), region
-({state, error, hint, since, failed_attempts}; state is unknown, ok,
-outage, config or failing), held ({events, since}: events waiting in
+({state, error, hint, since, failed_attempts, waiting: {since, events}
+while a request has waited for its answer a few seconds}; state is
+unknown, ok, outage, config or failing), held ({events, since}: events waiting in
 memory for a full disk), unhealthy (why /healthz answers 503, or ""),
 orphans ([{ip, state, reason, ends, attempts, next}]: addresses a reload
 dropped that the region still holds; leasekeeper orphans shows them) and
@@ -334,7 +335,7 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 		"ok":      {"ok", ""},
 		"outage":  {"OUTAGE", "no answer, retrying (nothing is lost)"},
 		"config":  {"CONFIGURATION ERROR", "retrying, nothing is dead-lettered"},
-		"failing": {"FAILING", "the region fails every event, retrying (nothing is dead-lettered)"},
+		"failing": {"FAILING", "the region fails or refuses every event, retrying (nothing is dead-lettered)"},
 	}[g.State]
 	if !ok {
 		wd = words{g.State, ""}
@@ -352,6 +353,10 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 	}
 	if g.Error != "" && g.State != "ok" {
 		fmt.Fprintf(w, "\tlast error: %s\n", g.Error)
+	}
+	if q := g.Waiting; q != nil {
+		fmt.Fprintf(w, "\tno answer yet to a request of %d events sent %s ago: the region is slow or stuck applying it; waiting, not sending it again before the answer timeout (5m)\n",
+			q.Events, roundAge(r.Time.Sub(q.Since)))
 	}
 }
 

@@ -99,6 +99,26 @@ lag            2m0s
 	}
 }
 
+// TestStatusRegionWaiting: a request the region has not answered for a
+// while shows under an "ok" region (its last answer's state).
+func TestStatusRegionWaiting(t *testing.T) {
+	srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
+		"queue_depth":17,"last_delivery":"2026-11-29T11:58:51Z","deadletters":0,"lag_seconds":69,"tasks":[],"uptime_seconds":10800,
+		"region":{"state":"ok","waiting":{"since":"2026-11-29T11:58:51Z","events":17}}}`, 200)
+	out, _, code := run(t, "status", "--url", srv.URL)
+	want := `agent          ready (version 1.2.3, up 3h0m0s)
+region         ok
+               no answer yet to a request of 17 events sent 1m9s ago: the region is slow or stuck applying it; waiting, not sending it again before the answer timeout (5m)
+queue depth    17
+last delivery  2026-11-29T11:58:51Z (1m9s ago)
+dead letters   0
+lag            1m9s
+`
+	if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+		t.Errorf("exit %d (-want +got):\n%s", code, diff)
+	}
+}
+
 // TestStatusLeasesFile: the leases file followed, and a missing one with
 // how long it has been missing and what to check.
 func TestStatusLeasesFile(t *testing.T) {
