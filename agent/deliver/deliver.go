@@ -131,9 +131,9 @@ type Deliverer struct {
 	// 0 when none), and its events (Asking).
 	asking, askingN atomic.Int64
 	slowAfter       time.Duration // slowAnswer; tests shorten it
-	now func() time.Time
-	m   metrics
-	reg prometheus.Registerer
+	now             func() time.Time
+	m               metrics
+	reg             prometheus.Registerer
 
 	link     atomic.Pointer[link]
 	reloaded chan struct{} // a retry waiting for its backoff tries the new link at once
@@ -813,8 +813,8 @@ func (d *Deliverer) parts(batch []event.Queued) (first, second []event.Queued, o
 func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *bisection) (err error) {
 	one := []event.Queued{q}
 	fails, last, outages, rounds := 1, first, 0, 0
-	consumed := false // a neighbour went out of turn: the batch in hand is stale
-	evidence := false // a neighbour was just accepted: the next failure is the suspect's own
+	consumed := false    // a neighbour went out of turn: the batch in hand is stale
+	evidence := false    // a neighbour was just accepted: the next failure is the suspect's own
 	var proved time.Time // the first proof; zero before it
 	since := 0           // the suspect's failures alone since proved
 	defer func() {
