@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/netip"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,13 +48,13 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 	}
 	now := a.now
 	if err := os.MkdirAll(cfg.State.Dir, 0o750); err != nil {
-		return nil, fmt.Errorf("state.dir: %w", err)
+		return nil, stateDirError(cfg.State.Dir, err)
 	}
 	store, err := outbox.Open(cfg.State.OutboxPath(), outbox.Options{
 		Logger: log.With().Str("component", "outbox").Logger(), Registerer: reg, Now: now,
 	})
 	if err != nil {
-		return nil, err
+		return nil, stateDirError(cfg.State.Dir, err)
 	}
 	fail := func(err error) (func() error, error) {
 		store.Close()
@@ -134,6 +139,36 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		return err
 	})})
 	return func() error { closePair(); rec.Close(); orph.Close(); d.Close(); return store.Close() }, nil
+}
+
+// stateDirError names state.dir in an error making the directory or
+// opening the outbox in it, and says what to do about the usual causes
+// (the outbox's own error names only the file): a directory the agent's
+// user does not own (made by hand as root, or by an agent once run as
+// root), a read-only file system, a full one.
+func stateDirError(dir string, err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		who := agentUser()
+		hint = fmt.Sprintf(": the agent's user (%s here; leasekeeper in the package) must own it: chown -R %s: %s", who, who, dir)
+	case errors.Is(err, syscall.EROFS):
+		hint = ": it is on a read-only file system, and the agent writes there at every event: remount it read-write, or set state.dir to a writable directory"
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT),
+		// bbolt formats some causes into strings (growing the file).
+		strings.Contains(err.Error(), syscall.ENOSPC.Error()):
+		hint = fmt.Sprintf(": its file system is full: free space on it (df -h %s)", dir)
+	}
+	return fmt.Errorf("state.dir: %w%s", err, hint)
+}
+
+// agentUser names the user the agent runs as, for the chown to suggest.
+func agentUser() string {
+	uid := strconv.Itoa(os.Geteuid())
+	if u, err := user.LookupId(uid); err == nil {
+		return u.Username
+	}
+	return uid
 }
 
 // newPairLink builds the channel to the failover pair's other agent

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -317,7 +318,7 @@ func Decode(r io.Reader, name string) (*Config, error) {
 		skip[key] = true
 		if f, ok := c.field(key); !ok {
 			bad(key, unknownErr(k[1], "keys of ["+sec+"]", names(sec)))
-		} else if err := decodeKey(&md, keys[k[1]], f); err != nil {
+		} else if err := decodeKey(&md, keys[k[1]], f, b); err != nil {
 			bad(key, err)
 		}
 	}
@@ -500,16 +501,17 @@ var durationType = reflect.TypeFor[time.Duration]()
 // decodeKey sets f from its TOML value p, converted by the TOML library;
 // but a duration must be a string, read as --set reads it: the library
 // would take an integer as nanoseconds (expiry_grace = 30 would be 30ns).
-func decodeKey(md *toml.MetaData, p toml.Primitive, f reflect.Value) error {
+// file is the file's text, for showing a wrong value as written.
+func decodeKey(md *toml.MetaData, p toml.Primitive, f reflect.Value, file []byte) error {
 	if f.Type() == durationType {
 		var s string
 		if md.PrimitiveDecode(p, &s) != nil {
-			return wrongType(md, p, f.Type())
+			return wrongType(md, p, f.Type(), file)
 		}
 		return setString(f, s)
 	}
 	if md.PrimitiveDecode(p, f.Addr().Interface()) != nil {
-		return wrongType(md, p, f.Type())
+		return wrongType(md, p, f.Type(), file)
 	}
 	if f.Kind() == reflect.Slice && f.Len() == 0 {
 		f.SetZero() // [] is nil, like the default
@@ -518,7 +520,7 @@ func decodeKey(md *toml.MetaData, p toml.Primitive, f reflect.Value) error {
 }
 
 // wrongType says that the value p is not of type t, showing it as written.
-func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type) error {
+func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type, file []byte) error {
 	var v any
 	md.PrimitiveDecode(p, &v)
 	switch {
@@ -527,6 +529,16 @@ func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type) error {
 	case t.Kind() == reflect.String:
 		return fmt.Errorf("%s is not a string", tomlValue(v))
 	case t.Kind() == reflect.Int:
+		// TOML reads 1e3 and 1000.0 as floats, which the library does
+		// not convert to an integer even when whole: say what to write
+		// (shown as decoded, 1e3 would read "1000 is not an integer").
+		if f, ok := v.(float64); ok && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+			w := asWritten(md, p, file)
+			if w == "" {
+				w = strconv.FormatFloat(f, 'f', 1, 64)
+			}
+			return fmt.Errorf("%s is a float, not an integer: write %d", w, int64(f))
+		}
 		return fmt.Errorf("%s is not an integer", tomlValue(v))
 	}
 	list, _ := v.([]any)
@@ -537,6 +549,27 @@ func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type) error {
 	}
 	return fmt.Errorf("%s is not a list of integers", tomlValue(v))
 }
+
+// asWritten returns the text of p's value as the file spells it ("1e3",
+// "1_000.0"), or "" when the TOML library does not say where it is. The
+// library gives a value's position only in its own errors: decoding into
+// an Unmarshaler that always fails makes it report one.
+func asWritten(md *toml.MetaData, p toml.Primitive, file []byte) string {
+	var pe toml.ParseError
+	if !errors.As(md.PrimitiveDecode(p, &positionOnly{}), &pe) {
+		return ""
+	}
+	start, n := pe.Position.Start, pe.Position.Len
+	if start < 0 || n <= 0 || start+n > len(file) {
+		return ""
+	}
+	return string(file[start : start+n])
+}
+
+// positionOnly is the Unmarshaler asWritten decodes into.
+type positionOnly struct{}
+
+func (positionOnly) UnmarshalTOML(any) error { return errors.New("position only") }
 
 // setString sets f from its command-line form.
 func setString(f reflect.Value, s string) error {
@@ -552,6 +585,9 @@ func setString(f reflect.Value, s string) error {
 	case f.Kind() == reflect.Int:
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
+			if f, ferr := strconv.ParseFloat(strings.TrimSpace(s), 64); ferr == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+				return fmt.Errorf("%q is not an integer: write %d", s, int64(f))
+			}
 			return fmt.Errorf("%q is not an integer", s)
 		}
 		f.SetInt(int64(n))

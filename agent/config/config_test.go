@@ -119,6 +119,9 @@ func TestErrors(t *testing.T) {
 		{"string type", "[metrics]\nlisten = 9742", []string{"metrics.listen: 9742 is not a string"}},
 		{"int type", "[region]\nbatch_max = \"100\"", []string{`region.batch_max: "100" is not an integer`}},
 		{"float", "[region]\nbatch_max = 1.5", []string{"region.batch_max: 1.5 is not an integer"}},
+		{"float whole", "[region]\nbatch_max = 1e3", []string{"region.batch_max: 1e3 is a float, not an integer: write 1000"}},
+		{"float point", "[region]\nbatch_max   =  1_000.0 # comment", []string{"region.batch_max: 1_000.0 is a float, not an integer: write 1000"}},
+		{"float as written", "[region]\nurl = \"https://region/leases\"\nbatch_max = 5E+2\ntimeout = \"5s\"", []string{"region.batch_max: 5E+2 is a float, not an integer: write 500"}},
 		{"list type", "[hook]\nallowed_uids = 0", []string{"hook.allowed_uids: 0 is not a list of integers"}},
 		{"list element", "[hook]\nallowed_uids = [0, \"dhcpd\"]", []string{`hook.allowed_uids: [0, "dhcpd"] is not a list of integers ("dhcpd")`}},
 		{"table as value", "[region]\nurl = { a = 1 }", []string{"region.url: a table is not a string"}},
@@ -138,8 +141,11 @@ func TestErrors(t *testing.T) {
 		{"timeout zero", "[region]\ntimeout = \"0s\"", []string{"region.timeout: 0s is not between"}},
 		{"timeout long", "[region]\ntimeout = \"11m\"", []string{"region.timeout: 11m0s is not between"}},
 		{"grace negative", "[reconcile]\nexpiry_grace = \"-1s\"", []string{"reconcile.expiry_grace: -1s is negative"}},
+		{"grace long", "[reconcile]\nexpiry_grace = \"87600h\"", []string{"reconcile.expiry_grace: 87600h0m0s is longer than 1h"}},
+		{"grace just over", "[reconcile]\nexpiry_grace = \"3601s\"", []string{"reconcile.expiry_grace: 1h0m1s is longer than 1h"}},
 		{"grace fraction", "[reconcile]\nexpiry_grace = \"1500ms\"", []string{`reconcile.expiry_grace: 1.5s is not a whole number of seconds (dhcpd.leases dates in seconds): write "1s" or "2s"`}},
 		{"poll too short", "[reconcile]\npoll_interval = \"1ms\"", []string{"reconcile.poll_interval: 1ms is shorter than 10ms"}},
+		{"poll too long", "[reconcile]\npoll_interval = \"87600h\"", []string{"reconcile.poll_interval: 87600h0m0s is longer than 1h"}},
 		{"mode", "[reconcile]\nmode = \"replace\"", []string{`reconcile.mode: "replace" is not one of auto, replacement, complement, hookless`}},
 		{"listen no port", "[metrics]\nlisten = \"127.0.0.1\"", []string{`metrics.listen: "127.0.0.1" is not host:port`}},
 		{"listen bad port", "[metrics]\nlisten = \"127.0.0.1:http\"", []string{`metrics.listen: "127.0.0.1:http": port "http" is not a number`}},
@@ -149,6 +155,7 @@ func TestErrors(t *testing.T) {
 		{"pair peer port range", "[pair]\nlisten = \":5251\"\npeer = \"rack-b:0\"\nkey_file = \"/k\"", []string{`pair.peer: "rack-b:0": port "0" is not 1-65535`}},
 		{"pair key relative", "[pair]\nlisten = \":5251\"\npeer = \"rack-b:5251\"\nkey_file = \"k\"", []string{`pair.key_file: "k" is not an absolute path`}},
 		{"pair hold", "[pair]\nhold_max = \"0s\"", []string{"pair.hold_max: 0s is not positive"}},
+		{"pair hold long", "[pair]\nhold_max = \"87600h\"", []string{"pair.hold_max: 87600h0m0s is longer than 1h"}},
 		{"log level", "[log]\nlevel = \"verbose\"", []string{`log.level: "verbose" is not one of trace, debug, info, warn, error`}},
 		{"log format", "[log]\nformat = \"text\"", []string{`log.format: "text" is not json, console`}},
 		// [region] cases replace the valid region.
@@ -217,6 +224,7 @@ func TestValidAccepted(t *testing.T) {
 		{"every level", valid + "[log]\nlevel = \"trace\"\nformat = \"json\""},
 		{"dotted keys", "region.url = \"https://region/leases\"\nlog.level = \"debug\""},
 		{"inline table", "region = { url = \"https://region/leases\" }"},
+		{"upper bounds", valid + "[reconcile]\nexpiry_grace = \"1h\"\npoll_interval = \"1h\"\n[pair]\nhold_max = \"1h\""},
 		{"empty file has no region", ""},
 	}
 	for _, tc := range tests {
@@ -282,6 +290,7 @@ func TestSet(t *testing.T) {
 	for _, tc := range []struct{ kv, want string }{
 		{"region.timeout=5x", `region.timeout: "5x" is not a duration`},
 		{"region.batch_max=many", `region.batch_max: "many" is not an integer`},
+		{"region.batch_max=1e3", `region.batch_max: "1e3" is not an integer: write 1000`},
 		{"hook.allowed_uids=0,root", `hook.allowed_uids: "0,root" is not a comma-separated list of integers`},
 		{"region.tiemout=5s", "region.tiemout: unknown key"},
 		{"timeout=5s", "timeout: unknown key"},

@@ -79,6 +79,8 @@ func (c *Config) Validate() error {
 
 	if g := c.Reconcile.ExpiryGrace; g < 0 {
 		badf("reconcile.expiry_grace", "%s is negative", g)
+	} else if g > maxExpiryGrace {
+		badf("reconcile.expiry_grace", "%s is longer than 1h: a hook reports within seconds, and every event the file fills in waits this long", g)
 	} else if g%time.Second != 0 {
 		// The reconciler counts the grace in whole seconds, as
 		// dhcpd.leases dates events: "500ms" would act as "0s".
@@ -86,6 +88,8 @@ func (c *Config) Validate() error {
 	}
 	if p := c.Reconcile.PollInterval; p < 10*time.Millisecond {
 		badf("reconcile.poll_interval", "%s is shorter than 10ms", p)
+	} else if p > maxPollInterval {
+		badf("reconcile.poll_interval", "%s is longer than 1h: a missed change notification would go unnoticed that long", p)
 	}
 	if !oneOf(c.Reconcile.Mode, ReconcileModes) {
 		badf("reconcile.mode", "%q is not one of %s", c.Reconcile.Mode, strings.Join(ReconcileModes, ", "))
@@ -125,7 +129,8 @@ func (c *Config) Validate() error {
 }
 
 // validatePair checks [pair]: the three keys together or none, listen
-// and peer host:port (peer's host may be a name), hold_max positive.
+// and peer host:port (peer's host may be a name), hold_max positive and
+// at most maxHoldMax.
 func (c *Config) validatePair(bad func(string, error), badf func(string, string, ...any), path func(string, string, bool)) {
 	p := c.Pair
 	path("pair.key_file", p.KeyFile, false)
@@ -152,8 +157,25 @@ func (c *Config) validatePair(bad func(string, error), badf func(string, string,
 	}
 	if p.HoldMax <= 0 {
 		badf("pair.hold_max", "%s is not positive", p.HoldMax)
+	} else if p.HoldMax > maxHoldMax {
+		badf("pair.hold_max", "%s is longer than 1h: when the peer rack dies, every delivery waits this long", p.HoldMax)
 	}
 }
+
+// Upper bounds of durations no rack needs longer: a typo ("87600h" for
+// "60s"), accepted, would hold the agent's news for years.
+const (
+	// maxExpiryGrace: a hook reports within seconds of dhcpd's write;
+	// the grace delays every event the file fills in, and the expiry
+	// of a lease a restart dropped, by as long.
+	maxExpiryGrace = time.Hour
+	// maxPollInterval: the poll is the safety net for missed inotify
+	// events and the pace a torn file is read again at.
+	maxPollInterval = time.Hour
+	// maxHoldMax: when the peer rack dies, every delivery waits this
+	// long for it before going on alone.
+	maxHoldMax = time.Hour
+)
 
 // maxUID is the largest uid; 4294967295 is (uid_t)-1, "no user".
 const maxUID = 1<<32 - 2

@@ -274,6 +274,12 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		o.kind = kindRefused
 	case c == http.StatusInternalServerError:
 		o.kind = kindFailed
+	case c == http.StatusBadGateway, c == http.StatusServiceUnavailable, c == http.StatusGatewayTimeout:
+		o.kind = kindOutage
+		// One hint for the three: during a restart nginx answers one
+		// then another, and a hint that changes is logged as a new
+		// problem.
+		o.hint = fmt.Sprintf("%s answers but the service behind it does not: on MAAS, nginx on port %s answers 502, 503 or 504 while the internal API server behind it is down or restarting (or waiting for its database); nothing to change on this rack: waiting, nothing is lost", u.Host, maasPort)
 	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests, c >= 500:
 		o.kind = kindOutage
 	case c >= 300 && c < 400:

@@ -1036,7 +1036,11 @@ func TestClassify(t *testing.T) {
 		{202, `{"queued":true}`, kindConfig, "is region.url MAAS's internal leases API"},
 		{422, `{"kind":"Error","code":422}`, kindRefused, ""},
 		{500, `{"kind":"Error","code":500}`, kindFailed, ""},
-		{408, "", kindOutage, ""}, {429, "", kindOutage, ""}, {502, "", kindOutage, ""}, {503, "", kindOutage, ""}, {504, "", kindOutage, ""}, {507, "", kindOutage, ""},
+		{408, "", kindOutage, ""}, {429, "", kindOutage, ""}, {507, "", kindOutage, ""},
+		// MAAS's nginx while the API server behind it is down.
+		{502, "<html><center><h1>502 Bad Gateway</h1></center></html>", kindOutage, "region:5443 answers but the service behind it does not: on MAAS, nginx on port 5242 answers 502, 503 or 504 while the internal API server behind it is down or restarting"},
+		{503, "", kindOutage, "nothing to change on this rack: waiting, nothing is lost"},
+		{504, "", kindOutage, "nginx on port 5242 answers 502, 503 or 504"},
 		{403, `{"detail":"Client certificate required."}`, kindConfig, "wants a client certificate: set region.cert_file and region.key_file"},
 		{401, "", kindConfig, "refuses the agent's credentials"},
 		{404, `{"detail":"Not Found"}`, kindConfig, "wrong port or path? MAAS's internal leases API is https://REGION:5242/MAAS/a/v3internal/leases (port 5443 is MAAS's public API)"},
@@ -1052,6 +1056,15 @@ func TestClassify(t *testing.T) {
 		if want := fmt.Sprintf("HTTP %d", tc.status); !strings.HasPrefix(o.what, want) || !strings.Contains(o.what, tc.body) {
 			t.Errorf("%d: what %q", tc.status, o.what)
 		}
+	}
+	// One hint for 502, 503 and 504: nginx may answer one then another
+	// while the API server restarts, and a changed hint is logged as a
+	// new problem.
+	hint := func(c int) string {
+		return classify(&http.Response{StatusCode: c, Header: http.Header{}}, "", time.Now(), u).hint
+	}
+	if hint(502) != hint(503) || hint(503) != hint(504) {
+		t.Errorf("502, 503 and 504 differ in hint: %q, %q, %q", hint(502), hint(503), hint(504))
 	}
 	if o := classifyErr(errors.New("connection reset by peer"), true, &Config{}, u, "maas"); o.kind != kindOutage {
 		t.Errorf("reset: %s", resultLabel[o.kind])

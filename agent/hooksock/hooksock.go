@@ -69,6 +69,9 @@ type Listener struct {
 	now     func() time.Time
 	m       metrics
 	limiter *lograte.Limiter
+	// failing logs a sink that keeps failing (a full disk) when it
+	// begins, every storeFailLogEvery while it lasts, and when it ends.
+	failing *lograte.Episode
 
 	beat       atomic.Int64 // Unix ns: the reader's last turn
 	heldSince  atomic.Int64 // Unix ns: since when events wait for a failing sink; 0 if none
@@ -117,7 +120,7 @@ type metrics struct {
 // New returns a listener; Run opens the socket.
 func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*Listener, error) {
 	if cfg.Path == "" {
-		return nil, errors.New("hook socket: no path")
+		return nil, errors.New("hook.socket: no path")
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 512
@@ -125,7 +128,8 @@ func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, n
 	if now == nil {
 		now = time.Now
 	}
-	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now), drained: make(chan struct{})}
+	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now),
+		failing: lograte.NewEpisode(storeFailLogEvery, now), drained: make(chan struct{})}
 	l.m.received = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_events_received_total", Help: "Lease events accepted, by source.",
 	}, []string{"source"})
@@ -244,7 +248,7 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 	defer unlock()
 	if fi, err := os.Lstat(l.cfg.Path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, nil, fmt.Errorf("hook socket %s exists and is not a socket; refusing to replace it", l.cfg.Path)
+			return nil, nil, fmt.Errorf("hook.socket: %s exists and is not a socket; refusing to replace it", l.cfg.Path)
 		}
 		// A socket left by a previous run is replaced; one something
 		// still listens on (another agent given the same hook.socket)
@@ -268,13 +272,13 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 	}}
 	pc, err := lc.ListenPacket(context.Background(), "unixgram", l.cfg.Path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hook socket: %w", err)
+		return nil, nil, fmt.Errorf("hook.socket: %w", err)
 	}
 	uc := pc.(*net.UnixConn)
 	own, err = os.Lstat(l.cfg.Path)
 	if err != nil {
 		uc.Close()
-		return nil, nil, fmt.Errorf("hook socket: %w", err)
+		return nil, nil, fmt.Errorf("hook.socket: %w", err)
 	}
 	fail := func(err error) (*net.UnixConn, os.FileInfo, error) {
 		removeOwn(l.cfg.Path, own)
@@ -292,12 +296,12 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 		}
 		gid, _ := strconv.Atoi(g.Gid)
 		if err := os.Chown(l.cfg.Path, -1, gid); err != nil {
-			return fail(fmt.Errorf("hook socket: chown to group %s: %w", l.cfg.Group, err))
+			return fail(fmt.Errorf("hook.socket: chown to hook.socket_group %s: %w", l.cfg.Group, err))
 		}
 		mode = 0o620
 	}
 	if err := os.Chmod(l.cfg.Path, mode); err != nil {
-		return fail(fmt.Errorf("hook socket: %w", err))
+		return fail(fmt.Errorf("hook.socket: %w", err))
 	}
 	if err := uc.SetReadBuffer(4 << 20); err != nil {
 		l.log.Debug().Err(err).Msg("hook socket: cannot enlarge the receive buffer")
@@ -313,14 +317,14 @@ func probe(path string) error {
 	switch {
 	case err == nil:
 		c.Close()
-		return fmt.Errorf("hook socket %s: another process listens on it (another leasekeeper agent?); stop it or set hook.socket to another path", path)
+		return fmt.Errorf("hook.socket: %s: another process listens on it (another leasekeeper agent?); stop it or set hook.socket to another path", path)
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, fs.ErrNotExist):
 		return nil
 	case errors.Is(err, syscall.EPROTOTYPE):
 		// A stream or seqpacket socket is bound there.
-		return fmt.Errorf("hook socket %s: another process listens on it (not a datagram socket); stop it or set hook.socket to another path", path)
+		return fmt.Errorf("hook.socket: %s: another process listens on it (not a datagram socket); stop it or set hook.socket to another path", path)
 	default:
-		return fmt.Errorf("hook socket %s: cannot tell whether another process listens on it (%w); refusing to replace it: remove it if nothing does, or set hook.socket to another path", path, err)
+		return fmt.Errorf("hook.socket: %s: cannot tell whether another process listens on it (%w); refusing to replace it: remove it if nothing does, or set hook.socket to another path", path, err)
 	}
 }
 
@@ -332,7 +336,7 @@ const dirLockWait = 5 * time.Second
 func lockDir(dir string) (unlock func(), _ error) {
 	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("hook socket: %w", &fs.PathError{Op: "open", Path: dir, Err: err})
+		return nil, fmt.Errorf("hook.socket: %w", &fs.PathError{Op: "open", Path: dir, Err: err})
 	}
 	deadline := time.Now().Add(dirLockWait)
 	for {
@@ -343,9 +347,9 @@ func lockDir(dir string) (unlock func(), _ error) {
 		if err != syscall.EWOULDBLOCK && err != syscall.EINTR || time.Now().After(deadline) {
 			syscall.Close(fd)
 			if err == syscall.EWOULDBLOCK {
-				return nil, fmt.Errorf("hook socket: directory %s stayed locked (flock) by another process for %s; is another agent starting on hook.socket?", dir, dirLockWait)
+				return nil, fmt.Errorf("hook.socket: directory %s stayed locked (flock) by another process for %s; is another agent starting on hook.socket?", dir, dirLockWait)
 			}
-			return nil, fmt.Errorf("hook socket: lock %s: %w", dir, err)
+			return nil, fmt.Errorf("hook.socket: lock %s: %w", dir, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -535,6 +539,12 @@ func (l *Listener) commit(ctx context.Context, sk *sock, in <-chan item) error {
 // sink for events it has already read.
 const stopGrace = 5 * time.Second
 
+// storeFailLogEvery is how often a sink that keeps failing is logged
+// again. It is retried every 5 s at most: logged each time, a full disk
+// filled the journal (on that disk, often) with the same error, and the
+// outbox's own, for as long as it lasted.
+const storeFailLogEvery = 30 * time.Second
+
 // store writes one batch, retrying a failing sink (a full disk) with
 // backoff: the events wait in memory and the socket queue fills up, which
 // makes the hooks spool instead. The sink is called even while stopping:
@@ -549,6 +559,10 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 			for _, ev := range batch {
 				l.m.received.WithLabelValues(ev.Source.String()).Inc()
 			}
+			if ended, since, n := l.failing.End(); ended {
+				l.log.Info().Int("events", len(batch)).Int("failures", n).Dur("failed_for", l.now().Sub(since)).
+					Msg("hook events stored again")
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -560,8 +574,11 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 		}
 		l.heldEvents.Store(int64(len(batch)))
 		l.heldSince.CompareAndSwap(0, l.now().UnixNano())
-		l.log.Error().Err(err).Int("events", len(batch)).Dur("retry_in", backoff).
-			Msg("cannot store hook events; holding them and retrying")
+		if log, left, since := l.failing.Fail(); log {
+			l.log.Error().Err(err).Int("events", len(batch)).Dur("retry_in", backoff).
+				Time("failing_since", since).Int("not_logged_since_last", left).
+				Msgf("cannot store hook events; holding them and retrying (logged again every %s while it lasts)", storeFailLogEvery)
+		}
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 5*time.Second)
 	}

@@ -272,11 +272,38 @@ func TestRefusesNonSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = l.Run(context.Background(), func() {})
-	if err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Fatalf("Run = %v, want a refusal", err)
+	if err == nil || !strings.Contains(err.Error(), "hook.socket: "+path+" exists and is not a socket") {
+		t.Fatalf("Run = %v, want a refusal naming hook.socket", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "keep me" {
 		t.Error("the file was replaced")
+	}
+}
+
+// TestOpenErrorsNameKey: a hook socket that cannot be made says which
+// key to change, hook.socket, as control.socket's error does.
+func TestOpenErrorsNameKey(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, path string
+		want       string
+	}{
+		// Longer than a unix socket path can be (config refuses it; a
+		// bind error all the same).
+		{"bind fails", filepath.Join(dir, strings.Repeat("s", 120)), "hook.socket: listen unixgram " + dir},
+		{"no directory", filepath.Join(dir, "missing", "hook.sock"), "hook.socket: open " + dir + "/missing: no such file or directory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := New(Config{Path: tc.path}, newSink(), zerolog.Nop(), nil, time.Now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = l.Run(context.Background(), func() { t.Error("listening") })
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("Run = %v, want an error starting %q", err, tc.want)
+			}
+		})
 	}
 }
 
@@ -296,6 +323,65 @@ func TestSinkFailure(t *testing.T) {
 	s.mu.Unlock()
 	if evs := s.waitFor(t, 10); len(evs) != 10 {
 		t.Fatalf("got %d events", len(evs))
+	}
+}
+
+// clockSink fails its first fails calls, each taking step on the clock
+// (the retry's backoff, 5 s once it has grown).
+type clockSink struct {
+	mu    sync.Mutex
+	now   time.Time
+	step  time.Duration
+	fails int
+	calls int
+}
+
+func (s *clockSink) clock() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+func (s *clockSink) Accept(context.Context, []event.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.calls > s.fails {
+		return nil
+	}
+	s.now = s.now.Add(s.step)
+	return fmt.Errorf("outbox /state/outbox.db: commit: disk full: %w", syscall.ENOSPC)
+}
+
+// TestSinkFailureLogged: a sink failing for as long as the disk is full
+// is logged when it begins, then at most every storeFailLogEvery, and
+// its end once — not at every retry.
+func TestSinkFailureLogged(t *testing.T) {
+	s := &clockSink{now: time.Unix(1_800_000_000, 0), step: 10 * time.Second, fails: 4}
+	logs := &strings.Builder{}
+	l, err := New(Config{Path: "/unused"}, s, zerolog.New(logs), nil, s.clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []event.Event{{Action: event.Commit}}
+	if err := l.store(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	// Failures at 10 s, 20 s, 30 s and 40 s: logged at 10 s and 40 s.
+	var failed, stored []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		switch {
+		case strings.Contains(line, "cannot store hook events"):
+			failed = append(failed, line)
+		case strings.Contains(line, "hook events stored again"):
+			stored = append(stored, line)
+		}
+	}
+	if len(failed) != 2 || !strings.Contains(failed[0], "disk full") || !strings.Contains(failed[1], `"not_logged_since_last":2`) {
+		t.Errorf("%d failure lines, want 2, the second counting 2 left out:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	if len(stored) != 1 || !strings.Contains(stored[0], `"failures":4`) {
+		t.Errorf("end lines:\n%s\nwant one, after 4 failures", strings.Join(stored, "\n"))
 	}
 }
 

@@ -7,13 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rs/zerolog"
 	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
 // TestDiskFull fills a 512 KiB tmpfs holding the store: Append must fail
@@ -22,18 +26,7 @@ import (
 // file in the tmpfs deleted) appends succeed again and everything
 // accepted, before and after, is there after a reopen.
 func TestDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=512k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	dir := smallTmpfs(t)
 	ballast := filepath.Join(dir, "ballast")
 	must(t, os.WriteFile(ballast, make([]byte, 192<<10), 0o600))
 
@@ -110,6 +103,90 @@ func TestDiskFull(t *testing.T) {
 	check(s, accepted)
 	if err := s.Append(ctx, batch(3_000_000, 1)...); err != nil {
 		t.Errorf("Append after reopen: %v", err)
+	}
+}
+
+// smallTmpfs mounts a 512 KiB tmpfs for the test, or skips it.
+func smallTmpfs(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=512k,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestDiskFullLogged: commits failing for as long as the disk is full
+// are logged when they begin, then at most every commitFailLogEvery
+// (callers retry every few seconds), and their end once.
+func TestDiskFullLogged(t *testing.T) {
+	dir := smallTmpfs(t)
+	ballast := filepath.Join(dir, "ballast")
+	must(t, os.WriteFile(ballast, make([]byte, 192<<10), 0o600))
+	var clock atomic.Int64
+	clock.Store(testNow.UnixNano())
+	logs := &testlog.Buffer{}
+	s, err := Open(filepath.Join(dir, "outbox.db"), Options{
+		Logger: zerolog.New(logs),
+		Now:    func() time.Time { return time.Unix(0, clock.Load()) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	batch := func(n int) []event.Event {
+		evs := make([]event.Event, 20)
+		for i := range evs {
+			evs[i] = ev(n+i, event.Commit)
+			evs[i].Hostname = fmt.Sprintf("%d-%s", n+i, strings.Repeat("x", 200))
+		}
+		return evs
+	}
+	n := 0
+	for ; n < 100_000; n += 20 {
+		if err = s.Append(ctx, batch(n)...); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Append on a full disk: %v", err)
+	}
+	// Two minutes of retries every 5 s: the first failure above, then 24.
+	for i := 0; i < 24; i++ {
+		clock.Add(int64(5 * time.Second))
+		if err := s.Append(ctx, batch(1_000_000+20*i)...); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("Append on a still full disk: %v", err)
+		}
+	}
+	must(t, os.Remove(ballast))
+	clock.Add(int64(5 * time.Second))
+	if err := s.Append(ctx, batch(2_000_000)...); err != nil {
+		t.Fatalf("Append after space returned: %v", err)
+	}
+	var failed, recovered []string
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		switch {
+		case strings.Contains(l, "outbox commit failed"):
+			failed = append(failed, l)
+		case strings.Contains(l, "outbox commits succeed again"):
+			recovered = append(recovered, l)
+		}
+	}
+	// At 0 s, 30 s, 60 s, 90 s and 120 s of the 125 s it lasted.
+	if len(failed) != 5 || !strings.Contains(failed[0], "no space left on device") || !strings.Contains(failed[1], `"not_logged_since_last":5`) {
+		t.Errorf("%d failure lines, want 5, the second counting 5 left out:\n%s", len(failed), strings.Join(failed, "\n"))
+	}
+	if len(recovered) != 1 || !strings.Contains(recovered[0], `"failures":25`) || !strings.Contains(recovered[0], `"failed_for":125000`) {
+		t.Errorf("recovery lines:\n%s\nwant one, after 25 failures and 125 s", strings.Join(recovered, "\n"))
 	}
 }
 

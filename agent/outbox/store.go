@@ -19,6 +19,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lograte"
 )
 
 // DefaultMaxEvents is the bound on queued events when Options.MaxEvents is 0.
@@ -117,7 +118,16 @@ type writerState struct {
 	episodeDropped int64 // events coalesced during it
 	overLogged     bool
 	accepted       []acceptedAt // commits with events still queued, oldest first
+	// failing: commits failing (a full disk), logged when it begins,
+	// every commitFailLogEvery while it lasts, and when one succeeds.
+	failing *lograte.Episode
 }
+
+// commitFailLogEvery is how often commits that keep failing are logged
+// again. Every caller retries (the hook socket every 5 s, the
+// reconciler every second): logged at each, a full disk filled the
+// journal with the same error for as long as it lasted.
+const commitFailLogEvery = 30 * time.Second
 
 type acceptedAt struct {
 	last uint64 // the commit's last Seq
@@ -144,6 +154,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.w.failing = lograte.NewEpisode(commitFailLogEvery, s.now)
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)

@@ -160,9 +160,15 @@ func (s *Store) commit(group []*request) {
 				return
 			}
 			err = s.commitError(err)
-			s.log.Error().Err(err).Msg("outbox commit failed")
+			if log, left, since := s.w.failing.Fail(); log {
+				s.log.Error().Err(err).Time("failing_since", since).Int("not_logged_since_last", left).
+					Msgf("outbox commit failed (logged again every %s while commits fail)", commitFailLogEvery)
+			}
 			s.fail(group, err)
 			return
+		}
+		if ended, since, n := s.w.failing.End(); ended {
+			s.log.Info().Int("failures", n).Dur("failed_for", s.now().Sub(since)).Msg("outbox commits succeed again")
 		}
 		s.committed(t, pass, dropped)
 		for _, r := range group {

@@ -73,7 +73,7 @@ func newMetrics() *metrics {
 		}, []string{"mode"}),
 		unsure: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_reconcile_mode_unsure",
-			Help: "1 when mode detection could not tell (dhcpd.conf unreadable or unset, a hook program it does not know) and took complement, the safe side, or, when dhcpd.conf became unreadable after a mode was detected for sure, kept that mode (leasekeeper status says which). Alert on 1; leasekeeper check-maas says why.",
+			Help: "1 when mode detection could not tell (dhcpd.conf unreadable or unset, a hook program it does not know) and took complement, the safe side, or, when dhcpd.conf became unreadable after a mode was detected for sure, kept that mode (leasekeeper status says which); 0 when reconcile.mode forces the mode. Alert on 1; leasekeeper check-maas says why.",
 		}),
 	}
 	for _, k := range []string{event.NoMACEmpty, event.NoMACDUID, event.NoMACNotSixByte} {

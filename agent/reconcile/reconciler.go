@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/internal/lograte"
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 	"github.com/leasekeeper/leasekeeper/parser"
 )
@@ -91,6 +92,10 @@ const (
 	stopTimeout = 5 * time.Second
 	// retryDelay is the pause after a failed commit.
 	retryDelay = time.Second
+	// persistFailLogEvery is how often commits that keep failing are
+	// logged again: retried every second, a full disk otherwise repeats
+	// the same error (and the outbox's) for as long as it lasts.
+	persistFailLogEvery = 30 * time.Second
 )
 
 // Reconciler is the agent task that follows dhcpd.leases and synthesises
@@ -128,6 +133,10 @@ type Reconciler struct {
 	// keptBackWarned: kinds of kept-back events already explained at
 	// warn level (later ones are logged at debug).
 	keptBackWarned map[string]bool
+	// persistFailing: commits failing (a full disk), retried every
+	// second; logged when it begins, every persistFailLogEvery while it
+	// lasts, and when a commit succeeds again.
+	persistFailing *lograte.Episode
 
 	fol        *follower
 	loadedPos  *Position
@@ -186,7 +195,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 	}
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
 		classifyWait: defaultClassifyWait, backlogMax: defaultBacklogMax, read: make(chan struct{}), ended: make(chan struct{}),
-		catchUp: make(chan chan struct{}), started: now()}
+		catchUp: make(chan chan struct{}), started: now(), persistFailing: lograte.NewEpisode(persistFailLogEvery, now)}
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
 		var err error
@@ -872,7 +881,10 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 				break // stopping: shutdown persists it, or says it cannot
 			}
 			r.met.problems.WithLabelValues(problemPersist).Inc()
-			r.log.Error().Err(err).Int("events", len(r.unsent)).Msg("cannot persist the reconciler's state and events; retrying")
+			if log, left, since := r.persistFailing.Fail(); log {
+				r.log.Error().Err(err).Int("events", len(r.unsent)).Time("failing_since", since).Int("not_logged_since_last", left).
+					Msgf("cannot persist the reconciler's state and events; retrying (logged again every %s while it lasts)", persistFailLogEvery)
+			}
 		}
 	case r.flushAt.IsZero() && (len(r.st.dirty) > 0 || r.st.metaDirty || r.posDirty):
 		r.flushAt = now.Add(flushDelay)
@@ -915,6 +927,10 @@ func (r *Reconciler) commit(ctx context.Context, evs []event.Event) error {
 	if err != nil {
 		r.st.MarkDirty(d)
 		return err
+	}
+	if ended, since, n := r.persistFailing.End(); ended {
+		r.log.Info().Int("events", len(all)).Int("failures", n).Dur("failed_for", now.Sub(since)).
+			Msg("the reconciler's state and events persisted again")
 	}
 	r.unsent, r.flushNow, r.orphans = nil, false, nil
 	if len(orphans) > 0 {
@@ -968,7 +984,7 @@ func (r *Reconciler) scanMode(when string) {
 		// way (found by make chaos: leases-dir-unreadable and an agent
 		// restart).
 		d.Mode, d.Kept = r.st.SureMode, true
-		d.Why = fmt.Sprintf("%s; keeping the mode last detected for sure, %s", strings.TrimSuffix(d.Why, ": complement mode, the safe side (nothing a hook may already have told the region is sent again)"), d.Mode)
+		d.Why = fmt.Sprintf("%s; keeping the mode last detected for sure, %s", strings.TrimSuffix(d.Why, unsureSuffix), d.Mode)
 	case !d.Unsure && !d.Forced && r.st.SureMode != d.Mode:
 		r.st.SureMode = d.Mode
 		r.st.MarkMeta()
@@ -983,18 +999,40 @@ func (r *Reconciler) scanMode(when string) {
 	r.st.Hookless = r.hookless
 	r.scanPair(when)
 	r.met.hookless.Store(r.hookless)
-	r.met.setMode(d.Mode, d.Unsure)
+	// A mode reconcile.mode forces is the operator's word: nothing to
+	// alert on when detection cannot tell (README.Debian has a rack
+	// whose dhcpd.conf the agent may not read set it).
+	r.met.setMode(d.Mode, d.Unsure && !d.Forced)
 	r.mode.Store(&d)
-	ev := r.log.Info()
-	if d.Unsure {
-		ev = r.log.Warn()
+	r.logMode(d, grace, when)
+}
+
+// unsureSuffix ends the Why of a detection that could not tell (detect).
+const unsureSuffix = ": complement mode, the safe side (nothing a hook may already have told the region is sent again)"
+
+// logMode says which mode is in force and why. Detection that could
+// not tell warns, with the fix. A mode reconcile.mode forces is the
+// operator's choice, logged at info with no advice to set what is set
+// (detection that could not tell contradicts nothing) — unless
+// detection, sure, says otherwise: that warns, naming both, as a
+// forced mode that differs from what dhcpd's hooks do sends second
+// copies of hooked events or misses what no hook reports.
+func (r *Reconciler) logMode(d Detection, grace time.Duration, when string) {
+	ev, why := r.log.Info(), d.Why
+	switch {
+	case d.Forced && !d.Unsure && d.Detected != d.Mode:
+		ev = r.log.Warn().Str("fix", fmt.Sprintf("make sure dhcpd's hooks do what %s mode means, or set reconcile.mode to \"auto\"; leasekeeper check-maas tells which", d.Mode))
+		why = fmt.Sprintf("reconcile.mode forces %s, but dhcpd.conf says %s: %s", d.Mode, d.Detected, d.Why)
+	case d.Forced && d.Unsure:
+		why = fmt.Sprintf("reconcile.mode forces %s (detection could not tell: %s)", d.Mode, strings.TrimSuffix(d.Why, unsureSuffix))
+	case d.Forced:
+		why = fmt.Sprintf("reconcile.mode forces %s, as detected: %s", d.Mode, d.Why)
+	case d.Unsure:
+		ev = r.log.Warn().Str("fix", "set dhcpd.config to a dhcpd.conf the agent can read, or reconcile.mode; leasekeeper check-maas tells which")
 	}
-	ev = ev.Str("mode", string(d.Mode)).Str("why", d.Why).Dur("expiry_grace", grace).Str("when", when)
+	ev = ev.Str("mode", string(d.Mode)).Str("why", why).Dur("expiry_grace", grace).Str("when", when)
 	if d.Forced {
 		ev = ev.Str("detected", string(d.Detected)).Bool("forced", true)
-	}
-	if d.Unsure {
-		ev = ev.Str("fix", "set dhcpd.config to a dhcpd.conf the agent can read, or reconcile.mode; leasekeeper check-maas tells which")
 	}
 	ev.Msg(modeMessage[d.Mode])
 }
