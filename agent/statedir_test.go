@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 // TestStateDirError: an outbox that cannot be opened names state.dir and
@@ -53,19 +55,9 @@ func TestStateDirError(t *testing.T) {
 // TestAssembleStateDir: the agent's start on a state.dir it cannot
 // write, for real: a read-only and a full file system.
 func TestAssembleStateDir(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
 	mount := func(t *testing.T, flags uintptr) string {
 		dir := t.TempDir()
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV|flags, "size=64k,mode=0755"); err != nil {
-			t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
-		}
-		t.Cleanup(func() {
-			if err := syscall.Unmount(dir, 0); err != nil {
-				t.Errorf("unmount %s: %v", dir, err)
-			}
-		})
+		lktest.Tmpfs(t, dir, "64k", 0o755, flags)
 		return dir
 	}
 	tests := []struct {

@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/leasegen"
 )
@@ -279,14 +280,7 @@ func TestFullStateDisk(t *testing.T) {
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", state, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=1m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() { // after the agent's cleanup: cleanups run last-in first-out
-		if err := syscall.Unmount(state, 0); err != nil {
-			t.Errorf("unmount %s: %v", state, err)
-		}
-	})
+	lktest.Tmpfs(t, state, "1m", 0o700, 0) // unmounted after the agent's cleanup (last-in first-out)
 	// A queue of 10 datagrams whatever the host's setting, so that 400
 	// events overflow it into the spool.
 	sock, err := lab.UnixgramQlen(e.socket, 10)

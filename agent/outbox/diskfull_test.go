@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
@@ -109,18 +110,8 @@ func TestDiskFull(t *testing.T) {
 // smallTmpfs mounts a 512 KiB tmpfs for the test, or skips it.
 func smallTmpfs(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
 	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=512k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	lktest.Tmpfs(t, dir, "512k", 0o700, 0)
 	return dir
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 )
 
 // logLines decodes a JSON log, one object a line.
@@ -127,18 +128,8 @@ func TestModeLog(t *testing.T) {
 // full, retried every second, are logged when they begin, then at most
 // every persistFailLogEvery, and their end once.
 func TestPersistFailureLogged(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
 	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=512k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v): needs CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	lktest.Tmpfs(t, dir, "512k", 0o700, 0)
 	ballast := filepath.Join(dir, "ballast")
 	if err := os.WriteFile(ballast, make([]byte, 192<<10), 0o600); err != nil {
 		t.Fatal(err)
