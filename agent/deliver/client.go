@@ -276,10 +276,15 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		o.kind = kindFailed
 	case c == http.StatusBadGateway, c == http.StatusServiceUnavailable, c == http.StatusGatewayTimeout:
 		o.kind = kindOutage
-		// One hint for the three: during a restart nginx answers one
-		// then another, and a hint that changes is logged as a new
-		// problem.
-		o.hint = fmt.Sprintf("%s answers but the service behind it does not: on MAAS, nginx on port %s answers 502, 503 or 504 while the internal API server behind it is down or restarting (or waiting for its database); nothing to change on this rack: waiting, nothing is lost", u.Host, maasPort)
+		// A gateway's answers: something in front of the region (a load
+		// balancer, an HTTP proxy) is up, the region behind it is not.
+		// Not MAAS's own nginx on 5242: a TCP stream proxy to the API
+		// server's socket (maasserver/templates/http/
+		// regiond.nginx.stream.conf.template), it closes the connection
+		// instead (classifyErr). One hint for the three: a proxy may
+		// answer one then another, and a hint that changes is logged as
+		// a new problem.
+		o.hint = fmt.Sprintf("%s answers but the service behind it does not: a proxy or load balancer in front of the region answers 502, 503 or 504 while the region's API server is down or restarting (MAAS's own port %s closes the connection instead); nothing to change on this rack: waiting, nothing is lost", u.Host, maasPort)
 	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests, c >= 500:
 		o.kind = kindOutage
 	case c >= 300 && c < 400:
@@ -294,7 +299,8 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		o.kind = kindConfig
 		o.hint = "the region refuses the agent's credentials: check region.cert_file and region.key_file (" + maasHintCert + ")"
 	case c == http.StatusBadRequest && u.Scheme == "http" && strings.Contains(answer, "HTTPS"):
-		// Go's and nginx's answer to plain HTTP on a TLS port.
+		// Go's and nginx's answer to plain HTTP on a TLS port (a server
+		// that does not answer so shows as a closed connection).
 		o.kind = kindConfig
 		o.hint = "region.url says http:// but the region's port speaks TLS: write https:// (MAAS's internal API is https://REGION:" + maasPort + "/MAAS/a/v3internal/leases)"
 	case c == http.StatusNotFound, c == http.StatusMethodNotAllowed, c == http.StatusBadRequest:

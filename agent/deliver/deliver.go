@@ -317,7 +317,7 @@ func (d *Deliverer) setLink(l *link) {
 	if l.token != "" && strings.Contains(l.u.Path, "/v3internal/") {
 		d.log.Warn().Str("url", l.cfg.URL).Msg("region.token_file is set, but MAAS's internal API takes no bearer token: only the client certificate counts")
 	}
-	for _, w := range credentialWarnings(&l.cfg, l.tls, time.Now()) {
+	for _, w := range credentialWarnings(&l.cfg, l.tls, d.now()) {
 		d.log.Warn().Msg(w)
 	}
 }

@@ -1031,16 +1031,22 @@ func TestClassify(t *testing.T) {
 		kind   kind
 		hint   string
 	}{
+		// MAAS answers 204 with no body (maasapiserver/v3/api/internal/
+		// handlers/leases.py, status_code=204); a page in a 2xx is
+		// something else at that address.
 		{200, "", kindOK, ""}, {204, "", kindOK, ""},
 		{200, "<html>captive portal</html>", kindConfig, "MAAS's leases API answers 204 with none"},
 		{202, `{"queued":true}`, kindConfig, "is region.url MAAS's internal leases API"},
 		{422, `{"kind":"Error","code":422}`, kindRefused, ""},
 		{500, `{"kind":"Error","code":500}`, kindFailed, ""},
 		{408, "", kindOutage, ""}, {429, "", kindOutage, ""}, {507, "", kindOutage, ""},
-		// MAAS's nginx while the API server behind it is down.
-		{502, "<html><center><h1>502 Bad Gateway</h1></center></html>", kindOutage, "region:5443 answers but the service behind it does not: on MAAS, nginx on port 5242 answers 502, 503 or 504 while the internal API server behind it is down or restarting"},
+		// A proxy in front of the region while its API server is down.
+		// (MAAS's own nginx on 5242 is a TCP stream proxy, which closes
+		// the connection instead: maasserver/templates/http/
+		// regiond.nginx.stream.conf.template.)
+		{502, "<html><center><h1>502 Bad Gateway</h1></center></html>", kindOutage, "region:5443 answers but the service behind it does not: a proxy or load balancer in front of the region answers 502, 503 or 504"},
 		{503, "", kindOutage, "nothing to change on this rack: waiting, nothing is lost"},
-		{504, "", kindOutage, "nginx on port 5242 answers 502, 503 or 504"},
+		{504, "", kindOutage, "MAAS's own port 5242 closes the connection instead"},
 		{403, `{"detail":"Client certificate required."}`, kindConfig, "wants a client certificate: set region.cert_file and region.key_file"},
 		{401, "", kindConfig, "refuses the agent's credentials"},
 		{404, `{"detail":"Not Found"}`, kindConfig, "wrong port or path? MAAS's internal leases API is https://REGION:5242/MAAS/a/v3internal/leases (port 5443 is MAAS's public API)"},
@@ -1057,7 +1063,7 @@ func TestClassify(t *testing.T) {
 			t.Errorf("%d: what %q", tc.status, o.what)
 		}
 	}
-	// One hint for 502, 503 and 504: nginx may answer one then another
+	// One hint for 502, 503 and 504: a proxy may answer one then another
 	// while the API server restarts, and a changed hint is logged as a
 	// new problem.
 	hint := func(c int) string {

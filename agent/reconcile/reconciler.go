@@ -598,8 +598,9 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	r.noteAbsent(r.fol.absent(), now)
-	if r.fol.absent() && !r.st.Baselined {
+	absent := r.fol.absent()
+	r.noteAbsent(absent, now)
+	if absent && !r.st.Baselined {
 		r.st.NoFile = true
 	}
 	r.readFailed = err != nil
