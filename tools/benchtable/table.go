@@ -34,9 +34,11 @@ func rows() []row {
 	return []row{
 		{Measure: "hookless: dhcpd + agent tailing, exchanges/s vs dhcpd alone (PIN=1)", Key: "hookless_ratio", Unit: "×", Target: 0.95},
 		{Measure: "  agent CPU per commit dhcpd wrote, hookless, real dhcpd", Key: "hookless_agent_us_per_commit", Unit: "µs", AtMost: true, Target: 20},
+		{Measure: "  agent page faults per commit in that run (each costs the page fault row below)", Key: "hookless_agent_faults_per_commit", Unit: "faults", Target: none},
 		{Measure: "  agent CPU per lease event, hookless, one write per block (BenchmarkHooklessLease)", Key: "BenchmarkHooklessLease cpu-µs/event", Unit: "µs", AtMost: true, Target: 20},
 		{Measure: "  heap allocated per lease event in that run (steady where the CPU figure is noisy)", Key: "BenchmarkHooklessLease B/event", Unit: "B", Target: none},
 		{Measure: "  allocations per lease event in that run", Key: "BenchmarkHooklessLease allocs/event", Unit: "allocs", Target: none},
+		{Measure: "  page faults per lease event in that run", Key: "BenchmarkHooklessLease faults/event", Unit: "faults", Target: none},
 		{Measure: "  the same at 500 leases/s, where a read finds a few blocks (BenchmarkHooklessLease500)", Key: "BenchmarkHooklessLease500 cpu-µs/event", Unit: "µs", Target: none},
 		{Measure: "hook vs an empty Go program, agent listening", Key: "hook_listen_vs_emptygo", Unit: "×", Target: 0.95},
 		{Measure: "hook vs an empty Go program, spooling", Key: "hook_spool_vs_emptygo", Unit: "×", Target: 0.90},
@@ -57,9 +59,11 @@ func rows() []row {
 		{Measure: "  of which the hook's own run (process start and exit), p50", Key: "BenchmarkLatency hook-exec-p50-ms", Unit: "ms", Target: none},
 		{Measure: "  hook exit → region, p50 (the agent's part)", Key: "BenchmarkLatency after-hook-p50-ms", Unit: "ms", Target: none},
 		{Measure: "  hook exit → region, p99", Key: "BenchmarkLatency after-hook-p99-ms", Unit: "ms", Target: none},
+		{Measure: "  floor: an empty Go program's run (fork, exec, exit), interleaved with the hook's", Key: "emptygo_run_ms", Unit: "ms", Target: none},
 		{Measure: "hookless: a lone lease's write to dhcpd.leases → region, p50 (1 lease/s)", Key: "BenchmarkHooklessLatency/rate=1 p50-ms", Unit: "ms", Target: none},
 		{Measure: "  the same under load (100 leases/s: a busy round, 250 ms, between reads), p50", Key: "BenchmarkHooklessLatency/rate=100 p50-ms", Unit: "ms", Target: none},
 		{Measure: "  the same under load, p99", Key: "BenchmarkHooklessLatency/rate=100 p99-ms", Unit: "ms", Target: none},
+		{Measure: "machine: a fresh page's first touch, a minor page fault (BenchmarkPageFault)", Key: "BenchmarkPageFault µs/fault", Unit: "µs", Target: none},
 	}
 }
 
