@@ -90,6 +90,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 	}
 
 	d.SetStale(rec.Stale)
+	orph.SetHeld(rec.Holds)
 
 	// Hook events go through the reconciler: it queues them and records
 	// them as told in one outbox transaction.

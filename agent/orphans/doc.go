@@ -25,17 +25,43 @@
 //  2. nobody may answer an ARP probe for it on the rack's interface for
 //     its subnet (rack.ProbeARP): an address that answers is kept
 //     and probed again every ProbeInterval (at most a minute), the reason
-//     in /status;
+//     in /status; one no link of the rack reaches (a relayed subnet) is
+//     "blocked" and tried hourly;
 //  3. then POST ipaddresses op=release ip force=true discovered=true:
 //     204, or 400 "does not exist" (already free), completes the job. A
 //     500 "… can't be deleted …" for a record linked to more than one
 //     interface is MAAS failing on it every time (its release deletes the record once for each
 //     interface: see unreleasable): the job stays "unreleasable", tried
-//     hourly, until MAAS deletes the record at the MAC's next lease event.
+//     hourly, until MAAS deletes the record at the MAC's next lease event;
+//  4. a success is checked by reading the record again: MAAS still
+//     listing it for the lease's MAC is no free ("unconfirmed", logged
+//     at error level, tried every ten minutes). That is what a followed
+//     redirect gave (a MAAS with TLS redirects its HTTP port to the TLS
+//     one, and a redirected POST arrives as a GET), and what anything in
+//     front of the region that answers for it would give.
+//
+// What MAAS's release deletes besides the record: when the record's
+// interface is the lease's unknown one (a MAC that belongs to no machine
+// or device), the interface, and with it every other address linked only
+// to it, an observed address of the other family of that MAC included
+// (src/maasserver/api/ip_addresses.py release, models/interface.py
+// unlink_ip_address and ensure_link_up, models/signals/interfaces.py
+// delete_related_ip_addresses); MAAS learns that one again at the
+// client's next lease event of that family.
+//
+// A job is withdrawn ("back") when dhcpd.leases lists its address again
+// (a range grew back over it): the record of a newer lease of the same
+// MAC looks exactly like the orphan's, and its client may answer no ARP
+// (powered off). The releaser asks the reconciler (SetHeld, Holds) before
+// it asks the region and again just before it releases; while the file
+// is not known (not read whole yet, or its last read failed) the job is
+// "blocked". The API client follows no redirect: a 3xx names
+// maas.api_url and is retried.
 //
 // Transport failures and 5xx answers are retried with backoff (1 s
 // doubling to a minute) and survive restarts; 401/403 are configuration
 // errors, not retried in a loop. Without [maas] configured, a job waits,
 // logged once per address, and /status says the region keeps the
-// address until an API key is configured.
+// address until an API key is configured. An attempt's outcome never
+// overwrites a newer job the reconciler stored for the address meanwhile.
 package orphans

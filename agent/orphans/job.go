@@ -23,6 +23,7 @@ const (
 	StateBlocked      = "blocked"      // it cannot be probed (not on a link of this rack)
 	StateRefused      = "refused"      // the API key is refused or not an administrator's
 	StateUnreleasable = "unreleasable" // MAAS's release fails for its record (linked to several interfaces)
+	StateUnconfirmed  = "unconfirmed"  // the region answered the release with success but still lists the record
 )
 
 // Job is an address to free in the region.
@@ -70,6 +71,16 @@ func putJob(b *bbolt.Bucket, j Job) error {
 		return err
 	}
 	return b.Put([]byte(j.IP.String()), v)
+}
+
+// getJob reads ip's job in b; ok is false when there is none (or it
+// does not decode).
+func getJob(b *bbolt.Bucket, ip netip.Addr) (j Job, ok bool) {
+	v := b.Get([]byte(ip.String()))
+	if v == nil || json.Unmarshal(v, &j) != nil || !j.IP.IsValid() {
+		return Job{}, false
+	}
+	return j, true
 }
 
 // readJobs reads every job in b (nil: none).

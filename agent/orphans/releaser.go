@@ -29,6 +29,7 @@ const (
 	backoffMax           = time.Minute
 	refusedRetry         = 10 * time.Minute
 	unreleasableRetry    = time.Hour
+	offLinkRetry         = time.Hour // an address no link of the rack reaches (rack.ErrNotOnLink)
 	requestTimeout       = 30 * time.Second
 )
 
@@ -47,9 +48,11 @@ type Config struct {
 // Outcome is how an attempt on a job ended.
 type Outcome struct {
 	Done   bool   // the job is finished (freed, already free, or left alone)
-	Result string // freed, gone, other-mac, not-discovered, or the job's state
+	Result string // freed, gone, other-mac, not-discovered, back, or the job's state
 	Reason string
 	By     string // who answered the probe (logs only: /status discloses no MACs)
+
+	offLink bool // blocked because no link of this rack reaches the address (rack.ErrNotOnLink)
 }
 
 // Releaser is the agent task working the jobs.
@@ -62,10 +65,11 @@ type Releaser struct {
 	met   *metrics
 	wake  chan struct{}
 
-	mu     sync.Mutex // guards jobs, warned
+	mu     sync.Mutex // guards jobs, warned, held
 	jobs   map[netip.Addr]Job
 	warned map[netip.Addr]bool
-	work   sync.Mutex // one attempt at a time (the task or ReleaseNow)
+	held   func(netip.Addr) (held, known bool) // SetHeld
+	work   sync.Mutex                          // one attempt at a time (the task or ReleaseNow)
 }
 
 // New loads the stored jobs.
@@ -226,6 +230,36 @@ func (r *Releaser) runDue(ctx context.Context) time.Time {
 	return next
 }
 
+// SetHeld gives the releaser the leases file's view (the reconciler's
+// Holds): whether dhcpd holds an address again, a range having grown
+// back over it. A job for such an address is withdrawn, never released:
+// the same client may lease it again, and the region's record, which
+// looks the same as the orphan's, is then that lease's. Unset, the
+// region's record and the probe decide alone.
+func (r *Releaser) SetHeld(held func(netip.Addr) (held, known bool)) {
+	r.mu.Lock()
+	r.held = held
+	r.mu.Unlock()
+}
+
+// back reports, with SetHeld's view, whether dhcpd holds ip again, or
+// an Outcome that keeps the job when that is not known.
+func (r *Releaser) back(ip netip.Addr) (Outcome, bool) {
+	r.mu.Lock()
+	held := r.held
+	r.mu.Unlock()
+	if held == nil {
+		return Outcome{}, false
+	}
+	switch h, known := held(ip); {
+	case h:
+		return Outcome{Done: true, Result: "back", Reason: "dhcpd.leases lists the address again (a range holds it): no orphan any more, its leases are the region's to keep"}, true
+	case !known:
+		return Outcome{Result: StateBlocked, Reason: "dhcpd.leases is not read whole yet, or its last read failed: whether a range holds the address again cannot be told"}, true
+	}
+	return Outcome{}, false
+}
+
 // ReleaseNow makes an attempt on ip's job now, with every check
 // (`leasekeeper orphans --release`). A job that is not there is an error.
 func (r *Releaser) ReleaseNow(ctx context.Context, ip netip.Addr) (Outcome, error) {
@@ -284,6 +318,16 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		r.met.busy.Inc()
 		log.Info().Str("reason", out.Reason).Str("answered_by", out.By).Time("next", j.Next).Msg("kept the address: something answers for it; probing again")
 	case StateBlocked:
+		if out.offLink {
+			// Not a passing failure: asking the region every
+			// ProbeInterval, for ever, for each such address would
+			// change nothing. Tried hourly (a link or route may come).
+			j.Next = now.Add(offLinkRetry)
+			if prev != StateBlocked {
+				log.Warn().Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: no link of this rack reaches it, so whether it is in use cannot be told; tried again hourly")
+			}
+			break
+		}
 		j.Next = now.Add(r.cfg.ProbeInterval)
 		log.Warn().Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: cannot tell whether it is in use")
 	case StateRefused:
@@ -293,6 +337,13 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 			log.Error().Str("reason", out.Reason).Time("next", j.Next).
 				Str("fix", "put the API key of a MAAS administrator (a user MAAS lets list every address and force-release one: maas apikey --username ADMIN) in maas.api_key_file and reload").
 				Msg("the region refuses to free the address with this API key")
+		}
+	case StateUnconfirmed:
+		j.Next = now.Add(refusedRetry)
+		if prev != StateUnconfirmed {
+			r.met.refused.WithLabelValues("unconfirmed").Inc()
+			log.Error().Str("reason", out.Reason).Time("next", j.Next).
+				Msg("the region did not free the address although it answered the release with success")
 		}
 	case StateUnreleasable:
 		j.Next = now.Add(unreleasableRetry)
@@ -313,6 +364,9 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 
 // check decides and, when everything allows it, frees the address.
 func (r *Releaser) check(ctx context.Context, j Job) Outcome {
+	if o, stop := r.back(j.IP); stop {
+		return o
+	}
 	c := r.client()
 	if c == nil {
 		return Outcome{Result: StateUnconfigured, Reason: "no [maas] api_url/api_key_file: the region keeps listing the address as observed until an API key is configured"}
@@ -350,6 +404,8 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return Outcome{Result: StateRetrying, Reason: "probe interrupted: " + err.Error()}
+	case errors.Is(err, rack.ErrNotOnLink):
+		return Outcome{Result: StateBlocked, Reason: err.Error() + ": nothing on this rack can tell whether a client holds it (a relayed subnet?); once you know it is unused, maas PROFILE ipaddresses release ip=IP force=true discovered=true frees it", offLink: true}
 	case err != nil:
 		return Outcome{Result: StateBlocked, Reason: err.Error()}
 	case p.Local:
@@ -357,9 +413,14 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 	case p.By != nil:
 		return Outcome{Result: StateBusy, Reason: "something answers an ARP probe for it on " + p.Iface, By: p.By.String()}
 	}
+	// Again: the region's record and the probe took time, in which a
+	// range may have grown back and the client leased the address anew.
+	if o, stop := r.back(j.IP); stop {
+		return o
+	}
 	switch err := c.ReleaseDiscovered(ctx, j.IP); {
 	case err == nil:
-		return Outcome{Done: true, Result: "freed", Reason: "observed for the lease's MAC, silent on " + p.Iface}
+		return r.confirm(ctx, c, j, mac, p.Iface)
 	case errors.Is(err, maasapi.ErrAbsent):
 		return Outcome{Done: true, Result: "gone", Reason: "the region answered that no discovered record exists (freed meanwhile)"}
 	case failsAlways(*disc, err):
@@ -367,6 +428,28 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 	default:
 		return r.regionOutcome(ctx, err)
 	}
+}
+
+// confirm reads the region's records for j's address again after a
+// release MAAS answered with success: only a record gone (or no longer
+// the lease's MAC's) is a free. A 2xx that freed nothing is what a
+// redirected api_url gives: a MAAS with TLS answers http://…:5240/MAAS/…
+// with a 301 to its TLS port (src/maasserver/templates/http/
+// regiond.nginx.conf.template), and an HTTP client follows a 301 to a
+// POST with a GET without the form, which lists the user's reservations.
+func (r *Releaser) confirm(ctx context.Context, c *maasapi.Client, j Job, mac, iface string) Outcome {
+	recs, err := c.Records(ctx, j.IP)
+	if err != nil {
+		o := r.regionOutcome(ctx, err)
+		o.Reason = "the region answered the release with success; reading its record again failed: " + o.Reason
+		return o
+	}
+	for _, rec := range recs {
+		if rec.AllocType == maasapi.AllocDiscovered && slices.Contains(rec.MACs(), mac) {
+			return Outcome{Result: StateUnconfirmed, Reason: fmt.Sprintf("the region answered the release (POST %sipaddresses/ op=release) with success but still lists the observed record for the lease's MAC: is maas.api_url redirected? A MAAS with TLS answers http://REGION:5240/MAAS/ with a redirect to https://REGION:5443/MAAS/, and a redirected POST arrives as a GET that frees nothing; set maas.api_url to the URL the region answers itself", c.Base())}
+		}
+	}
+	return Outcome{Done: true, Result: "freed", Reason: "observed for the lease's MAC, silent on " + iface}
 }
 
 // failsAlways reports whether err, from releasing rec, is MAAS's release
@@ -420,24 +503,36 @@ func apiOutcome(err error) Outcome {
 	return Outcome{Result: StateRetrying, Reason: err.Error()}
 }
 
-// save stores j; a failure is logged and the job kept in memory.
+// save stores j, unless a newer job for the address replaced it while
+// the attempt was on the wire (the reconciler's Sink.Put: that one is the
+// lease to free, and the next load takes it); a failure is logged and the
+// job kept in memory.
 func (r *Releaser) save(ctx context.Context, j Job) {
-	r.mu.Lock()
-	r.jobs[j.IP] = j
-	r.mu.Unlock()
+	superseded := false
 	err := r.store.Update(context.WithoutCancel(ctx), Bucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+		if cur, ok := getJob(b, j.IP); ok && !cur.Found.Equal(j.Found) {
+			superseded = true
+			return nil, nil
+		}
 		return nil, putJob(b, j)
 	})
+	r.mu.Lock()
+	if cur, ok := r.jobs[j.IP]; !ok || cur.Found.Equal(j.Found) {
+		r.jobs[j.IP] = j
+	}
+	r.mu.Unlock()
 	if err != nil {
 		r.log.Error().Err(err).Stringer("ip", j.IP).Msg("cannot store the orphan job's state")
+	}
+	if superseded {
+		r.Wake()
 	}
 }
 
 // finish removes j (unless a newer job for the address replaced it).
 func (r *Releaser) finish(ctx context.Context, j Job) {
 	err := r.store.Update(context.WithoutCancel(ctx), Bucket, func(b *bbolt.Bucket) ([]event.Event, error) {
-		m, _ := readJobs(b)
-		if cur, ok := m[j.IP]; ok && !cur.Found.Equal(j.Found) {
+		if cur, ok := getJob(b, j.IP); ok && !cur.Found.Equal(j.Found) {
 			return nil, nil
 		}
 		return nil, b.Delete([]byte(j.IP.String()))

@@ -1045,6 +1045,18 @@ var modeMessage = map[Mode]string{
 }
 
 // Mode is the last mode detection (nil before Run), for /status.
+// Holds reports whether dhcpd.leases, as last read, has a block for ip
+// (dhcpd lists every address of its ranges, a free one too), and whether
+// that is known: the file was read whole once and its last read did not
+// fail. An orphaned address (a range shrink dropped it) that dhcpd holds
+// again is no orphan any more: its next lease is the region's to keep.
+func (r *Reconciler) Holds(ip netip.Addr) (held, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, held = r.st.File[ip]
+	return held, r.st.Baselined && !r.st.Unknown
+}
+
 func (r *Reconciler) Mode() *Detection { return r.mode.Load() }
 
 // PairState is dhcpd's failover pair as the reconciler last read it

@@ -29,15 +29,21 @@ address is in no range of its subnet any more) and keeps the address "Observed"
 for ever. The agent frees it through MAAS's API 2.0 ([maas] in its
 configuration) once the region's record is still DISCOVERED for the
 lease's MAC and nothing answers an ARP probe for it on the rack's link.
-This command lists the addresses it still holds, with why (waiting for the
-lease's end, busy: something answers for it, refused: MAAS does not let the
-API key's user list or release addresses, unreleasable: MAAS's release fails
-for a record linked to several interfaces, unconfigured: no [maas] key, …).
+This command lists the addresses it still holds, with their state and why:
+waiting (not tried yet), busy (something answers ARP for it), blocked (it
+cannot be probed: no link of this rack reaches it, or dhcpd.leases is not
+read yet), retrying (the region did not answer, or redirects: see the
+reason), refused (MAAS does not let the API key's user list or release
+addresses), unconfirmed (the region answered the release with success and
+still lists the record), unreleasable (MAAS's release fails for a record
+linked to several interfaces), unconfigured (no [maas] key). An address a
+range holds again (dhcpd.leases lists it) is dropped from the list: its
+leases are the region's to keep.
 
 --release runs the same checked release now, for the IPs given (default:
 every listed address), and prints how each went: freed, gone (the region
-had no record), other-mac or not-discovered (left alone), or the state the
-address stays in.
+had no record), other-mac, not-discovered or back (left alone), or the
+state the address stays in.
 
 The agent is asked on its control socket (control.socket in --config, or
 --socket): root or control.group only.

@@ -70,7 +70,14 @@ func New(apiURL string, key Key, hc *http.Client, userAgent string) (*Client, er
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: base, key: key, http: hc, ua: userAgent}, nil
+	// A redirect is never followed: Go follows a 301 or 302 to a POST
+	// with a GET without the form, and a release would then "succeed"
+	// by listing addresses (a MAAS with TLS redirects its plain-HTTP
+	// /MAAS to its TLS port: src/maasserver/templates/http/
+	// regiond.nginx.conf.template). do reports the redirect instead.
+	c := *hc
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Client{base: base, key: key, http: &c, ua: userAgent}, nil
 }
 
 // BaseURL is the API 2.0 root for the URL maas login takes.
@@ -178,6 +185,8 @@ func (c *Client) do(ctx context.Context, op, method, path string, form url.Value
 	switch {
 	case resp.StatusCode == http.StatusBadRequest && strings.Contains(text, "does not exist"):
 		return fmt.Errorf("%w: %s", ErrAbsent, text)
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return &StatusError{Op: op, Status: resp.StatusCode, Body: fmt.Sprintf("the region redirects to %q: set maas.api_url to the URL the region answers itself (a MAAS with TLS redirects http://REGION:5240/MAAS/ to its TLS port)", resp.Header.Get("Location"))}
 	case resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%w: %s", ErrForbidden, text)
 	case resp.StatusCode == http.StatusUnauthorized:

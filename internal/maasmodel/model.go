@@ -57,7 +57,11 @@ type Lease struct {
 	// is not modelled.
 	Hostname  string
 	LeaseTime int64
-	Timestamp int64 // the last commit's, MAAS's "created"
+	// Timestamp is the last commit's event time. MAAS's "created" is
+	// not: _commit_lease_info passes it, but
+	// db/repositories/staticipaddress.py create_or_update sets created
+	// and updated to the region's clock at the upsert.
+	Timestamp int64
 }
 
 // MAC is the MAC holding the address, or, when the row is linked to more

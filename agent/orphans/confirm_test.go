@@ -1,0 +1,288 @@
+package orphans_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/orphans"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
+	"github.com/leasekeeper/leasekeeper/release/rack"
+)
+
+// rig is a region stub with an administrator's key, an outbox file
+// holding one job (ip for macA) and the Releaser over them.
+type rig struct {
+	stub  *regionstub.Server
+	store *outbox.Store
+	addr  netip.Addr
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	s, err := regionstub.Start(regionstub.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
+	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	g := &rig{stub: s, store: store, addr: netip.MustParseAddr(ip)}
+	g.put(t, macA)
+	return g
+}
+
+// put stores a job for the rig's address as the reconciler does (Sink.Put
+// in its own outbox transaction).
+func (g *rig) put(t *testing.T, mac string) {
+	t.Helper()
+	if err := g.store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
+		return nil, orphans.Sink{}.Put(b.Tx(), []reconcile.Orphan{{IP: g.addr, MAC: mac, Ends: time.Now().Unix()}}, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (g *rig) releaser(t *testing.T, apiURL string, probe orphans.Prober) *orphans.Releaser {
+	t.Helper()
+	key, _ := maasapi.ParseKey(adminKey)
+	client, err := maasapi.New(apiURL, key, &http.Client{Timeout: 10 * time.Second}, "leasekeeper/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := orphans.New(orphans.Config{Client: client, Probe: probe}, g.store, zerolog.Nop(), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func silent(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
+	return rack.Probe{Iface: "br0"}, nil
+}
+
+// TestReleaserConfirmsTheFree: a MAAS with TLS on answers its HTTP port's
+// /MAAS with a 301 to the same path on its TLS port
+// (src/maasserver/templates/http/regiond.nginx.conf.template, the second
+// server block when tls_enabled), and Go's http.Client follows a 301 to a
+// POST with a GET without the body: the release arrived as a listing of
+// the user's reservations, 200, and was counted as freed. The API client
+// now follows no redirect and names maas.api_url ("redirect"). And
+// whatever answers a release with success, the Releaser reads the record
+// again and keeps the job ("unconfirmed") while the region still lists
+// it: here a front that answers the POST itself and passes the reads on.
+func TestReleaserConfirmsTheFree(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		front func(target *url.URL) http.Handler
+		want  string
+		next  time.Duration
+	}{
+		{"redirect", func(target *url.URL) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, target.String()+r.URL.RequestURI(), http.StatusMovedPermanently)
+			})
+		}, orphans.StateRetrying, time.Second},
+		{"success that frees nothing", func(target *url.URL) http.Handler {
+			proxy := httputil.NewSingleHostReverseProxy(target)
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					w.Header().Set("Content-Type", "application/json")
+					io.WriteString(w, "[]") //nolint:errcheck
+					return
+				}
+				proxy.ServeHTTP(w, r)
+			})
+		}, orphans.StateUnconfirmed, 10 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t)
+			api, err := g.stub.StartAPI2()
+			if err != nil {
+				t.Fatal(err)
+			}
+			observe(t, g.stub, macA)
+			target, err := url.Parse(strings.TrimSuffix(api, "/MAAS/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			front := &http.Server{Handler: tc.front(target), ReadHeaderTimeout: 5 * time.Second}
+			ln, err := listenLoopback()
+			if err != nil {
+				t.Fatal(err)
+			}
+			go front.Serve(ln) //nolint:errcheck // ends with Close
+			defer front.Close()
+
+			r := g.releaser(t, "http://"+ln.Addr().String()+"/MAAS/", silent)
+			out, err := r.ReleaseNow(context.Background(), g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, still := g.stub.Lease(g.addr); !still {
+				t.Fatal("the stub freed the address")
+			}
+			if out.Done || out.Result != tc.want || !strings.Contains(out.Reason, "api_url") {
+				t.Fatalf("outcome %+v, want %s naming maas.api_url", out, tc.want)
+			}
+			jobs := r.Jobs()
+			if len(jobs) != 1 || jobs[0].State != tc.want || jobs[0].Next.Sub(jobs[0].Last) != tc.next {
+				t.Errorf("jobs after the attempt: %+v", jobs)
+			}
+			// Straight to the API, the same job is freed.
+			r2 := g.releaser(t, api, silent)
+			if out, err := r2.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != "freed" {
+				t.Fatalf("without the front: %+v, %v", out, err)
+			}
+			if _, still := g.stub.Lease(g.addr); still {
+				t.Error("the region still lists the address")
+			}
+		})
+	}
+}
+
+// TestReleaserKeepsANewerJob: the reconciler stores a newer job for the
+// address (Sink.Put, in its own transaction) while an attempt on the old
+// one is on the wire; the attempt's outcome must not overwrite it, or the
+// newer lease's address is never freed.
+func TestReleaserKeepsANewerJob(t *testing.T) {
+	g := newRig(t)
+	api, err := g.stub.StartAPI2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe(t, g.stub, macA)
+	busy := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
+		// Meanwhile the reconciler hands over macB's lease of the address.
+		time.Sleep(5 * time.Millisecond) // a distinct Found
+		g.put(t, macB)
+		return rack.Probe{Iface: "br0", By: []byte{2, 0, 0, 0, 0, 0xc}}, nil
+	}
+	r := g.releaser(t, api, busy)
+	if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != orphans.StateBusy {
+		t.Fatalf("attempt: %+v, %v", out, err)
+	}
+	jobs, err := orphans.Jobs(g.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].MAC != macB || jobs[0].State != orphans.StateWaiting {
+		t.Errorf("stored jobs: %+v, want macB's new job, waiting", jobs)
+	}
+}
+
+func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// TestReleaserOffLink: an address no link of this rack reaches (a
+// relayed subnet: rack.ProbeARP's ErrNotOnLink) cannot be probed now or
+// in 30 s; the job is tried hourly, not every ProbeInterval, which asked
+// the region for its record twice a minute per address for ever. A
+// passing probe failure is still retried every ProbeInterval.
+func TestReleaserOffLink(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want time.Duration
+	}{
+		{"not on a link", fmt.Errorf("ARP probe: %s: %w", ip, rack.ErrNotOnLink), time.Hour},
+		{"a passing failure", errors.New("ARP probe: open a packet socket: resource temporarily unavailable"), orphans.DefaultProbeInterval},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t)
+			api, err := g.stub.StartAPI2()
+			if err != nil {
+				t.Fatal(err)
+			}
+			observe(t, g.stub, macA)
+			r := g.releaser(t, api, func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) { return rack.Probe{}, tc.err })
+			out, err := r.ReleaseNow(context.Background(), g.addr)
+			if err != nil || out.Result != orphans.StateBlocked {
+				t.Fatalf("attempt: %+v, %v", out, err)
+			}
+			if j := r.Jobs()[0]; j.Next.Sub(j.Last) != tc.want {
+				t.Errorf("next attempt in %v, want %v", j.Next.Sub(j.Last), tc.want)
+			}
+			if g.stub.Releases(ip) != 0 {
+				t.Error("released without a probe")
+			}
+		})
+	}
+}
+
+// TestReleaserBackInRange: a job is not withdrawn by anything but its
+// end, and jobs wait for hours (unconfigured, refused, busy). If a range
+// grows back over the address meanwhile and its client leases it again,
+// MAAS stores that lease as a discovered record of the same MAC (an
+// address in a range passes services/leases.py store_lease_info), which
+// looks exactly like the orphan's; a client powered off then answers no
+// probe, and the release freed the region's record of a lease dhcpd
+// holds. The releaser asks the leases file (the reconciler's Holds)
+// before it asks the region and again just before it releases.
+func TestReleaserBackInRange(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		held     func(calls int) (bool, bool) // the Holds answer at its calls-th call
+		result   string
+		released int
+	}{
+		{"held when the attempt starts", func(int) (bool, bool) { return true, true }, "back", 0},
+		{"held again while the probe ran", func(n int) (bool, bool) { return n > 1, true }, "back", 0},
+		{"the file not known", func(int) (bool, bool) { return false, false }, orphans.StateBlocked, 0},
+		{"not held: freed", func(int) (bool, bool) { return false, true }, "freed", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t)
+			api, err := g.stub.StartAPI2()
+			if err != nil {
+				t.Fatal(err)
+			}
+			observe(t, g.stub, macA)
+			r := g.releaser(t, api, silent)
+			calls := 0
+			r.SetHeld(func(a netip.Addr) (bool, bool) {
+				if a != g.addr {
+					t.Errorf("Holds(%s), want %s", a, g.addr)
+				}
+				calls++
+				return tc.held(calls)
+			})
+			out, err := r.ReleaseNow(context.Background(), g.addr)
+			if err != nil || out.Result != tc.result {
+				t.Fatalf("attempt: %+v, %v; want %s", out, err, tc.result)
+			}
+			if n := g.stub.Releases(ip); n != tc.released {
+				t.Errorf("%d releases reached the region, want %d", n, tc.released)
+			}
+			jobs, err := orphans.Jobs(g.store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keep := tc.result == orphans.StateBlocked; (len(jobs) == 1) != keep {
+				t.Errorf("stored jobs %+v; kept: want %v", jobs, keep)
+			}
+		})
+	}
+}
