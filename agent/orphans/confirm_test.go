@@ -28,10 +28,12 @@ import (
 	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
-// rig is a region stub with an administrator's key, an outbox file
-// holding one job (ip for macA) and the Releaser over them.
+// rig is a region stub with an administrator's key whose API 2.0 (api)
+// lists ip as observed for macA, and an outbox file holding one job (ip
+// for macA); releaser makes the Releaser over them.
 type rig struct {
 	stub  *regionstub.Server
+	api   string
 	store *outbox.Store
 	addr  netip.Addr
 }
@@ -50,6 +52,10 @@ func newRig(t *testing.T) *rig {
 	}
 	t.Cleanup(func() { store.Close() })
 	g := &rig{stub: s, store: store, addr: netip.MustParseAddr(ip)}
+	if g.api, err = s.StartAPI2(); err != nil {
+		t.Fatal(err)
+	}
+	observe(t, s, macA)
 	g.put(t, macA)
 	return g
 }
@@ -120,12 +126,7 @@ func TestReleaserConfirmsTheFree(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newRig(t)
-			api, err := g.stub.StartAPI2()
-			if err != nil {
-				t.Fatal(err)
-			}
-			observe(t, g.stub, macA)
-			target, err := url.Parse(strings.TrimSuffix(api, "/MAAS/"))
+			target, err := url.Parse(strings.TrimSuffix(g.api, "/MAAS/"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +154,7 @@ func TestReleaserConfirmsTheFree(t *testing.T) {
 				t.Errorf("jobs after the attempt: %+v", jobs)
 			}
 			// Straight to the API, the same job is freed.
-			r2 := g.releaser(t, api, silent)
+			r2 := g.releaser(t, g.api, silent)
 			if out, err := r2.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != "freed" {
 				t.Fatalf("without the front: %+v, %v", out, err)
 			}
@@ -170,18 +171,13 @@ func TestReleaserConfirmsTheFree(t *testing.T) {
 // newer lease's address is never freed.
 func TestReleaserKeepsANewerJob(t *testing.T) {
 	g := newRig(t)
-	api, err := g.stub.StartAPI2()
-	if err != nil {
-		t.Fatal(err)
-	}
-	observe(t, g.stub, macA)
 	busy := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
 		// Meanwhile the reconciler hands over macB's lease of the address.
 		time.Sleep(5 * time.Millisecond) // a distinct Found
 		g.put(t, macB)
 		return rack.Probe{Iface: "br0", By: []byte{2, 0, 0, 0, 0, 0xc}}, nil
 	}
-	r := g.releaser(t, api, busy)
+	r := g.releaser(t, g.api, busy)
 	if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != orphans.StateBusy {
 		t.Fatalf("attempt: %+v, %v", out, err)
 	}
@@ -212,12 +208,7 @@ func TestReleaserOffLink(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newRig(t)
-			api, err := g.stub.StartAPI2()
-			if err != nil {
-				t.Fatal(err)
-			}
-			observe(t, g.stub, macA)
-			r := g.releaser(t, api, func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) { return rack.Probe{}, tc.err })
+			r := g.releaser(t, g.api, func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) { return rack.Probe{}, tc.err })
 			out, err := r.ReleaseNow(context.Background(), g.addr)
 			if err != nil || out.Result != orphans.StateBlocked {
 				t.Fatalf("attempt: %+v, %v", out, err)
@@ -255,12 +246,7 @@ func TestReleaserBackInRange(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newRig(t)
-			api, err := g.stub.StartAPI2()
-			if err != nil {
-				t.Fatal(err)
-			}
-			observe(t, g.stub, macA)
-			r := g.releaser(t, api, silent)
+			r := g.releaser(t, g.api, silent)
 			calls := 0
 			r.SetHeld(func(a netip.Addr) (bool, bool) {
 				if a != g.addr {

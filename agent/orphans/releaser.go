@@ -432,11 +432,9 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 
 // confirm reads the region's records for j's address again after a
 // release MAAS answered with success: only a record gone (or no longer
-// the lease's MAC's) is a free. A 2xx that freed nothing is what a
-// redirected api_url gives: a MAAS with TLS answers http://…:5240/MAAS/…
-// with a 301 to its TLS port (src/maasserver/templates/http/
-// regiond.nginx.conf.template), and an HTTP client follows a 301 to a
-// POST with a GET without the form, which lists the user's reservations.
+// the lease's MAC's) is a free. A success that freed nothing comes from
+// whatever answers for the region: a followed redirect did (maasapi
+// follows none now), a proxy that answers a POST itself would.
 func (r *Releaser) confirm(ctx context.Context, c *maasapi.Client, j Job, mac, iface string) Outcome {
 	recs, err := c.Records(ctx, j.IP)
 	if err != nil {
@@ -446,7 +444,7 @@ func (r *Releaser) confirm(ctx context.Context, c *maasapi.Client, j Job, mac, i
 	}
 	for _, rec := range recs {
 		if rec.AllocType == maasapi.AllocDiscovered && slices.Contains(rec.MACs(), mac) {
-			return Outcome{Result: StateUnconfirmed, Reason: fmt.Sprintf("the region answered the release (POST %sipaddresses/ op=release) with success but still lists the observed record for the lease's MAC: is maas.api_url redirected? A MAAS with TLS answers http://REGION:5240/MAAS/ with a redirect to https://REGION:5443/MAAS/, and a redirected POST arrives as a GET that frees nothing; set maas.api_url to the URL the region answers itself", c.Base())}
+			return Outcome{Result: StateUnconfirmed, Reason: fmt.Sprintf("the release (POST %sipaddresses/ op=release) was answered with success, but the region still lists the observed record for the lease's MAC: something between this rack and the region answers for it (a proxy?); set maas.api_url to the region's own URL", c.Base())}
 		}
 	}
 	return Outcome{Done: true, Result: "freed", Reason: "observed for the lease's MAC, silent on " + iface}

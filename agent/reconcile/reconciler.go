@@ -1044,7 +1044,6 @@ var modeMessage = map[Mode]string{
 	ModeHookless:    "reconciler mode: hookless — every event comes from dhcpd.leases at once",
 }
 
-// Mode is the last mode detection (nil before Run), for /status.
 // Holds reports whether dhcpd.leases, as last read, has a block for ip
 // (dhcpd lists every address of its ranges, a free one too), and whether
 // that is known: the file was read whole once and its last read did not
@@ -1057,6 +1056,7 @@ func (r *Reconciler) Holds(ip netip.Addr) (held, known bool) {
 	return held, r.st.Baselined && !r.st.Unknown
 }
 
+// Mode is the last mode detection (nil before Run), for /status.
 func (r *Reconciler) Mode() *Detection { return r.mode.Load() }
 
 // PairState is dhcpd's failover pair as the reconciler last read it
