@@ -254,6 +254,51 @@ func TestLabOrphanRegionDown(t *testing.T) {
 	}
 }
 
+// TestLabOrphanBack: while the orphan's job waits (its client answers
+// ARP), the range grows back over the address in dhcpd and in the region,
+// and the same client leases it again, then goes quiet. The region's
+// observed record is now that lease's (same MAC, same address, nothing
+// answering a probe): the job must be withdrawn ("back", dhcpd.leases
+// lists the address again), never released while the lease runs.
+func TestLabOrphanBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w := orphanWorld(t, true)
+	ip, c, ends := orphanSetup(w, false)
+	w.waitArrival(ip, event.Expiry, mac(c), time.Until(time.Unix(ends, 0))+10*time.Second)
+	waitFor(t, "a busy orphan in status", func() bool {
+		s := w.orphanStatus()
+		return len(s) == 1 && s[0].State == orphans.StateBusy
+	})
+	w.stubRange(100, 150)
+	w.restartDhcpd(100, 150)
+	// dhclient asks for the address it held (its lease file still has it).
+	if got := w.dhclient(c); got != ip {
+		t.Fatalf("premise: the client leased %s again, not %s", got, ip)
+	}
+	newEnds := w.leaseEnds(ip)
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w.dropAddr(c)
+	waitFor(t, "the job withdrawn", func() bool { return len(w.orphanStatus()) == 0 })
+	if time.Now().Unix() >= newEnds {
+		t.Fatalf("the new lease ended (%d) before the test could look (slow machine?)", newEnds)
+	}
+	if n := w.stub.Releases(ip.String()); n != 0 {
+		t.Fatalf("%d release calls for an address leased again: %+v", n, w.stub.API2Requests())
+	}
+	if !w.observed(ip) {
+		t.Fatal("the region lost the record of the running lease")
+	}
+	w.stopAgent()
+	if !strings.Contains(w.lastLogs.String(), "dhcpd.leases lists the address again") {
+		t.Errorf("the log does not say why the job was withdrawn")
+	}
+}
+
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

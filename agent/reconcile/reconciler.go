@@ -1044,11 +1044,14 @@ var modeMessage = map[Mode]string{
 	ModeHookless:    "reconciler mode: hookless — every event comes from dhcpd.leases at once",
 }
 
-// Holds reports whether dhcpd.leases, as last read, has a block for ip
-// (dhcpd lists every address of its ranges, a free one too), and whether
-// that is known: the file was read whole once and its last read did not
-// fail. An orphaned address (a range shrink dropped it) that dhcpd holds
-// again is no orphan any more: its next lease is the region's to keep.
+// Holds reports whether dhcpd.leases, as last read, has a block for ip,
+// and whether that is known: the file was read whole once and its last
+// read did not fail. dhcpd writes a block for an address of its ranges
+// once it has a history there (a client, a lease, or a failover pair's
+// backup state); a never-leased free address has none (write_leases4,
+// server/mdb.c). An orphaned address (a range shrink dropped it) that
+// dhcpd holds again is no orphan any more: its lease is the region's to
+// keep (TestLabOrphanBack).
 func (r *Reconciler) Holds(ip netip.Addr) (held, known bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
