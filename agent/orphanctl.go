@@ -40,7 +40,7 @@ type OrphanItem struct {
 // OrphanRelease is the answer of POST /orphans/{ip}/release: how the
 // checked release went (result freed, gone, other-mac, not-discovered,
 // or the state the address stays in: busy, blocked, refused, retrying,
-// unconfigured, unreleasable, unconfirmed).
+// unconfigured, unreleasable, unconfirmed, misdirected).
 type OrphanRelease struct {
 	IP     string `json:"ip"`
 	Done   bool   `json:"done"`

@@ -96,7 +96,10 @@ func silent(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
 // server block when tls_enabled), and Go's http.Client follows a 301 to a
 // POST with a GET without the body: the release arrived as a listing of
 // the user's reservations, 200, and was counted as freed. The API client
-// now follows no redirect and names maas.api_url ("redirect"). And
+// now follows no redirect: the job is "misdirected", tried again in ten
+// minutes, its reason naming maas.api_url ("redirect"); so is a 404, a
+// path the region does not serve (MAAS's ip_addresses.py answers an
+// unknown address with 400 or an empty list, never 404: "404"). And
 // whatever answers a release with success, the Releaser reads the record
 // again and keeps the job ("unconfirmed") while the region still lists
 // it: here a front that answers the POST itself and passes the reads on.
@@ -111,7 +114,8 @@ func TestReleaserConfirmsTheFree(t *testing.T) {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				http.Redirect(w, r, target.String()+r.URL.RequestURI(), http.StatusMovedPermanently)
 			})
-		}, orphans.StateRetrying, time.Second},
+		}, orphans.StateMisdirected, 10 * time.Minute},
+		{"404", func(*url.URL) http.Handler { return http.NotFoundHandler() }, orphans.StateMisdirected, 10 * time.Minute},
 		{"success that frees nothing", func(target *url.URL) http.Handler {
 			proxy := httputil.NewSingleHostReverseProxy(target)
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -55,8 +55,11 @@
 // (powered off). The releaser asks the reconciler (SetHeld, Holds) before
 // it asks the region and again just before it releases; while the file
 // is not known (not read whole yet, or its last read failed) the job is
-// "blocked". The API client follows no redirect: a 3xx names
-// maas.api_url and is retried.
+// "blocked". The API client follows no redirect: a 3xx, like a 404 (no
+// handler used here answers one for an address, ip_addresses.py), means
+// maas.api_url is not the region's API 2.0; the job is "misdirected",
+// logged at error level once, tried every ten minutes and at once after
+// a reload.
 //
 // Transport failures and 5xx answers are retried with backoff (1 s
 // doubling to a minute) and survive restarts; 401/403 are configuration

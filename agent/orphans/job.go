@@ -24,6 +24,7 @@ const (
 	StateRefused      = "refused"      // the API key is refused or not an administrator's
 	StateUnreleasable = "unreleasable" // MAAS's release fails for its record (linked to several interfaces)
 	StateUnconfirmed  = "unconfirmed"  // the region answered the release with success but still lists the record
+	StateMisdirected  = "misdirected"  // maas.api_url does not lead to the region's API 2.0 (a redirect or a 404)
 )
 
 // Job is an address to free in the region.

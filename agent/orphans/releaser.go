@@ -338,6 +338,18 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 				Str("fix", "put the API key of a MAAS administrator (a user MAAS lets list every address and force-release one: maas apikey --username ADMIN) in maas.api_key_file and reload").
 				Msg("the region refuses to free the address with this API key")
 		}
+	case StateMisdirected:
+		// A configuration to mend, like a refused key: every job meets
+		// it, so backing off to a minute and warning at each try, for
+		// ever, said nothing new. The reload that mends it (SetClient)
+		// makes every job due at once.
+		j.Next = now.Add(refusedRetry)
+		if prev != StateMisdirected {
+			r.met.refused.WithLabelValues("api-url").Inc()
+			log.Error().Str("reason", out.Reason).Time("next", j.Next).
+				Str("fix", "set maas.api_url to the URL `maas login` takes for this region (http://REGION:5240/MAAS/, or https://REGION:5443/MAAS/ with TLS) and reload").
+				Msg("maas.api_url does not lead to the region's API")
+		}
 	case StateUnconfirmed:
 		j.Next = now.Add(refusedRetry)
 		if prev != StateUnconfirmed {
@@ -495,8 +507,11 @@ func (r *Releaser) regionOutcome(ctx context.Context, err error) Outcome {
 }
 
 func apiOutcome(err error) Outcome {
-	if errors.Is(err, maasapi.ErrForbidden) || errors.Is(err, maasapi.ErrUnauthorized) {
+	switch {
+	case errors.Is(err, maasapi.ErrForbidden) || errors.Is(err, maasapi.ErrUnauthorized):
 		return Outcome{Result: StateRefused, Reason: err.Error()}
+	case maasapi.IsMisdirected(err):
+		return Outcome{Result: StateMisdirected, Reason: err.Error()}
 	}
 	return Outcome{Result: StateRetrying, Reason: err.Error()}
 }

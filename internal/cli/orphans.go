@@ -32,13 +32,14 @@ lease's MAC and nothing answers an ARP probe for it on the rack's link.
 This command lists the addresses it still holds, with their state and why:
 waiting (not tried yet), busy (something answers ARP for it), blocked (it
 cannot be probed: no link of this rack reaches it, or dhcpd.leases is not
-read yet), retrying (the region did not answer, or redirects: see the
-reason), refused (MAAS does not let the API key's user list or release
-addresses), unconfirmed (the region answered the release with success and
-still lists the record), unreleasable (MAAS's release fails for a record
-linked to several interfaces), unconfigured (no [maas] key). An address a
-range holds again (dhcpd.leases lists it) is dropped from the list: its
-leases are the region's to keep.
+read yet), retrying (the region did not answer: see the reason), refused (MAAS
+does not let the API key's user list or release addresses), misdirected
+(maas.api_url redirects or answers 404: it is not the region's API),
+unconfirmed (the region answered the release with success and still
+lists the record), unreleasable (MAAS's release fails for a record linked
+to several interfaces), unconfigured (no [maas] key). An address a range
+holds again (dhcpd.leases lists it) is dropped from the list: its leases
+are the region's to keep.
 
 --release runs the same checked release now, for the IPs given (default:
 every listed address), and prints how each went: freed, gone (the region

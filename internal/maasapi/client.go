@@ -44,6 +44,18 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("maas: %s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), e.Body)
 }
 
+// IsMisdirected reports whether err says the client's URL does not lead
+// to the region's API 2.0: a redirect (never followed, see New) or a 404.
+// MAAS's handlers for the calls made here answer an address they do not
+// know with 400 "does not exist" or an empty list, never 404
+// (src/maasserver/api/ip_addresses.py, release and read), so a 404 is a
+// path the server does not serve (maas.api_url without /MAAS/, or not
+// the region). Retrying does not mend it; the configuration does.
+func IsMisdirected(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.Status >= 300 && se.Status < 400 || se.Status == http.StatusNotFound)
+}
+
 // IsInternalError reports whether err is the region's 500 answer (an
 // exception in its code, as against 502–504 from nginx or a busy region).
 func IsInternalError(err error) bool {
@@ -187,6 +199,8 @@ func (c *Client) do(ctx context.Context, op, method, path string, form url.Value
 		return fmt.Errorf("%w: %s", ErrAbsent, text)
 	case resp.StatusCode >= 300 && resp.StatusCode < 400:
 		return &StatusError{Op: op, Status: resp.StatusCode, Body: fmt.Sprintf("the region redirects to %q: set maas.api_url to the URL the region answers itself (a MAAS with TLS redirects http://REGION:5240/MAAS/ to its TLS port)", resp.Header.Get("Location"))}
+	case resp.StatusCode == http.StatusNotFound:
+		return &StatusError{Op: op, Status: resp.StatusCode, Body: fmt.Sprintf("no such path at %s: set maas.api_url to the region's MAAS URL, http://REGION:5240/MAAS/ (https://REGION:5443/MAAS/ with TLS); it answered: %s", c.base, text)}
 	case resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%w: %s", ErrForbidden, text)
 	case resp.StatusCode == http.StatusUnauthorized:
