@@ -1,6 +1,7 @@
 package orphans_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,12 +74,17 @@ func (g *rig) put(t *testing.T, mac string) {
 
 func (g *rig) releaser(t *testing.T, apiURL string, probe orphans.Prober) *orphans.Releaser {
 	t.Helper()
+	return g.releaserLog(t, apiURL, probe, zerolog.Nop())
+}
+
+func (g *rig) releaserLog(t *testing.T, apiURL string, probe orphans.Prober, log zerolog.Logger) *orphans.Releaser {
+	t.Helper()
 	key, _ := maasapi.ParseKey(adminKey)
 	client, err := maasapi.New(apiURL, key, &http.Client{Timeout: 10 * time.Second}, "leasekeeper/test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := orphans.New(orphans.Config{Client: client, Probe: probe}, g.store, zerolog.Nop(), prometheus.NewRegistry(), nil)
+	r, err := orphans.New(orphans.Config{Client: client, Probe: probe}, g.store, log, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +280,31 @@ func TestReleaserBackInRange(t *testing.T) {
 				t.Errorf("stored jobs %+v; kept: want %v", jobs, keep)
 			}
 		})
+	}
+}
+
+// TestReleaserClockBehind: MAAS refuses a request whose OAuth timestamp is
+// more than 300 s older than its clock (401 "Expired timestamp",
+// piston3's OAuthServer). The job is refused as with a wrong key, but the
+// log says the rack's clock is behind and how to mend it, not that the
+// key is wrong; with the clocks in step the same key frees it.
+func TestReleaserClockBehind(t *testing.T) {
+	g := newRig(t)
+	g.stub.SetClockSkew(10 * time.Minute)
+	var logs bytes.Buffer
+	r := g.releaserLog(t, g.api, silent, zerolog.New(&logs))
+	out, err := r.ReleaseNow(context.Background(), g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Result != orphans.StateRefused || !strings.Contains(out.Reason, "Expired timestamp") {
+		t.Fatalf("outcome %+v, want refused for the timestamp", out)
+	}
+	if !strings.Contains(logs.String(), "clock is behind the region's") || strings.Contains(logs.String(), "maas apikey") {
+		t.Errorf("log does not point at the clock:\n%s", logs.String())
+	}
+	g.stub.SetClockSkew(0)
+	if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != "freed" {
+		t.Fatalf("clocks in step: %+v, %v", out, err)
 	}
 }

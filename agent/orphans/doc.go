@@ -19,9 +19,11 @@
 //     release takes the observed one only). Whether the key's user may
 //     list and release is MAAS's to say (3.8 and later ask the
 //     Administrators group's permissions, not is_superuser, unless RBAC
-//     is on): a 403
-//     refuses the job, logged at error level with the user whoami names,
-//     retried every ten minutes;
+//     is on): a 403 refuses the job, logged at error level with the user
+//     whoami names, retried every ten minutes; so does a 401, and one
+//     for an OAuth timestamp more than 300 s older than the region's
+//     clock ("Expired timestamp", piston3's OAuthServer) is logged as
+//     this rack's clock being behind, not as a wrong key;
 //  2. nobody may answer an ARP probe for it on the rack's interface for
 //     its subnet (rack.ProbeARP): an address that answers is kept
 //     and probed again every ProbeInterval (at most a minute), the reason

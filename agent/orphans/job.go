@@ -21,7 +21,7 @@ const (
 	StateRetrying     = "retrying"     // the region did not answer; backing off
 	StateBusy         = "busy"         // something answers ARP for it
 	StateBlocked      = "blocked"      // it cannot be probed (not on a link of this rack)
-	StateRefused      = "refused"      // the API key is refused or not an administrator's
+	StateRefused      = "refused"      // the API key is refused or not an administrator's, or this host's clock is behind the region's
 	StateUnreleasable = "unreleasable" // MAAS's release fails for its record (linked to several interfaces)
 	StateUnconfirmed  = "unconfirmed"  // the region answered the release with success but still lists the record
 	StateMisdirected  = "misdirected"  // maas.api_url does not lead to the region's API 2.0 (a redirect or a 404)

@@ -53,6 +53,7 @@ type Outcome struct {
 	By     string // who answered the probe (logs only: /status discloses no MACs)
 
 	offLink bool // blocked because no link of this rack reaches the address (rack.ErrNotOnLink)
+	clock   bool // refused because this host's clock is behind the region's (maasapi.IsClockSkew)
 }
 
 // Releaser is the agent task working the jobs.
@@ -332,11 +333,15 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		log.Warn().Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: cannot tell whether it is in use")
 	case StateRefused:
 		j.Next = now.Add(refusedRetry)
-		r.met.refused.WithLabelValues("api-key").Inc()
+		label, fix, msg := "api-key", "put the API key of a MAAS administrator (a user MAAS lets list every address and force-release one: maas apikey --username ADMIN) in maas.api_key_file and reload", "the region refuses to free the address with this API key"
+		if out.clock {
+			// Not the key: MAAS refuses any request signed more than
+			// 300 s before its own clock's now.
+			label, fix, msg = "clock", "synchronise this rack's clock with the region's (chrony or systemd-timesyncd, as MAAS sets up on its racks): MAAS refuses an API request whose OAuth timestamp is more than 300 s older than its own clock", "the region refuses the API request: this rack's clock is behind the region's"
+		}
+		r.met.refused.WithLabelValues(label).Inc()
 		if prev != StateRefused || j.Attempts == 0 {
-			log.Error().Str("reason", out.Reason).Time("next", j.Next).
-				Str("fix", "put the API key of a MAAS administrator (a user MAAS lets list every address and force-release one: maas apikey --username ADMIN) in maas.api_key_file and reload").
-				Msg("the region refuses to free the address with this API key")
+			log.Error().Str("reason", out.Reason).Time("next", j.Next).Str("fix", fix).Msg(msg)
 		}
 	case StateMisdirected:
 		// A configuration to mend, like a refused key: every job meets
@@ -508,6 +513,8 @@ func (r *Releaser) regionOutcome(ctx context.Context, err error) Outcome {
 
 func apiOutcome(err error) Outcome {
 	switch {
+	case maasapi.IsClockSkew(err):
+		return Outcome{Result: StateRefused, Reason: "this rack's clock is more than 300 s behind the region's: " + err.Error(), clock: true}
 	case errors.Is(err, maasapi.ErrForbidden) || errors.Is(err, maasapi.ErrUnauthorized):
 		return Outcome{Result: StateRefused, Reason: err.Error()}
 	case maasapi.IsMisdirected(err):

@@ -33,7 +33,8 @@ This command lists the addresses it still holds, with their state and why:
 waiting (not tried yet), busy (something answers ARP for it), blocked (it
 cannot be probed: no link of this rack reaches it, or dhcpd.leases is not
 read yet), retrying (the region did not answer: see the reason), refused (MAAS
-does not let the API key's user list or release addresses), misdirected
+does not let the API key's user list or release addresses, or refuses the
+request's timestamp: this rack's clock is behind), misdirected
 (maas.api_url redirects or answers 404: it is not the region's API),
 unconfirmed (the region answered the release with success and still
 lists the record), unreleasable (MAAS's release fails for a record linked

@@ -44,6 +44,16 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("maas: %s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), e.Body)
 }
 
+// IsClockSkew reports whether err is MAAS refusing a request because its
+// OAuth timestamp is more than 300 s older than the region's clock: a 401
+// "Expired timestamp" (piston3's OAuthServer checks it before the
+// signature; MAAS's src/maasserver/nonces_cleanup.py reads its
+// timestamp_threshold). This host's clock is behind the region's; the key
+// may be right.
+func IsClockSkew(err error) bool {
+	return errors.Is(err, ErrUnauthorized) && strings.Contains(err.Error(), "Expired timestamp")
+}
+
 // IsMisdirected reports whether err says the client's URL does not lead
 // to the region's API 2.0: a redirect (never followed, see New) or a 404.
 // MAAS's handlers for the calls made here answer an address they do not

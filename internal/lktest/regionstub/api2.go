@@ -135,8 +135,17 @@ type api2State struct {
 	keys     map[string]APIUser  // "consumer:token:secret" → user
 	ifaces   map[string][]string // MAC → a machine's interface names (SetInterfaces)
 	requests []API2Request
+	skew     time.Duration // SetClockSkew
 	srv      *http.Server
 	url      string
+}
+
+// SetClockSkew sets the region's clock d ahead of this host's, for the
+// OAuth timestamp check (see authenticate).
+func (s *Server) SetClockSkew(d time.Duration) {
+	s.mu.Lock()
+	s.api2.skew = d
+	s.mu.Unlock()
 }
 
 // AddAPIKey registers an API key ("consumer:token:secret") for user.
@@ -222,7 +231,8 @@ func (s *Server) authenticate(r *http.Request) (APIUser, int, string) {
 			return APIUser{}, http.StatusBadRequest, "Bad Request: Missing OAuth parameter " + k
 		}
 	}
-	if _, err := strconv.ParseInt(p["oauth_timestamp"], 10, 64); err != nil {
+	ts, err := strconv.ParseInt(p["oauth_timestamp"], 10, 64)
+	if err != nil {
 		return APIUser{}, http.StatusBadRequest, "Bad Request: oauth_timestamp has an unexpected type"
 	}
 	s.mu.Lock()
@@ -234,6 +244,12 @@ func (s *Server) authenticate(r *http.Request) (APIUser, int, string) {
 		}
 		if k.Token != p["oauth_token"] {
 			return APIUser{}, http.StatusUnauthorized, "Authorization Error: 'Invalid access token: " + p["oauth_token"] + "'"
+		}
+		// piston3's OAuthServer checks the timestamp before the
+		// signature: one more than timestamp_threshold (300 s) older than
+		// the region's clock is refused (a later one is not).
+		if now := time.Now().Add(s.api2.skew).Unix(); now-ts > 300 {
+			return APIUser{}, http.StatusUnauthorized, fmt.Sprintf("Authorization Error: 'Expired timestamp: given %d and now %d has a greater difference than threshold 300'", ts, now)
 		}
 		if p["oauth_signature_method"] != "PLAINTEXT" || p["oauth_signature"] != "&"+k.Secret {
 			return APIUser{}, http.StatusUnauthorized, "Authorization Error: 'Invalid signature.'"

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
@@ -85,6 +86,24 @@ func TestAPI2OAuth(t *testing.T) {
 	}
 	if n := len(s.API2Requests()); n != 5 {
 		t.Errorf("%d requests recorded, want 5", n)
+	}
+	// piston3's OAuthServer (MAAS's src/maasserver/nonces_cleanup.py
+	// reads its timestamp_threshold, 300 s): a request signed more than
+	// 300 s before the region's now is refused, 401 "Expired timestamp";
+	// one from a clock ahead of the region's is not.
+	for _, tc := range []struct {
+		skew   time.Duration
+		skewed bool
+	}{{301 * time.Second, true}, {10 * time.Minute, true}, {295 * time.Second, false}, {-time.Hour, false}} {
+		s.SetClockSkew(tc.skew)
+		_, err := client(t, u, adminKey).Whoami(ctx)
+		if maasapi.IsClockSkew(err) != tc.skewed || (err != nil) != tc.skewed {
+			t.Errorf("region's clock %v ahead: %v, want refused %v", tc.skew, err, tc.skewed)
+		}
+	}
+	s.SetClockSkew(0)
+	if _, err := client(t, u, "ac:at:xx").Whoami(ctx); maasapi.IsClockSkew(err) {
+		t.Errorf("a wrong secret taken for a clock: %v", err)
 	}
 }
 
