@@ -308,3 +308,76 @@ func TestReleaserClockBehind(t *testing.T) {
 		t.Fatalf("clocks in step: %+v, %v", out, err)
 	}
 }
+
+// TestReleaserBusyAsksHourly: something answers for the address at every
+// probe (a host squatting on it). The first attempt reads the region's
+// record, then the probe finds it busy; later attempts, every
+// ProbeInterval, probe first and leave the region alone, reading the
+// record again only an hour after the last read, and logging the busy
+// address then, not at every probe. Once nothing answers the record is
+// read and the address freed. Before, every attempt read the record: a
+// GET per busy address every 30 s, for ever.
+func TestReleaserBusyAsksHourly(t *testing.T) {
+	g := newRig(t)
+	answer := true
+	probe := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
+		if answer {
+			return rack.Probe{Iface: "br0", By: net.HardwareAddr{2, 0, 0, 0, 0, 0xc}}, nil
+		}
+		return rack.Probe{Iface: "br0"}, nil
+	}
+	now := time.Now()
+	key, _ := maasapi.ParseKey(adminKey)
+	client, err := maasapi.New(g.api, key, nil, "leasekeeper/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	r, err := orphans.New(orphans.Config{Client: client, Probe: probe}, g.store, zerolog.New(&logs), prometheus.NewRegistry(), func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	reads := func() int {
+		n := 0
+		for _, q := range g.stub.API2Requests() {
+			if q.Method == http.MethodGet && strings.HasSuffix(q.Path, "/ipaddresses/") {
+				n++
+			}
+		}
+		return n
+	}
+	base := reads()
+	attempt := func(want string) {
+		t.Helper()
+		out, err := r.ReleaseNow(context.Background(), g.addr)
+		if err != nil || out.Result != want {
+			t.Fatalf("attempt at %s: %+v, %v; want %s", now.Format(time.TimeOnly), out, err, want)
+		}
+	}
+	said := func() int { return strings.Count(logs.String(), "kept the address: something answers for it") }
+	for range 5 {
+		attempt(orphans.StateBusy)
+		now = now.Add(30 * time.Second)
+	}
+	if n := reads() - base; n != 1 {
+		t.Errorf("read the region's record %d times in 5 busy attempts 30 s apart, want 1", n)
+	}
+	if n := said(); n != 1 {
+		t.Errorf("logged the busy address %d times, want 1", n)
+	}
+	now = now.Add(time.Hour)
+	attempt(orphans.StateBusy)
+	if n := reads() - base; n != 2 {
+		t.Errorf("%d reads after an hour, want 2", n)
+	}
+	if n := said(); n != 2 {
+		t.Errorf("logged the busy address %d times after the hourly read, want 2", n)
+	}
+	answer = false
+	now = now.Add(30 * time.Second)
+	attempt("freed")
+	if _, still := g.stub.Lease(g.addr); still {
+		t.Error("the region still lists the address")
+	}
+}

@@ -38,6 +38,7 @@ type Job struct {
 	Attempts int        `json:"attempts"`
 	Next     time.Time  `json:"next"` // the next attempt; zero = at once
 	Last     time.Time  `json:"last,omitzero"`
+	Asked    time.Time  `json:"asked,omitzero"` // when the region's record was last read for it
 }
 
 // Sink is the reconciler's reconcile.OrphanSink for a Releaser.

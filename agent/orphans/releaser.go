@@ -30,6 +30,7 @@ const (
 	refusedRetry         = 10 * time.Minute
 	unreleasableRetry    = time.Hour
 	offLinkRetry         = time.Hour // an address no link of the rack reaches (rack.ErrNotOnLink)
+	busyRecheck          = time.Hour // a busy address's record is read again this often (probed every ProbeInterval)
 	requestTimeout       = 30 * time.Second
 )
 
@@ -53,6 +54,7 @@ type Outcome struct {
 	By     string // who answered the probe (logs only: /status discloses no MACs)
 
 	offLink bool // blocked because no link of this rack reaches the address (rack.ErrNotOnLink)
+	asked   bool // the region's record was read in this attempt
 	clock   bool // refused because this host's clock is behind the region's (maasapi.IsClockSkew)
 }
 
@@ -286,6 +288,9 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 	now := r.now()
 	out := r.check(ctx, j)
 	j.Last = now
+	if out.asked {
+		j.Asked = now
+	}
 	log := r.log.With().Stringer("ip", j.IP).Str("mac", j.MAC).Logger()
 	if out.Done {
 		switch out.Result {
@@ -317,7 +322,11 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 	case StateBusy:
 		j.Next = now.Add(r.cfg.ProbeInterval)
 		r.met.busy.Inc()
-		log.Info().Str("reason", out.Reason).Str("answered_by", out.By).Time("next", j.Next).Msg("kept the address: something answers for it; probing again")
+		// Said when it starts, then with each read of the region's
+		// record (hourly): not at every probe, for ever, per address.
+		if prev != StateBusy || out.asked {
+			log.Info().Str("reason", out.Reason).Str("answered_by", out.By).Time("next", j.Next).Msg("kept the address: something answers for it; probing again")
+		}
 	case StateBlocked:
 		if out.offLink {
 			// Not a passing failure: asking the region every
@@ -388,12 +397,32 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 	if c == nil {
 		return Outcome{Result: StateUnconfigured, Reason: "no [maas] api_url/api_key_file: the region keeps listing the address as observed until an API key is configured"}
 	}
+	if j.State == StateBusy && r.now().Sub(j.Asked) < busyRecheck {
+		// Something answered at the last attempt and the region's
+		// record was read less than busyRecheck ago: probe first, and
+		// read the record only once nothing answers. A host squatting
+		// on the address cost a GET of its record every ProbeInterval,
+		// for ever; a range shrunk under many cost the region as many a
+		// minute, and the attempts, one at a time, fell behind.
+		p, err := r.cfg.Probe(ctx, j.IP, r.cfg.ProbeWait)
+		if o, busy := busyOutcome(p, err); busy {
+			return o
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	recs, err := c.Records(ctx, j.IP)
 	if err != nil {
 		return r.regionOutcome(ctx, err)
 	}
+	out := r.decide(ctx, c, j, recs)
+	out.asked = true
+	return out
+}
+
+// decide goes on from the region's records for j's address: the MAC,
+// the probe, the release.
+func (r *Releaser) decide(ctx context.Context, c *maasapi.Client, j Job, recs []maasapi.IPAddress) Outcome {
 	var disc *maasapi.IPAddress
 	var other []string
 	for i := range recs {
@@ -425,10 +454,9 @@ func (r *Releaser) check(ctx context.Context, j Job) Outcome {
 		return Outcome{Result: StateBlocked, Reason: err.Error() + ": nothing on this rack can tell whether a client holds it (a relayed subnet?); once you know it is unused, maas PROFILE ipaddresses release ip=IP force=true discovered=true frees it", offLink: true}
 	case err != nil:
 		return Outcome{Result: StateBlocked, Reason: err.Error()}
-	case p.Local:
-		return Outcome{Result: StateBusy, Reason: "the address is this rack's own"}
-	case p.By != nil:
-		return Outcome{Result: StateBusy, Reason: "something answers an ARP probe for it on " + p.Iface, By: p.By.String()}
+	}
+	if o, busy := busyOutcome(p, nil); busy {
+		return o
 	}
 	// Again: the region's record and the probe took time, in which a
 	// range may have grown back and the client leased the address anew.
@@ -567,4 +595,18 @@ func (r *Releaser) finish(ctx context.Context, j Job) {
 	}
 	r.met.held.Set(float64(len(r.jobs)))
 	r.mu.Unlock()
+}
+
+// busyOutcome is the busy Outcome when a probe without error found the
+// address in use.
+func busyOutcome(p rack.Probe, err error) (Outcome, bool) {
+	switch {
+	case err != nil:
+		return Outcome{}, false
+	case p.Local:
+		return Outcome{Result: StateBusy, Reason: "the address is this rack's own"}, true
+	case p.By != nil:
+		return Outcome{Result: StateBusy, Reason: "something answers an ARP probe for it on " + p.Iface, By: p.By.String()}, true
+	}
+	return Outcome{}, false
 }
