@@ -29,8 +29,8 @@
 //     and probed again every ProbeInterval (at most a minute), the reason
 //     in /status; while it answers, its probe comes first and the
 //     region's record is read again (and the address logged) only
-//     hourly, not at every probe; one no link of the rack reaches (a relayed subnet) is
-//     "blocked" and tried hourly;
+//     hourly, not at every probe; one no link of the rack reaches (a
+//     relayed subnet) is "blocked" and tried hourly;
 //  3. then POST ipaddresses op=release ip force=true discovered=true:
 //     204, or 400 "does not exist" (already free), completes the job. A
 //     500 "… can't be deleted …" for a record linked to more than one

@@ -168,6 +168,20 @@ func TestLabOrphanFreed(t *testing.T) {
 	}
 }
 
+// busyOrphan is orphanSetup with the client's address left on its
+// interface, once the lease's end has passed and the job is busy.
+func busyOrphan(t *testing.T) (*world, netip.Addr, *lab.Client) {
+	t.Helper()
+	w := orphanWorld(t, true)
+	ip, c, ends := orphanSetup(w, false)
+	w.waitArrival(ip, event.Expiry, mac(c), time.Until(time.Unix(ends, 0))+10*time.Second)
+	waitFor(t, "a busy orphan in status", func() bool {
+		s := w.orphanStatus()
+		return len(s) == 1 && s[0].State == orphans.StateBusy
+	})
+	return w, ip, c
+}
+
 // TestLabOrphanBusy: the client still holds the address (configured on
 // its interface, answering ARP): not freed after the lease's end, status
 // says why; once the address is removed from the client it is freed at
@@ -177,13 +191,7 @@ func TestLabOrphanBusy(t *testing.T) {
 		t.Skip("waits for a lease to end (-short)")
 	}
 	t.Parallel()
-	w := orphanWorld(t, true)
-	ip, c, ends := orphanSetup(w, false)
-	w.waitArrival(ip, event.Expiry, mac(c), time.Until(time.Unix(ends, 0))+10*time.Second)
-	waitFor(t, "a busy orphan in status", func() bool {
-		s := w.orphanStatus()
-		return len(s) == 1 && s[0].State == orphans.StateBusy
-	})
+	w, ip, c := busyOrphan(t)
 	s := w.orphanStatus()[0]
 	if !strings.Contains(s.Reason, "answers an ARP probe") || s.Next == nil {
 		t.Errorf("status: %+v", s)
@@ -265,13 +273,7 @@ func TestLabOrphanBack(t *testing.T) {
 		t.Skip("waits for a lease to end (-short)")
 	}
 	t.Parallel()
-	w := orphanWorld(t, true)
-	ip, c, ends := orphanSetup(w, false)
-	w.waitArrival(ip, event.Expiry, mac(c), time.Until(time.Unix(ends, 0))+10*time.Second)
-	waitFor(t, "a busy orphan in status", func() bool {
-		s := w.orphanStatus()
-		return len(s) == 1 && s[0].State == orphans.StateBusy
-	})
+	w, ip, c := busyOrphan(t)
 	w.stubRange(100, 150)
 	w.restartDhcpd(100, 150)
 	// dhclient asks for the address it held (its lease file still has it).
