@@ -247,7 +247,8 @@ func (s *Server) authenticate(r *http.Request) (APIUser, int, string) {
 		}
 		// piston3's OAuthServer checks the timestamp before the
 		// signature: one more than timestamp_threshold (300 s) older than
-		// the region's clock is refused (a later one is not).
+		// the region's clock is refused (a later one is not), worded
+		// as src/maasserver/api/auth.py's OAuthUnauthorized does.
 		if now := time.Now().Add(s.api2.skew).Unix(); now-ts > 300 {
 			return APIUser{}, http.StatusUnauthorized, fmt.Sprintf("Authorization Error: 'Expired timestamp: given %d and now %d has a greater difference than threshold 300'", ts, now)
 		}
