@@ -303,6 +303,13 @@ func TestReleaserClockBehind(t *testing.T) {
 	if !strings.Contains(logs.String(), "clock is behind the region's") || strings.Contains(logs.String(), "maas apikey") {
 		t.Errorf("log does not point at the clock:\n%s", logs.String())
 	}
+	// Said once per address while it lasts, not at every attempt.
+	if out, _ := r.ReleaseNow(context.Background(), g.addr); out.Result != orphans.StateRefused {
+		t.Fatalf("second attempt: %+v", out)
+	}
+	if n := strings.Count(logs.String(), "clock is behind the region's\""); n != 1 {
+		t.Errorf("said %d times in two attempts, want once:\n%s", n, logs.String())
+	}
 	g.stub.SetClockSkew(0)
 	if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != "freed" {
 		t.Fatalf("clocks in step: %+v, %v", out, err)

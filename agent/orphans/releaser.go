@@ -68,11 +68,11 @@ type Releaser struct {
 	met   *metrics
 	wake  chan struct{}
 
-	mu     sync.Mutex // guards jobs, warned, held
-	jobs   map[netip.Addr]Job
-	warned map[netip.Addr]bool
-	held   func(netip.Addr) (held, known bool) // SetHeld
-	work   sync.Mutex                          // one attempt at a time (the task or ReleaseNow)
+	mu   sync.Mutex // guards jobs, said, held
+	jobs map[netip.Addr]Job
+	said map[netip.Addr]string               // news
+	held func(netip.Addr) (held, known bool) // SetHeld
+	work sync.Mutex                          // one attempt at a time (the task or ReleaseNow)
 }
 
 // New loads the stored jobs.
@@ -91,7 +91,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		now = time.Now
 	}
 	r := &Releaser{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), wake: make(chan struct{}, 1),
-		jobs: map[netip.Addr]Job{}, warned: map[netip.Addr]bool{}}
+		jobs: map[netip.Addr]Job{}, said: map[netip.Addr]string{}}
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -307,16 +307,12 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		r.finish(ctx, j)
 		return out
 	}
-	prev := j.State
 	j.State, j.Reason = out.Result, out.Reason
+	fresh := r.news(j.IP, out.said())
 	switch out.Result {
 	case StateUnconfigured:
 		j.Next = time.Time{}
-		r.mu.Lock()
-		first := !r.warned[j.IP]
-		r.warned[j.IP] = true
-		r.mu.Unlock()
-		if first {
+		if fresh {
 			log.Warn().Int64("ends", j.Ends).Msg("the region keeps this address as observed until an API key is configured ([maas] api_url, api_key_file): the expiry alone does not free an address outside its dynamic ranges")
 		}
 	case StateBusy:
@@ -324,7 +320,7 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		r.met.busy.Inc()
 		// Said when it starts, then with each read of the region's
 		// record (hourly): not at every probe, for ever, per address.
-		if prev != StateBusy || out.asked {
+		if fresh || out.asked {
 			log.Info().Str("reason", out.Reason).Str("answered_by", out.By).Time("next", j.Next).Msg("kept the address: something answers for it; probing again")
 		}
 	case StateBlocked:
@@ -333,7 +329,7 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 			// ProbeInterval, for ever, for each such address would
 			// change nothing. Tried hourly (a link or route may come).
 			j.Next = now.Add(offLinkRetry)
-			if prev != StateBlocked {
+			if fresh {
 				log.Warn().Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: no link of this rack reaches it, so whether it is in use cannot be told; tried again hourly")
 			}
 			break
@@ -348,8 +344,8 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 			// 300 s before its own clock's now.
 			label, fix, msg = "clock", "synchronise this rack's clock with the region's (chrony or systemd-timesyncd, as MAAS sets up on its racks): MAAS refuses an API request whose OAuth timestamp is more than 300 s older than its own clock", "the region refuses the API request: this rack's clock is behind the region's"
 		}
-		r.met.refused.WithLabelValues(label).Inc()
-		if prev != StateRefused || j.Attempts == 0 {
+		if fresh {
+			r.met.refused.WithLabelValues(label).Inc()
 			log.Error().Str("reason", out.Reason).Time("next", j.Next).Str("fix", fix).Msg(msg)
 		}
 	case StateMisdirected:
@@ -358,7 +354,7 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		// ever, said nothing new. The reload that mends it (SetClient)
 		// makes every job due at once.
 		j.Next = now.Add(refusedRetry)
-		if prev != StateMisdirected {
+		if fresh {
 			r.met.refused.WithLabelValues("api-url").Inc()
 			log.Error().Str("reason", out.Reason).Time("next", j.Next).
 				Str("fix", "set maas.api_url to the URL `maas login` takes for this region (http://REGION:5240/MAAS/, or https://REGION:5443/MAAS/ with TLS) and reload").
@@ -366,14 +362,14 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		}
 	case StateUnconfirmed:
 		j.Next = now.Add(refusedRetry)
-		if prev != StateUnconfirmed {
+		if fresh {
 			r.met.refused.WithLabelValues("unconfirmed").Inc()
 			log.Error().Str("reason", out.Reason).Time("next", j.Next).
 				Msg("the region did not free the address although it answered the release with success")
 		}
 	case StateUnreleasable:
 		j.Next = now.Add(unreleasableRetry)
-		if prev != StateUnreleasable {
+		if fresh {
 			r.met.refused.WithLabelValues("linked-interfaces").Inc()
 			log.Warn().Str("reason", out.Reason).Time("next", j.Next).
 				Msg("MAAS cannot free this observed address through its API; kept in status and tried again hourly")
@@ -592,9 +588,38 @@ func (r *Releaser) finish(ctx context.Context, j Job) {
 	r.mu.Lock()
 	if cur, ok := r.jobs[j.IP]; ok && cur.Found.Equal(j.Found) {
 		delete(r.jobs, j.IP)
+		delete(r.said, j.IP)
 	}
 	r.met.held.Set(float64(len(r.jobs)))
 	r.mu.Unlock()
+}
+
+// news reports whether state is news for ip's log: not what the last
+// attempt since this process started came to (a job's state is read
+// back from disk, so a restart says each once more). A state held for
+// hours or for ever (a refused key, a busy address, an off-link one) is
+// logged and counted when it starts, not at every attempt, per address;
+// any other outcome in between makes it news again.
+func (r *Releaser) news(ip netip.Addr, state string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.said[ip] == state {
+		return false
+	}
+	r.said[ip] = state
+	return true
+}
+
+// said is what news compares: the state, and for a blocked or refused
+// one, why.
+func (o Outcome) said() string {
+	switch {
+	case o.offLink:
+		return o.Result + "/off-link"
+	case o.clock:
+		return o.Result + "/clock"
+	}
+	return o.Result
 }
 
 // busyOutcome is the busy Outcome when a probe without error found the
