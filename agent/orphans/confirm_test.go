@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"go.etcd.io/bbolt"
 
@@ -340,7 +341,8 @@ func TestReleaserBusyAsksHourly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	r, err := orphans.New(orphans.Config{Client: client, Probe: probe}, g.store, zerolog.New(&logs), prometheus.NewRegistry(), func() time.Time { return now })
+	reg := prometheus.NewRegistry()
+	r, err := orphans.New(orphans.Config{Client: client, Probe: probe}, g.store, zerolog.New(&logs), reg, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,6 +375,21 @@ func TestReleaserBusyAsksHourly(t *testing.T) {
 	if n := said(); n != 1 {
 		t.Errorf("logged the busy address %d times, want 1", n)
 	}
+	// leasekeeper_orphans_jobs counts the jobs by state at each scrape.
+	if got, err := testutil.GatherAndCount(reg, "leasekeeper_orphans_jobs"); err != nil || got == 0 {
+		t.Fatalf("leasekeeper_orphans_jobs: %d series, %v", got, err)
+	}
+	want := "# HELP leasekeeper_orphans_jobs " + jobsHelp(t, reg) + "\n# TYPE leasekeeper_orphans_jobs gauge\n"
+	for _, st := range []string{"waiting", "unconfigured", "retrying", "busy", "blocked", "refused", "unreleasable", "unconfirmed", "misdirected"} {
+		n := 0
+		if st == orphans.StateBusy {
+			n = 1
+		}
+		want += fmt.Sprintf("leasekeeper_orphans_jobs{state=%q} %d\n", st, n)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "leasekeeper_orphans_jobs"); err != nil {
+		t.Error(err)
+	}
 	now = now.Add(time.Hour)
 	attempt(orphans.StateBusy)
 	if n := reads() - base; n != 2 {
@@ -387,4 +404,20 @@ func TestReleaserBusyAsksHourly(t *testing.T) {
 	if _, still := g.stub.Lease(g.addr); still {
 		t.Error("the region still lists the address")
 	}
+}
+
+// jobsHelp is leasekeeper_orphans_jobs' help text as registered.
+func jobsHelp(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "leasekeeper_orphans_jobs" {
+			return mf.GetHelp()
+		}
+	}
+	t.Fatal("leasekeeper_orphans_jobs not registered")
+	return ""
 }

@@ -27,6 +27,9 @@ const (
 	StateMisdirected  = "misdirected"  // maas.api_url does not lead to the region's API 2.0 (a redirect or a 404)
 )
 
+// states are every job state, in the order the metrics list them.
+var states = []string{StateWaiting, StateUnconfigured, StateRetrying, StateBusy, StateBlocked, StateRefused, StateUnreleasable, StateUnconfirmed, StateMisdirected}
+
 // Job is an address to free in the region.
 type Job struct {
 	IP       netip.Addr `json:"ip"`

@@ -6,10 +6,33 @@ type metrics struct {
 	found, busy, freed prometheus.Counter
 	refused            *prometheus.CounterVec
 	held               prometheus.Gauge
+	states             stateCollector
 }
 
-func newMetrics() *metrics {
+// stateCollector reports the jobs held by state, counted at each scrape
+// (count: the Releaser's stateCounts).
+type stateCollector struct {
+	desc  *prometheus.Desc
+	count func() map[string]int
+}
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.count()
+	for _, s := range states {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n[s]), s)
+	}
+}
+
+func newMetrics(count func() map[string]int) *metrics {
 	m := &metrics{
+		states: stateCollector{
+			desc: prometheus.NewDesc("leasekeeper_orphans_jobs",
+				"Orphaned addresses held, by state (leasekeeper orphans says why each is): alert on refused, misdirected and unconfirmed, which only the configuration, the region or what stands in front of it can mend; busy, blocked and unreleasable may last for ever by nature.",
+				[]string{"state"}, nil),
+			count: count,
+		},
 		found: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_orphans_found_total",
 			Help: "Addresses whose lease a dhcpd reload dropped because they left every range, handed over to be freed in the region at the lease's end.",
@@ -38,5 +61,5 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.found, m.busy, m.freed, m.refused, m.held}
+	return []prometheus.Collector{m.found, m.busy, m.freed, m.refused, m.held, m.states}
 }

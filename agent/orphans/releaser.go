@@ -90,8 +90,9 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 	if now == nil {
 		now = time.Now
 	}
-	r := &Releaser{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), wake: make(chan struct{}, 1),
+	r := &Releaser{cfg: cfg, store: store, log: log, reg: reg, now: now, wake: make(chan struct{}, 1),
 		jobs: map[netip.Addr]Job{}, said: map[netip.Addr]string{}}
+	r.met = newMetrics(r.stateCounts)
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -592,6 +593,17 @@ func (r *Releaser) finish(ctx context.Context, j Job) {
 	}
 	r.met.held.Set(float64(len(r.jobs)))
 	r.mu.Unlock()
+}
+
+// stateCounts is how many jobs are in each state, for the metrics.
+func (r *Releaser) stateCounts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := make(map[string]int, len(states))
+	for _, j := range r.jobs {
+		n[j.State]++
+	}
+	return n
 }
 
 // news reports whether state is news for ip's log: not what the last
