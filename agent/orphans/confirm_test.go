@@ -421,3 +421,29 @@ func jobsHelp(t *testing.T, reg *prometheus.Registry) string {
 	t.Fatal("leasekeeper_orphans_jobs not registered")
 	return ""
 }
+
+// TestReleaserRetryingWarnsOnce: the region answers 503 for a while (the
+// window TestLabOrphanRegionDown runs through with a real dhcpd): each
+// attempt is retried with backoff, warned at its first, at debug level
+// after, then the address is freed once the region answers.
+func TestReleaserRetryingWarnsOnce(t *testing.T) {
+	g := newRig(t)
+	g.stub.FailFor(time.Hour, regionstub.Fault{Status: 503})
+	var logs bytes.Buffer
+	r := g.releaserLog(t, g.api, silent, zerolog.New(&logs).Level(zerolog.InfoLevel))
+	for range 3 {
+		if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != orphans.StateRetrying {
+			t.Fatalf("region down: %+v, %v", out, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "could not free the address yet"); n != 1 {
+		t.Errorf("warned %d times in three attempts, want once:\n%s", n, logs.String())
+	}
+	if j := r.Jobs(); len(j) != 1 || j[0].Attempts != 3 {
+		t.Errorf("jobs: %+v, want 3 attempts", j)
+	}
+	g.stub.ClearFaults()
+	if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != "freed" {
+		t.Fatalf("region back: %+v, %v", out, err)
+	}
+}

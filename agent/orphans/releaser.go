@@ -379,7 +379,13 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		j.Attempts++
 		d := min(backoffMin<<min(j.Attempts-1, 10), backoffMax)
 		j.Next = now.Add(d)
-		log.Warn().Str("reason", out.Reason).Dur("retry_in", d).Msg("could not free the address yet; retrying")
+		// Warned when it starts; each later try (every minute at most,
+		// per address, while the region is down) at debug level.
+		ev := log.Debug()
+		if fresh {
+			ev = log.Warn()
+		}
+		ev.Str("reason", out.Reason).Int("attempts", j.Attempts).Dur("retry_in", d).Msg("could not free the address yet; retrying")
 	}
 	r.save(ctx, j)
 	return out
