@@ -13,7 +13,8 @@
 //
 //  1. MAAS's record for the address (ipaddresses ?ip=&all=true) must be
 //     DISCOVERED and tied to the lease's MAC: no record at all means it
-//     is already free (done); only another MAC, or only another type,
+//     is already free (done); another MAC (alone or besides the lease's:
+//     a later commit links its MAC to the record), or only another type,
 //     means the address is someone else's now: left alone, logged, done
 //     (an observed record beside another type's is freed as any: the
 //     release takes the observed one only). Whether the key's user may

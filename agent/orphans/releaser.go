@@ -449,6 +449,19 @@ func (r *Releaser) decide(ctx context.Context, c *maasapi.Client, j Job, recs []
 	if !slices.Contains(macs, mac) {
 		return Outcome{Done: true, Result: "other-mac", Reason: "the region's observed record is tied to another MAC than the lease's: another client has it now", By: fmt.Sprint(macs)}
 	}
+	if slices.ContainsFunc(macs, func(m string) bool { return m != mac }) {
+		// Another client committed the address since: MAAS updates the
+		// record and links it to that MAC's interfaces too, keeping the
+		// old link (src/maasservicelayer/services/leases.py,
+		// _commit_lease_info: create_or_update, link_ip). The record is
+		// that client's lease as much as the orphan's; freeing it would
+		// take the address from it. MAAS drops the record at the next
+		// lease event, for another address, of either MAC
+		// (store_lease_info). Its release would fail on such a record
+		// anyway (see unreleasable), but that is MAAS's bug to keep, not
+		// a guard to rely on.
+		return Outcome{Done: true, Result: "other-mac", Reason: "the region's observed record is linked to another MAC besides the lease's: another client committed the address since; MAAS drops the record at either MAC's next lease of another address", By: fmt.Sprint(macs)}
+	}
 	p, err := r.cfg.Probe(ctx, j.IP, r.cfg.ProbeWait)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -514,11 +527,11 @@ func failsAlways(rec maasapi.IPAddress, err error) bool {
 // is set to None."), and the request fails with a 500, rolled back. A
 // record has several interfaces when the lease's MAC is a machine's NIC
 // with VLANs or a bond on it (the leases API links it to every interface
-// with the MAC: src/maasservicelayer/services/interfaces.py, link_ip), or
-// when a new client's commit linked it to a second MAC before the old
-// one's end. MAAS itself deletes it at the next lease event of one of
-// those MACs for another address in a range of a subnet of the same
-// family (src/maasservicelayer/services/leases.py, store_lease_info).
+// with the MAC: src/maasservicelayer/services/interfaces.py, link_ip); a
+// record a second MAC's commit linked is left alone before (decide).
+// MAAS itself deletes it at the next lease event of the MAC for another
+// address in a range of a subnet of the same family
+// (src/maasservicelayer/services/leases.py, store_lease_info).
 func unreleasable(rec maasapi.IPAddress, mac string, err error) string {
 	names := make([]string, len(rec.Interfaces))
 	for i, f := range rec.Interfaces {

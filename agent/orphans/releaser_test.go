@@ -59,9 +59,13 @@ func observe(t *testing.T, s *regionstub.Server, mac string) {
 // list and force-release addresses. Who may is MAAS's to say
 // (src/maasserver/authorization.py: 3.8 and later ask for permissions
 // an administrator has through the Administrators group, whatever
-// is_superuser says). A record linked to more than one interface is one
-// MAAS's release fails on (src/maasserver/api/ip_addresses.py, release;
+// is_superuser says). A record linked to more than one interface of the
+// lease's MAC is one MAAS's release fails on
+// (src/maasserver/api/ip_addresses.py, release;
 // src/maasserver/models/interface.py, unlink_ip_address): kept, hourly.
+// One linked to a second MAC too is that MAC's lease as well (a commit
+// adds its link: src/maasservicelayer/services/leases.py,
+// _commit_lease_info): left alone, never released.
 func TestReleaserDecides(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -81,7 +85,7 @@ func TestReleaserDecides(t *testing.T) {
 		{"an administrator by group, not is_superuser", []string{macA}, nil, groupKey, false, "freed", true, 1},
 		{"is_superuser, out of the Administrators group", []string{macA}, nil, flagKey, false, orphans.StateRefused, false, 0},
 		{"the MAC is a machine's NIC with a VLAN on it", []string{macA}, []string{"eth0", "eth0.100"}, adminKey, false, orphans.StateUnreleasable, false, 1},
-		{"linked to a second MAC too", []string{macB, macA}, nil, adminKey, false, orphans.StateUnreleasable, false, 1},
+		{"linked to a second MAC too", []string{macB, macA}, nil, adminKey, false, "other-mac", true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := regionstub.Start(regionstub.Options{})
