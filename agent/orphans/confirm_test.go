@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
@@ -445,5 +446,60 @@ func TestReleaserRetryingWarnsOnce(t *testing.T) {
 	g.stub.ClearFaults()
 	if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Result != "freed" {
 		t.Fatalf("region back: %+v, %v", out, err)
+	}
+}
+
+// TestReleaserSaysOnce: a state that lasts is logged once per address,
+// not at every attempt (a refused key was logged every ten minutes, per
+// address, for ever); a reload ([maas] put in force again: SetClient)
+// makes it news again, so a key still refused after the reload that was
+// to mend it says so, here with the user MAAS names.
+func TestReleaserSaysOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, said string
+		setup      func(g *rig) string // the API URL to use
+		key        string
+	}{
+		{"refused", "the region refuses to free the address with this API key", func(g *rig) string {
+			g.stub.AddAPIKey(userKey, regionstub.APIUser{Name: "user"})
+			return g.api
+		}, userKey},
+		{"misdirected", "maas.api_url does not lead to the region's API", func(*rig) string {
+			front := httptest.NewServer(http.NotFoundHandler())
+			t.Cleanup(front.Close)
+			return front.URL + "/MAAS/"
+		}, adminKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t)
+			u := tc.setup(g)
+			key, _ := maasapi.ParseKey(tc.key)
+			client, err := maasapi.New(u, key, nil, "leasekeeper/test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			r, err := orphans.New(orphans.Config{Client: client, Probe: silent}, g.store, zerolog.New(&logs), prometheus.NewRegistry(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			attempt := func() {
+				t.Helper()
+				if out, err := r.ReleaseNow(context.Background(), g.addr); err != nil || out.Done {
+					t.Fatalf("attempt: %+v, %v", out, err)
+				}
+			}
+			attempt()
+			attempt()
+			if n := strings.Count(logs.String(), tc.said); n != 1 {
+				t.Errorf("said %d times in two attempts, want once:\n%s", n, logs.String())
+			}
+			r.SetClient(client)
+			attempt()
+			if n := strings.Count(logs.String(), tc.said); n != 2 {
+				t.Errorf("said %d times after a reload, want twice:\n%s", n, logs.String())
+			}
+		})
 	}
 }

@@ -133,6 +133,7 @@ func (r *Releaser) load() error {
 		if !had || old.Found != j.Found {
 			r.met.found.Inc()
 			r.jobs[ip] = j
+			delete(r.said, ip) // a new lease's job: its states are news
 		}
 	}
 	r.met.held.Set(float64(len(r.jobs)))
@@ -162,10 +163,13 @@ func (r *Releaser) client() *maasapi.Client {
 
 // SetClient puts a reloaded [maas] in force (nil: not configured any
 // more): the next attempt uses it, and every job is due at once, those
-// left unconfigured or refused included.
+// left unconfigured or refused included; what each comes to is logged
+// again (a key still refused says so after the reload that was to mend
+// it).
 func (r *Releaser) SetClient(c *maasapi.Client) {
 	r.mu.Lock()
 	r.cfg.Client = c
+	clear(r.said)
 	for ip, j := range r.jobs {
 		j.Next = time.Time{}
 		r.jobs[ip] = j
@@ -336,7 +340,13 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 			break
 		}
 		j.Next = now.Add(r.cfg.ProbeInterval)
-		log.Warn().Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: cannot tell whether it is in use")
+		// Warned when it starts (a probe that keeps failing, a leases
+		// file not read yet), then at debug level at each probe.
+		ev := log.Debug()
+		if fresh {
+			ev = log.Warn()
+		}
+		ev.Str("reason", out.Reason).Time("next", j.Next).Msg("kept the address: cannot tell whether it is in use")
 	case StateRefused:
 		j.Next = now.Add(refusedRetry)
 		label, fix, msg := "api-key", "put the API key of a MAAS administrator (a user MAAS lets list every address and force-release one: maas apikey --username ADMIN) in maas.api_key_file and reload", "the region refuses to free the address with this API key"

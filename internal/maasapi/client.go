@@ -58,9 +58,10 @@ func IsClockSkew(err error) bool {
 // to the region's API 2.0: a redirect (never followed, see New) or a 404.
 // MAAS's handlers for the calls made here answer an address they do not
 // know with 400 "does not exist" or an empty list, never 404
-// (src/maasserver/api/ip_addresses.py, release and read), so a 404 is a
-// path the server does not serve (maas.api_url without /MAAS/, or not
-// the region). Retrying does not mend it; the configuration does.
+// (src/maasserver/api/ip_addresses.py, release and read: release's
+// docstring lists a 404 its code never raises), so a 404 is a path the
+// server does not serve (maas.api_url without /MAAS/, or not the
+// region). Retrying does not mend it; the configuration does.
 func IsMisdirected(err error) bool {
 	var se *StatusError
 	return errors.As(err, &se) && (se.Status >= 300 && se.Status < 400 || se.Status == http.StatusNotFound)

@@ -360,6 +360,11 @@ func (s *Server) readIPs(w http.ResponseWriter, r *http.Request, u APIUser, rec 
 			}
 			out = append(out, map[string]any{
 				"alloc_type": maasapi.AllocDiscovered, "alloc_type_name": "Observed",
+				// MAAS 3.6 and later stamp created with the region's
+				// clock at the upsert (db/repositories/
+				// staticipaddress.py, create_or_update); 3.5 kept the
+				// lease's time. The stub gives the commit's: nothing
+				// of leasekeeper reads it.
 				"created": time.Unix(l.Timestamp, 0).UTC().Format("2006-01-02T15:04:05.000"),
 				"ip":      ip, "owner": nil,
 				"interface_set": ifaces,

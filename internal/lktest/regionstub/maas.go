@@ -347,7 +347,7 @@ type Lease struct {
 	MAC       string `json:"mac"`
 	Hostname  string `json:"hostname"`
 	LeaseTime int64  `json:"lease_time"`
-	Timestamp int64  `json:"timestamp"` // the commit's, MAAS's "created" (src/maasservicelayer/services/leases.py: created and updated from the lease's timestamp)
+	Timestamp int64  `json:"timestamp"` // the last commit's event time (not MAAS's "created": see maasmodel's Lease)
 }
 
 // place finds why the region could not store an item (the 500 cases of
