@@ -675,3 +675,78 @@ func TestLabDroppedThenGivenAway(t *testing.T) {
 		})
 	}
 }
+
+// TestLabReusedRenewal: a client asks again early in its lease, as a
+// machine's PXE ROM and then its booted system do, minutes apart in
+// MAAS's 600 s lease. dhcpd answers from the lease it has, keeping its
+// end, and writes nothing (server/dhcp.c, reuse_lease: a lease younger
+// than dhcp-cache-threshold, 25 % of its length by default); but it runs
+// on commit before it decides that, and the hook's lease-time is the
+// full lease time, so the region hears a second commit whose end is
+// later than the lease's. The lease ends at the file's end: the region
+// gets exactly one expiry, for that end, and none for the hook's
+// commit's own end after it. dhcpd is stopped before the end, so no on
+// expiry tells it: the agent's rule 3, from the file, must (a rule that
+// trusted the hook's later end would date it late, or, as the file
+// shows the lease the commit renewed, send none: TestUnwrittenEndCases).
+func TestLabReusedRenewal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	const lease = 20 // reused while younger than 5 s
+	w := newWorld(t, hooksOK, lease)
+	w.startDhcpd(100, 150)
+	w.startAgent()
+	c := w.lab.AddClient("c1")
+	ip := w.dhclient(c)
+	ends := w.leaseEnds(ip)
+	w.waitArrival(ip, event.Commit, mac(c), 10*time.Second)
+	// Two seconds on: the hook's commit then ends two seconds after the
+	// lease, so an expiry dated at its end is told apart.
+	time.Sleep(time.Until(time.Unix(ends-lease+2, 0)))
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// INIT-REBOOT: dhclient asks for the address its lease file holds.
+	if got := w.dhclient(c); got != ip {
+		t.Fatalf("premise: the client got %s again, not %s", got, ip)
+	}
+	again := time.Now().Unix()
+	if e := w.leaseEnds(ip); e != ends || again-(ends-lease) > lease/4 {
+		t.Fatalf("premise: dhcpd did not reuse the lease (the file's end %d, was %d; asked again %d s into it)", e, ends, again-(ends-lease))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var commits []arrival
+	for len(commits) < 2 {
+		commits = commits[:0]
+		for _, a := range w.arrivals(ip) {
+			if a.Action == event.Commit {
+				commits = append(commits, a)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hook's commit of the reused lease did not reach the region:\n%s", describeArrivals(w.arrivals(netip.Addr{})))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c2 := commits[1]; c2.LeaseTime != lease {
+		t.Fatalf("premise: the hook told lease time %d for the reused lease (the file's end %d, commit at %d), not the full %d", c2.LeaseTime, ends, c2.Timestamp, lease)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	w.dropAddr(c)
+	// dhcpd stops before the end: no on expiry; the agent alone ends
+	// the lease, from the file.
+	if err := w.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	exp := w.waitArrival(ip, event.Expiry, mac(c), time.Until(time.Unix(ends, 0))+10*time.Second)
+	if exp.Timestamp > ends+1 {
+		t.Errorf("the expiry is dated %d, after the file's end %d (the hook's commit's end?)", exp.Timestamp, ends)
+	}
+	// Past the hook's commit's own end and the grace: nothing more.
+	time.Sleep(time.Until(time.Unix(again+lease, 0)) + w.grace + 2*time.Second)
+	w.checkOnlyExpiry(ip, mac(c), ends)
+}
