@@ -643,6 +643,23 @@ func want(ip netip.Addr, l Lease) (event.Event, bool) {
 	return ev, true
 }
 
+// offerHold reports whether l, read at now, is dhcpd holding an offered
+// address for its client: a DHCPDISCOVER makes the lease free with its
+// end two minutes ahead, or at the lease's end if later, in memory only
+// (server/dhcp.c, dhcpdiscover: when = cur_time + 120; ack_lease with
+// DHCPOFFER), and a rewrite of the file between the OFFER and the ACK
+// writes that hold: "binding state free" with an end to come. An end
+// that has not come ends nothing. Taken for one, it was an expiry dated
+// two minutes ahead, and every event of the address until then was
+// dropped as older (make chaos seed 42: a commit the hook told as dhcpd
+// died, before its write, and the restarted dhcpd's file showed the
+// offer it came from). IPv4 outside a failover pair: dhcpd -6 keeps a
+// released address's end, and a pair's free and backup blocks carry the
+// pair's own times (failover.go).
+func offerHold(l Lease, now int64) bool {
+	return l.State == parser.StateFree && l.Family == event.IPv4 && l.Ends > now
+}
+
 // satisfied reports whether what the region was told already covers ev:
 // the same news, or newer news about the address (sending ev after it
 // would take the region back in time: a commit after the release that
@@ -1087,6 +1104,13 @@ func (s *State) Appended(blocks []*parser.Lease, now int64) {
 }
 
 func (s *State) observe(ip netip.Addr, l Lease, now int64) {
+	if offerHold(l, now) && !s.Pair.InPair() {
+		// Not a lease, nor the end of one: the file keeps what it held
+		// for the address, and an end the hooks told, or rule 3's from
+		// that, or unwrittenEnd's for a hook's commit never written,
+		// stands.
+		return
+	}
 	prev, had := s.File[ip]
 	s.setFile(ip, l)
 	ev, ok := want(ip, l)
