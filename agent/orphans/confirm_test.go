@@ -286,8 +286,10 @@ func TestReleaserBackInRange(t *testing.T) {
 }
 
 // TestReleaserClockBehind: MAAS refuses a request whose OAuth timestamp is
-// more than 300 s older than its clock (401 "Expired timestamp",
-// piston3's OAuthServer). The job is refused as with a wrong key, but the
+// more than 300 s older than its clock (401 "Expired timestamp":
+// piston3's OAuthServer checks it, src/maasserver/api/auth.py's
+// OAuthUnauthorized words the answer, src/maasserver/nonces_cleanup.py
+// reads the 300 s). The job is refused as with a wrong key, but the
 // log says the rack's clock is behind and how to mend it, not that the
 // key is wrong; with the clocks in step the same key frees it.
 func TestReleaserClockBehind(t *testing.T) {
