@@ -671,13 +671,14 @@ func (r *Reconciler) apply(c change, now time.Time) {
 				kind = problemOldTorn
 			}
 		}
-		r.met.problems.WithLabelValues(kind).Inc()
+		// Logged before counted: whoever sees the count finds the line.
 		r.log.Warn().Err(err).Str("leases", r.cfg.Leases).Msg("leases file: statement skipped")
+		r.met.problems.WithLabelValues(kind).Inc()
 	}
 	for _, what := range c.refused {
-		r.met.problems.WithLabelValues(problemRefused).Inc()
 		r.log.Warn().Str("leases", r.cfg.Leases).Str("refused", what).
 			Msg("leases file: a block dhcpd will refuse at its next start (it keeps the address's earlier one); skipped as dhcpd does")
+		r.met.problems.WithLabelValues(problemRefused).Inc()
 	}
 	switch c.kind {
 	case changeFailover:
