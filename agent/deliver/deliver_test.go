@@ -516,6 +516,9 @@ func TestPoisonItem(t *testing.T) {
 			if fails < DefaultPoisonAttempts+1 {
 				t.Errorf("the region failed the poison %d times before it was dead-lettered, want ≥ %d", fails, DefaultPoisonAttempts+1)
 			}
+			// Counted just after the outbox moved it (deadLetter), which
+			// the drained queue can show first.
+			waitFor(t, 10*time.Second, "the dead letter counted", func() bool { return metric(t, h.reg, "leasekeeper_deadlettered_total") >= 1 })
 			if n := metric(t, h.reg, "leasekeeper_deadlettered_total"); n != 1 {
 				t.Errorf("deadlettered_total = %v, want 1", n)
 			}
@@ -762,9 +765,10 @@ func TestSlowRegionShown(t *testing.T) {
 	if w := metric(t, h.reg, "leasekeeper_region_request_wait_seconds"); w < 0.5 {
 		t.Errorf("leasekeeper_region_request_wait_seconds = %v while the request waits, want ≥ 0.5", w)
 	}
-	if !strings.Contains(h.log.String(), "the region has not answered a request of 7 events") {
-		t.Errorf("no log line for the slow request:\n%s", h.log.String())
-	}
+	// Logged by slowAfter's timer, its own goroutine.
+	waitFor(t, 5*time.Second, "a log line for the slow request", func() bool {
+		return strings.Contains(h.log.String(), "the region has not answered a request of 7 events")
+	})
 	waitFor(t, 5*time.Second, "the queue to drain", func() bool { return q.Depth() == 0 })
 	if since, _ := h.d.Asking(); !since.IsZero() {
 		t.Error("Asking still shows a request after the answer")
@@ -1741,11 +1745,7 @@ func TestFlushAfterAbandonedRequestHolds(t *testing.T) {
 	cfg.UnansweredHold = 5 * time.Second
 	q.Append(events(10, 3)...)
 	h := newDeliverer(t, cfg, q)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	if err := h.d.Flush(ctx); err == nil {
-		t.Fatal("Flush returned nil with the region still applying")
-	}
-	cancel()
+	flushUntilHeld(t, s, h.d)
 	s.SetDelay(0)
 	if err := h.d.Flush(ctxT(t, 2*time.Second)); err == nil {
 		t.Fatal("the second Flush delivered within the hold")
@@ -2181,13 +2181,25 @@ func interrupted(t *testing.T, s *regionstub.Server, cfg Config, q Queue, delay 
 	t.Helper()
 	s.SetDelay(delay)
 	h := newDeliverer(t, cfg, q)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if err := h.d.Flush(ctx); err == nil {
-		t.Fatal("Flush returned nil with the region still applying")
-	}
+	flushUntilHeld(t, s, h.d)
 	h.d.Close()
 	s.SetDelay(0)
+}
+
+// flushUntilHeld runs d.Flush until the region, slowed by SetDelay,
+// holds its request whole, and stops it there. (A fixed 300 ms could stop
+// it still dialling on a loaded machine.)
+func flushUntilHeld(t *testing.T, s *regionstub.Server, d *Deliverer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	flushed := make(chan error, 1)
+	go func() { flushed <- d.Flush(ctx) }()
+	waitFor(t, 10*time.Second, "the region to hold the request", func() bool { return s.Delaying() > 0 })
+	cancel()
+	if err := <-flushed; err == nil {
+		t.Fatal("Flush returned nil with the region still applying")
+	}
 }
 
 // TestCredentialWarnings: a private key others may read, and a client

@@ -193,8 +193,10 @@ func (r *region) stop() {
 	}
 }
 
-// start serves again on the same address with the same certificates.
-func (r *region) start() {
+// start serves again on the same address with the same certificates;
+// setup, if any, runs on the new stub before it serves (a fault set
+// after would miss a request that came first).
+func (r *region) start(setup ...func(*regionstub.Server)) {
 	r.tb.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -204,7 +206,13 @@ func (r *region) start() {
 	var err error
 	for i := 0; i < 50; i++ { // the port may take a moment to be free
 		var s *regionstub.Server
-		if s, err = regionstub.Start(regionstub.Options{Addr: r.addr, PKI: r.pki}); err == nil {
+		if s, err = regionstub.New(regionstub.Options{Addr: r.addr, PKI: r.pki}); err != nil {
+			break
+		}
+		for _, f := range setup {
+			f(s)
+		}
+		if err = s.Start(); err == nil {
 			r.cur = s
 			return
 		}

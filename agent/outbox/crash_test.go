@@ -128,6 +128,7 @@ func TestCrashKill9(t *testing.T) {
 	acking := map[uint64]bool{} // Seqs the child was acking when, or before, it died
 	var nextSeq uint64 = 1
 	const rounds = 8
+	acceptedAll := 0
 	for round := 0; round < rounds; round++ {
 		delay := time.Duration(rng.IntN(400)) * time.Millisecond
 		if round == 0 {
@@ -137,9 +138,10 @@ func TestCrashKill9(t *testing.T) {
 		for seq := range k {
 			acking[seq] = true
 		}
-		if len(accepted) == 0 && delay > 100*time.Millisecond {
-			t.Errorf("round %d: the child accepted nothing in %v; stderr: %s", round, delay, stderr)
+		if len(accepted) == 0 {
+			t.Logf("round %d: the child accepted nothing in %v; stderr: %s", round, delay, stderr)
 		}
+		acceptedAll += len(accepted)
 		for seq := range accepted {
 			if seq < nextSeq {
 				t.Fatalf("round %d: Seq %d reused (the store had reached %d)", round, seq, nextSeq)
@@ -190,6 +192,11 @@ func TestCrashKill9(t *testing.T) {
 			round, delay, len(accepted), len(q), next)
 		nextSeq = next
 		must(t, s.Close())
+	}
+	// The test proves something only if the kills fell on accepted
+	// events; a round alone may not (a slow fsync, a short delay).
+	if acceptedAll == 0 {
+		t.Errorf("no child accepted anything in %d rounds", rounds)
 	}
 }
 

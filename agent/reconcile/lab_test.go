@@ -74,6 +74,8 @@ type world struct {
 	// mode, if set, is the agent's reconcile.mode (detection takes a
 	// wrapper script around the hook for another program).
 	mode string
+	// poll, if set, is the agent's reconcile.poll_interval (1 s if not).
+	poll time.Duration
 }
 
 func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
@@ -170,6 +172,9 @@ func (w *world) startAgent() {
 	cfg.State.Dir = filepath.Join(w.dir, "state")
 	cfg.Reconcile.ExpiryGrace = w.grace
 	cfg.Reconcile.PollInterval = time.Second
+	if w.poll != 0 {
+		cfg.Reconcile.PollInterval = w.poll
+	}
 	if w.hooks == hooksFailing {
 		// A shell script is not leasekeeper-hook: detection would take
 		// it for another program reporting to the region (complement).
@@ -458,11 +463,15 @@ func TestLabRestartsSynthesiseNothing(t *testing.T) {
 }
 
 // TestLabHookless is (c): no hooks in dhcpd.conf. A commit, a release and
-// an expiry reach the region from the file alone, within about a second
-// of dhcpd writing them.
+// an expiry reach the region from the file alone, as dhcpd writes them:
+// the poll is an hour here, so only the inotify watch can find the commit
+// and the release within waitArrival's 5 s; the expiry comes from the
+// agent's own timer, not before the lease's end. (How long each took is
+// logged, never asserted: a loaded machine takes what it takes.)
 func TestLabHookless(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, hooksNone, 6)
+	w.poll = time.Hour
 	w.startDhcpd(100, 150)
 	w.startAgent()
 	if !strings.Contains(w.agent.logs.String(), `"mode":"hookless"`) {
@@ -474,9 +483,6 @@ func TestLabHookless(t *testing.T) {
 	bound := time.Now()
 	a := w.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
 	t.Logf("commit: region %s after dhclient was bound", a.at.Sub(bound).Round(time.Millisecond))
-	if a.at.Sub(bound) > time.Second {
-		t.Errorf("commit took %s", a.at.Sub(bound))
-	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -486,9 +492,6 @@ func TestLabHookless(t *testing.T) {
 	released := time.Now()
 	a = w.waitArrival(ip1, event.Release, mac(c1), 5*time.Second)
 	t.Logf("release: region %s after dhclient -r returned", a.at.Sub(released).Round(time.Millisecond))
-	if a.at.Sub(released) > time.Second {
-		t.Errorf("release took %s", a.at.Sub(released))
-	}
 
 	ip2 := w.dhclient(c2)
 	w.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
@@ -497,10 +500,9 @@ func TestLabHookless(t *testing.T) {
 	}
 	ends := w.leaseEnds(ip2)
 	a = w.waitArrival(ip2, event.Expiry, mac(c2), time.Until(time.Unix(ends, 0))+5*time.Second)
-	late := a.at.Sub(time.Unix(ends, 0))
-	t.Logf("expiry: region %s after the lease's end", late.Round(time.Millisecond))
-	if a.at.Unix() < ends || late > 1500*time.Millisecond {
-		t.Errorf("expiry arrived %s after the lease's end, want within about 1s and not before", late)
+	t.Logf("expiry: region %s after the lease's end", a.at.Sub(time.Unix(ends, 0)).Round(time.Millisecond))
+	if a.at.Unix() < ends {
+		t.Errorf("expiry arrived at %d, before the lease's end %d", a.at.Unix(), ends)
 	}
 }
 

@@ -135,7 +135,7 @@ func TestStopSignalChild(t *testing.T) {
 }
 
 // TestStopSignal: a command blocked where it does not watch its context
-// (here `leases` opening a FIFO no one writes) still ends on SIGINT,
+// (here `leases` reading a FIFO no one writes) still ends on SIGINT,
 // stopGrace later, with 128 + the signal's number; the agent, which
 // stops on its own, is not ended that way (ownsStop, TestRunAgentSignals).
 func TestStopSignal(t *testing.T) {
@@ -155,7 +155,25 @@ func TestStopSignal(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	time.Sleep(300 * time.Millisecond) // into its open of the FIFO
+	// The child has the FIFO open for reading once a writer's
+	// non-blocking open succeeds (ENXIO before): it is past Main's
+	// signal handling then, and blocked in its read. (A fixed sleep here
+	// signalled a race-built child still starting, once Go's default
+	// action for SIGINT.) The write end stays open and silent.
+	var w *os.File
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			w = f
+			break
+		}
+		if !errors.Is(err, syscall.ENXIO) || time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("the child never opened the FIFO: %v; stderr %s", err, stderr.String())
+		}
+	}
+	defer w.Close()
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -152,6 +153,8 @@ type Server struct {
 	flaky      float64
 	rng        *rand.Rand
 	skew       time.Duration // added to Options.Clock
+
+	delaying atomic.Int32 // requests in SetDelay's delay now (Delaying)
 }
 
 // Start makes a stub and starts serving it over TLS.
@@ -341,12 +344,14 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *Request) in
 	if d := s.currentDelay(); d > 0 {
 		// The region goes on with the request even if the client gives
 		// up: it does not watch the connection.
+		s.delaying.Add(1)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-s.closing:
 			t.Stop()
 		}
+		s.delaying.Add(-1)
 	}
 	if faulty && !fault.Accept {
 		return s.fail(w, fault)
@@ -486,6 +491,10 @@ func (s *Server) pickFault(req *Request) (Fault, bool) {
 	req.Fault = f.String()
 	return f, true
 }
+
+// Delaying is the number of requests read whole and held by SetDelay's
+// delay now: a test that stops a client mid-request waits for one.
+func (s *Server) Delaying() int { return int(s.delaying.Load()) }
 
 func (s *Server) currentDelay() time.Duration {
 	s.mu.Lock()
