@@ -922,6 +922,29 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	return out
 }
 
+// BackAfterEnd reports whether ev, a hook's commit, may be its client's
+// new lease after dhcpd ended the one the agent knows of it, at or before
+// ev's second: then the file may hold that end, written before dhcpd ran
+// the hook, and the reader may not have got to it. The end is owed
+// before the commit (TakeEndedBefore), and only the file tells it when no
+// hook does: in a failover pair dhcpd runs on expiry only when the lease
+// moves on to free or backup (server/mdb.c, make_binding_state_transition),
+// and while the partner is away an expired lease stays expired, so the
+// client back in the same second gets a new lease whose commit is the
+// only hook (make chaos PAIR=1 SEED=107). Accept has the file read first.
+// A renewal comes well before the end: this costs a read only for a
+// client that comes back.
+func (s *State) BackAfterEnd(ev event.Event) bool {
+	if ev.Action != event.Commit {
+		return false
+	}
+	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && l.MAC == ev.MAC && l.Ends <= ev.Timestamp {
+		return true
+	}
+	t, ok := s.Told[ev.IP]
+	return ok && hookEnd(t) && t.MAC == ev.MAC && t.Ends <= ev.Timestamp
+}
+
 // givenAwayTold is the end of the lease the region was told last for
 // ev's address (t, if told) when ev, a hook's commit, gives the address
 // to another client and nothing pending ends that lease: dhcpd gives an

@@ -198,3 +198,70 @@ func TestTaskBacklogBehindPeerRecord(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskPairExpiredThenBack: a failover primary whose partner is away
+// (communications interrupted) expires a lease: its block goes
+// "expired" in the file, and no on expiry runs — with a peer, dhcpd runs
+// it only when the lease moves on to free or backup (server/mdb.c,
+// make_binding_state_transition), which waits for the partner. The client
+// asks again in the same second and gets a new lease; its hook's commit
+// can reach the agent before the reader has read the expired block. The
+// region must hear the end before that commit: sent after it, the end
+// showed the region the address free under a running lease, and the
+// lease life that ended never ended there in order (make chaos PAIR=1
+// SEED=107: lost, 203.0.113.113).
+func TestTaskPairExpiredThenBack(t *testing.T) {
+	h := newHarness(t)
+	h.pairHooked("primary")
+	// The harness's clock is the wall's: the old lease ends a moment
+	// after the start.
+	end := time.Now().Unix() + 2
+	h.d.rewrite(fostate("communications-interrupted", "normal")+block(ip1, "active", macA, end-20, end), true)
+	// The watch and the poll are too slow to matter here: what the
+	// reader gets to before the hook's commit is what Accept reads.
+	h.beforeRun = func(r *Reconciler) { r.cfg.Poll = time.Hour }
+	h.start(time.Second)
+	old := hook(event.Commit, ip1, macA, end-20)
+	old.LeaseTime = 20
+	if err := h.r.Accept(context.Background(), []event.Event{old}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(time.Unix(end, 300e6)))
+	// A busy dhcpd: a read that found a block pauses the watch for a
+	// busy round (reconciler.go, busyRound), and the expired block
+	// written then waits for the next read.
+	other := hook(event.Commit, ip2, macB, end)
+	if err := h.r.Accept(context.Background(), []event.Event{other}); err != nil {
+		t.Fatal(err)
+	}
+	h.d.append(block(ip2, "active", macB, end, end+600))
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.r.mu.Lock()
+		_, read := h.r.st.File[netip.MustParseAddr(ip2)]
+		h.r.mu.Unlock()
+		if read {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other block was never read")
+		}
+	}
+	h.d.append(block(ip1, "expired", macA, end-20, end))
+	back := hook(event.Commit, ip1, macA, end)
+	back.TimestampNS, back.LeaseTime = end*1e9+300e6, 13
+	if err := h.r.Accept(context.Background(), []event.Event{back}); err != nil {
+		t.Fatal(err)
+	}
+	h.d.append(block(ip1, "active", macA, end, end+13))
+	time.Sleep(1500 * time.Millisecond) // reads, and what anything would synthesise from them
+	want := "commit 203.0.113.10 00:16:3e:00:00:0a |expiry 203.0.113.10 00:16:3e:00:00:0a missed-expiry|commit 203.0.113.10 00:16:3e:00:00:0a "
+	var got []string
+	for _, q := range h.queued() {
+		if strings.Contains(q, " "+ip1+" ") {
+			got = append(got, q)
+		}
+	}
+	if got := strings.Join(got, "|"); got != want {
+		t.Fatalf("queued %q,\nwant %q (the end before the new lease)\nlog:\n%s", got, want, h.logText())
+	}
+}

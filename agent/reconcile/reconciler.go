@@ -258,8 +258,10 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 	}
 	r.mu.Lock()
 	pair := r.st.Pair.InPair()
+	catchUp := pair && slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit }) ||
+		slices.ContainsFunc(evs, r.st.BackAfterEnd)
 	r.mu.Unlock()
-	if pair && slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit }) {
+	if catchUp {
 		r.readUpToNow(ctx)
 	}
 	r.mu.Lock()
@@ -362,8 +364,9 @@ func (r *Reconciler) endedBefore(keep []event.Event, ev event.Event, now time.Ti
 // records and the lease's blocks before it runs the hook, but the file's
 // reader may not have got to them when the hook's datagram arrives —
 // the "my state recover" that makes it a replay, or this side's own
-// expired block that the hook's expiry follows. Without Run (stopped),
-// the event is judged on what was read.
+// expired block that the hook's expiry follows. So is a hook's commit
+// that may follow the end of its client's lease (State.BackAfterEnd).
+// Without Run (stopped), the event is judged on what was read.
 func (r *Reconciler) readUpToNow(ctx context.Context) {
 	done := make(chan struct{})
 	select {
