@@ -159,6 +159,13 @@ type Pending struct {
 	// aheadCovered). The pair's channel orders it before the partner's
 	// delivery of the commit.
 	Ahead bool `json:"ahead,omitempty"`
+	// Carried: in a failover pair, an end the file recorded that no hook
+	// told, carried past the same client's next lease, this side's ack,
+	// that the reader got to before that lease's hook commit was judged
+	// (carriedEnd). It goes only ahead of that commit (TakeEndedBefore);
+	// a hook's own end covers it; at Due it is dropped, as it was before
+	// it was carried: no hook of this side told the commit it precedes.
+	Carried bool `json:"carried,omitempty"`
 }
 
 // ownRules reports whether Due judges p by rules of its own (an untold
@@ -166,13 +173,25 @@ type Pending struct {
 // ahead of a recorded commit), not by what the region was told of its
 // address before it (coveredUpTo, pointless): a hook's commit that
 // covers the pending events before it leaves these (toldCommit).
-func (p Pending) ownRules() bool { return p.Untold || p.Standby || p.PairWait || p.Ahead }
+func (p Pending) ownRules() bool { return p.Untold || p.Standby || p.PairWait || p.Ahead || p.Carried }
 
 // aheadCovered reports whether p, an Ahead end, no longer needs sending:
 // this agent queued it, or newer news of its address, since — not the
 // file's record of the commit that followed it, which is why p is due.
 func (p Pending) aheadCovered(t Told, told bool) bool {
 	return told && !t.Recorded && satisfied(t, told, p.Event)
+}
+
+// carriedCovered reports whether p, a Carried end, no longer needs
+// sending: this agent queued news of its address at or after it since (a
+// hook's end of that lease from the backlog, recorded behind the file's
+// newer record: Told.OwnAt), or newer news that is not the file's record.
+func (p Pending) carriedCovered(t Told, told bool) bool {
+	if !told {
+		return false
+	}
+	own, _ := t.own()
+	return own >= p.Event.Timestamp || p.aheadCovered(t, told)
 }
 
 // untoldCovered reports whether p, an Untold end, no longer needs
@@ -884,7 +903,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		// own. (make chaos PAIR=1 seed 17: a returned primary's rule-2
 		// expiry, due after its client came back, was kept pending here;
 		// the commit then covered it and no one told that end.)
-		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && p.Event.Reason != ReasonVanished {
+		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && !p.Carried && p.Event.Reason != ReasonVanished {
 			keep = append(keep, p)
 			continue
 		}
@@ -895,6 +914,8 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 			covered = p.untoldCovered(t, told)
 		case p.Ahead:
 			covered = p.aheadCovered(t, told)
+		case p.Carried:
+			covered = p.carriedCovered(t, told)
 		}
 		if !covered {
 			out = append(out, p.Event)
@@ -935,7 +956,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 // A renewal comes well before the end: this costs a read only for a
 // client that comes back.
 func (s *State) BackAfterEnd(ev event.Event) bool {
-	if ev.Action != event.Commit {
+	if ev.Action != event.Commit || s.Complement {
 		return false
 	}
 	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && l.MAC == ev.MAC && l.Ends <= ev.Timestamp {
@@ -943,6 +964,23 @@ func (s *State) BackAfterEnd(ev event.Event) bool {
 	}
 	t, ok := s.Told[ev.IP]
 	return ok && hookEnd(t) && t.MAC == ev.MAC && t.Ends <= ev.Timestamp
+}
+
+// carriedEnd is, in a failover pair where the hooks tell the region,
+// the end the file recorded for l's client that no hook told and this
+// agent has not queued (untoldEnd), when l, an active block of the same
+// client that this side acked, begins after it. Recording l as told
+// would bury that end: untoldEnd finds it only while it is the last news.
+// dhcpd writes l after it runs the commit's hook, so the reader may get
+// to l before the hook's datagram is judged (BackAfterEnd has the file
+// read first). The caller schedules it Carried: TakeEndedBefore puts it
+// ahead of the hook's commit; a hook's end of that lease, still on its
+// way (an agent's backlog), covers it.
+func (s *State) carriedEnd(ip netip.Addr, l Lease) (event.Event, bool) {
+	if s.tellsFromFile() || s.Complement || l.State != parser.StateActive || !l.Acked {
+		return event.Event{}, false
+	}
+	return s.untoldEnd(event.Event{Action: event.Commit, Family: l.Family, IP: ip, MAC: l.MAC, Timestamp: l.Starts})
 }
 
 // givenAwayTold is the end of the lease the region was told last for
@@ -1135,12 +1173,17 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		return
 	}
 	prev, had := s.File[ip]
+	// Judged on the file as it was, before l replaces its block.
+	carry, carried := s.carriedEnd(ip, l)
 	s.setFile(ip, l)
 	ev, ok := want(ip, l)
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
 	}
 	if !s.tellsFromFile() {
+		if carried {
+			s.schedule(ip, Pending{Event: carry, Due: now + s.Grace, Carried: true})
+		}
 		// The hooks told the region (MAAS's helper, through MAAS): keep
 		// the record of what it heard, synthesise nothing. Only a lease
 		// that vanishes is ours to report (Snapshot).
@@ -1678,6 +1721,9 @@ func (s *State) Due(now int64) []event.Event {
 			if q[i].Standby {
 				s.lapsed++ // the primary's to send: it had the time
 				continue
+			}
+			if q[i].Carried {
+				continue // no hook's commit of that client came to go ahead of
 			}
 			if q[i].Orphan {
 				s.orphaned(ip, q[i])

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/parser"
 )
 
 // pairHooked writes a dhcpd.conf for one side of a failover pair running
@@ -204,64 +205,93 @@ func TestTaskBacklogBehindPeerRecord(t *testing.T) {
 // "expired" in the file, and no on expiry runs — with a peer, dhcpd runs
 // it only when the lease moves on to free or backup (server/mdb.c,
 // make_binding_state_transition), which waits for the partner. The client
-// asks again in the same second and gets a new lease; its hook's commit
-// can reach the agent before the reader has read the expired block. The
-// region must hear the end before that commit: sent after it, the end
-// showed the region the address free under a running lease, and the
-// lease life that ended never ended there in order (make chaos PAIR=1
-// SEED=107: lost, 203.0.113.113).
+// asks again in the same second and gets a new lease: dhcpd runs its
+// commit's hook, then writes its block. The region must hear the end
+// before that commit, whichever the agent meets first:
+//   - hook first: the hook's datagram comes while the reader, a busy
+//     round apart, has not read the expired block (make chaos PAIR=1
+//     SEED=107: the end went after the commit, one lease life lost).
+//     Without BackAfterEnd's read the end is never queued;
+//   - file first: the reader has both blocks before the datagram is
+//     judged (the catch-up read itself may take the new block too).
+//     Without carriedEnd the new block, this side's ack, buried the end:
+//     never queued.
 func TestTaskPairExpiredThenBack(t *testing.T) {
-	h := newHarness(t)
-	h.pairHooked("primary")
-	// The harness's clock is the wall's: the old lease ends a moment
-	// after the start.
-	end := time.Now().Unix() + 2
-	h.d.rewrite(fostate("communications-interrupted", "normal")+block(ip1, "active", macA, end-20, end), true)
-	// The watch and the poll are too slow to matter here: what the
-	// reader gets to before the hook's commit is what Accept reads.
-	h.beforeRun = func(r *Reconciler) { r.cfg.Poll = time.Hour }
-	h.start(time.Second)
-	old := hook(event.Commit, ip1, macA, end-20)
-	old.LeaseTime = 20
-	if err := h.r.Accept(context.Background(), []event.Event{old}); err != nil {
-		t.Fatal(err)
+	for _, fileFirst := range []bool{false, true} {
+		name := map[bool]string{false: "hook first", true: "file first"}[fileFirst]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			h.pairHooked("primary")
+			// The harness's clock is the wall's: the old lease ends a
+			// moment after the start.
+			end := time.Now().Unix() + 2
+			h.d.rewrite(fostate("communications-interrupted", "normal")+block(ip1, "active", macA, end-20, end), true)
+			h.beforeRun = func(r *Reconciler) {
+				r.cfg.Poll = time.Hour
+				if !fileFirst {
+					// After a read that found a block, the next waits
+					// this long: only Accept's read can get to the
+					// expired block in time.
+					r.busyRound = time.Hour
+				}
+			}
+			h.start(time.Second)
+			old := hook(event.Commit, ip1, macA, end-20)
+			old.LeaseTime = 20
+			if err := h.r.Accept(context.Background(), []event.Event{old}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(time.Unix(end, 300e6)))
+			back := hook(event.Commit, ip1, macA, end)
+			back.TimestampNS, back.LeaseTime = end*1e9+300e6, 13
+			if fileFirst {
+				h.d.append(block(ip1, "expired", macA, end-20, end) + ackedBlock(ip1, "active", macA, end, end+13))
+				waitFile(t, h, ip1, func(l Lease) bool { return l.State == parser.StateActive && l.Starts == end })
+			} else {
+				// A busy dhcpd: a read that found a block starts a busy
+				// round.
+				other := hook(event.Commit, ip2, macB, end)
+				if err := h.r.Accept(context.Background(), []event.Event{other}); err != nil {
+					t.Fatal(err)
+				}
+				h.d.append(block(ip2, "active", macB, end, end+600))
+				waitFile(t, h, ip2, func(Lease) bool { return true })
+				h.d.append(block(ip1, "expired", macA, end-20, end))
+			}
+			if err := h.r.Accept(context.Background(), []event.Event{back}); err != nil {
+				t.Fatal(err)
+			}
+			if !fileFirst {
+				h.d.append(ackedBlock(ip1, "active", macA, end, end+13))
+			}
+			time.Sleep(1500 * time.Millisecond) // what anything would synthesise from the file
+			want := "commit 203.0.113.10 00:16:3e:00:00:0a |expiry 203.0.113.10 00:16:3e:00:00:0a missed-expiry|commit 203.0.113.10 00:16:3e:00:00:0a "
+			var got []string
+			for _, q := range h.queued() {
+				if strings.Contains(q, " "+ip1+" ") {
+					got = append(got, q)
+				}
+			}
+			if got := strings.Join(got, "|"); got != want {
+				t.Fatalf("queued %q,\nwant %q (the end before the new lease)\nlog:\n%s", got, want, h.logText())
+			}
+		})
 	}
-	time.Sleep(time.Until(time.Unix(end, 300e6)))
-	// A busy dhcpd: a read that found a block pauses the watch for a
-	// busy round (reconciler.go, busyRound), and the expired block
-	// written then waits for the next read.
-	other := hook(event.Commit, ip2, macB, end)
-	if err := h.r.Accept(context.Background(), []event.Event{other}); err != nil {
-		t.Fatal(err)
-	}
-	h.d.append(block(ip2, "active", macB, end, end+600))
+}
+
+// waitFile waits until the reconciler has read a block for ip that ok
+// accepts.
+func waitFile(t *testing.T, h *harness, ip string, ok func(Lease) bool) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		h.r.mu.Lock()
-		_, read := h.r.st.File[netip.MustParseAddr(ip2)]
+		l, read := h.r.st.File[netip.MustParseAddr(ip)]
 		h.r.mu.Unlock()
-		if read {
-			break
+		if read && ok(l) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the other block was never read")
+			t.Fatalf("the block for %s was never read", ip)
 		}
-	}
-	h.d.append(block(ip1, "expired", macA, end-20, end))
-	back := hook(event.Commit, ip1, macA, end)
-	back.TimestampNS, back.LeaseTime = end*1e9+300e6, 13
-	if err := h.r.Accept(context.Background(), []event.Event{back}); err != nil {
-		t.Fatal(err)
-	}
-	h.d.append(block(ip1, "active", macA, end, end+13))
-	time.Sleep(1500 * time.Millisecond) // reads, and what anything would synthesise from them
-	want := "commit 203.0.113.10 00:16:3e:00:00:0a |expiry 203.0.113.10 00:16:3e:00:00:0a missed-expiry|commit 203.0.113.10 00:16:3e:00:00:0a "
-	var got []string
-	for _, q := range h.queued() {
-		if strings.Contains(q, " "+ip1+" ") {
-			got = append(got, q)
-		}
-	}
-	if got := strings.Join(got, "|"); got != want {
-		t.Fatalf("queued %q,\nwant %q (the end before the new lease)\nlog:\n%s", got, want, h.logText())
 	}
 }

@@ -273,6 +273,37 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The same, the reader getting to the new lease's block before
+		// the hook's commit is judged (dhcpd writes it after the hook
+		// runs): the end goes ahead of it, not buried by its record
+		// (carriedEnd; make chaos PAIR=1 SEED=107).
+		name: "an expiry the file recorded, the same client's new lease read before its hook: the end first",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "active", macA, t0+30, t0+50)},
+			{at: 30, hook: ev(renewal("203.0.113.12", macA, t0+30, 20)),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 10000},
+		},
+	}, {
+		// The same, the hook's commit never coming (the hook failed):
+		// the end is not sent alone, as before, for the region would
+		// then show the address free under the client's running lease.
+		name: "an expiry the file recorded, the same client's new lease read, no hook: nothing sent",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "active", macA, t0+30, t0+50)},
+			{at: 40},
+		},
+	}, {
 		// The same across a takeover: the partner went quiet, this
 		// side's file recorded the end while communications were
 		// interrupted (recorded as told: nothing expires then), then

@@ -153,6 +153,7 @@ type Reconciler struct {
 	started      time.Time // New's time: events older were queued by an earlier run (Stale)
 	partnerSpoke bool      // the file showed, since the start, that the partner spoke for the pair (Stale)
 	lastFound    bool      // it found a block (busyRound)
+	busyRound    time.Duration
 	progress     atomic.Int64
 
 	// onRound, when set (tests, benchmarks), runs with mu held after each
@@ -194,7 +195,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		now = time.Now
 	}
 	r := &Reconciler{cfg: cfg, store: store, log: log, reg: reg, now: now, met: newMetrics(), fol: newFollower(cfg.Leases),
-		classifyWait: defaultClassifyWait, backlogMax: defaultBacklogMax, read: make(chan struct{}), ended: make(chan struct{}),
+		classifyWait: defaultClassifyWait, backlogMax: defaultBacklogMax, busyRound: busyRound, read: make(chan struct{}), ended: make(chan struct{}),
 		catchUp: make(chan chan struct{}), started: now(), persistFailing: lograte.NewEpisode(persistFailLogEvery, now)}
 	var bad int
 	err := store.View(bucketName, func(b *bbolt.Bucket) error {
@@ -258,7 +259,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 	}
 	r.mu.Lock()
 	pair := r.st.Pair.InPair()
-	catchUp := pair && slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit }) ||
+	catchUp := (pair && slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit })) ||
 		slices.ContainsFunc(evs, r.st.BackAfterEnd)
 	r.mu.Unlock()
 	if catchUp {
@@ -475,7 +476,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 		r.sync(ctx, false)
 		if watching && r.lastFound && w.Remove(dir) == nil {
 			paused, waiting = true, true
-			roundEnd.Reset(max(0, busyRound-time.Since(r.lastSync)))
+			roundEnd.Reset(max(0, r.busyRound-time.Since(r.lastSync)))
 		}
 		r.arm(timer)
 	}
@@ -495,7 +496,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 			if filepath.Base(e.Name) != base || waiting {
 				break
 			}
-			if wait := busyRound - time.Since(r.lastSync); r.lastFound && wait > 0 {
+			if wait := r.busyRound - time.Since(r.lastSync); r.lastFound && wait > 0 {
 				waiting = true
 				roundEnd.Reset(wait)
 			} else {
@@ -765,7 +766,7 @@ func (r *Reconciler) classified(kind, by string) {
 func (r *Reconciler) logAheadSent() {
 	for _, ev := range r.st.TakeAheadSent() {
 		r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("ends", ev.Timestamp).
-			Msg("failover: the end of a lease a rewrite dropped goes now, ahead of the next commit of its address (its client back after the end, or another client): no hook of either server reports it")
+			Msg("failover: the end of a lease no hook of either server reports (a rewrite dropped it, or it expired while the partner was away) goes now, ahead of the next commit of its address")
 	}
 }
 
