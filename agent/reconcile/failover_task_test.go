@@ -90,14 +90,9 @@ func TestTaskPairStateResumed(t *testing.T) {
 	h.d.rewrite(fostate("normal", "normal")+block(ip1, "active", macA, now-100, now+1), true)
 	h.start(time.Second)
 	h.d.append(fostate("partner-down", "communications-interrupted"))
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(h.logText(), "taking over") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the survivor did not take over:\n%s", h.logText())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	h.stop() // persists the state with the position past the record
+	h.waitLog("taking over", 10*time.Second) // the survivor takes over
+	// Stopping persists the state with the position past the record.
+	h.stop()
 
 	h.start(time.Second)
 	if !h.r.st.Pair.Survivor() {

@@ -301,7 +301,7 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
 			{at: 29, appended: fostate("communications-interrupted", "normal")},
 			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "active", macA, t0+30, t0+50)},
-			{at: 40},
+			{at: 10000}, // past the carried end's grace: dropped, not sent
 		},
 	}, {
 		// The same across a takeover: the partner went quiet, this

@@ -517,12 +517,7 @@ func TestTaskLeasesFIFO(t *testing.T) {
 	}
 	os.Remove(h.d.path)
 	h.d.rewrite("", true) // the first whole read is the baseline
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(h.logText(), "leases file read whole"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the real file was never read:\n%s", h.logText())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	h.waitLog("leases file read whole", 5*time.Second)
 	h.d.append(nowBlock(ip1, "active", macA, -time.Minute, time.Hour))
 	got, _ := h.waitQueued(1, 5*time.Second)
 	if !strings.HasPrefix(got[0], "commit "+ip1) {
