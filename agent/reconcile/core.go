@@ -977,7 +977,7 @@ func (s *State) BackAfterEnd(ev event.Event) bool {
 // ahead of the hook's commit; a hook's end of that lease, still on its
 // way (an agent's backlog), covers it.
 func (s *State) carriedEnd(ip netip.Addr, l Lease) (event.Event, bool) {
-	if s.tellsFromFile() || s.Complement || l.State != parser.StateActive || !l.Acked {
+	if s.tellsFromFile() || s.Complement || l.State != parser.StateActive || !l.Acked || !s.Pair.InPair() {
 		return event.Event{}, false
 	}
 	return s.untoldEnd(event.Event{Action: event.Commit, Family: l.Family, IP: ip, MAC: l.MAC, Timestamp: l.Starts})
