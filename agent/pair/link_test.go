@@ -190,10 +190,23 @@ func TestLinkSilentPeer(t *testing.T) {
 	if h := a.l.Health(); h.Alone || h.Heard.IsZero() {
 		t.Errorf("health with the peer back: %+v, want heard, not alone", h)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// With the peer back and holding older news of the address, the
+	// event waits for that news for hold_max and then goes: counted as
+	// given up on the peer's older news, not on its silence (which a
+	// peer that no longer answered would count again).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if n := len(a.l.Clear(ctx, batch)); n != 0 {
-		t.Errorf("Clear = %d with the peer back and holding older news; want a wait (0 when ctx ends)", n)
+	began := time.Now()
+	if n := len(a.l.Clear(ctx, batch)); n != 1 {
+		t.Fatalf("Clear = %d with the peer back and holding older news; want the event after hold_max", n)
+	}
+	if waited := time.Since(began); waited < time.Second { // a lower bound: the wait is the link's own
+		t.Errorf("the event went after %v; want it held for hold_max (1s) first", waited)
+	}
+	if older, silent := testutil.ToFloat64(a.l.met.gaveUp.WithLabelValues(WhyPeerOlder)),
+		testutil.ToFloat64(a.l.met.gaveUp.WithLabelValues("silent")); older != 1 || silent != 1 || a.l.alone.Load() {
+		t.Errorf("gave up on older news %v times, on silence %v times, alone %v; want 1, 1 (the first silence only), false",
+			older, silent, a.l.alone.Load())
 	}
 }
 
