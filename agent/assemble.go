@@ -490,11 +490,15 @@ func (x status) RegionReport() *RegionReport {
 }
 
 func (x status) LeasesFileReport() *LeasesFileReport {
-	path, since := x.r.LeasesFile()
-	r := &LeasesFileReport{Path: path}
-	if !since.IsZero() {
-		t := since.UTC()
+	h := x.r.LeasesFile()
+	r := &LeasesFileReport{Path: h.Path, ReadError: h.ReadError}
+	if !h.AbsentSince.IsZero() {
+		t := h.AbsentSince.UTC()
 		r.MissingSince = &t
+	}
+	if !h.UnreadableSince.IsZero() {
+		t := h.UnreadableSince.UTC()
+		r.UnreadableSince = &t
 	}
 	return r
 }

@@ -142,12 +142,15 @@ type Regioner interface {
 	RegionReport() *RegionReport
 }
 
-// LeasesFileReport is StatusReport.LeasesFile: its path and, while it
-// does not exist, since when (null when it exists or was not looked for
-// yet).
+// LeasesFileReport is StatusReport.LeasesFile: its path; while it does
+// not exist, since when (null when it exists or was not looked for yet);
+// while reading it fails, since when and the last error (null and
+// omitted while it reads).
 type LeasesFileReport struct {
-	Path         string     `json:"path"`
-	MissingSince *time.Time `json:"missing_since"`
+	Path            string     `json:"path"`
+	MissingSince    *time.Time `json:"missing_since"`
+	UnreadableSince *time.Time `json:"unreadable_since"`
+	ReadError       string     `json:"read_error,omitempty"`
 }
 
 // LeasesFiler is optionally implemented by a Status: the leases file.

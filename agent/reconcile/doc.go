@@ -93,7 +93,11 @@
 // A path that names no file (dhcpd never ran, or the setting names a
 // file dhcpd does not write) is waited for: a warning says so once,
 // leasekeeper_reconcile_leases_file_missing is 1 and /status shows since
-// when, until the file appears and is read whole.
+// when, until the file appears and is read whole. A file that cannot be
+// read (its permissions, a directory at its path, an I/O error) holds
+// every synthesised event: an error says so once (and again if the error
+// changes), leasekeeper_reconcile_leases_file_unreadable is 1 and /status
+// shows since when and the error, until a read succeeds.
 //
 // A rewrite is told apart as a restart when a server-duid statement
 // follows it (dhcpd writes one right after the rename at start; the

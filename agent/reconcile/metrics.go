@@ -38,6 +38,7 @@ type metrics struct {
 	consistent      atomic.Bool
 	hookless        atomic.Bool
 	absent          atomic.Bool  // the leases file does not exist
+	unreadable      atomic.Bool  // reading the leases file fails
 	keptBackN       atomic.Int64 // keptBack's total, for /status
 }
 
@@ -107,6 +108,8 @@ func newMetrics() *metrics {
 			func() float64 { return b2f(m.hookless.Load()) }),
 		gauge("leasekeeper_reconcile_leases_file_missing", "1 while dhcpd.leases does not exist (dhcpd never ran, or the setting names a file dhcpd does not write): nothing is read. Alert when it stays 1 while dhcpd runs.",
 			func() float64 { return b2f(m.absent.Load()) }),
+		gauge("leasekeeper_reconcile_leases_file_unreadable", "1 while reading dhcpd.leases fails (permissions, a directory at its path, an I/O error): every synthesised event is held. Alert on 1.",
+			func() float64 { return b2f(m.unreadable.Load()) }),
 	}
 	return m
 }

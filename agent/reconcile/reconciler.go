@@ -129,7 +129,11 @@ type Reconciler struct {
 	// absentSince: when the leases file was first found missing (zero:
 	// it exists, or was never looked for).
 	absentSince time.Time
-	mode        atomic.Pointer[Detection] // the last detection, for status
+	// unreadableSince and readErr: since when reading the leases file
+	// fails, and how, last (zero and "": it reads).
+	unreadableSince time.Time
+	readErr         string
+	mode            atomic.Pointer[Detection] // the last detection, for status
 	// keptBackWarned: kinds of kept-back events already explained at
 	// warn level (later ones are logged at debug).
 	keptBackWarned map[string]bool
@@ -597,7 +601,6 @@ func (r *Reconciler) sync(ctx context.Context, poll bool) {
 func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	if err != nil {
 		r.met.problems.WithLabelValues(problemRead).Inc()
-		r.log.Error().Err(err).Msg("reading the leases file failed; holding every synthesised event until it reads again; retrying at the next poll")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -607,6 +610,7 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	if absent && !r.st.Baselined {
 		r.st.NoFile = true
 	}
+	r.noteUnreadable(err, now)
 	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)
@@ -641,12 +645,45 @@ func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
 	}
 }
 
-// LeasesFile is the leases file followed and, while it does not exist,
-// since when it was found missing (zero otherwise).
-func (r *Reconciler) LeasesFile() (path string, absentSince time.Time) {
+// noteUnreadable tells the operator when reading the leases file fails
+// (its permissions, a directory at its path, an I/O error) and when it
+// reads again: once each, and again when the error changes, not at every
+// poll. err is the round's read error (nil: it read). r.mu is held.
+func (r *Reconciler) noteUnreadable(err error, now time.Time) {
+	switch {
+	case err != nil && (r.unreadableSince.IsZero() || err.Error() != r.readErr):
+		if r.unreadableSince.IsZero() {
+			r.unreadableSince = now
+		}
+		r.readErr = err.Error()
+		r.met.unreadable.Store(true)
+		r.log.Error().Err(err).Str("leases", r.cfg.Leases).
+			Msg("reading the leases file failed: every synthesised event is held until it reads again (hook events still go); retrying at each poll")
+	case err == nil && !r.unreadableSince.IsZero():
+		r.log.Info().Str("leases", r.cfg.Leases).Dur("unreadable_for", now.Sub(r.unreadableSince)).
+			Msg("the leases file reads again; following it")
+		r.unreadableSince, r.readErr = time.Time{}, ""
+		r.met.unreadable.Store(false)
+	}
+}
+
+// FileHealth is what LeasesFile reports of the leases file.
+type FileHealth struct {
+	Path string
+	// AbsentSince: while it does not exist, since when it was found
+	// missing (zero otherwise).
+	AbsentSince time.Time
+	// UnreadableSince and ReadError: while reading it fails, since when
+	// and the last error (zero and "" otherwise).
+	UnreadableSince time.Time
+	ReadError       string
+}
+
+// LeasesFile is the leases file followed and whether it can be read.
+func (r *Reconciler) LeasesFile() FileHealth {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.cfg.Leases, r.absentSince
+	return FileHealth{Path: r.cfg.Leases, AbsentSince: r.absentSince, UnreadableSince: r.unreadableSince, ReadError: r.readErr}
 }
 
 // tick runs on the timer: events due, flushes, rewrite classification.

@@ -500,6 +500,74 @@ func TestTaskRewriteKinds(t *testing.T) {
 	}
 }
 
+// gauge is the reconciler's gauge called name.
+func (h *harness) gauge(name string) float64 {
+	h.t.Helper()
+	for _, c := range h.r.met.collectors {
+		ch := make(chan *prometheus.Desc, 4)
+		c.Describe(ch)
+		close(ch)
+		for d := range ch {
+			if strings.Contains(d.String(), `"`+name+`"`) {
+				return testutil.ToFloat64(c)
+			}
+		}
+	}
+	h.t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// TestTaskLeasesFileUnreadable: a leases file the agent cannot read (a
+// directory at its path here; permissions on a rack, which root's test
+// would not see) is told to the operator — one error line, not one a
+// poll, the gauge, LeasesFile for /status with the error — and its
+// recovery too; what dhcpd then writes is followed as usual.
+func TestTaskLeasesFileUnreadable(t *testing.T) {
+	h := newHarness(t)
+	if err := os.Mkdir(h.d.path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.start(30 * time.Second)
+	gauge := func() float64 { return h.gauge("leasekeeper_reconcile_leases_file_unreadable") }
+	waitUntil := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s\nlog:\n%s", what, h.logText())
+			}
+		}
+	}
+	// Three failed reads (polls 200 ms apart), told once.
+	waitUntil("three failed reads", func() bool { return testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemRead)) >= 3 })
+	fh := h.r.LeasesFile()
+	if fh.UnreadableSince.IsZero() || fh.ReadError == "" || !fh.AbsentSince.IsZero() {
+		t.Errorf("LeasesFile %+v, want unreadable since a time, with the error, not absent", fh)
+	}
+	if g := gauge(); g != 1 {
+		t.Errorf("leasekeeper_reconcile_leases_file_unreadable %v while reading fails, want 1", g)
+	}
+	if n := strings.Count(h.logText(), "reading the leases file failed"); n != 1 {
+		t.Errorf("the error logged %d times over three failed reads, want once\nlog:\n%s", n, h.logText())
+	}
+
+	if err := os.Remove(h.d.path); err != nil {
+		t.Fatal(err)
+	}
+	h.d.rewrite("", true)
+	waitUntil("the file's recovery reported", func() bool { return h.r.LeasesFile().UnreadableSince.IsZero() })
+	if fh := h.r.LeasesFile(); fh.ReadError != "" {
+		t.Errorf("LeasesFile %+v once it reads, want no error", fh)
+	}
+	h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
+	h.waitQueued(1, 5*time.Second)
+	if g := gauge(); g != 0 {
+		t.Errorf("leasekeeper_reconcile_leases_file_unreadable %v once it reads, want 0", g)
+	}
+	if !strings.Contains(h.logText(), "the leases file reads again") {
+		t.Errorf("no log of the recovery\nlog:\n%s", h.logText())
+	}
+}
+
 // TestTaskLeasesFIFO: a FIFO where dhcpd.leases should be neither blocks
 // the task nor keeps it from being ready: the read fails, is counted and
 // logged, and once dhcpd puts a real file there its events come.
@@ -707,7 +775,7 @@ func TestTaskLeasesFileAppearsWithLeases(t *testing.T) {
 	h := newHarness(t)
 	h.start(30 * time.Second)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, since := h.r.LeasesFile(); !since.IsZero() {
+		if !h.r.LeasesFile().AbsentSince.IsZero() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -728,21 +796,7 @@ func TestTaskLeasesFileAppearsWithLeases(t *testing.T) {
 func TestTaskLeasesFileMissing(t *testing.T) {
 	h := newHarness(t)
 	h.start(30 * time.Second)
-	gauge := func() float64 {
-		t.Helper()
-		for _, c := range h.r.met.collectors {
-			ch := make(chan *prometheus.Desc, 4)
-			c.Describe(ch)
-			close(ch)
-			for d := range ch {
-				if strings.Contains(d.String(), `"leasekeeper_reconcile_leases_file_missing"`) {
-					return testutil.ToFloat64(c)
-				}
-			}
-		}
-		t.Fatal("no leasekeeper_reconcile_leases_file_missing")
-		return 0
-	}
+	gauge := func() float64 { return h.gauge("leasekeeper_reconcile_leases_file_missing") }
 	waitUntil := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
@@ -751,8 +805,8 @@ func TestTaskLeasesFileMissing(t *testing.T) {
 			}
 		}
 	}
-	waitUntil("the missing file reported", func() bool { _, since := h.r.LeasesFile(); return !since.IsZero() })
-	if path, _ := h.r.LeasesFile(); path != h.d.path {
+	waitUntil("the missing file reported", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
+	if path := h.r.LeasesFile().Path; path != h.d.path {
 		t.Errorf("LeasesFile path %q, want %q", path, h.d.path)
 	}
 	if g := gauge(); g != 1 {
@@ -763,7 +817,7 @@ func TestTaskLeasesFileMissing(t *testing.T) {
 	}
 
 	h.d.rewrite("", true)
-	waitUntil("the file's appearance reported", func() bool { _, since := h.r.LeasesFile(); return since.IsZero() })
+	waitUntil("the file's appearance reported", func() bool { return h.r.LeasesFile().AbsentSince.IsZero() })
 	// What dhcpd appends is news.
 	h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
 	h.waitQueued(1, 5*time.Second)

@@ -59,7 +59,9 @@ version, ready, started, time, queue_depth, last_delivery (RFC 3339 or
 null), deadletters, lag_seconds (null when unknown), tasks
 ([{name, state}]), uptime_seconds, mode ({mode, detected, forced,
 unsure, kept, why, kept_back}, null before the reconciler ran),
-leases_file ({path, missing_since}: null while the file exists), region
+leases_file ({path, missing_since, unreadable_since, read_error}:
+missing_since null while the file exists, unreadable_since null and
+read_error absent while it reads), region
 ({state, error, hint, since, failed_attempts, waiting: {since, events}
 while a request has waited for its answer a few seconds}; state is
 unknown, ok, outage, config or failing), held ({events, since}: events waiting in
@@ -251,10 +253,14 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		fmt.Fprintf(tw, "health\tunhealthy: %s\n", r.Unhealthy)
 	}
 	if l := r.LeasesFile; l != nil {
-		if l.MissingSince != nil {
+		switch {
+		case l.MissingSince != nil:
 			fmt.Fprintf(tw, "leases file\t%s does not exist (for %s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n",
 				l.Path, roundAge(r.Time.Sub(*l.MissingSince)))
-		} else {
+		case l.UnreadableSince != nil:
+			fmt.Fprintf(tw, "leases file\t%s cannot be read (for %s): %s; synthesised events are held until it reads (the agent's user must be able to read it)\n",
+				l.Path, roundAge(r.Time.Sub(*l.UnreadableSince)), l.ReadError)
+		default:
 			fmt.Fprintf(tw, "leases file\t%s\n", l.Path)
 		}
 	}

@@ -119,14 +119,16 @@ lag            1m9s
 	}
 }
 
-// TestStatusLeasesFile: the leases file followed, and a missing one with
-// how long it has been missing and what to check.
+// TestStatusLeasesFile: the leases file followed, and a missing or
+// unreadable one with how long it has been so and what to check.
 func TestStatusLeasesFile(t *testing.T) {
 	for _, tc := range []struct{ name, file, want string }{
 		{"exists", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":null}`,
 			"leases file    /var/lib/dhcp/dhcpd.leases\n"},
 		{"missing", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":"2026-11-29T11:55:00Z"}`,
 			"leases file    /var/lib/dhcp/dhcpd.leases does not exist (for 5m0s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n"},
+		{"unreadable", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":null,"unreadable_since":"2026-11-29T11:58:00Z","read_error":"open /var/lib/dhcp/dhcpd.leases: permission denied"}`,
+			"leases file    /var/lib/dhcp/dhcpd.leases cannot be read (for 2m0s): open /var/lib/dhcp/dhcpd.leases: permission denied; synthesised events are held until it reads (the agent's user must be able to read it)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
