@@ -294,7 +294,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // agentURL resolves where the running agent's HTTP listener is: --url if
 // given (a URL or host:port), else metrics.listen from the config file
-// (its defaults when the file does not exist).
+// (its defaults when the default file does not exist).
 func agentURL(env *Env, flagURL, configPath string) (string, error) {
 	if flagURL != "" {
 		if !strings.Contains(flagURL, "://") {
@@ -314,12 +314,17 @@ func agentURL(env *Env, flagURL, configPath string) (string, error) {
 }
 
 // decodeAgentConfig reads the config file without requiring it to be
-// complete (the operator commands need metrics.listen and state.dir only);
-// a missing file means the defaults.
+// complete (the operator commands need metrics.listen and state.dir only).
+// A missing file at the default path means the defaults (an agent run
+// without one); at any other path it is an error: a mistyped --config
+// would otherwise ask the default agent and answer for it.
 func decodeAgentConfig(env *Env, path string) (*config.Config, error) {
 	f, err := env.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) && path == config.DefaultPath {
 		return config.Default(), nil
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("config: %w (--config names no file; the agent's is %s unless its unit says otherwise)", err, config.DefaultPath)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)

@@ -51,7 +51,7 @@ listener: see below) how delivery to the region is going:
 
 The agent is asked at --url, else on its control socket (control.socket
 in --config) when this user may use it, else at metrics.listen in
---config (the default 127.0.0.1:9742 when the file does not exist; an
+--config (127.0.0.1:9742 when the default file does not exist; an
 address listening on every interface is reached on loopback).
 
 --json prints the agent's answer as it is: an object with the keys

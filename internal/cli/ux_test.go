@@ -103,6 +103,25 @@ func TestDeadLetterStateDirMissing(t *testing.T) {
 	}
 }
 
+// TestConfigMissingNamed: the operator commands take a missing config
+// file at the default path for the defaults (an agent run without one),
+// but a --config naming no file is an error, not the default agent's
+// answer given for it (a cold review: "deadletter list --config typo"
+// said "no dead letters").
+func TestConfigMissingNamed(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo.toml")
+	for _, args := range [][]string{
+		{"deadletter", "list", "--config", missing},
+		{"status", "--config", missing},
+		{"orphans", "--config", missing},
+	} {
+		out, stderr, code := run(t, args...)
+		if code != 1 || out != "" || !strings.Contains(stderr, missing+": no such file") || !strings.Contains(stderr, "--config names no file") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 1, an error naming the file", args, code, out, stderr)
+		}
+	}
+}
+
 // TestConfigTooLarge: a device or a huge file given as the configuration
 // is refused after a bounded read, not read until memory runs out.
 func TestConfigTooLarge(t *testing.T) {
