@@ -38,7 +38,7 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(Config{Path: filepath.Join(state, "unused.sock")}, storeSink{store}, zerolog.Nop(), nil, time.Now)
+	l, err := New(Config{Path: filepath.Join(state, "hook.sock")}, storeSink{store}, zerolog.Nop(), nil, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -213,6 +214,33 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 	return err
 }
 
+// sameSocket checks that the socket systemd passed is hook.socket: the
+// hooks send to the path they are given, the agent's hook.socket, and an
+// agent reading a socket at another path (leasekeeper.socket's
+// ListenDatagram= left as it was when hook.socket changed) would never
+// hear them. Either name may reach the other through a symbolic link
+// (/var/run is /run).
+func (l *Listener) sameSocket(uc *net.UnixConn) error {
+	name := ""
+	if a, ok := uc.LocalAddr().(*net.UnixAddr); ok {
+		name = a.Name
+	}
+	if name != "" && filepath.Clean(name) == filepath.Clean(l.cfg.Path) {
+		return nil
+	}
+	if name != "" && !strings.HasPrefix(name, "@") {
+		a, aerr := os.Stat(name)
+		b, berr := os.Stat(l.cfg.Path)
+		if aerr == nil && berr == nil && os.SameFile(a, b) {
+			return nil
+		}
+	}
+	if name == "" {
+		name = "an unnamed socket"
+	}
+	return fmt.Errorf("hook.socket is %s, but systemd passed the hook socket %s (ListenDatagram= in leasekeeper.socket): hooks send to hook.socket, so this agent would never hear them; make the two the same and restart leasekeeper.socket", l.cfg.Path, name)
+}
+
 // open creates the socket or takes the one systemd passed. own is the
 // socket file it created (nil for an activated socket): only that file is
 // removed on exit.
@@ -224,6 +252,10 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 			continue
 		}
 		if uc, ok := c.(*net.UnixConn); ok {
+			if err := l.sameSocket(uc); err != nil {
+				uc.Close()
+				return nil, nil, err
+			}
 			if on, err := passCredOn(uc); err == nil && !on {
 				// Datagrams queued before this moment carry no
 				// credentials and are refused.

@@ -56,7 +56,7 @@ func TestSpoolCrashChild(t *testing.T) {
 	sink := crashSink{s: store, crash: os.Getenv("HOOKSOCK_SPOOLCRASH") == "1"}
 	// Batch 2: the five queued datagrams and the spool's lines cannot all
 	// go in the first batch, so without care one batch mixes them.
-	l, err := New(Config{Path: filepath.Join(dir, "unused.sock"), Spool: filepath.Join(dir, "spool"), Batch: 2},
+	l, err := New(Config{Path: filepath.Join(dir, "hook.sock"), Spool: filepath.Join(dir, "spool"), Batch: 2},
 		sink, zerolog.Nop(), nil, time.Now)
 	if err != nil {
 		t.Fatal(err)
