@@ -230,7 +230,7 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		return nil, fmt.Errorf("--set: %w", ps)
 	}
 	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, fromOverrides(err, overrides))
 	}
 	if c.Release.TokenFile != "" {
 		if _, err := ReadToken(c.Release.TokenFile); err != nil {
@@ -341,6 +341,27 @@ type KeyError struct {
 func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
 func (e *KeyError) Unwrap() error { return e.Err }
 
+// fromOverrides names, in err's problems, the override that set each key
+// it set (the last one of that key): its value is not in the file, where
+// an operator would look for it.
+func fromOverrides(err error, overrides []string) error {
+	var ps Problems
+	if len(overrides) == 0 || !errors.As(err, &ps) {
+		return err
+	}
+	set := map[string]string{}
+	for _, o := range overrides {
+		k, _, _ := strings.Cut(o, "=")
+		set[strings.TrimSpace(k)] = o
+	}
+	for _, p := range ps {
+		if o, ok := set[p.Key]; ok {
+			p.Key += " (from --set " + o + ")"
+		}
+	}
+	return err
+}
+
 // Problems is every problem found in one file or set of overrides.
 type Problems []*KeyError
 
@@ -390,7 +411,10 @@ func Keys() []string {
 func (c *Config) Set(key, value string) error {
 	f, ok := c.field(key)
 	if !ok {
-		return &KeyError{Key: key, Err: ErrUnknownKey}
+		if err := unknownErr(key, "", Keys()); strings.Contains(err.Error(), "did you mean") {
+			return &KeyError{Key: key, Err: err}
+		}
+		return &KeyError{Key: key, Err: fmt.Errorf("%w (leasekeeper agent --print-config shows every key)", ErrUnknownKey)}
 	}
 	if err := setString(f, value); err != nil {
 		return &KeyError{Key: key, Err: err}

@@ -317,8 +317,18 @@ func TestParseOverrides(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--set: 2 problems:") {
 		t.Errorf("err %v", err)
 	}
-	_, err = Parse(strings.NewReader(valid), "t", "log.level=x")
-	if err == nil || err.Error() != `t: log.level: "x" is not one of trace, debug, info, warn, error` {
+	// A value the file does not hold is blamed on its override.
+	_, err = Parse(strings.NewReader(valid), "t", "log.level=warn", "log.level=x")
+	if err == nil || err.Error() != `t: log.level (from --set log.level=x): "x" is not one of trace, debug, info, warn, error` {
+		t.Errorf("err %v", err)
+	}
+	// An unknown key: a near miss is suggested, else where keys are listed.
+	_, err = Parse(strings.NewReader(valid), "t", "region.tiemout=5s")
+	if err == nil || !strings.Contains(err.Error(), `region.tiemout: unknown key (did you mean "region.timeout"?)`) {
+		t.Errorf("err %v", err)
+	}
+	_, err = Parse(strings.NewReader(valid), "t", "nothing.near=1")
+	if err == nil || !strings.Contains(err.Error(), "nothing.near: unknown key (leasekeeper agent --print-config shows every key)") {
 		t.Errorf("err %v", err)
 	}
 }

@@ -101,8 +101,12 @@ STATUS= with the queue depth, watchdog pings while every part makes
 progress (WatchdogSec=), RELOADING=1 on SIGHUP and STOPPING=1 on the way
 out.
 
-Exit status: 0 after a clean stop, 1 when the configuration is invalid or a
-part failed (the reason is on stderr and in the log), 2 for bad flags.`,
+Exit status: 0 after a clean stop, 78 when the configuration file is
+missing, unreadable or invalid (the packaged unit does not restart then:
+fix the file, then systemctl restart leasekeeper), 1 when a part failed or
+a file the configuration names (the region's certificates, key or token)
+cannot be read (restarted), 2 for bad flags; the reason is on stderr and
+in the log.`,
 		Example: `  leasekeeper agent --config /etc/leasekeeper/leasekeeper.toml
   leasekeeper agent --print-config            # validate, show every value, exit
   leasekeeper agent --set region.url=http://127.0.0.1:8080/leases \
@@ -120,7 +124,7 @@ part failed (the reason is on stderr and in the log), 2 for bad flags.`,
 			}
 			cfg, err := loadAgentConfig(env, configPath, overrides)
 			if err != nil {
-				return err
+				return configError{err}
 			}
 			if printConfig {
 				// What start reads besides the file: the region's

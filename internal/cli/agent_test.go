@@ -53,16 +53,16 @@ func TestAgentBadConfig(t *testing.T) {
 		code   int
 		stderr []string
 	}{
-		{"bad values", []string{"agent", "--config", bad}, 1, []string{
+		{"bad values", []string{"agent", "--config", bad}, ExitConfig, []string{
 			"leasekeeper: config " + bad + ": 2 problems:",
 			`region.timeout: "5x" is not a duration`,
 			`log.levl: unknown key (did you mean "level"?)`}},
-		{"invalid", []string{"agent", "-c", invalid}, 1, []string{"leasekeeper: config " + invalid + ": region: no credentials"}},
-		{"missing file", []string{"agent", "--config", "/nonexistent/lk.toml"}, 1, []string{"leasekeeper: config: open /nonexistent/lk.toml: no such file or directory"}},
+		{"invalid", []string{"agent", "-c", invalid}, ExitConfig, []string{"leasekeeper: config " + invalid + ": region: no credentials"}},
+		{"missing file", []string{"agent", "--config", "/nonexistent/lk.toml"}, ExitConfig, []string{"leasekeeper: config: open /nonexistent/lk.toml: no such file or directory"}},
 		{"bad --set", []string{"agent", "--config", good, "--set", "region.timeout"}, 2, []string{"--set region.timeout: want section.key=value"}},
 		{"unknown --set", []string{"agent", "--config", good, "--set", "region.tiemout=1s"}, 2, []string{`--set region.tiemout: unknown key`}},
-		{"bad --set value", []string{"agent", "--config", good, "--set", "region.batch_max=0"}, 1, []string{"region.batch_max: 0 is not between 1 and 10000"}},
-		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, 1, []string{`log.level: "loud" is not one of`}},
+		{"bad --set value", []string{"agent", "--config", good, "--set", "region.batch_max=0"}, ExitConfig, []string{"region.batch_max (from --set region.batch_max=0): 0 is not between 1 and 10000"}},
+		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, ExitConfig, []string{`log.level (from --set log.level=loud): "loud" is not one of`}},
 		{"arguments", []string{"agent", "extra"}, 2, []string{`unknown command "extra"`}},
 	}
 	for _, tc := range tests {

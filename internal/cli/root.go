@@ -51,6 +51,19 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
+// configError is the agent's configuration file missing, unreadable or
+// invalid: exit status ExitConfig, which the packaged unit does not
+// restart on (RestartPreventExitStatus=), as another try reads the same
+// file. What start reads besides it (certificates, the token) is not one:
+// those may appear later, and the unit's restarts then heal the agent.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
+
+// ExitConfig is the agent's exit status for a configuration error
+// (sysexits.h's EX_CONFIG).
+const ExitConfig = 78
+
 // ExitCode maps a command's error to an exit status, printing it.
 func ExitCode(err error, stderr io.Writer) int {
 	switch {
@@ -63,6 +76,10 @@ func ExitCode(err error, stderr io.Writer) int {
 	var ue usageError
 	if errors.As(err, &ue) || cobraUsage(err) {
 		return 2
+	}
+	var ce configError
+	if errors.As(err, &ce) {
+		return ExitConfig
 	}
 	return 1
 }

@@ -130,7 +130,7 @@ func TestConfigTooLarge(t *testing.T) {
 	}
 	if _, err := os.Stat("/dev/zero"); err == nil {
 		_, stderr, code := run(t, "agent", "--print-config", "--config", "/dev/zero")
-		if code != 1 || !strings.Contains(stderr, "not a leasekeeper configuration") {
+		if code != ExitConfig || !strings.Contains(stderr, "not a leasekeeper configuration") {
 			t.Errorf("--config /dev/zero: exit %d, stderr %q", code, stderr)
 		}
 	}
