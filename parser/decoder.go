@@ -395,6 +395,9 @@ type Leases struct {
 	Errors []error
 	// Incomplete is set when the file ends inside a statement.
 	Incomplete *IncompleteError
+	// Statements counts the statements read whole (not those skipped on
+	// purpose, nor Errors).
+	Statements int
 	// Bytes is the number of bytes read.
 	Bytes int64
 }
@@ -419,6 +422,7 @@ func parseLeases(r io.Reader, workers, segSize int) (*Leases, error) {
 			out.Errors = append(out.Errors, err)
 			return
 		}
+		out.Statements++
 		out.Table.Apply(s)
 	})
 	out.Bytes, out.Incomplete = n, inc

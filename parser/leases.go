@@ -185,6 +185,20 @@ type HostEntry struct {
 // StartLine implements Statement.
 func (h *HostEntry) StartLine() int { return h.Line }
 
+// Unknown is a top-level statement whose first word is none dhcpd reads
+// in its leases file: dhcpd's lease_file_subparse (server/confpars.c)
+// logs "Corrupt lease file - possible data loss!" and skips it
+// (skip_to_semi: to the next ';', or over one '{ … }'), as the decoder
+// does. A leases file dhcpd wrote has none: it is another file given as
+// one, or damage.
+type Unknown struct {
+	Line int
+	What string // its first word, shown safely
+}
+
+// StartLine implements Statement.
+func (u *Unknown) StartLine() int { return u.Line }
+
 // ServerDUID is the `server-duid` line dhcpd appends right after a start.
 type ServerDUID struct {
 	DUID []byte

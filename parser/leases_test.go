@@ -46,6 +46,8 @@ func describe(s Statement) string {
 		fmt.Fprintf(&b, "failover %q line=%d my=%s@%s partner=%s@%s mclt=%d", s.Peer, s.Line, s.MyState, s.MyStateAt, s.PartnerState, s.PartnerStateAt, s.MCLT)
 	case *ClassEntry:
 		fmt.Fprintf(&b, "class %q line=%d subclass=%t data=%q limit=%d", s.Name, s.Line, s.Subclass, s.Data, s.LeaseLimit)
+	case *Unknown:
+		fmt.Fprintf(&b, "unknown statement line=%d %s", s.Line, s.What)
 	case *Refused:
 		fmt.Fprintf(&b, "refused: %s", s)
 		if s.IA != nil {
@@ -416,6 +418,34 @@ func TestRecovering(t *testing.T) {
 	}
 	if err := d.Close(h); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestUnknownStatements: a top-level statement dhcpd does not read in a
+// leases file (server/confpars.c, lease_file_subparse: "Corrupt lease
+// file - possible data loss!", skip_to_semi) is skipped as dhcpd skips it
+// and handed out as *Unknown; group, db-time-format and lease-id-format
+// stay skipped on purpose. Table keeps the first 100.
+func TestUnknownStatements(t *testing.T) {
+	ls, err := ParseLeases(strings.NewReader("garbage here;\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n" +
+		"group { }\ndb-time-format local;\nlease 203.0.113.1 {\n  binding state active;\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range ls.Unknown() {
+		got = append(got, describe(u))
+	}
+	want := []string{"unknown statement line=1 garbage", "unknown statement line=2 subnet"}
+	if diff := cmp.Diff(want, got); diff != "" || len(ls.Errors) != 0 || ls.Len() != 1 || ls.Statements != 3 {
+		t.Errorf("unknown (-want +got):\n%s\nerrors %v, leases %d, statements %d; want none, 1, 3", diff, ls.Errors, ls.Len(), ls.Statements)
+	}
+	ls, err = ParseLeases(strings.NewReader(strings.Repeat("x;\n", 150)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ls.Unknown()); n != 100 || ls.Statements != 150 {
+		t.Errorf("150 unknown statements: kept %d, counted %d; want 100, 150", n, ls.Statements)
 	}
 }
 

@@ -163,8 +163,15 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	case "class", "subclass":
 		return p.parseClass()
 	}
-	// group, db-time-format, lease-id-format and anything unknown.
-	return nil, p.skip()
+	// group, db-time-format, lease-id-format: skipped on purpose.
+	if p.ctx == "group" || p.ctx == "db-time-format" || p.ctx == "lease-id-format" {
+		return nil, p.skip()
+	}
+	u := &Unknown{Line: p.line0, What: shown(string(w))}
+	if err := p.skip(); err != nil {
+		return nil, err
+	}
+	return u, nil
 }
 
 // keywordName returns the top-level keywords as constants, so naming

@@ -36,6 +36,7 @@ type Table struct {
 	failover   map[string]*FailoverState
 	foLog      []*FailoverState
 	refused    []*Refused
+	unknown    []*Unknown // the first maxUnknown
 	ServerDUID *ServerDUID
 	ByteOrder  *ByteOrder
 	// Blocks counts the lease blocks applied (before last-wins).
@@ -71,6 +72,10 @@ func (t *Table) Apply(s Statement) {
 			delete(t.hosts, s.Name)
 		} else {
 			t.hosts[s.Name] = s
+		}
+	case *Unknown:
+		if len(t.unknown) < maxUnknown {
+			t.unknown = append(t.unknown, s)
 		}
 	case *ServerDUID:
 		t.ServerDUID = s
@@ -204,6 +209,14 @@ func (t *Table) remove(k netip.Prefix) {
 
 // Refused returns the blocks dhcpd refuses, in file order.
 func (t *Table) Refused() []*Refused { return t.refused }
+
+// maxUnknown bounds what Unknown keeps: a wrong file given as the leases
+// file can hold any number of them.
+const maxUnknown = 100
+
+// Unknown returns the first 100 top-level statements dhcpd does not read
+// in a leases file (Unknown), in file order.
+func (t *Table) Unknown() []*Unknown { return t.unknown }
 
 func v4key(a netip.Addr) uint32 {
 	b := a.As4()

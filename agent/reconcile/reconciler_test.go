@@ -640,7 +640,7 @@ func TestTaskUnreadableHoldsSynthesis(t *testing.T) {
 	if got := h.queued(); len(got) != 0 {
 		t.Fatalf("queued %q while the file could not be read", got)
 	}
-	if !strings.Contains(h.logText(), "holding every synthesised event") {
+	if !strings.Contains(h.logText(), "every synthesised event is held") {
 		t.Errorf("the log does not say decisions are held:\n%s", h.logText())
 	}
 	// dhcpd had renewed it. Its rewrite renames the new file over the

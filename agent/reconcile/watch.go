@@ -371,6 +371,11 @@ func (w *follower) handle(s parser.Statement, err error, old bool) {
 		w.appendErr(err, old)
 		return
 	}
+	if _, ok := s.(*parser.Unknown); ok {
+		// Skipped, as dhcpd skips it; the file's whole reads count it
+		// (Table.Unknown) for nothing the agent decides.
+		return
+	}
 	if fs, ok := s.(*parser.FailoverState); ok {
 		w.flush()
 		w.out = append(w.out, change{kind: changeFailover, failover: []*parser.FailoverState{fs}, oldFile: old})

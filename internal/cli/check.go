@@ -57,6 +57,12 @@ relevant, ips and host; failover entries are those of pools --json.`,
 			// healthy rack. (A torn last statement is dhcpd writing, not
 			// damage: a warning only, as before.)
 			unreadable := make([]pools.Problem, 0, len(ls.Errors))
+			if why := notLeases(ls); why != "" {
+				unreadable = append(unreadable, pools.Problem{Kind: "unreadable", Detail: fmt.Sprintf("%s:%s", ff.leases, why)})
+			}
+			for _, u := range ls.Unknown() {
+				unreadable = append(unreadable, pools.Problem{Kind: "unreadable", Detail: fmt.Sprintf("%s:%s", ff.leases, unknownText(u))})
+			}
 			for _, e := range ls.Errors {
 				unreadable = append(unreadable, pools.Problem{Kind: "unreadable", Detail: fmt.Sprintf("%s:%v", ff.leases, e)})
 			}

@@ -25,6 +25,9 @@ func loadLeases(env *Env, path string) (*parser.Leases, error) {
 	for _, r := range ls.Refused() {
 		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v\n", path, r)
 	}
+	for _, u := range ls.Unknown() {
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v (statement skipped, as dhcpd skips it)\n", path, unknownText(u))
+	}
 	for _, e := range ls.Errors {
 		fmt.Fprintf(env.Stderr, "leasekeeper: warning: %s:%v (statement skipped)\n", path, e)
 	}
@@ -51,4 +54,20 @@ func loadConfig(env *Env, path string) (*dhcpdconf.Config, error) {
 		Open:    env.Open,
 		Name:    path,
 	})
+}
+
+// unknownText describes a statement dhcpd does not read in a leases file.
+func unknownText(u *parser.Unknown) string {
+	return fmt.Sprintf("line %d: %s is not a statement of a leases file (dhcpd: \"Corrupt lease file - possible data loss!\")", u.Line, u.What)
+}
+
+// notLeases says why a file holds nothing of a leases file, or "": it
+// was not empty and ended inside its first statement, so that nothing
+// was read whole (dhcpd writes a new leases file whole and renames it
+// into place: even one being appended to begins with whole statements).
+func notLeases(ls *parser.Leases) string {
+	if ls.Statements == 0 && len(ls.Errors) == 0 && ls.Incomplete != nil {
+		return fmt.Sprintf("%v, and no statement before it: not a leases file", ls.Incomplete)
+	}
+	return ""
 }

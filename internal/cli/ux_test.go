@@ -41,6 +41,27 @@ func TestUsageExitStatus(t *testing.T) {
 	}
 }
 
+// TestCheckNotLeases: a file that is not a leases file (dhcpd.conf given
+// for it, a word dhcpd does not read, a file with no statement at all) is
+// unreadable, exit 1, never "ok: 0 leases" (a cold review).
+func TestCheckNotLeases(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, text, want string }{
+		{"dhcpd.conf", "subnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n", "line 1: subnet is not a statement of a leases file"},
+		{"a word", "garbage here;\n", "line 1: garbage is not a statement of a leases file"},
+		{"no statement", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n", "no statement before it: not a leases file"},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+		if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, code := run(t, "check", "--leases", path, "--config", "testdata/dhcpd.conf")
+		if code != 1 || strings.Contains(out, "ok:") || !strings.Contains(out, "unreadable: "+path+":") || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1 and an unreadable line saying %q", tc.name, code, out, stderr, tc.want)
+		}
+	}
+}
+
 // TestCheckUnreadable: a leases file check could not read whole (garbage,
 // or not a leases file) is a problem, exit 1, never "ok".
 func TestCheckUnreadable(t *testing.T) {
