@@ -393,23 +393,24 @@ func (r *Report) region(ctx context.Context, o Options) {
 	if port == "" {
 		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
 	}
-	urlOK := true
-	if u.Scheme != "https" {
-		urlOK = false
-		r.add(Problem, "region-url", fmt.Sprintf("region.url %s is %s: MAAS's internal API takes only mutual TLS.", c.URL, u.Scheme), "use https://"+u.Hostname()+":5242"+leasesPath)
-	}
 	want := o.Port
 	if want == "" {
 		want = MAASPort
 	}
+	// One URL mends every finding below: each names all of it.
+	fixed := "use https://" + net.JoinHostPort(u.Hostname(), want) + leasesPath
+	urlOK := true
+	if u.Scheme != "https" {
+		urlOK = false
+		r.add(Problem, "region-url", fmt.Sprintf("region.url %s is %s: MAAS's internal API takes only mutual TLS.", c.URL, u.Scheme), fixed)
+	}
 	if port != want {
 		urlOK = false
-		r.add(Problem, "region-url", fmt.Sprintf("region.url uses port %s: MAAS serves its internal leases API only on port %s (5240 and 5443 are the public API, which answers 400 or 404 there).", port, want),
-			"use https://"+net.JoinHostPort(u.Hostname(), want)+leasesPath)
+		r.add(Problem, "region-url", fmt.Sprintf("region.url uses port %s: MAAS serves its internal leases API only on port %s (5240 and 5443 are the public API, which answers 400 or 404 there).", port, want), fixed)
 	}
 	if u.Path != leasesPath {
 		urlOK = false
-		r.add(Problem, "region-url", fmt.Sprintf("region.url's path is %q: MAAS's leases endpoint is %s.", u.Path, leasesPath), "use https://"+net.JoinHostPort(u.Hostname(), port)+leasesPath)
+		r.add(Problem, "region-url", fmt.Sprintf("region.url's path is %q: MAAS's leases endpoint is %s.", u.Path, leasesPath), fixed)
 	}
 	if urlOK {
 		r.add(OK, "region-url", "region.url "+c.URL+" is MAAS's internal leases endpoint.", "")

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,32 @@ func TestProblems(t *testing.T) {
 				t.Errorf("problems %d, fix %q", rep.Problems, f.Fix)
 			}
 		})
+	}
+}
+
+// TestRegionURLFix: a region.url wrong in scheme, port and path at once
+// gets one fix, the same URL in every finding, with the host kept (an
+// IPv6 one in brackets); the path's fix once kept the wrong port (a cold
+// review).
+func TestRegionURLFix(t *testing.T) {
+	for _, tc := range []struct{ url, fix string }{
+		{"http://127.0.0.1:1/leases", "use https://127.0.0.1:5242" + leasesPath},
+		{"http://[2001:db8::1]/leases", "use https://[2001:db8::1]:5242" + leasesPath},
+	} {
+		w := newWorld(t)
+		// MAAS's port, not the test region's; an http URL is never
+		// dialled (the check stops before its connection).
+		w.cfg.Region.URL, w.opts.Port = tc.url, ""
+		_, rep := w.check()
+		var fixes []string
+		for _, f := range rep.Findings {
+			if f.Check == "region-url" && strings.HasPrefix(f.Fix, "use ") {
+				fixes = append(fixes, f.Fix)
+			}
+		}
+		if want := []string{tc.fix, tc.fix, tc.fix}; !slices.Equal(fixes, want) {
+			t.Errorf("region.url %s: fixes %q, want %q", tc.url, fixes, want)
+		}
 	}
 }
 
