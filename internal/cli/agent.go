@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -313,6 +314,9 @@ func agentURL(env *Env, flagURL, configPath string) (string, error) {
 	listen := cfg.Metrics.Listen
 	if listen == "" {
 		return "", fmt.Errorf("metrics.listen is empty in %s, so the agent serves no status; set it (e.g. \"127.0.0.1:9742\") or pass --url", configPath)
+	}
+	if _, port, err := net.SplitHostPort(listen); err == nil && port == "0" {
+		return "", fmt.Errorf("metrics.listen in %s is %s: the agent listens on a port of the kernel's choosing (its log names it: \"serving /metrics, /healthz, /status\"); pass it as --url", configPath, listen)
 	}
 	return "http://" + dialable(listen), nil
 }

@@ -143,6 +143,19 @@ func TestConfigMissingNamed(t *testing.T) {
 	}
 }
 
+// TestStatusRandomPort: a metrics.listen of port 0 names no port status
+// could dial; it says so and asks for --url.
+func TestStatusRandomPort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lk.toml")
+	if err := os.WriteFile(path, []byte("[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = \"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := run(t, "status", "--config", path)
+	if code != 1 || out != "" || !strings.Contains(stderr, "127.0.0.1:0: the agent listens on a port of the kernel's choosing") || !strings.Contains(stderr, "--url") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 1, the port's explanation", code, out, stderr)
+	}
+}
+
 // TestConfigTooLarge: a device or a huge file given as the configuration
 // is refused after a bounded read, not read until memory runs out.
 func TestConfigTooLarge(t *testing.T) {
