@@ -2,12 +2,14 @@ package hooksock
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,16 +50,7 @@ func errString(err error) string {
 func TestActivatedPath(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "activated.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	f, err := conn.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := activationSocket(t, sock)
 	link := filepath.Join(dir, "link")
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
@@ -94,4 +87,31 @@ func TestActivatedPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// activationSocket binds a unix datagram socket at path as systemd's
+// socket unit does with PassCredentials=yes (datagrams queued before an
+// agent runs carry their sender's credentials), and returns it as the
+// file a child is passed (fd 3, with LISTEN_FDS=1); both close with the
+// test.
+func activationSocket(t *testing.T, path string) *os.File {
+	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
+		})
+		return errors.Join(err, serr)
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	f, err := pc.(*net.UnixConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

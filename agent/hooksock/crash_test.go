@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,16 +53,7 @@ func TestKill9NoLoss(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "hook.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	f, err := conn.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := activationSocket(t, path)
 	startChild := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
 		cmd.Env = append(os.Environ(), "HOOKSOCK_CRASH_STATE="+dir, "LISTEN_FDS=1")

@@ -2,14 +2,11 @@ package hooksock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,25 +73,7 @@ func TestCrashBetweenStoreAndConsume(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "hook.sock")
-	// As systemd's socket unit with PassCredentials=yes: datagrams queued
-	// before an agent runs carry their sender's credentials.
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
-		})
-		return errors.Join(err, serr)
-	}}
-	pc, err := lc.ListenPacket(context.Background(), "unixgram", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	f, err := pc.(*net.UnixConn).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := activationSocket(t, path)
 
 	ev := func(i int) []byte {
 		return fmt.Appendf(nil, `{"action":"commit","mac":"2:0:0:0:0:%x","ip_family":"ipv4","ip":"198.18.0.1","timestamp":%d,"lease_time":600,"hostname":"h%d"}`,

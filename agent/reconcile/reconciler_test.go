@@ -500,6 +500,16 @@ func TestTaskRewriteKinds(t *testing.T) {
 	}
 }
 
+// waitUntil waits up to 10 s for ok, failing the test with the log.
+func (h *harness) waitUntil(what string, ok func() bool) {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("gave up waiting for %s\nlog:\n%s", what, h.logText())
+		}
+	}
+}
+
 // gauge is the reconciler's gauge called name.
 func (h *harness) gauge(name string) float64 {
 	h.t.Helper()
@@ -529,16 +539,8 @@ func TestTaskLeasesFileUnreadable(t *testing.T) {
 	}
 	h.start(30 * time.Second)
 	gauge := func() float64 { return h.gauge("leasekeeper_reconcile_leases_file_unreadable") }
-	waitUntil := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("gave up waiting for %s\nlog:\n%s", what, h.logText())
-			}
-		}
-	}
 	// Three failed reads (polls 200 ms apart), told once.
-	waitUntil("three failed reads", func() bool { return testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemRead)) >= 3 })
+	h.waitUntil("three failed reads", func() bool { return testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemRead)) >= 3 })
 	fh := h.r.LeasesFile()
 	if fh.UnreadableSince.IsZero() || fh.ReadError == "" || !fh.AbsentSince.IsZero() {
 		t.Errorf("LeasesFile %+v, want unreadable since a time, with the error, not absent", fh)
@@ -554,7 +556,7 @@ func TestTaskLeasesFileUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.d.rewrite("", true)
-	waitUntil("the file's recovery reported", func() bool { return h.r.LeasesFile().UnreadableSince.IsZero() })
+	h.waitUntil("the file's recovery reported", func() bool { return h.r.LeasesFile().UnreadableSince.IsZero() })
 	if fh := h.r.LeasesFile(); fh.ReadError != "" {
 		t.Errorf("LeasesFile %+v once it reads, want no error", fh)
 	}
@@ -774,14 +776,7 @@ func TestTaskAwaitsBacklog(t *testing.T) {
 func TestTaskLeasesFileAppearsWithLeases(t *testing.T) {
 	h := newHarness(t)
 	h.start(30 * time.Second)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if !h.r.LeasesFile().AbsentSince.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the missing file not reported\nlog:\n%s", h.logText())
-		}
-	}
+	h.waitUntil("the missing file reported", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
 	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Second, time.Hour), true)
 	got, _ := h.waitQueued(1, 5*time.Second)
 	if !strings.Contains(got[0], ip1) || !strings.Contains(got[0], "commit") {
@@ -797,15 +792,7 @@ func TestTaskLeasesFileMissing(t *testing.T) {
 	h := newHarness(t)
 	h.start(30 * time.Second)
 	gauge := func() float64 { return h.gauge("leasekeeper_reconcile_leases_file_missing") }
-	waitUntil := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("gave up waiting for %s\nlog:\n%s", what, h.logText())
-			}
-		}
-	}
-	waitUntil("the missing file reported", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
+	h.waitUntil("the missing file reported", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
 	if path := h.r.LeasesFile().Path; path != h.d.path {
 		t.Errorf("LeasesFile path %q, want %q", path, h.d.path)
 	}
@@ -817,7 +804,7 @@ func TestTaskLeasesFileMissing(t *testing.T) {
 	}
 
 	h.d.rewrite("", true)
-	waitUntil("the file's appearance reported", func() bool { return h.r.LeasesFile().AbsentSince.IsZero() })
+	h.waitUntil("the file's appearance reported", func() bool { return h.r.LeasesFile().AbsentSince.IsZero() })
 	// What dhcpd appends is news.
 	h.d.append(nowBlock(ip1, "active", macA, 0, time.Hour))
 	h.waitQueued(1, 5*time.Second)
