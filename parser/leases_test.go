@@ -424,8 +424,9 @@ func TestRecovering(t *testing.T) {
 // TestUnknownStatements: a top-level statement dhcpd does not read in a
 // leases file (server/confpars.c, lease_file_subparse: "Corrupt lease
 // file - possible data loss!", skip_to_semi) is skipped as dhcpd skips it
-// and handed out as *Unknown; group, db-time-format and lease-id-format
-// stay skipped on purpose. Table keeps the first 100.
+// and handed out as *Unknown, dhcpd.conf's db-time-format and
+// lease-id-format too; group, which dhcpd reads, stays skipped. Table
+// keeps the first 100.
 func TestUnknownStatements(t *testing.T) {
 	ls, err := ParseLeases(strings.NewReader("garbage here;\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n" +
 		"group { }\ndb-time-format local;\nlease 203.0.113.1 {\n  binding state active;\n}\n"))
@@ -436,9 +437,9 @@ func TestUnknownStatements(t *testing.T) {
 	for _, u := range ls.Unknown() {
 		got = append(got, describe(u))
 	}
-	want := []string{"unknown statement line=1 garbage", "unknown statement line=2 subnet"}
-	if diff := cmp.Diff(want, got); diff != "" || len(ls.Errors) != 0 || ls.Len() != 1 || ls.Statements != 3 {
-		t.Errorf("unknown (-want +got):\n%s\nerrors %v, leases %d, statements %d; want none, 1, 3", diff, ls.Errors, ls.Len(), ls.Statements)
+	want := []string{"unknown statement line=1 garbage", "unknown statement line=2 subnet", "unknown statement line=6 db-time-format"}
+	if diff := cmp.Diff(want, got); diff != "" || len(ls.Errors) != 0 || ls.Len() != 1 || ls.Statements != 4 {
+		t.Errorf("unknown (-want +got):\n%s\nerrors %v, leases %d, statements %d; want none, 1, 4", diff, ls.Errors, ls.Len(), ls.Statements)
 	}
 	ls, err = ParseLeases(strings.NewReader(strings.Repeat("x;\n", 150)))
 	if err != nil {

@@ -163,8 +163,10 @@ func (p *stmtParser) parseTop() (Statement, error) {
 	case "class", "subclass":
 		return p.parseClass()
 	}
-	// group, db-time-format, lease-id-format: skipped on purpose.
-	if p.ctx == "group" || p.ctx == "db-time-format" || p.ctx == "lease-id-format" {
+	// group: dhcpd reads it (parse_group_declaration), for nothing the
+	// table holds. Anything else, db-time-format and lease-id-format
+	// (dhcpd.conf's statements) included, dhcpd calls corrupt.
+	if p.ctx == "group" {
 		return nil, p.skip()
 	}
 	u := &Unknown{Line: p.line0, What: shown(string(w))}

@@ -610,7 +610,7 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	if absent && !r.st.Baselined {
 		r.st.NoFile = true
 	}
-	r.noteUnreadable(err, now)
+	r.noteUnreadable(err, absent, now)
 	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)
@@ -639,7 +639,7 @@ func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
 		r.log.Warn().Str("leases", r.cfg.Leases).
 			Msg("the leases file does not exist: nothing to follow until dhcpd writes it (if dhcpd is running, dhcpd.leases in the configuration names a file it does not write)")
 	case !absent && !r.absentSince.IsZero():
-		r.log.Info().Str("leases", r.cfg.Leases).Dur("missing_for", now.Sub(r.absentSince)).Msg("the leases file appeared; following it")
+		r.log.Info().Str("leases", r.cfg.Leases).Dur("missing_for", now.Sub(r.absentSince)).Msg("the leases file appeared")
 		r.absentSince = time.Time{}
 		r.met.absent.Store(false)
 	}
@@ -648,8 +648,14 @@ func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
 // noteUnreadable tells the operator when reading the leases file fails
 // (its permissions, a directory at its path, an I/O error) and when it
 // reads again: once each, and again when the error changes, not at every
-// poll. err is the round's read error (nil: it read). r.mu is held.
-func (r *Reconciler) noteUnreadable(err error, now time.Time) {
+// poll. err is the round's read error (nil: it read, or found no file:
+// absent, which noteAbsent tells). r.mu is held.
+func (r *Reconciler) noteUnreadable(err error, absent bool, now time.Time) {
+	if err == nil && absent && !r.unreadableSince.IsZero() {
+		r.unreadableSince, r.readErr = time.Time{}, ""
+		r.met.unreadable.Store(false)
+		return
+	}
 	switch {
 	case err != nil && (r.unreadableSince.IsZero() || err.Error() != r.readErr):
 		if r.unreadableSince.IsZero() {

@@ -528,13 +528,14 @@ func (h *harness) gauge(name string) float64 {
 }
 
 // TestTaskLeasesFileUnreadable: a leases file the agent cannot read (a
-// directory at its path here; permissions on a rack, which root's test
-// would not see) is told to the operator — one error line, not one a
-// poll, the gauge, LeasesFile for /status with the error — and its
-// recovery too; what dhcpd then writes is followed as usual.
+// FIFO at its path here, which dhcpd's rewrite replaces at once;
+// permissions on a rack, which root's test would not see) is told to the
+// operator — one error line, not one a poll, the gauge, LeasesFile for
+// /status with the error — and its recovery too; what dhcpd then writes
+// is followed as usual.
 func TestTaskLeasesFileUnreadable(t *testing.T) {
 	h := newHarness(t)
-	if err := os.Mkdir(h.d.path, 0o755); err != nil {
+	if err := syscall.Mkfifo(h.d.path, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h.start(30 * time.Second)
@@ -552,9 +553,6 @@ func TestTaskLeasesFileUnreadable(t *testing.T) {
 		t.Errorf("the error logged %d times over three failed reads, want once\nlog:\n%s", n, h.logText())
 	}
 
-	if err := os.Remove(h.d.path); err != nil {
-		t.Fatal(err)
-	}
 	h.d.rewrite("", true)
 	h.waitUntil("the file's recovery reported", func() bool { return h.r.LeasesFile().UnreadableSince.IsZero() })
 	if fh := h.r.LeasesFile(); fh.ReadError != "" {
@@ -567,6 +565,40 @@ func TestTaskLeasesFileUnreadable(t *testing.T) {
 	}
 	if !strings.Contains(h.logText(), "the leases file reads again") {
 		t.Errorf("no log of the recovery\nlog:\n%s", h.logText())
+	}
+}
+
+// TestTaskLeasesFileMissingThenUnreadable: a missing file that appears
+// unreadable is reported unreadable, no longer missing; one that then
+// goes again is missing, not "reads again" (a cold review: the first was
+// still shown as missing, the second logged as read).
+func TestTaskLeasesFileMissingThenUnreadable(t *testing.T) {
+	h := newHarness(t)
+	h.start(30 * time.Second)
+	h.waitUntil("the missing file reported", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
+	if err := os.Mkdir(h.d.path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.waitUntil("the unreadable file reported", func() bool { return !h.r.LeasesFile().UnreadableSince.IsZero() })
+	if fh := h.r.LeasesFile(); !fh.AbsentSince.IsZero() || h.gauge("leasekeeper_reconcile_leases_file_missing") != 0 {
+		t.Errorf("LeasesFile %+v and the missing gauge %v once the path names a directory; want it not missing",
+			fh, h.gauge("leasekeeper_reconcile_leases_file_missing"))
+	}
+	if err := os.Remove(h.d.path); err != nil {
+		t.Fatal(err)
+	}
+	h.waitUntil("the missing file reported again", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
+	if fh := h.r.LeasesFile(); !fh.UnreadableSince.IsZero() || h.gauge("leasekeeper_reconcile_leases_file_unreadable") != 0 {
+		t.Errorf("LeasesFile %+v once the directory went; want missing, not unreadable", fh)
+	}
+	if strings.Contains(h.logText(), "the leases file reads again") {
+		t.Errorf("a file gone logged as read again\nlog:\n%s", h.logText())
+	}
+	// What then appears is news, as any file that appears.
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Second, time.Hour), true)
+	got, _ := h.waitQueued(1, 5*time.Second)
+	if !strings.Contains(got[0], ip1) || !strings.Contains(got[0], "commit") {
+		t.Errorf("queued %v, want the commit of %s", got, ip1)
 	}
 }
 

@@ -98,7 +98,10 @@ type follower struct {
 	// is noticed even when its size never dropped.
 	pos     Position
 	hasPos  bool
-	missing bool // the path did not exist at the last open
+	missing bool // the path did not exist at an open since the last that succeeded (its file is news when it appears)
+	// notFound: the last attempt to open the path found no file (not:
+	// it failed otherwise, or succeeded).
+	notFound bool
 	// resumed: resume found the file at the stored position, which is
 	// only ever stored on a file that read whole.
 	resumed bool
@@ -112,7 +115,7 @@ func newFollower(path string) *follower { return &follower{path: path} }
 
 // absent reports whether the path named no file at the last attempt to
 // open it, and none is held.
-func (w *follower) absent() bool { return w.f == nil && w.missing }
+func (w *follower) absent() bool { return w.f == nil && w.notFound }
 
 // close releases the file.
 func (w *follower) close() {
@@ -191,12 +194,14 @@ func (w *follower) resume(pos *Position) ([]change, error) {
 		w.close()
 	}
 	if err := w.openWhole(whyResume); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		w.notFound = errors.Is(err, fs.ErrNotExist)
+		if w.notFound {
 			w.missing = true
 			return w.take(), nil
 		}
 		return w.take(), err
 	}
+	w.notFound = false
 	err = w.readNew()
 	return w.take(), err
 }
@@ -212,13 +217,14 @@ func (w *follower) sync(poll bool) ([]change, error) {
 			why = whyAppeared
 		}
 		if err := w.openWhole(why); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			w.notFound = errors.Is(err, fs.ErrNotExist)
+			if w.notFound {
 				w.missing = true
 				return nil, nil // dhcpd never ran yet: wait for it
 			}
 			return nil, err
 		}
-		w.missing = false
+		w.missing, w.notFound = false, false
 		err := w.pollChecks(poll, w.readNew())
 		return w.take(), err
 	}
