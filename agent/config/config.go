@@ -234,21 +234,32 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	}
 	if c.Release.TokenFile != "" {
 		if _, err := ReadToken(c.Release.TokenFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "release.token_file", Err: err})
+			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "release.token_file", Err: &SecretFileError{err}})
 		}
 	}
 	if c.MAAS.APIKeyFile != "" {
 		if _, err := ReadMAASKey(c.MAAS.APIKeyFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "maas.api_key_file", Err: err})
+			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "maas.api_key_file", Err: &SecretFileError{err}})
 		}
 	}
 	if c.Pair.KeyFile != "" {
 		if _, err := ReadPairKey(c.Pair.KeyFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "pair.key_file", Err: err})
+			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "pair.key_file", Err: &SecretFileError{err}})
 		}
 	}
 	return c, nil
 }
+
+// SecretFileError is a secret file the configuration names (a token, an
+// API key, the pair's key) that cannot be used: missing, unreadable, too
+// open or malformed. Unlike the configuration's own text, such a file
+// may be put right without touching the configuration (copied to the
+// second rack after the first start), so the agent's exit status for it
+// is the one a restart may mend.
+type SecretFileError struct{ Err error }
+
+func (e *SecretFileError) Error() string { return e.Err.Error() }
+func (e *SecretFileError) Unwrap() error { return e.Err }
 
 // maxFileSize bounds a configuration file (Decode); the shipped one,
 // comments and all, is about 14 KiB.
@@ -343,7 +354,7 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // fromOverrides names, in err's problems, the override that set each key
 // it set (the last one of that key): its value is not in the file, where
-// an operator would look for it.
+// an operator would look for it (--set, or --log-level: "log.level=…").
 func fromOverrides(err error, overrides []string) error {
 	var ps Problems
 	if len(overrides) == 0 || !errors.As(err, &ps) {
@@ -356,7 +367,7 @@ func fromOverrides(err error, overrides []string) error {
 	}
 	for _, p := range ps {
 		if o, ok := set[p.Key]; ok {
-			p.Key += " (from --set " + o + ")"
+			p.Key += " (from the command line: " + o + ")"
 		}
 	}
 	return err

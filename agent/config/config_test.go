@@ -319,7 +319,7 @@ func TestParseOverrides(t *testing.T) {
 	}
 	// A value the file does not hold is blamed on its override.
 	_, err = Parse(strings.NewReader(valid), "t", "log.level=warn", "log.level=x")
-	if err == nil || err.Error() != `t: log.level (from --set log.level=x): "x" is not one of trace, debug, info, warn, error` {
+	if err == nil || err.Error() != `t: log.level (from the command line: log.level=x): "x" is not one of trace, debug, info, warn, error` {
 		t.Errorf("err %v", err)
 	}
 	// An unknown key: a near miss is suggested, else where keys are listed.

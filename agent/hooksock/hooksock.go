@@ -238,7 +238,15 @@ func (l *Listener) sameSocket(uc *net.UnixConn) error {
 	if name == "" {
 		name = "an unnamed socket"
 	}
-	return fmt.Errorf("hook.socket is %s, but systemd passed the hook socket %s (ListenDatagram= in leasekeeper.socket): hooks send to hook.socket, so this agent would never hear them; make the two the same and restart leasekeeper.socket", l.cfg.Path, name)
+	return &SocketMismatchError{Configured: l.cfg.Path, Passed: name}
+}
+
+// SocketMismatchError is a socket systemd passed that is not hook.socket
+// (sameSocket): a configuration error, which a restart does not mend.
+type SocketMismatchError struct{ Configured, Passed string }
+
+func (e *SocketMismatchError) Error() string {
+	return fmt.Sprintf("hook.socket is %s, but systemd passed the hook socket %s (ListenDatagram= in leasekeeper.socket): hooks send to hook.socket, so this agent would never hear them; make the two the same and restart leasekeeper.socket", e.Configured, e.Passed)
 }
 
 // open creates the socket or takes the one systemd passed. own is the

@@ -102,12 +102,13 @@ STATUS= with the queue depth, watchdog pings while every part makes
 progress (WatchdogSec=), RELOADING=1 on SIGHUP and STOPPING=1 on the way
 out.
 
-Exit status: 0 after a clean stop, 78 when the configuration file is
-missing, unreadable or invalid (the packaged unit does not restart then:
-fix the file, then systemctl restart leasekeeper), 1 when a part failed or
-a file the configuration names (the region's certificates, key or token)
-cannot be read (restarted), 2 for bad flags; the reason is on stderr and
-in the log.`,
+Exit status: 0 after a clean stop, 78 when the configuration (the file,
+or a --set) is missing, unreadable or invalid, or hook.socket is not the
+socket systemd passed (the packaged unit does not restart then: fix it,
+then systemctl restart leasekeeper), 1 when a part failed or a file the
+configuration names (the region's certificates, key or token, a secret
+file) cannot be used (restarted), 2 for bad flags; the reason is on
+stderr and in the log.`,
 		Example: `  leasekeeper agent --config /etc/leasekeeper/leasekeeper.toml
   leasekeeper agent --print-config            # validate, show every value, exit
   leasekeeper agent --set region.url=http://127.0.0.1:8080/leases \
@@ -124,7 +125,11 @@ in the log.`,
 				}
 			}
 			cfg, err := loadAgentConfig(env, configPath, overrides)
-			if err != nil {
+			var secret *config.SecretFileError
+			switch {
+			case errors.As(err, &secret):
+				return err // may be mended without the configuration: restarted
+			case err != nil:
 				return configError{err}
 			}
 			if printConfig {

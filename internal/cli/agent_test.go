@@ -61,8 +61,11 @@ func TestAgentBadConfig(t *testing.T) {
 		{"missing file", []string{"agent", "--config", "/nonexistent/lk.toml"}, ExitConfig, []string{"leasekeeper: config: open /nonexistent/lk.toml: no such file or directory"}},
 		{"bad --set", []string{"agent", "--config", good, "--set", "region.timeout"}, 2, []string{"--set region.timeout: want section.key=value"}},
 		{"unknown --set", []string{"agent", "--config", good, "--set", "region.tiemout=1s"}, 2, []string{`--set region.tiemout: unknown key`}},
-		{"bad --set value", []string{"agent", "--config", good, "--set", "region.batch_max=0"}, ExitConfig, []string{"region.batch_max (from --set region.batch_max=0): 0 is not between 1 and 10000"}},
-		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, ExitConfig, []string{`log.level (from --set log.level=loud): "loud" is not one of`}},
+		{"bad --set value", []string{"agent", "--config", good, "--set", "region.batch_max=0"}, ExitConfig, []string{"region.batch_max (from the command line: region.batch_max=0): 0 is not between 1 and 10000"}},
+		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, ExitConfig, []string{`log.level (from the command line: log.level=loud): "loud" is not one of`}},
+		// A secret file may be put right without the configuration (the
+		// pair's key copied later): exit 1, which the unit restarts on.
+		{"secret file missing", []string{"agent", "--config", good, "--set", "release.token_file=/nonexistent/release.token"}, 1, []string{"release.token_file: open /nonexistent/release.token"}},
 		{"arguments", []string{"agent", "extra"}, 2, []string{`unknown command "extra"`}},
 	}
 	for _, tc := range tests {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 )
 
 // Env is what commands reach outside themselves for: output streams, the
@@ -52,7 +54,8 @@ type usageError struct{ error }
 func (e usageError) Unwrap() error { return e.error }
 
 // configError is the agent's configuration file missing, unreadable or
-// invalid: exit status ExitConfig, which the packaged unit does not
+// invalid (and, mapped by ExitCode, hook.socket not the socket systemd
+// passed, found once the agent runs): exit status ExitConfig, which the packaged unit does not
 // restart on (RestartPreventExitStatus=), as another try reads the same
 // file. What start reads besides it (certificates, the token) is not one:
 // those may appear later, and the unit's restarts then heal the agent.
@@ -78,7 +81,8 @@ func ExitCode(err error, stderr io.Writer) int {
 		return 2
 	}
 	var ce configError
-	if errors.As(err, &ce) {
+	var sm *hooksock.SocketMismatchError
+	if errors.As(err, &ce) || errors.As(err, &sm) {
 		return ExitConfig
 	}
 	return 1

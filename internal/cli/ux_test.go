@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 )
 
 // TestUsageExitStatus: bad invocations cobra finds itself exit 2, as every
@@ -153,6 +155,27 @@ func TestStatusRandomPort(t *testing.T) {
 	out, stderr, code := run(t, "status", "--config", path)
 	if code != 1 || out != "" || !strings.Contains(stderr, "127.0.0.1:0: the agent listens on a port of the kernel's choosing") || !strings.Contains(stderr, "--url") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 1, the port's explanation", code, out, stderr)
+	}
+}
+
+// TestExitConfig: the exit statuses of configuration errors, which the
+// packaged unit does not restart on (RestartPreventExitStatus=78): the
+// file's, and hook.socket not the socket systemd passed, found by the
+// running agent's hook task (the real path is TestActivatedPath's).
+func TestExitConfig(t *testing.T) {
+	var stderr bytes.Buffer
+	mismatch := fmt.Errorf("hooksock: %w", &hooksock.SocketMismatchError{Configured: "/run/a.sock", Passed: "/run/b.sock"})
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{configError{errors.New("config x: bad")}, ExitConfig},
+		{mismatch, ExitConfig},
+		{errors.New("outbox: disk full"), 1},
+	} {
+		if got := ExitCode(tc.err, &stderr); got != tc.want {
+			t.Errorf("ExitCode(%v) = %d, want %d", tc.err, got, tc.want)
+		}
 	}
 }
 
