@@ -216,7 +216,7 @@ func Load(path string, overrides ...string) (*Config, error) {
 // refuses a token file that group or others can access or that holds no
 // usable token: the agent must not start with a secret anyone can read.
 func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
-	c, err := Decode(r, name)
+	c, fileProblems, err := decode(r, name)
 	if err != nil {
 		return nil, err
 	}
@@ -229,8 +229,20 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	if len(ps) > 0 {
 		return nil, fmt.Errorf("--set: %w", ps)
 	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, fromOverrides(err, overrides))
+	if err := c.Validate(); err != nil || len(fileProblems) > 0 {
+		// Every problem at once: the file's unknown keys and wrong types,
+		// and the bad values of the sections they leave alone (a
+		// section with one holds its default there, which Validate
+		// would blame on the file).
+		var vps Problems
+		errors.As(err, &vps)
+		all := append(Problems(nil), fileProblems...)
+		for _, p := range vps {
+			if !slices.ContainsFunc(fileProblems, func(f *KeyError) bool { return section(f.Key) == section(p.Key) }) {
+				all = append(all, p)
+			}
+		}
+		return nil, fmt.Errorf("%s: %w", name, fromOverrides(all, overrides))
 	}
 	if c.Release.TokenFile != "" {
 		if _, err := ReadToken(c.Release.TokenFile); err != nil {
@@ -275,24 +287,44 @@ const maxFileSize = 1 << 20
 // one key at a time: decoding into the whole struct would stop at the
 // first wrong type and match names regardless of case ("[Region]").
 func Decode(r io.Reader, name string) (*Config, error) {
+	c, ps, err := decode(r, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) > 0 {
+		return nil, fmt.Errorf("%s: %w", name, ps)
+	}
+	return c, nil
+}
+
+// section is a key's section: "region" for "region.url" and "region".
+func section(key string) string {
+	s, _, _ := strings.Cut(key, ".")
+	return s
+}
+
+// decode is Decode, returning the problems of the file's keys apart from
+// the configuration, which holds the defaults where they are: err is a
+// file that cannot be read as TOML at all.
+func decode(r io.Reader, name string) (*Config, Problems, error) {
 	// Read whole first, and no more than a configuration can be: a
 	// device or a wrong path (/dev/zero, a log) given as the file is
 	// refused, not read until memory runs out.
 	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, maxFileSize>>10)
+		return nil, nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, maxFileSize>>10)
 	}
 	var file map[string]toml.Primitive
 	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(&file)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+			return nil, nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
 		}
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	c := Default()
 	var ps Problems
@@ -333,10 +365,7 @@ func Decode(r io.Reader, name string) (*Config, error) {
 			bad(key, err)
 		}
 	}
-	if len(ps) > 0 {
-		return nil, fmt.Errorf("%s: %w", name, ps)
-	}
-	return c, nil
+	return c, ps, nil
 }
 
 // ErrUnknownKey is wrapped by the error for a section or key the agent

@@ -303,6 +303,22 @@ func TestSet(t *testing.T) {
 	}
 }
 
+// TestParseAllAtOnce: a file with a wrong type and a bad value in
+// another section is told both at once; a section with a problem of its
+// file's is not also blamed for the default left in its place.
+func TestParseAllAtOnce(t *testing.T) {
+	_, err := Parse(strings.NewReader(valid+"timeout = 5\n[log]\nlevel = \"loud\"\n"), "t")
+	var ps Problems
+	if !errors.As(err, &ps) || len(ps) != 2 || ps[0].Key != "region.timeout" || ps[1].Key != "log.level" {
+		t.Errorf("err %v; want region.timeout's type and log.level's value, in that order", err)
+	}
+	// region.url's type is wrong: not also "region.url: required".
+	_, err = Parse(strings.NewReader("[region]\nurl = 5\n"), "t")
+	if !errors.As(err, &ps) || len(ps) != 1 || ps[0].Key != "region.url" {
+		t.Errorf("err %v; want region.url's type alone", err)
+	}
+}
+
 func TestParseOverrides(t *testing.T) {
 	// The file alone is incomplete; --set completes it.
 	c, err := Parse(strings.NewReader("[log]\nlevel = \"warn\""), "t",

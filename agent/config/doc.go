@@ -9,10 +9,9 @@
 //
 //	region.timeout: "5x" is not a duration (Go syntax: "10s", "1m30s")
 //
-// Decode reports every unknown key and every value of the wrong type at
-// once rather than the first, and Validate every bad value; the values
-// are validated once the file decodes, so a file with both kinds shows
-// the second only after the first is mended.
+// and Parse reports every problem at once rather than the first: the
+// file's unknown keys and values of the wrong type, and the bad values of
+// the sections those leave alone.
 //
 // Durations are Go duration strings, paths are absolute, and the file that
 // packaging/leasekeeper.toml ships documents every key (a test parses it
