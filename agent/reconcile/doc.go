@@ -90,6 +90,10 @@
 // a block the next waits until 250 ms after it (busyRound), so a dhcpd
 // under load costs a few reads, commits and deliveries a second, not one
 // per lease, and a lone lease is read as soon as dhcpd writes it.
+// An appended block dhcpd would refuse at its next start, and a
+// statement it does not read in a leases file at all (something else
+// wrote to it), are skipped as dhcpd skips them, logged and counted
+// (leasekeeper_reconcile_file_problems_total{kind="refused"|"unknown"}).
 // A path that names no file (dhcpd never ran, or the setting names a
 // file dhcpd does not write) is waited for: a warning says so once,
 // leasekeeper_reconcile_leases_file_missing is 1 and /status shows since

@@ -13,6 +13,7 @@ import (
 const (
 	problemSyntax    = "syntax"    // a statement dhcpd would reject, skipped
 	problemRefused   = "refused"   // an appended block dhcpd refuses when it loads the file, skipped
+	problemUnknown   = "unknown"   // an appended statement dhcpd does not read in a leases file, skipped
 	problemTorn      = "torn"      // a whole read that stayed unfinished from one poll to the next
 	problemRead      = "read"      // an I/O error reading the file or the directory
 	problemWatch     = "watch"     // an inotify error
@@ -58,7 +59,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_file_problems_total",
-			Help: "Problems following dhcpd.leases, by kind: syntax, torn, read, watch, overflow, persist, invalid, old-torn, state-bad.",
+			Help: "Problems following dhcpd.leases, by kind: syntax, refused, unknown, torn, read, watch, overflow, persist, invalid, old-torn, state-bad.",
 		}, []string{"kind"}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_superseded_total",

@@ -727,6 +727,11 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			Msg("leases file: a block dhcpd will refuse at its next start (it keeps the address's earlier one); skipped as dhcpd does")
 		r.met.problems.WithLabelValues(problemRefused).Inc()
 	}
+	for _, what := range c.unknown {
+		r.log.Warn().Str("leases", r.cfg.Leases).Str("statement", what).
+			Msg("leases file: a statement dhcpd does not read (it logs \"Corrupt lease file\" at its next start): something else wrote to its file; skipped as dhcpd does")
+		r.met.problems.WithLabelValues(problemUnknown).Inc()
+	}
 	switch c.kind {
 	case changeFailover:
 		r.failoverNoted(r.st.failoverSeen(c.failover))

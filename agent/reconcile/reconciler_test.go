@@ -652,6 +652,25 @@ func TestTaskRefusedAppend(t *testing.T) {
 	h.stop()
 }
 
+// TestTaskUnknownAppend: an appended statement dhcpd does not read in a
+// leases file (dhcpd.conf's text, say) is skipped as dhcpd skips it,
+// and told: logged and counted; the lease after it is followed.
+func TestTaskUnknownAppend(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite("", true)
+	h.start(30 * time.Second)
+	h.d.append("subnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.50;\n}\n" + nowBlock(ip1, "active", macA, 0, time.Hour))
+	got, _ := h.waitQueued(1, 5*time.Second)
+	if !strings.Contains(got[0], "commit "+ip1) {
+		t.Errorf("queued %q, want the commit after the unknown statement", got)
+	}
+	h.waitLog("a statement dhcpd does not read", 5*time.Second)
+	h.waitUntil("the unknown statement counted", func() bool { return testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemUnknown)) == 1 })
+	if !strings.Contains(h.logText(), `"statement":"line `) || !strings.Contains(h.logText(), `subnet`) {
+		t.Errorf("the log does not name the statement:\n%s", h.logText())
+	}
+}
+
 // TestTaskUnreadableHoldsSynthesis: while the leases file cannot be read,
 // what the agent last read may be out of date (dhcpd may have renewed a
 // lease it still shows ending), so nothing is synthesised from it: a

@@ -48,6 +48,9 @@ type change struct {
 	// refused: appended blocks dhcpd would refuse when it loads the file
 	// (parser.Refused), described; skipped as dhcpd skips them.
 	refused []string
+	// unknown: appended statements dhcpd does not read in a leases file
+	// (parser.Unknown), described; skipped as dhcpd skips them.
+	unknown []string
 
 	table *parser.Table // changeSnapshot
 	// failover: changeFailover's records, in file order. A change of
@@ -377,9 +380,11 @@ func (w *follower) handle(s parser.Statement, err error, old bool) {
 		w.appendErr(err, old)
 		return
 	}
-	if _, ok := s.(*parser.Unknown); ok {
-		// Skipped, as dhcpd skips it; the file's whole reads count it
-		// (Table.Unknown) for nothing the agent decides.
+	if u, ok := s.(*parser.Unknown); ok {
+		// Skipped, as dhcpd skips it, and told: something other than
+		// dhcpd wrote to its file.
+		c := w.appending(old)
+		c.unknown = append(c.unknown, fmt.Sprintf("line %d: %s", u.Line, u.What))
 		return
 	}
 	if fs, ok := s.(*parser.FailoverState); ok {
