@@ -235,7 +235,9 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		// section with one holds its default there, which Validate
 		// would blame on the file).
 		var vps Problems
-		errors.As(err, &vps)
+		if err != nil && !errors.As(err, &vps) {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
 		all := append(Problems(nil), fileProblems...)
 		for _, p := range vps {
 			if !slices.ContainsFunc(fileProblems, func(f *KeyError) bool { return section(f.Key) == section(p.Key) }) {
@@ -451,8 +453,8 @@ func Keys() []string {
 func (c *Config) Set(key, value string) error {
 	f, ok := c.field(key)
 	if !ok {
-		if err := unknownErr(key, "", Keys()); strings.Contains(err.Error(), "did you mean") {
-			return &KeyError{Key: key, Err: err}
+		if best := nearMiss(key, Keys()); best != "" {
+			return &KeyError{Key: key, Err: fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, best)}
 		}
 		return &KeyError{Key: key, Err: fmt.Errorf("%w (leasekeeper agent --print-config shows every key)", ErrUnknownKey)}
 	}
@@ -698,17 +700,22 @@ func tomlValue(v any) string {
 
 // unknownErr says a name is unknown, suggesting a near miss among known.
 func unknownErr(name, what string, known []string) error {
+	if best := nearMiss(name, known); best != "" {
+		return fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, best)
+	}
+	slices.Sort(known)
+	return fmt.Errorf("%w (%s: %s)", ErrUnknownKey, what, strings.Join(known, ", "))
+}
+
+// nearMiss is the name of known closest to name, within two edits, or "".
+func nearMiss(name string, known []string) string {
 	best, bestD := "", 3
 	for _, k := range known {
 		if d := distance(name, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
-	if best != "" {
-		return fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, best)
-	}
-	slices.Sort(known)
-	return fmt.Errorf("%w (%s: %s)", ErrUnknownKey, what, strings.Join(known, ", "))
+	return best
 }
 
 // distance is the Levenshtein distance of two short ASCII names.

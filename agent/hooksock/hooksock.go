@@ -221,24 +221,20 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 // hear them. Either name may reach the other through a symbolic link
 // (/var/run is /run).
 func (l *Listener) sameSocket(uc *net.UnixConn) error {
-	name := ""
-	if a, ok := uc.LocalAddr().(*net.UnixAddr); ok {
-		name = a.Name
-	}
-	if name != "" && filepath.Clean(name) == filepath.Clean(l.cfg.Path) {
+	a, _ := uc.LocalAddr().(*net.UnixAddr)
+	switch {
+	case a == nil || a.Name == "":
+		return &SocketMismatchError{Configured: l.cfg.Path, Passed: "an unnamed socket"}
+	case filepath.Clean(a.Name) == filepath.Clean(l.cfg.Path):
 		return nil
-	}
-	if name != "" && !strings.HasPrefix(name, "@") {
-		a, aerr := os.Stat(name)
-		b, berr := os.Stat(l.cfg.Path)
-		if aerr == nil && berr == nil && os.SameFile(a, b) {
+	case !strings.HasPrefix(a.Name, "@"): // not an abstract name: compare the files
+		passed, perr := os.Stat(a.Name)
+		configured, cerr := os.Stat(l.cfg.Path)
+		if perr == nil && cerr == nil && os.SameFile(passed, configured) {
 			return nil
 		}
 	}
-	if name == "" {
-		name = "an unnamed socket"
-	}
-	return &SocketMismatchError{Configured: l.cfg.Path, Passed: name}
+	return &SocketMismatchError{Configured: l.cfg.Path, Passed: a.Name}
 }
 
 // SocketMismatchError is a socket systemd passed that is not hook.socket

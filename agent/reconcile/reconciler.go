@@ -651,11 +651,6 @@ func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
 // poll. err is the round's read error (nil: it read, or found no file:
 // absent, which noteAbsent tells). r.mu is held.
 func (r *Reconciler) noteUnreadable(err error, absent bool, now time.Time) {
-	if err == nil && absent && !r.unreadableSince.IsZero() {
-		r.unreadableSince, r.readErr = time.Time{}, ""
-		r.met.unreadable.Store(false)
-		return
-	}
 	switch {
 	case err != nil && (r.unreadableSince.IsZero() || err.Error() != r.readErr):
 		if r.unreadableSince.IsZero() {
@@ -666,8 +661,10 @@ func (r *Reconciler) noteUnreadable(err error, absent bool, now time.Time) {
 		r.log.Error().Err(err).Str("leases", r.cfg.Leases).
 			Msg("reading the leases file failed: every synthesised event is held until it reads again (hook events still go); retrying at each poll")
 	case err == nil && !r.unreadableSince.IsZero():
-		r.log.Info().Str("leases", r.cfg.Leases).Dur("unreadable_for", now.Sub(r.unreadableSince)).
-			Msg("the leases file reads again; following it")
+		if !absent {
+			r.log.Info().Str("leases", r.cfg.Leases).Dur("unreadable_for", now.Sub(r.unreadableSince)).
+				Msg("the leases file reads again; following it")
+		}
 		r.unreadableSince, r.readErr = time.Time{}, ""
 		r.met.unreadable.Store(false)
 	}

@@ -333,10 +333,10 @@ func agentURL(env *Env, flagURL, configPath string) (string, error) {
 // would otherwise ask the default agent and answer for it.
 func decodeAgentConfig(env *Env, path string) (*config.Config, error) {
 	f, err := env.Open(path)
-	if errors.Is(err, os.ErrNotExist) && path == config.DefaultPath {
-		return config.Default(), nil
-	}
 	if errors.Is(err, os.ErrNotExist) {
+		if path == config.DefaultPath {
+			return config.Default(), nil
+		}
 		return nil, fmt.Errorf("config: %w (--config names no file; the agent's is %s unless its unit says otherwise)", err, config.DefaultPath)
 	}
 	if err != nil {

@@ -53,12 +53,13 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// configError is the agent's configuration file missing, unreadable or
-// invalid (and, mapped by ExitCode, hook.socket not the socket systemd
-// passed, found once the agent runs): exit status ExitConfig, which the packaged unit does not
+// configError is the agent's configuration missing, unreadable or
+// invalid: exit status ExitConfig, which the packaged unit does not
 // restart on (RestartPreventExitStatus=), as another try reads the same
-// file. What start reads besides it (certificates, the token) is not one:
-// those may appear later, and the unit's restarts then heal the agent.
+// file. ExitCode gives it to hook.socket not being the socket systemd
+// passed too, which the running agent finds. What start reads besides
+// the configuration (certificates, secret files) is not one: those may
+// appear later, and the unit's restarts then heal the agent.
 type configError struct{ error }
 
 func (e configError) Unwrap() error { return e.error }
