@@ -37,6 +37,7 @@ type Table struct {
 	foLog      []*FailoverState
 	refused    []*Refused
 	unknown    []*Unknown // the first maxUnknown
+	unknownN   int
 	ServerDUID *ServerDUID
 	ByteOrder  *ByteOrder
 	// Blocks counts the lease blocks applied (before last-wins).
@@ -74,6 +75,7 @@ func (t *Table) Apply(s Statement) {
 			t.hosts[s.Name] = s
 		}
 	case *Unknown:
+		t.unknownN++
 		if len(t.unknown) < maxUnknown {
 			t.unknown = append(t.unknown, s)
 		}
@@ -217,6 +219,9 @@ const maxUnknown = 100
 // Unknown returns the first 100 top-level statements dhcpd does not read
 // in a leases file (Unknown), in file order.
 func (t *Table) Unknown() []*Unknown { return t.unknown }
+
+// UnknownCount is how many statements Unknown would return, unbounded.
+func (t *Table) UnknownCount() int { return t.unknownN }
 
 func v4key(a netip.Addr) uint32 {
 	b := a.As4()

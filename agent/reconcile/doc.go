@@ -94,6 +94,10 @@
 // statement it does not read in a leases file at all (something else
 // wrote to it), are skipped as dhcpd skips them, logged and counted
 // (leasekeeper_reconcile_file_problems_total{kind="refused"|"unknown"}).
+// A whole read tells them too, one line for each kind naming the first
+// (dhcpd's own rewrite holds none, so they were written since); a file
+// of such statements and no lease is logged as an error, as most likely
+// not dhcpd's leases file at all.
 // A path that names no file (dhcpd never ran, or the setting names a
 // file dhcpd does not write) is waited for: a warning says so once,
 // leasekeeper_reconcile_leases_file_missing is 1 and /status shows since

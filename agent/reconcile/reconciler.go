@@ -779,6 +779,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 		}
 		r.log.Info().Str("why", c.why).Int("leases", c.table.Len()).Int("vanished", vanished).Bool("baseline", baseline).
 			Dur("took", time.Since(start)).Msg("leases file read whole")
+		r.wholeProblems(c.table)
 		if c.why == whyReplaced {
 			switch {
 			case c.duid:
@@ -790,6 +791,34 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			}
 		}
 	}
+}
+
+// wholeProblems tells what a whole read skipped as dhcpd skips it:
+// blocks dhcpd refuses when it loads the file and statements it does not
+// read in a leases file. dhcpd's own rewrite holds neither, so they were
+// written since by something else (or the path names another file): one
+// line for each kind, naming the first, and the count. A file with such
+// statements and no lease at all is most likely not dhcpd's leases file.
+// r.mu is held.
+func (r *Reconciler) wholeProblems(t *parser.Table) {
+	if ref := t.Refused(); len(ref) > 0 {
+		r.log.Warn().Str("leases", r.cfg.Leases).Int("refused", len(ref)).Str("first", ref[0].String()).
+			Msg("leases file: blocks dhcpd will refuse at its next start (it keeps each address's earlier one); skipped as dhcpd does")
+		r.met.problems.WithLabelValues(problemRefused).Add(float64(len(ref)))
+	}
+	u := t.Unknown()
+	if len(u) == 0 {
+		return
+	}
+	first := fmt.Sprintf("line %d: %s", u[0].Line, u[0].What)
+	if t.Blocks == 0 && t.Len() == 0 {
+		r.log.Error().Str("leases", r.cfg.Leases).Int("statements", t.UnknownCount()).Str("first", first).
+			Msg("leases file holds no lease, only statements dhcpd does not read in a leases file: is [dhcpd] leases the file dhcpd writes (dhcpd.conf's lease-file-name, dhcpd -lf)?")
+	} else {
+		r.log.Warn().Str("leases", r.cfg.Leases).Int("statements", t.UnknownCount()).Str("first", first).
+			Msg("leases file: statements dhcpd does not read (it logs \"Corrupt lease file\" at its next start): something else wrote to its file; skipped as dhcpd does")
+	}
+	r.met.problems.WithLabelValues(problemUnknown).Add(float64(t.UnknownCount()))
 }
 
 // classified logs what a rewrite was. r.mu is held.

@@ -671,6 +671,50 @@ func TestTaskUnknownAppend(t *testing.T) {
 	}
 }
 
+// TestTaskWholeProblems: what a whole read skips as dhcpd does is told
+// as an appended statement is: a refused block and statements dhcpd does
+// not read, each kind in one line naming the first, counted one by one.
+// A file of such statements and no lease is most likely not dhcpd's
+// leases file (dhcpd.conf named by mistake), and the log says so.
+func TestTaskWholeProblems(t *testing.T) {
+	t.Run("some", func(t *testing.T) {
+		h := newHarness(t)
+		// (The statements come first, and no server-duid follows, as
+		// dhcpd's recovery from a refused block skips the statement
+		// after it: that would count as a second.)
+		h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour)+
+			"option domain-name \"example.org\";\nauthoritative;\n"+
+			"lease "+ip1+" {\n  starts 3 2026/01/07 10:00:00;\n  binding state free;\n  frobnicate;\n}\n", false)
+		h.start(30 * time.Second)
+		h.waitLog("blocks dhcpd will refuse", 5*time.Second)
+		h.waitLog("statements dhcpd does not read", 5*time.Second)
+		if n := testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemRefused)); n != 1 {
+			t.Errorf("refused counted %v, want 1", n)
+		}
+		if n := testutil.ToFloat64(h.r.met.problems.WithLabelValues(problemUnknown)); n != 2 {
+			t.Errorf("unknown counted %v, want 2", n)
+		}
+		log := h.logText()
+		if !strings.Contains(log, `"statements":2`) || !strings.Contains(log, `: option"`) {
+			t.Errorf("the log does not count the statements or name the first:\n%s", log)
+		}
+		if strings.Contains(log, "holds no lease") {
+			t.Errorf("a leases file with a lease called not one:\n%s", log)
+		}
+		h.stop()
+	})
+	t.Run("conf", func(t *testing.T) {
+		h := newHarness(t)
+		h.d.rewrite("option domain-name \"example.org\";\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.50;\n}\n", true)
+		h.start(30 * time.Second)
+		h.waitLog("holds no lease, only statements dhcpd does not read", 5*time.Second)
+		if !strings.Contains(h.logText(), `"level":"error"`) {
+			t.Errorf("not an error:\n%s", h.logText())
+		}
+		h.stop()
+	})
+}
+
 // TestTaskUnreadableHoldsSynthesis: while the leases file cannot be read,
 // what the agent last read may be out of date (dhcpd may have renewed a
 // lease it still shows ending), so nothing is synthesised from it: a
