@@ -34,6 +34,10 @@ func newCheckCmd(env *Env) *cobra.Command {
   fixed-address   an active dynamic lease on a host declaration's fixed address
   unreadable      a statement of the leases file that could not be read (not a
                   leases file, or damaged): what it held was not checked
+  refused         a block dhcpd refuses when it loads the file, and the
+                  statement its recovery skips after it: left out, as dhcpd
+                  leaves them out (it keeps the address's earlier block); one
+                  dhcpd cannot start on says so
 
 In a failover pair, a peer whose state is not normal is noted (partner-down:
 this server answers for the whole pool; recover: it answers nobody until it
@@ -65,6 +69,13 @@ relevant, ips and host; failover entries are those of pools --json.`,
 			}
 			for _, e := range ls.Errors {
 				unreadable = append(unreadable, pools.Problem{Kind: "unreadable", Detail: fmt.Sprintf("%s:%v", ff.leases, e)})
+			}
+			for _, r := range ls.Refused() {
+				p := pools.Problem{Kind: "refused", Detail: fmt.Sprintf("%s:%v", ff.leases, r)}
+				if r.IP.IsValid() {
+					p.IP = r.IP.String()
+				}
+				unreadable = append(unreadable, p)
 			}
 			problems = append(unreadable, problems...)
 			pairs := pools.Summarize(cfg, ls.Table, now).Failover

@@ -64,6 +64,33 @@ func TestCheckNotLeases(t *testing.T) {
 	}
 }
 
+// TestCheckRefused: a block dhcpd refuses when it loads the file is a
+// problem, exit 1, never "ok": dhcpd's next start loses it (and on a
+// fatal one does not start at all). A cold review found "ok: 0 leases"
+// for such a file.
+func TestCheckRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, text, want string }{
+		{"unknown statement", "lease 203.0.113.10 {\n  starts 3 2026/01/07 10:00:00;\n  binding state free;\n  frobnicate;\n}\n",
+			"lease 203.0.113.10: dhcpd refuses the whole block: unknown statement \"frobnicate\""},
+		{"timestamp", "lease 203.0.113.10 {\n  starts 3 2026/01/07 10:00:00;\n  timestamp 3 2026/01/07 10:00:00;\n  binding state free;\n}\n",
+			"dhcpd 4.4 does not start on this file"},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+		if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, code := run(t, "check", "--leases", path, "--config", "testdata/dhcpd.conf")
+		if code != 1 || strings.Contains(out, "ok:") || !strings.Contains(out, "refused: "+path+":") || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1 and a refused line saying %q", tc.name, code, out, stderr, tc.want)
+		}
+		out, _, _ = run(t, "check", "--json", "--leases", path, "--config", "testdata/dhcpd.conf")
+		if !strings.Contains(out, `"ip": "203.0.113.10"`) {
+			t.Errorf("%s: the JSON problem does not name the address: %s", tc.name, out)
+		}
+	}
+}
+
 // TestCheckUnreadable: a leases file check could not read whole (garbage,
 // or not a leases file) is a problem, exit 1, never "ok".
 func TestCheckUnreadable(t *testing.T) {
