@@ -103,6 +103,25 @@ func New(apiURL string, key Key, hc *http.Client, userAgent string) (*Client, er
 	return &Client{base: base, key: key, http: &c, ua: userAgent}, nil
 }
 
+// expectedBase starts what MAAS's OAuth library appends to a 401 for a
+// wrong signature: the signature base string it expected, which for
+// PLAINTEXT is the signature itself, "&" and the token's secret (the
+// python-oauth code piston3 carries, OAuthServer._check_signature;
+// MAAS's src/maasserver/api/auth.py OAuthUnauthorized passes it on as
+// "Authorization Error: %r").
+const expectedBase = "Expected signature base string"
+
+// withoutSecret cuts what the region appended to a wrong signature's 401,
+// the key's real secret: an answer's text goes to the log, the job's
+// reason in the outbox and /status, which the key's secret must not.
+func withoutSecret(text string) string {
+	i := strings.Index(text, expectedBase)
+	if i < 0 {
+		return text
+	}
+	return text[:i] + "(the signature the region expected, the key's secret, left out)"
+}
+
 // BaseURL is the API 2.0 root for the URL maas login takes.
 func BaseURL(apiURL string) (string, error) {
 	u, err := url.Parse(apiURL)
@@ -201,7 +220,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, form url.Value
 	if err != nil {
 		return fmt.Errorf("maas: %s: reading the answer: %w", op, err)
 	}
-	text := strings.TrimSpace(string(b))
+	text := withoutSecret(strings.TrimSpace(string(b)))
 	if len(text) > 300 {
 		text = text[:300] + "…"
 	}

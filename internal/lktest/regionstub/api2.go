@@ -252,8 +252,13 @@ func (s *Server) authenticate(r *http.Request) (APIUser, int, string) {
 		if now := time.Now().Add(s.api2.skew).Unix(); now-ts > 300 {
 			return APIUser{}, http.StatusUnauthorized, fmt.Sprintf("Authorization Error: 'Expired timestamp: given %d and now %d has a greater difference than threshold 300'", ts, now)
 		}
+		// A wrong signature: piston3's OAuthServer names the base string
+		// it expected, which for PLAINTEXT is the right signature ("&"
+		// and the token's secret), and MAAS passes that on
+		// (src/maasserver/api/auth.py, OAuthUnauthorized: "Authorization
+		// Error: %r").
 		if p["oauth_signature_method"] != "PLAINTEXT" || p["oauth_signature"] != "&"+k.Secret {
-			return APIUser{}, http.StatusUnauthorized, "Authorization Error: 'Invalid signature.'"
+			return APIUser{}, http.StatusUnauthorized, "Authorization Error: 'Invalid signature. Expected signature base string: &" + k.Secret + "'"
 		}
 		return u, 0, ""
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -102,8 +103,29 @@ func TestAPI2OAuth(t *testing.T) {
 		}
 	}
 	s.SetClockSkew(0)
-	if _, err := client(t, u, "ac:at:xx").Whoami(ctx); maasapi.IsClockSkew(err) {
+	_, err = client(t, u, "ac:at:xx").Whoami(ctx)
+	if maasapi.IsClockSkew(err) {
 		t.Errorf("a wrong secret taken for a clock: %v", err)
+	}
+	// A wrong signature's 401 names the signature MAAS expected, the
+	// key's real secret (piston3's OAuthServer, passed on by
+	// src/maasserver/api/auth.py OAuthUnauthorized); the client's error,
+	// which goes to logs and /status, leaves it out.
+	req, _ := http.NewRequest(http.MethodGet, u+"api/2.0/users/?op=whoami", nil)
+	bad, _ := maasapi.ParseKey("ac:at:xx")
+	req.Header.Set("Authorization", bad.Sign())
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "Authorization Error: 'Invalid signature. Expected signature base string: &as'"; string(body) != want {
+		t.Errorf("wrong signature: %q, want %q", body, want)
+	}
+	_, err = client(t, u, "ac:at:xx").Whoami(ctx)
+	if msg := err.Error(); strings.Contains(msg, "&as") || !strings.Contains(msg, "Invalid signature") {
+		t.Errorf("the client's error keeps the secret or loses the reason: %q", msg)
 	}
 }
 
