@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -347,7 +349,21 @@ func maasClient(cfg *config.Config, version string) (*maasapi.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("maas.api_key_file: %w", err)
 	}
-	c, err := maasapi.New(cfg.MAAS.APIURL, key, &http.Client{Timeout: 30 * time.Second}, "leasekeeper/"+version)
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if ca := cfg.MAAS.CAFile; ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("maas.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("maas.ca_file %s: no PEM certificate in it", ca)
+		}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc.Transport = t
+	}
+	c, err := maasapi.New(cfg.MAAS.APIURL, key, hc, "leasekeeper/"+version)
 	if err != nil {
 		return nil, fmt.Errorf("maas.api_url: %w", err)
 	}

@@ -83,6 +83,7 @@ type Region struct {
 type MAAS struct {
 	APIURL     string `toml:"api_url"`      // what `maas login` takes: http://REGION:5240/MAAS/
 	APIKeyFile string `toml:"api_key_file"` // an administrator's API key, consumer:token:secret
+	CAFile     string `toml:"ca_file"`      // PEM CA of an https api_url's certificate; "" = the system's roots
 }
 
 // MAASCertDir is where a deb-installed MAAS rack keeps the certificates

@@ -404,7 +404,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 34 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 35 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from
@@ -583,6 +583,9 @@ func TestMAASKeys(t *testing.T) {
 		{"key alone", "api_key_file = \"" + keyFile + "\"\n", "together"},
 		{"bad url", "api_url = \"ftp://r/\"\napi_key_file = \"" + keyFile + "\"\n", "maas.api_url"},
 		{"unknown key", "api_token = \"x\"\n", "maas.api_token"},
+		{"ca for TLS", "api_url = \"https://r:5443/MAAS/\"\napi_key_file = \"" + keyFile + "\"\nca_file = \"/etc/leasekeeper/maas-ca.pem\"\n", ""},
+		{"ca without TLS", "api_url = \"http://r:5240/MAAS/\"\napi_key_file = \"" + keyFile + "\"\nca_file = \"/etc/leasekeeper/maas-ca.pem\"\n", "maas.ca_file: set for an api_url without TLS"},
+		{"ca relative", "api_url = \"https://r:5443/MAAS/\"\napi_key_file = \"" + keyFile + "\"\nca_file = \"maas-ca.pem\"\n", "not an absolute path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse(strings.NewReader(base+"[maas]\n"+c.maas), "test.toml")

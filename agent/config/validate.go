@@ -66,9 +66,12 @@ func (c *Config) Validate() error {
 	c.validateRegion(bad, badf, path)
 
 	path("maas.api_key_file", c.MAAS.APIKeyFile, false)
+	path("maas.ca_file", c.MAAS.CAFile, false)
 	if u := c.MAAS.APIURL; u != "" {
 		if _, err := maasapi.BaseURL(u); err != nil {
 			bad("maas.api_url", err)
+		} else if c.MAAS.CAFile != "" && !strings.HasPrefix(strings.ToLower(u), "https:") {
+			badf("maas.ca_file", "set for an api_url without TLS (%s): a MAAS with TLS answers at https://REGION:5443/MAAS/", u)
 		}
 	}
 	if (c.MAAS.APIURL == "") != (c.MAAS.APIKeyFile == "") {

@@ -24,7 +24,7 @@ const (
 	StateRefused      = "refused"      // the API key is refused or not an administrator's, or this host's clock is behind the region's
 	StateUnreleasable = "unreleasable" // MAAS's release fails for its record (linked to several interfaces)
 	StateUnconfirmed  = "unconfirmed"  // the region answered the release with success but still lists the record
-	StateMisdirected  = "misdirected"  // maas.api_url does not lead to the region's API 2.0 (a redirect or a 404)
+	StateMisdirected  = "misdirected"  // maas.api_url does not lead to the region's API 2.0 (a redirect or a 404), or its TLS certificate is not trusted (maas.ca_file)
 )
 
 // states are every job state, in the order the metrics list them.

@@ -47,14 +47,14 @@ func newMetrics(count func() map[string]int) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_orphans_refused_total",
-			Help: "Orphaned addresses not freed, by reason: other-mac and not-discovered (the region's record is someone else's: left alone), back (dhcpd.leases lists the address again, a range holding it: no orphan any more), api-key (the key is refused or not an administrator's: alert), clock (MAAS refuses the request's OAuth timestamp: this rack's clock is more than 300 s behind the region's: alert), linked-interfaces (the region's record is linked to several interfaces, which MAAS's release fails on: kept, tried hourly), unconfirmed (the region answered the release with success and still lists the record: something answers for the region, alert), api-url (maas.api_url redirects or answers 404: not the region's API, alert).",
+			Help: "Orphaned addresses not freed, by reason: other-mac and not-discovered (the region's record is someone else's: left alone), back (dhcpd.leases lists the address again, a range holding it: no orphan any more), api-key (the key is refused or not an administrator's: alert), clock (MAAS refuses the request's OAuth timestamp: this rack's clock is more than 300 s behind the region's: alert), linked-interfaces (the region's record is linked to several interfaces, which MAAS's release fails on: kept, tried hourly), unconfirmed (the region answered the release with success and still lists the record: something answers for the region, alert), api-url (maas.api_url redirects or answers 404: not the region's API, alert), api-tls (the region's TLS certificate is not trusted or not for api_url's host, or its port does not speak TLS: set maas.ca_file or api_url, alert).",
 		}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_orphans_held",
 			Help: "Orphaned addresses waiting to be freed in the region (leasekeeper orphans lists them and why; so does leasekeeper status --json).",
 		}),
 	}
-	for _, r := range []string{"other-mac", "not-discovered", "back", "api-key", "clock", "linked-interfaces", "unconfirmed", "api-url"} {
+	for _, r := range []string{"other-mac", "not-discovered", "back", "api-key", "clock", "linked-interfaces", "unconfirmed", "api-url", "api-tls"} {
 		m.refused.WithLabelValues(r)
 	}
 	return m

@@ -53,9 +53,10 @@ type Outcome struct {
 	Reason string
 	By     string // who answered the probe (logs only: /status discloses no MACs)
 
-	offLink bool // blocked because no link of this rack reaches the address (rack.ErrNotOnLink)
-	asked   bool // the region's record was read in this attempt
-	clock   bool // refused because this host's clock is behind the region's (maasapi.IsClockSkew)
+	offLink bool   // blocked because no link of this rack reaches the address (rack.ErrNotOnLink)
+	asked   bool   // the region's record was read in this attempt
+	clock   bool   // refused because this host's clock is behind the region's (maasapi.IsClockSkew)
+	tls     string // misdirected because of the region's certificate or port (maasapi.CertProblem): what to change
 }
 
 // Releaser is the agent task working the jobs.
@@ -365,7 +366,13 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 		// ever, said nothing new. The reload that mends it (SetClient)
 		// makes every job due at once.
 		j.Next = now.Add(refusedRetry)
-		if fresh {
+		switch {
+		case !fresh:
+		case out.tls != "":
+			r.met.refused.WithLabelValues("api-tls").Inc()
+			log.Error().Str("reason", out.Reason).Time("next", j.Next).Str("fix", out.tls+", and reload").
+				Msg("the region's API cannot be trusted over TLS as configured")
+		default:
 			r.met.refused.WithLabelValues("api-url").Inc()
 			log.Error().Str("reason", out.Reason).Time("next", j.Next).
 				Str("fix", "set maas.api_url to the URL `maas login` takes for this region (http://REGION:5240/MAAS/, or https://REGION:5443/MAAS/ with TLS) and reload").
@@ -574,6 +581,9 @@ func apiOutcome(err error) Outcome {
 	case maasapi.IsMisdirected(err):
 		return Outcome{Result: StateMisdirected, Reason: err.Error()}
 	}
+	if why := maasapi.CertProblem(err); why != "" {
+		return Outcome{Result: StateMisdirected, Reason: why + " (" + err.Error() + ")", tls: why}
+	}
 	return Outcome{Result: StateRetrying, Reason: err.Error()}
 }
 
@@ -659,6 +669,8 @@ func (o Outcome) said() string {
 		return o.Result + "/off-link"
 	case o.clock:
 		return o.Result + "/clock"
+	case o.tls != "":
+		return o.Result + "/tls: " + o.tls
 	}
 	return o.Result
 }

@@ -3,6 +3,8 @@ package orphans_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -228,5 +230,70 @@ func TestReleaserReload(t *testing.T) {
 	}
 	if _, still := s.Lease(addr); still {
 		t.Error("the region still lists the address")
+	}
+}
+
+// TestReleaserUntrustedRegion: a MAAS with TLS whose certificate this
+// rack does not trust (a private CA: `maas config-tls enable KEY CERT
+// --cacert CA`, src/maasserver/management/commands/config_tls.py) is
+// the configuration's problem, not an outage: the address is
+// "misdirected", logged at error level once with the fix (maas.ca_file),
+// not retried every minute for ever; the reload that sets the CA frees it.
+func TestReleaserUntrustedRegion(t *testing.T) {
+	s, err := regionstub.Start(regionstub.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	api, err := s.StartAPI2TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
+	observe(t, s, macA)
+	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	addr := netip.MustParseAddr(ip)
+	if err := store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
+		return nil, orphans.Sink{}.Put(b.Tx(), []reconcile.Orphan{{IP: addr, MAC: macA, Ends: time.Now().Unix()}}, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	silent := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
+		return rack.Probe{Iface: "br0"}, nil
+	}
+	key, _ := maasapi.ParseKey(adminKey)
+	untrusting, err := maasapi.New(api, key, &http.Client{}, "leasekeeper/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	r, err := orphans.New(orphans.Config{Client: untrusting, Probe: silent}, store, zerolog.New(&log), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out, err := r.ReleaseNow(context.Background(), addr)
+	if err != nil || out.Result != orphans.StateMisdirected || !strings.Contains(out.Reason, "maas.ca_file") {
+		t.Fatalf("untrusted certificate: %+v, %v; want misdirected naming maas.ca_file", out, err)
+	}
+	if jobs := r.Jobs(); len(jobs) != 1 || jobs[0].Next.Sub(jobs[0].Last) < 10*time.Minute {
+		t.Errorf("jobs %+v: want the address kept, tried again in ten minutes", jobs)
+	}
+	if !strings.Contains(log.String(), `"level":"error"`) || !strings.Contains(log.String(), `"fix":"the region's certificate is not signed by a CA this rack trusts: set maas.ca_file`) {
+		t.Errorf("the log does not give the fix at error level:\n%s", log.String())
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.PKI().CAPEM)
+	trusting, err := maasapi.New(api, key, &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, "leasekeeper/test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetClient(trusting)
+	if out, err := r.ReleaseNow(context.Background(), addr); err != nil || out.Result != "freed" {
+		t.Fatalf("after the reload with the CA: %+v, %v", out, err)
 	}
 }

@@ -35,7 +35,8 @@ cannot be probed: no link of this rack reaches it, or dhcpd.leases is not
 read yet), retrying (the region did not answer: see the reason), refused (MAAS
 does not let the API key's user list or release addresses, or refuses the
 request's timestamp: this rack's clock is behind), misdirected
-(maas.api_url redirects or answers 404: it is not the region's API),
+(maas.api_url redirects or answers 404: it is not the region's API; or
+the region's TLS certificate is not trusted: set maas.ca_file),
 unconfirmed (the region answered the release with success and still
 lists the record), unreleasable (MAAS's release fails for a record linked
 to several interfaces), unconfigured (no [maas] key). An address a range

@@ -2,6 +2,8 @@ package maasapi
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +11,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Allocation types of a MAAS StaticIPAddress (src/maascommon/enums/ipaddress.py).
@@ -65,6 +69,55 @@ func IsClockSkew(err error) bool {
 func IsMisdirected(err error) bool {
 	var se *StatusError
 	return errors.As(err, &se) && (se.Status >= 300 && se.Status < 400 || se.Status == http.StatusNotFound)
+}
+
+// CertProblem says what is wrong with the region's TLS certificate, or
+// with its port, when err is a handshake that failed on it ("" when it
+// is not): the configuration, not an outage, and waiting does not mend
+// it. A MAAS with TLS serves the operator's certificate (`maas
+// config-tls enable KEY CERT --cacert CA`: src/maasserver/management/
+// commands/config_tls.py), often from a private CA the system's roots do
+// not hold.
+func CertProblem(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		record    tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &unknownCA):
+		return "the region's certificate is not signed by a CA this rack trusts: set maas.ca_file to the CA certificate that signed it (the one maas config-tls enable took with --cacert)"
+	case errors.As(err, &hostname):
+		return fmt.Sprintf("the region's certificate is for %s, not %s: use one of its names in maas.api_url", certNames(hostname.Certificate), hostname.Host)
+	case errors.As(err, &invalid):
+		// Not invalid.Error(): it names the current time, and a reason
+		// that changes at every attempt reads as a new problem.
+		if c := invalid.Cert; invalid.Reason == x509.Expired && c != nil {
+			return fmt.Sprintf("the region's certificate is valid from %s to %s only: renew it, or check this rack's clock", c.NotBefore.UTC().Format(time.DateTime), c.NotAfter.UTC().Format(time.DateTime))
+		}
+		return "the region's certificate is not valid for this use: " + invalid.Detail
+	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return "the region's port does not speak TLS: https://REGION:5443/MAAS/ is MAAS's TLS port, http://REGION:5240/MAAS/ its plain one"
+	}
+	return ""
+}
+
+func certNames(c *x509.Certificate) string {
+	if c == nil {
+		return "other names"
+	}
+	names := slices.Clone(c.DNSNames)
+	for _, ip := range c.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if len(names) == 0 && c.Subject.CommonName != "" {
+		names = append(names, c.Subject.CommonName)
+	}
+	if len(names) == 0 {
+		return "no name"
+	}
+	return strings.Join(names, ", ")
 }
 
 // IsInternalError reports whether err is the region's 500 answer (an

@@ -54,8 +54,11 @@ package regionstub
 // after. The stub has no other address types.
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -199,6 +202,43 @@ func (s *Server) StartAPI2() (string, error) {
 		srv.Close()
 	}()
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	return u, nil
+}
+
+// StartAPI2TLS serves the API 2.0 stand-in over TLS, as a MAAS with TLS
+// enabled does (`maas config-tls enable KEY CERT --cacert CA`, port
+// 5443 by default; nginx serves it with the operator's certificate:
+// src/maasserver/management/commands/config_tls.py,
+// src/maasserver/templates/http/regiond.nginx.conf.template), with a
+// certificate for "localhost" signed by the stub's CA (PKI().CAPEM), and
+// returns the URL `maas login` would take (https://localhost:PORT/MAAS/).
+// Close stops it too.
+func (s *Server) StartAPI2TLS() (string, error) {
+	certPEM, keyPEM, err := s.pki.Sign("", "localhost")
+	if err != nil {
+		return "", err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	srv := &http.Server{Handler: s.API2Handler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:  log.New(io.Discard, "", 0)} // a client refusing the certificate is the test's point
+	u := "https://localhost:" + port + "/MAAS/"
+	s.mu.Lock()
+	s.api2.srv, s.api2.url = srv, u
+	s.mu.Unlock()
+	go func() {
+		<-s.closing
+		srv.Close()
+	}()
+	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
 	return u, nil
 }
 
