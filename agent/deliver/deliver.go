@@ -1012,7 +1012,8 @@ func (d *Deliverer) staleNeighbour(ctx context.Context, e event.Event) bool {
 }
 
 // neighbours are the events of queued that may be tried as neighbours of
-// a suspect, in queue order, normalised: the valid ones, and in a
+// a suspect, in queue order, normalised: the valid ones the region can
+// take (Deliverable: one it cannot is kept back in its turn), and in a
 // failover pair only those the pair's gate clears, outside the doubt
 // (the region may have applied a later event of their address in the
 // request it never answered), sharing no address or MAC with ips and
@@ -1026,8 +1027,8 @@ func (d *Deliverer) neighbours(ctx context.Context, queued []event.Queued, ips m
 	out := make([]event.Queued, 0, len(queued))
 	for _, c := range queued {
 		e := c.Event
-		if e.Normalize() != nil {
-			continue // dead-lettered in its turn; never sent
+		if e.Normalize() != nil || e.Deliverable() != nil {
+			continue // dead-lettered, or kept back, in its turn; never sent
 		}
 		c.Event = e
 		if d.gate != nil && (ips[e.IP] || macs[e.MAC] || c.Seq <= d.doubt.Load()) {

@@ -530,6 +530,42 @@ func TestPoisonItem(t *testing.T) {
 	}
 }
 
+// TestProbeSkipsUndeliverable: the neighbour sent out of its turn to
+// tell a poison event from a failing region is never one the region
+// cannot take (no MAC: dhcpd gave the hook none). In its own turn such
+// an event is kept back, never sent; as a neighbour it went out (a cold
+// review against MAAS: 3.8 stores an empty MAC on a stand-in interface,
+// src/maasservicelayer/models/fields.py and services/leases.py; 3.6 and
+// 3.7 refuse the whole request with 422, src/maascommon/fields.py, so
+// the probe never proved anything).
+func TestProbeSkipsUndeliverable(t *testing.T) {
+	t.Parallel()
+	s, f := poisonStub(t)
+	q := newMemQueue()
+	cfg := fastConfig(s, f)
+	h := newDeliverer(t, cfg, q)
+	q.Append(poisonEvent())
+	run(t, h.d)
+	waitFor(t, 10*time.Second, "the wait for a neighbour", func() bool {
+		return strings.Contains(h.d.Health().Hint, "no other event is queued")
+	})
+	two := events(2, 2)
+	good, nomac := two[0], two[1]
+	nomac.MAC = ""
+	q.Append(nomac, good)
+	waitFor(t, 10*time.Second, "the queue to drain", func() bool { return q.Depth() == 0 })
+	got, _ := received(t, s.Batches())
+	for _, it := range got {
+		if it.IP == nomac.IP.String() {
+			t.Errorf("the region got the event it cannot take: %+v", it)
+		}
+	}
+	if dl := q.DeadLetters(); len(dl) != 1 || dl[0].q.Event.IP != poisonIP {
+		t.Errorf("dead letters %+v, want the poison event", dl)
+	}
+	waitFor(t, 10*time.Second, "the kept-back event counted", func() bool { return metric(t, h.reg, "leasekeeper_deliver_kept_back_total") == 1 })
+}
+
 // TestPoisonForAMoment: the region fails one event with 500 for less than
 // PoisonSpan (a worker failing it for a while, then not), accepting the
 // others meanwhile: the event is retried, never dead-lettered, and
