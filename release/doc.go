@@ -28,14 +28,17 @@
 //     The file's name is the interface index (a file named in
 //     Options.LeaseFiles with a single Options.Interfaces entry is that
 //     interface's instead: a copied file's index may be another
-//     namespace's); the file records no expiry,
-//     so the file's modification time (networkd rewrites it at every bind
-//     and renewal) plus LIFETIME is taken as the end.
+//     namespace's); the file records no expiry, and its modification
+//     time is no start (networkd leaves the file as it is at a renewal
+//     that changes none of its content), so the end is unknown: the
+//     address still on the interface tells the lease runs (networkd
+//     removes it at the end).
 //   - NetworkManager's internal client
 //     (/var/lib/NetworkManager/internal-UUID-IFACE.lease): the networkd
 //     format; the nettools client (NetworkManager 1.36+) writes ADDRESS
 //     only, so its leases are reported and skipped for want of a server.
-//   - Newer systemd's JSON lease files are recognised and reported as not
+//   - A JSON file (networkd's DHCP server keeps its leases so; no DHCP
+//     client here writes one) is recognised and reported as not
 //     supported.
 //
 // # What is released

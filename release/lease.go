@@ -15,7 +15,7 @@ const (
 	FormatUnknown  Format = iota
 	FormatDhclient        // ISC dhclient (also NetworkManager's dhclient backend)
 	FormatNetworkd        // systemd-networkd KEY=VALUE (also NetworkManager's internal client)
-	FormatJSON            // systemd-networkd's newer JSON lease files: recognised, not read
+	FormatJSON            // a JSON file (networkd's DHCP server's leases; no client's): recognised, not read
 )
 
 func (f Format) String() string {
@@ -42,8 +42,7 @@ type Lease struct {
 	// lease, nil if none.
 	ClientID []byte
 	// Expire is when the lease ends, zero if the file does not say
-	// (networkd records Lifetime instead) or the lease never ends
-	// (Never).
+	// (networkd records Lifetime only) or the lease never ends (Never).
 	Expire time.Time
 	Never  bool
 	// Lifetime is the lease time the server granted (networkd's
@@ -52,19 +51,20 @@ type Lease struct {
 	Line     int // where the lease starts in its file (1-based)
 }
 
-// Expiry returns when the lease ends, given when its file was last
-// written (networkd rewrites the file at every bind and renewal, so the
-// file's time plus the lifetime is the end), and whether it is known.
-func (l Lease) Expiry(saved time.Time) (time.Time, bool) {
-	switch {
-	case l.Never:
+// Expiry returns when the lease ends, and whether the file says. A
+// networkd lease records its LIFETIME and no time: the file's
+// modification time is no start, as networkd saves a renewal only when
+// the file's content changes (sd-dhcp-lease.c, dhcp_lease_save:
+// conservative_rename keeps the old file, and its time, when the new
+// one is the same), and a server granting the same lease time every
+// time makes it the same. Its end is unknown; the address still on the
+// interface tells it has not passed (networkd removes it at the end,
+// and gives the kernel the lease's lifetime as the address's).
+func (l Lease) Expiry() (time.Time, bool) {
+	if l.Never || l.Expire.IsZero() {
 		return time.Time{}, false
-	case !l.Expire.IsZero():
-		return l.Expire, true
-	case l.Lifetime > 0 && !saved.IsZero():
-		return saved.Add(l.Lifetime), true
 	}
-	return time.Time{}, false
+	return l.Expire, true
 }
 
 // Detect tells a lease file's format from its content: dhclient files

@@ -18,7 +18,6 @@ type Source struct {
 	// the file belongs to, for formats that do not record it.
 	Iface  string
 	Named  bool      // named on the command line, not found by a glob
-	Saved  time.Time // the file's modification time
 	Leases []Lease   // the current leases (Current applied)
 	// ClientIDs are the identifiers the dhclient.conf that goes with the
 	// file sends, by interface ("" for all); nil if none.
@@ -97,7 +96,7 @@ func Plan(sources []Source, ifaces map[string]Iface, only []string, now time.Tim
 				continue
 			}
 			a := Action{Iface: name, Lease: l, Source: s.Path, Format: s.Format, Verdict: Release}
-			a.Expires, _ = l.Expiry(s.Saved)
+			a.Expires, _ = l.Expiry()
 			if i, dup := seen[key{name, l.Address}]; dup {
 				d := decide(a, s, ifaces, now)
 				old := out[i]

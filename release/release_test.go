@@ -191,8 +191,9 @@ func TestParseDhclientConf(t *testing.T) {
 	}
 }
 
+// TestExpiry: only an end the file records is one; a networkd lease's
+// LIFETIME counts from no time the file holds (see Expiry).
 func TestExpiry(t *testing.T) {
-	saved := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name string
@@ -202,10 +203,10 @@ func TestExpiry(t *testing.T) {
 	}{
 		{"absolute", Lease{Expire: at, Lifetime: time.Minute}, at, true},
 		{"never", Lease{Never: true, Lifetime: time.Minute}, time.Time{}, false},
-		{"lifetime from the file's time", Lease{Lifetime: time.Hour}, at, true},
+		{"a lifetime alone", Lease{Lifetime: time.Hour}, time.Time{}, false},
 		{"unknown", Lease{}, time.Time{}, false},
 	} {
-		got, ok := tc.l.Expiry(saved)
+		got, ok := tc.l.Expiry()
 		if !got.Equal(tc.want) || ok != tc.ok {
 			t.Errorf("%s: %v %v, want %v %v", tc.name, got, ok, tc.want, tc.ok)
 		}
@@ -232,12 +233,12 @@ func TestPlan(t *testing.T) {
 			{Interface: "eth3", Address: a("198.51.100.50"), Server: srv},
 			{Interface: "ib0", Address: a("198.51.100.40"), Server: srv},
 		}},
-		{Path: "nd", Format: FormatNetworkd, Iface: "eth0", Saved: now, Leases: []Lease{
+		{Path: "nd", Format: FormatNetworkd, Iface: "eth0", Leases: []Lease{
 			// The same lease, ending later: this file's wins.
 			{Address: a("203.0.113.100"), Server: srv, ClientID: []byte{0xff, 1}, Lifetime: 2 * time.Hour},
 		}},
-		{Path: "stale", Format: FormatNetworkd, Iface: "eth0", Saved: now, Leases: []Lease{{Address: a("203.0.113.7"), Server: srv}}},
-		{Path: "nm", Format: FormatNetworkd, Iface: "eth1", Saved: now, Leases: []Lease{{Address: a("198.51.100.20")}}},
+		{Path: "stale", Format: FormatNetworkd, Iface: "eth0", Leases: []Lease{{Address: a("203.0.113.7"), Server: srv}}},
+		{Path: "nm", Format: FormatNetworkd, Iface: "eth1", Leases: []Lease{{Address: a("198.51.100.20")}}},
 		{Path: "anon", Format: FormatNetworkd, Leases: []Lease{{Address: a("203.0.113.100"), Server: srv}}},
 		// Unknown expiry, but no server: the releasable one above wins.
 		{Path: "nm0", Format: FormatNetworkd, Iface: "eth0", Leases: []Lease{{Address: a("203.0.113.100")}}},

@@ -340,13 +340,13 @@ func (o Options) readSources() (sources []Source, looked []string, bad int) {
 // interface of a file whose format does not record one, instead of the
 // one its name gives.
 func readSource(path, iface string) (*Source, error) {
-	f, fi, err := openRegular(path)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	format, leases, perr := Parse(f)
-	s := &Source{Path: path, Format: format, Saved: fi.ModTime(), Leases: Current(leases)}
+	s := &Source{Path: path, Format: format, Leases: Current(leases)}
 	switch {
 	case format == FormatDhclient:
 	case iface != "":
