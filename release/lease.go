@@ -133,7 +133,7 @@ func Parse(r io.Reader) (Format, []Lease, error) {
 		}
 		return f, []Lease{l}, nil
 	case FormatJSON:
-		return f, nil, fmt.Errorf("a JSON lease file (newer systemd-networkd): not supported yet")
+		return f, nil, fmt.Errorf("a JSON file (the format of networkd's DHCP server leases, not a client's): not supported")
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return f, nil, nil

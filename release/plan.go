@@ -17,8 +17,8 @@ type Source struct {
 	// Iface is the interface the file's name or the command line says
 	// the file belongs to, for formats that do not record it.
 	Iface  string
-	Named  bool      // named on the command line, not found by a glob
-	Leases []Lease   // the current leases (Current applied)
+	Named  bool    // named on the command line, not found by a glob
+	Leases []Lease // the current leases (Current applied)
 	// ClientIDs are the identifiers the dhclient.conf that goes with the
 	// file sends, by interface ("" for all); nil if none.
 	ClientIDs map[string]ConfClientID
