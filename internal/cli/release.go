@@ -127,7 +127,7 @@ it; then the leases file is watched until dhcpd records the release
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if rf.requested(cmd) {
-				opts, err := rf.options(cmd)
+				opts, err := rf.options(cmd, env)
 				if err != nil {
 					return err
 				}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/release/rack"
 )
@@ -23,6 +25,7 @@ type releaseForFlags struct {
 	mac    string
 	server string
 	leases string
+	config string
 	noWait bool
 	// Used only when the command does not define them itself.
 	iface   string
@@ -39,7 +42,8 @@ func addReleaseForFlags(cmd *cobra.Command) *releaseForFlags {
 	fl.StringVar(&f.forIP, "for", "", "on the rack: make the local dhcpd release this IPv4 address for a client that is gone (with --mac)")
 	fl.StringVar(&f.mac, "mac", "", "with --for: the client's MAC; refused unless it holds the lease")
 	fl.StringVar(&f.server, "server", "", "with --for: dhcpd's address on the interface (default: the interface's address in the lease's subnet)")
-	fl.StringVar(&f.leases, "leases", rack.DefaultLeasesPath, "with --for: dhcpd's leases file")
+	fl.StringVar(&f.leases, "leases", "", "with --for: dhcpd's leases file (default: [dhcpd] leases in --config, "+rack.DefaultLeasesPath+" without one)")
+	fl.StringVar(&f.config, "config", config.DefaultPath, "with --for: the agent's configuration, read for [dhcpd] leases when --leases is not given (a MAAS rack's is /var/lib/maas/dhcp/dhcpd.leases)")
 	fl.BoolVar(&f.noWait, "no-wait", false, "with --for: return once sent, without waiting for dhcpd to record the release")
 	if fl.Lookup("interface") == nil {
 		fl.StringVar(&f.iface, "interface", "", "with --for: the interface dhcpd serves the lease's clients on (default: the one whose subnet holds the address)")
@@ -61,7 +65,7 @@ func (f *releaseForFlags) requested(cmd *cobra.Command) bool {
 
 // options turns the flags into rack.Options; bad values are usage
 // errors.
-func (f *releaseForFlags) options(cmd *cobra.Command) (rack.Options, error) {
+func (f *releaseForFlags) options(cmd *cobra.Command, env *Env) (rack.Options, error) {
 	var opts rack.Options
 	fl := cmd.Flags()
 	if f.forIP == "" || f.mac == "" {
@@ -80,6 +84,15 @@ func (f *releaseForFlags) options(cmd *cobra.Command) (rack.Options, error) {
 		}
 	}
 	opts.LeasesPath, opts.NoVerify = f.leases, f.noWait
+	if !fl.Changed("leases") {
+		// The file the agent follows: the rack's, wherever its dhcpd
+		// keeps it, not Debian's default on a MAAS rack.
+		cfg, err := decodeAgentConfig(env, f.config)
+		if err != nil {
+			return opts, err
+		}
+		opts.LeasesPath = cmp.Or(cfg.DHCPD.Leases, rack.DefaultLeasesPath)
+	}
 	if fl.Changed("lease-file") {
 		return opts, usageError{errors.New("--lease-file names a client's lease file; with --for, dhcpd's leases file is --leases")}
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/release/rack"
 )
@@ -35,7 +38,7 @@ func releaseForCmd(env *Env, nodeFlags bool, got *rack.Options) *cobra.Command {
 		if !rf.requested(cmd) {
 			return errors.New("node side")
 		}
-		opts, err := rf.options(cmd)
+		opts, err := rf.options(cmd, env)
 		if err != nil {
 			return err
 		}
@@ -50,6 +53,10 @@ func releaseForCmd(env *Env, nodeFlags bool, got *rack.Options) *cobra.Command {
 }
 
 func TestReleaseForOptions(t *testing.T) {
+	maasConf := filepath.Join(t.TempDir(), "leasekeeper.toml")
+	if err := os.WriteFile(maasConf, []byte("[dhcpd]\nleases = \"/var/lib/maas/dhcp/dhcpd.leases\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ip := netip.MustParseAddr("203.0.113.100")
 	mac := net.HardwareAddr{0x02, 0, 0, 0x0a, 0x0b, 0x0c}
 	base := rack.Options{IP: ip, MAC: mac, LeasesPath: rack.DefaultLeasesPath, Timeout: 10 * time.Second}
@@ -80,10 +87,22 @@ func TestReleaseForOptions(t *testing.T) {
 		{name: "bad server", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--server", "rack"}, err: "--server"},
 		{name: "two interfaces", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--interface", "a", "--interface", "b"}, err: "at most one --interface"},
 		{name: "client lease file", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--lease-file", "x"}, err: "--leases"},
+		// The agent's file, where the operator set it (a MAAS rack's).
+		{name: "leases from the config", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--config", maasConf},
+			want: with(func(o *rack.Options) { o.LeasesPath = "/var/lib/maas/dhcp/dhcpd.leases" })},
+		{name: "--leases over the config", nodeFlags: true, args: []string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--config", maasConf, "--leases", "/tmp/x.leases"},
+			want: with(func(o *rack.Options) { o.LeasesPath = "/tmp/x.leases" })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got rack.Options
-			env := &Env{}
+			// The default config path answers missing, whatever this
+			// machine has there.
+			env := &Env{Open: func(p string) (io.ReadCloser, error) {
+				if p == config.DefaultPath {
+					return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
+				}
+				return os.Open(p)
+			}}
 			env.defaults()
 			cmd := releaseForCmd(env, tc.nodeFlags, &got)
 			cmd.SetArgs(tc.args)
@@ -121,7 +140,7 @@ func TestReleaseForRefused(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, ip, mac, want string }{
 		{"other MAC", "203.0.113.100", "02:00:00:00:00:99", "leasekeeper: refusing to release 203.0.113.100 for 02:00:00:00:00:99: the lease belongs to another MAC (its lease is held by 02:00:00:00:00:01); nothing sent\n"},
-		{"no lease", "203.0.113.101", "02:00:00:00:00:01", "leasekeeper: refusing to release 203.0.113.101 for 02:00:00:00:00:01: no lease for this address in dhcpd's leases file; nothing sent\n"},
+		{"no lease", "203.0.113.101", "02:00:00:00:00:01", "leasekeeper: refusing to release 203.0.113.101 for 02:00:00:00:00:01: no lease for this address in dhcpd's leases file (PATH); nothing sent\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -130,8 +149,8 @@ func TestReleaseForRefused(t *testing.T) {
 			cmd := releaseForCmd(env, true, nil)
 			cmd.SetArgs([]string{"--for", tc.ip, "--mac", tc.mac, "--leases", path})
 			code := ExitCode(cmd.Execute(), &errb)
-			if code != 1 || out.String() != "" || errb.String() != tc.want {
-				t.Errorf("exit %d, stdout %q, stderr %q; want 1, nothing, %q", code, out.String(), errb.String(), tc.want)
+			if want := strings.ReplaceAll(tc.want, "PATH", path); code != 1 || out.String() != "" || errb.String() != want {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 1, nothing, %q", code, out.String(), errb.String(), want)
 			}
 		})
 	}

@@ -176,7 +176,11 @@ func (r *leaseReader) current(ctx context.Context, opts Options) (*parser.Lease,
 	if r.lease != nil {
 		t.Apply(r.lease)
 	}
-	return CheckLease(t, opts.IP, opts.MAC, opts.Now())
+	l, err := CheckLease(t, opts.IP, opts.MAC, opts.Now())
+	if re := (*RefusedError)(nil); errors.As(err, &re) && re.Reason == ErrNoLease {
+		re.Detail = opts.LeasesPath // which file: the default may not be this rack's
+	}
+	return l, err
 }
 
 // waitReleased follows the leases file, reading only what dhcpd appends
