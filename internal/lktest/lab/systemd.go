@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +105,10 @@ exec "$0" --user --log-target=console --log-level=notice`
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(m.Socket); err == nil {
+		// The socket file comes before the manager accepts on it: a
+		// client dialling at once was refused on a busy machine.
+		if c, err := net.Dial("unix", m.Socket); err == nil {
+			c.Close()
 			return m
 		}
 		select {
@@ -137,6 +141,19 @@ func (m *UserManager) Stop(t testing.TB) {
 		m.cmd.Process.Kill()
 		<-m.done
 		t.Fatalf("systemd did not stop within 30 s; log:\n%s", m.Log())
+	}
+}
+
+// Wait waits for the manager to exit by itself (a target that ends it
+// was started), for at most 30 s.
+func (m *UserManager) Wait(t testing.TB) {
+	t.Helper()
+	select {
+	case <-m.done:
+	case <-time.After(30 * time.Second):
+		m.cmd.Process.Kill()
+		<-m.done
+		t.Fatalf("systemd did not exit within 30 s; log:\n%s", m.Log())
 	}
 }
 
