@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
@@ -142,9 +143,63 @@ func (m *DBusManager) SystemState(ctx context.Context) (string, error) {
 	}
 }
 
-// ShuttingDown reports whether the manager is stopping: the machine is
-// shutting down, rebooting or halting (for a user manager: it exits).
-func (m *DBusManager) ShuttingDown(ctx context.Context) (bool, string, error) {
+// Shutdown is what the manager is doing, as release's shutdown guard
+// asks it.
+type Shutdown struct {
+	State string // SystemState: "running", "stopping", "starting", …
+	// Target is the special target a queued start job leads the manager
+	// to: "poweroff.target", "reboot.target", "exit.target" (a user
+	// manager), …; "" when there is none, or the jobs could not be read.
+	Target string
+}
+
+// Stopping reports whether the machine is shutting down, rebooting or
+// halting (a user manager: exiting). Before systemd 246 the state says
+// "starting" while any boot job still runs, even once a shutdown was
+// asked for (manager_state checked for boot jobs first): the queued job
+// for the final target tells then.
+func (s Shutdown) Stopping() bool { return s.State == "stopping" || s.Target != "" }
+
+// Reboot reports whether the machine comes back: a reboot, kexec or
+// soft reboot.
+func (s Shutdown) Reboot() bool {
+	switch s.Target {
+	case "reboot.target", "kexec.target", "soft-reboot.target":
+		return true
+	}
+	return false
+}
+
+// finalTargets are the special targets a shutdown's start job leads
+// to, those that bring the machine back first (systemd.special(7)).
+var finalTargets = []string{"reboot.target", "kexec.target", "soft-reboot.target", "poweroff.target", "halt.target", "exit.target", "shutdown.target"}
+
+// shutdownOf reads state and the manager's jobs as a Shutdown.
+func shutdownOf(state string, jobs []sddbus.JobStatus) Shutdown {
+	out := Shutdown{State: state}
+	best := len(finalTargets)
+	for _, j := range jobs {
+		if j.JobType != "start" {
+			continue
+		}
+		if i := slices.Index(finalTargets, j.Unit); i >= 0 && i < best {
+			best, out.Target = i, j.Unit
+		}
+	}
+	return out
+}
+
+// ShuttingDown reads the manager's state and its queued jobs. Jobs that
+// cannot be read leave Target empty: a shutdown is still told by the
+// state.
+func (m *DBusManager) ShuttingDown(ctx context.Context) (Shutdown, error) {
 	s, err := m.SystemState(ctx)
-	return s == "stopping", s, err
+	if err != nil {
+		return Shutdown{State: s}, err
+	}
+	jobs, err := m.conn.ListJobsContext(ctx)
+	if err != nil {
+		return Shutdown{State: s}, nil
+	}
+	return shutdownOf(s, jobs), nil
 }

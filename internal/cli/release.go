@@ -76,6 +76,13 @@ address it still uses: dhcpd may hand it to another client at once.
 Each such release is warned about on stderr, except at shutdown
 (--only-at-shutdown, as the shutdown unit runs it).
 
+--only-at-shutdown releases only while systemd shuts the machine down
+(its state is "stopping", or a start job is queued for poweroff.target,
+halt.target or the like); otherwise it says so and exits 0. At a reboot
+(reboot.target, kexec.target, soft-reboot.target) the machine comes back
+and asks for its addresses again, so nothing is released there either
+unless --at-reboot is given.
+
 One line per lease is printed. Exit status: 0 when every current lease
 was released, sent but not confirmed, or skipped, or there were none; 1
 when a release could not be sent, or a --lease-file could not be read or
@@ -155,7 +162,7 @@ it; then the leases file is watched until dhcpd records the release
 
 // rackOnlyFlags mean something only with --for and --mac
 // (addReleaseForFlags); the node side refuses them.
-var rackOnlyFlags = []string{"server", "leases", "no-wait"}
+var rackOnlyFlags = []string{"server", "leases", "config", "no-wait"}
 
 // runNodeRelease is the node side of `leasekeeper release`: the node's
 // own leases. (The rack side, releasing on behalf of a gone client,

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 // machine goes on using its addresses then, so giving them back would
 // let dhcpd hand them to someone else while they are still in use.
 type shutdownGuard struct {
-	only   bool
-	socket string
+	only     bool
+	atReboot bool
+	socket   string
 }
 
 // shutdownCheckTimeout bounds the question to systemd.
@@ -27,6 +29,7 @@ func addShutdownGuardFlags(cmd *cobra.Command) *shutdownGuard {
 	g := &shutdownGuard{}
 	fl := cmd.Flags()
 	fl.BoolVar(&g.only, "only-at-shutdown", false, "release only while systemd is shutting the machine down (the shutdown unit's ExecStop); otherwise say so and exit 0")
+	fl.BoolVar(&g.atReboot, "at-reboot", false, "with --only-at-shutdown: release at a reboot too (reboot, kexec, soft-reboot); by default the machine keeps its addresses across a reboot, asking for them again as it comes back")
 	fl.StringVar(&g.socket, "systemd-socket", "", "systemd's private D-Bus socket for --only-at-shutdown (default "+systemd.PrivateSocket+", else the system bus)")
 	_ = fl.MarkHidden("systemd-socket")
 	return g
@@ -37,6 +40,9 @@ func addShutdownGuardFlags(cmd *cobra.Command) *shutdownGuard {
 // an address handed out twice.
 func (g *shutdownGuard) allow(ctx context.Context, env *Env) (bool, error) {
 	if !g.only {
+		if g.atReboot {
+			return false, usageError{errors.New("--at-reboot goes with --only-at-shutdown (without it, release gives the leases back now)")}
+		}
 		return true, nil
 	}
 	if ctx == nil {
@@ -49,12 +55,16 @@ func (g *shutdownGuard) allow(ctx context.Context, env *Env) (bool, error) {
 		return false, fmt.Errorf("--only-at-shutdown: cannot tell whether the machine is shutting down, so nothing is released: %w (is systemd running, and is this root? to release now, leave --only-at-shutdown out)", err)
 	}
 	defer mgr.Close()
-	down, state, err := mgr.ShuttingDown(ctx)
+	sd, err := mgr.ShuttingDown(ctx)
 	if err != nil {
 		return false, fmt.Errorf("--only-at-shutdown: cannot read systemd's state, so nothing is released: %w", err)
 	}
-	if !down {
-		fmt.Fprintf(env.Stdout, "not releasing: systemd is %s, not shutting down (--only-at-shutdown); the addresses stay in use\n", state)
+	switch {
+	case !sd.Stopping():
+		fmt.Fprintf(env.Stdout, "not releasing: systemd is %s, not shutting down (--only-at-shutdown); the addresses stay in use\n", sd.State)
+		return false, nil
+	case sd.Reboot() && !g.atReboot:
+		fmt.Fprintf(env.Stdout, "not releasing: the machine reboots (%s) and asks for its addresses again as it comes back (--at-reboot releases at a reboot too)\n", sd.Target)
 		return false, nil
 	}
 	return true, nil

@@ -80,6 +80,7 @@ func TestReleaseUsage(t *testing.T) {
 		{"server without for", []string{"--server", "203.0.113.1", "--dry-run"}, 2, "--server is for the rack-side release and needs --for IP --mac MAC"},
 		{"leases without for", []string{"--leases=/var/lib/dhcp/dhcpd.leases", "--dry-run"}, 2, "--leases is for the rack-side release"},
 		{"no-wait without for", []string{"--no-wait", "--dry-run"}, 2, "--no-wait is for the rack-side release"},
+		{"config without for", []string{"--config=/etc/leasekeeper/leasekeeper.toml", "--dry-run"}, 2, "--config is for the rack-side release"},
 		{"no such interface", []string{"--interface", "lk-nosuch0", "--lease-file", "/nonexistent/lease", "--dry-run"}, 2, "--interface lk-nosuch0: no such interface"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +89,16 @@ func TestReleaseUsage(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.msg)
 			}
 		})
+	}
+}
+
+// TestReleaseAtRebootAlone: --at-reboot says when --only-at-shutdown
+// releases; without it release gives the leases back at once, so the
+// flag alone is a mistake, refused before anything is read or sent.
+func TestReleaseAtRebootAlone(t *testing.T) {
+	_, stderr, code := run(t, "release", "--at-reboot", "--dry-run")
+	if code != 2 || !strings.Contains(stderr, "--at-reboot goes with --only-at-shutdown") {
+		t.Errorf("exit %d, stderr %q; want 2 and the rule", code, stderr)
 	}
 }
 
@@ -556,8 +567,106 @@ func TestLabShutdownUnitReleases(t *testing.T) {
 	r := newRelLab(t)
 	c, ip := r.client("c1")
 	r.waitHook("commit", ip)
-	um := r.lab.StartUserManager(t, c.NS)
+	su := r.shutdownUnit(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 
+	// A stop that is not a shutdown (systemctl stop, restart, isolate)
+	// runs ExecStop too: the machine keeps its address, nothing is sent.
+	if err := su.mgr.Stop(ctx, systemd.ShutdownUnitName); err != nil {
+		t.Fatalf("stop: %v\nsystemd log:\n%s", err, su.um.Log())
+	}
+	if out := su.log(); !strings.Contains(out, "not releasing: systemd is running, not shutting down") {
+		t.Fatalf("a plain stop's ExecStop said %q", out)
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+	if err := su.mgr.Start(ctx, systemd.ShutdownUnitName); err != nil {
+		t.Fatal(err)
+	}
+
+	su.um.Stop(t)
+	out := su.log()
+	t.Logf("ExecStop's release:\n%s", out)
+	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); !strings.Contains(out, want) {
+		t.Fatalf("release at shutdown did not report %q\nsystemd log:\n%s", want, su.um.Log())
+	}
+	// At shutdown the address is about to go: no warning that it is in use.
+	if strings.Contains(out, "still configured") {
+		t.Errorf("release at shutdown warned: %s", out)
+	}
+	r.checkReleased(ip, c.MAC)
+	r.waitHook("release", ip)
+}
+
+// TestLabShutdownUnitReboot: at a reboot the machine comes back and asks
+// for its addresses again, so the shutdown unit releases nothing, unless
+// installed with --at-reboot (a cold review: every reboot and lxc
+// restart released). The user manager stands in for a rebooting system
+// manager: a target named reboot.target pulls in exit.target, as the
+// system's reboot.target pulls in the shutdown, and its start job is
+// queued while the unit's ExecStop runs, as at `systemctl reboot`.
+func TestLabShutdownUnitReboot(t *testing.T) {
+	t.Parallel()
+	r := newRelLab(t)
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		released bool
+	}{{"c1", nil, false}, {"c2", []string{"--at-reboot"}, true}} {
+		c, ip := r.client(tc.name)
+		r.waitHook("commit", ip)
+		su := r.shutdownUnit(c, tc.args...)
+		target := "[Unit]\nDescription=a reboot, as the system manager's\nDefaultDependencies=no\nRequires=exit.target\nAfter=exit.target\n"
+		if err := os.WriteFile(filepath.Join(su.um.UnitDir, "reboot.target"), []byte(target), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := su.mgr.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The manager exits before the job ends: its result never comes.
+		go su.mgr.Start(ctx, "reboot.target") //nolint:errcheck
+		su.um.Wait(t)
+		cancel()
+		out := su.log()
+		t.Logf("%s: ExecStop's release:\n%s", tc.name, out)
+		if !tc.released {
+			if !strings.Contains(out, "not releasing: the machine reboots (reboot.target)") {
+				t.Fatalf("%s: ExecStop at a reboot said %q\nsystemd log:\n%s", tc.name, out, su.um.Log())
+			}
+			time.Sleep(200 * time.Millisecond)
+			r.noRelease()
+			continue
+		}
+		if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); !strings.Contains(out, want) {
+			t.Fatalf("%s: release at a reboot with --at-reboot did not report %q\nsystemd log:\n%s", tc.name, want, su.um.Log())
+		}
+		r.checkReleased(ip, c.MAC)
+		r.waitHook("release", ip)
+	}
+}
+
+// shutdownLab is the shutdown unit installed and started in a user
+// manager in a client's namespace, running this test binary's command
+// tree; log reads what its ExecStop printed.
+type shutdownLab struct {
+	um      *lab.UserManager
+	mgr     *systemd.DBusManager
+	logPath string
+}
+
+func (s shutdownLab) log() string {
+	b, _ := os.ReadFile(s.logPath)
+	return string(b)
+}
+
+// shutdownUnit installs the shutdown unit for c's lease, with release's
+// extra args, in a user manager started in c's namespace.
+func (r *relLab) shutdownUnit(c *lab.Client, args ...string) shutdownLab {
+	t := r.t
+	t.Helper()
+	um := r.lab.StartUserManager(t, c.NS)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -570,49 +679,24 @@ func TestLabShutdownUnitReleases(t *testing.T) {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u := systemd.ShutdownUnit{Binary: wrapper, ReleaseArgs: []string{"--systemd-socket=" + um.Socket, "--lease-file=" + c.LeaseFile(), "--timeout=5s"}}
+	u := systemd.ShutdownUnit{Binary: wrapper, ReleaseArgs: append([]string{"--systemd-socket=" + um.Socket, "--lease-file=" + c.LeaseFile(), "--timeout=5s"}, args...)}
 	if err := u.Validate(); err != nil {
 		t.Skipf("temporary paths not usable in a unit here: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	mgr, err := systemd.DialManager(ctx, um.Socket)
+	// Dialled without a deadline: the connection lives as long as the
+	// test (a context given to the dial ends it when cancelled).
+	mgr, err := systemd.DialManager(context.Background(), um.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mgr.Close()
+	t.Cleanup(mgr.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	res, err := systemd.Installer{Root: "/", UnitDir: strings.TrimPrefix(um.UnitDir, "/"), Unit: u, Enable: true, Manager: mgr}.Install(ctx)
 	if err != nil || !res.Started {
 		t.Fatalf("install: %+v %v\nsystemd log:\n%s", res, err, um.Log())
 	}
 	time.Sleep(200 * time.Millisecond)
 	r.noRelease()
-
-	// A stop that is not a shutdown (systemctl stop, restart, isolate)
-	// runs ExecStop too: the machine keeps its address, nothing is sent.
-	if err := mgr.Stop(ctx, systemd.ShutdownUnitName); err != nil {
-		t.Fatalf("stop: %v\nsystemd log:\n%s", err, um.Log())
-	}
-	out, _ := os.ReadFile(logPath)
-	if !strings.Contains(string(out), "not releasing: systemd is running, not shutting down") {
-		t.Fatalf("a plain stop's ExecStop said %q", out)
-	}
-	time.Sleep(200 * time.Millisecond)
-	r.noRelease()
-	if err := mgr.Start(ctx, systemd.ShutdownUnitName); err != nil {
-		t.Fatal(err)
-	}
-
-	um.Stop(t)
-	out, _ = os.ReadFile(logPath)
-	t.Logf("ExecStop's release:\n%s", out)
-	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); !strings.Contains(string(out), want) {
-		t.Fatalf("release at shutdown did not report %q\nsystemd log:\n%s", want, um.Log())
-	}
-	// At shutdown the address is about to go: no warning that it is in use.
-	if strings.Contains(string(out), "still configured") {
-		t.Errorf("release at shutdown warned: %s", out)
-	}
-	r.checkReleased(ip, c.MAC)
-	r.waitHook("release", ip)
+	return shutdownLab{um: um, mgr: mgr, logPath: logPath}
 }

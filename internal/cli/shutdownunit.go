@@ -37,18 +37,20 @@ func newInstallShutdownUnitCmd(env *Env) *cobra.Command {
 	var (
 		root, binary, socket string
 		noEnable, force      bool
-		copyBinary           bool
+		copyBinary, atReboot bool
 		releaseTimeout       time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "install-shutdown-unit [--root DIR] [--no-enable] [--binary PATH] [--force]",
+		Use:   "install-shutdown-unit [--root DIR] [--no-enable] [--binary PATH] [--force] [--at-reboot]",
 		Short: "Install the unit that releases this machine's DHCP leases at clean shutdown",
 		Long: `Install ` + systemd.ShutdownUnitName + `, a oneshot unit that does nothing at
 start and runs "leasekeeper release" when it is stopped. It is ordered
 after network.target and the network services (systemd-networkd,
 NetworkManager, ifupdown's networking), so at shutdown systemd stops it —
 releasing the leases — before the network goes down. It does not wait
-for network-online.target at boot.
+for network-online.target at boot. A stop that is no shutdown (systemctl
+stop, isolate) releases nothing, and neither does a reboot, unless
+--at-reboot: the machine comes back and asks for its addresses again.
 
 On a running system (no --root) the unit is written to
 /etc/systemd/system, then systemd is asked over D-Bus to reload, enable
@@ -102,6 +104,9 @@ and the enable state is reported as systemd has it.`,
 				in.Unit.ReleaseArgs = []string{"--timeout=" + releaseTimeout.String()}
 				in.Unit.StopTimeout = releaseTimeout + 10*time.Second
 			}
+			if atReboot {
+				in.Unit.ReleaseArgs = append(in.Unit.ReleaseArgs, "--at-reboot")
+			}
 			if root == "" {
 				return installLive(cmd, env, in, binary, copyBinary, socket)
 			}
@@ -114,6 +119,7 @@ and the enable state is reported as systemd has it.`,
 	f.BoolVar(&force, "force", false, "replace a unit file of the same name that leasekeeper did not write")
 	f.StringVar(&binary, "binary", "", "path of leasekeeper on the target machine, for ExecStop")
 	f.BoolVar(&copyBinary, "copy-binary", false, "with --root: copy this executable into the root at "+copiedBinary)
+	f.BoolVar(&atReboot, "at-reboot", false, "release at a reboot too (passed to release; by default a rebooting machine keeps its addresses)")
 	f.DurationVar(&releaseTimeout, "release-timeout", 0, "passed to release as --timeout (default: release's own); the unit's stop timeout is 10s more")
 	f.StringVar(&socket, "systemd-socket", "", "systemd's private D-Bus socket (default "+systemd.PrivateSocket+", else the system bus)")
 	_ = f.MarkHidden("systemd-socket")

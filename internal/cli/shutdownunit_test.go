@@ -62,6 +62,13 @@ func TestInstallShutdownUnitRoot(t *testing.T) {
 	if _, err := os.Readlink(link); err != nil {
 		t.Fatalf("--no-enable removed the link: %v", err)
 	}
+
+	// --at-reboot goes to release: the unit changes.
+	out, _, code = run(t, "install-shutdown-unit", "--root", root, "--release-timeout", "7s", "--at-reboot")
+	text, _ = os.ReadFile(unit)
+	if code != 0 || !strings.Contains(string(text), "\nExecStop=-/usr/local/sbin/leasekeeper release --only-at-shutdown --timeout=7s --at-reboot\n") {
+		t.Fatalf("--at-reboot %d:\n%s\nunit:\n%s", code, out, text)
+	}
 }
 
 func TestInstallShutdownUnitUsage(t *testing.T) {
