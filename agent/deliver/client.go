@@ -274,6 +274,16 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		o.kind = kindRefused
 	case c == http.StatusInternalServerError:
 		o.kind = kindFailed
+	case c == http.StatusNotFound && strings.Contains(answer, `"kind":"Error"`) && strings.Contains(answer, `"code":404`):
+		// Not a path the region does not serve (FastAPI answers
+		// {"detail":"Not Found"} then): MAAS's service layer found no
+		// row it was changing, "Entity not found." (src/maasservicelayer/
+		// db/repositories/base.py, update_one: another request changed
+		// the same MAC's records meanwhile), rolled back like a 500
+		// (TransactionMiddleware runs inside ExceptionMiddleware:
+		// src/maasapiserver/main.py). Failing on an event, as a 500:
+		// sent again, and dead-lettered only if it keeps failing alone.
+		o.kind = kindFailed
 	case c == http.StatusBadGateway, c == http.StatusServiceUnavailable, c == http.StatusGatewayTimeout:
 		o.kind = kindOutage
 		// A gateway's answers: something in front of the region (a load

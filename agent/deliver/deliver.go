@@ -741,7 +741,7 @@ func (d *Deliverer) send(ctx context.Context, batch []event.Queued, b *bisection
 			} else if !b.logged {
 				b.logged = true
 				d.log.Warn().Int("events", len(batch)).Str("answer", o.what).
-					Msg("region failed a batch (HTTP 500); splitting it to find an event it cannot place")
+					Msg("region failed a batch (HTTP 500, or its service layer's 404); splitting it to find an event it cannot place")
 			}
 			first, second, ok := d.parts(batch)
 			if !ok {
@@ -894,7 +894,7 @@ func (d *Deliverer) lone(ctx context.Context, q event.Queued, first outcome, b *
 			}
 			proved, since = time.Time{}, 0
 			rounds++
-			why := "the region fails every event it is sent with HTTP 500"
+			why := fmt.Sprintf("the region fails every event it is sent with HTTP %d", last.status)
 			if last.kind == kindRefused {
 				why = "the region refuses every event it is sent with HTTP 422 (its schema: a MAAS version this agent does not know?)"
 			}
