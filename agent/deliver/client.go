@@ -178,7 +178,13 @@ func newHTTPClient(cfg *Config, tc *tls.Config) *http.Client {
 		},
 	}
 	t := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
+		// No proxy, whatever HTTPS_PROXY says: the region is reached
+		// directly, as MAAS's own rack agent reaches it (its client's
+		// Transport sets none: src/maasagent/internal/client/client.go).
+		// A proxy set for apt or snap in systemd's DefaultEnvironment
+		// must not carry the rack's leases, nor refuse them (a CONNECT
+		// to port 5242 is refused by most proxies' defaults).
+		Proxy:               nil,
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     tc,
 		TLSHandshakeTimeout: cfg.Timeout,

@@ -2304,3 +2304,17 @@ func TestCredentialWarnings(t *testing.T) {
 		}
 	}
 }
+
+// TestNoProxy: the region is reached directly whatever HTTPS_PROXY says,
+// as MAAS's own rack agent reaches it (src/maasagent/internal/client/
+// client.go sets no proxy): a proxy in systemd's DefaultEnvironment, set
+// for apt or snap, would carry the rack's leases or refuse the CONNECT
+// (a review against MAAS). Checked on the transport itself: net/http
+// reads the proxy variables once per process, so setting one here could
+// not show a transport that honours them.
+func TestNoProxy(t *testing.T) {
+	hc := newHTTPClient(&Config{Timeout: time.Second}, nil)
+	if tr, ok := hc.Transport.(*http.Transport); !ok || tr.Proxy != nil {
+		t.Errorf("the region's transport %T takes a proxy", hc.Transport)
+	}
+}

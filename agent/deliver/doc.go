@@ -15,7 +15,8 @@
 // LoadCredential= under the same base name, when there is one. A bearer
 // token (TokenFile) is sent when set, for regions
 // other than MAAS, which ignores it. https only, except to a loopback host
-// (tests, a local proxy), where no TLS file is read.
+// (tests, a local proxy), where no TLS file is read. No HTTP proxy is
+// used, whatever HTTPS_PROXY says, as MAAS's own rack agent uses none.
 //
 // Config.Timeout bounds connecting and the TLS handshake. Once a batch is
 // sent the answer is awaited as long as the connection is alive — TCP

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"syscall"
 	"time"
 )
@@ -76,13 +75,9 @@ func cutShort(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// probeAddr is the address a probe connects to, "" when probing cannot
-// tell anything (a proxy stands between the agent and the region).
+// probeAddr is the address a probe connects to: the region's, as the
+// agent uses no proxy (newHTTPClient).
 func (l *link) probeAddr() string {
-	req := &http.Request{URL: l.u}
-	if p, err := http.ProxyFromEnvironment(req); err != nil || p != nil {
-		return ""
-	}
 	port := l.u.Port()
 	if port == "" {
 		port = "443"
