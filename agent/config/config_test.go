@@ -447,6 +447,7 @@ func TestReleaseTokenFile(t *testing.T) {
 		{name: "0604", path: file("other-readable", "s3cret\n", 0o604), want: "has mode 0604"},
 		{name: "empty", path: file("empty", " \n", 0o600), want: "release.token_file: " + dir + "/empty is empty"},
 		{name: "space inside", path: file("spaced", "two words\n", 0o600), want: "white space or control characters"},
+		{name: "two lines", path: file("lines", "one\ntwo\n", 0o600), want: "holds 2 lines: one token is wanted, on one line"},
 		{name: "missing", path: filepath.Join(dir, "none"), want: "release.token_file: open " + dir + "/none: no such file or directory"},
 		{name: "directory", path: dir, want: "is not a regular file"},
 		{name: "relative", path: "release.token", want: `release.token_file: "release.token" is not an absolute path`},
@@ -604,6 +605,8 @@ func TestMAASKeys(t *testing.T) {
 		{"others may read", "c:t:s", 0o604, "others can access"},
 		{"two parts", "c:t", 0o600, "consumer_key:token_key:token_secret"},
 		{"empty part", "c::s", 0o600, "consumer_key:token_key:token_secret"},
+		// `maas apikey --username NAME > file` with two keys.
+		{"two keys", "c:t:s\nd:u:v\n", 0o600, "holds 2 lines: one token is wanted, on one line (`maas apikey --username NAME` prints every key"},
 	} {
 		t.Run("file/"+c.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "k")

@@ -12,6 +12,9 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
+// errLines: a token file of several lines (one token is wanted).
+var errLines = errors.New("one token is wanted, on one line")
+
 // maxToken bounds what ReadToken reads of a token file.
 const maxToken = 64 << 10
 
@@ -53,6 +56,8 @@ func ReadToken(path string) (string, error) {
 	switch {
 	case tok == "":
 		return "", fmt.Errorf("%s is empty", path)
+	case strings.Contains(tok, "\n"):
+		return "", fmt.Errorf("%s holds %d lines: %w", path, strings.Count(tok, "\n")+1, errLines)
 	case strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 		return "", fmt.Errorf("%s: the token contains white space or control characters", path)
 	}
@@ -64,6 +69,9 @@ func ReadToken(path string) (string, error) {
 // line, by ReadToken's rules (not readable by others, group read at most).
 func ReadMAASKey(path string) (maasapi.Key, error) {
 	tok, err := ReadToken(path)
+	if errors.Is(err, errLines) {
+		return maasapi.Key{}, fmt.Errorf("%w (`maas apikey --username NAME` prints every key the user has, one per line: keep one, or make one for this rack with `maas apikey --username NAME --generate`)", err)
+	}
 	if err != nil {
 		return maasapi.Key{}, err
 	}
