@@ -12,8 +12,8 @@ import (
 // Labels of leasekeeper_reconcile_file_problems_total.
 const (
 	problemSyntax    = "syntax"    // a statement dhcpd would reject, skipped
-	problemRefused   = "refused"   // an appended block dhcpd refuses when it loads the file, skipped
-	problemUnknown   = "unknown"   // an appended statement dhcpd does not read in a leases file, skipped
+	problemRefused   = "refused"   // a block dhcpd refuses when it loads the file, skipped (appended, or in a whole read: a whole read of the same file again counts it again)
+	problemUnknown   = "unknown"   // a statement dhcpd does not read in a leases file, skipped (likewise)
 	problemTorn      = "torn"      // a whole read that stayed unfinished from one poll to the next
 	problemRead      = "read"      // an I/O error reading the file or the directory
 	problemWatch     = "watch"     // an inotify error
@@ -55,11 +55,11 @@ func newMetrics() *metrics {
 		}, []string{"kind"}),
 		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_snapshots_total",
-			Help: "Whole reads of dhcpd.leases, by result: complete (reconciled) or held (syntax errors or a torn end: nothing decided, retried at the next poll).",
+			Help: "Whole reads of dhcpd.leases, by result: complete (reconciled) or held (syntax errors or a torn end: nothing decided, retried at the next poll; or not a leases file at all: nothing decided until the file changes).",
 		}, []string{"result"}),
 		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_file_problems_total",
-			Help: "Problems following dhcpd.leases, by kind: syntax, refused, unknown, torn, read, watch, overflow, persist, invalid, old-torn, state-bad.",
+			Help: "Problems following dhcpd.leases, by kind: syntax, refused, unknown, torn, read, watch, overflow, persist, invalid, old-torn, state-bad (refused and unknown count each statement found, appended or in a whole read; a whole read of the same file again counts them again).",
 		}, []string{"kind"}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_superseded_total",
@@ -103,7 +103,7 @@ func newMetrics() *metrics {
 			func() float64 { return float64(m.leases.Load()) }),
 		gauge("leasekeeper_reconcile_pending", "Synthesised events waiting for their time (a vanished lease's end, the grace).",
 			func() float64 { return float64(m.pending.Load()) }),
-		gauge("leasekeeper_reconcile_file_consistent", "1 when the last whole read of dhcpd.leases was complete; 0 while decisions are held (syntax errors, torn end). Alert on 0.",
+		gauge("leasekeeper_reconcile_file_consistent", "1 when the last whole read of dhcpd.leases was complete; 0 while decisions are held (syntax errors, torn end, not a leases file). Alert on 0.",
 			func() float64 { return b2f(m.consistent.Load()) }),
 		gauge("leasekeeper_reconcile_hookless", "1 when dhcpd.conf runs no hook, so every event comes from the leases file at once.",
 			func() float64 { return b2f(m.hookless.Load()) }),

@@ -739,6 +739,18 @@ func (r *Reconciler) apply(c change, now time.Time) {
 		}
 	case changeSnapshot:
 		start := time.Now()
+		if c.complete && notLeasesFile(c.table) {
+			// Not dhcpd's file (dhcpd.conf named for it, say): taken
+			// for the truth, every lease the agent knows would vanish
+			// from it. Held, as a read that is not whole is, until a
+			// read of dhcpd's own file.
+			r.wholeHeld = true
+			r.st.Snapshot(c.table, false, now.Unix())
+			r.met.snapshots.WithLabelValues("held").Inc()
+			r.met.consistent.Store(false)
+			r.wholeProblems(c.table)
+			return
+		}
 		if !c.complete {
 			r.wholeHeld = true
 			r.st.Snapshot(c.table, false, now.Unix())
@@ -797,13 +809,17 @@ func (r *Reconciler) apply(c change, now time.Time) {
 // blocks dhcpd refuses when it loads the file and statements it does not
 // read in a leases file. dhcpd's own rewrite holds neither, so they were
 // written since by something else (or the path names another file): one
-// line for each kind, naming the first, and the count. A file with such
-// statements and no lease at all is most likely not dhcpd's leases file.
-// r.mu is held.
+// line for each kind, naming the first (a block dhcpd cannot start on
+// first, at error level), and the count. r.mu is held.
 func (r *Reconciler) wholeProblems(t *parser.Table) {
 	if ref := t.Refused(); len(ref) > 0 {
-		r.log.Warn().Str("leases", r.cfg.Leases).Int("refused", len(ref)).Str("first", ref[0].String()).
-			Msg("leases file: blocks dhcpd will refuse at its next start (it keeps each address's earlier one); skipped as dhcpd does")
+		first, ev := ref[0], r.log.Warn()
+		msg := "leases file: blocks dhcpd will refuse at its next start (it keeps each address's earlier one); skipped as dhcpd does"
+		if i := slices.IndexFunc(ref, func(f *parser.Refused) bool { return f.Fatal }); i >= 0 {
+			first, ev = ref[i], r.log.Error()
+			msg = "leases file: a block dhcpd cannot start on (it exits at its next start): remove it; skipped"
+		}
+		ev.Str("leases", r.cfg.Leases).Int("refused", len(ref)).Str("first", first.String()).Msg(msg)
 		r.met.problems.WithLabelValues(problemRefused).Add(float64(len(ref)))
 	}
 	u := t.Unknown()
@@ -811,14 +827,24 @@ func (r *Reconciler) wholeProblems(t *parser.Table) {
 		return
 	}
 	first := fmt.Sprintf("line %d: %s", u[0].Line, u[0].What)
-	if t.Blocks == 0 && t.Len() == 0 {
+	if notLeasesFile(t) {
 		r.log.Error().Str("leases", r.cfg.Leases).Int("statements", t.UnknownCount()).Str("first", first).
-			Msg("leases file holds no lease, only statements dhcpd does not read in a leases file: is [dhcpd] leases the file dhcpd writes (dhcpd.conf's lease-file-name, dhcpd -lf)?")
+			Msg("leases file holds no lease, only statements dhcpd does not read in a leases file: is [dhcpd] leases the file dhcpd writes (dhcpd.conf's lease-file-name, dhcpd -lf)? Every decision on it is held")
 	} else {
 		r.log.Warn().Str("leases", r.cfg.Leases).Int("statements", t.UnknownCount()).Str("first", first).
 			Msg("leases file: statements dhcpd does not read (it logs \"Corrupt lease file\" at its next start): something else wrote to its file; skipped as dhcpd does")
 	}
 	r.met.problems.WithLabelValues(problemUnknown).Add(float64(t.UnknownCount()))
+}
+
+// notLeasesFile reports whether a whole read found statements dhcpd does
+// not read in a leases file and nothing dhcpd writes there: no lease,
+// host, failover state, refused block, and neither the byte order nor
+// the server DUID dhcpd writes at the top of each rewrite. An empty file
+// is none of this (a dhcpd that never ran).
+func notLeasesFile(t *parser.Table) bool {
+	return t.UnknownCount() > 0 && t.Blocks == 0 && t.Len() == 0 && t.ByteOrder == nil && t.ServerDUID == nil &&
+		len(t.FailoverLog()) == 0 && len(t.Hosts()) == 0 && len(t.Refused()) == 0
 }
 
 // classified logs what a rewrite was. r.mu is held.

@@ -703,13 +703,45 @@ func TestTaskWholeProblems(t *testing.T) {
 		}
 		h.stop()
 	})
+	t.Run("fatal", func(t *testing.T) {
+		h := newHarness(t)
+		// (dhcpd's recovery from the first refused block skips the
+		// statement after it: a lease of another address goes there.)
+		h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour)+
+			"lease "+ip1+" {\n  starts 3 2026/01/07 10:00:00;\n  binding state free;\n  frobnicate;\n}\n"+
+			nowBlock(ip2, "active", macB, -time.Minute, time.Hour)+
+			"lease "+ip1+" {\n  starts 3 2026/01/07 10:00:00;\n  timestamp 3 2026/01/07 10:00:00;\n  binding state free;\n}\n", false)
+		h.start(30 * time.Second)
+		// The block dhcpd cannot start on is the one named, at error
+		// level, though another comes first.
+		h.waitLog("a block dhcpd cannot start on", 5*time.Second)
+		if log := h.logText(); !strings.Contains(log, `"level":"error"`) || !strings.Contains(log, "does not start on this file") {
+			t.Errorf("the fatal block is not the one named, at error level:\n%s", log)
+		}
+		h.stop()
+	})
+	// Not dhcpd's file: the agent knew a lease; the file named now holds
+	// none (dhcpd.conf), and the lease's end passes. Taken for the
+	// truth, it would vanish and its expiry go to the region while dhcpd
+	// (writing its real file) may have renewed it: every decision is
+	// held instead, as for a read that is not whole.
 	t.Run("conf", func(t *testing.T) {
 		h := newHarness(t)
-		h.d.rewrite("option domain-name \"example.org\";\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.50;\n}\n", true)
-		h.start(30 * time.Second)
+		h.hooked()
+		h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, 2*time.Second), true)
+		h.start(time.Second)
+		// Written over in place, with no header: no dhcpd wrote it.
+		h.d.truncate("option domain-name \"example.org\";\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.50;\n}\n")
 		h.waitLog("holds no lease, only statements dhcpd does not read", 5*time.Second)
 		if !strings.Contains(h.logText(), `"level":"error"`) {
 			t.Errorf("not an error:\n%s", h.logText())
+		}
+		time.Sleep(4 * time.Second) // past the lease's end and the grace
+		if got := h.queued(); len(got) != 0 {
+			t.Errorf("queued %q from a file that is not a leases file", got)
+		}
+		if h.gauge("leasekeeper_reconcile_file_consistent") != 0 {
+			t.Error("the file counted consistent")
 		}
 		h.stop()
 	})
