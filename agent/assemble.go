@@ -349,7 +349,26 @@ func maasClient(cfg *config.Config, version string) (*maasapi.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("maas.api_key_file: %w", err)
 	}
-	hc := &http.Client{Timeout: 30 * time.Second}
+	t, err := maasTransport(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: t}
+	c, err := maasapi.New(cfg.MAAS.APIURL, key, hc, "leasekeeper/"+version)
+	if err != nil {
+		return nil, fmt.Errorf("maas.api_url: %w", err)
+	}
+	return c, nil
+}
+
+// maasTransport is the API 2.0 client's transport: maas.ca_file's CA
+// trusted when set, and no proxy, whatever HTTPS_PROXY says, as for the
+// leases API (agent/deliver): the rack reaches its region directly, and
+// a request here carries the administrator key's signature, in clear
+// text over http://.
+func maasTransport(cfg *config.Config) (*http.Transport, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
 	if ca := cfg.MAAS.CAFile; ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
@@ -359,15 +378,9 @@ func maasClient(cfg *config.Config, version string) (*maasapi.Client, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("maas.ca_file %s: no PEM certificate in it", ca)
 		}
-		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		hc.Transport = t
 	}
-	c, err := maasapi.New(cfg.MAAS.APIURL, key, hc, "leasekeeper/"+version)
-	if err != nil {
-		return nil, fmt.Errorf("maas.api_url: %w", err)
-	}
-	return c, nil
+	return t, nil
 }
 
 // orphansTask runs the releaser and puts a reloaded [maas] in force

@@ -60,6 +60,17 @@ func TestMAASClientCA(t *testing.T) {
 		t.Errorf("without maas.ca_file: %v, told as %q; want a certificate problem naming maas.ca_file", err, why)
 	}
 
+	// No proxy, whatever HTTPS_PROXY says (net/http reads it once per
+	// process and never for loopback, so the transport itself is
+	// checked): the requests carry the administrator key's signature.
+	for _, ca := range []string{"", caFile} {
+		cfg := testConfig()
+		cfg.MAAS.CAFile = ca
+		if tr, err := maasTransport(cfg); err != nil || tr.Proxy != nil {
+			t.Errorf("maas.ca_file %q: transport takes a proxy (%v)", ca, err)
+		}
+	}
+
 	for _, tc := range []struct{ ca, want string }{
 		{notPEM, "no PEM certificate"},
 		{filepath.Join(dir, "missing.pem"), "no such file"},

@@ -586,6 +586,7 @@ func TestMAASKeys(t *testing.T) {
 		{"unknown key", "api_token = \"x\"\n", "maas.api_token"},
 		{"ca for TLS", "api_url = \"https://r:5443/MAAS/\"\napi_key_file = \"" + keyFile + "\"\nca_file = \"/etc/leasekeeper/maas-ca.pem\"\n", ""},
 		{"ca without TLS", "api_url = \"http://r:5240/MAAS/\"\napi_key_file = \"" + keyFile + "\"\nca_file = \"/etc/leasekeeper/maas-ca.pem\"\n", "maas.ca_file: set for an api_url without TLS"},
+		{"ca alone", "ca_file = \"/etc/leasekeeper/maas-ca.pem\"\n", "maas.ca_file: set without maas.api_url"},
 		{"ca relative", "api_url = \"https://r:5443/MAAS/\"\napi_key_file = \"" + keyFile + "\"\nca_file = \"maas-ca.pem\"\n", "not an absolute path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

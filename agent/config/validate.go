@@ -74,6 +74,9 @@ func (c *Config) Validate() error {
 			badf("maas.ca_file", "set for an api_url without TLS (%s): a MAAS with TLS answers at https://REGION:5443/MAAS/", u)
 		}
 	}
+	if c.MAAS.CAFile != "" && c.MAAS.APIURL == "" {
+		badf("maas.ca_file", "set without maas.api_url: it says whom to trust at an https api_url")
+	}
 	if (c.MAAS.APIURL == "") != (c.MAAS.APIKeyFile == "") {
 		badf("maas.api_key_file", "set maas.api_url and maas.api_key_file together, or neither")
 	}

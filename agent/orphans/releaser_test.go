@@ -195,22 +195,7 @@ func TestReleaserReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
-	observe(t, s, macA)
-	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	addr := netip.MustParseAddr(ip)
-	if err := store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
-		return nil, orphans.Sink{}.Put(b.Tx(), []reconcile.Orphan{{IP: addr, MAC: macA, Ends: time.Now().Unix()}}, time.Now())
-	}); err != nil {
-		t.Fatal(err)
-	}
-	silent := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
-		return rack.Probe{Iface: "br0"}, nil
-	}
+	store, addr := heldJob(t, s)
 	r, err := orphans.New(orphans.Config{Probe: silent}, store, zerolog.Nop(), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +218,27 @@ func TestReleaserReload(t *testing.T) {
 	}
 }
 
+// heldJob readies s (the admin key, the region's observed record of ip
+// for macA) and an outbox holding the orphan job for ip, as the
+// reconciler stores it before the Releaser starts.
+func heldJob(t *testing.T, s *regionstub.Server) (*outbox.Store, netip.Addr) {
+	t.Helper()
+	s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
+	observe(t, s, macA)
+	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	addr := netip.MustParseAddr(ip)
+	if err := store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
+		return nil, orphans.Sink{}.Put(b.Tx(), []reconcile.Orphan{{IP: addr, MAC: macA, Ends: time.Now().Unix()}}, time.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return store, addr
+}
+
 // TestReleaserUntrustedRegion: a MAAS with TLS whose certificate this
 // rack does not trust (a private CA: `maas config-tls enable KEY CERT
 // --cacert CA`, src/maasserver/management/commands/config_tls.py) is
@@ -249,22 +255,7 @@ func TestReleaserUntrustedRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.AddAPIKey(adminKey, regionstub.Administrator("admin"))
-	observe(t, s, macA)
-	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	addr := netip.MustParseAddr(ip)
-	if err := store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
-		return nil, orphans.Sink{}.Put(b.Tx(), []reconcile.Orphan{{IP: addr, MAC: macA, Ends: time.Now().Unix()}}, time.Now())
-	}); err != nil {
-		t.Fatal(err)
-	}
-	silent := func(context.Context, netip.Addr, time.Duration) (rack.Probe, error) {
-		return rack.Probe{Iface: "br0"}, nil
-	}
+	store, addr := heldJob(t, s)
 	key, _ := maasapi.ParseKey(adminKey)
 	untrusting, err := maasapi.New(api, key, &http.Client{}, "leasekeeper/test")
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 // Tasks that implement agent.Reloader may apply more; list them here so
 // the log does not tell the operator to restart for them.
 var reloadable = func() map[string]bool {
-	m := map[string]bool{"log.level": true, "release.token_file": true, "maas.api_url": true, "maas.api_key_file": true}
+	m := map[string]bool{"log.level": true, "release.token_file": true, "maas.api_url": true, "maas.api_key_file": true, "maas.ca_file": true}
 	for _, k := range agent.ReloadableRegionKeys {
 		m[k] = true
 	}

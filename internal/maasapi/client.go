@@ -79,6 +79,9 @@ func IsMisdirected(err error) bool {
 // commands/config_tls.py), often from a private CA the system's roots do
 // not hold.
 func CertProblem(err error) string {
+	if err == nil {
+		return ""
+	}
 	var (
 		unknownCA x509.UnknownAuthorityError
 		hostname  x509.HostnameError
@@ -89,33 +92,33 @@ func CertProblem(err error) string {
 	case errors.As(err, &unknownCA):
 		return "the region's certificate is not signed by a CA this rack trusts: set maas.ca_file to the CA certificate that signed it (the one maas config-tls enable took with --cacert)"
 	case errors.As(err, &hostname):
-		return fmt.Sprintf("the region's certificate is for %s, not %s: use one of its names in maas.api_url", certNames(hostname.Certificate), hostname.Host)
+		names := certNames(hostname.Certificate)
+		if names == "" {
+			return fmt.Sprintf("the region's certificate names no host (no subject alternative name; the common name is not checked): it needs one for %s", hostname.Host)
+		}
+		return fmt.Sprintf("the region's certificate is for %s, not %s: use one of its names in maas.api_url", names, hostname.Host)
 	case errors.As(err, &invalid):
 		// Not invalid.Error(): it names the current time, and a reason
 		// that changes at every attempt reads as a new problem.
 		if c := invalid.Cert; invalid.Reason == x509.Expired && c != nil {
 			return fmt.Sprintf("the region's certificate is valid from %s to %s only: renew it, or check this rack's clock", c.NotBefore.UTC().Format(time.DateTime), c.NotAfter.UTC().Format(time.DateTime))
 		}
-		return "the region's certificate is not valid for this use: " + invalid.Detail
+		return "the region's certificate is refused: " + invalid.Error()
 	case errors.As(err, &record), strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return "the region's port does not speak TLS: https://REGION:5443/MAAS/ is MAAS's TLS port, http://REGION:5240/MAAS/ its plain one"
 	}
 	return ""
 }
 
+// certNames lists the names a certificate is valid for ("" for none):
+// its DNS and IP subject alternative names (Go checks no common name).
 func certNames(c *x509.Certificate) string {
 	if c == nil {
-		return "other names"
+		return ""
 	}
 	names := slices.Clone(c.DNSNames)
 	for _, ip := range c.IPAddresses {
 		names = append(names, ip.String())
-	}
-	if len(names) == 0 && c.Subject.CommonName != "" {
-		names = append(names, c.Subject.CommonName)
-	}
-	if len(names) == 0 {
-		return "no name"
 	}
 	return strings.Join(names, ", ")
 }

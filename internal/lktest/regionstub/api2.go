@@ -187,13 +187,42 @@ func (s *Server) Releases(ip string) int {
 // StartAPI2 serves the API 2.0 stand-in over plain HTTP on a random
 // loopback port (MAAS's 5240) and returns the URL `maas login` would
 // take (http://127.0.0.1:PORT/MAAS/). Close stops it too.
-func (s *Server) StartAPI2() (string, error) {
+func (s *Server) StartAPI2() (string, error) { return s.startAPI2(nil) }
+
+// StartAPI2TLS serves the API 2.0 stand-in over TLS, as a MAAS with TLS
+// enabled does (`maas config-tls enable KEY CERT --cacert CA`, port
+// 5443 by default; nginx serves it with the operator's certificate:
+// src/maasserver/management/commands/config_tls.py,
+// src/maasserver/templates/http/regiond.nginx.conf.template), with a
+// certificate for 127.0.0.1 signed by the stub's CA (PKI().CAPEM), and
+// returns the URL `maas login` would take (https://127.0.0.1:PORT/MAAS/).
+// Close stops it too.
+func (s *Server) StartAPI2TLS() (string, error) {
+	certPEM, keyPEM, err := s.pki.Sign("", "127.0.0.1")
+	if err != nil {
+		return "", err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return "", err
+	}
+	return s.startAPI2(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+}
+
+// startAPI2 serves API2Handler on a random loopback port, over TLS when
+// tc is not nil.
+func (s *Server) startAPI2(tc *tls.Config) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	srv := &http.Server{Handler: s.API2Handler(), ReadHeaderTimeout: 10 * time.Second}
 	u := "http://" + ln.Addr().String() + "/MAAS/"
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+		srv.ErrorLog = log.New(io.Discard, "", 0) // a client refusing the certificate is a test's point
+		u = "https://" + ln.Addr().String() + "/MAAS/"
+	}
 	s.mu.Lock()
 	s.api2.srv, s.api2.url = srv, u
 	s.mu.Unlock()
@@ -202,43 +231,6 @@ func (s *Server) StartAPI2() (string, error) {
 		srv.Close()
 	}()
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	return u, nil
-}
-
-// StartAPI2TLS serves the API 2.0 stand-in over TLS, as a MAAS with TLS
-// enabled does (`maas config-tls enable KEY CERT --cacert CA`, port
-// 5443 by default; nginx serves it with the operator's certificate:
-// src/maasserver/management/commands/config_tls.py,
-// src/maasserver/templates/http/regiond.nginx.conf.template), with a
-// certificate for "localhost" signed by the stub's CA (PKI().CAPEM), and
-// returns the URL `maas login` would take (https://localhost:PORT/MAAS/).
-// Close stops it too.
-func (s *Server) StartAPI2TLS() (string, error) {
-	certPEM, keyPEM, err := s.pki.Sign("", "localhost")
-	if err != nil {
-		return "", err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return "", err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	srv := &http.Server{Handler: s.API2Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		ErrorLog:  log.New(io.Discard, "", 0)} // a client refusing the certificate is the test's point
-	u := "https://localhost:" + port + "/MAAS/"
-	s.mu.Lock()
-	s.api2.srv, s.api2.url = srv, u
-	s.mu.Unlock()
-	go func() {
-		<-s.closing
-		srv.Close()
-	}()
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
 	return u, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -115,8 +116,9 @@ func NewPKI() (*PKI, error) {
 }
 
 // Sign makes a key and a certificate signed by the CA with the subject
-// CN cn ("" = no CN) and the DNS names dnsNames, as MAAS signs its
-// certificates: no key usage extensions. Only a PKI made by NewPKI can
+// CN cn ("" = no CN) and the DNS names dnsNames (one that is an IP
+// address goes in as that), as MAAS signs its certificates: no key
+// usage extensions. Only a PKI made by NewPKI can
 // sign (one loaded from files has no CA key).
 func (p *PKI) Sign(cn string, dnsNames ...string) (certPEM, keyPEM []byte, err error) {
 	if p.caKey == nil {
@@ -132,7 +134,13 @@ func (p *PKI) Sign(cn string, dnsNames ...string) (certPEM, keyPEM []byte, err e
 		Subject:      pkix.Name{CommonName: cn, Organization: []string{maasOrg}, OrganizationalUnit: []string{maasUUID}},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
-		DNSNames:     dnsNames,
+	}
+	for _, n := range dnsNames {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
 	if err != nil {
