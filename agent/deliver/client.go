@@ -223,7 +223,7 @@ type kind int
 const (
 	kindOK      kind = iota // 2xx: delivered
 	kindRefused             // 422: an item fails the region's schema
-	kindFailed              // 500: the region could not apply the batch (a poison item, or the region itself)
+	kindFailed              // 500, or MAAS's service-layer 404: the region could not apply the batch (a poison item, or the region itself)
 	kindOutage              // no answer, or 408, 429, 502, 503, 504 and other 5xx: wait and retry
 	kindConfig              // the agent's configuration is wrong (3xx, 4xx, TLS trust): retry, never dead-letter
 )

@@ -52,7 +52,9 @@
 //     the region's words ("HTTP 422: …", cut to 512 bytes).
 //   - 500 (the region could not apply the batch: an address in no subnet,
 //     a family mismatch — or the region itself failing; MAAS rolls the
-//     whole batch back): split the same way. A lone event failing with 500
+//     whole batch back), and a 404 in MAAS's error shape ("Entity not
+//     found.": its service layer lost a row it was changing to another
+//     request, rolled back too): split the same way. A lone event failing
 //     is retried alone with backoff, PoisonAttempts (5) times in all. If
 //     it still fails, a neighbour — the next queued event sharing no IP or
 //     MAC with it or with anything it would overtake — is sent alone, then
@@ -70,8 +72,9 @@
 //     (MAAS's nginx with no API server behind it), is probed while
 //     waiting, and its return ends the wait (probe.go).
 //   - The agent's configuration: a redirect (not followed: it would turn
-//     the POST into a GET, or deliver somewhere not configured), 400, 404,
-//     405 (a wrong port or path: MAAS's public API has no such route),
+//     the POST into a GET, or deliver somewhere not configured), 400, 404
+//     (FastAPI's {"detail":"Not Found"}), 405 (a wrong port or path:
+//     MAAS's public API has no such route),
 //     401, 403 (403 "Client certificate required." without a client
 //     certificate), another 4xx, and TLS failures that waiting will not
 //     heal (the region's certificate not from ca_file, not for

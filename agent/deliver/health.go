@@ -13,7 +13,7 @@ const (
 	StateOK      = "ok"      // the region answers for the events (2xx, or a refusal of one of them)
 	StateOutage  = "outage"  // no answer, or the region says it is unavailable: waiting, nothing lost
 	StateConfig  = "config"  // the agent's settings are wrong (port, path, certificates): retrying until fixed
-	StateFailing = "failing" // the region fails (500) or refuses (422) every event: retrying, nothing dead-lettered
+	StateFailing = "failing" // the region fails (500, a service-layer 404) or refuses (422) every event: retrying, nothing dead-lettered
 )
 
 // Health is how delivery to the region is going, for `leasekeeper

@@ -30,7 +30,7 @@ func newMetrics(asking func() float64) metrics {
 		}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_delivery_attempts_total",
-			Help: "HTTP attempts to deliver a batch, by result: ok (2xx), rejected (422: the batch is split, a lone event dead-lettered), failed (500: the batch is split, a lone event tested against its neighbours), retry (no answer, 408, 429, 502, 503, 504…: retried), error (3xx, 400, 401, 403, 404, 405, TLS trust…: the agent's configuration, retried and never dead-lettered).",
+			Help: "HTTP attempts to deliver a batch, by result: ok (2xx), rejected (422: the batch is split, a lone event dead-lettered), failed (500, or MAAS's service-layer 404 \"Entity not found.\": the batch is split, a lone event tested against its neighbours), retry (no answer, 408, 429, 502, 503, 504…: retried), error (3xx, 400, 401, 403, 404 with no such route, 405, TLS trust…: the agent's configuration, retried and never dead-lettered).",
 		}, []string{"result"}),
 		lastDelivery: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasekeeper_last_delivery_timestamp_seconds",
@@ -43,7 +43,7 @@ func newMetrics(asking func() float64) metrics {
 		}),
 		deadlettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deadlettered_total",
-			Help: "Events the region refused (422, alone, right after it accepted another event) or failed (500, alone, right after it accepted another event, and every time since over 30 s) on their own, moved to the dead letters.",
+			Help: "Events the region refused (422, alone, right after it accepted another event) or failed (500 or a service-layer 404, alone, right after it accepted another event, and every time since over 30 s) on their own, moved to the dead letters.",
 		}),
 		keptBack: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deliver_kept_back_total",
