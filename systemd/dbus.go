@@ -151,6 +151,10 @@ type Shutdown struct {
 	// to: "poweroff.target", "reboot.target", "exit.target" (a user
 	// manager), …; "" when there is none, or the jobs could not be read.
 	Target string
+	// JobsErr is why the jobs could not be read (nil when they were):
+	// then neither a reboot nor, before systemd 246, a shutdown asked
+	// for during boot can be told.
+	JobsErr error
 }
 
 // Stopping reports whether the machine is shutting down, rebooting or
@@ -190,8 +194,8 @@ func shutdownOf(state string, jobs []sddbus.JobStatus) Shutdown {
 }
 
 // ShuttingDown reads the manager's state and its queued jobs. Jobs that
-// cannot be read leave Target empty: a shutdown is still told by the
-// state.
+// cannot be read leave Target empty and JobsErr set: a shutdown is still
+// told by the state.
 func (m *DBusManager) ShuttingDown(ctx context.Context) (Shutdown, error) {
 	s, err := m.SystemState(ctx)
 	if err != nil {
@@ -199,7 +203,7 @@ func (m *DBusManager) ShuttingDown(ctx context.Context) (Shutdown, error) {
 	}
 	jobs, err := m.conn.ListJobsContext(ctx)
 	if err != nil {
-		return Shutdown{State: s}, nil
+		return Shutdown{State: s, JobsErr: err}, nil
 	}
 	return shutdownOf(s, jobs), nil
 }

@@ -90,8 +90,8 @@ holds no lease for the --interface given (or for any interface it can
 tell); the others are still released. 2 for a bad invocation, such as an
 --interface this node does not have. A --dhclient-conf named but missing
 is warned about. Sending needs root (it binds UDP port 68); --dry-run
-does not. --server, --leases and --no-wait belong to the rack side and
-are refused without --for and --mac.
+does not. --server, --leases, --config and --no-wait belong to the rack
+side and are refused without --for and --mac.
 
 On the rack: --for IP --mac MAC makes the local dhcpd release the lease
 of a client that is gone without releasing it (a force-deleted container,

@@ -43,7 +43,7 @@ func addReleaseForFlags(cmd *cobra.Command) *releaseForFlags {
 	fl.StringVar(&f.mac, "mac", "", "with --for: the client's MAC; refused unless it holds the lease")
 	fl.StringVar(&f.server, "server", "", "with --for: dhcpd's address on the interface (default: the interface's address in the lease's subnet)")
 	fl.StringVar(&f.leases, "leases", "", "with --for: dhcpd's leases file (default: [dhcpd] leases in --config, "+rack.DefaultLeasesPath+" without one)")
-	fl.StringVar(&f.config, "config", config.DefaultPath, "with --for: the agent's configuration, read for [dhcpd] leases when --leases is not given (a MAAS rack's is /var/lib/maas/dhcp/dhcpd.leases)")
+	fl.StringVar(&f.config, "config", config.DefaultPath, "with --for: the agent's configuration, read for [dhcpd] leases when --leases is not given")
 	fl.BoolVar(&f.noWait, "no-wait", false, "with --for: return once sent, without waiting for dhcpd to record the release")
 	if fl.Lookup("interface") == nil {
 		fl.StringVar(&f.iface, "interface", "", "with --for: the interface dhcpd serves the lease's clients on (default: the one whose subnet holds the address)")
@@ -84,15 +84,6 @@ func (f *releaseForFlags) options(cmd *cobra.Command, env *Env) (rack.Options, e
 		}
 	}
 	opts.LeasesPath, opts.NoVerify = f.leases, f.noWait
-	if !fl.Changed("leases") {
-		// The file the agent follows: the rack's, wherever its dhcpd
-		// keeps it, not Debian's default on a MAAS rack.
-		cfg, err := decodeAgentConfig(env, f.config)
-		if err != nil {
-			return opts, err
-		}
-		opts.LeasesPath = cmp.Or(cfg.DHCPD.Leases, rack.DefaultLeasesPath)
-	}
 	if fl.Changed("lease-file") {
 		return opts, usageError{errors.New("--lease-file names a client's lease file; with --for, dhcpd's leases file is --leases")}
 	}
@@ -116,6 +107,16 @@ func (f *releaseForFlags) options(cmd *cobra.Command, env *Env) (rack.Options, e
 		if opts.Timeout, err = time.ParseDuration(v.Value.String()); err != nil || opts.Timeout <= 0 {
 			return opts, usageError{fmt.Errorf("--timeout %q: want a positive duration", v.Value.String())}
 		}
+	}
+	if !fl.Changed("leases") {
+		// The file the agent follows: the rack's, wherever its dhcpd
+		// keeps it (a MAAS deb's /var/lib/maas/dhcp/dhcpd.leases), not
+		// Debian's default.
+		cfg, err := decodeAgentConfig(env, f.config)
+		if err != nil {
+			return opts, fmt.Errorf("%w (read for [dhcpd] leases; or name dhcpd's leases file with --leases)", err)
+		}
+		opts.LeasesPath = cmp.Or(cfg.DHCPD.Leases, rack.DefaultLeasesPath)
 	}
 	return opts, nil
 }

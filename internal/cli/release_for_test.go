@@ -53,8 +53,11 @@ func releaseForCmd(env *Env, nodeFlags bool, got *rack.Options) *cobra.Command {
 }
 
 func TestReleaseForOptions(t *testing.T) {
-	maasConf := filepath.Join(t.TempDir(), "leasekeeper.toml")
+	maasConf, badConf := filepath.Join(t.TempDir(), "leasekeeper.toml"), filepath.Join(t.TempDir(), "bad.toml")
 	if err := os.WriteFile(maasConf, []byte("[dhcpd]\nleases = \"/var/lib/maas/dhcp/dhcpd.leases\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(badConf, []byte("[dhcpd]\nleases = 5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ip := netip.MustParseAddr("203.0.113.100")
@@ -121,6 +124,17 @@ func TestReleaseForOptions(t *testing.T) {
 				t.Errorf("options (-want +got)\n%s", diff)
 			}
 		})
+	}
+	// A configuration that does not decode is an error (exit 1), which
+	// says the other way to name the file.
+	env := &Env{}
+	env.defaults()
+	cmd := releaseForCmd(env, true, &rack.Options{})
+	cmd.SetArgs([]string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--config", badConf})
+	err := cmd.Execute()
+	var ue usageError
+	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), badConf) || !strings.Contains(err.Error(), "or name dhcpd's leases file with --leases") {
+		t.Errorf("a config that does not decode: %v", err)
 	}
 }
 

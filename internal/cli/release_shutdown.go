@@ -59,6 +59,13 @@ func (g *shutdownGuard) allow(ctx context.Context, env *Env) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("--only-at-shutdown: cannot read systemd's state, so nothing is released: %w", err)
 	}
+	if sd.JobsErr != nil {
+		what := "a reboot cannot be told from a poweroff, so one releases too"
+		if !sd.Stopping() {
+			what = "a shutdown asked for while boot jobs run (systemd before 246 says \"starting\") cannot be told"
+		}
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: cannot read systemd's jobs (%v): %s\n", sd.JobsErr, what)
+	}
 	switch {
 	case !sd.Stopping():
 		fmt.Fprintf(env.Stdout, "not releasing: systemd is %s, not shutting down (--only-at-shutdown); the addresses stay in use\n", sd.State)

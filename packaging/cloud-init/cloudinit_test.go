@@ -83,6 +83,16 @@ func TestNodeScriptInstallsIntoRoot(t *testing.T) {
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("left in TMPDIR: %v", left)
 	}
+
+	// LEASEKEEPER_AT_REBOOT=1: the unit releases at a reboot too.
+	out, err = runScript(t, append(env, "LEASEKEEPER_AT_REBOOT=1")...)
+	unit, _ = os.ReadFile(filepath.Join(root, "etc/systemd/system/leasekeeper-release.service"))
+	if err != nil || !strings.Contains(string(unit), "\nExecStop=-/usr/local/sbin/leasekeeper release --only-at-shutdown --at-reboot\n") {
+		t.Fatalf("LEASEKEEPER_AT_REBOOT=1: %v\n%s\nunit:\n%s", err, out, unit)
+	}
+	if out, err := runScript(t, append(env, "LEASEKEEPER_AT_REBOOT=yes")...); err == nil || !strings.Contains(out, "want 1") {
+		t.Errorf("LEASEKEEPER_AT_REBOOT=yes: %v\n%s", err, out)
+	}
 }
 
 // A rootfs is not trusted: a symlink in it leading out must not make the

@@ -16,14 +16,27 @@
 #                       leasekeeper install-shutdown-unit --root copies
 #                       itself in and writes the unit, every path resolved
 #                       inside the root.
+#   LEASEKEEPER_AT_REBOOT  "1": release at a reboot too (by default a
+#                       rebooting machine keeps its addresses, asking for
+#                       them again as it comes back).
 set -eu
 
 LEASEKEEPER_URL="${LEASEKEEPER_URL:-}"
 LEASEKEEPER_SHA256="${LEASEKEEPER_SHA256:-}"
 LEASEKEEPER_ROOT="${LEASEKEEPER_ROOT:-}"
+LEASEKEEPER_AT_REBOOT="${LEASEKEEPER_AT_REBOOT:-}"
 dest="/usr/local/sbin/leasekeeper"
 
 log() { echo "leasekeeper-node: $*" >&2; }
+
+case "$LEASEKEEPER_AT_REBOOT" in
+"" | 0) set -- ;;
+1) set -- --at-reboot ;;
+*)
+	log "LEASEKEEPER_AT_REBOOT is \"$LEASEKEEPER_AT_REBOOT\": want 1 (or nothing)"
+	exit 1
+	;;
+esac
 
 # fetch URL FILE: download and verify.
 fetch() {
@@ -90,7 +103,7 @@ if [ -n "$LEASEKEEPER_ROOT" ]; then
 		fetch "$LEASEKEEPER_URL" "$tmp" || exit 1
 		bin="$tmp"
 	fi
-	"$bin" install-shutdown-unit --root "$LEASEKEEPER_ROOT" --copy-binary
+	"$bin" install-shutdown-unit --root "$LEASEKEEPER_ROOT" --copy-binary "$@"
 	exit
 fi
 
@@ -108,4 +121,4 @@ if [ -z "$bin" ]; then
 	bin="$dest"
 	log "installed $dest from $LEASEKEEPER_URL"
 fi
-exec "$bin" install-shutdown-unit --binary "$bin"
+exec "$bin" install-shutdown-unit --binary "$bin" "$@"

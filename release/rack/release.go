@@ -177,7 +177,7 @@ func (r *leaseReader) current(ctx context.Context, opts Options) (*parser.Lease,
 		t.Apply(r.lease)
 	}
 	l, err := CheckLease(t, opts.IP, opts.MAC, opts.Now())
-	if re := (*RefusedError)(nil); errors.As(err, &re) && re.Reason == ErrNoLease {
+	if re := (*RefusedError)(nil); errors.As(err, &re) && errors.Is(err, ErrNoLease) {
 		re.Detail = opts.LeasesPath // which file: the default may not be this rack's
 	}
 	return l, err
