@@ -69,6 +69,7 @@ func startUserManager(t testing.TB, command func(string, ...string) *exec.Cmd) *
 	if err != nil {
 		t.Skip("unshare not installed (Debian package util-linux)")
 	}
+	lock := lockUserManagers(t)
 	dir := t.TempDir()
 	run, cfg := filepath.Join(dir, "run"), filepath.Join(dir, "config")
 	for _, d := range []string{run, cfg} {
@@ -92,9 +93,10 @@ exec "$0" --user --log-target=console --log-level=notice`
 	m.cmd.Stdout, m.cmd.Stderr = w, w
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
+		lock.Close()
 		t.Fatal(err)
 	}
-	go func() { m.cmd.Wait(); close(m.done) }()
+	go func() { m.cmd.Wait(); close(m.done); lock.Close() }()
 	t.Cleanup(func() {
 		select {
 		case <-m.done:
@@ -105,8 +107,10 @@ exec "$0" --user --log-target=console --log-level=notice`
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		// The socket file comes before the manager accepts on it: a
-		// client dialling at once was refused on a busy machine.
+		// The socket file comes (bind) before the manager listens on
+		// it: a client dialling at once was refused on a busy machine.
+		// Once it listens, a client's connection waits in its backlog
+		// until the manager serves it.
 		if c, err := net.Dial("unix", m.Socket); err == nil {
 			c.Close()
 			return m
@@ -120,6 +124,33 @@ exec "$0" --user --log-target=console --log-level=notice`
 			t.Skipf("systemd user manager did not come up here: %s", m.Log())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// userManagerLock names the abstract socket that lets one user manager
+// run at a time, across the test processes of one machine: root's user
+// managers started outside a session share the cgroup they start in, so
+// two managers' units of the same name share a cgroup too, and one
+// manager stopping its unit kills the other's ExecStop (seen as an
+// ExecStop that wrote nothing). One process at a time can bind the
+// name; the kernel frees it with the process, so nothing is left behind.
+const userManagerLock = "@leasekeeper-lab-user-manager"
+
+// lockUserManagers waits, at most two minutes, for no other user manager
+// of these tests to run, and returns the lock; closing it lets the next
+// one start.
+func lockUserManagers(t testing.TB) *net.UnixListener {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: userManagerLock, Net: "unix"})
+		if err == nil {
+			return l
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("another test's systemd user manager still runs after 2 minutes (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
