@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
+	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 )
 
 // Bucket is the jobs' bucket in the outbox file's key/value area.
@@ -101,6 +102,10 @@ func readJobs(b *bbolt.Bucket) (map[netip.Addr]Job, int) {
 			bad++
 			return nil
 		}
+		// A reason stored before the client left the key's secret out
+		// of a wrong signature's 401 may hold it: /status and the log
+		// show the reason.
+		j.Reason = maasapi.WithoutSecret(j.Reason)
 		out[j.IP] = j
 		return nil
 	})

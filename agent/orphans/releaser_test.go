@@ -288,3 +288,33 @@ func TestReleaserUntrustedRegion(t *testing.T) {
 		t.Fatalf("after the reload with the CA: %+v, %v", out, err)
 	}
 }
+
+// TestStoredReasonWithoutSecret: a job's reason stored before the client
+// left the key's secret out of a wrong signature's 401 (python-oauth in
+// piston3 names the expected PLAINTEXT base string, "&" and the secret;
+// src/maasserver/api/auth.py passes it on) is read without it: /status
+// and `leasekeeper orphans` show the reason.
+func TestStoredReasonWithoutSecret(t *testing.T) {
+	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	old := `{"ip":"203.0.113.100","mac":"02:00:00:00:00:0a","ends":1,"found":"2026-12-01T00:00:00Z","state":"refused","reason":"maas: the API key was refused (401): Authorization Error: 'Invalid signature. Expected signature base string: &s3cretTokenSecret'","attempts":3,"next":"2026-12-01T00:10:00Z"}`
+	if err := store.Update(context.Background(), "test", func(b *bbolt.Bucket) ([]event.Event, error) {
+		kv, err := outbox.KVBucket(b.Tx(), orphans.Bucket)
+		if err != nil {
+			return nil, err
+		}
+		return nil, kv.Put([]byte(ip), []byte(old))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := orphans.Jobs(store)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs %+v, %v", jobs, err)
+	}
+	if r := jobs[0].Reason; strings.Contains(r, "s3cret") || !strings.Contains(r, "Invalid signature") {
+		t.Errorf("reason %q: want the refusal without the secret", r)
+	}
+}

@@ -167,10 +167,11 @@ func New(apiURL string, key Key, hc *http.Client, userAgent string) (*Client, er
 // "Authorization Error: %r").
 const expectedBase = "Expected signature base string"
 
-// withoutSecret cuts what the region appended to a wrong signature's 401,
-// the key's real secret: an answer's text goes to the log, the job's
-// reason in the outbox and /status, which the key's secret must not.
-func withoutSecret(text string) string {
+// WithoutSecret cuts what the region appended to a wrong signature's
+// 401, the key's real secret: an answer's text goes to the log, the
+// job's reason in the outbox and /status, which the key's secret must
+// not.
+func WithoutSecret(text string) string {
 	i := strings.Index(text, expectedBase)
 	if i < 0 {
 		return text
@@ -276,7 +277,7 @@ func (c *Client) do(ctx context.Context, op, method, path string, form url.Value
 	if err != nil {
 		return fmt.Errorf("maas: %s: reading the answer: %w", op, err)
 	}
-	text := withoutSecret(strings.TrimSpace(string(b)))
+	text := WithoutSecret(strings.TrimSpace(string(b)))
 	if len(text) > 300 {
 		text = text[:300] + "…"
 	}
