@@ -640,7 +640,10 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 		}
 		if f := d.stale.Load(); f != nil {
 			if stale, newest := (*f)(ctx, e); stale {
-				if !newest.IP.IsValid() {
+				// Newest news the region cannot take (no six-octet MAC)
+				// is none to restate: e alone would take the region
+				// back, so it goes as when there is none.
+				if !newest.IP.IsValid() || newest.Deliverable() != nil {
 					if err := d.persist(ctx, func() error { return d.q.Ack(q.Seq) }); err != nil {
 						return err
 					}

@@ -1993,6 +1993,35 @@ func TestStaleSentWithNewest(t *testing.T) {
 	}
 }
 
+// TestStaleNewestUndeliverable: a stale event whose newest news the
+// region cannot take (no six-octet MAC: MAAS 3.6/3.7 would refuse the
+// whole request with 422, src/maascommon/fields.py) is taken off the
+// queue unsent, as when there is no newest news: sent alone it would
+// take the region back from the peer's newer news (a review).
+func TestStaleNewestUndeliverable(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	ip1 := netip.MustParseAddr("198.18.0.1")
+	old := event.Event{Action: event.Commit, Family: event.IPv4, IP: ip1, MAC: "02:00:00:00:00:01", Timestamp: 100, LeaseTime: 600, Source: event.SourceHook}
+	ib := event.Event{Action: event.Commit, Family: event.IPv4, IP: ip1, MAC: strings.Repeat("00:", 19) + "01", Timestamp: 200, LeaseTime: 600}
+	q := newMemQueue()
+	q.Append(old)
+	h := newDeliverer(t, fastConfig(s, f), q)
+	h.d.SetStale(func(context.Context, event.Event) (bool, event.Event) { return true, ib })
+	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Items(); len(got) != 0 {
+		t.Errorf("the region got %+v", got)
+	}
+	if n := q.Depth(); n != 0 {
+		t.Errorf("queue depth %d, want 0", n)
+	}
+	if n := testutil.ToFloat64(h.d.m.superseded); n != 1 {
+		t.Errorf("leasekeeper_deliver_superseded_total %v, want 1", n)
+	}
+}
+
 // fakeGate records what the deliverer asked of the pair's gate.
 type fakeGate struct {
 	clear, clearAll [][]uint64
