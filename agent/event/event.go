@@ -130,12 +130,15 @@ func coerceHostname(h string) string {
 	dash := false
 	for _, r := range h {
 		r = unicode.ToLower(r)
-		if r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+		valid := r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-')
+		switch {
+		case b.Len() == 0 && (!valid || r == '-'):
+			continue // leading dashes are trimmed: not kept, not counted
+		case valid:
 			b.WriteRune(r)
 			dash = false
 			continue
-		}
-		if !dash {
+		case !dash:
 			b.WriteByte('-')
 			dash = true
 		}

@@ -246,6 +246,9 @@ func TestRegionHostname(t *testing.T) {
 		strings.Repeat("a", 65):       "",
 		"-" + strings.Repeat("b", 64): strings.Repeat("b", 64),
 		strings.Repeat("x.", 200):     "",
+		// Leading dashes are trimmed before the length counts, as MAAS
+		// trims them (a review: the early cut made this "").
+		strings.Repeat("-", 300) + "abc_": "abc",
 	} {
 		if got := RegionHostname(in); got != want {
 			t.Errorf("RegionHostname(%q) = %q, want %q", in, got, want)
