@@ -59,12 +59,15 @@ func (g *shutdownGuard) allow(ctx context.Context, env *Env) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("--only-at-shutdown: cannot read systemd's state, so nothing is released: %w", err)
 	}
-	if sd.JobsErr != nil {
-		what := "a reboot cannot be told from a poweroff, so one releases too"
-		if !sd.Stopping() {
-			what = "a shutdown asked for while boot jobs run (systemd before 246 says \"starting\") cannot be told"
-		}
-		fmt.Fprintf(env.Stderr, "leasekeeper: warning: cannot read systemd's jobs (%v): %s\n", sd.JobsErr, what)
+	// Without the jobs: at a shutdown a reboot cannot be told from a
+	// poweroff; while systemd says "starting", a shutdown asked for
+	// during boot cannot be told (before systemd 246).
+	switch {
+	case sd.JobsErr == nil:
+	case sd.Stopping():
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: cannot read systemd's jobs (%v): a reboot cannot be told from a poweroff, so one releases too\n", sd.JobsErr)
+	case sd.State == "starting":
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: cannot read systemd's jobs (%v): a shutdown asked for while boot jobs run (systemd before 246 says \"starting\") cannot be told\n", sd.JobsErr)
 	}
 	switch {
 	case !sd.Stopping():
