@@ -730,8 +730,15 @@ func TestTaskWholeProblems(t *testing.T) {
 		h.hooked()
 		h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, 2*time.Second), true)
 		h.start(time.Second)
-		// Written over in place, with no header: no dhcpd wrote it.
-		h.d.truncate("option domain-name \"example.org\";\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.50;\n}\n")
+		// Renamed into place whole (written in place, the agent could
+		// read it empty first), with no header: no dhcpd wrote it.
+		tmp := h.d.path + ".conf"
+		if err := os.WriteFile(tmp, []byte("option domain-name \"example.org\";\nsubnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.50;\n}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, h.d.path); err != nil {
+			t.Fatal(err)
+		}
 		h.waitLog("holds no lease, only statements dhcpd does not read", 5*time.Second)
 		if !strings.Contains(h.logText(), `"level":"error"`) {
 			t.Errorf("not an error:\n%s", h.logText())
