@@ -166,13 +166,7 @@ func (m *UserManager) Log() string {
 func (m *UserManager) Stop(t testing.TB) {
 	t.Helper()
 	m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(30 * time.Second):
-		m.cmd.Process.Kill()
-		<-m.done
-		t.Fatalf("systemd did not stop within 30 s; log:\n%s", m.Log())
-	}
+	m.Wait(t)
 }
 
 // Wait waits for the manager to exit by itself (a target that ends it
