@@ -1090,7 +1090,10 @@ func TestClassify(t *testing.T) {
 		{403, `{"detail":"Client certificate required."}`, kindConfig, "wants a client certificate: set region.cert_file and region.key_file"},
 		{401, "", kindConfig, "refuses the agent's credentials"},
 		// MAAS's service layer, not the path: a race with another
-		// request on the same MAC's rows, rolled back.
+		// request on the same MAC's rows, rolled back
+		// (src/maasservicelayer/db/repositories/base.py update_one;
+		// the body: src/maasapiserver/common/api/models/responses/
+		// errors.py NotFoundBodyResponse).
 		{404, `{"kind":"Error","code":404,"message":"Entity not found.","details":[{"type":"UnexistingResourceViolation","message":"Resource with such identifiers does not exist."}]}`, kindFailed, ""},
 		{404, `{"detail":"Not Found"}`, kindConfig, "wrong port or path? MAAS's internal leases API is https://REGION:5242/MAAS/a/v3internal/leases (port 5443 is MAAS's public API)"},
 		{405, "", kindConfig, "5242"}, {400, "", kindConfig, "5242"},

@@ -89,14 +89,14 @@ func (l *link) probeAddr() string {
 }
 
 // whenBack probes the region until a connection succeeds, then closes
-// the channel it returned; it stops when ctx ends. With nothing to probe
-// the channel never closes.
+// the channel it returned; it stops when ctx ends. With probing off
+// (probeEvery 0) the channel never closes.
 func (d *Deliverer) whenBack(ctx context.Context) <-chan struct{} {
 	back := make(chan struct{})
-	addr := d.link.Load().probeAddr()
-	if addr == "" || d.probeEvery <= 0 {
+	if d.probeEvery <= 0 {
 		return back
 	}
+	addr := d.link.Load().probeAddr()
 	every := d.probeEvery
 	tc := d.link.Load().tls
 	go func() {

@@ -98,8 +98,9 @@ func CertProblem(err error) string {
 		}
 		return fmt.Sprintf("the region's certificate is for %s, not %s: use one of its names in maas.api_url", names, hostname.Host)
 	case errors.As(err, &invalid):
-		// Not invalid.Error(): it names the current time, and a reason
-		// that changes at every attempt reads as a new problem.
+		// An expired one is told from the certificate, not by
+		// invalid.Error(), which names the current time: a reason that
+		// changes at every attempt reads as a new problem.
 		if c := invalid.Cert; invalid.Reason == x509.Expired && c != nil {
 			return fmt.Sprintf("the region's certificate is valid from %s to %s only: renew it, or check this rack's clock", c.NotBefore.UTC().Format(time.DateTime), c.NotAfter.UTC().Format(time.DateTime))
 		}
