@@ -217,7 +217,7 @@ func Load(path string, overrides ...string) (*Config, error) {
 // refuses a token file that group or others can access or that holds no
 // usable token: the agent must not start with a secret anyone can read.
 func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
-	c, fileProblems, err := decode(r, name)
+	c, fileProblems, lines, err := decode(r, name)
 	if err != nil {
 		return nil, err
 	}
@@ -242,24 +242,29 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		all := append(Problems(nil), fileProblems...)
 		for _, p := range vps {
 			if !slices.ContainsFunc(fileProblems, func(f *KeyError) bool { return section(f.Key) == section(p.Key) }) {
+				p.Line = lines[p.Key]
 				all = append(all, p)
 			}
 		}
 		return nil, fmt.Errorf("%s: %w", name, fromOverrides(all, overrides))
 	}
+	secret := func(key string, err error) error {
+		ke := &KeyError{Key: key, Err: &SecretFileError{err}, Line: lines[key]}
+		return fmt.Errorf("%s: %w", name, fromOverrides(Problems{ke}, overrides))
+	}
 	if c.Release.TokenFile != "" {
 		if _, err := ReadToken(c.Release.TokenFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "release.token_file", Err: &SecretFileError{err}})
+			return nil, secret("release.token_file", err)
 		}
 	}
 	if c.MAAS.APIKeyFile != "" {
 		if _, err := ReadMAASKey(c.MAAS.APIKeyFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "maas.api_key_file", Err: &SecretFileError{err}})
+			return nil, secret("maas.api_key_file", err)
 		}
 	}
 	if c.Pair.KeyFile != "" {
 		if _, err := ReadPairKey(c.Pair.KeyFile); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, &KeyError{Key: "pair.key_file", Err: &SecretFileError{err}})
+			return nil, secret("pair.key_file", err)
 		}
 	}
 	return c, nil
@@ -290,7 +295,7 @@ const maxFileSize = 1 << 20
 // one key at a time: decoding into the whole struct would stop at the
 // first wrong type and match names regardless of case ("[Region]").
 func Decode(r io.Reader, name string) (*Config, error) {
-	c, ps, err := decode(r, name)
+	c, ps, _, err := decode(r, name)
 	if err != nil {
 		return nil, err
 	}
@@ -307,31 +312,34 @@ func section(key string) string {
 }
 
 // decode is Decode, returning the problems of the file's keys apart from
-// the configuration, which holds the defaults where they are: err is a
-// file that cannot be read as TOML at all.
-func decode(r io.Reader, name string) (*Config, Problems, error) {
+// the configuration, which holds the defaults where they are, and the
+// line of each key's value in the file ("section.key" and sections;
+// problems found later are told with it): err is a file that cannot be
+// read as TOML at all.
+func decode(r io.Reader, name string) (*Config, Problems, map[string]int, error) {
 	// Read whole first, and no more than a configuration can be: a
 	// device or a wrong path (/dev/zero, a log) given as the file is
 	// refused, not read until memory runs out.
 	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if len(b) > maxFileSize {
-		return nil, nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, maxFileSize>>10)
+		return nil, nil, nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, maxFileSize>>10)
 	}
 	var file map[string]toml.Primitive
 	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(&file)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+			return nil, nil, nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
 		}
-		return nil, nil, fmt.Errorf("%s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	c := Default()
 	var ps Problems
-	bad := func(key string, err error) { ps = append(ps, &KeyError{Key: key, Err: err}) }
+	lines := map[string]int{}
+	bad := func(key string, err error) { ps = append(ps, &KeyError{Key: key, Err: err, Line: lines[key]}) }
 	sections := map[string]map[string]toml.Primitive{}
 	skip := map[string]bool{} // sections and keys already reported, to skip their children
 	for _, k := range md.Keys() {
@@ -341,6 +349,7 @@ func decode(r io.Reader, name string) (*Config, Problems, error) {
 		}
 		keys, seen := sections[sec]
 		if !seen { // first met as [sec], or as sec.key = … before any [sec]
+			lines[sec] = lineOf(&md, file[sec])
 			if !slices.Contains(names(""), sec) {
 				bad(sec, unknownErr(sec, "sections", names("")))
 				skip[sec] = true
@@ -362,13 +371,14 @@ func decode(r io.Reader, name string) (*Config, Problems, error) {
 		// [region]) stands for its section.key, as a table.
 		key := sec + "." + k[1]
 		skip[key] = true
+		lines[key] = lineOf(&md, keys[k[1]]) // 0 for a table a dotted key made (tls.verify = …)
 		if f, ok := c.field(key); !ok {
 			bad(key, unknownErr(k[1], "keys of ["+sec+"]", names(sec)))
 		} else if err := decodeKey(&md, keys[k[1]], f, b); err != nil {
 			bad(key, err)
 		}
 	}
-	return c, ps, nil
+	return c, ps, lines, nil
 }
 
 // ErrUnknownKey is wrapped by the error for a section or key the agent
@@ -379,9 +389,18 @@ var ErrUnknownKey = errors.New("unknown key")
 type KeyError struct {
 	Key string
 	Err error
+	// Line is the line of the key's value in the file, or of the
+	// section's header; 0 when the value is not the file's (a default,
+	// an override).
+	Line int
 }
 
-func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *KeyError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %v", e.Line, e.Key, e.Err)
+	}
+	return e.Key + ": " + e.Err.Error()
+}
 func (e *KeyError) Unwrap() error { return e.Err }
 
 // fromOverrides names, in err's problems, the override that set each key
@@ -400,6 +419,7 @@ func fromOverrides(err error, overrides []string) error {
 	for _, p := range ps {
 		if o, ok := set[p.Key]; ok {
 			p.Key += " (from the command line: " + o + ")"
+			p.Line = 0
 		}
 	}
 	return err
@@ -615,6 +635,16 @@ func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type, file []byte)
 		}
 	}
 	return fmt.Errorf("%s is not a list of integers", tomlValue(v))
+}
+
+// lineOf returns the line of p's value in the file, or 0 when the TOML
+// library does not say (see asWritten).
+func lineOf(md *toml.MetaData, p toml.Primitive) int {
+	var pe toml.ParseError
+	if !errors.As(md.PrimitiveDecode(p, &positionOnly{}), &pe) {
+		return 0
+	}
+	return pe.Position.Line
 }
 
 // asWritten returns the text of p's value as the file spells it ("1e3",

@@ -170,7 +170,7 @@ func TestErrors(t *testing.T) {
 		{"server_name with port", "[region]\nurl = \"https://region/leases\"\nserver_name = \"maas:5242\"", []string{`region.server_name: "maas:5242" is not a host name or address (MAAS: "maas")`}},
 		{"server_name a URL", "[region]\nurl = \"https://region/leases\"\nserver_name = \"https://maas\"", []string{`region.server_name: "https://maas" is not a host name`}},
 		{"token relative", "[region]\nurl = \"https://region/leases\"\ntoken_file = \"token\"", []string{`region.token_file: "token" is not an absolute path`}},
-		{"several", "[log]\nlevel = \"x\"\nformat = \"y\"", []string{"t.toml: 2 problems:\n  log.level:", "\n  log.format:"}},
+		{"several", "[log]\nlevel = \"x\"\nformat = \"y\"", []string{"t.toml: 2 problems:\n  line 2: log.level:", "\n  line 3: log.format:"}},
 		{"several unknown", "[log]\nlevl = \"x\"\nfromat = \"y\"", []string{"2 problems:", "log.levl: unknown key", "log.fromat: unknown key"}},
 		{"several types", "[log]\nlevel = 1\nformat = 2\n[hook]\nspool = []", []string{"3 problems:", "log.level: 1 is not a string", "log.format: 2 is not a string", "hook.spool: [] is not a string"}},
 		{"case matters", "[Region]\nurl = \"x\"", []string{`Region: unknown key (did you mean "region"?)`}},
@@ -349,6 +349,38 @@ func TestParseOverrides(t *testing.T) {
 	}
 }
 
+// TestProblemLines: each problem names the line of its value in the
+// file (or of its section's header), so an operator goes straight to it;
+// a value the file does not hold (a default, an override, a table a
+// dotted key made) is told without one.
+func TestProblemLines(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing-token")
+	tests := []struct {
+		name, file string
+		overrides  []string
+		want       string
+	}{
+		{"wrong type", "[dhcpd]\n\nleases = 5\n", nil, "line 3: dhcpd.leases: 5 is not a string"},
+		{"unknown key", "[log]\nlevel = \"info\"\nlevle = \"x\"\n", nil, `line 3: log.levle: unknown key`},
+		{"unknown section", "# top\n[regoin]\nurl = \"x\"\n", nil, `line 2: regoin: unknown key`},
+		{"array", "[hook]\nallowed_uids = [\n  \"x\",\n]\n", nil, "line 2: hook.allowed_uids: "},
+		{"bad value", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n\nbatch_max = 0\n", nil, "line 4: region.batch_max: 0 is not between"},
+		{"required, not in the file", "[log]\nlevel = \"info\"\n", nil, "t.toml: region.url: required"},
+		{"dotted table", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\ntls.verify = 1\n", nil, "t.toml: region.tls: unknown key"},
+		{"override", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\nbatch_max = 10\n", []string{"region.batch_max=0"}, "t.toml: region.batch_max (from the command line: region.batch_max=0): 0 is not between"},
+		{"secret file", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n[release]\n\ntoken_file = \"" + missing + "\"\n", nil, "t.toml: line 5: release.token_file: open " + missing},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tc.file), "t.toml", tc.overrides...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v\nlacks %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "lk.toml")
@@ -356,7 +388,7 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(path)
-	if err == nil || !strings.HasPrefix(err.Error(), path+": log.level:") {
+	if err == nil || !strings.HasPrefix(err.Error(), path+": line 5: log.level:") {
 		t.Errorf("err %v", err)
 	}
 	if _, err := Load(filepath.Join(dir, "missing.toml")); !errors.Is(err, os.ErrNotExist) {
