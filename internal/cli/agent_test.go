@@ -55,9 +55,9 @@ func TestAgentBadConfig(t *testing.T) {
 	}{
 		{"bad values", []string{"agent", "--config", bad}, ExitConfig, []string{
 			"leasekeeper: config " + bad + ": 2 problems:",
-			`region.timeout: "5x" is not a duration`,
+			`line 4: region.timeout: "5x" is not a duration`,
 			`log.levl: unknown key (did you mean "level"?)`}},
-		{"invalid", []string{"agent", "-c", invalid}, ExitConfig, []string{"leasekeeper: config " + invalid + ": region: no credentials"}},
+		{"invalid", []string{"agent", "-c", invalid}, ExitConfig, []string{"leasekeeper: config " + invalid + ": line 1: region: no credentials"}},
 		{"missing file", []string{"agent", "--config", "/nonexistent/lk.toml"}, ExitConfig, []string{"leasekeeper: config: open /nonexistent/lk.toml: no such file or directory"}},
 		{"bad --set", []string{"agent", "--config", good, "--set", "region.timeout"}, 2, []string{"--set region.timeout: want section.key=value"}},
 		{"unknown --set", []string{"agent", "--config", good, "--set", "region.tiemout=1s"}, 2, []string{`--set region.tiemout: unknown key`}},
@@ -65,7 +65,7 @@ func TestAgentBadConfig(t *testing.T) {
 		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, ExitConfig, []string{`log.level (from the command line: log.level=loud): "loud" is not one of`}},
 		// A secret file may be put right without the configuration (the
 		// pair's key copied later): exit 1, which the unit restarts on.
-		{"secret file missing", []string{"agent", "--config", good, "--set", "release.token_file=/nonexistent/release.token"}, 1, []string{"release.token_file: open /nonexistent/release.token"}},
+		{"secret file missing", []string{"agent", "--config", good, "--set", "release.token_file=/nonexistent/release.token"}, 1, []string{"release.token_file (from the command line: release.token_file=/nonexistent/release.token): open /nonexistent/release.token"}},
 		{"arguments", []string{"agent", "extra"}, 2, []string{`unknown command "extra"`}},
 	}
 	for _, tc := range tests {
