@@ -76,6 +76,10 @@ type Options struct {
 	// Credentials lists the credential names systemd passes the agent's
 	// unit (LoadCredential=NAME:PATH); nil asks systemctl.
 	Credentials func() []string
+	// Capabilities lists the capabilities the agent's unit grants it
+	// (AmbientCapabilities=, lower case: "cap_dac_read_search"); nil asks
+	// systemctl.
+	Capabilities func() []string
 	// ProcRoot is where running dhcpd processes are looked for; "" =
 	// /proc.
 	ProcRoot string
@@ -87,22 +91,45 @@ type Options struct {
 // unitCredentials asks systemd for the names of the credentials
 // leasekeeper.service gets (LoadCredential=); none when it cannot tell.
 func unitCredentials() []string {
-	out, err := exec.Command("systemctl", "show", "--property=LoadCredential", "leasekeeper.service").Output()
+	var names []string
+	for _, cred := range unitProperty("LoadCredential") {
+		name, _, _ := strings.Cut(cred, ":")
+		names = append(names, name)
+	}
+	return names
+}
+
+// unitCapabilities asks systemd for the capabilities leasekeeper.service
+// is granted (AmbientCapabilities=; the Debian package's maas-rack.conf
+// grants cap_dac_read_search); none when it cannot tell.
+func unitCapabilities() []string {
+	var caps []string
+	for _, c := range unitProperty("AmbientCapabilities") {
+		caps = append(caps, strings.ToLower(c))
+	}
+	return caps
+}
+
+// unitProperty is the words of leasekeeper.service's property, as
+// systemctl shows it; none when it cannot tell.
+func unitProperty(name string) []string {
+	out, err := exec.Command("systemctl", "show", "--property="+name, "leasekeeper.service").Output()
 	if err != nil {
 		return nil
 	}
-	var names []string
+	var words []string
 	for _, line := range strings.Split(string(out), "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "LoadCredential=")
-		if !ok {
-			continue
-		}
-		for _, cred := range strings.Fields(v) {
-			name, _, _ := strings.Cut(cred, ":")
-			names = append(names, name)
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+"="); ok {
+			words = append(words, strings.Fields(v)...)
 		}
 	}
-	return names
+	return words
+}
+
+// readsAny says whether caps let a process read every file and search
+// every directory whatever their modes.
+func readsAny(caps []string) bool {
+	return slices.Contains(caps, "cap_dac_read_search") || slices.Contains(caps, "cap_dac_override")
 }
 
 // MAASPort is the only port MAAS serves its internal API on (nginx passes
@@ -132,11 +159,14 @@ func Run(ctx context.Context, o Options) *Report {
 		maas = MAASLeasesFiles
 	}
 	r.leasesFile(c, runningDHCPD(procRoot), maas, time.Now())
-	creds := o.Credentials
+	creds, caps := o.Credentials, o.Capabilities
 	if creds == nil {
 		creds = unitCredentials
 	}
-	r.agentAccess(o.AgentUser, r.Mode, c, creds)
+	if caps == nil {
+		caps = unitCapabilities
+	}
+	r.agentAccess(o.AgentUser, r.Mode, c, creds, caps)
 	if c.DHCPD.Config6 != "" {
 		d := reconcile.Detect(c.DHCPD.Config6, reconcile.ModeAuto, env)
 		r.Mode6 = &d
@@ -257,14 +287,20 @@ func (r *Report) helperSocket(h reconcile.Hook) {
 
 // agentAccess checks that the agent's user can read what mode detection
 // reads: MAAS writes its dhcpd.conf readable by root only (0640,
-// maas-write-file), and then the agent cannot tell the mode.
-func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Config, creds func() []string) {
+// maas-write-file), and then the agent cannot tell the mode. A unit that
+// grants CAP_DAC_READ_SEARCH (the package's maas-rack.conf, linked on a
+// MAAS rack) reads them all, whatever their modes.
+func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Config, creds, caps func() []string) {
 	if name == "" {
 		return
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
 		return // not installed as the Debian package does
+	}
+	if readsAny(caps()) {
+		r.add(OK, "agent-access", fmt.Sprintf("the agent runs as %s and its unit grants it CAP_DAC_READ_SEARCH (maas-rack.conf): it reads MAAS's files whatever their modes.", name), "")
+		return
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	var gids []int

@@ -136,8 +136,10 @@ func newWorld(t *testing.T) *world {
 	w.cfg = cfg
 	// No dhcpd runs in this world: the machine's (other tests') are not
 	// looked at (TestLeasesFile covers that check).
+	// Nor is the machine's leasekeeper.service (systemctl), if any.
+	none := func() []string { return nil }
 	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), Timeout: 5 * time.Second,
-		ProcRoot: t.TempDir(), MAASLeases: []string{}}
+		ProcRoot: t.TempDir(), MAASLeases: []string{}, Credentials: none, Capabilities: none}
 	return w
 }
 
@@ -397,6 +399,26 @@ func TestAgentAccess(t *testing.T) {
 	_, rep = w.check()
 	if f := findOf(rep, "agent-access", w.pki.clientKy); f == nil || f.Severity != OK {
 		t.Errorf("with LoadCredential=agent.key: want ok for the key; got %+v", f)
+	}
+	// The package's maas-rack.conf grants CAP_DAC_READ_SEARCH: the agent
+	// reads every file above whatever its mode, and nothing is a problem.
+	w.opts.Credentials = func() []string { return nil }
+	w.opts.Capabilities = func() []string { return []string{"cap_net_raw", "cap_dac_read_search"} }
+	if err := os.Chmod(w.cfg.DHCPD.Leases, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, rep = w.check()
+	var ok bool
+	for _, f := range rep.Findings {
+		switch {
+		case f.Check == "agent-access" && f.Severity != OK:
+			t.Errorf("with CAP_DAC_READ_SEARCH: want no agent-access problem; got %+v", f)
+		case f.Check == "agent-access":
+			ok = strings.Contains(f.Message, "CAP_DAC_READ_SEARCH")
+		}
+	}
+	if !ok {
+		t.Errorf("with CAP_DAC_READ_SEARCH: want an ok finding naming it; got %+v", rep.Findings)
 	}
 }
 
