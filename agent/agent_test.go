@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -659,5 +660,53 @@ func TestMetricsCollision(t *testing.T) {
 	}
 	if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "agent: metrics:") {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer the agent's goroutines may log to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestLeases6NotFollowed: dhcpd.leases6 and dhcpd.config6 are keys of the
+// configuration that the agent does not act on yet; one set is said at
+// start, at warning level, not accepted in silence.
+func TestLeases6NotFollowed(t *testing.T) {
+	for _, set := range []func(*config.Config){
+		func(c *config.Config) {},
+		func(c *config.Config) { c.DHCPD.Leases6 = "/var/lib/dhcp/dhcpd6.leases" },
+		func(c *config.Config) { c.DHCPD.Config6 = "/etc/dhcp/dhcpd6.conf" },
+	} {
+		notes := notifySocket(t)
+		cfg := testConfig()
+		set(cfg)
+		var log lockedBuffer
+		a, err := New(cfg, zerolog.New(&log), prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := start(t, a)
+		expect(t, notes, "READY=1")
+		r.cancel()
+		if err := r.wait(t); err != nil {
+			t.Error(err)
+		}
+		said := strings.Contains(log.String(), `"level":"warn","component":"agent","dhcpd.leases6"`) && strings.Contains(log.String(), "not followed by this agent")
+		if want := cfg.DHCPD.Leases6 != "" || cfg.DHCPD.Config6 != ""; said != want {
+			t.Errorf("leases6 %q config6 %q: warned %v, want %v; log:\n%s", cfg.DHCPD.Leases6, cfg.DHCPD.Config6, said, want, log.String())
+		}
 	}
 }
