@@ -215,12 +215,17 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 		if until := holdUntil(u.started, u.set, now(), hold); !until.IsZero() {
 			d.holdUntil.Store(until.UnixNano())
 		}
-		if u.set {
+		switch {
+		case u.set:
 			// The region may have applied that request: its events are
 			// in doubt (split.go). Of unknown content, it was at most the
 			// batch this run sends first.
 			d.doubt.Store(u.last)
 			d.doubtFirst = u.last == 0
+		case u.last != 0:
+			// Answered, and perhaps applied, but not yet acknowledged in
+			// the outbox when the previous run stopped.
+			d.doubt.Store(u.last)
 		}
 	}
 	return d, nil
@@ -1143,7 +1148,7 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		d.doubtFirst = false
 		d.markDoubt(last)
 	}
-	if err := d.inflight.begin(start, last); err != nil {
+	if err := d.inflight.begin(start, max(last, d.doubt.Load())); err != nil {
 		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
 	}
 	var o outcome
@@ -1158,12 +1163,8 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	if !slow.Stop() {
 		d.log.Info().Int("events", len(batch)).Dur("waited", d.now().Sub(start).Round(time.Millisecond)).Msg("the slow request ended")
 	}
-	if ctx.Err() == nil {
-		// Answered, or failed: either way this run, not a restarted one,
-		// decides what comes next. Left set when the agent stops with
-		// the request out (ctx ended): the next run holds.
-		d.inflight.end() //nolint:errcheck // a stale record only delays the next start
-	} else {
+	answered := ctx.Err() == nil
+	if !answered {
 		d.markDoubt(last)
 		if d.inflight != nil {
 			// Abandoned with the region perhaps applying it: a Flush at
@@ -1195,6 +1196,19 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	}
 	if mayHaveApplied(o, err) {
 		d.markDoubt(last)
+	}
+	if answered {
+		// Answered, or failed: either way this run, not a restarted one,
+		// decides what comes next (no hold). Left set when the agent
+		// stops with the request out (ctx ended): the next run holds.
+		// What the region may have applied stays in doubt until an Ack
+		// covers it (delivered): a batch it took, not yet acknowledged
+		// in the outbox.
+		doubt := d.doubt.Load()
+		if o.kind == kindOK {
+			doubt = max(doubt, last)
+		}
+		d.inflight.answered(doubt) //nolint:errcheck // a stale record only delays the next start
 	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
 	d.health.observe(d, o)
@@ -1259,6 +1273,9 @@ func (d *Deliverer) delivered(ctx context.Context, batch []event.Queued, peeked 
 	}
 	if err := d.persist(ctx, func() error { return d.q.Ack(seqs...) }); err != nil {
 		return err
+	}
+	if d.doubt.Load() <= seqs[len(seqs)-1] {
+		d.inflight.end() //nolint:errcheck // a stale record only makes the next start split more carefully
 	}
 	if d.gate != nil {
 		d.gate.Delivered(batch)

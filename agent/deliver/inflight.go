@@ -36,12 +36,20 @@ const DefaultUnansweredHold = 30 * time.Second
 // failed without reaching the region: its connection never opened). A
 // start that finds the record set waits until the recorded start plus
 // Config.UnansweredHold before its first request. The record is written
-// without fsync: a kill -9 keeps what the page cache holds; only a power
-// loss can lose it, and then the rack, and its request, went down too.
+// without fsync: a kill -9 keeps what the page cache holds; a power loss
+// can lose it (the rack's reboot outlasts the hold, but what it says of
+// the events in doubt is lost with it).
 
 // The record also keeps the request's last Seq: the events up to it may
 // be applied already when the restarted agent sends them again, which
-// decides how a batch of them may be split (split.go).
+// decides how a batch of them may be split (split.go). An answer clears
+// the start (nothing is in flight: no hold) but keeps the Seq while
+// events up to it are still queued and may be applied: a batch the
+// region took (2xx) until its Ack is in the outbox, one perhaps applied
+// (a timeout, a proxy's 502) until it is sent again. A restart in that
+// window sends them again as the head of its first batch, and cut in the
+// middle (a 500 to that request) the first half would take the region
+// back to older news. The record is cleared once an Ack covers it.
 
 // inflight is the record's file: sixteen bytes, the start in Unix
 // nanoseconds (or zero) and the request's last Seq. (Eight bytes, the
@@ -54,7 +62,7 @@ type inflight struct {
 type unanswered struct {
 	set     bool      // a request was left unanswered
 	started time.Time // its start; zero: unknown
-	last    uint64    // its last Seq; 0: unknown
+	last    uint64    // its last Seq, or (set false) the last of an answered one perhaps applied; 0: unknown, or none
 }
 
 // openInflight opens (creating) the record at path and returns what it
@@ -80,6 +88,10 @@ func openInflight(path string) (*inflight, unanswered, error) {
 	}
 	ns := int64(binary.LittleEndian.Uint64(b[:8]))
 	if ns == 0 {
+		if n == 16 {
+			// Answered, its events perhaps applied and still queued.
+			return in, unanswered{last: binary.LittleEndian.Uint64(b[8:16])}, nil
+		}
 		return in, unanswered{}, nil
 	}
 	u := unanswered{set: true, started: time.Unix(0, ns)}
@@ -101,7 +113,19 @@ func (in *inflight) begin(t time.Time, last uint64) error {
 	return err
 }
 
-// end records that no request is in flight.
+// answered records that no request is in flight, and that the events
+// up to last may have been applied by the region (0: none).
+func (in *inflight) answered(last uint64) error {
+	if in == nil {
+		return nil
+	}
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[8:], last)
+	_, err := in.f.WriteAt(b[:], 0)
+	return err
+}
+
+// end records that no request is in flight and no event is in doubt.
 func (in *inflight) end() error {
 	if in == nil {
 		return nil
