@@ -73,6 +73,12 @@ type Listener struct {
 	// failing logs a sink that keeps failing (a full disk) when it
 	// begins, every storeFailLogEvery while it lasts, and when it ends.
 	failing *lograte.Episode
+	// spoolFailing logs a spool the agent cannot drain (a directory or
+	// a file its user may not read, an I/O error) the same way.
+	spoolFailing *lograte.Episode
+	// stuck is a drained spool file that could not be removed, so that
+	// it is not stored again every second.
+	stuck spoolID
 
 	beat       atomic.Int64 // Unix ns: the reader's last turn
 	heldSince  atomic.Int64 // Unix ns: since when events wait for a failing sink; 0 if none
@@ -114,8 +120,9 @@ func (l *Listener) Held() (int, time.Time) {
 }
 
 type metrics struct {
-	received *prometheus.CounterVec
-	rejected *prometheus.CounterVec
+	received        *prometheus.CounterVec
+	rejected        *prometheus.CounterVec
+	spoolUnreadable prometheus.Gauge
 }
 
 // New returns a listener; Run opens the socket.
@@ -130,15 +137,19 @@ func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, n
 		now = time.Now
 	}
 	l := &Listener{cfg: cfg, sink: sink, log: log, now: now, limiter: lograte.New(10*time.Second, now),
-		failing: lograte.NewEpisode(storeFailLogEvery, now), drained: make(chan struct{})}
+		failing: lograte.NewEpisode(storeFailLogEvery, now), spoolFailing: lograte.NewEpisode(storeFailLogEvery, now), drained: make(chan struct{})}
 	l.m.received = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_events_received_total", Help: "Lease events accepted, by source.",
 	}, []string{"source"})
 	l.m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_rejected_datagrams_total", Help: "Hook datagrams refused, by reason.",
 	}, []string{"reason"})
+	l.m.spoolUnreadable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "leasekeeper_hook_spool_unreadable",
+		Help: "1 while the hook spool (hook.spool) cannot be drained: a directory or file the agent's user may not read or rename, or an I/O error; its events wait there, and the hooks keep appending to it.",
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{l.m.received, l.m.rejected} {
+		for _, c := range []prometheus.Collector{l.m.received, l.m.rejected, l.m.spoolUnreadable} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if !errors.As(err, &are) {

@@ -41,14 +41,23 @@ func (l *Listener) drainSpool(ctx context.Context, sk *sock, out chan<- item) er
 	draining := filepath.Join(l.cfg.Spool, drainFile)
 	for ctx.Err() == nil {
 		// A drain that did not finish left the oldest events.
-		if _, err := os.Lstat(draining); err == nil {
+		_, err := os.Lstat(draining)
+		switch {
+		case err == nil:
 			if err := l.drainFile(ctx, draining, out); err != nil {
-				return err
+				return l.spoolTrouble(err)
 			}
 			continue
+		case !errors.Is(err, fs.ErrNotExist):
+			return l.spoolTrouble(&spoolError{err})
 		}
-		if _, err := os.Lstat(cur); errors.Is(err, fs.ErrNotExist) {
+		_, err = os.Lstat(cur)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			l.spoolFine()
 			return nil
+		case err != nil:
+			return l.spoolTrouble(&spoolError{err})
 		}
 		// Datagrams already queued were sent before the first spooled
 		// one (the hooks are sequential, and stick to the spool once it
@@ -67,10 +76,67 @@ func (l *Listener) drainSpool(ctx context.Context, sk *sock, out chan<- item) er
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
-			return fmt.Errorf("spool: %w", err)
+			return l.spoolTrouble(&spoolError{err})
 		}
 	}
 	return nil
+}
+
+// spoolError is a spool the agent cannot drain now: a file or directory
+// its user may not read or rename, an I/O error. Its events stay where
+// they are and the drain is tried again a second later; the agent goes
+// on with everything else.
+type spoolError struct{ err error }
+
+func (e *spoolError) Error() string { return "spool: " + e.err.Error() }
+func (e *spoolError) Unwrap() error { return e.err }
+
+// spoolTrouble takes err from a drain: a spoolError is told (once when it
+// begins, every storeFailLogEvery while it lasts) and shown in
+// leasekeeper_hook_spool_unreadable, and nil returned; any other error
+// (the outbox, the socket) is returned.
+func (l *Listener) spoolTrouble(err error) error {
+	var se *spoolError
+	if !errors.As(err, &se) {
+		return err
+	}
+	l.m.spoolUnreadable.Set(1)
+	if log, left, since := l.spoolFailing.Fail(); log {
+		hint := "an I/O error: check the file system"
+		if errors.Is(se.err, fs.ErrPermission) {
+			hint = fmt.Sprintf("the agent's user may not read or rename there: the directory must be writable by its group and the files readable by it (the package makes %s mode 2770, group leasekeeper: chgrp -R leasekeeper %s; chmod 2770 %s)", l.cfg.Spool, l.cfg.Spool, l.cfg.Spool)
+		}
+		l.log.Error().Err(se.err).Str("spool", l.cfg.Spool).Time("failing_since", since).Int("not_logged_since_last", left).
+			Msgf("cannot drain the hook spool: %s; its events wait there (the hooks keep appending to it) and the reconciler still follows dhcpd.leases; retrying every second, logged again every %s while it lasts", hint, storeFailLogEvery)
+	}
+	return nil
+}
+
+// spoolFine records a drain that went through.
+func (l *Listener) spoolFine() {
+	l.m.spoolUnreadable.Set(0)
+	if ended, since, n := l.spoolFailing.End(); ended {
+		l.log.Info().Int("failures", n).Dur("failed_for", l.now().Sub(since)).Msg("the hook spool drains again")
+	}
+}
+
+// spoolID names one spool file as it was: a drained file that could not
+// be removed is not stored again while it stays the same.
+type spoolID struct {
+	dev, ino uint64
+	size     int64
+}
+
+func idOf(f *os.File) spoolID {
+	fi, err := f.Stat()
+	if err != nil {
+		return spoolID{}
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return spoolID{}
+	}
+	return spoolID{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size()} //nolint:unconvert // Dev's type varies by architecture
 }
 
 // readQueued hands on the datagrams waiting in the socket, without
@@ -201,13 +267,22 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 		if errors.As(err, &re) {
 			return l.setAside(path, re)
 		}
-		return fmt.Errorf("spool: %w", err)
+		return &spoolError{err}
 	}
 	defer f.Close()
 	// Hooks that locked the file before it was taken finish their one
 	// write first.
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("spool: lock %s: %w", path, err)
+		return &spoolError{fmt.Errorf("lock %s: %w", path, err)}
+	}
+	id := idOf(f)
+	if id != (spoolID{}) && id == l.stuck {
+		// Stored already; only its removal failed.
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return &spoolError{fmt.Errorf("%s, drained already, cannot be removed: %w", path, err)}
+		}
+		l.stuck = spoolID{}
+		return nil
 	}
 	r := bufio.NewReaderSize(f, maxSpoolLine)
 	n, bad := 0, 0
@@ -215,7 +290,7 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 		b, long, err := readLine(r)
 		if err != nil && !errors.Is(err, io.EOF) {
 			// The file stays: the next attempt reads it again from the start.
-			return fmt.Errorf("spool: read %s: %w", path, err)
+			return &spoolError{fmt.Errorf("read %s: %w", path, err)}
 		}
 		if long > 0 {
 			bad++
@@ -256,7 +331,8 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 		return err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("spool: %w", err)
+		l.stuck = id
+		return &spoolError{fmt.Errorf("%s, drained (%d events), cannot be removed: %w", path, n, err)}
 	}
 	l.log.Info().Int("events", n).Int("unreadable", bad).Msg("drained the hook spool")
 	return nil

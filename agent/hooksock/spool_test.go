@@ -8,11 +8,14 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
@@ -209,4 +212,78 @@ func TestSpoolHostileFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpoolTroubleKeepsListening: a spool the agent cannot drain (here a
+// path through a regular file; on a rack a directory the hook made 0750
+// for dhcpd's user, or a file the agent's user may not read) is told and
+// shown in leasekeeper_hook_spool_unreadable, and the agent goes on
+// taking the hooks' datagrams; once the spool can be read, its events are
+// drained and the gauge goes back to 0. (It stopped the whole agent,
+// which its unit then restarted into the same failure.)
+func TestSpoolTroubleKeepsListening(t *testing.T) {
+	dir := t.TempDir()
+	block := filepath.Join(dir, "x")
+	if err := os.WriteFile(block, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spool := filepath.Join(block, "spool") // ENOTDIR
+	path := filepath.Join(dir, "hook.sock")
+	s := newSink()
+	logs := &lockedLog{}
+	reg := prometheus.NewRegistry()
+	l, err := New(Config{Path: path, Spool: spool}, s, zerolog.New(logs), reg, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := listen(t, l)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	send(t, path, datagram(1, "live"))
+	s.waitFor(t, 1)
+	if !strings.Contains(logs.String(), "cannot drain the hook spool") || !strings.Contains(logs.String(), "not a directory") {
+		t.Errorf("the spool's trouble is not told:\n%s", logs.String())
+	}
+	if v := testutil.ToFloat64(l.m.spoolUnreadable); v != 1 {
+		t.Errorf("leasekeeper_hook_spool_unreadable %v, want 1", v)
+	}
+	// Mended: the directory is there, with what the hooks spooled.
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(spool, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, spoolFile), []byte(spoolLines(2, 4)), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, 3)
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(l.m.spoolUnreadable) != 0 || !strings.Contains(logs.String(), "the hook spool drains again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gauge %v; log:\n%s", testutil.ToFloat64(l.m.spoolUnreadable), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockedLog is a log the listener's goroutines write to.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
