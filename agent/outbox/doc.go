@@ -109,8 +109,16 @@
 // request is stored: bbolt writes a transaction's pages to unused space
 // and only then the meta page that would make them visible, and on an
 // error rolls its in-memory state back. The store keeps working, and the
-// first commit after space returns succeeds. The file grows in steps (doubling up to 1 GiB, then
-// 16 MiB), and never shrinks; pages freed by acks are reused.
+// first commit after space returns succeeds. The one exception is a
+// failed fdatasync of the meta page itself (an I/O error, or a full
+// thin-provisioned or network file system at writeback): bbolt reads
+// that page from the page cache from then on, so the transaction is
+// there although its request was told it failed. The store then reads
+// its counters again (resync) and gives none of its Seqs twice; the
+// request, retried, is queued twice. The file is mapped 64 MiB ahead
+// (address space only) and grows by what a commit needs plus 16 MiB
+// (bbolt's growth once the mapping is that large, a sparse truncate), and
+// never shrinks; pages freed by acks are reused.
 //
 // # Dead letters
 //

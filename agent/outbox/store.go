@@ -303,7 +303,9 @@ func (s *Store) Notify() <-chan struct{} { return s.notify }
 //
 // ctx bounds only the wait for the writer to take the request (it is
 // behind when the disk is slow); once taken, Append waits for the commit
-// so that an error always means "not stored".
+// so that an error means "not stored" (but for a failed fdatasync of the
+// commit's meta page, after which the events may be queued all the same:
+// doc.go, "Full disk"; retried, they are queued twice, never lost).
 func (s *Store) Append(ctx context.Context, evs ...event.Event) error {
 	_, err := s.AppendSeq(ctx, evs...)
 	return err

@@ -153,6 +153,7 @@ func (s *Store) commit(group []*request) {
 		s.met.commitSeconds.Observe(time.Since(start).Seconds())
 		if err != nil {
 			s.met.commitErrors.Inc()
+			s.resync()
 			if len(group) > 1 {
 				for _, r := range group {
 					s.commit([]*request{r})
@@ -175,6 +176,49 @@ func (s *Store) commit(group []*request) {
 			r.done <- nil
 		}
 		return
+	}
+}
+
+// resync reads the counters again after a failed commit. A commit whose
+// meta page was written but whose fdatasync failed (an I/O error, or a
+// full thin-provisioned or network file system at writeback) fails, yet
+// bbolt reads that page from then on (the page cache holds it): the
+// transaction is there all the same. Its Seqs must not be given again:
+// the next commit would write other events over them, and the Ack of a
+// batch that held the ghosts would delete events accepted since, never
+// sent. The requests are still told they failed; retried, their events
+// are queued twice, which the reconciler and the region take as the
+// same news.
+func (s *Store) resync() {
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		next := s.w.nextSeq
+		if v := tx.Bucket(bucketMeta).Get(keyNextSeq); v != nil && keySeq(v) > next {
+			next = keySeq(v)
+		}
+		for _, b := range [][]byte{bucketQueue, bucketDead} {
+			if k, _ := tx.Bucket(b).Cursor().Last(); k != nil && keySeq(k) >= next {
+				next = keySeq(k) + 1
+			}
+		}
+		if next != s.w.nextSeq {
+			s.log.Error().Uint64("next_seq", s.w.nextSeq).Uint64("on_disk", next).
+				Msg("a failed outbox commit is there all the same (its fdatasync failed after its meta page was written): its events are kept, their requests told they failed; the disk may be failing")
+			s.w.accepted = append(s.w.accepted, acceptedAt{last: next - 1, at: s.now()})
+			if s.oldest.Load() == 0 {
+				s.oldest.Store(s.now().UnixNano())
+			}
+			s.w.nextSeq = next
+			select {
+			case s.notify <- struct{}{}:
+			default:
+			}
+		}
+		s.depth.Store(int64(tx.Bucket(bucketQueue).Stats().KeyN))
+		s.dead.Store(int64(tx.Bucket(bucketDead).Stats().KeyN))
+		return nil
+	})
+	if err != nil {
+		s.log.Error().Err(err).Msg("cannot read the outbox's counters again after a failed commit")
 	}
 }
 
