@@ -17,24 +17,22 @@ import (
 )
 
 // crashSink stores into the outbox and then, if asked, dies right after
-// storing a batch that holds both socket datagrams and spool lines: the
-// datagrams are stored but still on the socket.
+// storing the first batch from the source it is given ("hook": the
+// socket's datagrams, stored but still on the socket; "spool": lines of
+// the spool file, stored but the file not yet removed).
 type crashSink struct {
 	s     *outbox.Store
-	crash bool
+	crash string
 }
 
 func (k crashSink) Accept(ctx context.Context, evs []event.Event) error {
 	if err := k.s.Append(ctx, evs...); err != nil {
 		return err
 	}
-	hook, spool := false, false
 	for _, e := range evs {
-		hook = hook || e.Source == event.SourceHook
-		spool = spool || e.Source == event.SourceSpool
-	}
-	if k.crash && hook && spool {
-		os.Exit(3)
+		if k.crash != "" && e.Source.String() == k.crash {
+			os.Exit(3)
+		}
 	}
 	return nil
 }
@@ -50,7 +48,7 @@ func TestSpoolCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := crashSink{s: store, crash: os.Getenv("HOOKSOCK_SPOOLCRASH") == "1"}
+	sink := crashSink{s: store, crash: os.Getenv("HOOKSOCK_SPOOLCRASH")}
 	// Batch 2: the five queued datagrams and the spool's lines cannot all
 	// go in the first batch, so without care one batch mixes them.
 	l, err := New(Config{Path: filepath.Join(dir, "hook.sock"), Spool: filepath.Join(dir, "spool"), Batch: 2},
@@ -64,13 +62,21 @@ func TestSpoolCrashChild(t *testing.T) {
 // TestCrashBetweenStoreAndConsume: one address's events 1-5 wait in the
 // (activated) socket, 6-10 in the spool, sent after them. The agent dies
 // right after storing a batch, before taking its datagrams off the socket
-// (SO_PEEK_OFF keeps them there for the next run). Whatever batch that
-// was, the next agent must not leave the address with an older event
-// last: replaying 1-5 after 6-10 would.
+// (SO_PEEK_OFF keeps them there for the next run: "hook"), or before
+// removing the spool file whose lines it stored ("spool"). The next agent
+// stores them again, and must not leave the address with an older event
+// last: replaying 1-5 after 6-10 would. Each case checks that its crash
+// came.
 func TestCrashBetweenStoreAndConsume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs child processes")
 	}
+	for _, at := range []string{"hook", "spool"} {
+		t.Run(at, func(t *testing.T) { crashBetweenStoreAndConsume(t, at) })
+	}
+}
+
+func crashBetweenStoreAndConsume(t *testing.T, at string) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "hook.sock")
 	f := activationSocket(t, path)
@@ -110,8 +116,10 @@ func TestCrashBetweenStoreAndConsume(t *testing.T) {
 			return false
 		}
 	}
-	crashed := run("1", 2*time.Second)
-	run("0", 1500*time.Millisecond)
+	if crashed := run(at, 2*time.Second); !crashed {
+		t.Fatalf("the agent did not die after storing a batch from the %s", at)
+	}
+	run("", 1500*time.Millisecond)
 
 	store, err := outbox.Open(filepath.Join(dir, "outbox.db"), outbox.Options{})
 	if err != nil {
@@ -126,7 +134,7 @@ func TestCrashBetweenStoreAndConsume(t *testing.T) {
 	for _, e := range q {
 		got = append(got, e.Event.Timestamp-1795000000)
 	}
-	t.Logf("crashed on a mixed batch: %v; outbox: %v", crashed, got)
+	t.Logf("outbox: %v", got)
 	if len(got) == 0 || got[len(got)-1] != 10 {
 		t.Fatalf("outbox %v: the address is left with event %v, not 10", got, got[len(got)-1:])
 	}
