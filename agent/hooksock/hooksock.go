@@ -12,10 +12,16 @@
 // The socket is created at the configured path, or inherited from systemd
 // socket activation (a leasekeeper.socket unit, LISTEN_FDS). Activation is
 // the durable setup: the socket, and the datagrams queued in it, outlive an
-// agent restart or crash. The window in which an event can still be lost
-// is between reading a datagram and the outbox's commit of its batch (one
-// group commit, milliseconds); the leases-file reconciler re-derives any
-// such event from dhcpd.leases, so the region still converges.
+// agent restart or crash. Datagrams are read with MSG_PEEK (SO_PEEK_OFF)
+// and taken off the socket only once their batch is in the outbox, so a
+// crash in between loses none: the next run stores them again (at most
+// duplicates). Without SO_PEEK_OFF (an old kernel; logged), or with a
+// socket the agent made itself (gone with it), a crash between reading a
+// datagram and the outbox's commit of its batch (one group commit,
+// milliseconds) loses it; the leases-file reconciler re-derives such an
+// event from dhcpd.leases, so the region still converges. Neither the
+// socket's queue nor the spool survives a power cut: an event counts as
+// accepted once the outbox has it (fsync'd).
 package hooksock
 
 import (
