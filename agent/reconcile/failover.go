@@ -41,6 +41,11 @@ type Pair struct {
 	MyState string `json:"my_state,omitempty"`
 	// PartnerState is the partner's state as this server last knew it.
 	PartnerState string `json:"partner_state,omitempty"`
+	// Others names the other failover peers dhcpd.conf's pools use (MAAS
+	// declares one per HA VLAN, each with its own role and partner); the
+	// agent models one pair and follows Peer for every address. Only
+	// PairOf sets it ("name (role), …"); the core's pair has none.
+	Others string `json:"-"`
 }
 
 // InPair reports whether dhcpd runs in a failover pair.
@@ -64,12 +69,29 @@ func PairOf(cfg *dhcpdconf.Config) Pair {
 			used[r.Failover] = true
 		}
 	}
+	var p Pair
 	for _, fp := range cfg.FailoverPeers {
-		if used[fp.Name] && (fp.Role == RolePrimary || fp.Role == RoleSecondary) {
-			return Pair{Peer: fp.Name, Role: fp.Role}
+		switch {
+		case !used[fp.Name] || (fp.Role != RolePrimary && fp.Role != RoleSecondary):
+		case p.Peer == "":
+			p = Pair{Peer: fp.Name, Role: fp.Role}
+		case fp.Name != p.Peer:
+			if p.Others != "" {
+				p.Others += ", "
+			}
+			p.Others += fp.Name + " (" + fp.Role + ")"
 		}
 	}
-	return Pair{}
+	return p
+}
+
+// PairIn is PairOf for the dhcpd.conf at conf (its includes too).
+func PairIn(conf string) (Pair, error) {
+	cfg, err := readConf(conf)
+	if err != nil {
+		return Pair{}, err
+	}
+	return PairOf(cfg), nil
 }
 
 // withState returns p with the states of the file's record for its peer,

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -32,6 +33,15 @@ func (r *Reconciler) scanPair(when string) {
 		return
 	}
 	p, old := *rp, r.st.Pair
+	if p.Others != "" {
+		r.met.failoverPeers.Store(int64(strings.Count(p.Others, ", ") + 2))
+		r.log.Error().Str("peer", p.Peer).Str("role", p.Role).Str("other_peers", p.Others).Str("when", when).
+			Msg("dhcpd.conf's pools use several failover peers (MAAS: one per HA VLAN, each with its own role and partner rack): this agent models one pair and follows the first for every address, which is wrong for the others' addresses: range-shrink expiries sent twice or by neither rack, a partner-down or recover on one VLAN taken for all; see docs/failover.md, Limits")
+	} else if p.InPair() {
+		r.met.failoverPeers.Store(1)
+	} else {
+		r.met.failoverPeers.Store(0)
+	}
 	if p.Peer == old.Peer && p.Role == old.Role {
 		return
 	}

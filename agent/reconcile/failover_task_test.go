@@ -32,6 +32,35 @@ func (h *harness) pairHooked(role string) {
 	}
 }
 
+// TestTaskSeveralPeers: MAAS declares one failover peer per HA VLAN
+// (src/maasserver/dhcp.py, make_failover_peer_config, one per managed
+// VLAN in get_dhcp_configuration), each with its own role and partner;
+// the agent models one pair, which the log says at error level and
+// leasekeeper_reconcile_failover_peers shows, rather than follow the
+// first peer for every address unsaid.
+func TestTaskSeveralPeers(t *testing.T) {
+	h := newHarness(t)
+	h.pairHooked("primary")
+	b, err := os.ReadFile(h.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := strings.NewReplacer(`"fo"`, `"fo2"`, "primary", "secondary", "203.0.113.", "198.51.100.").Replace(string(b[strings.Index(string(b), "failover peer"):]))
+	if err := os.WriteFile(h.conf, append(b, second...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Unix()
+	h.d.rewrite(fostate("normal", "normal")+block(ip1, "active", macA, now-100, now+3600), true)
+	h.start(time.Second)
+	h.waitLog("several failover peers", 10*time.Second)
+	if !strings.Contains(h.logText(), `"other_peers":"fo2 (secondary)"`) {
+		t.Errorf("the log does not name the other peer:\n%s", h.logText())
+	}
+	if n := h.r.met.failoverPeers.Load(); n != 2 {
+		t.Errorf("leasekeeper_reconcile_failover_peers = %d, want 2", n)
+	}
+}
+
 // TestTaskSpooledReplayWaitsForFile is the returning rack of a pair whose
 // agent starts after its dhcpd: dhcpd, recovering from its partner's
 // partner-down, ran the on expiry its old copy of a lease carried when

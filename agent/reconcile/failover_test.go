@@ -111,6 +111,11 @@ func TestPairOf(t *testing.T) {
 		{"secondary", strings.Replace(conf("secondary; "), " mclt 3600; split 255;", "", 1), Pair{Peer: "fo", Role: RoleSecondary}},
 		{"alone", "subnet 203.0.113.0 netmask 255.255.255.0 { range 203.0.113.100 203.0.113.150; }", Pair{}},
 		{"declared, used by no pool", strings.Replace(conf("primary; "), `failover peer "fo"; `, "", 1), Pair{}},
+		// MAAS declares one peer per HA VLAN, each with its own role
+		// (src/maasserver/dhcp.py, make_failover_peer_config): the first
+		// is followed, the others named.
+		{"one per VLAN", conf("primary; ") + "\n" + strings.NewReplacer(`"fo"`, `"fo2"`, "203.0.113.", "198.51.100.").Replace(conf("secondary; ")),
+			Pair{Peer: "fo", Role: RolePrimary, Others: "fo2 (secondary)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := dhcpdconf.Parse(strings.NewReader(tc.conf), dhcpdconf.Options{})

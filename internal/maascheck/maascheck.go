@@ -167,6 +167,7 @@ func Run(ctx context.Context, o Options) *Report {
 		caps = unitCapabilities
 	}
 	r.agentAccess(o.AgentUser, r.Mode, c, creds, caps)
+	r.failover(c.DHCPD.Config)
 	if c.DHCPD.Config6 != "" {
 		d := reconcile.Detect(c.DHCPD.Config6, reconcile.ModeAuto, env)
 		r.Mode6 = &d
@@ -283,6 +284,23 @@ func (r *Report) helperSocket(h reconcile.Hook) {
 	default:
 		r.add(Note, "helper-socket", fmt.Sprintf("cannot tell whether anything receives MAAS's helper's events on %s: %v.", sock, err), "run check-maas as root")
 	}
+}
+
+// failover checks that dhcpd.conf's pools use at most one failover peer:
+// MAAS declares one per HA VLAN (src/maasserver/dhcp.py,
+// make_failover_peer_config), each with its own role and partner rack,
+// and the agent models one pair. An unreadable dhcpd.conf is the mode
+// check's to report.
+func (r *Report) failover(conf string) {
+	if conf == "" {
+		return
+	}
+	p, err := reconcile.PairIn(conf)
+	if err != nil || p.Others == "" {
+		return
+	}
+	r.add(Problem, "failover", fmt.Sprintf("%s's pools use several failover peers: %s (%s), %s. The agent models one pair and follows %s for every address: for the others', range-shrink expiries may be sent by both racks or by neither, and a partner-down or recover on one VLAN is taken for all.", conf, p.Peer, p.Role, p.Others, p.Peer),
+		"keep DHCP HA to one VLAN on this rack until leasekeeper follows each peer (docs/failover.md, Limits)")
 }
 
 // agentAccess checks that the agent's user can read what mode detection

@@ -248,6 +248,20 @@ func TestProblems(t *testing.T) {
 		{"the program cannot run", func(w *world) { os.Chmod(w.helper, 0o644) }, "problem hook", "cannot run"},
 		{"dhcpd.config unset: unsure", func(w *world) { w.cfg.DHCPD.Config = "" }, "problem mode", "not set"},
 		{"forced replacement over MAAS's helper", func(w *world) { w.listen(); w.cfg.Reconcile.Mode = "replacement" }, "problem mode", "second copies"},
+		// MAAS declares one failover peer per HA VLAN, each with its own
+		// role (src/maasserver/dhcp.py, make_failover_peer_config).
+		{"a failover peer per VLAN", func(w *world) {
+			w.listen()
+			b, err := os.ReadFile(w.dhcpdIn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			peer := func(name, role, net string) string {
+				return `failover peer "` + name + `" { ` + role + `; address ` + net + `.1; peer address ` + net + `.2; max-response-delay 60; max-unacked-updates 10; mclt 3600; split 255; }` + "\n" +
+					"subnet " + net + ".0 netmask 255.255.255.0 { pool { failover peer \"" + name + "\"; range " + net + ".10 " + net + ".50; } }\n"
+			}
+			w.writeConf(string(b) + peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100"))
+		}, "problem failover", "failover-vlan-5002 (secondary)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
