@@ -208,6 +208,12 @@ func (r *Report) mode(d reconcile.Detection, key string) {
 		}
 		r.add(Note, "mode", msg+fmt.Sprintf(" reconcile.mode forces %s, which is used as set because %s; check-maas cannot confirm it.", d.Mode, why),
 			"make sure it is what dhcpd's hooks run: replacement only if they run leasekeeper-hook (or maas-dhcp-helper diverted to it)")
+	case d.Forced && d.Detected == reconcile.ModeComplement && d.Mode == reconcile.ModeHookless && noReceiver(d):
+		// MAAS 3.6 after 3.6.5 starts no receiver for its helper
+		// (maas-agent's DHCP service is gone: LP: #2134485), and a snap's
+		// helper cannot be diverted: hookless is then the way to have
+		// every event delivered, and no first copy exists.
+		r.add(OK, "mode", msg+" reconcile.mode forces hookless, and nothing receives MAAS's helper's events: the agent's, from dhcpd.leases, are the only copies.", "")
 	case d.Forced && d.Detected == reconcile.ModeComplement && d.Mode != reconcile.ModeComplement:
 		r.add(Problem, "mode", msg+fmt.Sprintf(" reconcile.mode forces %s, but dhcpd.conf's hooks tell the region themselves", d.Mode),
 			"remove reconcile.mode (or set it to \"auto\"): with MAAS's helper in place the agent would send second copies of hooked events, and a late copy overwrites newer news in the region")
@@ -245,7 +251,8 @@ func (r *Report) hooks(d reconcile.Detection) {
 		case reconcile.KindMAAS:
 			maas = true
 			if h.Snap {
-				r.add(Note, "hook", where+": MAAS's own helper, inside the MAAS snap ("+h.Why+"). A snap's files are read-only, so it cannot be diverted: complement is the only mode for a snap-installed MAAS.", "")
+				r.add(Note, "hook", where+": MAAS's own helper, inside the MAAS snap ("+h.Why+"). A snap's files are read-only, so it cannot be diverted: complement is the mode for a snap-installed MAAS, or hookless where nothing receives the helper's events.", "")
+				r.helperSocket(h)
 				break
 			}
 			r.add(Note, "hook", where+": MAAS's own helper, not diverted ("+h.Why+"). That is complement mode, and fine: MAAS delivers its hooks' events; but an event is lost whenever MAAS's receiver is down (the helper exits 1 and nothing keeps it).",
@@ -268,19 +275,51 @@ func (r *Report) hooks(d reconcile.Detection) {
 // helperSocket checks that something receives MAAS's helper's
 // datagrams: rackd's lease socket service up to MAAS 3.5, maas-agent's
 // DHCP service from 3.6. Connecting a datagram socket sends nothing.
-func (r *Report) helperSocket(h reconcile.Hook) {
-	sock := h.Socket
-	if sock == "" {
-		sock = "/var/lib/maas/dhcpd.sock" // the helper's default
+// helperSocketOf is where MAAS's helper run by h sends.
+func helperSocketOf(h reconcile.Hook) string {
+	if h.Socket != "" {
+		return h.Socket
 	}
+	return "/var/lib/maas/dhcpd.sock" // the helper's default
+}
+
+// dialHelper tries MAAS's helper's socket: nil when something receives.
+func dialHelper(sock string) error {
 	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err == nil {
+		c.Close()
+	}
+	return err
+}
+
+// noReceiver reports whether dhcpd.conf runs MAAS's helper and nothing
+// receives on any socket it sends to.
+func noReceiver(d reconcile.Detection) bool {
+	seen := false
+	for _, h := range d.Hooks {
+		if h.Kind != reconcile.KindMAAS || !h.Runnable {
+			continue
+		}
+		seen = true
+		if err := dialHelper(helperSocketOf(h)); !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+			return false
+		}
+	}
+	return seen
+}
+
+func (r *Report) helperSocket(h reconcile.Hook) {
+	sock := helperSocketOf(h)
+	err := dialHelper(sock)
+	fix := "start MAAS's rack services (maas-rackd / maas-agent), or divert maas-dhcp-helper to leasekeeper-hook so the agent delivers every event"
+	if h.Snap {
+		fix = "start the MAAS snap's rack services; where nothing will receive them (MAAS 3.6 after 3.6.5 starts no receiver, LP: #2134485) and the snap's helper cannot be diverted, set [reconcile] mode = \"hookless\": the agent then delivers every event from dhcpd.leases"
+	}
 	switch {
 	case err == nil:
-		c.Close()
 		r.add(OK, "helper-socket", "something receives MAAS's helper's events on "+sock+" (rackd up to MAAS 3.5, maas-agent from 3.6).", "")
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT):
-		r.add(Problem, "helper-socket", fmt.Sprintf("nothing receives MAAS's helper's events on %s (%v): the helper exits 1 for each one and the event is lost; in complement mode leasekeeper does not resend them.", sock, err),
-			"start MAAS's rack services (maas-rackd / maas-agent, or the snap) or, on a deb rack, divert maas-dhcp-helper to leasekeeper-hook so the agent delivers every event")
+		r.add(Problem, "helper-socket", fmt.Sprintf("nothing receives MAAS's helper's events on %s (%v): the helper exits 1 for each one and the event is lost; in complement mode leasekeeper does not resend them.", sock, err), fix)
 	default:
 		r.add(Note, "helper-socket", fmt.Sprintf("cannot tell whether anything receives MAAS's helper's events on %s: %v.", sock, err), "run check-maas as root")
 	}

@@ -248,6 +248,9 @@ func TestProblems(t *testing.T) {
 		{"the program cannot run", func(w *world) { os.Chmod(w.helper, 0o644) }, "problem hook", "cannot run"},
 		{"dhcpd.config unset: unsure", func(w *world) { w.cfg.DHCPD.Config = "" }, "problem mode", "not set"},
 		{"forced replacement over MAAS's helper", func(w *world) { w.listen(); w.cfg.Reconcile.Mode = "replacement" }, "problem mode", "second copies"},
+		// A snap's helper cannot be diverted: where nothing receives its
+		// events (MAAS 3.6 after 3.6.5), hookless is the remedy.
+		{"nothing receives a snap's helper's datagrams", func(w *world) { w.opts.Detect.SnapDir = w.dir }, "problem helper-socket", `mode = "hookless"`},
 		// MAAS declares one failover peer per HA VLAN, each with its own
 		// role (src/maasserver/dhcp.py, make_failover_peer_config).
 		{"a failover peer per VLAN", func(w *world) {
@@ -330,6 +333,17 @@ func TestForcedMode(t *testing.T) {
 			w.listen()
 			w.cfg.Reconcile.Mode = "replacement"
 		}, Problem, "hooks tell the region themselves"},
+		{"forced hookless over MAAS's helper, received", func(w *world) {
+			w.listen()
+			w.cfg.Reconcile.Mode = "hookless"
+		}, Problem, "hooks tell the region themselves"},
+		// MAAS 3.6 after 3.6.5 starts no receiver for its helper
+		// (src/maasagent/cmd/maas-agent/main.go on the 3.6 branch,
+		// NewDHCPService commented out): hookless delivers every event,
+		// and no first copy exists.
+		{"forced hookless over MAAS's helper, nothing receives", func(w *world) {
+			w.cfg.Reconcile.Mode = "hookless"
+		}, OK, "the only copies"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
