@@ -545,7 +545,7 @@ func (r *Report) certificates(certFile, keyFile, caFile string) (*tls.Config, bo
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)
-		r.add(Problem, "certificates", strings.Join(missing, ", ")+" not set: MAAS's internal API takes only mutual TLS (no client certificate: 403 \"Client certificate required.\"; no CA: the region's self-signed chain cannot be verified).", fix)
+		r.add(Problem, "certificates", strings.Join(missing, ", ")+" not set: MAAS's internal API takes only mutual TLS (no client certificate: MAAS 3.8 answers 403 \"Client certificate required.\", 3.6 and 3.7 end the TLS handshake; no CA: the region's self-signed chain cannot be verified).", fix)
 		return nil, false
 	}
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
