@@ -55,7 +55,18 @@ var (
 	ErrNotFound = errors.New("no such dead letter")
 	ErrCorrupt  = errors.New("outbox record does not decode")
 	ErrLocked   = errors.New("outbox file is locked by another process")
+	ErrDamaged  = errors.New("outbox file is damaged: a page bbolt cannot read")
 )
+
+// damaged turns a panic of bbolt reading a damaged page (it panics on a
+// page of an unknown type, a free list that does not read) into
+// ErrDamaged, so that the agent stops with what to do rather than a
+// stack trace.
+func damaged(path string, err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("outbox %s: %w (%v): stop the agent and move the file aside; a new one is made at the next start, and the events it still held, undelivered, and the reconciler's state are lost with it", path, ErrDamaged, p)
+	}
+}
 
 // CorruptError names a queued record that does not decode; Peek stops at
 // it. Ack its Seq to drop it (it never decoded, so it cannot be sent).
@@ -162,25 +173,22 @@ func Open(path string, opts Options) (*Store, error) {
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, os.ErrNotExist)
 
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:      time.Second,
-		FreelistType: bbolt.FreelistMapType,
-		// Address space only (the file does not grow with it): a file
-		// that grows within it is never mapped again. bbolt otherwise
-		// maps a growing file anew at each doubling, and every page
-		// read after that faults in again (a new agent's first minutes
-		// under load: the reconciler's records and the queue grow).
-		InitialMmapSize: initialMmap,
-	})
+	db, err := openDB(path)
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("outbox %s: %w", path, ErrLocked)
 		}
+		if errors.Is(err, ErrDamaged) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("outbox %s: %w", path, err)
 	}
 	s.db = db
-	if err := s.load(); err != nil {
+	if err := s.loadChecked(path); err != nil {
 		db.Close()
+		if errors.Is(err, ErrDamaged) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("outbox %s: %w", path, err)
 	}
 	if created {
@@ -200,6 +208,27 @@ func Open(path string, opts Options) (*Store, error) {
 		Int64("dead_letters", s.dead.Load()).Uint64("next_seq", s.w.nextSeq).
 		Int("max_events", s.max).Msg("outbox open")
 	return s, nil
+}
+
+// loadChecked is load, a damaged page an error.
+func (s *Store) loadChecked(path string) (err error) {
+	defer damaged(path, &err)
+	return s.load()
+}
+
+// openDB opens the bbolt file, a damaged page an error.
+func openDB(path string) (db *bbolt.DB, err error) {
+	defer damaged(path, &err)
+	return bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:      time.Second,
+		FreelistType: bbolt.FreelistMapType,
+		// Address space only (the file does not grow with it): a file
+		// that grows within it is never mapped again. bbolt otherwise
+		// maps a growing file anew at each doubling, and every page
+		// read after that faults in again (a new agent's first minutes
+		// under load: the reconciler's records and the queue grow).
+		InitialMmapSize: initialMmap,
+	})
 }
 
 // load creates the buckets, checks the format and reads the counters.

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -120,5 +121,59 @@ func TestSyncSettings(t *testing.T) {
 	if db := s.db; db.NoSync || db.NoGrowSync || db.NoFreelistSync {
 		t.Errorf("bbolt NoSync %v, NoGrowSync %v, NoFreelistSync %v: an accepted event could be lost to a power cut",
 			db.NoSync, db.NoGrowSync, db.NoFreelistSync)
+	}
+}
+
+// TestDamagedFile: a file whose data pages are damaged (a disk's bad
+// sectors, a copy cut short) makes bbolt panic when it reads them; Open
+// returns ErrDamaged with what to do instead, which the agent logs as it
+// stops (a cold review: a stack trace, at every restart).
+func TestDamagedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	s := openTest(t, path, 0)
+	ctx := context.Background()
+	for n := 0; n < 2000; n += 100 {
+		evs := make([]event.Event, 100)
+		for i := range evs {
+			evs[i] = ev(n+i, event.Commit)
+		}
+		must(t, s.Append(ctx, evs...))
+	}
+	must(t, s.Close())
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every page after the two meta pages gets junk where its type and
+	// counts are (its id kept).
+	junk := make([]byte, 16)
+	for i := range junk {
+		junk[i] = byte(i*7 + 3)
+	}
+	for off := int64(2 * 4096); off < fi.Size() && off < 64*4096; off += 4096 {
+		if _, err := f.WriteAt(junk, off+8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	var s2 *Store
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("Open panicked: %v", p)
+			}
+		}()
+		s2, err = Open(path, Options{})
+	}()
+	if err == nil {
+		s2.Close()
+		t.Fatal("Open of a damaged file succeeded")
+	}
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "move the file aside") {
+		t.Errorf("Open: %v, want ErrDamaged saying what to do", err)
 	}
 }
