@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
 // notifySocket points NOTIFY_SOCKET at a real unixgram socket and returns
@@ -663,24 +663,6 @@ func TestMetricsCollision(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer the agent's goroutines may log to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestLeases6NotFollowed: dhcpd.leases6 and dhcpd.config6 are keys of the
 // configuration that the agent does not act on yet; one set is said at
 // start, at warning level, not accepted in silence.
@@ -693,7 +675,7 @@ func TestLeases6NotFollowed(t *testing.T) {
 		notes := notifySocket(t)
 		cfg := testConfig()
 		set(cfg)
-		var log lockedBuffer
+		var log testlog.Buffer
 		a, err := New(cfg, zerolog.New(&log), prometheus.NewRegistry(), nil)
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
+	"github.com/leasekeeper/leasekeeper/internal/lktest/testlog"
 )
 
 func spoolLines(from, to int) string {
@@ -230,7 +230,7 @@ func TestSpoolTroubleKeepsListening(t *testing.T) {
 	spool := filepath.Join(block, "spool") // ENOTDIR
 	path := filepath.Join(dir, "hook.sock")
 	s := newSink()
-	logs := &lockedLog{}
+	logs := &testlog.Buffer{}
 	reg := prometheus.NewRegistry()
 	l, err := New(Config{Path: path, Spool: spool}, s, zerolog.New(logs), reg, time.Now)
 	if err != nil {
@@ -268,22 +268,4 @@ func TestSpoolTroubleKeepsListening(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// lockedLog is a log the listener's goroutines write to.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
