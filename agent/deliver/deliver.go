@@ -104,8 +104,9 @@ type Config struct {
 	// moment, must cost retries, never a dead letter.
 	PoisonConfirm int
 	PoisonSpan    time.Duration
-	// InflightFile records a request's start until its answer, across a
-	// crash (inflight.go); "" keeps no record. UnansweredHold is how long
+	// InflightFile records a request's start until its answer, and the
+	// highest Seq the region may have applied, across a crash
+	// (inflight.go); "" keeps no record. UnansweredHold is how long
 	// after the start of a request the previous run left unanswered the
 	// first request of this run waits.
 	InflightFile   string
@@ -1194,21 +1195,17 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	if !o.down {
 		d.probedBack.Store(false) // the region answered, or is up and struggling
 	}
-	if mayHaveApplied(o, err) {
+	if mayHaveApplied(o, err) || o.kind == kindOK {
+		// A batch the region took is in doubt too until its Ack is in
+		// the outbox: a stop while the Ack fails (a full disk) has the
+		// Flush send it again, a kill -9 the next run.
 		d.markDoubt(last)
 	}
 	if answered {
 		// Answered, or failed: either way this run, not a restarted one,
 		// decides what comes next (no hold). Left set when the agent
 		// stops with the request out (ctx ended): the next run holds.
-		// What the region may have applied stays in doubt until an Ack
-		// covers it (delivered): a batch it took, not yet acknowledged
-		// in the outbox.
-		doubt := d.doubt.Load()
-		if o.kind == kindOK {
-			doubt = max(doubt, last)
-		}
-		d.inflight.answered(doubt) //nolint:errcheck // a stale record only delays the next start
+		d.inflight.answered(d.doubt.Load()) //nolint:errcheck // a stale record only delays the next start
 	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
 	d.health.observe(d, o)
@@ -1273,9 +1270,6 @@ func (d *Deliverer) delivered(ctx context.Context, batch []event.Queued, peeked 
 	}
 	if err := d.persist(ctx, func() error { return d.q.Ack(seqs...) }); err != nil {
 		return err
-	}
-	if d.doubt.Load() <= seqs[len(seqs)-1] {
-		d.inflight.end() //nolint:errcheck // a stale record only makes the next start split more carefully
 	}
 	if d.gate != nil {
 		d.gate.Delivered(batch)

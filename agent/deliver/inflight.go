@@ -43,13 +43,16 @@ const DefaultUnansweredHold = 30 * time.Second
 // The record also keeps the request's last Seq: the events up to it may
 // be applied already when the restarted agent sends them again, which
 // decides how a batch of them may be split (split.go). An answer clears
-// the start (nothing is in flight: no hold) but keeps the Seq while
-// events up to it are still queued and may be applied: a batch the
-// region took (2xx) until its Ack is in the outbox, one perhaps applied
-// (a timeout, a proxy's 502) until it is sent again. A restart in that
-// window sends them again as the head of its first batch, and cut in the
-// middle (a 500 to that request) the first half would take the region
-// back to older news. The record is cleared once an Ack covers it.
+// the start (nothing is in flight: no hold) but keeps the Seq: the
+// highest the region may have applied (Deliverer.doubt), a batch it
+// took (2xx) included, whose Ack may not reach the outbox before a kill
+// -9 or a stop (a full disk). A restart sends such events again as the
+// head of its first batch, and cut in the middle (a 500 to that request)
+// the first half would take the region back to older news. The Seq is
+// never cleared: once everything up to it is acknowledged it matches no
+// queued event, since later events get higher Seqs (or, in a failover
+// pair, an event the gate held back, which it then treats with care: no
+// neighbour, no cut in the middle).
 
 // inflight is the record's file: sixteen bytes, the start in Unix
 // nanoseconds (or zero) and the request's last Seq. (Eight bytes, the
@@ -121,16 +124,6 @@ func (in *inflight) answered(last uint64) error {
 	}
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[8:], last)
-	_, err := in.f.WriteAt(b[:], 0)
-	return err
-}
-
-// end records that no request is in flight and no event is in doubt.
-func (in *inflight) end() error {
-	if in == nil {
-		return nil
-	}
-	var b [16]byte
 	_, err := in.f.WriteAt(b[:], 0)
 	return err
 }

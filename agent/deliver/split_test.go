@@ -96,56 +96,64 @@ func TestIndependent(t *testing.T) {
 }
 
 // TestAppliedUnackedResent: the region took a batch (204) and the agent
-// stopped before the Ack was in the outbox (a kill -9 between the answer
-// and the commit; here a stop while the Ack cannot be written). The next
-// run sends that batch again as the head of its first batch: its events
-// are in doubt (the in-flight record keeps their last Seq after the
-// answer, until an Ack covers it), so a 500 to the copy is not cut in
-// the middle, which would have the region apply the commits again after
-// their releases. MAAS applies a request in one transaction, a 500
-// rolling it back (src/maasapiserver/common/middlewares/db.py), each item
-// overwriting the address's state without comparing times
-// (src/maasservicelayer/services/leases.py). Found by a review.
+// stopped before the Ack was in the outbox (a stop while a full disk fails
+// the Ack, or a kill -9 between the answer and the commit). The batch is
+// sent again: by the Flush at stop ("flush"), or as the head of the next
+// run's first batch ("restart"). Its events are in doubt (Deliverer.doubt,
+// and the in-flight record keeps the Seq after the answer), so a 500 to
+// the copy is not cut in the middle, which would have the region apply
+// the commits again after their releases. MAAS applies a request in one
+// transaction, a 500 rolling it back
+// (src/maasapiserver/common/middlewares/db.py), each item overwriting the
+// address's state without comparing times
+// (src/maasservicelayer/services/leases.py). Found by two reviews.
 func TestAppliedUnackedResent(t *testing.T) {
-	mk := func(i int, ip byte, action string) event.Event {
-		e := event.Event{Action: action, Family: event.IPv4, IP: netip.AddrFrom4([4]byte{198, 18, 0, ip}),
-			MAC: "02:00:00:00:00:01", Timestamp: int64(1_700_000_000 + i), Source: event.SourceHook}
-		if action == event.Commit {
-			e.LeaseTime = 600
-		}
-		return e
-	}
-	s, f := stub(t, regionstub.Options{})
-	q := newMemQueue()
-	q.Append(mk(0, 97, event.Commit), mk(1, 98, event.Commit), mk(2, 97, event.Release), mk(3, 98, event.Release))
-	q.failAcks = 1 << 30
-	cfg := fastConfig(s, f)
-	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
-	h := newDeliverer(t, cfg, q)
-	stop := run(t, h.d)
-	waitFor(t, 5*time.Second, "the region to apply the batch", func() bool { return s.Len() >= 4 })
-	stop()
-	h.d.Close()
-	if q.Depth() != 4 {
-		t.Fatalf("%d queued after the stop, want the 4 whose Ack failed", q.Depth())
-	}
-	q.failAcks = 0
-	s.FailNext(1, regionstub.Fault{Status: 500})
-	h2 := newDeliverer(t, cfg, q)
-	if h2.d.Holding() {
-		t.Error("the request was answered: the next run need not hold")
-	}
-	if err := h2.d.Flush(ctxT(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	noRegression(t, s)
-	if q.Depth() != 0 {
-		t.Errorf("%d still queued", q.Depth())
-	}
-	// Acknowledged: the record says nothing is in doubt any more.
-	h2.d.Close()
-	h3 := newDeliverer(t, cfg, q)
-	if d := h3.d.doubt.Load(); d != 0 {
-		t.Errorf("after the Ack the record still puts Seq %d in doubt", d)
+	for _, copyBy := range []string{"flush", "restart"} {
+		t.Run(copyBy, func(t *testing.T) {
+			mk := func(i int, ip byte, action string) event.Event {
+				e := event.Event{Action: action, Family: event.IPv4, IP: netip.AddrFrom4([4]byte{198, 18, 0, ip}),
+					MAC: "02:00:00:00:00:01", Timestamp: int64(1_700_000_000 + i), Source: event.SourceHook}
+				if action == event.Commit {
+					e.LeaseTime = 600
+				}
+				return e
+			}
+			s, f := stub(t, regionstub.Options{})
+			q := newMemQueue()
+			q.Append(mk(0, 97, event.Commit), mk(1, 98, event.Commit), mk(2, 97, event.Release), mk(3, 98, event.Release))
+			q.failAcks = 1 << 30
+			cfg := fastConfig(s, f)
+			cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
+			h := newDeliverer(t, cfg, q)
+			stop := run(t, h.d)
+			waitFor(t, 5*time.Second, "the region to apply the batch", func() bool { return s.Len() >= 4 })
+			stop()
+			if q.Depth() != 4 {
+				t.Fatalf("%d queued after the stop, want the 4 whose Ack failed", q.Depth())
+			}
+			s.FailNext(1, regionstub.Fault{Status: 500})
+			d := h.d
+			if copyBy == "restart" {
+				h.d.Close()
+				q.failAcks = 0
+				d = newDeliverer(t, cfg, q).d
+				if d.Holding() {
+					t.Error("the request was answered: the next run need not hold")
+				}
+			}
+			// The flush at stop ends when its time is up, the Acks still
+			// failing; the restarted run's delivers everything.
+			wait := 10 * time.Second
+			if copyBy == "flush" {
+				wait = 2 * time.Second
+			}
+			if err := d.Flush(ctxT(t, wait)); err != nil && copyBy == "restart" {
+				t.Fatal(err)
+			}
+			noRegression(t, s)
+			if copyBy == "restart" && q.Depth() != 0 {
+				t.Errorf("%d still queued", q.Depth())
+			}
+		})
 	}
 }
