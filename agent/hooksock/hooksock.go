@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -82,9 +83,14 @@ type Listener struct {
 	// spoolFailing logs a spool the agent cannot drain (a directory or
 	// a file its user may not read, an I/O error) the same way.
 	spoolFailing *lograte.Episode
-	// stuck is a drained spool file that could not be removed, so that
-	// it is not stored again every second.
-	stuck spoolID
+	// progress is how far the taken spool file was handed on, so that a
+	// drain stopped by a read error, or a drained file that could not be
+	// removed, is not stored again at every retry. spoolBad: the last
+	// drain failed (spoolTrouble); Drained waits for a good one.
+	progress spoolProgress
+	spoolBad bool
+	// spoolRead wraps a taken spool file's reads (tests: a read error).
+	spoolRead func(io.Reader) io.Reader
 
 	beat       atomic.Int64 // Unix ns: the reader's last turn
 	heldSince  atomic.Int64 // Unix ns: since when events wait for a failing sink; 0 if none
@@ -95,9 +101,20 @@ type Listener struct {
 
 // Drained is closed once the events spooled while nobody listened, and
 // the datagrams queued in the socket when Run started, are stored
-// (handed to the sink, which queued or dropped them). A Run that ends
+// (handed to the sink, which queued or dropped them). A spool that cannot
+// be drained (spoolTrouble) keeps it open until a drain goes through; the
+// reconciler waits for it only so long (AwaitBacklog). A Run that ends
 // first never closes it.
 func (l *Listener) Drained() <-chan struct{} { return l.drained }
+
+// closeDrained closes Drained once.
+func (l *Listener) closeDrained() {
+	select {
+	case <-l.drained:
+	default:
+		close(l.drained)
+	}
+}
 
 // LastProgress is when the hook socket last made progress (agent.Prober):
 // the reader's last turn (it wakes at least every second), or, while
@@ -213,12 +230,8 @@ func (l *Listener) Run(ctx context.Context, ready func()) error {
 		err = l.readQueued(ctx, sk, events)
 	}
 	if err == nil {
-		if err = stored(ctx, events); err == nil && ctx.Err() == nil {
-			select {
-			case <-l.drained: // a second Run
-			default:
-				close(l.drained)
-			}
+		if err = stored(ctx, events); err == nil && ctx.Err() == nil && !l.spoolBad {
+			l.closeDrained()
 		}
 	}
 	if err == nil {
@@ -463,6 +476,18 @@ func (l *Listener) read(ctx context.Context, sk *sock, out chan<- item) error {
 		case err == errNoData:
 			if err := l.drainSpool(ctx, sk, out); err != nil {
 				return err
+			}
+			if !l.spoolBad && ctx.Err() == nil {
+				select {
+				case <-l.drained:
+				default:
+					// The spool found at start drains at last: Drained
+					// once what it held is stored.
+					if err := stored(ctx, out); err != nil {
+						return err
+					}
+					l.closeDrained()
+				}
 			}
 		case err != nil:
 			return err

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/internal/leasesfile"
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
@@ -51,6 +52,7 @@ func (l *Listener) drainSpool(ctx context.Context, sk *sock, out chan<- item) er
 		case !errors.Is(err, fs.ErrNotExist):
 			return l.spoolTrouble(&spoolError{err})
 		}
+		l.progress = spoolProgress{} // no taken file: nothing to resume
 		_, err = os.Lstat(cur)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -101,8 +103,9 @@ func (l *Listener) spoolTrouble(err error) error {
 		return err
 	}
 	l.m.spoolUnreadable.Set(1)
+	l.spoolBad = true
 	if log, left, since := l.spoolFailing.Fail(); log {
-		hint := "an I/O error: check the file system"
+		hint := "check its path (hook.spool) and the file system"
 		if errors.Is(se.err, fs.ErrPermission) {
 			hint = fmt.Sprintf("the agent's user may not read or rename there: the directory must be writable by its group and the files readable by it (the package makes %s mode 2770, group leasekeeper: chgrp -R leasekeeper %s; chmod 2770 %s)", l.cfg.Spool, l.cfg.Spool, l.cfg.Spool)
 		}
@@ -115,28 +118,34 @@ func (l *Listener) spoolTrouble(err error) error {
 // spoolFine records a drain that went through.
 func (l *Listener) spoolFine() {
 	l.m.spoolUnreadable.Set(0)
+	l.spoolBad = false
 	if ended, since, n := l.spoolFailing.End(); ended {
 		l.log.Info().Int("failures", n).Dur("failed_for", l.now().Sub(since)).Msg("the hook spool drains again")
 	}
 }
 
-// spoolID names one spool file as it was: a drained file that could not
-// be removed is not stored again while it stays the same.
-type spoolID struct {
-	dev, ino uint64
-	size     int64
+// spoolProgress is how many lines of one taken spool file were handed
+// on: a drain resumes after them. The file is named by its inode, size
+// and modification time, and forgotten once no file is taken.
+type spoolProgress struct {
+	id    leasesfile.ID
+	size  int64
+	mtime int64
+	lines int
 }
 
-func idOf(f *os.File) spoolID {
+// progressOf is the progress record of an open taken file, lines 0.
+func progressOf(f *os.File) spoolProgress {
 	fi, err := f.Stat()
 	if err != nil {
-		return spoolID{}
+		return spoolProgress{}
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return spoolID{}
-	}
-	return spoolID{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size()} //nolint:unconvert // Dev's type varies by architecture
+	return spoolProgress{id: leasesfile.IDOf(fi), size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+}
+
+// same reports whether p and q name the same file as it was.
+func (p spoolProgress) same(q spoolProgress) bool {
+	return p.id != (leasesfile.ID{}) && p.id == q.id && p.size == q.size && p.mtime == q.mtime
 }
 
 // readQueued hands on the datagrams waiting in the socket, without
@@ -275,21 +284,32 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return &spoolError{fmt.Errorf("lock %s: %w", path, err)}
 	}
-	id := idOf(f)
-	if id != (spoolID{}) && id == l.stuck {
-		// Stored already; only its removal failed.
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return &spoolError{fmt.Errorf("%s, drained already, cannot be removed: %w", path, err)}
-		}
-		l.stuck = spoolID{}
-		return nil
+	// A drain of this file that stopped (a read error, a removal that
+	// failed) handed its first lines on already: they are not stored
+	// again.
+	cur, skip := progressOf(f), 0
+	if cur.same(l.progress) {
+		skip = l.progress.lines
 	}
-	r := bufio.NewReaderSize(f, maxSpoolLine)
+	l.progress = cur
+	var rd io.Reader = f
+	if l.spoolRead != nil {
+		rd = l.spoolRead(f)
+	}
+	r := bufio.NewReaderSize(rd, maxSpoolLine)
 	n, bad := 0, 0
 	for lineNo := 1; ; lineNo++ {
 		b, long, err := readLine(r)
+		if lineNo <= skip && (err == nil || errors.Is(err, io.EOF)) {
+			l.progress.lines = lineNo
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			continue
+		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			// The file stays: the next attempt reads it again from the start.
+			// The file stays: the next attempt resumes after the lines
+			// handed on (l.progress).
 			return &spoolError{fmt.Errorf("read %s: %w", path, err)}
 		}
 		if long > 0 {
@@ -317,6 +337,7 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 				n++
 			}
 		}
+		l.progress.lines = lineNo
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -331,9 +352,9 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 		return err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		l.stuck = id
 		return &spoolError{fmt.Errorf("%s, drained (%d events), cannot be removed: %w", path, n, err)}
 	}
+	l.progress = spoolProgress{}
 	l.log.Info().Int("events", n).Int("unreadable", bad).Msg("drained the hook spool")
 	return nil
 }

@@ -2,12 +2,14 @@ package hooksock
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -244,6 +246,11 @@ func TestSpoolTroubleKeepsListening(t *testing.T) {
 	}()
 	send(t, path, datagram(1, "live"))
 	s.waitFor(t, 1)
+	select {
+	case <-l.Drained():
+		t.Error("Drained() closed while the spool cannot be read")
+	default:
+	}
 	if !strings.Contains(logs.String(), "cannot drain the hook spool") || !strings.Contains(logs.String(), "not a directory") {
 		t.Errorf("the spool's trouble is not told:\n%s", logs.String())
 	}
@@ -261,11 +268,85 @@ func TestSpoolTroubleKeepsListening(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitFor(t, 3)
+	select {
+	case <-l.Drained():
+	case <-time.After(5 * time.Second):
+		t.Error("Drained() still open after the spool drained")
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for testutil.ToFloat64(l.m.spoolUnreadable) != 0 || !strings.Contains(logs.String(), "the hook spool drains again") {
 		if time.Now().After(deadline) {
 			t.Fatalf("gauge %v; log:\n%s", testutil.ToFloat64(l.m.spoolUnreadable), logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// failingReader fails every read once it has passed after bytes, while
+// fails is above 0.
+type failingReader struct {
+	r     io.Reader
+	after int
+	read  int
+	fails *atomic.Int32
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.fails.Load() > 0 && f.read+len(p) > f.after {
+		if f.read >= f.after {
+			f.fails.Add(-1)
+			return 0, syscall.EIO
+		}
+		p = p[:f.after-f.read]
+	}
+	n, err := f.r.Read(p)
+	f.read += n
+	return n, err
+}
+
+// TestSpoolReadErrorResumes: a read error in the middle of a taken spool
+// file (a bad block) stops the drain; the next attempts resume after the
+// lines already handed on, so each event is stored once, in order (each
+// retry stored the lines before the error again).
+func TestSpoolReadErrorResumes(t *testing.T) {
+	dir := t.TempDir()
+	spool := filepath.Join(dir, "spool")
+	if err := os.MkdirAll(spool, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	lines := spoolLines(0, 6)
+	if err := os.WriteFile(filepath.Join(spool, drainFile), []byte(lines), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	third := strings.Index(lines, "\n") + 1
+	third += strings.Index(lines[third:], "\n") + 1
+	third += strings.Index(lines[third:], "\n") + 1
+	var fails atomic.Int32
+	fails.Store(3)
+	path := filepath.Join(dir, "hook.sock")
+	s := newSink()
+	l, err := New(Config{Path: path, Spool: spool}, s, zerolog.Nop(), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.spoolRead = func(r io.Reader) io.Reader { return &failingReader{r: r, after: third, fails: &fails} }
+	stop := listen(t, l)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	evs := s.waitFor(t, 6)
+	time.Sleep(1500 * time.Millisecond) // another drain, were the file still there
+	if got := len(s.events()); got != 6 || fails.Load() != 0 {
+		t.Fatalf("%d events stored (want 6), %d injected errors left", got, fails.Load())
+	}
+	for i, e := range evs {
+		if want := int64(1795000000 + i); e.Timestamp != want {
+			t.Errorf("event %d: timestamp %d, want %d", i, e.Timestamp, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(spool, drainFile)); err == nil {
+		t.Error("the drained file is still there")
 	}
 }
