@@ -126,10 +126,15 @@ func unitProperty(name string) []string {
 	return words
 }
 
-// readsAny says whether caps let a process read every file and search
-// every directory whatever their modes.
-func readsAny(caps []string) bool {
-	return slices.Contains(caps, "cap_dac_read_search") || slices.Contains(caps, "cap_dac_override")
+// readsAny returns the capability of caps that lets a process read every
+// file and search every directory whatever their modes, or "".
+func readsAny(caps []string) string {
+	for _, c := range []string{"cap_dac_read_search", "cap_dac_override"} {
+		if slices.Contains(caps, c) {
+			return c
+		}
+	}
+	return ""
 }
 
 // MAASPort is the only port MAAS serves its internal API on (nginx passes
@@ -252,12 +257,12 @@ func (r *Report) hooks(d reconcile.Detection) {
 			maas = true
 			if h.Snap {
 				r.add(Note, "hook", where+": MAAS's own helper, inside the MAAS snap ("+h.Why+"). A snap's files are read-only, so it cannot be diverted: complement is the mode for a snap-installed MAAS, or hookless where nothing receives the helper's events.", "")
-				r.helperSocket(h)
+				r.helperSocket(h, d)
 				break
 			}
 			r.add(Note, "hook", where+": MAAS's own helper, not diverted ("+h.Why+"). That is complement mode, and fine: MAAS delivers its hooks' events; but an event is lost whenever MAAS's receiver is down (the helper exits 1 and nothing keeps it).",
 				"to have leasekeeper deliver every event instead (spooled while the agent is down), divert the helper to leasekeeper-hook as README.Debian says; the agent then runs in replacement mode")
-			r.helperSocket(h)
+			r.helperSocket(h, d)
 		default:
 			r.add(Note, "hook", where+": "+h.Why+". leasekeeper does not know this program and assumes it tells the region itself (complement mode, the safe side).",
 				"if it does not, set [reconcile] mode = \"hookless\"; if it ends up running leasekeeper-hook, run leasekeeper-hook directly")
@@ -308,9 +313,10 @@ func noReceiver(d reconcile.Detection) bool {
 	return seen
 }
 
-func (r *Report) helperSocket(h reconcile.Hook) {
+func (r *Report) helperSocket(h reconcile.Hook, d reconcile.Detection) {
 	sock := helperSocketOf(h)
 	err := dialHelper(sock)
+	hookless := d.Forced && d.Mode == reconcile.ModeHookless
 	fix := "start MAAS's rack services (maas-rackd / maas-agent), or divert maas-dhcp-helper to leasekeeper-hook so the agent delivers every event"
 	if h.Snap {
 		fix = "start the MAAS snap's rack services; where nothing will receive them (MAAS 3.6 after 3.6.5 starts no receiver, LP: #2134485) and the snap's helper cannot be diverted, set [reconcile] mode = \"hookless\": the agent then delivers every event from dhcpd.leases"
@@ -318,6 +324,8 @@ func (r *Report) helperSocket(h reconcile.Hook) {
 	switch {
 	case err == nil:
 		r.add(OK, "helper-socket", "something receives MAAS's helper's events on "+sock+" (rackd up to MAAS 3.5, maas-agent from 3.6).", "")
+	case (errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)) && hookless:
+		r.add(Note, "helper-socket", fmt.Sprintf("nothing receives MAAS's helper's events on %s (%v): reconcile.mode = \"hookless\" has the agent deliver every event from dhcpd.leases instead.", sock, err), "")
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT):
 		r.add(Problem, "helper-socket", fmt.Sprintf("nothing receives MAAS's helper's events on %s (%v): the helper exits 1 for each one and the event is lost; in complement mode leasekeeper does not resend them.", sock, err), fix)
 	default:
@@ -355,8 +363,8 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Confi
 	if err != nil {
 		return // not installed as the Debian package does
 	}
-	if readsAny(caps()) {
-		r.add(OK, "agent-access", fmt.Sprintf("the agent runs as %s and its unit grants it CAP_DAC_READ_SEARCH (maas-rack.conf): it reads MAAS's files whatever their modes.", name), "")
+	if c := readsAny(caps()); c != "" {
+		r.add(OK, "agent-access", fmt.Sprintf("the agent runs as %s and its unit grants it %s (the package's maas-rack.conf grants CAP_DAC_READ_SEARCH): it reads MAAS's files whatever their modes.", name, strings.ToUpper(c)), "")
 		return
 	}
 	uid, _ := strconv.Atoi(u.Uid)

@@ -357,6 +357,9 @@ func TestForcedMode(t *testing.T) {
 			if f == nil || !strings.Contains(f.Message, tc.words) {
 				t.Fatalf("want a mode %s mentioning %q; got %q", tc.want, tc.words, got)
 			}
+			if tc.want == OK && rep.Problems != 0 {
+				t.Errorf("%d problems besides the mode, which is right: %q", rep.Problems, got)
+			}
 			if tc.want != Problem && find(rep, "mode", Problem) != nil {
 				t.Errorf("a mode problem besides the %s: %+v", tc.want, find(rep, "mode", Problem))
 			}
