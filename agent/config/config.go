@@ -239,14 +239,19 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		if err != nil && !errors.As(err, &vps) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
+		// A value the validation refuses is the override's when one set
+		// its key; the file's own problems (unknown keys, wrong types)
+		// are the file's, whatever the overrides say.
 		all := append(Problems(nil), fileProblems...)
+		var bad Problems
 		for _, p := range vps {
 			if !slices.ContainsFunc(fileProblems, func(f *KeyError) bool { return section(f.Key) == section(p.Key) }) {
 				p.Line = lines[p.Key]
-				all = append(all, p)
+				bad = append(bad, p)
 			}
 		}
-		return nil, fmt.Errorf("%s: %w", name, fromOverrides(all, overrides))
+		fromOverrides(bad, overrides)
+		return nil, fmt.Errorf("%s: %w", name, append(all, bad...))
 	}
 	secret := func(key string, err error) error {
 		ke := &KeyError{Key: key, Err: &SecretFileError{err}, Line: lines[key]}
@@ -637,26 +642,33 @@ func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type, file []byte)
 	return fmt.Errorf("%s is not a list of integers", tomlValue(v))
 }
 
-// lineOf returns the line of p's value in the file, or 0 when the TOML
-// library does not say (see asWritten).
-func lineOf(md *toml.MetaData, p toml.Primitive) int {
+// position returns where p's value is in the file, or false when the
+// TOML library does not say. The library gives a value's position only in
+// its own errors: decoding into an Unmarshaler that always fails makes it
+// report one.
+func position(md *toml.MetaData, p toml.Primitive) (toml.Position, bool) {
 	var pe toml.ParseError
 	if !errors.As(md.PrimitiveDecode(p, &positionOnly{}), &pe) {
-		return 0
+		return toml.Position{}, false
 	}
-	return pe.Position.Line
+	return pe.Position, true
+}
+
+// lineOf returns the line of p's value in the file, or 0 when the TOML
+// library does not say.
+func lineOf(md *toml.MetaData, p toml.Primitive) int {
+	pos, _ := position(md, p)
+	return pos.Line
 }
 
 // asWritten returns the text of p's value as the file spells it ("1e3",
-// "1_000.0"), or "" when the TOML library does not say where it is. The
-// library gives a value's position only in its own errors: decoding into
-// an Unmarshaler that always fails makes it report one.
+// "1_000.0"), or "" when the TOML library does not say where it is.
 func asWritten(md *toml.MetaData, p toml.Primitive, file []byte) string {
-	var pe toml.ParseError
-	if !errors.As(md.PrimitiveDecode(p, &positionOnly{}), &pe) {
+	pos, ok := position(md, p)
+	if !ok {
 		return ""
 	}
-	start, n := pe.Position.Start, pe.Position.Len
+	start, n := pos.Start, pos.Len
 	if start < 0 || n <= 0 || start+n > len(file) {
 		return ""
 	}

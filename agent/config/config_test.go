@@ -369,6 +369,9 @@ func TestProblemLines(t *testing.T) {
 		{"required, not in the file", "[log]\nlevel = \"info\"\n", nil, "t.toml: region.url: required"},
 		{"dotted table", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\ntls.verify = 1\n", nil, "t.toml: region.tls: unknown key"},
 		{"override", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\nbatch_max = 10\n", []string{"region.batch_max=0"}, "t.toml: region.batch_max (from the command line: region.batch_max=0): 0 is not between"},
+		// The file's wrong type stays the file's when --set also names
+		// the key (the override's value would be valid).
+		{"wrong type, key also overridden", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\nbatch_max = \"ten\"\n", []string{"region.batch_max=10"}, "t.toml: line 3: region.batch_max: \"ten\" is not an integer"},
 		{"secret file", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n[release]\n\ntoken_file = \"" + missing + "\"\n", nil, "t.toml: line 5: release.token_file: open " + missing},
 	}
 	for _, tc := range tests {
