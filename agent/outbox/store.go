@@ -261,6 +261,10 @@ func (s *Store) load() error {
 		}
 		s.depth.Store(int64(tx.Bucket(bucketQueue).Stats().KeyN))
 		s.dead.Store(int64(tx.Bucket(bucketDead).Stats().KeyN))
+		// Every page of the others' buckets read once too (the
+		// reconciler's state): a damaged one is found here, as
+		// ErrDamaged, not as a panic when its owner first reads it.
+		tx.Bucket(bucketKV).Stats()
 		s.w.sincePass = s.slack()
 		if s.depth.Load() > 0 {
 			// Acceptance times are not stored; what was queued before

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 )
@@ -175,5 +178,64 @@ func TestDamagedFile(t *testing.T) {
 	}
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "move the file aside") {
 		t.Errorf("Open: %v, want ErrDamaged saying what to do", err)
+	}
+}
+
+// TestDamagedStateBucket: a damaged page among the other components'
+// buckets (the reconciler's state, which only its owner reads) is found
+// by Open too, as ErrDamaged, not as a panic at the owner's first View (a
+// review of the change).
+func TestDamagedStateBucket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	s := openTest(t, path, 0)
+	must(t, s.Update(context.Background(), "leases", func(b *bbolt.Bucket) ([]event.Event, error) {
+		for i := 0; i < 3000; i++ {
+			if err := b.Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 200)); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}))
+	must(t, s.Close())
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The newer meta page names the root and the free list: every other
+	// page gets junk where its type and counts are.
+	var best, freelist, root uint64
+	for p := int64(0); p < 2; p++ {
+		b := make([]byte, 128)
+		if _, err := f.ReadAt(b, p*4096); err != nil {
+			t.Fatal(err)
+		}
+		m := b[16:]
+		if txid := binary.LittleEndian.Uint64(m[48:56]); txid >= best {
+			best, root, freelist = txid, binary.LittleEndian.Uint64(m[16:24]), binary.LittleEndian.Uint64(m[32:40])
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 16)
+	for i := range junk {
+		junk[i] = byte(i*7 + 3)
+	}
+	for pg := uint64(2); int64(pg*4096) < fi.Size(); pg++ {
+		if pg != freelist && pg != root {
+			if _, err := f.WriteAt(junk, int64(pg)*4096+8); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.Close()
+	s2, err := Open(path, Options{})
+	if err == nil {
+		s2.Close()
+		t.Fatal("Open of a file whose state pages are damaged succeeded")
+	}
+	if !errors.Is(err, ErrDamaged) {
+		t.Errorf("Open: %v, want ErrDamaged", err)
 	}
 }
