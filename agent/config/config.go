@@ -44,10 +44,10 @@ type Config struct {
 // DHCPD says where dhcpd keeps its files. Empty optional paths switch the
 // part that reads them off.
 type DHCPD struct {
-	Leases  string `toml:"leases"`   // required: the truth the agent converges to
-	Config  string `toml:"config"`   // "" = do not read dhcpd.conf
-	Leases6 string `toml:"leases6"`  // "" = no DHCPv6 server to watch
-	Config6 string `toml:"config6"`  // "" = do not read dhcpd6.conf
+	Leases  string `toml:"leases"`  // required: the truth the agent converges to
+	Config  string `toml:"config"`  // "" = do not read dhcpd.conf
+	Leases6 string `toml:"leases6"` // not followed yet (the agent says so at start); check-maas reads Config6 only
+	Config6 string `toml:"config6"`
 	PIDFile string `toml:"pid_file"` // "" = do not watch dhcpd's pid file
 }
 

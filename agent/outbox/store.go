@@ -61,10 +61,11 @@ var (
 // damaged turns a panic of bbolt reading a damaged page (it panics on a
 // page of an unknown type, a free list that does not read) into
 // ErrDamaged, so that the agent stops with what to do rather than a
-// stack trace.
+// stack trace. A panic inside bbolt.Open leaves its file open and locked
+// in this process: the caller is to stop, not to open it again.
 func damaged(path string, err *error) {
 	if p := recover(); p != nil {
-		*err = fmt.Errorf("outbox %s: %w (%v): stop the agent and move the file aside; a new one is made at the next start, and the events it still held, undelivered, and the reconciler's state are lost with it", path, ErrDamaged, p)
+		*err = fmt.Errorf("outbox %s: %w (%v): stop the agent and move the file aside, with region-request beside it; a new one is made at the next start, and the events it still held, undelivered, and the reconciler's state are lost with it", path, ErrDamaged, p)
 	}
 }
 
