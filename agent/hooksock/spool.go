@@ -105,8 +105,11 @@ func (l *Listener) spoolTrouble(err error) error {
 	l.m.spoolUnreadable.Set(1)
 	l.spoolBad = true
 	if log, left, since := l.spoolFailing.Fail(); log {
-		hint := "check its path (hook.spool) and the file system"
-		if errors.Is(se.err, fs.ErrPermission) {
+		hint := "an I/O error: check the file system"
+		switch {
+		case errors.Is(se.err, syscall.ENOTDIR), errors.Is(se.err, syscall.ELOOP), errors.Is(se.err, syscall.ENAMETOOLONG):
+			hint = fmt.Sprintf("hook.spool (%s) is not a directory the agent can reach: set it to one (the hooks' --spool, or LEASEKEEPER_SPOOL, must name the same)", l.cfg.Spool)
+		case errors.Is(se.err, fs.ErrPermission):
 			hint = fmt.Sprintf("the agent's user may not read or rename there: the directory must be writable by its group and the files readable by it (the package makes %s mode 2770, group leasekeeper: chgrp -R leasekeeper %s; chmod 2770 %s)", l.cfg.Spool, l.cfg.Spool, l.cfg.Spool)
 		}
 		l.log.Error().Err(se.err).Str("spool", l.cfg.Spool).Time("failing_since", since).Int("not_logged_since_last", left).
@@ -262,7 +265,7 @@ func (l *Listener) setAside(path string, why error) error {
 		}
 	}
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-		return fmt.Errorf("spool: %s: %v, and it can be neither moved aside (%v) nor removed: %w", path, why, err, rerr)
+		return &spoolError{fmt.Errorf("%s: %v, and it can be neither moved aside (%v) nor removed: %w", path, why, err, rerr)}
 	}
 	l.reject("spool-refused", fmt.Errorf("%s: %v; removed, not read (moving it aside failed: %v)", path, why, err), 0)
 	return nil

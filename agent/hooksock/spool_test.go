@@ -251,7 +251,7 @@ func TestSpoolTroubleKeepsListening(t *testing.T) {
 		t.Error("Drained() closed while the spool cannot be read")
 	default:
 	}
-	if !strings.Contains(logs.String(), "cannot drain the hook spool") || !strings.Contains(logs.String(), "not a directory") {
+	if !strings.Contains(logs.String(), "cannot drain the hook spool") || !strings.Contains(logs.String(), "is not a directory the agent can reach") {
 		t.Errorf("the spool's trouble is not told:\n%s", logs.String())
 	}
 	if v := testutil.ToFloat64(l.m.spoolUnreadable); v != 1 {

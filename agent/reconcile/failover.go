@@ -44,8 +44,10 @@ type Pair struct {
 	// Others names the other failover peers dhcpd.conf's pools use (MAAS
 	// declares one per HA VLAN, each with its own role and partner); the
 	// agent models one pair and follows Peer for every address. Only
-	// PairOf sets it ("name (role), …"); the core's pair has none.
-	Others string `json:"-"`
+	// PairOf sets them ("name (role), …", and how many); the core's pair
+	// has none.
+	Others  string `json:"-"`
+	OthersN int    `json:"-"`
 }
 
 // InPair reports whether dhcpd runs in a failover pair.
@@ -80,6 +82,7 @@ func PairOf(cfg *dhcpdconf.Config) Pair {
 				p.Others += ", "
 			}
 			p.Others += fp.Name + " (" + fp.Role + ")"
+			p.OthersN++
 		}
 	}
 	return p

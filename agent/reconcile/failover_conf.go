@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -33,8 +32,8 @@ func (r *Reconciler) scanPair(when string) {
 		return
 	}
 	p, old := *rp, r.st.Pair
-	if p.Others != "" {
-		r.met.failoverPeers.Store(int64(strings.Count(p.Others, ", ") + 2))
+	if p.OthersN > 0 {
+		r.met.failoverPeers.Store(int64(p.OthersN + 1))
 		r.log.Error().Str("peer", p.Peer).Str("role", p.Role).Str("other_peers", p.Others).Str("when", when).
 			Msg("dhcpd.conf's pools use several failover peers (MAAS: one per HA VLAN, each with its own role and partner rack): this agent models one pair and follows the first for every address, which is wrong for the others' addresses: range-shrink expiries sent twice or by neither rack, a partner-down or recover on one VLAN taken for all; see docs/failover.md, Limits")
 	} else if p.InPair() {

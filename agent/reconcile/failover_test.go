@@ -115,7 +115,7 @@ func TestPairOf(t *testing.T) {
 		// (src/maasserver/dhcp.py, make_failover_peer_config): the first
 		// is followed, the others named.
 		{"one per VLAN", conf("primary; ") + "\n" + strings.NewReplacer(`"fo"`, `"fo2"`, "203.0.113.", "198.51.100.").Replace(conf("secondary; ")),
-			Pair{Peer: "fo", Role: RolePrimary, Others: "fo2 (secondary)"}},
+			Pair{Peer: "fo", Role: RolePrimary, Others: "fo2 (secondary)", OthersN: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := dhcpdconf.Parse(strings.NewReader(tc.conf), dhcpdconf.Options{})
