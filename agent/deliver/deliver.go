@@ -172,7 +172,18 @@ type Deliverer struct {
 	// first batch sent is taken to be it. Both only under turn.
 	doubt      atomic.Uint64
 	doubtFirst bool
+	// unacked is the last Seq of a batch the region took (2xx) whose Ack
+	// is not in the outbox yet (0: none): a stop while the Ack fails (a
+	// full disk) has the Flush send it again, a kill -9 the next run, so
+	// until then it is in doubt too (inDoubt). Kept apart from doubt,
+	// which is never lowered: a batch acknowledged is doubtful no more,
+	// and an event a pair's gate held back while it went was never sent.
+	unacked atomic.Uint64
 }
+
+// inDoubt is the highest Seq the region may have applied without the
+// outbox knowing: doubt, or a batch taken and not yet acknowledged.
+func (d *Deliverer) inDoubt() uint64 { return max(d.doubt.Load(), d.unacked.Load()) }
 
 // New checks cfg, loads the credentials and registers the metrics on reg
 // (nil: none). now is the clock (nil: time.Now).
@@ -223,6 +234,11 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 			// batch this run sends first.
 			d.doubt.Store(u.last)
 			d.doubtFirst = u.last == 0
+		case u.last != 0 && !knows(q, u.last):
+			// The record names events this outbox never held: it is a new
+			// one (the old moved aside, restored from a backup). Its
+			// events are no older request's.
+			log.Info().Uint64("last", u.last).Msg("the in-flight record names events this outbox never held (a new outbox?): ignored")
 		case u.last != 0:
 			// Answered, and perhaps applied, but not yet acknowledged in
 			// the outbox when the previous run stopped.
@@ -549,7 +565,7 @@ func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Q
 		d.markDoubt(batch[len(batch)-1].Seq)
 	}
 	k := 0 // the doubtful prefix
-	for k < len(batch) && batch[k].Seq <= d.doubt.Load() {
+	for k < len(batch) && batch[k].Seq <= d.inDoubt() {
 		k++
 	}
 	if k == 0 {
@@ -788,7 +804,7 @@ func (d *Deliverer) parts(batch []event.Queued) (first, second []event.Queued, o
 	if k, ok := cleanCut(batch); ok {
 		return batch[:k], batch[k:], true
 	}
-	if batch[0].Seq > d.doubt.Load() {
+	if batch[0].Seq > d.inDoubt() {
 		// (Seq order: the first is the lowest.)
 		mid := len(batch) / 2
 		return batch[:mid], batch[mid:], true
@@ -1040,7 +1056,7 @@ func (d *Deliverer) neighbours(ctx context.Context, queued []event.Queued, ips m
 			continue // dead-lettered, or kept back, in its turn; never sent
 		}
 		c.Event = e
-		if d.gate != nil && (ips[e.IP] || macs[e.MAC] || c.Seq <= d.doubt.Load()) {
+		if d.gate != nil && (ips[e.IP] || macs[e.MAC] || c.Seq <= d.inDoubt()) {
 			ips[e.IP], macs[e.MAC] = true, true
 			continue
 		}
@@ -1149,7 +1165,7 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		d.doubtFirst = false
 		d.markDoubt(last)
 	}
-	if err := d.inflight.begin(start, max(last, d.doubt.Load())); err != nil {
+	if err := d.inflight.begin(start, max(last, d.inDoubt())); err != nil {
 		d.log.Error().Err(err).Msg("cannot record the request's start in the state directory; sending it all the same (a restart during it may send newer news before the region is done with it)")
 	}
 	var o outcome
@@ -1195,21 +1211,28 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	if !o.down {
 		d.probedBack.Store(false) // the region answered, or is up and struggling
 	}
-	if mayHaveApplied(o, err) || o.kind == kindOK {
-		// A batch the region took is in doubt too until its Ack is in
-		// the outbox: a stop while the Ack fails (a full disk) has the
-		// Flush send it again, a kill -9 the next run.
+	if mayHaveApplied(o, err) {
 		d.markDoubt(last)
+	}
+	if o.kind == kindOK {
+		d.unacked.Store(last) // until delivered stores the Ack
 	}
 	if answered {
 		// Answered, or failed: either way this run, not a restarted one,
 		// decides what comes next (no hold). Left set when the agent
 		// stops with the request out (ctx ended): the next run holds.
-		d.inflight.answered(d.doubt.Load()) //nolint:errcheck // a stale record only delays the next start
+		d.inflight.answered(d.inDoubt()) //nolint:errcheck // a stale record only delays the next start
 	}
 	d.m.attempts.WithLabelValues(resultLabel[o.kind]).Inc()
 	d.health.observe(d, o)
 	return o, nil
+}
+
+// knows reports whether q has given Seqs up to seq: false only for an
+// outbox that can say so (NextSeq) and has not.
+func knows(q Queue, seq uint64) bool {
+	n, ok := q.(interface{ NextSeq() uint64 })
+	return !ok || seq < n.NextSeq()
 }
 
 // markDoubt records that the events up to seq may have been applied by
@@ -1270,6 +1293,10 @@ func (d *Deliverer) delivered(ctx context.Context, batch []event.Queued, peeked 
 	}
 	if err := d.persist(ctx, func() error { return d.q.Ack(seqs...) }); err != nil {
 		return err
+	}
+	if d.unacked.CompareAndSwap(seqs[len(seqs)-1], 0) {
+		// Acknowledged: the record goes back to what is still in doubt.
+		d.inflight.answered(d.doubt.Load()) //nolint:errcheck // a stale record only makes a restart split with more care
 	}
 	if d.gate != nil {
 		d.gate.Delivered(batch)

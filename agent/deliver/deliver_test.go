@@ -72,6 +72,13 @@ func (m *memQueue) Append(evs ...event.Event) {
 	}
 }
 
+// NextSeq is the Seq the next event appended gets (the outbox's).
+func (m *memQueue) NextSeq() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.next
+}
+
 func (m *memQueue) Peek(max int) ([]event.Queued, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
@@ -126,7 +128,13 @@ func TestAppliedUnackedResent(t *testing.T) {
 			cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
 			h := newDeliverer(t, cfg, q)
 			stop := run(t, h.d)
-			waitFor(t, 5*time.Second, "the region to apply the batch", func() bool { return s.Len() >= 4 })
+			// The answer read and the Ack tried (and failed): the stop
+			// comes after the 2xx, not while the request is out.
+			waitFor(t, 5*time.Second, "the region to apply the batch and the Ack to fail", func() bool {
+				q.mu.Lock()
+				defer q.mu.Unlock()
+				return s.Len() >= 4 && q.failAcks < 1<<30
+			})
 			stop()
 			if q.Depth() != 4 {
 				t.Fatalf("%d queued after the stop, want the 4 whose Ack failed", q.Depth())
@@ -155,5 +163,95 @@ func TestAppliedUnackedResent(t *testing.T) {
 				t.Errorf("%d still queued", q.Depth())
 			}
 		})
+	}
+}
+
+// TestTakenNotDoubtAfterAck: the doubt a batch the region took carries
+// ends once its Ack is stored. In a failover pair the gate lets later
+// events past one it holds (the peer holds older news of its address);
+// had the delivered batch's Seq stayed in doubt, the held event, never
+// sent, would be "in doubt" and every event behind it would wait for it
+// (a review of the change: Seq 3, unrelated, still queued after 8 s).
+func TestTakenNotDoubtAfterAck(t *testing.T) {
+	mk := func(i int, ip byte) event.Event {
+		return event.Event{Action: event.Commit, Family: event.IPv4, IP: netip.AddrFrom4([4]byte{198, 18, 0, ip}),
+			MAC: "02:00:00:00:00:" + string("0123456789"[ip%10]) + "0", Timestamp: int64(1_700_000_000 + i), LeaseTime: 600, Source: event.SourceHook}
+	}
+	s, f := stub(t, regionstub.Options{})
+	q := newMemQueue()
+	q.Append(mk(0, 1), mk(1, 2))
+	h := newDeliverer(t, fastConfig(s, f), q)
+	h.d.SetGate(&fakeGate{hold: map[uint64]bool{1: true}})
+	stop := run(t, h.d)
+	defer stop()
+	waitFor(t, 5*time.Second, "Seq 2 to go past the held Seq 1", func() bool { return q.Depth() == 1 })
+	q.Append(mk(2, 3))
+	waitFor(t, 5*time.Second, "Seq 3, unrelated, to go past the held Seq 1 too", func() bool { return q.Depth() == 1 && s.Len() >= 2 })
+	if d := h.d.inDoubt(); d != 0 {
+		t.Errorf("in doubt up to Seq %d with nothing unanswered or unacknowledged", d)
+	}
+}
+
+// TestReplacedOutboxRecordIgnored: the in-flight record names Seqs the
+// outbox never gave (the old outbox moved aside, a new one made): its
+// doubt is stale, and the new events, Seqs from 1 again, are not in doubt
+// (a review of the change: in a pair a poison event at the head then found
+// no neighbour, and nothing behind it went).
+func TestReplacedOutboxRecordIgnored(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	cfg := fastConfig(s, f)
+	cfg.InflightFile = filepath.Join(t.TempDir(), "region-request")
+	q1 := newMemQueue()
+	q1.Append(events(10, 10)...)
+	q1.failAcks = 1 << 30 // the batch is taken, its Ack never stored: Seq 10 stays in the record
+	h1 := newDeliverer(t, cfg, q1)
+	stop := run(t, h1.d)
+	waitFor(t, 5*time.Second, "the region to take the batch", func() bool { return s.Len() >= 10 })
+	stop()
+	h1.d.Close()
+	q2 := newMemQueue() // a new outbox
+	q2.Append(events(3, 3)...)
+	if d := newDeliverer(t, cfg, q2).d.inDoubt(); d != 0 {
+		t.Errorf("a new outbox's events are in doubt up to %d from the old record", d)
+	}
+	q1.failAcks = 0
+	if d := newDeliverer(t, cfg, q1).d.inDoubt(); d != 10 {
+		t.Errorf("the old outbox's unacknowledged batch: in doubt up to %d, want 10", d)
+	}
+}
+
+// TestProbeNeighboursNotInDoubt: neighbours a poison suspect's probe
+// delivers out of turn leave no doubt behind once acknowledged; the
+// events the probe skipped (they share the suspect's MAC), never sent,
+// are not taken for perhaps applied: a 500 to them is cut as usual,
+// without whole re-sends and an "unsafe split" (a review of the change).
+func TestProbeNeighboursNotInDoubt(t *testing.T) {
+	s, f := poisonStub(t)
+	good := func(i int, mac string) event.Event {
+		return event.Event{Action: event.Commit, Family: event.IPv4, IP: netip.AddrFrom4([4]byte{198, 18, 1, byte(i)}),
+			MAC: mac, Timestamp: int64(10 + i), LeaseTime: 600}
+	}
+	p2 := poisonEvent()
+	p2.MAC, p2.Timestamp = "02:00:00:00:ee:01", 2
+	q := newMemQueue()
+	q.Append(poisonEvent(), p2, good(3, "02:00:00:00:ee:01"), good(4, "02:00:00:00:00:04"), good(5, "02:00:00:00:00:05"), good(6, "02:00:00:00:00:06"))
+	h := newDeliverer(t, fastConfig(s, f), q)
+	stop := run(t, h.d)
+	defer stop()
+	waitFor(t, 10*time.Second, "the first poison event dead-lettered", func() bool { return len(q.DeadLetters()) >= 1 })
+	// The second, with the good event of its MAC, fails with 500 from
+	// now on: cut as a batch never sent is (the second then waits alone
+	// for a neighbour to be judged by), never sent whole again as if the
+	// region may have applied it.
+	waitFor(t, 10*time.Second, "the second poison event alone", func() bool {
+		for _, r := range s.Requests() {
+			if r.Items == 1 && r.Status == 500 && r.At.After(time.Now().Add(-time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
+	if n := testutil.ToFloat64(h.d.m.unsafeSplits); n != 0 || strings.Contains(h.log.String(), "may have applied already") {
+		t.Errorf("unsafe splits %v: events never sent were taken for perhaps applied", n)
 	}
 }

@@ -483,8 +483,8 @@ func (l *Listener) read(ctx context.Context, sk *sock, out chan<- item) error {
 				default:
 					// The spool found at start drains at last: Drained
 					// once what it held is stored.
-					if err := stored(ctx, out); err != nil {
-						return err
+					if err := stored(ctx, out); err != nil || ctx.Err() != nil {
+						return err // stopping: stored returned before the commit
 					}
 					l.closeDrained()
 				}

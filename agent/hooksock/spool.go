@@ -113,7 +113,7 @@ func (l *Listener) spoolTrouble(err error) error {
 			hint = fmt.Sprintf("the agent's user may not read or rename there: the directory must be writable by its group and the files readable by it (the package makes %s mode 2770, group leasekeeper: chgrp -R leasekeeper %s; chmod 2770 %s)", l.cfg.Spool, l.cfg.Spool, l.cfg.Spool)
 		}
 		l.log.Error().Err(se.err).Str("spool", l.cfg.Spool).Time("failing_since", since).Int("not_logged_since_last", left).
-			Msgf("cannot drain the hook spool: %s; its events wait there (the hooks keep appending to it) and the reconciler still follows dhcpd.leases; retrying every second, logged again every %s while it lasts", hint, storeFailLogEvery)
+			Msgf("cannot drain the hook spool: %s; its events wait there (the hooks keep appending to it) and the reconciler still follows dhcpd.leases (in a failover pair, the peer's questions go unanswered until the spool drains); retrying every second, logged again every %s while it lasts", hint, storeFailLogEvery)
 	}
 	return nil
 }
@@ -295,6 +295,7 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 		skip = l.progress.lines
 	}
 	l.progress = cur
+	l.progress.lines = skip // a read error among the skipped lines keeps them skipped
 	var rd io.Reader = f
 	if l.spoolRead != nil {
 		rd = l.spoolRead(f)
@@ -304,7 +305,6 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 	for lineNo := 1; ; lineNo++ {
 		b, long, err := readLine(r)
 		if lineNo <= skip && (err == nil || errors.Is(err, io.EOF)) {
-			l.progress.lines = lineNo
 			if errors.Is(err, io.EOF) {
 				break
 			}

@@ -350,3 +350,54 @@ func TestSpoolReadErrorResumes(t *testing.T) {
 		t.Error("the drained file is still there")
 	}
 }
+
+// TestSpoolReadErrorWhileSkipping: a second read error among the lines a
+// resumed drain skips keeps them skipped: the first drain fails after 3
+// lines, the second inside those 3, the third finishes; each event is
+// stored once (a review of the change: lines 2 and 3 came twice).
+func TestSpoolReadErrorWhileSkipping(t *testing.T) {
+	dir := t.TempDir()
+	spool := filepath.Join(dir, "spool")
+	if err := os.MkdirAll(spool, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	lines := spoolLines(0, 6)
+	if err := os.WriteFile(filepath.Join(spool, drainFile), []byte(lines), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	off := func(n int) int { // the offset after n lines
+		o := 0
+		for range n {
+			o += strings.Index(lines[o:], "\n") + 1
+		}
+		return o
+	}
+	s := newSink()
+	l, err := New(Config{Path: filepath.Join(dir, "hook.sock"), Spool: spool}, s, zerolog.Nop(), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opens atomic.Int32
+	l.spoolRead = func(r io.Reader) io.Reader {
+		var one atomic.Int32
+		one.Store(1)
+		switch opens.Add(1) {
+		case 1:
+			return &failingReader{r: r, after: off(3), fails: &one}
+		case 2:
+			return &failingReader{r: r, after: off(1), fails: &one}
+		}
+		return r
+	}
+	stop := listen(t, l)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	s.waitFor(t, 6)
+	time.Sleep(1500 * time.Millisecond) // another drain, were the file still there
+	if got := len(s.events()); got != 6 || opens.Load() < 3 {
+		t.Errorf("%d events stored from a 6-line file in %d drains, want 6 in 3", got, opens.Load())
+	}
+}

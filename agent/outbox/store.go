@@ -116,6 +116,7 @@ type Store struct {
 	dead   atomic.Int64
 	over   atomic.Bool  // over MaxEvents even after coalescing
 	oldest atomic.Int64 // Unix ns the oldest queued event was accepted; 0 when empty
+	next   atomic.Uint64 // w.nextSeq, for readers (NextSeq)
 
 	w   writerState // owned by the writer goroutine
 	met metrics
@@ -260,6 +261,7 @@ func (s *Store) load() error {
 		if k, _ := tx.Bucket(bucketDead).Cursor().Last(); k != nil && keySeq(k) >= s.w.nextSeq {
 			s.w.nextSeq = keySeq(k) + 1
 		}
+		s.next.Store(s.w.nextSeq)
 		s.depth.Store(int64(tx.Bucket(bucketQueue).Stats().KeyN))
 		s.dead.Store(int64(tx.Bucket(bucketDead).Stats().KeyN))
 		// Every page of the others' buckets read once too (the
@@ -325,6 +327,11 @@ func (s *Store) OldestPending() time.Time {
 	}
 	return time.Unix(0, ns)
 }
+
+// NextSeq is the Seq the next event queued will get: every Seq below it
+// was given by this file. The deliverer checks its in-flight record
+// against it (a record naming Seqs a new outbox never gave is stale).
+func (s *Store) NextSeq() uint64 { return s.next.Load() }
 
 // Notify receives after each commit that added events to the queue; it
 // has room for one wake-up, so a slow reader sees one, not a backlog. It

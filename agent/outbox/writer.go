@@ -208,6 +208,7 @@ func (s *Store) resync() {
 				s.oldest.Store(s.now().UnixNano())
 			}
 			s.w.nextSeq = next
+			s.next.Store(next)
 			select {
 			case s.notify <- struct{}{}:
 			default:
@@ -256,6 +257,7 @@ func (s *Store) begin() (*txn, error) {
 // committed updates the counters, metrics and logs after a commit.
 func (s *Store) committed(t *txn, pass bool, dropped int64) {
 	s.w.nextSeq = t.seq
+	s.next.Store(t.seq)
 	depth := s.depth.Add(t.depthDelta)
 	s.dead.Add(t.deadDelta)
 	s.trackOldest(t)

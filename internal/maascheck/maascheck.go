@@ -260,8 +260,12 @@ func (r *Report) hooks(d reconcile.Detection) {
 				r.helperSocket(h, d)
 				break
 			}
-			r.add(Note, "hook", where+": MAAS's own helper, not diverted ("+h.Why+"). That is complement mode, and fine: MAAS delivers its hooks' events; but an event is lost whenever MAAS's receiver is down (the helper exits 1 and nothing keeps it).",
-				"to have leasekeeper deliver every event instead (spooled while the agent is down), divert the helper to leasekeeper-hook as README.Debian says; the agent then runs in replacement mode")
+			if d.Forced && d.Mode == reconcile.ModeHookless {
+				r.add(Note, "hook", where+": MAAS's own helper, not diverted ("+h.Why+"); reconcile.mode forces hookless: the agent delivers every event from dhcpd.leases, right only where nothing receives the helper's events.", "")
+			} else {
+				r.add(Note, "hook", where+": MAAS's own helper, not diverted ("+h.Why+"). That is complement mode, and fine: MAAS delivers its hooks' events; but an event is lost whenever MAAS's receiver is down (the helper exits 1 and nothing keeps it).",
+					"to have leasekeeper deliver every event instead (spooled while the agent is down), divert the helper to leasekeeper-hook as README.Debian says; the agent then runs in replacement mode")
+			}
 			r.helperSocket(h, d)
 		default:
 			r.add(Note, "hook", where+": "+h.Why+". leasekeeper does not know this program and assumes it tells the region itself (complement mode, the safe side).",
