@@ -114,8 +114,8 @@ type Store struct {
 	notify chan struct{}
 	depth  atomic.Int64
 	dead   atomic.Int64
-	over   atomic.Bool  // over MaxEvents even after coalescing
-	oldest atomic.Int64 // Unix ns the oldest queued event was accepted; 0 when empty
+	over   atomic.Bool   // over MaxEvents even after coalescing
+	oldest atomic.Int64  // Unix ns the oldest queued event was accepted; 0 when empty
 	next   atomic.Uint64 // w.nextSeq, for readers (NextSeq)
 
 	w   writerState // owned by the writer goroutine
