@@ -43,16 +43,14 @@ const DefaultUnansweredHold = 30 * time.Second
 // The record also keeps the request's last Seq: the events up to it may
 // be applied already when the restarted agent sends them again, which
 // decides how a batch of them may be split (split.go). An answer clears
-// the start (nothing is in flight: no hold) but keeps the Seq: the
-// highest the region may have applied (Deliverer.doubt), a batch it
-// took (2xx) included, whose Ack may not reach the outbox before a kill
-// -9 or a stop (a full disk). A restart sends such events again as the
-// head of its first batch, and cut in the middle (a 500 to that request)
-// the first half would take the region back to older news. The Seq is
-// never cleared: once everything up to it is acknowledged it matches no
-// queued event, since later events get higher Seqs (or, in a failover
-// pair, an event the gate held back, which it then treats with care: no
-// neighbour, no cut in the middle).
+// the start (nothing is in flight: no hold) but keeps the Seq the region
+// may have applied (Deliverer.inDoubt): the doubt, and a batch it took
+// (2xx) until its Ack is in the outbox, which a kill -9 or a stop (a full
+// disk) can come before. A restart sends such events again as the head of
+// its first batch, and cut in the middle (a 500 to that request) the
+// first half would take the region back to older news. Once the Ack is
+// stored the record goes back to the doubt alone. A record naming Seqs
+// the outbox never gave (a new outbox) is ignored.
 
 // inflight is the record's file: sixteen bytes, the start in Unix
 // nanoseconds (or zero) and the request's last Seq. (Eight bytes, the
