@@ -282,6 +282,31 @@ func TestSpoolTroubleKeepsListening(t *testing.T) {
 	}
 }
 
+// takenSpool makes a spool directory holding a taken file of n lines
+// (the drain's own name for it), as a drain that stopped leaves it.
+func takenSpool(t *testing.T, n int) (dir, spool, lines string) {
+	t.Helper()
+	dir = t.TempDir()
+	spool = filepath.Join(dir, "spool")
+	if err := os.MkdirAll(spool, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	lines = spoolLines(0, n)
+	if err := os.WriteFile(filepath.Join(spool, drainFile), []byte(lines), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	return dir, spool, lines
+}
+
+// lineOffset is the offset in lines just after its first n lines.
+func lineOffset(lines string, n int) int {
+	o := 0
+	for range n {
+		o += strings.Index(lines[o:], "\n") + 1
+	}
+	return o
+}
+
 // failingReader fails every read once it has passed after bytes, while
 // fails is above 0.
 type failingReader struct {
@@ -309,18 +334,8 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // lines already handed on, so each event is stored once, in order (each
 // retry stored the lines before the error again).
 func TestSpoolReadErrorResumes(t *testing.T) {
-	dir := t.TempDir()
-	spool := filepath.Join(dir, "spool")
-	if err := os.MkdirAll(spool, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	lines := spoolLines(0, 6)
-	if err := os.WriteFile(filepath.Join(spool, drainFile), []byte(lines), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	third := strings.Index(lines, "\n") + 1
-	third += strings.Index(lines[third:], "\n") + 1
-	third += strings.Index(lines[third:], "\n") + 1
+	dir, spool, lines := takenSpool(t, 6)
+	third := lineOffset(lines, 3)
 	var fails atomic.Int32
 	fails.Store(3)
 	path := filepath.Join(dir, "hook.sock")
@@ -356,22 +371,7 @@ func TestSpoolReadErrorResumes(t *testing.T) {
 // lines, the second inside those 3, the third finishes; each event is
 // stored once (a review of the change: lines 2 and 3 came twice).
 func TestSpoolReadErrorWhileSkipping(t *testing.T) {
-	dir := t.TempDir()
-	spool := filepath.Join(dir, "spool")
-	if err := os.MkdirAll(spool, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	lines := spoolLines(0, 6)
-	if err := os.WriteFile(filepath.Join(spool, drainFile), []byte(lines), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	off := func(n int) int { // the offset after n lines
-		o := 0
-		for range n {
-			o += strings.Index(lines[o:], "\n") + 1
-		}
-		return o
-	}
+	dir, spool, lines := takenSpool(t, 6)
 	s := newSink()
 	l, err := New(Config{Path: filepath.Join(dir, "hook.sock"), Spool: spool}, s, zerolog.Nop(), prometheus.NewRegistry(), time.Now)
 	if err != nil {
@@ -383,9 +383,9 @@ func TestSpoolReadErrorWhileSkipping(t *testing.T) {
 		one.Store(1)
 		switch opens.Add(1) {
 		case 1:
-			return &failingReader{r: r, after: off(3), fails: &one}
+			return &failingReader{r: r, after: lineOffset(lines, 3), fails: &one}
 		case 2:
-			return &failingReader{r: r, after: off(1), fails: &one}
+			return &failingReader{r: r, after: lineOffset(lines, 1), fails: &one}
 		}
 		return r
 	}

@@ -147,21 +147,9 @@ func TestDamagedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Every page after the two meta pages gets junk where its type and
 	// counts are (its id kept).
-	junk := make([]byte, 16)
-	for i := range junk {
-		junk[i] = byte(i*7 + 3)
-	}
-	for off := int64(2 * 4096); off < fi.Size() && off < 64*4096; off += 4096 {
-		if _, err := f.WriteAt(junk, off+8); err != nil {
-			t.Fatal(err)
-		}
-	}
+	damagePages(t, f, func(pg uint64) bool { return pg < 64 })
 	f.Close()
 	var s2 *Store
 	func() {
@@ -214,6 +202,22 @@ func TestDamagedStateBucket(t *testing.T) {
 			best, root, freelist = txid, binary.LittleEndian.Uint64(m[16:24]), binary.LittleEndian.Uint64(m[32:40])
 		}
 	}
+	damagePages(t, f, func(pg uint64) bool { return pg != freelist && pg != root })
+	f.Close()
+	s2, err := Open(path, Options{})
+	if err == nil {
+		s2.Close()
+		t.Fatal("Open of a file whose state pages are damaged succeeded")
+	}
+	if !errors.Is(err, ErrDamaged) {
+		t.Errorf("Open: %v, want ErrDamaged", err)
+	}
+}
+
+// damagePages writes junk where the type and counts of every page after
+// the two meta pages are (their ids kept), for the pages damage picks.
+func damagePages(t *testing.T, f *os.File, damage func(pg uint64) bool) {
+	t.Helper()
 	fi, err := f.Stat()
 	if err != nil {
 		t.Fatal(err)
@@ -223,19 +227,10 @@ func TestDamagedStateBucket(t *testing.T) {
 		junk[i] = byte(i*7 + 3)
 	}
 	for pg := uint64(2); int64(pg*4096) < fi.Size(); pg++ {
-		if pg != freelist && pg != root {
+		if damage(pg) {
 			if _, err := f.WriteAt(junk, int64(pg)*4096+8); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}
-	f.Close()
-	s2, err := Open(path, Options{})
-	if err == nil {
-		s2.Close()
-		t.Fatal("Open of a file whose state pages are damaged succeeded")
-	}
-	if !errors.Is(err, ErrDamaged) {
-		t.Errorf("Open: %v, want ErrDamaged", err)
 	}
 }
