@@ -228,17 +228,17 @@ func New(cfg Config, q Queue, log zerolog.Logger, reg prometheus.Registerer, now
 			d.holdUntil.Store(until.UnixNano())
 		}
 		switch {
+		case u.last != 0 && !knows(q, u.last):
+			// The record names events this outbox never held: it is a new
+			// one (the old moved aside, restored from a backup). Its
+			// events are no older request's (the hold, if any, stays).
+			log.Info().Uint64("last", u.last).Msg("the in-flight record names events this outbox never held (a new outbox?): ignored")
 		case u.set:
 			// The region may have applied that request: its events are
 			// in doubt (split.go). Of unknown content, it was at most the
 			// batch this run sends first.
 			d.doubt.Store(u.last)
 			d.doubtFirst = u.last == 0
-		case u.last != 0 && !knows(q, u.last):
-			// The record names events this outbox never held: it is a new
-			// one (the old moved aside, restored from a backup). Its
-			// events are no older request's.
-			log.Info().Uint64("last", u.last).Msg("the in-flight record names events this outbox never held (a new outbox?): ignored")
 		case u.last != 0:
 			// Answered, and perhaps applied, but not yet acknowledged in
 			// the outbox when the previous run stopped.

@@ -206,7 +206,11 @@ func TestReplacedOutboxRecordIgnored(t *testing.T) {
 	q1.failAcks = 1 << 30 // the batch is taken, its Ack never stored: Seq 10 stays in the record
 	h1 := newDeliverer(t, cfg, q1)
 	stop := run(t, h1.d)
-	waitFor(t, 5*time.Second, "the region to take the batch", func() bool { return s.Len() >= 10 })
+	waitFor(t, 5*time.Second, "the region to take the batch and the Ack to fail", func() bool {
+		q1.mu.Lock()
+		defer q1.mu.Unlock()
+		return s.Len() >= 10 && q1.failAcks < 1<<30
+	})
 	stop()
 	h1.d.Close()
 	q2 := newMemQueue() // a new outbox
