@@ -451,22 +451,17 @@ type status struct {
 // PairReport is dhcpd's failover pair and the channel to the other
 // agent; nil outside a pair.
 func (x status) PairReport() *PairReport {
-	p := x.r.PairState()
-	if !p.InPair() && x.link == nil {
+	ps := x.r.PairStates()
+	if len(ps) == 0 && x.link == nil {
 		return nil
 	}
-	r := &PairReport{Peer: p.Peer, Role: p.Role, MyState: p.MyState, PartnerState: p.PartnerState}
-	switch {
-	case !p.InPair():
-		r.Speaks = "for its dhcpd alone: [pair] is set, but dhcpd.conf has no failover peer that a pool uses"
-	case p.Survivor():
-		r.Speaks = "for the pair: its partner is down"
-	case p.Recovering():
-		r.Speaks = "for nothing new: dhcpd is catching up with its partner, whose agent told its news"
-	case p.MyState == "":
-		r.Speaks = "unknown: dhcpd has not written its failover state yet"
-	default:
-		r.Speaks = "for the leases its dhcpd handles"
+	var p reconcile.Pair
+	if len(ps) > 0 {
+		p = ps[0]
+	}
+	r := pairReport(p)
+	for _, o := range ps[min(1, len(ps)):] {
+		r.Others = append(r.Others, *pairReport(o))
 	}
 	if x.link != nil {
 		h := x.link.Health()
@@ -480,6 +475,24 @@ func (x status) PairReport() *PairReport {
 			c.Waiting = &t
 		}
 		r.Channel = c
+	}
+	return r
+}
+
+// pairReport is PairReport's account of one failover pair.
+func pairReport(p reconcile.Pair) *PairReport {
+	r := &PairReport{Peer: p.Peer, Role: p.Role, MyState: p.MyState, PartnerState: p.PartnerState}
+	switch {
+	case !p.InPair():
+		r.Speaks = "for its dhcpd alone: [pair] is set, but dhcpd.conf has no failover peer that a pool uses"
+	case p.Survivor():
+		r.Speaks = "for the pair: its partner is down"
+	case p.Recovering():
+		r.Speaks = "for nothing new: dhcpd is catching up with its partner, whose agent told its news"
+	case p.MyState == "":
+		r.Speaks = "unknown: dhcpd has not written its failover state yet"
+	default:
+		r.Speaks = "for the leases its dhcpd handles"
 	}
 	return r
 }

@@ -64,6 +64,10 @@ type PairReport struct {
 	PartnerState string             `json:"partner_state"`
 	Speaks       string             `json:"speaks"`
 	Channel      *PairChannelReport `json:"channel"` // null without [pair] (each agent delivers alone)
+	// Others are the other failover peers dhcpd.conf's pools use (MAAS:
+	// one per HA VLAN), each followed by its subnets' addresses; no
+	// channel of their own.
+	Others []PairReport `json:"others,omitempty"`
 }
 
 // PairChannelReport is the channel to the other agent of the pair

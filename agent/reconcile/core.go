@@ -253,9 +253,12 @@ type State struct {
 	Hookless bool `json:"-"`
 	// Pair is dhcpd's failover pair (failover.go): in one, the file's
 	// rules apply only to the side that speaks for them. The caller sets
-	// Peer and Role from dhcpd.conf (SetPeer); FailoverSeen the states.
-	// Persisted with Baselined (metaDirty).
-	Pair Pair `json:"-"`
+	// Peer and Role from dhcpd.conf (SetPeers); FailoverSeen the states.
+	// Persisted with Baselined (metaDirty). With several peers (MAAS: one
+	// per HA VLAN) it is the lead one, and peers holds the others and
+	// which subnet follows which (peers.go); an address's pair is pairOf.
+	Pair  Pair `json:"-"`
+	peers *peerSet
 	// OutOfRange tells whether an address lies outside every range of
 	// dhcpd.conf as dhcpd read it at its last start; nil when unknown
 	// (no dhcpd.conf, unreadable). Set by the caller before Snapshot.
@@ -543,7 +546,7 @@ func (s *State) indexCommits() {
 // racks' agents tell the region; an address's news is ordered between
 // them by the pair's own rules).
 func (s *State) Restatement(ev event.Event, now int64) (event.Event, bool) {
-	if ev.Action == event.Commit || s.Complement || s.Pair.InPair() {
+	if ev.Action == event.Commit || s.Complement || s.pairOf(ev.IP).InPair() {
 		return event.Event{}, false
 	}
 	k, ok := macKey(ev.MAC)
@@ -715,7 +718,7 @@ func (s *State) Hook(ev event.Event) {
 			t.Ends = prev.Ends
 		}
 	}
-	if prev, ok := s.Told[ev.IP]; ok && s.Pair.InPair() && prev.Recorded && prev.after(ev) && !s.endShownBefore(prev, ev) {
+	if prev, ok := s.Told[ev.IP]; ok && s.pairOf(ev.IP).InPair() && prev.Recorded && prev.after(ev) && !s.endShownBefore(prev, ev) {
 		// This side's backlog, sent ahead of its own later news that
 		// the file already recorded (ownBacklog): the record stays the
 		// latest news, and the hook of that news, queued behind ev,
@@ -890,7 +893,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	if ev.Action != event.Commit || s.Complement {
 		return nil
 	}
-	fromFile := s.tellsFromFile()
+	fromFile := s.tellsFromFile(ev.IP)
 	q := s.Pending[ev.IP]
 	t, told := s.Told[ev.IP]
 	var out []event.Event
@@ -977,7 +980,7 @@ func (s *State) BackAfterEnd(ev event.Event) bool {
 // ahead of the hook's commit; a hook's end of that lease, still on its
 // way (an agent's backlog), covers it.
 func (s *State) carriedEnd(ip netip.Addr, l Lease) (event.Event, bool) {
-	if s.tellsFromFile() || s.Complement || l.State != parser.StateActive || !l.Acked || !s.Pair.InPair() {
+	if s.tellsFromFile(ip) || s.Complement || l.State != parser.StateActive || !l.Acked || !s.pairOf(ip).InPair() {
 		return event.Event{}, false
 	}
 	return s.untoldEnd(event.Event{Action: event.Commit, Family: l.Family, IP: ip, MAC: l.MAC, Timestamp: l.Starts})
@@ -994,7 +997,7 @@ func (s *State) carriedEnd(ip netip.Addr, l Lease) (event.Event, bool) {
 // sure (Told.before), not in a failover pair (the partner may have told
 // that end) nor for an address without a MAC.
 func (s *State) givenAwayTold(ev event.Event, t Told, told bool) (event.Event, bool) {
-	if !told || s.Pair.InPair() || t.Action != event.Commit || t.MAC == "" || t.MAC == ev.MAC || !t.before(ev) {
+	if !told || s.pairOf(ev.IP).InPair() || t.Action != event.Commit || t.MAC == "" || t.MAC == ev.MAC || !t.before(ev) {
 		return event.Event{}, false
 	}
 	// The lease ended at the commit's end, or the file's block's (a
@@ -1037,10 +1040,11 @@ func (t Told) before(ev event.Event) bool {
 // never ended in the region).
 func (s *State) untoldEnd(ev event.Event) (event.Event, bool) {
 	t, ok := s.Told[ev.IP]
-	if !ok || !s.Pair.InPair() || t.MAC != ev.MAC || !sooner(t.Action, t.At, true, ev.Timestamp) {
+	p := s.pairOf(ev.IP)
+	if !ok || !p.InPair() || t.MAC != ev.MAC || !sooner(t.Action, t.At, true, ev.Timestamp) {
 		return event.Event{}, false
 	}
-	if t.Spoke || s.Pair.partnerSpoke() {
+	if t.Spoke || p.partnerSpoke() {
 		// The partner spoke for the pair (partner-down; this side
 		// recovering) when the file recorded the end, or does now: its
 		// agent told the ends its file recorded, this one among them
@@ -1165,7 +1169,7 @@ func (s *State) Appended(blocks []*parser.Lease, now int64) {
 }
 
 func (s *State) observe(ip netip.Addr, l Lease, now int64) {
-	if offerHold(l, now) && !s.Pair.InPair() {
+	if offerHold(l, now) && !s.pairOf(ip).InPair() {
 		// Not a lease, nor the end of one: the file keeps what it held
 		// for the address, and an end the hooks told, or rule 3's from
 		// that, or unwrittenEnd's for a hook's commit never written,
@@ -1180,7 +1184,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
 	}
-	if !s.tellsFromFile() {
+	if !s.tellsFromFile(ip) {
 		if carried {
 			s.schedule(ip, Pending{Event: carry, Due: now + s.Grace, Carried: true})
 		}
@@ -1194,7 +1198,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 			// Complement mode drops them all, as before: MAAS's helper
 			// told the commit already, and nothing orders the end
 			// before it (rule 4).
-			if s.Pair.InPair() && !s.Complement {
+			if s.pairOf(ip).InPair() && !s.Complement {
 				s.vanishedBack(ip, l, now, true)
 			} else {
 				s.dropPending(ip, ReasonVanished)
@@ -1335,7 +1339,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 	// in force when dhcpd wrote it (a file read late may hold this side's
 	// takeover, the blocks it wrote as the pair's speaker, and its
 	// step-back).
-	was, records, folded := s.Pair, t.FailoverLog(), 0
+	was, records, folded := s.Pairs(), t.FailoverLog(), 0
 	fold := func(upTo int) {
 		if upTo > folded {
 			fo = fo.then(s.failoverSeen(records[folded:upTo]))
@@ -1372,19 +1376,23 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		s.observe(b.IP, l, now)
 	})
 	fold(len(records))
-	fo.Changed = was.Survivor() != s.Pair.Survivor()
-	spoke := fo.Spoke || s.Pair.partnerSpoke()
+	fo.ChangedPeers = s.survivorChanged(was)
+	fo.Changed = len(fo.ChangedPeers) > 0
+	spoke := func(ip netip.Addr) bool {
+		p := s.pairOf(ip)
+		return p.InPair() && (slices.Contains(fo.SpokePeers, p.Peer) || p.partnerSpoke())
+	}
 	if !s.Baselined {
 		s.Baselined, s.metaDirty = true, true
 	}
-	if !baseline && !s.Pair.InPair() {
+	if !baseline && !s.allPaired() {
 		// (In a pair the partner's file and hooks speak for much of
 		// what this side's file lacks or shows older: failover.go
 		// decides from files.)
 		vanished += s.neverShown(seen, now)
 	}
 	for ip, l := range s.File {
-		if !seen[ip] && s.dropped(ip, l, now, spoke) {
+		if !seen[ip] && s.dropped(ip, l, now, spoke(ip)) {
 			vanished++
 		}
 	}
@@ -1404,7 +1412,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 // in complement mode (MAAS's helper told the new commit already: see
 // observe).
 func (s *State) givenAwayUnread(ip netip.Addr, prev, l Lease) bool {
-	if s.Pair.InPair() || s.Complement || prev.State != parser.StateActive || l.State != parser.StateActive || prev.MAC == "" || prev.MAC == l.MAC {
+	if s.pairOf(ip).InPair() || s.Complement || prev.State != parser.StateActive || l.State != parser.StateActive || prev.MAC == "" || prev.MAC == l.MAC {
 		return false
 	}
 	t, ok := s.Told[ip]
@@ -1428,8 +1436,8 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 		return false
 	}
 	standby := false
-	if !s.tellsVanished(spoke) {
-		if standby = s.pairStandby(spoke); !standby {
+	if !s.tellsVanished(ip, spoke) {
+		if standby = s.pairStandby(ip, spoke); !standby {
 			return false // the pair's primary reports it (failover.go)
 		}
 	}
@@ -1452,7 +1460,7 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 	ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip,
 		Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
 	orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
-	due, pairWait := s.pairVanished(due, now)
+	due, pairWait := s.pairVanished(ip, due, now)
 	if standby {
 		// Held as long as the primary holds its copy: the same
 		// rule (pairVanished), from the same rewrite time.
@@ -1529,7 +1537,7 @@ func (s *State) vanishedWait() int64 {
 func (s *State) neverShown(seen map[netip.Addr]bool, now int64) (n int) {
 	wait := s.vanishedWait()
 	for ip, t := range s.Told {
-		if t.Action != event.Commit || t.Recorded || t.Ends == 0 {
+		if t.Action != event.Commit || t.Recorded || t.Ends == 0 || s.pairOf(ip).InPair() {
 			continue
 		}
 		l, shown := s.File[ip]
@@ -1632,7 +1640,7 @@ func (s *State) unwrittenEnd(e endsEntry) (Pending, bool) {
 	}
 	ev := event.Event{Action: event.Expiry, Family: family, MAC: t.MAC, IP: e.ip,
 		Timestamp: t.Ends, Source: event.SourceFile, Reason: ReasonUnwritten}
-	if s.Pair.InPair() {
+	if s.pairOf(e.ip).InPair() {
 		s.queueReplay(ev, event.Event{IP: e.ip, MAC: t.MAC, Timestamp: t.At, TimestampNS: t.AtNS})
 	}
 	orphan := e.ip.Is4() && s.OutOfRange != nil && s.OutOfRange(e.ip)
@@ -1674,11 +1682,14 @@ func (s *State) Due(now int64) []event.Event {
 	// region through the other program, and an expiry of ours could
 	// reach the region after news that followed it.
 	s.index()
-	for s.tellsFromFile() && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
+	for s.someTellFromFile() && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
 		e := s.ends.pop()
 		l, ok := s.File[e.ip]
 		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			continue // stale: the lease changed since
+		}
+		if !s.tellsFromFile(e.ip) {
+			continue // its pair's partner tells it; a takeover rebuilds the heap (takeStandby)
 		}
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: e.ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonEndsPassed}
@@ -1886,10 +1897,10 @@ func (s *State) NextDue() (int64, bool) {
 		}
 	}
 	s.index()
-	for s.tellsFromFile() && len(s.ends) > 0 {
+	for s.someTellFromFile() && len(s.ends) > 0 {
 		e := s.ends[0]
-		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends {
-			s.ends.pop() // stale
+		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) {
+			s.ends.pop() // stale, or its pair's partner tells it (see Due)
 			continue
 		}
 		if at := e.ends + s.Grace; !found || at < next {

@@ -6,6 +6,7 @@ package reconcile
 
 import (
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -41,13 +42,6 @@ type Pair struct {
 	MyState string `json:"my_state,omitempty"`
 	// PartnerState is the partner's state as this server last knew it.
 	PartnerState string `json:"partner_state,omitempty"`
-	// Others names the other failover peers dhcpd.conf's pools use (MAAS
-	// declares one per HA VLAN, each with its own role and partner); the
-	// agent models one pair and follows Peer for every address. Only
-	// PairOf sets them ("name (role), …", and how many); the core's pair
-	// has none.
-	Others  string `json:"-"`
-	OthersN int    `json:"-"`
 }
 
 // InPair reports whether dhcpd runs in a failover pair.
@@ -61,6 +55,7 @@ func (p Pair) Survivor() bool { return p.InPair() && p.MyState == StatePartnerDo
 // PairOf finds dhcpd's failover pair in its configuration: the first
 // failover peer that a pool uses and that says primary or secondary. A
 // peer declared but used by no pool changes nothing dhcpd does to leases.
+// Where pools use several (MAAS: one per HA VLAN), PeersOf has them all.
 func PairOf(cfg *dhcpdconf.Config) Pair {
 	if cfg == nil {
 		return Pair{}
@@ -71,30 +66,21 @@ func PairOf(cfg *dhcpdconf.Config) Pair {
 			used[r.Failover] = true
 		}
 	}
-	var p Pair
 	for _, fp := range cfg.FailoverPeers {
-		switch {
-		case !used[fp.Name] || (fp.Role != RolePrimary && fp.Role != RoleSecondary):
-		case p.Peer == "":
-			p = Pair{Peer: fp.Name, Role: fp.Role}
-		case fp.Name != p.Peer:
-			if p.Others != "" {
-				p.Others += ", "
-			}
-			p.Others += fp.Name + " (" + fp.Role + ")"
-			p.OthersN++
+		if used[fp.Name] && (fp.Role == RolePrimary || fp.Role == RoleSecondary) {
+			return Pair{Peer: fp.Name, Role: fp.Role}
 		}
 	}
-	return p
+	return Pair{}
 }
 
-// PairIn is PairOf for the dhcpd.conf at conf (its includes too).
-func PairIn(conf string) (Pair, error) {
+// PeersIn is PeersOf for the dhcpd.conf at conf (its includes too).
+func PeersIn(conf string) (Peers, error) {
 	cfg, err := readConf(conf)
 	if err != nil {
-		return Pair{}, err
+		return Peers{}, err
 	}
-	return PairOf(cfg), nil
+	return PeersOf(cfg), nil
 }
 
 // withState returns p with the states of the file's record for its peer,
@@ -131,6 +117,10 @@ type FailoverFold struct {
 	// TookOver, SteppedBack: a record showed this side take over, or
 	// step back (both, in a late read, with Changed false).
 	TookOver, SteppedBack bool
+	// SpokePeers are the peers whose partner spoke (Spoke, per pair);
+	// ChangedPeers those whose part changed (Changed), in the order
+	// their records came.
+	SpokePeers, ChangedPeers []string
 }
 
 // then is what fo and next, folding the records that follow fo's, did
@@ -142,6 +132,8 @@ func (fo FailoverFold) then(next FailoverFold) FailoverFold {
 	fo.Untold += next.Untold
 	fo.TookOver = fo.TookOver || next.TookOver
 	fo.SteppedBack = fo.SteppedBack || next.SteppedBack
+	fo.SpokePeers = addPeers(fo.SpokePeers, next.SpokePeers...)
+	fo.ChangedPeers = addPeers(fo.ChangedPeers, next.ChangedPeers...)
 	return fo
 }
 
@@ -156,43 +148,69 @@ func (fo FailoverFold) then(next FailoverFold) FailoverFold {
 // the states before and after them all: a late read (a whole file the
 // agent read long after dhcpd's restart, or a backlog) may hold both,
 // and the ends this side took over in between are still its to send.
+//
+// Each record is its own peer's (several peers: peers.go); a record of a
+// peer no pool uses changes nothing.
 func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) {
-	was := s.Pair
+	was := s.Pairs()
 	for _, fs := range records {
-		before := s.Pair.Survivor()
-		s.Pair = s.Pair.withState(fs)
-		fo.Spoke = fo.Spoke || s.Pair.partnerSpoke()
-		switch now := s.Pair.Survivor(); {
+		p := s.pairNamed(fs.Peer)
+		if !p.InPair() {
+			continue
+		}
+		before := p.Survivor()
+		*p = p.withState(fs)
+		if p.partnerSpoke() {
+			fo.Spoke = true
+			fo.SpokePeers = addPeers(fo.SpokePeers, p.Peer)
+		}
+		switch now := p.Survivor(); {
 		case !before && now:
-			s.takeStandby()
-			fo.Untold += s.tellInterrupted()
+			s.takeStandby(p.Peer)
+			fo.Untold += s.tellInterrupted(p.Peer)
 			fo.TookOver = true
 		case before && !now:
-			s.keepSurvivorEnds()
+			s.keepSurvivorEnds(p.Peer)
 			fo.SteppedBack = true
 		}
 	}
-	if s.Pair != was {
+	if !slices.Equal(was, s.Pairs()) {
 		// Persisted with the file position it goes with: a restarted
 		// agent resuming after these records reads them no more.
 		s.metaDirty = true
 	}
-	fo.Dropped = s.dropPairWaits(fo.Spoke)
-	fo.Changed = was.Survivor() != s.Pair.Survivor()
+	fo.Dropped = s.dropPairWaits(fo.SpokePeers)
+	fo.ChangedPeers = s.survivorChanged(was)
+	fo.Changed = len(fo.ChangedPeers) > 0
 	return fo
+}
+
+// survivorChanged names the pairs whose part (Survivor) differs from
+// was's, an earlier s.Pairs().
+func (s *State) survivorChanged(was []Pair) (peers []string) {
+	for _, w := range was {
+		if s.pairNamed(w.Peer).Survivor() != w.Survivor() {
+			peers = append(peers, w.Peer)
+		}
+	}
+	return peers
+}
+
+// addPeers adds to list the peers it lacks.
+func addPeers(list []string, peers ...string) []string {
+	for _, p := range peers {
+		if !slices.Contains(list, p) {
+			list = append(list, p)
+		}
+	}
+	return list
 }
 
 // SetPeer sets the pair's peer and role from dhcpd.conf. The states
 // stay while the peer and role are the same (a restarted agent resumes
 // with those it persisted); for another pair they are unknown until the
 // file records them.
-func (s *State) SetPeer(p Pair) {
-	if p.Peer == s.Pair.Peer && p.Role == s.Pair.Role {
-		return
-	}
-	s.Pair = Pair{Peer: p.Peer, Role: p.Role}
-	s.metaDirty = true
-}
+func (s *State) SetPeer(p Pair) { s.SetPeers(Peers{Lead: p}) }
 
 // tellsFromFile reports whether rules 1 and 3 apply: this agent turns
 // what the file shows, and no hook reported, into events. Alone: unless
@@ -201,14 +219,30 @@ func (s *State) SetPeer(p Pair) {
 // agent report; so only a survivor (partner down: no one else is left)
 // speaks for the file, or, with no hooks on either side, the primary
 // (the one speaker; the secondary's file holds the same updates).
-func (s *State) tellsFromFile() bool {
+func (s *State) tellsFromFile(ip netip.Addr) bool { return s.pairTells(s.pairOf(ip)) }
+
+// pairTells is tellsFromFile for the addresses that follow p.
+func (s *State) pairTells(p Pair) bool {
 	if s.Complement {
 		return false
 	}
-	if !s.Pair.InPair() {
+	if !p.InPair() {
 		return true
 	}
-	return s.Pair.Survivor() || (s.Hookless && s.Pair.Role == RolePrimary)
+	return p.Survivor() || (s.Hookless && p.Role == RolePrimary)
+}
+
+// someTellFromFile reports whether tellsFromFile holds for some address.
+func (s *State) someTellFromFile() bool {
+	if s.peers == nil {
+		return s.pairTells(s.Pair)
+	}
+	if s.Complement {
+		return false
+	}
+	some := !s.allPaired()
+	s.pairs(func(p *Pair) { some = some || s.pairTells(*p) })
+	return some
 }
 
 // tellsVanished reports whether rule 2 applies: both peers drop the same
@@ -216,11 +250,12 @@ func (s *State) tellsFromFile() bool {
 // only the primary reports them, or a survivor — and not a primary whose
 // file already shows that its partner spoke for the pair (spoke: a
 // record of the rewrite, or the state it ends on; see partnerSpoke).
-func (s *State) tellsVanished(spoke bool) bool {
-	if !s.Pair.InPair() || s.Pair.Survivor() {
+func (s *State) tellsVanished(ip netip.Addr, spoke bool) bool {
+	p := s.pairOf(ip)
+	if !p.InPair() || p.Survivor() {
 		return true
 	}
-	return s.Pair.Role == RolePrimary && !spoke
+	return p.Role == RolePrimary && !spoke
 }
 
 // pairSettle is how long (seconds) after the rewrite that dropped a lease
@@ -259,8 +294,8 @@ const pairSettle = 20
 // a shrink both had while both were up, and sends what it held in
 // standby for it (pairStandby). A survivor never waits: no one else is
 // left to speak.
-func (s *State) pairVanished(due, now int64) (int64, bool) {
-	if !s.Pair.InPair() || s.Pair.Survivor() {
+func (s *State) pairVanished(ip netip.Addr, due, now int64) (int64, bool) {
+	if p := s.pairOf(ip); !p.InPair() || p.Survivor() {
 		return due, false
 	}
 	return max(due, now+pairSettle), true
@@ -287,16 +322,23 @@ func (s *State) pairVanished(due, now int64) (int64, bool) {
 // dhcpd restart again before sending them (pairRewrite): the same expiry
 // of an address no range holds, with nothing newer between unless a
 // range change brings the address back that soon.
-func (s *State) pairStandby(spoke bool) bool {
-	return s.Pair.InPair() && s.Pair.Role == RoleSecondary && !s.Pair.Survivor() && !spoke
+func (s *State) pairStandby(ip netip.Addr, spoke bool) bool {
+	p := s.pairOf(ip)
+	return p.InPair() && p.Role == RoleSecondary && !p.Survivor() && !spoke
 }
 
 // takeStandby makes the expiries held in standby (pairStandby) this
-// side's to send, as it takes over: due at the lease's end plus the
-// grace, as any rule-2 expiry.
-func (s *State) takeStandby() {
+// side's to send, as it takes over for peer: due at the lease's end plus
+// the grace, as any rule-2 expiry.
+func (s *State) takeStandby(peer string) {
 	wait := s.vanishedWait()
+	if s.peers != nil {
+		s.indexed = false // rule 3's heap skipped this pair's addresses (Due)
+	}
 	for ip, q := range s.Pending {
+		if s.pairOf(ip).Peer != peer {
+			continue
+		}
 		taken := false
 		for i := range q {
 			if q[i].Standby {
@@ -340,11 +382,14 @@ func (p Pair) partnerSpoke() bool {
 // (Pending.PairWait) once the file shows the partner spoke for the pair
 // (spoke, failoverSeen): it expired the same leases when the same shrink
 // reached it.
-func (s *State) dropPairWaits(spoke bool) (dropped int) {
-	if !spoke || s.Pair.Survivor() {
+func (s *State) dropPairWaits(spoke []string) (dropped int) {
+	if len(spoke) == 0 {
 		return 0
 	}
 	for ip, q := range s.Pending {
+		if p := s.pairOf(ip); !slices.Contains(spoke, p.Peer) || p.Survivor() {
+			continue
+		}
 		keep := q[:0]
 		for _, p := range q {
 			if (p.PairWait || p.Standby) && p.Event.Reason == ReasonVanished {
@@ -384,10 +429,11 @@ func (s *State) dropPairWaits(spoke bool) (dropped int) {
 // side's replay of news it may alone hold is judged by the peer's word
 // instead: pairReplay.)
 func (s *State) pairRepeat(t Told, ev event.Event) bool {
-	if !s.Pair.InPair() || ev.Action == event.Commit {
+	p := s.pairOf(ev.IP)
+	if !p.InPair() || ev.Action == event.Commit {
 		return false
 	}
-	if s.Pair.Recovering() {
+	if p.Recovering() {
 		return true
 	}
 	if t.MAC != ev.MAC {
@@ -396,7 +442,7 @@ func (s *State) pairRepeat(t Told, ev event.Event) bool {
 	if t.Action != event.Commit && !t.Recorded {
 		return true
 	}
-	return t.PeerOwns && !s.Pair.Survivor()
+	return t.PeerOwns && !p.Survivor()
 }
 
 // behindPeerRecord reports whether ev, a hook's event of this side's,
@@ -421,7 +467,7 @@ func (s *State) pairRepeat(t Told, ev event.Event) bool {
 // queued, it reached the region as well as the peer's, a duplicate).
 func (s *State) behindPeerRecord(ev event.Event) bool {
 	t, ok := s.Told[ev.IP]
-	if !ok || !s.Pair.InPair() || s.Pair.Recovering() || ev.Source == event.SourceFile ||
+	if p := s.pairOf(ev.IP); !ok || !p.InPair() || p.Recovering() || ev.Source == event.SourceFile ||
 		!t.Recorded || !t.PeerOwns || !t.after(ev) {
 		return false
 	}
@@ -456,7 +502,7 @@ const ReasonPairReplay = "pair-replay"
 // the file's last record is the same MAC's and not newer than ev: else
 // it is an older copy's, as pairRepeat says.
 func (s *State) pairReplay(ev event.Event) (own event.Event, ok bool) {
-	if !s.Pair.InPair() || !s.Pair.Recovering() || ev.Action == event.Commit {
+	if p := s.pairOf(ev.IP); !p.InPair() || !p.Recovering() || ev.Action == event.Commit {
 		return own, false
 	}
 	t, told := s.Told[ev.IP]
@@ -513,7 +559,7 @@ func (s *State) replayOwn(ev event.Event) (event.Event, bool) {
 // queued meanwhile) and is dropped as older than them: the lease's end is
 // then this side's to tell, not the peer's (Told.PeerOwns).
 func (s *State) ownAck(ev event.Event) {
-	if !s.Pair.InPair() || ev.Action != event.Commit || (ev.Source != event.SourceHook && ev.Source != event.SourceSpool) {
+	if !s.pairOf(ev.IP).InPair() || ev.Action != event.Commit || (ev.Source != event.SourceHook && ev.Source != event.SourceSpool) {
 		return
 	}
 	t, ok := s.Told[ev.IP]
@@ -563,7 +609,8 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 	if out.OwnAt == out.At && out.OwnAtNS == out.AtNS {
 		out.OwnAt, out.OwnAtNS = 0, 0
 	}
-	if !s.Pair.InPair() {
+	p := s.pairOf(ev.IP)
+	if !p.InPair() {
 		return out
 	}
 	switch {
@@ -573,9 +620,9 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 		own := acked || told && t.Action == event.Commit && t.MAC == ev.MAC && !t.Recorded && t.At >= ev.Timestamp-commitSlack
 		out.PeerOwns = !own
 	default:
-		out.Spoke = s.Pair.partnerSpoke()
+		out.Spoke = p.partnerSpoke()
 		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || out.Spoke
-		out.Interrupted = s.Pair.MyState == StateCommInterrupted
+		out.Interrupted = p.MyState == StateCommInterrupted
 	}
 	return out
 }
@@ -588,8 +635,11 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 // the free block this side's file records next, outside partner-down, is
 // recorded as told, and the pending end was then dropped as told (make
 // chaos PAIR=1 seed 21: lost).
-func (s *State) keepSurvivorEnds() {
+func (s *State) keepSurvivorEnds(peer string) {
 	for ip, q := range s.Pending {
+		if s.pairOf(ip).Peer != peer {
+			continue
+		}
 		kept := false
 		for i := range q {
 			if r := q[i].Event.Reason; q[i].Event.Action != event.Commit && (r == ReasonMissedExpiry || r == ReasonMissedRelease) && !q[i].Untold {
@@ -620,8 +670,11 @@ func (s *State) keepSurvivorEnds() {
 // recorded expired or released before, in normal, and that have not gone
 // free yet: this side's on expiry waits for the partner's ack, which
 // never comes now.
-func (s *State) tellInterrupted() (n int) {
+func (s *State) tellInterrupted(peer string) (n int) {
 	for ip, t := range s.Told {
+		if s.pairOf(ip).Peer != peer {
+			continue
+		}
 		if !t.Interrupted && !s.ownExpired(ip, t) {
 			continue
 		}
@@ -664,7 +717,7 @@ func (s *State) ownExpired(ip netip.Addr, t Told) bool {
 // this lease as the peer's (Told.PeerOwns) and tells nothing of it.
 func (s *State) ownDropped(ip netip.Addr) (event.Event, bool) {
 	t, ok := s.Told[ip]
-	if !ok || !s.Pair.InPair() || !s.ownExpired(ip, t) {
+	if !ok || !s.pairOf(ip).InPair() || !s.ownExpired(ip, t) {
 		return event.Event{}, false
 	}
 	return s.unqueuedEnd(ip, t)
@@ -690,7 +743,7 @@ func (s *State) ownDropped(ip netip.Addr) (event.Event, bool) {
 // PAIR=1 seed 14: an agent killed as its dhcpd took over read the
 // takeover before its hook's backlog).
 func (s *State) ownBacklog(t Told, ev event.Event) bool {
-	if !s.Pair.InPair() || !t.Recorded || t.PeerOwns {
+	if !s.pairOf(ev.IP).InPair() || !t.Recorded || t.PeerOwns {
 		return false
 	}
 	if ev.Source != event.SourceHook && ev.Source != event.SourceSpool {
@@ -738,7 +791,7 @@ func (p Pair) Recovering() bool {
 // before the start and this agent never queued it (Told.OwnAt older than
 // the end): the survivor told that end while this side was down.
 func (s *State) StaleForPair(ev event.Event, returned int64) bool {
-	if !s.Pair.InPair() || s.Pair.Survivor() {
+	if p := s.pairOf(ev.IP); !p.InPair() || p.Survivor() {
 		return false
 	}
 	t, ok := s.Told[ev.IP]
@@ -774,7 +827,7 @@ func (s *State) toldWhileDown(ev event.Event, returned int64) bool {
 // file recorded nothing newer or its record cannot be sent: ev is then
 // judged by StaleForPair alone.
 func (s *State) NewestForPair(ev event.Event, now int64) (event.Event, bool) {
-	if !s.Pair.InPair() {
+	if !s.pairOf(ev.IP).InPair() {
 		return event.Event{}, false
 	}
 	l, shown := s.File[ev.IP]
@@ -829,7 +882,7 @@ func (p Pair) holdOld(since time.Duration) time.Duration {
 // block's end is when its state may next change, not when the lease
 // ended (endShownBefore).
 func (s *State) noteShownEnd(ip netip.Addr, ev event.Event, now int64) {
-	if !s.Pair.InPair() || ev.Action == event.Commit || ev.Timestamp <= now {
+	if !s.pairOf(ip).InPair() || ev.Action == event.Commit || ev.Timestamp <= now {
 		if s.shownEnd != nil {
 			delete(s.shownEnd, ip)
 		}
@@ -874,7 +927,7 @@ func (s *State) noteLoadedEnds(now int64) {
 // record made a survivor's renewal look untold: TestLabFailoverStaleOnExpiry
 // at da30b4a).
 func (s *State) endShownBefore(t Told, ev event.Event) bool {
-	if !s.Pair.InPair() || ev.Action != event.Commit || (ev.Source != event.SourceHook && ev.Source != event.SourceSpool) {
+	if !s.pairOf(ev.IP).InPair() || ev.Action != event.Commit || (ev.Source != event.SourceHook && ev.Source != event.SourceSpool) {
 		return false
 	}
 	if !t.Recorded || t.Action == event.Commit {

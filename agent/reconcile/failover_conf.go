@@ -3,6 +3,8 @@ package reconcile
 import (
 	"context"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -23,7 +25,7 @@ func (r *Reconciler) scanPair(when string) {
 	if rp == nil && err == nil {
 		var cfg *dhcpdconf.Config
 		cfg, err = readConf(r.cfg.DhcpdConf)
-		p := PairOf(cfg)
+		p := PeersOf(cfg)
 		rp = &p
 	}
 	if err != nil {
@@ -31,34 +33,62 @@ func (r *Reconciler) scanPair(when string) {
 			Msg("cannot read dhcpd.conf for a failover peer: keeping what was known")
 		return
 	}
-	p, old := *rp, r.st.Pair
-	if p.OthersN > 0 {
-		r.met.failoverPeers.Store(int64(p.OthersN + 1))
-		r.log.Error().Str("peer", p.Peer).Str("role", p.Role).Str("other_peers", p.Others).Str("when", when).
-			Msg("dhcpd.conf's pools use several failover peers (MAAS: one per HA VLAN, each with its own role and partner rack): this agent models one pair and follows the first for every address, which is wrong for the others' addresses: range-shrink expiries sent twice or by neither rack, a partner-down or recover on one VLAN taken for all; see docs/failover.md, Limits")
-	} else if p.InPair() {
-		r.met.failoverPeers.Store(1)
-	} else {
-		r.met.failoverPeers.Store(0)
-	}
-	if p.Peer == old.Peer && p.Role == old.Role {
+	ps, old := *rp, r.st.Pairs()
+	oldSubnets := r.st.peers
+	r.st.SetPeers(ps)
+	now := r.st.Pairs()
+	r.met.failoverPeers.Store(int64(len(now)))
+	if samePeers(old, now) && peerSetEqual(oldSubnets, r.st.peers) {
 		return
 	}
-	r.st.SetPeer(p)
-	if !p.InPair() {
+	p := ps.Lead
+	switch {
+	case !p.InPair():
 		r.log.Info().Str("when", when).Msg("dhcpd is on its own (no failover peer in dhcpd.conf)")
-		return
+	case r.st.peers == nil:
+		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("when", when).
+			Msg("dhcpd is in a failover pair: the file's events are told by the primary alone, or by a survivor in partner-down")
+	default:
+		alone := 0
+		for _, sp := range r.st.peers.Subnets {
+			if sp.Peer == "" {
+				alone++
+			}
+		}
+		r.log.Info().Str("peers", peerList(now)).Int("subnets", len(r.st.peers.Subnets)).Int("subnets_alone", alone).Str("when", when).
+			Msg("dhcpd's pools use several failover peers, or some none (MAAS: one per HA VLAN): each address follows the pair of its subnet's pools; the file's events are told by that pair's primary alone, or by a survivor in partner-down, and dhcpd alone tells its own subnets'")
 	}
-	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("when", when).
-		Msg("dhcpd is in a failover pair: the file's events are told by the primary alone, or by a survivor in partner-down")
+}
+
+// samePeers reports whether a and b hold the same peers and roles.
+func samePeers(a, b []Pair) bool {
+	return slices.EqualFunc(a, b, func(x, y Pair) bool { return x.Peer == y.Peer && x.Role == y.Role })
+}
+
+// peerList is "name (role), …" for the pairs.
+func peerList(ps []Pair) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p.Peer + " (" + p.Role + ")")
+	}
+	return b.String()
 }
 
 // failoverNoted logs what folding failover state records into the core
 // did: taking over, stepping back, expiries dropped. r.mu is held.
 func (r *Reconciler) failoverNoted(fo FailoverFold) {
+	for _, peer := range fo.SpokePeers {
+		if r.partnerSpoke == nil {
+			r.partnerSpoke = map[string]bool{}
+		}
+		r.partnerSpoke[peer] = true
+	}
 	p := r.st.Pair
-	if fo.Spoke {
-		r.partnerSpoke = true
+	if len(fo.ChangedPeers) == 1 {
+		p = *r.st.pairNamed(fo.ChangedPeers[0])
 	}
 	if fo.Dropped > 0 {
 		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
@@ -72,13 +102,16 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 		}
 		return
 	}
-	if p.Survivor() {
-		r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).Int("untold_ends", fo.Untold).
-			Msg("failover: partner down — taking over reporting for every lease in the file, and the ends no hook has told (recorded while communications were interrupted, or of this side's own leases not yet free)")
-		return
+	for _, peer := range fo.ChangedPeers {
+		p := *r.st.pairNamed(peer)
+		if p.Survivor() {
+			r.log.Warn().Str("peer", p.Peer).Str("role", p.Role).Str("partner_state", p.PartnerState).Int("untold_ends", fo.Untold).
+				Msg("failover: partner down — taking over reporting for every lease in the file that this peer's pools hold, and the ends no hook has told (recorded while communications were interrupted, or of this side's own leases not yet free)")
+			continue
+		}
+		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
+			Msg("failover: partner back — stepping back to reporting only this side's part")
 	}
-	r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
-		Msg("failover: partner back — stepping back to reporting only this side's part")
 }
 
 // Stale reports whether ev, an event queued for the region and not yet
@@ -94,7 +127,7 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 // the partner expired only once dhcpd has started and caught up.
 func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Event) {
 	r.mu.Lock()
-	pair := r.st.Pair.InPair()
+	pair := r.st.pairOf(ev.IP).InPair()
 	r.mu.Unlock()
 	if !pair {
 		return false, event.Event{}
@@ -108,7 +141,7 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 	}
 	for ev.Timestamp < r.started.Unix() {
 		r.mu.Lock()
-		wait := r.st.Pair.holdOld(r.now().Sub(r.started))
+		wait := r.st.pairOf(ev.IP).holdOld(r.now().Sub(r.started))
 		r.mu.Unlock()
 		if wait <= 0 {
 			break
@@ -127,7 +160,7 @@ func (r *Reconciler) Stale(ctx context.Context, ev event.Event) (bool, event.Eve
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var returned int64
-	if r.partnerSpoke {
+	if r.partnerSpoke[r.st.pairOf(ev.IP).Peer] {
 		returned = r.started.Unix()
 	}
 	if newest, ok := r.st.NewestForPair(ev, r.now().Unix()); ok {
@@ -217,9 +250,21 @@ func (r *Reconciler) Unsent() int {
 }
 
 // Primary reports whether dhcpd.conf makes this side the failover pair's
-// primary.
+// primary: the pair channel's role (agent/pair: the two agents must
+// claim different ones, and the primary wins ties). With several peers
+// (MAAS: one per HA VLAN, roles chosen per VLAN), the role on the peer
+// whose name sorts first: the two racks' dhcpd.conf name the same peers
+// (MAAS names them after the VLAN), not always in the same order.
 func (r *Reconciler) Primary() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.st.Pair.Role == RolePrimary
+	return channelRole(r.st.Pairs()) == RolePrimary
+}
+
+// channelRole is the role on the pair whose peer's name sorts first.
+func channelRole(ps []Pair) string {
+	if len(ps) == 0 {
+		return ""
+	}
+	return slices.MinFunc(ps, func(a, b Pair) int { return strings.Compare(a.Peer, b.Peer) }).Role
 }

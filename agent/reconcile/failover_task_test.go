@@ -35,9 +35,8 @@ func (h *harness) pairHooked(role string) {
 // TestTaskSeveralPeers: MAAS declares one failover peer per HA VLAN
 // (src/maasserver/dhcp.py, make_failover_peer_config, one per managed
 // VLAN in get_dhcp_configuration), each with its own role and partner;
-// the agent models one pair, which the log says at error level and
-// leasekeeper_reconcile_failover_peers shows, rather than follow the
-// first peer for every address unsaid.
+// the task reads them all from dhcpd.conf, says so, and each address
+// follows its own subnet's pair.
 func TestTaskSeveralPeers(t *testing.T) {
 	h := newHarness(t)
 	h.pairHooked("primary")
@@ -53,11 +52,17 @@ func TestTaskSeveralPeers(t *testing.T) {
 	h.d.rewrite(fostate("normal", "normal")+block(ip1, "active", macA, now-100, now+3600), true)
 	h.start(time.Second)
 	h.waitLog("several failover peers", 10*time.Second)
-	if !strings.Contains(h.logText(), `"other_peers":"fo2 (secondary)"`) {
-		t.Errorf("the log does not name the other peer:\n%s", h.logText())
+	if !strings.Contains(h.logText(), `"peers":"fo (primary), fo2 (secondary)"`) {
+		t.Errorf("the log does not name the peers:\n%s", h.logText())
 	}
 	if n := h.r.met.failoverPeers.Load(); n != 2 {
 		t.Errorf("leasekeeper_reconcile_failover_peers = %d, want 2", n)
+	}
+	h.r.mu.Lock()
+	p1, p2 := h.r.st.pairOf(netip.MustParseAddr(ip1)), h.r.st.pairOf(netip.MustParseAddr("198.51.100.20"))
+	h.r.mu.Unlock()
+	if p1.Peer != "fo" || p1.Role != RolePrimary || p2.Peer != "fo2" || p2.Role != RoleSecondary {
+		t.Errorf("203.0.113.0/24 follows %+v, 198.51.100.0/24 %+v", p1, p2)
 	}
 }
 

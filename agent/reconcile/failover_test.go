@@ -113,9 +113,9 @@ func TestPairOf(t *testing.T) {
 		{"declared, used by no pool", strings.Replace(conf("primary; "), `failover peer "fo"; `, "", 1), Pair{}},
 		// MAAS declares one peer per HA VLAN, each with its own role
 		// (src/maasserver/dhcp.py, make_failover_peer_config): the first
-		// is followed, the others named.
+		// is the lead pair (PeersOf has them all: TestPeersOf).
 		{"one per VLAN", conf("primary; ") + "\n" + strings.NewReplacer(`"fo"`, `"fo2"`, "203.0.113.", "198.51.100.").Replace(conf("secondary; ")),
-			Pair{Peer: "fo", Role: RolePrimary, Others: "fo2 (secondary)", OthersN: 1}},
+			Pair{Peer: "fo", Role: RolePrimary}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := dhcpdconf.Parse(strings.NewReader(tc.conf), dhcpdconf.Options{})

@@ -74,6 +74,9 @@ type world struct {
 	// mode, if set, is the agent's reconcile.mode (detection takes a
 	// wrapper script around the hook for another program).
 	mode string
+	// confExtra is written into dhcpd.conf before the bridge's subnet
+	// (TestLabHAVLANAndLoneVLAN: another VLAN's failover peer).
+	confExtra string
 	// poll, if set, is the agent's reconcile.poll_interval (1 s if not).
 	poll time.Duration
 }
@@ -129,6 +132,7 @@ func (w *world) conf(lo, hi int) string {
 	default:
 		b.WriteString(lab.HookSnippet(w.t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
 	}
+	b.WriteString(w.confExtra)
 	b.WriteString(w.lab.SubnetConf(fmt.Sprintf("  range 203.0.113.%d 203.0.113.%d;", lo, hi)))
 	return b.String()
 }
@@ -415,6 +419,55 @@ func TestLabRangeShrink(t *testing.T) {
 	w.stopAgent()
 	if got := w.lastSynth; len(got) != 1 || got["vanished"] != 1 {
 		t.Errorf("synthesised %v, want vanished=1 only", got)
+	}
+}
+
+// TestLabHAVLANAndLoneVLAN is TestLabRangeShrink on a rack that also
+// serves DHCP HA on another VLAN, as MAAS configures one dhcpd for all
+// of a rack's VLANs (src/maasserver/dhcp.py: a failover peer for each HA
+// VLAN, make_failover_peer_config; none for a VLAN the rack serves
+// alone), here as the secondary. The bridge's VLAN has no peer: its
+// dropped lease is dhcpd's alone, and its expiry reaches the region.
+// (Following the one peer for every address, as the agent did before,
+// the expiry was held in standby for a primary that does not serve
+// this VLAN, then dropped: the region never heard the lease end.)
+func TestLabHAVLANAndLoneVLAN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w := newWorld(t, hooksOK, 12)
+	// The other VLAN: its subnet has no interface here, and its partner
+	// (an address on the lab's bridge that no one holds) never answers.
+	w.confExtra = "failover peer \"failover-vlan-5002\" {\n  secondary;\n  address 203.0.113.1;\n  port 5647;\n  peer address 203.0.113.250;\n  peer port 5647;\n" +
+		"  max-response-delay 60;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n}\n" +
+		"subnet 198.51.100.0 netmask 255.255.255.0 {\n  pool {\n    failover peer \"failover-vlan-5002\";\n    range 198.51.100.10 198.51.100.50;\n  }\n}\n"
+	w.startDhcpd(100, 150)
+	w.startAgent()
+	c1, c2 := w.lab.AddClient("c1"), w.lab.AddClient("c2")
+	ip1, ip2 := w.dhclient(c1), w.dhclient(c2)
+	w.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	w.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w.leaseEnds(ip1)
+	if !strings.Contains(readFile(t, w.d.LeasesPath()), `failover peer "failover-vlan-5002" state`) {
+		t.Fatalf("dhcpd wrote no state for the other VLAN's peer; the test premise is gone:\n%s", w.d.Logs())
+	}
+	w.restartDhcpd(shrinkAway(ip1, ip2))
+	if strings.Contains(readFile(t, w.d.LeasesPath()), "lease "+ip1.String()+" ") {
+		t.Fatalf("dhcpd kept %s after the shrink; the test premise is gone", ip1)
+	}
+	w.waitArrival(ip1, event.Expiry, mac(c1), time.Until(time.Unix(ends, 0))+10*time.Second)
+	time.Sleep(2 * time.Second) // anything else would come now
+	w.checkOnlyExpiry(ip1, mac(c1), ends)
+	w.stopAgent()
+	if got := w.lastSynth; len(got) != 1 || got["vanished"] != 1 {
+		t.Errorf("synthesised %v, want vanished=1 only", got)
+	}
+	if !strings.Contains(w.lastLogs.String(), `"subnets_alone":1`) {
+		t.Errorf("the agent did not say that a subnet is dhcpd's alone:\n%s", w.lastLogs)
 	}
 }
 

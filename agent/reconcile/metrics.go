@@ -110,7 +110,7 @@ func newMetrics() *metrics {
 			func() float64 { return b2f(m.hookless.Load()) }),
 		gauge("leasekeeper_reconcile_leases_file_missing", "1 while dhcpd.leases does not exist (dhcpd never ran, or the setting names a file dhcpd does not write): nothing is read. Alert when it stays 1 while dhcpd runs.",
 			func() float64 { return b2f(m.absent.Load()) }),
-		gauge("leasekeeper_reconcile_failover_peers", "Failover peers dhcpd.conf's pools use (MAAS: one per HA VLAN). The agent models one pair: above 1 its pair rules follow the first peer for every address, which is wrong for the other peers' addresses (duplicate or missing range-shrink expiries, a partner-down or recover on one VLAN taken for all). Alert above 1.",
+		gauge("leasekeeper_reconcile_failover_peers", "Failover peers dhcpd.conf's pools use (MAAS: one per HA VLAN); each address follows its subnet's peer.",
 			func() float64 { return float64(m.failoverPeers.Load()) }),
 		gauge("leasekeeper_reconcile_leases_file_unreadable", "1 while reading dhcpd.leases fails (permissions, a directory at its path, an I/O error): every synthesised event is held. Alert on 1.",
 			func() float64 { return b2f(m.unreadable.Load()) }),

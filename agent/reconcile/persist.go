@@ -42,6 +42,7 @@ var (
 	keySureMode  = []byte("sure-mode")
 	keyPos       = []byte("pos")
 	keyPair      = []byte("pair")
+	keyPeers     = []byte("peers") // the pairs besides the lead one, and the subnets' peers (peers.go)
 	subFile      = []byte("file")
 	subTold      = []byte("told")
 	subPending   = []byte("pending")
@@ -207,6 +208,14 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 			}
 		}
 		recs = append(recs, record{nil, keyPair, pv})
+		var sv []byte
+		if s.peers != nil {
+			var err error
+			if sv, err = json.Marshal(s.peers); err != nil {
+				return nil, err
+			}
+		}
+		recs = append(recs, record{nil, keyPeers, sv})
 	}
 	if pos != nil {
 		v, err := json.Marshal(pos)
@@ -300,6 +309,14 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 	if v := b.Get(keyPair); v != nil {
 		if json.Unmarshal(v, &s.Pair) != nil {
 			s.Pair = Pair{}
+			bad++
+		}
+	}
+	if v := b.Get(keyPeers); v != nil && s.Pair.InPair() {
+		var ps peerSet
+		if json.Unmarshal(v, &ps) == nil {
+			s.peers = &ps
+		} else {
 			bad++
 		}
 	}

@@ -153,6 +153,12 @@ func (p persisted) check(wantPos *Position) {
 	if got.Baselined != s.Baselined {
 		t.Errorf("Baselined %t, want %t", got.Baselined, s.Baselined)
 	}
+	if diff := cmp.Diff(s.Pairs(), got.Pairs()); diff != "" {
+		t.Errorf("failover pairs (-memory +loaded):\n%s", diff)
+	}
+	if !peerSetEqual(s.peers, got.peers) {
+		t.Errorf("failover peers %+v, loaded %+v", s.peers, got.peers)
+	}
 	if diff := cmp.Diff(wantPos, gotPos); diff != "" {
 		t.Errorf("position (-want +got):\n%s", diff)
 	}
@@ -197,6 +203,17 @@ func TestPersistRoundTrip(t *testing.T) {
 	}
 	if _, ok := s.replayOwn(hook(event.Expiry, ip2, macB, t0+31)); ok {
 		t.Fatal("replayOwn answered for another end than the one queued")
+	}
+
+	// Several failover peers (MAAS: one per HA VLAN), one of them in
+	// partner-down: a restarted agent resumes with each pair's states
+	// and knows which subnet follows which.
+	s.SetPeers(peersOf(t, threeVLANs))
+	appendPair(t, s, fostateOf("failover-vlan-5002", "partner-down", "communications-interrupted"), t0+40)
+	commit(nil)
+	check(pos)
+	if s.peers == nil || len(s.Pairs()) != 2 || !s.pairOf(netip.MustParseAddr("198.51.100.10")).Survivor() {
+		t.Fatalf("pairs %+v, peers %+v", s.Pairs(), s.peers)
 	}
 
 	// Everything due is told; the pending entries go away on disk too.
@@ -407,9 +424,10 @@ func TestPersistCost(t *testing.T) {
 	}
 	tab, _ := table(t, text)
 	s.Snapshot(tab, true, t0)
-	// Each address's block and what it told; + baselined, sure mode, pair.
+	// Each address's block and what it told; + baselined, sure mode,
+	// pair, peers.
 	recs, _ := records(s, s.TakeDirty(), nil)
-	if len(recs) != 2*250+3 {
+	if len(recs) != 2*250+4 {
 		t.Fatalf("baseline: %d records", len(recs))
 	}
 	// In key order, sub-bucket by sub-bucket, as bbolt appends fastest.

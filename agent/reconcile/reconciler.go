@@ -146,17 +146,17 @@ type Reconciler struct {
 	loadedPos  *Position
 	pid        string
 	classifyAt time.Time // a rewrite not yet told restart or hourly
-	// rewritePair and rewriteErr: dhcpd.conf's failover pair as the last
+	// rewritePair and rewriteErr: dhcpd.conf's failover peers as the last
 	// whole rewrite of the leases file read it (or why it could not),
 	// kept for scanPair if that rewrite was dhcpd's restart.
-	rewritePair  *Pair
+	rewritePair  *Peers
 	rewriteErr   error
 	classifyWait time.Duration
 	watchWarned  bool
-	lastSync     time.Time // when the last read started
-	started      time.Time // New's time: events older were queued by an earlier run (Stale)
-	partnerSpoke bool      // the file showed, since the start, that the partner spoke for the pair (Stale)
-	lastFound    bool      // it found a block (busyRound)
+	lastSync     time.Time       // when the last read started
+	started      time.Time       // New's time: events older were queued by an earlier run (Stale)
+	partnerSpoke map[string]bool // the peers whose partner the file showed, since the start, speaking for the pair (Stale)
+	lastFound    bool            // it found a block (busyRound)
 	busyRound    time.Duration
 	progress     atomic.Int64
 
@@ -262,8 +262,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		}
 	}
 	r.mu.Lock()
-	pair := r.st.Pair.InPair()
-	catchUp := (pair && slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit })) ||
+	catchUp := slices.ContainsFunc(evs, func(ev event.Event) bool { return ev.Action != event.Commit && r.st.pairOf(ev.IP).InPair() }) ||
 		slices.ContainsFunc(evs, r.st.BackAfterEnd)
 	r.mu.Unlock()
 	if catchUp {
@@ -777,7 +776,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 				r.rewriteErr = err
 			} else {
 				r.st.OutOfRange = outOfRange(cfg)
-				p := PairOf(cfg)
+				p := PeersOf(cfg)
 				r.rewritePair = &p
 			}
 		}
@@ -1167,12 +1166,13 @@ func (r *Reconciler) Holds(ip netip.Addr) (held, known bool) {
 // Mode is the last mode detection (nil before Run), for /status.
 func (r *Reconciler) Mode() *Detection { return r.mode.Load() }
 
-// PairState is dhcpd's failover pair as the reconciler last read it
-// (the zero Pair outside one), for /status.
-func (r *Reconciler) PairState() Pair {
+// PairStates is every failover pair dhcpd's pools use, the lead one
+// first, with the states its leases file last recorded (none outside a
+// pair), for /status.
+func (r *Reconciler) PairStates() []Pair {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.st.Pair
+	return r.st.Pairs()
 }
 
 // KeptBack is the number of events kept back because the region cannot

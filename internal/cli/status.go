@@ -310,6 +310,10 @@ func writePair(w io.Writer, r *agent.StatusReport) {
 		fmt.Fprintf(w, "failover\t%s of %q: %s, partner %s\n", p.Role, p.Peer, state(p.MyState), state(p.PartnerState))
 	}
 	fmt.Fprintf(w, "\tspeaks %s\n", p.Speaks)
+	for _, o := range p.Others {
+		fmt.Fprintf(w, "\t%s of %q: %s, partner %s\n", o.Role, o.Peer, state(o.MyState), state(o.PartnerState))
+		fmt.Fprintf(w, "\tspeaks %s\n", o.Speaks)
+	}
 	c := p.Channel
 	if c == nil {
 		fmt.Fprintf(w, "pair channel\tnone ([pair] unset): each agent delivers alone, and news of one address can reach the region out of order\n")

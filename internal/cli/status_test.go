@@ -550,6 +550,17 @@ func TestStatusPair(t *testing.T) {
 			"failover       none in dhcpd.conf\n               speaks for its dhcpd alone: [pair] is set",
 		},
 	}, {
+		// MAAS: one failover peer per HA VLAN, each with its own role.
+		name: "several failover peers",
+		pair: `{"peer": "failover-vlan-5001", "role": "secondary", "my_state": "normal", "partner_state": "normal",
+		         "speaks": "for the leases its dhcpd handles", "channel": null,
+		         "others": [{"peer": "failover-vlan-5002", "role": "primary", "my_state": "partner-down", "partner_state": "communications-interrupted",
+		                     "speaks": "for the pair: its partner is down", "channel": null}]}`,
+		want: []string{
+			"failover       secondary of \"failover-vlan-5001\": normal, partner normal\n               speaks for the leases its dhcpd handles\n" +
+				"               primary of \"failover-vlan-5002\": partner-down, partner communications-interrupted\n               speaks for the pair: its partner is down\n",
+		},
+	}, {
 		name: "no channel",
 		pair: `{"peer": "failover-partner", "role": "primary", "my_state": "", "partner_state": "", "speaks": "unknown", "channel": null}`,
 		want: []string{

@@ -172,7 +172,7 @@ func Run(ctx context.Context, o Options) *Report {
 		caps = unitCapabilities
 	}
 	r.agentAccess(o.AgentUser, r.Mode, c, creds, caps)
-	r.failover(c.DHCPD.Config)
+	r.failover(c.DHCPD.Config, c.Pair.On())
 	if c.DHCPD.Config6 != "" {
 		d := reconcile.Detect(c.DHCPD.Config6, reconcile.ModeAuto, env)
 		r.Mode6 = &d
@@ -337,21 +337,29 @@ func (r *Report) helperSocket(h reconcile.Hook, d reconcile.Detection) {
 	}
 }
 
-// failover checks that dhcpd.conf's pools use at most one failover peer:
-// MAAS declares one per HA VLAN (src/maasserver/dhcp.py,
+// failover reports the failover peers dhcpd.conf's pools use, where
+// they are several: MAAS declares one per HA VLAN (src/maasserver/dhcp.py,
 // make_failover_peer_config), each with its own role and partner rack,
-// and the agent models one pair. An unreadable dhcpd.conf is the mode
-// check's to report.
-func (r *Report) failover(conf string) {
+// and the agent follows each address's own (its subnet's pools' peer).
+// The pair channel reaches one partner's agent ([pair] peer); the
+// others' addresses go to the region without it. An unreadable
+// dhcpd.conf is the mode check's to report.
+func (r *Report) failover(conf string, channel bool) {
 	if conf == "" {
 		return
 	}
-	p, err := reconcile.PairIn(conf)
-	if err != nil || p.Others == "" {
+	ps, err := reconcile.PeersIn(conf)
+	if err != nil || len(ps.Others) == 0 {
 		return
 	}
-	r.add(Problem, "failover", fmt.Sprintf("%s's pools use several failover peers: %s (%s), %s. The agent models one pair and follows %s for every address: for the others', range-shrink expiries may be sent by both racks or by neither, and a partner-down or recover on one VLAN is taken for all.", conf, p.Peer, p.Role, p.Others, p.Peer),
-		"keep DHCP HA to one VLAN on this rack until leasekeeper follows each peer (docs/failover.md, Limits)")
+	names := []string{ps.Lead.Peer + " (" + ps.Lead.Role + ")"}
+	for _, o := range ps.Others {
+		names = append(names, o.Peer+" ("+o.Role+")")
+	}
+	r.add(OK, "failover", fmt.Sprintf("%s's pools use %d failover peers: %s. Each address follows the pair of its subnet's pools.", conf, len(names), strings.Join(names, ", ")), "")
+	if channel {
+		r.add(Note, "failover-channel", "the pair channel ([pair] peer) reaches one partner rack's agent: where these peers' partners are different racks, the addresses of the others go to the region in no order with their partner's (as without [pair]; docs/failover.md, Limits).", "")
+	}
 }
 
 // agentAccess checks that the agent's user can read what mode detection

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 )
@@ -251,20 +253,6 @@ func TestProblems(t *testing.T) {
 		// A snap's helper cannot be diverted: where nothing receives its
 		// events (MAAS 3.6 after 3.6.5), hookless is the remedy.
 		{"nothing receives a snap's helper's datagrams", func(w *world) { w.opts.Detect.SnapDir = w.dir }, "problem helper-socket", `mode = "hookless"`},
-		// MAAS declares one failover peer per HA VLAN, each with its own
-		// role (src/maasserver/dhcp.py, make_failover_peer_config).
-		{"a failover peer per VLAN", func(w *world) {
-			w.listen()
-			b, err := os.ReadFile(w.dhcpdIn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			peer := func(name, role, net string) string {
-				return `failover peer "` + name + `" { ` + role + `; address ` + net + `.1; peer address ` + net + `.2; max-response-delay 60; max-unacked-updates 10; mclt 3600; split 255; }` + "\n" +
-					"subnet " + net + ".0 netmask 255.255.255.0 { pool { failover peer \"" + name + "\"; range " + net + ".10 " + net + ".50; } }\n"
-			}
-			w.writeConf(string(b) + peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100"))
-		}, "problem failover", "failover-vlan-5002 (secondary)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -461,4 +449,56 @@ func findOf(rep *Report, check, what string) *Finding {
 		}
 	}
 	return nil
+}
+
+// TestFailoverPeers: MAAS declares one failover peer per HA VLAN, each
+// with its own role (src/maasserver/dhcp.py, make_failover_peer_config);
+// the agent follows each address's own, which check-maas says, with a
+// note when the pair channel, which reaches one partner rack, is on.
+func TestFailoverPeers(t *testing.T) {
+	peer := func(name, role, net string) string {
+		return `failover peer "` + name + `" { ` + role + `; address ` + net + `.1; peer address ` + net + `.2; max-response-delay 60; max-unacked-updates 10; mclt 3600; split 255; }` + "\n" +
+			"subnet " + net + ".0 netmask 255.255.255.0 { pool { failover peer \"" + name + "\"; range " + net + ".10 " + net + ".50; } }\n"
+	}
+	for _, tc := range []struct {
+		name    string
+		conf    string
+		channel bool
+		want    []string // "severity check" findings, none of "failover" when empty
+	}{
+		{"one peer", peer("failover-vlan-5001", "primary", "203.0.113"), false, nil},
+		{"a peer per VLAN", peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100"), false,
+			[]string{"ok failover"}},
+		{"a peer per VLAN, the pair channel on", peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100"), true,
+			[]string{"ok failover", "note failover-channel"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.listen()
+			b, err := os.ReadFile(w.dhcpdIn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.writeConf(string(b) + tc.conf)
+			if tc.channel {
+				w.cfg.Pair.Listen, w.cfg.Pair.Peer = "198.51.100.1:5253", "198.51.100.2:5253"
+			}
+			got, rep := w.check()
+			var fo []string
+			for _, g := range got {
+				if strings.Contains(g, " failover") {
+					fo = append(fo, g)
+				}
+			}
+			if diff := cmp.Diff(tc.want, fo); diff != "" {
+				t.Fatalf("failover findings (-want +got):\n%s", diff)
+			}
+			if f := find(rep, "failover", OK); f != nil && !strings.Contains(f.Message, "failover-vlan-5002 (secondary)") {
+				t.Errorf("the finding does not name the peers: %s", f.Message)
+			}
+			if p := find(rep, "failover", Problem); p != nil {
+				t.Errorf("a problem: %s", p.Message)
+			}
+		})
+	}
 }

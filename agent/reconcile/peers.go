@@ -1,0 +1,255 @@
+package reconcile
+
+// Several failover peers in one dhcpd. MAAS declares one failover peer
+// per VLAN with DHCP high availability (src/maasserver/dhcp.py,
+// make_failover_peer_config: "failover-vlan-<id>", this rack's role on
+// that VLAN), and one dhcpd serves every VLAN of its rack: some pools use
+// one peer, some another (this rack primary on one VLAN, secondary on
+// the next, or paired with another rack), some none (a VLAN this rack
+// serves alone). dhcpd keeps a failover state per peer, and each pool's
+// leases follow its own peer's. So the pair rules apply per address: the
+// pair of the peer its subnet's pools use (State.pairOf). Pure.
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/leasekeeper/leasekeeper/parser"
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
+)
+
+// SubnetPeer names the failover peer a subnet's pools use; "" for a
+// subnet whose pools use none (dhcpd serves it alone).
+type SubnetPeer struct {
+	Prefix netip.Prefix `json:"prefix"`
+	Peer   string       `json:"peer"`
+}
+
+// Peers is what dhcpd.conf says of failover: the lead pair (PairOf:
+// the first peer a pool uses), the other peers pools use, and which
+// peer each subnet's pools use. Subnets is nil when every subnet with
+// a range uses the lead peer (or none does): the lead pair is then every
+// address's.
+type Peers struct {
+	Lead    Pair
+	Others  []Pair
+	Subnets []SubnetPeer
+}
+
+// PeersOf reads Peers from dhcpd.conf. A subnet's peer is the one its
+// first failover pool uses (MAAS writes one per VLAN); a pool declared in
+// a shared network outside any subnet gives its peer to that shared
+// network's subnets.
+func PeersOf(cfg *dhcpdconf.Config) Peers {
+	p := Peers{Lead: PairOf(cfg)}
+	if cfg == nil || !p.Lead.InPair() {
+		return p
+	}
+	usable := map[string]Pair{}
+	for _, fp := range cfg.FailoverPeers {
+		if fp.Role == RolePrimary || fp.Role == RoleSecondary {
+			if _, dup := usable[fp.Name]; !dup {
+				usable[fp.Name] = Pair{Peer: fp.Name, Role: fp.Role}
+			}
+		}
+	}
+	bySubnet := map[netip.Prefix]string{}
+	var order []netip.Prefix
+	set := func(pfx netip.Prefix, peer string) {
+		if cur, ok := bySubnet[pfx]; ok && (cur != "" || peer == "") {
+			return // the first failover pool decides
+		}
+		if _, ok := bySubnet[pfx]; !ok {
+			order = append(order, pfx)
+		}
+		bySubnet[pfx] = peer
+	}
+	for _, r := range cfg.Ranges {
+		if r.Family != parser.IPv4 {
+			continue // dhcpd's failover is DHCPv4's
+		}
+		peer := ""
+		if _, ok := usable[r.Failover]; ok {
+			peer = r.Failover
+		}
+		if r.Subnet.IsValid() {
+			set(r.Subnet.Masked(), peer)
+			continue
+		}
+		for _, sn := range cfg.Subnets {
+			if r.SharedNetwork != "" && sn.SharedNetwork == r.SharedNetwork && sn.Prefix.Addr().Is4() {
+				set(sn.Prefix.Masked(), peer)
+			}
+		}
+	}
+	seen := map[string]bool{p.Lead.Peer: true}
+	mixed := false
+	for _, pfx := range order {
+		peer := bySubnet[pfx]
+		if peer != p.Lead.Peer {
+			mixed = true
+		}
+		if peer != "" && !seen[peer] {
+			seen[peer] = true
+			p.Others = append(p.Others, usable[peer])
+		}
+	}
+	if !mixed {
+		return p
+	}
+	for _, pfx := range order {
+		p.Subnets = append(p.Subnets, SubnetPeer{Prefix: pfx, Peer: bySubnet[pfx]})
+	}
+	return p
+}
+
+// peerSet is the state's pairs besides the lead (State.Pair), and which
+// peer each subnet's addresses follow; nil when the lead pair is every
+// address's.
+type peerSet struct {
+	Others  []Pair       `json:"others,omitempty"`
+	Subnets []SubnetPeer `json:"subnets"`
+	// at and peer are the last address peerAt looked up and its peer:
+	// one lease's rules ask for its pair several times in a row.
+	at   netip.Addr
+	peer string
+}
+
+// alone is the pair of an address dhcpd serves without a failover peer.
+var alone = Pair{}
+
+// pairOf is the failover pair ip's leases follow: its subnet's peer's
+// (the lead pair for an address in no subnet known).
+func (s *State) pairOf(ip netip.Addr) Pair {
+	if s.peers == nil {
+		return s.Pair
+	}
+	return *s.pairNamed(s.peerAt(ip))
+}
+
+// peerAt is the failover peer ip's subnet uses: the longest known prefix
+// holding it; the lead peer for none.
+func (s *State) peerAt(ip netip.Addr) string {
+	ip = ip.Unmap()
+	if ip == s.peers.at {
+		return s.peers.peer
+	}
+	best, peer := -1, s.Pair.Peer
+	for _, sp := range s.peers.Subnets {
+		if b := sp.Prefix.Bits(); b > best && sp.Prefix.Contains(ip) {
+			best, peer = b, sp.Peer
+		}
+	}
+	s.peers.at, s.peers.peer = ip, peer
+	return peer
+}
+
+// pairNamed is the state's pair for the peer named; &alone (never to be
+// changed) for "" or a peer the state does not hold.
+func (s *State) pairNamed(peer string) *Pair {
+	switch {
+	case peer == "":
+		return &alone
+	case peer == s.Pair.Peer:
+		return &s.Pair
+	case s.peers != nil:
+		for i := range s.peers.Others {
+			if s.peers.Others[i].Peer == peer {
+				return &s.peers.Others[i]
+			}
+		}
+	}
+	return &alone
+}
+
+// pairs calls fn for each of the state's pairs, the lead first.
+func (s *State) pairs(fn func(p *Pair)) {
+	if s.Pair.InPair() {
+		fn(&s.Pair)
+	}
+	if s.peers != nil {
+		for i := range s.peers.Others {
+			fn(&s.peers.Others[i])
+		}
+	}
+}
+
+// anyPair reports whether some address follows a failover pair.
+func (s *State) anyPair() bool { return s.Pair.InPair() }
+
+// allPaired reports whether every address follows a failover pair.
+func (s *State) allPaired() bool {
+	if s.peers == nil {
+		return s.Pair.InPair()
+	}
+	return s.Pair.InPair() && !slices.ContainsFunc(s.peers.Subnets, func(sp SubnetPeer) bool { return sp.Peer == "" })
+}
+
+// Pairs is every failover pair the state follows, the lead first, with
+// their states.
+func (s *State) Pairs() []Pair {
+	var out []Pair
+	s.pairs(func(p *Pair) { out = append(out, *p) })
+	return out
+}
+
+// SetPeers sets the pairs and the subnets' peers from dhcpd.conf. A
+// pair's states stay while its peer keeps its role (a restarted agent
+// resumes with those it persisted); a new pair's are unknown until the
+// file records them. A subnet dhcpd.conf no longer declares keeps its
+// peer while that peer is still used: a range removed with its subnet
+// drops its leases, and their expiries are still that pair's rule 2. If
+// its peer went too, its addresses are dhcpd's alone: each rack then
+// sends the expiries, where following the lead pair could leave them to
+// neither (the lead's partner may be another rack). Where dhcpd.conf is
+// back to one peer for every subnet, every address follows it.
+func (s *State) SetPeers(p Peers) {
+	old := map[string]Pair{}
+	s.pairs(func(q *Pair) { old[q.Peer] = *q })
+	keep := func(n Pair) Pair {
+		if o, ok := old[n.Peer]; ok && o.Role == n.Role {
+			return o
+		}
+		return Pair{Peer: n.Peer, Role: n.Role}
+	}
+	lead := keep(p.Lead)
+	if !p.Lead.InPair() {
+		lead = Pair{}
+	}
+	var next *peerSet
+	if p.Subnets != nil {
+		next = &peerSet{}
+		for _, o := range p.Others {
+			next.Others = append(next.Others, keep(o))
+		}
+		next.Subnets = slices.Clone(p.Subnets)
+		used := map[string]bool{"": true, p.Lead.Peer: true}
+		for _, o := range p.Others {
+			used[o.Peer] = true
+		}
+		if s.peers != nil {
+			for _, sp := range s.peers.Subnets {
+				if slices.ContainsFunc(p.Subnets, func(n SubnetPeer) bool { return n.Prefix.Overlaps(sp.Prefix) }) {
+					continue
+				}
+				if !used[sp.Peer] {
+					sp.Peer = "" // dropped leases: better both racks' expiry than neither's
+				}
+				next.Subnets = append(next.Subnets, sp)
+			}
+		}
+	}
+	if lead == s.Pair && peerSetEqual(next, s.peers) {
+		return
+	}
+	s.Pair, s.peers = lead, next
+	s.indexed = false // rule 3's heap skips addresses whose pair does not tell (Due)
+	s.metaDirty = true
+}
+
+func peerSetEqual(a, b *peerSet) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Others, b.Others) && slices.Equal(a.Subnets, b.Subnets)
+}

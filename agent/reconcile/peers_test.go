@@ -1,0 +1,209 @@
+package reconcile
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
+)
+
+// fostateOf writes the failover state record of the peer named, the way
+// dhcpd does (fostate is peer "fo"'s).
+func fostateOf(peer, my, partner string) string {
+	return strings.Replace(fostate(my, partner), `"fo"`, `"`+peer+`"`, 1)
+}
+
+// vlanPeer is dhcpd.conf's failover peer and subnet for one HA VLAN, as
+// MAAS writes them (src/maasserver/dhcp.py, make_failover_peer_config:
+// one peer per VLAN, named after it, with this rack's role on it;
+// templates/dhcp/dhcpd.conf.template: the pool names the peer).
+func vlanPeer(name, role, net string) string {
+	return `failover peer "` + name + `" { ` + role + `; address ` + net + `.1; peer address ` + net + `.2; max-response-delay 60; max-unacked-updates 10; load balance max seconds 3; mclt 3600; split 255; }` + "\n" +
+		"subnet " + net + ".0 netmask 255.255.255.0 { pool { failover peer \"" + name + "\"; range " + net + ".10 " + net + ".50; } }\n"
+}
+
+// vlanAlone is a VLAN this rack serves without HA: no failover peer.
+func vlanAlone(net string) string {
+	return "subnet " + net + ".0 netmask 255.255.255.0 { pool { range " + net + ".10 " + net + ".50; } }\n"
+}
+
+// threeVLANs: this rack is the secondary on VLAN 5001 (203.0.113.0/24),
+// the primary on VLAN 5002 (198.51.100.0/24), and alone on a third
+// (198.18.0.0/24): one dhcpd, three rule sets.
+var threeVLANs = vlanPeer("failover-vlan-5001", "secondary", "203.0.113") +
+	vlanPeer("failover-vlan-5002", "primary", "198.51.100") + vlanAlone("198.18.0")
+
+func peersOf(t *testing.T, conf string) Peers {
+	t.Helper()
+	cfg, err := dhcpdconf.Parse(strings.NewReader(conf), dhcpdconf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return PeersOf(cfg)
+}
+
+func TestPeersOf(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	v5001 := Pair{Peer: "failover-vlan-5001", Role: RoleSecondary}
+	v5002 := Pair{Peer: "failover-vlan-5002", Role: RolePrimary}
+	for _, tc := range []struct {
+		name, conf string
+		want       Peers
+	}{
+		{"alone", vlanAlone("203.0.113"), Peers{}},
+		{"one HA VLAN: the lead pair is every address's", vlanPeer("failover-vlan-5001", "secondary", "203.0.113"), Peers{Lead: v5001}},
+		{"two HA VLANs, one peer each", vlanPeer("failover-vlan-5001", "secondary", "203.0.113") + vlanPeer("failover-vlan-5002", "primary", "198.51.100"),
+			Peers{Lead: v5001, Others: []Pair{v5002}, Subnets: []SubnetPeer{
+				{pfx("203.0.113.0/24"), "failover-vlan-5001"}, {pfx("198.51.100.0/24"), "failover-vlan-5002"}}}},
+		{"an HA VLAN and one alone", vlanAlone("198.18.0") + vlanPeer("failover-vlan-5001", "secondary", "203.0.113"),
+			Peers{Lead: v5001, Subnets: []SubnetPeer{{pfx("198.18.0.0/24"), ""}, {pfx("203.0.113.0/24"), "failover-vlan-5001"}}}},
+		{"three VLANs", threeVLANs, Peers{Lead: v5001, Others: []Pair{v5002}, Subnets: []SubnetPeer{
+			{pfx("203.0.113.0/24"), "failover-vlan-5001"}, {pfx("198.51.100.0/24"), "failover-vlan-5002"}, {pfx("198.18.0.0/24"), ""}}}},
+		{"a pool in a shared network, outside its subnets", vlanPeer("failover-vlan-5001", "secondary", "203.0.113") +
+			`failover peer "failover-vlan-5002" { primary; address 198.51.100.1; peer address 198.51.100.2; mclt 3600; split 255; }` + "\n" +
+			"shared-network vlan-5002 { subnet 198.51.100.0 netmask 255.255.255.128 { } subnet 198.51.100.128 netmask 255.255.255.128 { }\n" +
+			`  pool { failover peer "failover-vlan-5002"; range 198.51.100.10 198.51.100.50; range 198.51.100.130 198.51.100.150; } }` + "\n",
+			Peers{Lead: v5001, Others: []Pair{v5002}, Subnets: []SubnetPeer{{pfx("203.0.113.0/24"), "failover-vlan-5001"},
+				{pfx("198.51.100.0/25"), "failover-vlan-5002"}, {pfx("198.51.100.128/25"), "failover-vlan-5002"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, peersOf(t, tc.conf), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSeveralPeersRules: one dhcpd, three VLANs (threeVLANs), a range
+// shrink on each, then a partner-down on one. Each address follows its
+// own VLAN's rules: the primary's rule-2 expiry is sent, the secondary's
+// waits in standby, the lone VLAN's leases are told from the file (rule
+// 3 too); a partner-down on VLAN 5001 makes this side the survivor there
+// alone. (Following the first peer for every address, as the agent did
+// before, this side was the secondary everywhere: the expiries of VLANs
+// 5002 and 198.18.0.0/24 reached the region from no rack.)
+func TestSeveralPeersRules(t *testing.T) {
+	const macC = "00:16:3e:00:00:0c"
+	const (
+		a1, a2, a3 = "203.0.113.10", "203.0.113.11", "203.0.113.12" // VLAN 5001: secondary
+		b1, b2     = "198.51.100.10", "198.51.100.11"               // VLAN 5002: primary
+		c1, c2     = "198.18.0.10", "198.18.0.11"                   // alone
+	)
+	normal := fostateOf("failover-vlan-5001", "normal", "normal") + fostateOf("failover-vlan-5002", "normal", "normal")
+	kept := block(a2, "active", macB, t0-100, t0+5000) + block(a3, "active", macC, t0-100, t0+300) +
+		block(b2, "active", macB, t0-100, t0+5000) + block(c2, "active", macB, t0-100, t0+5000)
+	base := normal + block(a1, "active", macA, t0-100, t0+500) + block(b1, "active", macA, t0-100, t0+500) +
+		block(c1, "active", macA, t0-100, t0+500) + kept
+	shrunk := normal + kept
+	line := func(action, ip, mac string, at int64, reason string) string {
+		return fmt.Sprintf("%s %s %s %+d %s", action, ip, mac, at, reason)
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{{
+		name: "a range shrink on each VLAN",
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, snapshot: shrunk},
+			{at: 500 + grace - 1},
+			// VLAN 5002's primary and the lone VLAN expire their
+			// dropped leases; VLAN 5001's is its primary's.
+			{at: 500 + grace, want: []string{line("expiry", c1, macA, 500, "vanished"), line("expiry", b1, macA, 500, "vanished")}},
+			// Rule 3 on the lone VLAN alone: a2, a3 and b2 are the
+			// pairs' (their hooks tell, or the partner's).
+			{at: 10000, want: []string{line("expiry", c2, macB, 5000, "ends-passed")}},
+		},
+	}, {
+		name: "a partner-down on VLAN 5001 alone",
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 600, snapshot: shrunk},
+			{at: 601, appended: normal},
+			// a3's end passes while VLAN 5001's partner tells it; the
+			// rule-3 heap passes it by.
+			{at: 300 + grace},
+			{at: 610, appended: fostateOf("failover-vlan-5001", "communications-interrupted", "normal")},
+			// The takeover on VLAN 5001: its standby expiry, and a3's
+			// end, are this side's now; VLAN 5002's and the lone
+			// VLAN's go at their time.
+			{at: 611, appended: fostateOf("failover-vlan-5001", "partner-down", "normal"), want: []string{
+				line("expiry", a1, macA, 500, "vanished"), line("expiry", a3, macC, 300, "ends-passed")}},
+			{at: 600 + grace, want: []string{line("expiry", c1, macA, 500, "vanished"), line("expiry", b1, macA, 500, "vanished")}},
+			// Rule 3 for the survivor's VLAN and the lone one; VLAN
+			// 5002 is in normal, its hooks tell.
+			{at: 10000, want: []string{line("expiry", c2, macB, 5000, "ends-passed"), line("expiry", a2, macB, 5000, "ends-passed")}},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.SetPeers(peersOf(t, threeVLANs))
+			runSteps(t, s, tc.steps)
+			if got := s.pairOf(netip.MustParseAddr(b1)); got.Role != RolePrimary || got.MyState != "normal" {
+				t.Errorf("VLAN 5002's pair: %+v", got)
+			}
+		})
+	}
+}
+
+// TestSetPeersKeeps: a pair keeps its states while its peer keeps its
+// role, whichever place it takes among the peers; a subnet dhcpd.conf
+// no longer declares keeps its peer (its dropped leases are that pair's
+// rule 2) while that peer is still used.
+func TestSetPeersKeeps(t *testing.T) {
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, threeVLANs))
+	appendPair(t, s, fostateOf("failover-vlan-5002", "partner-down", "communications-interrupted"), t0)
+	b := netip.MustParseAddr("198.51.100.10")
+	if !s.pairOf(b).Survivor() {
+		t.Fatalf("VLAN 5002's pair %+v, want the survivor", s.pairOf(b))
+	}
+	// VLAN 5001 loses DHCP (its subnet leaves dhcpd.conf), VLAN 5002's
+	// peer becomes the lead, and a new VLAN 5003 has HA.
+	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5002", "primary", "198.51.100")+vlanAlone("198.18.0")+
+		vlanPeer("failover-vlan-5003", "secondary", "192.0.2")))
+	if p := s.pairOf(b); !p.Survivor() || p.Peer != "failover-vlan-5002" || s.Pair.Peer != "failover-vlan-5002" {
+		t.Errorf("VLAN 5002's pair %+v (lead %+v), want the survivor, now the lead", p, s.Pair)
+	}
+	// 203.0.113.0/24's peer is gone: its addresses are dhcpd's alone.
+	if p := s.pairOf(netip.MustParseAddr("203.0.113.10")); p.InPair() {
+		t.Errorf("a removed VLAN whose peer is gone follows %+v", p)
+	}
+	// VLAN 5002 loses DHCP, its peer stays in use elsewhere: its subnet
+	// keeps the peer.
+	s.SetPeers(peersOf(t, vlanAlone("198.18.0")+vlanPeer("failover-vlan-5002", "primary", "192.0.2")))
+	if p := s.pairOf(b); p.Peer != "failover-vlan-5002" {
+		t.Errorf("a removed subnet whose peer is still used follows %+v", p)
+	}
+	// The role changes: the states are unknown again.
+	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5002", "secondary", "198.51.100")))
+	if p := s.pairOf(b); p.MyState != "" || p.Role != RoleSecondary {
+		t.Errorf("a pair whose role changed: %+v, want no states", p)
+	}
+}
+
+// TestChannelRole: the pair channel's two agents must claim different
+// roles (agent/pair refuses its own). MAAS names each peer after its VLAN
+// on both racks, but writes them in each rack's own order, and the roles
+// are chosen per VLAN: the role on the first name is one both racks
+// agree on, where the role on the first in file order may not be.
+func TestChannelRole(t *testing.T) {
+	rack1 := peersOf(t, vlanPeer("failover-vlan-5002", "primary", "198.51.100")+vlanPeer("failover-vlan-5001", "secondary", "203.0.113"))
+	rack2 := peersOf(t, vlanPeer("failover-vlan-5001", "primary", "203.0.113")+vlanPeer("failover-vlan-5002", "secondary", "198.51.100"))
+	if rack1.Lead.Role != rack2.Lead.Role {
+		t.Fatal("the test premise: both racks' first peers in file order have the same role")
+	}
+	var roles []string
+	for _, p := range []Peers{rack1, rack2} {
+		s := NewState(grace)
+		s.SetPeers(p)
+		roles = append(roles, channelRole(s.Pairs()))
+	}
+	if roles[0] != RoleSecondary || roles[1] != RolePrimary {
+		t.Errorf("channel roles %v, want [secondary primary] (the roles on failover-vlan-5001)", roles)
+	}
+}
