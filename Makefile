@@ -76,6 +76,10 @@ FAULTS   ?=
 # configures them, an agent each), one region; rack deaths and returns,
 # range changes on both peers; the oracle judges both files merged.
 PAIR     ?=
+# VLANS=2 (with PAIR=1) adds a second HA VLAN between the two racks,
+# declared first, with the roles the other way round, as MAAS may write
+# it: each agent must follow the clients' VLAN's failover peer.
+VLANS    ?=
 # JUDGE=DIR judges a kept run's directory again with this tree's oracle
 # (its judge.json) and runs nothing: for a change to the oracle. With
 # IP=ADDR it also prints that address's truth and the region's items.
@@ -86,7 +90,7 @@ chaos:
 	$(GO) run ./tools/chaos -judge $(JUDGE) $(if $(IP),-ip $(IP))
 else
 chaos: test-deps build
-	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair)
+	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans)
 endif
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built

@@ -404,7 +404,7 @@ func (t orphansTask) Reload(cfg *config.Config) (func(), error) {
 func regionConfig(cfg *config.Config, version string) deliver.Config {
 	r := cfg.Region
 	return deliver.Config{
-		URL: r.URL, ServerName: r.ServerName, CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
+		URL: r.URL, OtherURLs: r.OtherURLs, ServerName: r.ServerName, CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
 		TokenFile: r.TokenFile, BatchMax: r.BatchMax, Timeout: r.Timeout, UserAgent: "leasekeeper/" + version,
 		UnansweredHold: r.UnansweredHold,
 	}
@@ -520,7 +520,7 @@ const askingShown = 5 * time.Second
 
 func (x status) RegionReport() *RegionReport {
 	h := x.d.Health()
-	r := &RegionReport{State: h.State, Error: h.Error, Hint: h.Hint, FailedAttempts: h.Attempts}
+	r := &RegionReport{State: h.State, Error: h.Error, Hint: h.Hint, FailedAttempts: h.Attempts, Controller: x.d.Controller()}
 	if !h.Since.IsZero() {
 		t := h.Since.UTC()
 		r.Since = &t

@@ -129,6 +129,9 @@ type RegionReport struct {
 	Hint           string     `json:"hint,omitempty"`
 	Since          *time.Time `json:"since,omitempty"`
 	FailedAttempts int        `json:"failed_attempts,omitempty"`
+	// Controller is the region controller in use, where region.other_urls
+	// names others ("" where there is one).
+	Controller string `json:"controller,omitempty"`
 	// Waiting is the request awaiting the region's answer, once it has
 	// waited a few seconds (a region slow or stuck applying it); null
 	// otherwise.

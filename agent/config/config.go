@@ -63,7 +63,11 @@ type Hook struct {
 // The defaults are a MAAS 3.8+ deb rack's: its agent certificate, key and
 // CA (MAASCertDir) and the name in the region's certificate ("maas").
 type Region struct {
-	URL        string        `toml:"url"`
+	URL string `toml:"url"`
+	// OtherURLs are the same API on the region's other controllers (a
+	// MAAS with several region controllers): the agent goes on with the
+	// next when the one in use cannot be reached.
+	OtherURLs  []string      `toml:"other_urls"`
 	CAFile     string        `toml:"ca_file"` // "" = the system's roots
 	CertFile   string        `toml:"cert_file"`
 	KeyFile    string        `toml:"key_file"`
@@ -382,6 +386,9 @@ func decode(r io.Reader, name string) (*Config, Problems, map[string]int, error)
 		} else if err := decodeKey(&md, keys[k[1]], f, b); err != nil {
 			bad(key, err)
 		}
+	}
+	if len(c.Region.OtherURLs) == 0 {
+		c.Region.OtherURLs = nil // "other_urls = []" is the default's none
 	}
 	return c, ps, lines, nil
 }

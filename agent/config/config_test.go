@@ -47,6 +47,7 @@ spool = "/var/spool/lk"
 allowed_uids = [0, 108]
 [region]
 url = "https://10.0.0.1:5242/MAAS/a/v3internal/leases"
+other_urls = ["https://10.0.0.2:5242/MAAS/a/v3internal/leases"]
 ca_file = "/etc/lk/ca.pem"
 cert_file = "/etc/lk/c.pem"
 key_file = "/etc/lk/k.pem"
@@ -84,7 +85,7 @@ format = "console"
 		DHCPD: DHCPD{Leases: "/var/lib/maas/dhcp/dhcpd.leases", Leases6: "/var/lib/maas/dhcp/dhcpd6.leases",
 			Config6: "/var/lib/maas/dhcpd6.conf"},
 		Hook: Hook{Socket: "/run/lk/h.sock", SocketGroup: "dhcpd", Spool: "/var/spool/lk", AllowedUIDs: []int{0, 108}},
-		Region: Region{URL: "https://10.0.0.1:5242/MAAS/a/v3internal/leases", CAFile: "/etc/lk/ca.pem",
+		Region: Region{URL: "https://10.0.0.1:5242/MAAS/a/v3internal/leases", OtherURLs: []string{"https://10.0.0.2:5242/MAAS/a/v3internal/leases"}, CAFile: "/etc/lk/ca.pem",
 			CertFile: "/etc/lk/c.pem", KeyFile: "/etc/lk/k.pem", ServerName: "region.internal", TokenFile: "/etc/lk/token",
 			BatchMax: 10000, Timeout: 90 * time.Second, UnansweredHold: 30 * time.Second},
 		State:     State{Dir: "/srv/lk"},
@@ -179,6 +180,9 @@ func TestErrors(t *testing.T) {
 		{"dotted under a key", "[log]\nlevel.x = \"debug\"", []string{"log.level: a table is not a string"}},
 		{"dotted unknown section", "a.b.c = 1", []string{"a: unknown key"}},
 		{"url without host", "[region]\nurl = \"https://:5242/leases\"", []string{`region.url: "https://:5242/leases" is not an absolute URL`}},
+		{"other_urls relative", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"r2/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "r2/leases" is not an absolute URL`}},
+		{"other_urls repeats url", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"https://r1/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "https://r1/leases" is named twice`}},
+		{"other_urls scheme", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"http://127.0.0.1/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "http://127.0.0.1/leases": every controller's URL has region.url's scheme (https)`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -439,7 +443,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 35 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 36 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from

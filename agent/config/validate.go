@@ -216,6 +216,19 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 	if err != nil {
 		bad("region.url", err)
 	}
+	seen := map[string]bool{r.URL: true}
+	for _, o := range r.OtherURLs {
+		ou, err := RegionURL(o)
+		switch {
+		case err != nil:
+			bad("region.other_urls", err)
+		case seen[o]:
+			badf("region.other_urls", "%q is named twice (region.url and region.other_urls together list each controller once)", o)
+		case u != nil && ou.Scheme != u.Scheme:
+			badf("region.other_urls", "%q: every controller's URL has region.url's scheme (%s)", o, u.Scheme)
+		}
+		seen[o] = true
+	}
 	if u == nil || u.Scheme != "https" {
 		return
 	}

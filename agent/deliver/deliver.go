@@ -79,7 +79,10 @@ const (
 
 // Config says where and how to deliver. Zero values take the defaults above.
 type Config struct {
-	URL        string // https://region:5242/MAAS/a/v3internal/leases
+	URL string // https://region:5242/MAAS/a/v3internal/leases
+	// OtherURLs: the same API on the region's other controllers, used in
+	// turn when the one in use cannot be reached (regions.go).
+	OtherURLs  []string
 	ServerName string // the name to verify in the region's certificate; "" = the URL's host (MAAS: "maas")
 	CAFile     string // PEM CA bundle to trust; "" = the system's roots
 	CertFile   string // client certificate (PEM), with KeyFile: MAAS's only credentials
@@ -116,11 +119,15 @@ type Config struct {
 // link is one configuration's way to the region; Reload swaps it whole.
 type link struct {
 	cfg        Config
-	u          *url.URL
-	serverName string
+	u          *url.URL    // region.url
+	serverName string      // region.url's
 	tls        *tls.Config // nil for plain http
 	hc         *http.Client
 	token      string
+	// controllers are region.url then region.other_urls; cur indexes the
+	// one in use (regions.go).
+	controllers []controller
+	cur         atomic.Int32
 }
 
 // Deliverer sends queued events to the region. Run and Flush may be
@@ -309,6 +316,9 @@ func newLink(cfg Config) (*link, error) {
 	if l.serverName == "" {
 		l.serverName = u.Hostname()
 	}
+	if l.controllers, err = controllersOf(cfg, u); err != nil {
+		return nil, err
+	}
 	if cfg.TokenFile != "" {
 		if l.token, err = readToken(cfg.TokenFile); err != nil {
 			return nil, err
@@ -318,7 +328,11 @@ func newLink(cfg Config) (*link, error) {
 	// stub, tests), uses no TLS file at all and may go without credentials.
 	var tc *tls.Config
 	if u.Scheme == "https" {
-		if tc, err = tlsConfig(&cfg, u.Hostname()); err != nil {
+		host := u.Hostname()
+		if len(l.controllers) > 1 {
+			host = "" // the transport verifies each controller's own (cfg.ServerName, else its URL's host)
+		}
+		if tc, err = tlsConfig(&cfg, host); err != nil {
 			return nil, err
 		}
 		if l.token == "" && len(tc.Certificates) == 0 {
@@ -365,7 +379,7 @@ func (d *Deliverer) Prepare(cfg Config) (apply func(), err error) {
 	}
 	return func() {
 		d.setLink(l)
-		d.log.Info().Str("url", l.cfg.URL).Str("server_name", l.serverName).Msg("region settings reloaded")
+		d.log.Info().Str("url", l.cfg.URL).Strs("other_urls", l.cfg.OtherURLs).Str("server_name", l.serverName).Msg("region settings reloaded")
 		select {
 		case d.reloaded <- struct{}{}:
 		default:
@@ -407,7 +421,7 @@ func (d *Deliverer) LastDelivery() time.Time {
 // must stay up through a full disk.
 func (d *Deliverer) Run(ctx context.Context) error {
 	l := d.link.Load()
-	d.log.Info().Str("url", l.cfg.URL).Str("server_name", l.serverName).Int("batch_max", l.cfg.BatchMax).Msg("delivering to the region")
+	d.log.Info().Str("url", l.cfg.URL).Strs("other_urls", l.cfg.OtherURLs).Str("server_name", l.serverName).Int("batch_max", l.cfg.BatchMax).Msg("delivering to the region")
 	poll := time.NewTicker(pollInterval)
 	defer poll.Stop()
 	var wait time.Duration
@@ -1138,7 +1152,8 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 			}
 		},
 	})
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, l.cfg.URL, bytes.NewReader(body))
+	c := l.controller()
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.raw, bytes.NewReader(body))
 	if err != nil {
 		return outcome{}, err
 	}
@@ -1193,7 +1208,7 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 		if ctx.Err() != nil {
 			return outcome{}, ctx.Err()
 		}
-		o = classifyErr(err, wrote.Load(), &l.cfg, l.u, l.serverName)
+		o = classifyErr(err, wrote.Load(), &l.cfg, c.u, c.serverName)
 	} else {
 		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 4*maxReason))
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) //nolint:errcheck // for connection reuse only
@@ -1203,13 +1218,16 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 			// header announced) is no answer: a 2xx so cut is no proof
 			// that the region stored the batch.
 			err = fmt.Errorf("HTTP %d, then reading the answer: %w", resp.StatusCode, rerr)
-			o = classifyErr(err, true, &l.cfg, l.u, l.serverName)
+			o = classifyErr(err, true, &l.cfg, c.u, c.serverName)
 		} else {
-			o = classify(resp, oneLine(b, maxReason), d.now(), l.u)
+			o = classify(resp, oneLine(b, maxReason), d.now(), c.u)
 		}
 	}
 	if !o.down {
 		d.probedBack.Store(false) // the region answered, or is up and struggling
+	} else if next, ok := l.passOn(c); ok {
+		d.log.Warn().Str("url", c.raw).Str("next", next.raw).Str("error", o.what).
+			Msg("region controller cannot be reached: the next attempt goes to the next one")
 	}
 	if mayHaveApplied(o, err) {
 		d.markDoubt(last)

@@ -75,32 +75,19 @@ func cutShort(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// probeAddr is the address a probe connects to: the region's, as the
-// agent uses no proxy (newHTTPClient).
-func (l *link) probeAddr() string {
-	port := l.u.Port()
-	if port == "" {
-		port = "443"
-		if l.u.Scheme == "http" {
-			port = "80"
-		}
-	}
-	return net.JoinHostPort(l.u.Hostname(), port)
-}
-
 // whenBack probes the region until a connection succeeds, then closes
 // the channel it returned; it stops when ctx ends. With probing off
-// (probeEvery 0) the channel never closes.
+// (probeEvery 0) the channel never closes. With several controllers
+// (regions.go) each round probes them all at once, and the first that
+// accepts a connection becomes the one in use.
 func (d *Deliverer) whenBack(ctx context.Context) <-chan struct{} {
 	back := make(chan struct{})
 	if d.probeEvery <= 0 {
 		return back
 	}
-	addr := d.link.Load().probeAddr()
+	l := d.link.Load()
 	every := d.probeEvery
-	tc := d.link.Load().tls
 	go func() {
-		dialer := net.Dialer{Timeout: probeTimeout}
 		for {
 			// Uniform in [every/2, 3·every/2].
 			t := time.NewTimer(every/2 + rand.N(every+1))
@@ -110,27 +97,82 @@ func (d *Deliverer) whenBack(ctx context.Context) <-chan struct{} {
 				return
 			case <-t.C:
 			}
-			c, err := dialer.DialContext(ctx, "tcp", addr)
-			if err == nil && tc != nil {
-				err = handshake(ctx, c, tc)
-			}
-			if err == nil {
-				c.Close()
-			}
+			i, ok := probeRound(ctx, l)
 			if ctx.Err() != nil {
 				return
 			}
-			if err != nil {
+			if !ok {
 				d.m.probes.WithLabelValues("down").Inc()
 				continue
 			}
 			d.m.probes.WithLabelValues("up").Inc()
-			d.log.Info().Str("address", addr).Msg("region accepts connections again: retrying now")
+			c := l.controllers[i]
+			if was := l.controller(); was.raw != c.raw {
+				l.use(i)
+				d.log.Warn().Str("url", c.raw).Str("was", was.raw).Msg("region controller accepts connections: delivering to it from now on")
+			}
+			d.log.Info().Str("address", c.addr()).Msg("region accepts connections again: retrying now")
 			close(back)
 			return
 		}
 	}()
 	return back
+}
+
+// probeRound probes every controller of l at once and returns the first
+// that accepts a connection (the one in use first when several do).
+func probeRound(ctx context.Context, l *link) (int, bool) {
+	if len(l.controllers) == 1 {
+		return 0, probe(ctx, l, l.controllers[0]) == nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up := make(chan int, len(l.controllers))
+	cur := l.controller().raw
+	for i, c := range l.controllers {
+		go func() {
+			if probe(ctx, l, c) != nil {
+				i = -1
+			}
+			up <- i
+		}()
+	}
+	first := -1
+	for range l.controllers {
+		i := <-up
+		if i < 0 {
+			continue
+		}
+		if l.controllers[i].raw == cur {
+			return i, true
+		}
+		if first < 0 {
+			first = i
+			// The one in use may answer a moment later: wait for it
+			// no longer than a probe's own bound.
+			go func() { time.Sleep(probeTimeout / 4); cancel() }()
+		}
+	}
+	return first, first >= 0
+}
+
+// probe connects to c and, for https, completes a TLS handshake, then
+// closes the connection: nil when c accepts connections.
+func probe(ctx context.Context, l *link, c controller) error {
+	dialer := net.Dialer{Timeout: probeTimeout}
+	conn, err := dialer.DialContext(ctx, "tcp", c.addr())
+	if err != nil {
+		return err
+	}
+	if l.tls != nil {
+		tc := l.tls.Clone()
+		tc.ServerName = c.serverName
+		if err := handshake(ctx, conn, tc); err != nil {
+			return err
+		}
+	}
+	conn.Close()
+	return nil
 }
 
 // handshake runs a TLS handshake on c, bounded by probeTimeout, and

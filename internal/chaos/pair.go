@@ -42,6 +42,9 @@ var PairFaults = []string{FPrimaryDown, FSecondaryDown, FPairRange, FPeerRestart
 var (
 	pairAddr = [2]string{"203.0.113.1", "203.0.113.2"}
 	pairRole = [2]string{"primary", "secondary"}
+	// pairVLANPort is the second VLAN's failover port (PairVLANs; the
+	// clients' VLAN has dhcpd's default, 647).
+	pairVLANPort = 5647
 )
 
 const pairPerfAddr = "203.0.113.3/24"
@@ -144,6 +147,19 @@ func (k *rack) conf(rg [2]int) string {
 	l := k.opts.Lease
 	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n", l, l, l)
 	b.WriteString(snippet(k.tb, k.opts.Snippet, k.opts.HookBin, k.sock, k.spool))
+	if k.opts.PairVLANs {
+		// Another HA VLAN, declared first, the other rack its primary:
+		// its own failover connection (its own port), no interface here
+		// (no clients), its states in the same file.
+		j := 1 - k.i
+		fmt.Fprintf(&b, "failover peer \"failover-vlan-5000\" {\n  %s;\n  address %s;\n  port %d;\n  peer address %s;\n  peer port %d;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n",
+			pairRole[j], pairAddr[k.i], pairVLANPort, pairAddr[1-k.i], pairVLANPort)
+		if j == 0 {
+			b.WriteString("  mclt 10;\n  split 255;\n")
+		}
+		b.WriteString("}\n")
+		b.WriteString("subnet 198.51.100.0 netmask 255.255.255.0 {\n  pool {\n    failover peer \"failover-vlan-5000\";\n    range 198.51.100.10 198.51.100.50;\n  }\n}\n")
+	}
 	fmt.Fprintf(&b, "failover peer \"failover-vlan-5001\" {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n",
 		pairRole[k.i], pairAddr[k.i], pairAddr[1-k.i])
 	if k.i == 0 {
@@ -384,14 +400,20 @@ func (p *pair) waitNormal(within time.Duration) error {
 	}
 }
 
-// lastMyState is the last "my state" a leases file records ("" if none).
+// lastMyState is the last "my state" a leases file records for the
+// clients' VLAN's peer ("" if none).
 func lastMyState(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
 	s := string(b)
-	i := strings.LastIndex(s, "\n  my state ")
+	if i := strings.LastIndex(s, "failover peer \"failover-vlan-5001\" state"); i >= 0 {
+		s = s[i:]
+	} else {
+		return ""
+	}
+	i := strings.Index(s, "\n  my state ")
 	if i < 0 {
 		return ""
 	}

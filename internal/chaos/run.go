@@ -49,6 +49,13 @@ type Options struct {
 	// PairAlone: the pair's agents without the channel between them
 	// ([pair] unset: each rack delivers on its own), to compare.
 	PairAlone bool
+	// PairVLANs: a second HA VLAN between the same two racks, declared
+	// first, with the roles the other way round (MAAS chooses the
+	// primary rack per VLAN; src/maasserver/dhcp.py,
+	// make_failover_peer_config): its own failover connection and
+	// states in both files, no clients. Each rack's agent must follow
+	// the clients' VLAN's peer for their addresses, not the first.
+	PairVLANs bool
 }
 
 // Fault kinds.

@@ -62,13 +62,15 @@ unsure, kept, why, kept_back}, null before the reconciler ran),
 leases_file ({path, missing_since, unreadable_since, read_error}:
 missing_since null while the file exists, unreadable_since null and
 read_error absent while it reads), region
-({state, error, hint, since, failed_attempts, waiting: {since, events}
-while a request has waited for its answer a few seconds}; state is
+({state, error, hint, since, failed_attempts, controller: the region
+controller in use where region.other_urls names others, waiting: {since,
+events} while a request has waited for its answer a few seconds}; state is
 unknown, ok, outage, config or failing), held ({events, since}: events waiting in
 memory for a full disk), unhealthy (why /healthz answers 503, or ""),
 orphans ([{ip, state, reason, ends, attempts, next}]: addresses a reload
 dropped that the region still holds; leasekeeper orphans shows them) and
-pair (dhcpd's failover pair; null outside one).
+pair (dhcpd's failover pair, others: the other failover peers its pools
+use; null outside one).
 
 Exit status: 0 when the agent answered, 1 when it could not be reached or
 answered with an error, 2 for bad flags.`,
@@ -358,6 +360,9 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 		what += ": " + wd.tail
 	}
 	fmt.Fprintf(w, "region\t%s\n", what)
+	if g.Controller != "" {
+		fmt.Fprintf(w, "\tcontroller in use: %s\n", g.Controller)
+	}
 	if g.Hint != "" {
 		fmt.Fprintf(w, "\t%s\n", g.Hint)
 	}

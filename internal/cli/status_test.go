@@ -119,6 +119,19 @@ lag            1m9s
 	}
 }
 
+// TestStatusRegionController: with several region controllers
+// (region.other_urls), the one in use.
+func TestStatusRegionController(t *testing.T) {
+	srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
+		"queue_depth":0,"last_delivery":"2026-11-29T11:59:59Z","deadletters":0,"lag_seconds":0,"tasks":[],"uptime_seconds":10800,
+		"region":{"state":"ok","controller":"https://region2:5242/MAAS/a/v3internal/leases"}}`, 200)
+	out, _, code := run(t, "status", "--url", srv.URL)
+	want := "region         ok\n               controller in use: https://region2:5242/MAAS/a/v3internal/leases\nqueue depth"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, output lacks %q:\n%s", code, want, out)
+	}
+}
+
 // TestStatusLeasesFile: the leases file followed, and a missing or
 // unreadable one with how long it has been so and what to check.
 func TestStatusLeasesFile(t *testing.T) {

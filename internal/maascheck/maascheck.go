@@ -551,6 +551,28 @@ func (r *Report) region(ctx context.Context, o Options) {
 		}
 	}
 	r.connect(ctx, u, tc, o.Timeout)
+	// The other region controllers (region.other_urls): the same
+	// endpoint on each, the same certificates.
+	for _, raw := range c.OtherURLs {
+		ou, err := url.Parse(raw)
+		if err != nil || ou.Hostname() == "" {
+			continue // CheckRegion said so
+		}
+		oport := ou.Port()
+		if oport == "" {
+			oport = map[string]string{"https": "443", "http": "80"}[ou.Scheme]
+		}
+		if ou.Scheme != "https" || oport != want || ou.Path != leasesPath {
+			r.add(Problem, "region-url", fmt.Sprintf("region.other_urls names %s: MAAS's internal leases endpoint is https://CONTROLLER:%s%s.", raw, want, leasesPath),
+				"use https://"+net.JoinHostPort(ou.Hostname(), want)+leasesPath)
+			continue
+		}
+		otc := tc.Clone()
+		if c.ServerName == "" && o.ServerName == "" {
+			otc.ServerName = ou.Hostname()
+		}
+		r.connect(ctx, ou, otc, o.Timeout)
+	}
 }
 
 // certificates checks the client certificate, its key and the CA, as the

@@ -247,6 +247,16 @@ func TestProblems(t *testing.T) {
 			w.cfg.Region.URL, w.opts.Port = "https://"+u.Host+leasesPath, u.Port()
 		}, "problem region", "server_name"},
 		{"region refuses connections", func(w *world) { w.listen(); w.srv.Close() }, "problem region", "refuses"},
+		// Another region controller (region.other_urls): checked as
+		// region.url is. Nothing listens on 127.0.0.2.
+		{"another controller refuses connections", func(w *world) {
+			w.listen()
+			w.cfg.Region.OtherURLs = []string{"https://127.0.0.2:" + w.opts.Port + leasesPath}
+		}, "problem region", "127.0.0.2"},
+		{"another controller's path", func(w *world) {
+			w.listen()
+			w.cfg.Region.OtherURLs = []string{"https://127.0.0.2:" + w.opts.Port + "/MAAS/api/2.0/"}
+		}, "problem region-url", "other_urls"},
 		{"the program cannot run", func(w *world) { os.Chmod(w.helper, 0o644) }, "problem hook", "cannot run"},
 		{"dhcpd.config unset: unsure", func(w *world) { w.cfg.DHCPD.Config = "" }, "problem mode", "not set"},
 		{"forced replacement over MAAS's helper", func(w *world) { w.listen(); w.cfg.Reconcile.Mode = "replacement" }, "problem mode", "second copies"},
