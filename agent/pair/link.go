@@ -377,6 +377,7 @@ func (l *Link) ask(ctx context.Context, items []Item) (*Message, error) {
 	defer t.Stop()
 	select {
 	case a := <-w:
+		l.noteClock(q.At, a.At, l.now().UnixNano())
 		if len(a.Items) != len(items) {
 			// Counted as no answer (after the timeout's wait: never a
 			// busy loop).
@@ -404,6 +405,39 @@ func (l *Link) probe() {
 	l.mu.Unlock()
 	if b, err := Encode(nil, q, l.cfg.Key); err == nil {
 		l.conn.WriteToUDP(b, l.peer)
+	}
+}
+
+// ClockSkewWarn is how far apart the two agents' clocks may be, beyond
+// the answer's round trip, before the agent warns: the channel orders
+// the racks' news of one address by their clocks (hook nanoseconds, or
+// dhcpd's seconds), and a skew larger than two events' distance puts
+// them in the wrong order.
+const ClockSkewWarn = time.Second
+
+// noteClock estimates the peer's clock offset from a query sent at sent
+// and its answer, stamped at by the peer and received at recv (Unix ns,
+// this agent's clock): the peer stamped it within the round trip, so its
+// clock is at - (sent+recv)/2 ahead, give or take half the round trip.
+// Shown as leasekeeper_pair_clock_offset_seconds; beyond ClockSkewWarn
+// (past that margin) it is logged, at most once a minute.
+func (l *Link) noteClock(sent, at, recv int64) {
+	if at == 0 || recv < sent {
+		return
+	}
+	offset := time.Duration(at - (sent+recv)/2)
+	l.met.offset.Set(offset.Seconds())
+	margin := time.Duration(recv-sent) / 2
+	if offset.Abs()-margin <= ClockSkewWarn {
+		return
+	}
+	if ok, suppressed := l.limit.Allow("clock"); ok {
+		how := "ahead of"
+		if offset < 0 {
+			how = "behind"
+		}
+		l.log.Warn().Dur("offset", offset).Dur("round_trip", 2*margin).Int("suppressed", suppressed).
+			Msgf("pair channel: the peer agent's clock is %s %s this one's: the channel orders the two racks' news of one address by their clocks, and news closer together than that may reach the region in the wrong order; check NTP on both racks", offset.Abs().Round(time.Millisecond), how)
 	}
 }
 

@@ -59,6 +59,12 @@ type end struct {
 // bKey, if set, is b's key instead of testKey.
 func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool) (a, b end) {
 	t.Helper()
+	return twoLinksClock(t, holdMax, ready, bKey, bPrimary, nil)
+}
+
+// twoLinksClock is twoLinks with b's clock bNow (nil: the real one).
+func twoLinksClock(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool, bNow func() time.Time) (a, b end) {
+	t.Helper()
 	var ports [2]string
 	for i := range ports {
 		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -68,11 +74,11 @@ func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byt
 		ports[i] = c.LocalAddr().String()
 		c.Close()
 	}
-	mk := func(i int, primary bool, ready func() bool, key []byte) end {
+	mk := func(i int, primary bool, ready func() bool, key []byte, now func() time.Time) end {
 		e := end{reg: prometheus.NewRegistry(), h: &peerHeld{keys: map[netip.Addr]int64{}}}
 		l, err := New(Config{Listen: ports[i], Peer: ports[1-i], Key: key, HoldMax: holdMax,
 			Primary: func() bool { return primary }, Ready: ready, AnswerTimeout: DefaultAnswerTimeout},
-			e.h.held, zerolog.New(zerolog.NewTestWriter(t)), e.reg, nil)
+			e.h.held, zerolog.New(zerolog.NewTestWriter(t)), e.reg, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +88,7 @@ func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byt
 	if bKey == nil {
 		bKey = testKey
 	}
-	a, b = mk(0, true, nil, testKey), mk(1, bPrimary, ready, bKey)
+	a, b = mk(0, true, nil, testKey, nil), mk(1, bPrimary, ready, bKey, bNow)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, e := range []end{a, b} {
@@ -386,4 +392,25 @@ func seqs(b []event.Queued) []uint64 {
 		out = append(out, q.Seq)
 	}
 	return out
+}
+
+// TestLinkClockOffset: the two racks' clocks 5 s apart (the secondary's
+// ahead): each side's estimate from its answers shows it, within the
+// round trip, as leasekeeper_pair_clock_offset_seconds.
+func TestLinkClockOffset(t *testing.T) {
+	ahead := func() time.Time { return time.Now().Add(5 * time.Second) }
+	a, b := twoLinksClock(t, time.Minute, nil, nil, false, ahead)
+	for _, e := range []end{a, b} {
+		if got := e.l.Clear(context.Background(), batchAt("203.0.113.1")); len(got) != 1 {
+			t.Fatalf("cleared %d of 1", len(got))
+		}
+	}
+	for _, c := range []struct {
+		e    end
+		want float64
+	}{{a, 5}, {b, -5}} {
+		if got := testutil.ToFloat64(c.e.l.met.offset); got < c.want-0.5 || got > c.want+0.5 {
+			t.Errorf("clock offset %.3f s, want about %v", got, c.want)
+		}
+	}
 }

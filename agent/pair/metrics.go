@@ -11,6 +11,7 @@ type metrics struct {
 	answering prometheus.Gauge
 	held      prometheus.Counter
 	gaveUp    *prometheus.CounterVec
+	offset    prometheus.Gauge
 }
 
 func newMetrics() metrics {
@@ -31,6 +32,10 @@ func newMetrics() metrics {
 			Name: "leasekeeper_pair_gave_up_total",
 			Help: "Waits for the peer ended by pair.hold_max, by why the agent waited: silent (the peer agent did not answer; delivering alone until it does), peer-older (the peer kept older news of the address queued), too-recent, not-asked.",
 		}, []string{"why"}),
+		offset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasekeeper_pair_clock_offset_seconds",
+			Help: "How far the peer agent's clock is ahead of this one's (negative: behind), from the last answer, within half its round trip. The channel orders the two racks' news of one address by their clocks: alert beyond ±1 (check NTP on both racks).",
+		}),
 	}
 	for _, k := range []string{"query", "answer", "unready", "busy", "refused"} {
 		m.datagrams.WithLabelValues(k)
@@ -43,5 +48,5 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	return promreg.Register(reg, m.datagrams, m.answering, m.held, m.gaveUp)
+	return promreg.Register(reg, m.datagrams, m.answering, m.held, m.gaveUp, m.offset)
 }
