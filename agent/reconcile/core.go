@@ -254,9 +254,10 @@ type State struct {
 	// Pair is dhcpd's failover pair (failover.go): in one, the file's
 	// rules apply only to the side that speaks for them. The caller sets
 	// Peer and Role from dhcpd.conf (SetPeers); FailoverSeen the states.
-	// Persisted with Baselined (metaDirty). With several peers (MAAS: one
-	// per HA VLAN) it is the lead one, and peers holds the others and
-	// which subnet follows which (peers.go); an address's pair is pairOf.
+	// Persisted with Baselined (metaDirty). It is the lead one of the
+	// peers dhcpd.conf's pools use (MAAS: one per HA VLAN), and peers
+	// holds the others and which subnet follows which (peers.go); an
+	// address's pair is pairOf.
 	Pair  Pair `json:"-"`
 	peers *peerSet
 	// OutOfRange tells whether an address lies outside every range of

@@ -42,20 +42,20 @@ func (r *Reconciler) scanPair(when string) {
 		return
 	}
 	p := ps.Lead
+	alone := 0
+	for _, sp := range ps.Subnets {
+		if sp.Peer == "" {
+			alone++
+		}
+	}
 	switch {
 	case !p.InPair():
 		r.log.Info().Str("when", when).Msg("dhcpd is on its own (no failover peer in dhcpd.conf)")
-	case r.st.peers == nil:
+	case len(ps.Others) == 0 && alone == 0:
 		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("when", when).
 			Msg("dhcpd is in a failover pair: the file's events are told by the primary alone, or by a survivor in partner-down")
 	default:
-		alone := 0
-		for _, sp := range r.st.peers.Subnets {
-			if sp.Peer == "" {
-				alone++
-			}
-		}
-		r.log.Info().Str("peers", peerList(now)).Int("subnets", len(r.st.peers.Subnets)).Int("subnets_alone", alone).Str("when", when).
+		r.log.Info().Str("peers", peerList(now)).Int("subnets", len(ps.Subnets)).Int("subnets_alone", alone).Str("when", when).
 			Msg("dhcpd's pools use several failover peers, or some none (MAAS: one per HA VLAN): each address follows the pair of its subnet's pools; the file's events are told by that pair's primary alone, or by a survivor in partner-down, and dhcpd alone tells its own subnets'")
 	}
 }

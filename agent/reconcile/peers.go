@@ -27,9 +27,8 @@ type SubnetPeer struct {
 
 // Peers is what dhcpd.conf says of failover: the lead pair (PairOf:
 // the first peer a pool uses), the other peers pools use, and which
-// peer each subnet's pools use. Subnets is nil when every subnet with
-// a range uses the lead peer (or none does): the lead pair is then every
-// address's.
+// peer each subnet's pools use (every subnet with an IPv4 range, where a
+// pool uses a peer; nil outside a pair).
 type Peers struct {
 	Lead    Pair
 	Others  []Pair
@@ -83,19 +82,11 @@ func PeersOf(cfg *dhcpdconf.Config) Peers {
 		}
 	}
 	seen := map[string]bool{p.Lead.Peer: true}
-	mixed := false
 	for _, pfx := range order {
-		peer := bySubnet[pfx]
-		if peer != p.Lead.Peer {
-			mixed = true
-		}
-		if peer != "" && !seen[peer] {
+		if peer := bySubnet[pfx]; peer != "" && !seen[peer] {
 			seen[peer] = true
 			p.Others = append(p.Others, usable[peer])
 		}
-	}
-	if !mixed {
-		return p
 	}
 	for _, pfx := range order {
 		p.Subnets = append(p.Subnets, SubnetPeer{Prefix: pfx, Peer: bySubnet[pfx]})
@@ -104,11 +95,14 @@ func PeersOf(cfg *dhcpdconf.Config) Peers {
 }
 
 // peerSet is the state's pairs besides the lead (State.Pair), and which
-// peer each subnet's addresses follow; nil when the lead pair is every
-// address's.
+// peer each subnet's addresses follow; nil outside a pair.
 type peerSet struct {
 	Others  []Pair       `json:"others,omitempty"`
 	Subnets []SubnetPeer `json:"subnets"`
+	// Retired are peers dhcpd.conf no longer declares whose subnets
+	// left it too (SetPeers): their last roles and states, for those
+	// subnets' dropped leases.
+	Retired []Pair `json:"retired,omitempty"`
 	// at and peer are the last address peerAt looked up and its peer:
 	// one lease's rules ask for its pair several times in a row.
 	at   netip.Addr
@@ -158,6 +152,11 @@ func (s *State) pairNamed(peer string) *Pair {
 				return &s.peers.Others[i]
 			}
 		}
+		for i := range s.peers.Retired {
+			if s.peers.Retired[i].Peer == peer {
+				return &s.peers.Retired[i]
+			}
+		}
 	}
 	return &alone
 }
@@ -173,9 +172,6 @@ func (s *State) pairs(fn func(p *Pair)) {
 		}
 	}
 }
-
-// anyPair reports whether some address follows a failover pair.
-func (s *State) anyPair() bool { return s.Pair.InPair() }
 
 // allPaired reports whether every address follows a failover pair.
 func (s *State) allPaired() bool {
@@ -198,10 +194,13 @@ func (s *State) Pairs() []Pair {
 // resumes with those it persisted); a new pair's are unknown until the
 // file records them. A subnet dhcpd.conf no longer declares keeps its
 // peer while that peer is still used: a range removed with its subnet
-// drops its leases, and their expiries are still that pair's rule 2. If
-// its peer went too, its addresses are dhcpd's alone: each rack then
-// sends the expiries, where following the lead pair could leave them to
-// neither (the lead's partner may be another rack). Where dhcpd.conf is
+// drops its leases, and their expiries are still that pair's rule 2 —
+// also when its peer went with it (Retired, with its last role and
+// states): MAAS turning HA off on a VLAN keeps it on the primary rack
+// alone, whose leases stay, while the secondary drops them, and must
+// not expire them in the region; a VLAN whose DHCP is turned off on both
+// has its expiries sent by its primary. (Alone, both racks would send
+// them, the secondary's for leases that live on.) Where dhcpd.conf is
 // back to one peer for every subnet, every address follows it.
 func (s *State) SetPeers(p Peers) {
 	old := map[string]Pair{}
@@ -212,12 +211,19 @@ func (s *State) SetPeers(p Peers) {
 		}
 		return Pair{Peer: n.Peer, Role: n.Role}
 	}
+	if s.peers != nil {
+		for _, r := range s.peers.Retired {
+			if _, ok := old[r.Peer]; !ok {
+				old[r.Peer] = r
+			}
+		}
+	}
 	lead := keep(p.Lead)
 	if !p.Lead.InPair() {
 		lead = Pair{}
 	}
 	var next *peerSet
-	if p.Subnets != nil {
+	if p.Subnets != nil || s.peers != nil {
 		next = &peerSet{}
 		for _, o := range p.Others {
 			next.Others = append(next.Others, keep(o))
@@ -232,11 +238,14 @@ func (s *State) SetPeers(p Peers) {
 				if slices.ContainsFunc(p.Subnets, func(n SubnetPeer) bool { return n.Prefix.Overlaps(sp.Prefix) }) {
 					continue
 				}
-				if !used[sp.Peer] {
-					sp.Peer = "" // dropped leases: better both racks' expiry than neither's
+				if r, ok := old[sp.Peer]; ok && !used[sp.Peer] && !slices.ContainsFunc(next.Retired, func(x Pair) bool { return x.Peer == r.Peer }) {
+					next.Retired = append(next.Retired, r)
 				}
 				next.Subnets = append(next.Subnets, sp)
 			}
+		}
+		if len(next.Subnets) == 0 && len(next.Others) == 0 {
+			next = nil
 		}
 	}
 	if lead == s.Pair && peerSetEqual(next, s.peers) {
@@ -251,5 +260,5 @@ func peerSetEqual(a, b *peerSet) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return slices.Equal(a.Others, b.Others) && slices.Equal(a.Subnets, b.Subnets)
+	return slices.Equal(a.Others, b.Others) && slices.Equal(a.Subnets, b.Subnets) && slices.Equal(a.Retired, b.Retired)
 }

@@ -55,7 +55,7 @@ func TestPeersOf(t *testing.T) {
 		want       Peers
 	}{
 		{"alone", vlanAlone("203.0.113"), Peers{}},
-		{"one HA VLAN: the lead pair is every address's", vlanPeer("failover-vlan-5001", "secondary", "203.0.113"), Peers{Lead: v5001}},
+		{"one HA VLAN", vlanPeer("failover-vlan-5001", "secondary", "203.0.113"), Peers{Lead: v5001, Subnets: []SubnetPeer{{pfx("203.0.113.0/24"), "failover-vlan-5001"}}}},
 		{"two HA VLANs, one peer each", vlanPeer("failover-vlan-5001", "secondary", "203.0.113") + vlanPeer("failover-vlan-5002", "primary", "198.51.100"),
 			Peers{Lead: v5001, Others: []Pair{v5002}, Subnets: []SubnetPeer{
 				{pfx("203.0.113.0/24"), "failover-vlan-5001"}, {pfx("198.51.100.0/24"), "failover-vlan-5002"}}}},
@@ -169,9 +169,11 @@ func TestSetPeersKeeps(t *testing.T) {
 	if p := s.pairOf(b); !p.Survivor() || p.Peer != "failover-vlan-5002" || s.Pair.Peer != "failover-vlan-5002" {
 		t.Errorf("VLAN 5002's pair %+v (lead %+v), want the survivor, now the lead", p, s.Pair)
 	}
-	// 203.0.113.0/24's peer is gone: its addresses are dhcpd's alone.
-	if p := s.pairOf(netip.MustParseAddr("203.0.113.10")); p.InPair() {
-		t.Errorf("a removed VLAN whose peer is gone follows %+v", p)
+	// 203.0.113.0/24 left with its peer: its dropped leases follow that
+	// peer as it was (this rack its secondary: the primary, which may
+	// serve the VLAN alone now, tells what ended).
+	if p := s.pairOf(netip.MustParseAddr("203.0.113.10")); p.Peer != "failover-vlan-5001" || p.Role != RoleSecondary {
+		t.Errorf("a removed VLAN whose peer is gone follows %+v, want its old pair", p)
 	}
 	// VLAN 5002 loses DHCP, its peer stays in use elsewhere: its subnet
 	// keeps the peer.
@@ -205,5 +207,47 @@ func TestChannelRole(t *testing.T) {
 	}
 	if roles[0] != RoleSecondary || roles[1] != RolePrimary {
 		t.Errorf("channel roles %v, want [secondary primary] (the roles on failover-vlan-5001)", roles)
+	}
+}
+
+// TestHAOffDroppedLease: MAAS turns DHCP HA off on VLAN 5001 and keeps
+// it on its primary rack alone: the secondary's dhcpd.conf loses the
+// subnet and its peer, and the restart drops the VLAN's leases, which
+// live on at the primary. The secondary's agent sends no expiry for them;
+// the primary's, where the VLAN's DHCP is turned off altogether, sends
+// them once. Here the agent was down meanwhile: at its start it reads
+// dhcpd.conf (scanPair) before the rewrite, so the dropped leases' subnet
+// is one dhcpd.conf no longer declares, with a peer it no longer
+// declares either (Retired).
+func TestHAOffDroppedLease(t *testing.T) {
+	const a1 = "203.0.113.10"
+	for _, tc := range []struct {
+		role string
+		want []string
+	}{
+		{RoleSecondary, nil},
+		{RolePrimary, []string{fmt.Sprintf("expiry %s %s %+d vanished", a1, macA, 500)}},
+	} {
+		t.Run(tc.role, func(t *testing.T) {
+			before := vlanPeer("failover-vlan-5001", tc.role, "203.0.113") + vlanAlone("198.18.0")
+			s := NewState(grace)
+			s.SetPeers(peersOf(t, before))
+			normal := fostateOf("failover-vlan-5001", "normal", "normal")
+			kept := block("198.18.0.10", "active", macB, t0-100, t0+5000)
+			runSteps(t, s, []step{{at: 0, snapshot: normal + block(a1, "active", macA, t0-100, t0+500) + kept}})
+			// The agent restarts: dhcpd.conf first, then the rewrite.
+			s.SetPeers(peersOf(t, vlanAlone("198.18.0")))
+			runSteps(t, s, []step{{at: 10, snapshot: kept}})
+			var got []string
+			for _, at := range []int64{500 + grace, 4000} {
+				for _, ev := range s.Due(t0 + at) {
+					got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
+					s.Hook(ev)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }

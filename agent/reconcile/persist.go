@@ -312,7 +312,7 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 			bad++
 		}
 	}
-	if v := b.Get(keyPeers); v != nil && s.Pair.InPair() {
+	if v := b.Get(keyPeers); v != nil {
 		var ps peerSet
 		if json.Unmarshal(v, &ps) == nil {
 			s.peers = &ps
