@@ -271,6 +271,17 @@ type State struct {
 	// from it until a read succeeds: Due returns nothing and keeps what is
 	// pending. Hook events are not affected. Set by the caller.
 	Unknown bool `json:"-"`
+	// Unwritten: in a pair, rule 3 waits for dhcpd to write the file
+	// again (FileWritten): the caller sets it as a restarted agent
+	// resumes. What the file shows then is the last dhcpd's, which may be
+	// dead — its rack down with this agent's, the agent back first — and
+	// the partner has spoken for the pair meanwhile: the pair's state
+	// persisted (a survivor's) and the ends that passed while the rack was
+	// down say nothing of the leases the partner renewed (make chaos
+	// PAIR=1 VLANS=2 seed 113: four expiries the files never showed). A
+	// dhcpd that runs writes its own expirations (pool_timer), so rule 3
+	// is a pair's fallback for a file no one writes. Not outside a pair.
+	Unwritten bool `json:"-"`
 	// shownEnd is, in a pair, when the file showed an end it recorded
 	// (Told) dated ahead of that moment (Unix seconds; endShownBefore).
 	// Kept in memory only: after a restart such an end counts as shown
@@ -1689,8 +1700,8 @@ func (s *State) Due(now int64) []event.Event {
 		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			continue // stale: the lease changed since
 		}
-		if !s.tellsFromFile(e.ip) {
-			continue // its pair's partner tells it; a takeover rebuilds the heap (takeStandby)
+		if !s.tellsFromFile(e.ip) || s.Unwritten && s.pairOf(e.ip).InPair() {
+			continue // its pair's partner tells it (a takeover rebuilds the heap: takeStandby), or dhcpd may be dead (FileWritten rebuilds it)
 		}
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: e.ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonEndsPassed}
@@ -1900,8 +1911,8 @@ func (s *State) NextDue() (int64, bool) {
 	s.index()
 	for s.someTellFromFile() && len(s.ends) > 0 {
 		e := s.ends[0]
-		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) {
-			s.ends.pop() // stale, or its pair's partner tells it (see Due)
+		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) || s.Unwritten && s.pairOf(e.ip).InPair() {
+			s.ends.pop() // stale, or not this side's to tell now (see Due)
 			continue
 		}
 		if at := e.ends + s.Grace; !found || at < next {

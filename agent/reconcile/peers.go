@@ -262,3 +262,12 @@ func peerSetEqual(a, b *peerSet) bool {
 	}
 	return slices.Equal(a.Others, b.Others) && slices.Equal(a.Subnets, b.Subnets) && slices.Equal(a.Retired, b.Retired)
 }
+
+// FileWritten ends Unwritten: dhcpd wrote the file since the agent
+// started. Rule 3's heap, which passed the pair's addresses by, is
+// rebuilt.
+func (s *State) FileWritten() {
+	if s.Unwritten {
+		s.Unwritten, s.indexed = false, false
+	}
+}

@@ -251,3 +251,37 @@ func TestHAOffDroppedLease(t *testing.T) {
 		})
 	}
 }
+
+// TestUnwrittenSurvivor: a survivor's agent back before its dhcpd (make
+// chaos PAIR=1 VLANS=2 seed 113): what the file shows is the dead
+// dhcpd's, and rule 3 waits until dhcpd writes it again (FileWritten);
+// the lone VLAN's leases are not held. Then a lease of the pair's whose
+// end passed meanwhile is ended as before.
+func TestUnwrittenSurvivor(t *testing.T) {
+	const a1, c1 = "203.0.113.10", "198.18.0.10"
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "secondary", "203.0.113")+vlanAlone("198.18.0")))
+	runSteps(t, s, []step{{at: 0, snapshot: fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted") +
+		block(a1, "active", macA, t0-100, t0+500) + block(c1, "active", macB, t0-100, t0+500)}})
+	s.Unwritten = true // the agent restarts (Reconciler.Run)
+	show := func(at int64) (got []string) {
+		for _, ev := range s.Due(t0 + at) {
+			got = append(got, fmt.Sprintf("%s %s %s", ev.Action, ev.IP, ev.Reason))
+			s.Hook(ev)
+		}
+		return got
+	}
+	if next, ok := s.NextDue(); !ok || next != t0+500+grace {
+		t.Errorf("NextDue = %d, %t; want the lone VLAN's lease's end + grace", next-t0, ok)
+	}
+	if diff := cmp.Diff([]string{"expiry " + c1 + " ends-passed"}, show(500+grace)); diff != "" {
+		t.Errorf("before dhcpd writes (-want +got):\n%s", diff)
+	}
+	if got := show(600); got != nil {
+		t.Errorf("the survivor's lease ended before dhcpd wrote the file: %v", got)
+	}
+	s.FileWritten()
+	if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(601)); diff != "" {
+		t.Errorf("once dhcpd writes (-want +got):\n%s", diff)
+	}
+}

@@ -156,6 +156,7 @@ type Reconciler struct {
 	lastSync     time.Time       // when the last read started
 	started      time.Time       // New's time: events older were queued by an earlier run (Stale)
 	partnerSpoke map[string]bool // the peers whose partner the file showed, since the start, speaking for the pair (Stale)
+	resumedRound bool            // Run's first round, on the file as the last run left it, is done (State.Unwritten)
 	lastFound    bool            // it found a block (busyRound)
 	busyRound    time.Duration
 	progress     atomic.Int64
@@ -447,8 +448,14 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	r.mu.Unlock()
 	r.pid = readPID(r.cfg.PIDFile)
 	backlog := r.backlog // its case below fires once
+	r.mu.Lock()
+	r.st.Unwritten = true // until dhcpd writes after this start (State.Unwritten)
+	r.mu.Unlock()
 	changes, err := r.fol.resume(r.loadedPos)
 	r.round(ctx, changes, err)
+	r.mu.Lock()
+	r.resumedRound = true
+	r.mu.Unlock()
 	close(r.read)
 	// Resumed on the file the last run read whole, and nothing found
 	// wrong since: the file is as consistent as it was then.
@@ -597,6 +604,20 @@ func (r *Reconciler) sync(ctx context.Context, poll bool) {
 }
 
 // round applies what the follower read, then decides and commits.
+// written reports whether c is dhcpd writing the file: statements
+// appended to it, or a new file read whole.
+func written(c change) bool {
+	switch c.kind {
+	case changeAppend:
+		return len(c.leases) > 0 && !c.oldFile
+	case changeFailover:
+		return true
+	case changeSnapshot:
+		return c.complete
+	}
+	return false
+}
+
 func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	if err != nil {
 		r.met.problems.WithLabelValues(problemRead).Inc()
@@ -613,6 +634,9 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)
+		if r.resumedRound && written(c) {
+			r.st.FileWritten()
+		}
 	}
 	r.st.Unknown = r.readFailed || r.wholeHeld
 	if pos, ok := r.fol.position(); ok && (r.pos == nil || *r.pos != pos) {
