@@ -1225,9 +1225,15 @@ func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, er
 	}
 	if !o.down {
 		d.probedBack.Store(false) // the region answered, or is up and struggling
-	} else if next, ok := l.passOn(c); ok {
-		d.log.Warn().Str("url", c.raw).Str("next", next.raw).Str("error", o.what).
-			Msg("region controller cannot be reached: the next attempt goes to the next one")
+	}
+	if o.down || o.kind == kindConfig {
+		// Another controller may be up, or set up right (a certificate
+		// it does not trust, a proxy in front of it answering 404): the
+		// next attempt goes there. One that answers, even 5xx, stays.
+		if next, ok := l.passOn(c); ok {
+			d.log.Warn().Str("url", c.raw).Str("next", next.raw).Str("error", o.what).
+				Msg("region controller cannot be reached, or refuses this rack's settings: the next attempt goes to the next one")
+		}
 	}
 	if mayHaveApplied(o, err) {
 		d.markDoubt(last)

@@ -9,9 +9,12 @@ package deliver
 // attempt that found it down (probe.go: no connection, or one its proxy
 // closed before the request was written) — the next attempt goes to the
 // next controller, and while the wait lasts every controller is probed:
-// the first that accepts a connection is the one in use from then on. A
-// controller that answers, even 5xx, is up, and stays the one in use:
-// a struggling region is not made to take each request twice over.
+// the first that accepts a connection is the one in use from then on.
+// So does one whose answer says this rack's settings are wrong for it
+// (kindConfig: a certificate the agent does not trust, a redirect, 403,
+// 404): another may be set up right. A controller that answers 5xx is
+// up, and stays the one in use: a struggling region is not made to take
+// each request twice over.
 
 import (
 	"fmt"

@@ -107,3 +107,26 @@ func twoControllers(t *testing.T, s1, s2 *regionstub.Server, f regionstub.Files)
 	h.d.probeEvery = 20 * time.Millisecond
 	return h, q
 }
+
+// TestMisconfiguredControllerPassedOn: region.url's controller presents
+// a certificate from another CA (the rack's region settings are wrong
+// for it, kindConfig): the next controller, set up right, gets the
+// events, where the agent used to retry the first for good.
+func TestMisconfiguredControllerPassedOn(t *testing.T) {
+	t.Parallel()
+	foreign, _ := stub(t, regionstub.Options{}) // its own PKI
+	s2, f := stub(t, regionstub.Options{})
+	q := newMemQueue()
+	cfg := fastConfig(s2, f)
+	cfg.URL, cfg.OtherURLs = foreign.URL(), []string{s2.URL()}
+	h := newDeliverer(t, cfg, q)
+	evs := events(5, 10)
+	q.Append(evs...)
+	run(t, h.d)
+	waitFor(t, 10*time.Second, "delivery to the controller set up right", func() bool { return q.Depth() == 0 })
+	if n := len(foreign.Batches()); n != 0 {
+		t.Errorf("the misconfigured controller applied %d batches", n)
+	}
+	got, _ := received(t, s2.Batches())
+	checkOrder(t, items(evs), got)
+}

@@ -281,7 +281,8 @@ type State struct {
 	// PAIR=1 VLANS=2 seed 113: four expiries the files never showed). A
 	// dhcpd that runs writes its own expirations (pool_timer), so rule 3
 	// is a pair's fallback for a file no one writes. Not outside a pair.
-	Unwritten bool `json:"-"`
+	Unwritten     bool `json:"-"`
+	heldUnwritten int  // what Due passed by for it (TakeHeldUnwritten)
 	// shownEnd is, in a pair, when the file showed an end it recorded
 	// (Told) dated ahead of that moment (Unix seconds; endShownBefore).
 	// Kept in memory only: after a restart such an end counts as shown
@@ -1700,8 +1701,12 @@ func (s *State) Due(now int64) []event.Event {
 		if !ok || l.State != parser.StateActive || l.Ends != e.ends {
 			continue // stale: the lease changed since
 		}
-		if !s.tellsFromFile(e.ip) || s.Unwritten && s.pairOf(e.ip).InPair() {
-			continue // its pair's partner tells it (a takeover rebuilds the heap: takeStandby), or dhcpd may be dead (FileWritten rebuilds it)
+		if !s.tellsFromFile(e.ip) {
+			continue // its pair's partner tells it (a takeover rebuilds the heap: takeStandby)
+		}
+		if s.Unwritten && s.pairOf(e.ip).InPair() {
+			s.heldUnwritten++
+			continue // dhcpd may be dead (FileWritten rebuilds the heap)
 		}
 		ev := event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: e.ip,
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonEndsPassed}

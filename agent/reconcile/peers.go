@@ -27,8 +27,8 @@ type SubnetPeer struct {
 
 // Peers is what dhcpd.conf says of failover: the lead pair (PairOf:
 // the first peer a pool uses), the other peers pools use, and which
-// peer each subnet's pools use (every subnet with an IPv4 range, where a
-// pool uses a peer; nil outside a pair).
+// peer each subnet's pools use (every subnet with an IPv4 range; "" for
+// one served alone).
 type Peers struct {
 	Lead    Pair
 	Others  []Pair
@@ -41,7 +41,7 @@ type Peers struct {
 // network's subnets.
 func PeersOf(cfg *dhcpdconf.Config) Peers {
 	p := Peers{Lead: PairOf(cfg)}
-	if cfg == nil || !p.Lead.InPair() {
+	if cfg == nil {
 		return p
 	}
 	usable := map[string]Pair{}
@@ -223,7 +223,7 @@ func (s *State) SetPeers(p Peers) {
 		lead = Pair{}
 	}
 	var next *peerSet
-	if p.Subnets != nil || s.peers != nil {
+	if lead.InPair() || s.peers != nil {
 		next = &peerSet{}
 		for _, o := range p.Others {
 			next.Others = append(next.Others, keep(o))
@@ -244,8 +244,8 @@ func (s *State) SetPeers(p Peers) {
 				next.Subnets = append(next.Subnets, sp)
 			}
 		}
-		if len(next.Subnets) == 0 && len(next.Others) == 0 {
-			next = nil
+		if !lead.InPair() && len(next.Retired) == 0 && !slices.ContainsFunc(next.Subnets, func(sp SubnetPeer) bool { return sp.Peer != "" }) {
+			next = nil // alone for every address: no lookups
 		}
 	}
 	if lead == s.Pair && peerSetEqual(next, s.peers) {
@@ -270,4 +270,17 @@ func (s *State) FileWritten() {
 	if s.Unwritten {
 		s.Unwritten, s.indexed = false, false
 	}
+}
+
+// RulesChanged rebuilds rule 3's heap at its next use: who tells what
+// the file shows changed (the mode), and Due passed some addresses by.
+func (s *State) RulesChanged() { s.indexed = false }
+
+// TakeHeldUnwritten is how many of the pair's leases whose end passed
+// Due has passed by since the last call, dhcpd not having written the
+// file since the agent's start (Unwritten).
+func (s *State) TakeHeldUnwritten() int {
+	n := s.heldUnwritten
+	s.heldUnwritten = 0
+	return n
 }

@@ -54,7 +54,7 @@ func TestPeersOf(t *testing.T) {
 		name, conf string
 		want       Peers
 	}{
-		{"alone", vlanAlone("203.0.113"), Peers{}},
+		{"alone", vlanAlone("203.0.113"), Peers{Subnets: []SubnetPeer{{pfx("203.0.113.0/24"), ""}}}},
 		{"one HA VLAN", vlanPeer("failover-vlan-5001", "secondary", "203.0.113"), Peers{Lead: v5001, Subnets: []SubnetPeer{{pfx("203.0.113.0/24"), "failover-vlan-5001"}}}},
 		{"two HA VLANs, one peer each", vlanPeer("failover-vlan-5001", "secondary", "203.0.113") + vlanPeer("failover-vlan-5002", "primary", "198.51.100"),
 			Peers{Lead: v5001, Others: []Pair{v5002}, Subnets: []SubnetPeer{
@@ -283,5 +283,33 @@ func TestUnwrittenSurvivor(t *testing.T) {
 	s.FileWritten()
 	if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(601)); diff != "" {
 		t.Errorf("once dhcpd writes (-want +got):\n%s", diff)
+	}
+}
+
+// TestHAOffKeptSubnet: MAAS turns HA off on the rack's only HA VLAN and
+// keeps it on this rack (src/maasserver/dhcp.py writes no peer when the
+// VLAN has no secondary rack): the subnet stays in dhcpd.conf, now
+// served alone, and its addresses are dhcpd's alone — rule 3 and the
+// rest apply to them again — not those of the pair that was (a cold
+// review: the subnet was taken for one that left dhcpd.conf, its peer
+// retired, and the file's rules stayed off for good).
+func TestHAOffKeptSubnet(t *testing.T) {
+	const a1 = "203.0.113.10"
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "primary", "203.0.113")))
+	runSteps(t, s, []step{{at: 0, snapshot: fostateOf("failover-vlan-5001", "normal", "normal") + block(a1, "active", macA, t0-100, t0+500)}})
+	s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+	if p := s.pairOf(netip.MustParseAddr(a1)); p.InPair() {
+		t.Errorf("%s follows %+v, want dhcpd alone", a1, p)
+	}
+	if s.peers != nil {
+		t.Errorf("peers %+v kept where every address is dhcpd's alone", s.peers)
+	}
+	var got []string
+	for _, ev := range s.Due(t0 + 500 + grace) {
+		got = append(got, fmt.Sprintf("%s %s %s", ev.Action, ev.IP, ev.Reason))
+	}
+	if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, got); diff != "" {
+		t.Errorf("rule 3 (-want +got):\n%s", diff)
 	}
 }

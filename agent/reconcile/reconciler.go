@@ -149,17 +149,18 @@ type Reconciler struct {
 	// rewritePair and rewriteErr: dhcpd.conf's failover peers as the last
 	// whole rewrite of the leases file read it (or why it could not),
 	// kept for scanPair if that rewrite was dhcpd's restart.
-	rewritePair  *Peers
-	rewriteErr   error
-	classifyWait time.Duration
-	watchWarned  bool
-	lastSync     time.Time       // when the last read started
-	started      time.Time       // New's time: events older were queued by an earlier run (Stale)
-	partnerSpoke map[string]bool // the peers whose partner the file showed, since the start, speaking for the pair (Stale)
-	resumedRound bool            // Run's first round, on the file as the last run left it, is done (State.Unwritten)
-	lastFound    bool            // it found a block (busyRound)
-	busyRound    time.Duration
-	progress     atomic.Int64
+	rewritePair     *Peers
+	rewriteErr      error
+	classifyWait    time.Duration
+	watchWarned     bool
+	lastSync        time.Time       // when the last read started
+	started         time.Time       // New's time: events older were queued by an earlier run (Stale)
+	partnerSpoke    map[string]bool // the peers whose partner the file showed, since the start, speaking for the pair (Stale)
+	resumedRound    bool            // Run's first round, on the file as the last run left it, is done (State.Unwritten)
+	unwrittenWarned bool            // rule 3 held for State.Unwritten was logged
+	lastFound       bool            // it found a block (busyRound)
+	busyRound       time.Duration
+	progress        atomic.Int64
 
 	// onRound, when set (tests, benchmarks), runs with mu held after each
 	// round of file changes and decisions.
@@ -604,16 +605,21 @@ func (r *Reconciler) sync(ctx context.Context, poll bool) {
 }
 
 // round applies what the follower read, then decides and commits.
-// written reports whether c is dhcpd writing the file: statements
-// appended to it, or a new file read whole.
-func written(c change) bool {
+// written reports whether c, read after Run's first round, is dhcpd
+// writing the file: statements appended to it, or a new file (another
+// inode than the one the last run left off in: dhcpd's start or hourly
+// rewrite) read whole. The file read whole again because the first
+// round could not (a leases directory unreadable then) is not: what it
+// shows may be a dead dhcpd's. r.mu is held.
+func (r *Reconciler) written(c change) bool {
 	switch c.kind {
 	case changeAppend:
 		return len(c.leases) > 0 && !c.oldFile
 	case changeFailover:
 		return true
 	case changeSnapshot:
-		return c.complete
+		pos, ok := r.fol.position()
+		return c.complete && ok && (r.loadedPos == nil || pos.Dev != r.loadedPos.Dev || pos.Ino != r.loadedPos.Ino)
 	}
 	return false
 }
@@ -634,7 +640,7 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	r.readFailed = err != nil
 	for _, c := range changes {
 		r.apply(c, now)
-		if r.resumedRound && written(c) {
+		if r.resumedRound && r.written(c) {
 			r.st.FileWritten()
 		}
 	}
@@ -991,6 +997,11 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 			Msg("failover: expiries of leases a rewrite dropped, held in standby in case the primary went down before sending them, dropped: the primary had its time to send them")
 	}
 	r.logAheadSent()
+	if n := r.st.TakeHeldUnwritten(); n > 0 && !r.unwrittenWarned {
+		r.unwrittenWarned = true
+		r.log.Warn().Int("leases", n).
+			Msg("failover: leases whose end passed are not expired from the leases file yet: dhcpd has not written it since this agent started (is dhcpd running?), and what it shows may be a dead dhcpd's while the partner spoke for the pair; they are once dhcpd writes it")
+	}
 	for _, o := range r.st.TakeOrphans() {
 		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
 			Msg("orphaned address: its lease was dropped because the address left every range, and it has ended; the region ignores its expiry, so it is to be freed there")
@@ -1123,8 +1134,14 @@ func (r *Reconciler) scanMode(when string) {
 		grace = 0
 	}
 	r.st.Grace = int64(grace / time.Second)
+	if r.st.Complement != (d.Mode == ModeComplement) {
+		r.st.RulesChanged()
+	}
 	r.st.Complement = d.Mode == ModeComplement
 	r.hookless = d.Mode == ModeHookless
+	if r.st.Hookless != r.hookless || r.st.Complement != (d.Mode == ModeComplement) {
+		r.st.RulesChanged() // who tells from the file changed: rule 3's heap is rebuilt
+	}
 	r.st.Hookless = r.hookless
 	r.scanPair(when)
 	r.met.hookless.Store(r.hookless)
