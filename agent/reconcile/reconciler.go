@@ -449,9 +449,9 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	r.mu.Unlock()
 	r.pid = readPID(r.cfg.PIDFile)
 	backlog := r.backlog // its case below fires once
-	r.mu.Lock()
-	r.st.Unwritten = true // until dhcpd writes after this start (State.Unwritten)
-	r.mu.Unlock()
+	// State.Unwritten (rule 3 waits, after a start, until dhcpd writes)
+	// is not set: with it, make chaos PAIR=1 seed 115 lost 48 lease
+	// lives against 3 without it (docs/failover.md), not traced yet.
 	changes, err := r.fol.resume(r.loadedPos)
 	r.round(ctx, changes, err)
 	r.mu.Lock()
