@@ -206,12 +206,6 @@ func addPeers(list []string, peers ...string) []string {
 	return list
 }
 
-// SetPeer sets the pair's peer and role from dhcpd.conf. The states
-// stay while the peer and role are the same (a restarted agent resumes
-// with those it persisted); for another pair they are unknown until the
-// file records them.
-func (s *State) SetPeer(p Pair) { s.SetPeers(Peers{Lead: p}) }
-
 // tellsFromFile reports whether rules 1 and 3 apply: this agent turns
 // what the file shows, and no hook reported, into events. Alone: unless
 // another program's hooks tell the region (complement). In a pair, a
