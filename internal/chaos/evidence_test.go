@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestRejudge(t *testing.T) {
 		{IP: ip, MAC: mac, Active: true, Starts: at(0).Unix(), Ends: at(20).Unix(), Seen: at(0)},
 		{IP: ip, MAC: mac, Starts: at(0).Unix(), Ends: at(5).Unix(), Seen: at(5)},
 	}}}
-	items := []oracle.Item{{At: at(1), Action: "commit", IP: ip, MAC: mac, Batch: 1, Timestamp: at(0).Unix()}}
+	items := []oracle.Item{{At: at(1), Action: "commit", IP: ip, MAC: mac, Batch: 1, Timestamp: at(0).Unix(), From: "primary"}}
 	ev := Evidence{
 		Input:    oracle.Input{Generations: gens, Items: items, End: at(30), Deaths: []time.Time{at(25)}},
 		Requests: []oracle.Request{{Key: "k1", At: at(1), Done: at(1), Accepted: true, Items: 1, Status: 200}},
@@ -28,6 +29,9 @@ func TestRejudge(t *testing.T) {
 	res.Report = judgeAgain(res)
 	if res.Report.ByRule["lost"] != 1 {
 		t.Fatalf("the release never delivered: want one lost, got %v", res.Report.ByRule)
+	}
+	if v := res.Report.Violations[0].Evidence; !strings.Contains(v, "commit "+mac+"@12:00:01.000 by primary") {
+		t.Errorf("the violation does not name the item's sender: %s", v)
 	}
 	dir := t.TempDir()
 	if err := WriteEvidence(dir, res); err != nil {

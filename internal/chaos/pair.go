@@ -101,6 +101,21 @@ func (p *pair) channel() error {
 	return nil
 }
 
+// rackCN is rack i's agent certificate's CN: each rack its own, as MAAS
+// gives each rack its own agent certificate, so that the region's records
+// name the rack that sent each request (Item.From).
+func rackCN(i int) string { return fmt.Sprintf("0a9e0000-1eae-4eee-8000-%012d", i+1) }
+
+// rackOf names the rack whose agent certificate has CN cn, "" for none.
+func rackOf(cn string) string {
+	for i := range pairRole {
+		if rackCN(i) == cn {
+			return pairRole[i]
+		}
+	}
+	return ""
+}
+
 // newRack makes rack i's run in Dir/rackN.
 func (p *pair) newRack(i int) (*rack, error) {
 	o := p.opts
@@ -111,7 +126,7 @@ func (p *pair) newRack(i int) (*rack, error) {
 	// The rack's own run draws no random numbers (the pair's does).
 	sub := &run{opts: o, tb: p.tb, faults: map[string]int{}, t0: p.t0, log: p.log, lab: p.lab, stub: p.stub, front: p.front}
 	var err error
-	if sub.files, err = p.stub.WriteFiles(filepath.Join(o.Dir, "pki")); err != nil {
+	if sub.files, err = p.stub.WriteRackFiles(filepath.Join(o.Dir, "pki"), rackCN(i)); err != nil {
 		return nil, err
 	}
 	sub.sock = filepath.Join(o.Dir, "hook.sock")
@@ -580,7 +595,7 @@ func (p *pair) judge(end time.Time) oracle.Report {
 	var items []oracle.Item
 	for bi, b := range p.stub.Batches() {
 		for _, it := range b.Items {
-			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp, LeaseTime: it.LeaseTime})
+			items = append(items, oracle.Item{At: b.At, Action: it.Action, IP: it.IP, MAC: it.MAC, Batch: bi + 1, Timestamp: it.Timestamp, LeaseTime: it.LeaseTime, From: rackOf(b.ClientCN)})
 		}
 	}
 	p.writeBatches()

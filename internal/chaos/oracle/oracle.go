@@ -123,6 +123,17 @@ type Item struct {
 	// LeaseTime is a commit's lease length in seconds (0: unknown, or
 	// not a commit).
 	LeaseTime int64
+	// From names the rack whose agent sent the item ("": unknown, or
+	// one rack): for a person tracing a violation.
+	From string
+}
+
+// by is " by FROM" for an item whose sender is known.
+func (it Item) by() string {
+	if it.From == "" {
+		return ""
+	}
+	return " by " + it.From
 }
 
 // Input is a run to judge.
@@ -510,7 +521,7 @@ func Check(in Input) Report {
 	for i, it := range in.Items {
 		r.ItemsBy[it.Action]++
 		q := truth[it.IP]
-		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000")))
+		history[it.IP] = append(history[it.IP], fmt.Sprintf("%s %s@%s%s", it.Action, it.MAC, it.At.UTC().Format("15:04:05.000"), it.by()))
 		match := matcher(it, true)
 		p := pos[it.IP] // 0 before the first item
 		bound := len(q)
@@ -888,10 +899,10 @@ func Explain(in Input, ip string) string {
 	for _, v := range Truth(in.Generations)[ip] {
 		fmt.Fprintf(&b, "  %-60s seen %s  from %s\n", v, clock(v.Seen), fmtUnix(v.From))
 	}
-	fmt.Fprintf(&b, "items of %s (arrived, request, action, MAC, the event's time):\n", ip)
+	fmt.Fprintf(&b, "items of %s (arrived, request, action, MAC, the event's time, the sender if known):\n", ip)
 	for _, it := range in.Items {
 		if it.IP == ip {
-			fmt.Fprintf(&b, "  %s  #%-4d %-7s %s  %s\n", clock(it.At), it.Batch, it.Action, it.MAC, fmtUnix(it.Timestamp))
+			fmt.Fprintf(&b, "  %s  #%-4d %-7s %s  %s%s\n", clock(it.At), it.Batch, it.Action, it.MAC, fmtUnix(it.Timestamp), it.by())
 		}
 	}
 	return b.String()

@@ -243,6 +243,25 @@ func (p *PKI) WriteFiles(dir string) (Files, error) {
 	return f, nil
 }
 
+// WriteRackFiles is WriteFiles with a client certificate of its own,
+// signed for CN cn: each MAAS rack has its own agent certificate, whose
+// CN is that rack's agent's UUID (ClientCN), so the stub's records tell
+// two racks apart (Request.ClientCN, Batch.ClientCN).
+func (p *PKI) WriteRackFiles(dir, cn string) (Files, error) {
+	f, err := p.WriteFiles(dir)
+	if err != nil {
+		return Files{}, err
+	}
+	cert, key, err := p.Sign(cn)
+	if err != nil {
+		return Files{}, err
+	}
+	if err := os.WriteFile(f.ClientCert, cert, 0o644); err != nil {
+		return Files{}, err
+	}
+	return f, os.WriteFile(f.ClientKey, key, 0o600)
+}
+
 // CAPool is a pool holding the CA certificate.
 func (p *PKI) CAPool() *x509.CertPool { return p.caPool }
 

@@ -69,6 +69,7 @@ type Options struct {
 type Batch struct {
 	At             time.Time
 	IdempotencyKey string
+	ClientCN       string             // the sender's client certificate CN (one rack's agent)
 	Items          []event.RegionItem // every item, as MAAS read it (mac normalised)
 	Ignored        int                // items for addresses outside every range of their subnet
 }
@@ -272,6 +273,10 @@ func (s *Server) ClientTLSConfig() *tls.Config { return s.pki.ClientTLSConfig() 
 // WriteFiles writes the stub's PEM files into dir.
 func (s *Server) WriteFiles(dir string) (Files, error) { return s.pki.WriteFiles(dir) }
 
+// WriteRackFiles is WriteFiles with a client certificate of its own
+// for CN cn (PKI.WriteRackFiles).
+func (s *Server) WriteRackFiles(dir, cn string) (Files, error) { return s.pki.WriteRackFiles(dir, cn) }
+
 // Close stops the server at once, dropping open connections and ending
 // any injected delay.
 func (s *Server) Close() error {
@@ -369,7 +374,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, req *Request) in
 		}
 		return writeJSON(w, code, errorBody{Kind: "Error", Code: code, Message: "injected poison " + items[i].IP})
 	}
-	ignored, err := s.store(items, req.IdempotencyKey)
+	ignored, err := s.store(items, req.IdempotencyKey, req.ClientCN)
 	if err != nil {
 		req.Error = err.Error()
 		return writeJSON(w, http.StatusInternalServerError, internalError())
@@ -405,7 +410,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) int {
 // first (the checks depend on the configuration only), so a failure
 // leaves nothing applied, like MAAS's rollback; then the items are
 // applied in order and the batch recorded.
-func (s *Server) store(items []item, key string) (ignored int, err error) {
+func (s *Server) store(items []item, key, cn string) (ignored int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	skip := make([]bool, len(items))
@@ -414,7 +419,7 @@ func (s *Server) store(items []item, key string) (ignored int, err error) {
 			return 0, err
 		}
 	}
-	b := Batch{At: time.Now(), IdempotencyKey: key, Items: make([]event.RegionItem, len(items))}
+	b := Batch{At: time.Now(), IdempotencyKey: key, ClientCN: cn, Items: make([]event.RegionItem, len(items))}
 	for i := range items {
 		b.Items[i] = items[i].RegionItem
 		if skip[i] {

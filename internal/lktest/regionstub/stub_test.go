@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -789,5 +790,33 @@ func TestControlHandler(t *testing.T) {
 	}
 	if code := do("DELETE", "/subnets?cidr=203.0.113.0/24"); code != 200 || len(s.Subnets()) != 0 {
 		t.Errorf("DELETE /subnets: %d, %v left", code, s.Subnets())
+	}
+}
+
+// TestRackFiles: each rack's own agent certificate (WriteRackFiles), and
+// the region's record of which rack sent each batch (Batch.ClientCN).
+// MAAS signs one agent certificate per rack, its CN the agent's UUID
+// (src/maasapiserver/v3/api/internal/handlers/agent.py), and reads the CN
+// from the request scope (src/maasapiserver/tls.py).
+func TestRackFiles(t *testing.T) {
+	s, _ := start(t, Options{Version: "3.8"})
+	const cn1, cn2 = "0a9e0000-1eae-4eee-8000-000000000011", "0a9e0000-1eae-4eee-8000-000000000012"
+	for _, cn := range []string{cn1, cn2} {
+		f, err := s.WriteRackFiles(filepath.Join(t.TempDir(), "pki"), cn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := client(&tls.Config{RootCAs: s.PKI().CAPool(), Certificates: []tls.Certificate{cert}, ServerName: ServerName})
+		if a := mustPost(t, c, s.URL(), batch(good)); a.status != http.StatusNoContent {
+			t.Fatalf("%s: status %d", cn, a.status)
+		}
+	}
+	b := s.Batches()
+	if len(b) != 2 || b[0].ClientCN != cn1 || b[1].ClientCN != cn2 {
+		t.Errorf("batches' senders %+v, want %s then %s", b, cn1, cn2)
 	}
 }
