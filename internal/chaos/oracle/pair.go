@@ -55,6 +55,12 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		told[f] = map[pairKey]bool{}
 	}
 	cur := map[string]Block{} // IP → the pair's last block
+	// IP → each file's own last block (its table's at a rewrite): what
+	// that peer's dhcpd holds for the address now.
+	latest := make([]map[string]Block, len(files))
+	for f := range latest {
+		latest[f] = map[string]Block{}
+	}
 	out := []Generation{{Name: "pair-start"}}
 	src := []int{} // the file each block of out's last generation came from (-1: a table)
 	for _, e := range evs {
@@ -62,8 +68,10 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		if e.b < 0 {
 			// Which leases this rewrite dropped out of its range.
 			inTable := map[string]bool{}
+			clear(latest[e.f])
 			for _, b := range gen.Blocks[:gen.Table] {
 				inTable[b.IP] = true
+				latest[e.f][b.IP] = b
 			}
 			var drop []string
 			for ip, b := range cur {
@@ -106,6 +114,8 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		}
 		b := gen.Blocks[e.b]
 		k := keyOf(b)
+		held := heldElsewhere(latest, e.f, cur[b.IP])
+		latest[e.f][b.IP] = b
 		echo := false
 		for f := range told {
 			if f != e.f && told[f][k] {
@@ -121,11 +131,16 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 			dropSuperseded(&out[len(out)-1], &src, e.f, k, told[e.f], cur)
 			continue
 		}
-		if c, ok := cur[b.IP]; ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts {
+		if c, ok := cur[b.IP]; ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts && held {
 			// The end of a life older than the one the pair holds now:
 			// a peer that returns expires its stale copy of a lease its
 			// partner has since released and leased again (make chaos
-			// PAIR=1 SEED=7). Not news.
+			// PAIR=1 SEED=7). Not news. Unless no other peer holds the
+			// newer life any more: a returning peer's stale binding
+			// update can overwrite its partner's newer lease, and then
+			// both dhcpds hold the older life and end it, and the
+			// address is free to them both (make chaos PAIR=1 SEED=115:
+			// the secondary's log shows "bind update … xid mismatch").
 			continue
 		}
 		last := &out[len(out)-1]
@@ -134,6 +149,18 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		cur[b.IP] = b
 	}
 	return out
+}
+
+// heldElsewhere reports whether a file other than f holds c, the pair's
+// active life of an address, as its own last block of it: the same
+// client's lease, begun no earlier.
+func heldElsewhere(latest []map[string]Block, f int, c Block) bool {
+	for g := range latest {
+		if l, ok := latest[g][c.IP]; ok && g != f && l.Active && l.MAC == c.MAC && l.Starts >= c.Starts {
+			return true
+		}
+	}
+	return false
 }
 
 // offerAhead is how far ahead of the file's showing it a block's end must

@@ -146,6 +146,38 @@ func TestMergePairStaleEndOfAReturningPeer(t *testing.T) {
 	}
 }
 
+// Found in a pair run (make chaos PAIR=1 SEED=115 at 15daa2c): the
+// primary acked a life (begun at 6, ending at 26) and died before its
+// binding update left; the secondary, speaking for the pair, acked the
+// client's next life (begun at 25). Back from recovery the primary sent
+// its stale update, and the secondary's dhcpd took it over the newer
+// lease: both files now hold the older life, and both end it at 26. The
+// address is free to both dhcpds: that end is the pair's, though a life
+// begun later was told. While the other file still holds the newer life
+// (TestMergePairStaleEndOfAReturningPeer) it is not.
+func TestMergePairOverwrittenByStaleUpdate(t *testing.T) {
+	blk := func(b Block, starts int, seen int) Block {
+		b.Starts, b.Seen = at(starts).Unix(), at(seen)
+		return b
+	}
+	old := blk(act(ip1, m1, 26), 6, 6)
+	prim := []Generation{gen("p0", nil, old), gen("p1", []Block{blk(act(ip1, m1, 26), 6, 24)}, blk(free(ip1, m1, 26), 6, 26))}
+	sec := []Generation{gen("s0", nil, blk(act(ip1, m1, 26), 6, 7), blk(act(ip1, m1, 45), 25, 25),
+		blk(act(ip1, m1, 26), 6, 25) /* the stale update */, blk(free(ip1, m1, 26), 6, 27))}
+	m := MergePair([][]Generation{prim, sec}, func(f, g int, ip string) bool { return true })
+	items := []Item{timed(6, "commit", 6), timed(25, "commit", 25), timed(26, "expiry", 26)}
+	if got := rules(Check(Input{Generations: m, End: at(40), Items: items})); len(got) != 0 {
+		t.Errorf("the end both files show, of the life both hold: violations %v; merged %+v", got, m)
+	}
+	// Without the stale update the secondary holds the newer life, and
+	// the primary's end of its stale copy is no news.
+	sec = []Generation{gen("s0", nil, blk(act(ip1, m1, 26), 6, 7), blk(act(ip1, m1, 45), 25, 25))}
+	m = MergePair([][]Generation{prim, sec}, func(f, g int, ip string) bool { return true })
+	if got, want := rules(Check(Input{Generations: m, End: at(40), Items: items})), []string{"false " + ip1, "final " + ip1}; !cmp.Equal(got, want) {
+		t.Errorf("the stale end of a life the partner renewed: violations %v, want %v", got, want)
+	}
+}
+
 // Found in a pair run (make chaos PAIR=1 SEED=95), twice: a peer's file
 // shows the offered state of a lease (free, starting now, its end the
 // two minutes dhcpd gives an offer: server/dhcp.c dhcpdiscover), then
