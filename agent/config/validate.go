@@ -216,18 +216,23 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 	if err != nil {
 		bad("region.url", err)
 	}
-	seen := map[string]bool{r.URL: true}
+	seen := map[string]bool{}
+	if u != nil {
+		seen[endpointKey(u)] = true
+	}
 	for _, o := range r.OtherURLs {
 		ou, err := RegionURL(o)
 		switch {
 		case err != nil:
 			bad("region.other_urls", err)
-		case seen[o]:
+		case seen[endpointKey(ou)]:
 			badf("region.other_urls", "%q is named twice (region.url and region.other_urls together list each controller once)", o)
 		case u != nil && ou.Scheme != u.Scheme:
 			badf("region.other_urls", "%q: every controller's URL has region.url's scheme (%s)", o, u.Scheme)
 		}
-		seen[o] = true
+		if err == nil {
+			seen[endpointKey(ou)] = true
+		}
 	}
 	if u == nil || u.Scheme != "https" {
 		return
@@ -264,6 +269,16 @@ func RegionURL(raw string) (*url.URL, error) {
 		return u, fmt.Errorf("%q: scheme must be https", raw)
 	}
 	return u, nil
+}
+
+// endpointKey is u as one endpoint, however written: the host's case
+// and a default port left out or written make no other controller.
+func endpointKey(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	}
+	return u.Scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port) + u.EscapedPath()
 }
 
 // validServerName accepts a DNS name or an IP address: what a TLS server
