@@ -14,6 +14,7 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -347,6 +348,14 @@ func newLink(cfg Config) (*link, error) {
 }
 
 func (d *Deliverer) setLink(l *link) {
+	if old := d.link.Load(); old != nil && len(old.controllers) > 1 {
+		// A reload keeps to the controller in use, if it is still named:
+		// region.url's may be the one that is down.
+		inUse := old.controller().raw
+		if i := slices.IndexFunc(l.controllers, func(c controller) bool { return c.raw == inUse }); i >= 0 {
+			l.use(i)
+		}
+	}
 	if old := d.link.Swap(l); old != nil {
 		old.hc.CloseIdleConnections()
 	}

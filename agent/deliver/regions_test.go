@@ -130,3 +130,36 @@ func TestMisconfiguredControllerPassedOn(t *testing.T) {
 	got, _ := received(t, s2.Batches())
 	checkOrder(t, items(evs), got)
 }
+
+// TestReloadKeepsController: a reload keeps to the controller in use
+// while the new settings still name it, rather than going back to
+// region.url's, which may be the one that is down.
+func TestReloadKeepsController(t *testing.T) {
+	t.Parallel()
+	s1, f := stub(t, regionstub.Options{})
+	s2 := secondController(t, s1)
+	s1.Close()
+	q := newMemQueue()
+	cfg := fastConfig(s1, f)
+	cfg.OtherURLs = []string{s2.URL()}
+	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
+	h := newDeliverer(t, cfg, q)
+	h.d.probeEvery = 20 * time.Millisecond
+	q.Append(events(5, 10)...)
+	run(t, h.d)
+	waitFor(t, 10*time.Second, "delivery to the second controller", func() bool { return q.Depth() == 0 })
+	if err := h.d.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.d.Controller(); got != s2.URL() {
+		t.Errorf("after a reload the controller in use is %q, want the second still, %q", got, s2.URL())
+	}
+	// Settings that no longer name it start from region.url.
+	cfg.OtherURLs = []string{"https://127.0.0.1:9/MAAS/a/v3internal/leases"}
+	if err := h.d.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.d.Controller(); got != s1.URL() {
+		t.Errorf("after a reload without it the controller in use is %q, want region.url's, %q", got, s1.URL())
+	}
+}
