@@ -271,18 +271,21 @@ type State struct {
 	// from it until a read succeeds: Due returns nothing and keeps what is
 	// pending. Hook events are not affected. Set by the caller.
 	Unknown bool `json:"-"`
-	// Unwritten: in a pair, rule 3 waits for dhcpd to write the file
-	// again (FileWritten): the caller sets it as a restarted agent
-	// resumes. What the file shows then is the last dhcpd's, which may be
-	// dead — its rack down with this agent's, the agent back first — and
-	// the partner has spoken for the pair meanwhile: the pair's state
-	// persisted (a survivor's) and the ends that passed while the rack was
-	// down say nothing of the leases the partner renewed (make chaos
-	// PAIR=1 VLANS=2 seed 113: four expiries the files never showed). A
-	// dhcpd that runs writes its own expirations (pool_timer), so rule 3
-	// is a pair's fallback for a file no one writes. Not outside a pair.
-	Unwritten     bool `json:"-"`
-	heldUnwritten int  // what Due passed by for it (TakeHeldUnwritten)
+	// UnwrittenUntil (Unix seconds, 0: not set): in a pair, rule 3
+	// waits for dhcpd to write the file again (FileWritten), or until
+	// then: the caller sets it as a restarted agent resumes, a bound
+	// ahead (UnwrittenWait). What the file shows then is the last
+	// dhcpd's, which may be dead — its rack down with this agent's, the
+	// agent back first — and the partner has spoken for the pair
+	// meanwhile: the pair's state persisted (a survivor's) and the ends
+	// that passed while the rack was down say nothing of the leases the
+	// partner renewed (make chaos PAIR=1 VLANS=2 seed 113: four expiries
+	// the files never showed). A dhcpd that runs writes its own
+	// expirations (pool_timer), so rule 3 is a pair's fallback for a file
+	// no one writes; the bound keeps it for a dhcpd that stays dead. Not
+	// outside a pair.
+	UnwrittenUntil int64 `json:"-"`
+	heldUnwritten  int   // what Due passed by for it (TakeHeldUnwritten)
 	// shownEnd is, in a pair, when the file showed an end it recorded
 	// (Told) dated ahead of that moment (Unix seconds; endShownBefore).
 	// Kept in memory only: after a restart such an end counts as shown
@@ -307,8 +310,9 @@ type State struct {
 	toldIndexed bool
 	// orphans are the Orphan pendings Due reached, for TakeOrphans.
 	orphans []Orphan
-	// lapsed counts the standby expiries Due dropped, for TakeLapsed.
-	lapsed int
+	// lapsed counts the standby expiries Due dropped, by failover peer,
+	// for TakeLapsed.
+	lapsed map[string]int
 	// aheadSent are the Ahead ends Due or TakeEndedBefore handed out,
 	// for TakeAheadSent.
 	aheadSent []event.Event
@@ -1694,6 +1698,9 @@ func (s *State) Due(now int64) []event.Event {
 	// complement mode: dhcpd's on expiry, when it comes, tells the
 	// region through the other program, and an expiry of ours could
 	// reach the region after news that followed it.
+	if s.UnwrittenUntil != 0 && now >= s.UnwrittenUntil {
+		s.FileWritten() // no write in time: dhcpd may stay dead
+	}
 	s.index()
 	for s.someTellFromFile() && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
 		e := s.ends.pop()
@@ -1704,7 +1711,7 @@ func (s *State) Due(now int64) []event.Event {
 		if !s.tellsFromFile(e.ip) {
 			continue // its pair's partner tells it (a takeover rebuilds the heap: takeStandby)
 		}
-		if s.Unwritten && s.pairOf(e.ip).InPair() {
+		if s.UnwrittenUntil != 0 && s.pairOf(e.ip).InPair() {
 			s.heldUnwritten++
 			continue // dhcpd may be dead (FileWritten rebuilds the heap)
 		}
@@ -1747,7 +1754,10 @@ func (s *State) Due(now int64) []event.Event {
 		i := 0
 		for ; i < len(q) && q[i].Due <= now; i++ {
 			if q[i].Standby {
-				s.lapsed++ // the primary's to send: it had the time
+				if s.lapsed == nil {
+					s.lapsed = map[string]int{}
+				}
+				s.lapsed[s.pairOf(ip).Peer]++ // the primary's to send: it had the time
 				continue
 			}
 			if q[i].Carried {
@@ -1827,10 +1837,11 @@ func (s *State) TakeOrphans() []Orphan {
 }
 
 // TakeLapsed returns how many expiries held in standby (Pending.Standby)
-// Due dropped since the last call: the primary had its time to send them.
-func (s *State) TakeLapsed() int {
+// Due dropped since the last call, by the failover peer whose primary had
+// its time to send them; nil for none.
+func (s *State) TakeLapsed() map[string]int {
 	n := s.lapsed
-	s.lapsed = 0
+	s.lapsed = nil
 	return n
 }
 
@@ -1913,10 +1924,13 @@ func (s *State) NextDue() (int64, bool) {
 			next, found = q[0].Due, true
 		}
 	}
+	if s.UnwrittenUntil != 0 && (!found || s.UnwrittenUntil < next) {
+		next, found = s.UnwrittenUntil, true // the wait's bound rebuilds the heap (Due)
+	}
 	s.index()
 	for s.someTellFromFile() && len(s.ends) > 0 {
 		e := s.ends[0]
-		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) || s.Unwritten && s.pairOf(e.ip).InPair() {
+		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) || s.UnwrittenUntil != 0 && s.pairOf(e.ip).InPair() {
 			s.ends.pop() // stale, or not this side's to tell now (see Due)
 			continue
 		}

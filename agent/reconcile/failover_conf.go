@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
@@ -91,8 +93,16 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 		p = *r.st.pairNamed(fo.ChangedPeers[0])
 	}
 	if fo.Dropped > 0 {
-		r.log.Info().Str("peer", p.Peer).Str("role", p.Role).Str("my_state", p.MyState).Str("partner_state", p.PartnerState).
-			Int("dropped", fo.Dropped).
+		// The pairs whose partner spoke (dropPairWaits), not the one
+		// that changed last.
+		var e *zerolog.Event
+		if len(fo.SpokePeers) == 1 {
+			d := *r.st.pairNamed(fo.SpokePeers[0])
+			e = r.log.Info().Str("peer", d.Peer).Str("role", d.Role).Str("my_state", d.MyState).Str("partner_state", d.PartnerState)
+		} else {
+			e = r.log.Info().Strs("peers", fo.SpokePeers)
+		}
+		e.Int("dropped", fo.Dropped).
 			Msg("failover: the partner spoke for the pair while this side was down (partner-down): the expiries of leases this restart dropped were its to send; dropped here")
 	}
 	if !fo.Changed {

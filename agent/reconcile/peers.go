@@ -263,12 +263,19 @@ func peerSetEqual(a, b *peerSet) bool {
 	return slices.Equal(a.Others, b.Others) && slices.Equal(a.Subnets, b.Subnets) && slices.Equal(a.Retired, b.Retired)
 }
 
-// FileWritten ends Unwritten: dhcpd wrote the file since the agent
-// started. Rule 3's heap, which passed the pair's addresses by, is
-// rebuilt.
+// UnwrittenWait bounds UnwrittenUntil: how long after the agent's start
+// rule 3 waits, in a pair, for dhcpd to write the file. A rack comes back
+// with its agent first and its dhcpd seconds later (pairSettle); a dhcpd
+// still silent after this is taken for one that stays down, and the
+// leases its file shows end as their ends pass.
+const UnwrittenWait = 120
+
+// FileWritten ends UnwrittenUntil: dhcpd wrote the file since the agent
+// started (or the bound passed). Rule 3's heap, which passed the pair's
+// addresses by, is rebuilt.
 func (s *State) FileWritten() {
-	if s.Unwritten {
-		s.Unwritten, s.indexed = false, false
+	if s.UnwrittenUntil != 0 {
+		s.UnwrittenUntil, s.indexed = 0, false
 	}
 }
 
@@ -278,7 +285,7 @@ func (s *State) RulesChanged() { s.indexed = false }
 
 // TakeHeldUnwritten is how many of the pair's leases whose end passed
 // Due has passed by since the last call, dhcpd not having written the
-// file since the agent's start (Unwritten).
+// file since the agent's start (UnwrittenUntil).
 func (s *State) TakeHeldUnwritten() int {
 	n := s.heldUnwritten
 	s.heldUnwritten = 0

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -256,33 +257,58 @@ func TestHAOffDroppedLease(t *testing.T) {
 // chaos PAIR=1 VLANS=2 seed 113): what the file shows is the dead
 // dhcpd's, and rule 3 waits until dhcpd writes it again (FileWritten);
 // the lone VLAN's leases are not held. Then a lease of the pair's whose
-// end passed meanwhile is ended as before.
+// end passed meanwhile is ended as before. A dhcpd that does not write
+// within the bound (UnwrittenUntil) is taken for one that stays down:
+// rule 3 goes on without the write.
 func TestUnwrittenSurvivor(t *testing.T) {
 	const a1, c1 = "203.0.113.10", "198.18.0.10"
-	s := NewState(grace)
-	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "secondary", "203.0.113")+vlanAlone("198.18.0")))
-	runSteps(t, s, []step{{at: 0, snapshot: fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted") +
-		block(a1, "active", macA, t0-100, t0+500) + block(c1, "active", macB, t0-100, t0+500)}})
-	s.Unwritten = true // the agent restarts (Reconciler.Run)
-	show := func(at int64) (got []string) {
-		for _, ev := range s.Due(t0 + at) {
-			got = append(got, fmt.Sprintf("%s %s %s", ev.Action, ev.IP, ev.Reason))
-			s.Hook(ev)
-		}
-		return got
-	}
-	if next, ok := s.NextDue(); !ok || next != t0+500+grace {
-		t.Errorf("NextDue = %d, %t; want the lone VLAN's lease's end + grace", next-t0, ok)
-	}
-	if diff := cmp.Diff([]string{"expiry " + c1 + " ends-passed"}, show(500+grace)); diff != "" {
-		t.Errorf("before dhcpd writes (-want +got):\n%s", diff)
-	}
-	if got := show(600); got != nil {
-		t.Errorf("the survivor's lease ended before dhcpd wrote the file: %v", got)
-	}
-	s.FileWritten()
-	if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(601)); diff != "" {
-		t.Errorf("once dhcpd writes (-want +got):\n%s", diff)
+	for _, tc := range []struct {
+		name  string
+		until int64 // UnwrittenUntil, from t0
+		write bool  // dhcpd writes at 601
+	}{
+		{"dhcpd writes", 1000, true},
+		{"dhcpd stays silent", 700, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "secondary", "203.0.113")+vlanAlone("198.18.0")))
+			runSteps(t, s, []step{{at: 0, snapshot: fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted") +
+				block(a1, "active", macA, t0-100, t0+500) + block(c1, "active", macB, t0-100, t0+500)}})
+			s.UnwrittenUntil = t0 + tc.until // the agent restarts (Reconciler.Run)
+			show := func(at int64) (got []string) {
+				for _, ev := range s.Due(t0 + at) {
+					got = append(got, fmt.Sprintf("%s %s %s", ev.Action, ev.IP, ev.Reason))
+					s.Hook(ev)
+				}
+				return got
+			}
+			if next, ok := s.NextDue(); !ok || next != t0+500+grace {
+				t.Errorf("NextDue = %d, %t; want the lone VLAN's lease's end + grace", next-t0, ok)
+			}
+			if diff := cmp.Diff([]string{"expiry " + c1 + " ends-passed"}, show(500+grace)); diff != "" {
+				t.Errorf("before dhcpd writes (-want +got):\n%s", diff)
+			}
+			if got := show(600); got != nil {
+				t.Errorf("the survivor's lease ended before dhcpd wrote the file: %v", got)
+			}
+			if tc.write {
+				s.FileWritten()
+				if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(601)); diff != "" {
+					t.Errorf("once dhcpd writes (-want +got):\n%s", diff)
+				}
+				return
+			}
+			if next, ok := s.NextDue(); !ok || next != t0+tc.until {
+				t.Errorf("NextDue = %d, %t; want the bound, %d", next-t0, ok, tc.until)
+			}
+			if got := show(tc.until - 1); got != nil {
+				t.Errorf("the survivor's lease ended before the bound: %v", got)
+			}
+			if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(tc.until)); diff != "" {
+				t.Errorf("at the bound (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -311,5 +337,25 @@ func TestHAOffKeptSubnet(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, got); diff != "" {
 		t.Errorf("rule 3 (-want +got):\n%s", diff)
+	}
+}
+
+// TestLapsedByPeer: the standby expiries that lapse (the primary had its
+// time to send them) are counted by the peer whose primary that is, so
+// the log names the right pair.
+func TestLapsedByPeer(t *testing.T) {
+	const a1, b1, b2 = "203.0.113.10", "198.51.100.10", "198.51.100.11"
+	conf := vlanPeer("failover-vlan-5001", "secondary", "203.0.113") + vlanPeer("failover-vlan-5003", "secondary", "198.51.100")
+	normal := fostateOf("failover-vlan-5001", "normal", "normal") + fostateOf("failover-vlan-5003", "normal", "normal")
+	base := normal + block(a1, "active", macA, t0-100, t0+500) + block(b1, "active", macA, t0-100, t0+500) +
+		block(b2, "active", macB, t0-100, t0+500)
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, conf))
+	runSteps(t, s, []step{{at: 0, snapshot: base}, {at: 10, snapshot: normal}, {at: 500 + grace}})
+	if got, want := s.TakeLapsed(), map[string]int{"failover-vlan-5001": 1, "failover-vlan-5003": 2}; !maps.Equal(got, want) {
+		t.Errorf("lapsed %v, want %v", got, want)
+	}
+	if got := s.TakeLapsed(); got != nil {
+		t.Errorf("taken twice: %v", got)
 	}
 }
