@@ -292,7 +292,8 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 	for i := range o.Clients {
 		c := r.lab.AddClient(fmt.Sprintf("c%d", i+1), lab.WithHostname(fmt.Sprintf("chaos-%d", i+1)))
 		wg.Add(1)
-		go func() { defer wg.Done(); defer r.guard(); r.dhclientLoop(wctx, c) }()
+		d := r.draws(streamClients + uint64(i))
+		go func() { defer wg.Done(); defer r.guard(); r.dhclientLoop(wctx, c, d) }()
 	}
 	perf := r.lab.AddClient("perf")
 	if _, err := r.lab.Exec(ctx, perf.NS, "ip", "addr", "add", pairPerfAddr, "dev", perf.Iface); err != nil {
@@ -444,15 +445,17 @@ func (p *pair) faultLoop(ctx context.Context) {
 	defer wg.Wait()
 	faults := p.opts.Faults
 	sleep(ctx, 5*time.Second)
+	fd := p.draws(streamFaults)
 	for ctx.Err() == nil {
-		kind := faults[p.intn(len(faults))]
+		kind := faults[fd.intn(len(faults))]
+		d := fd.fault()
 		wg.Add(1)
-		go func() { defer wg.Done(); defer p.guard(); p.inject(ctx, kind) }()
-		sleep(ctx, p.between(2*time.Second, 8*time.Second))
+		go func() { defer wg.Done(); defer p.guard(); p.inject(ctx, kind, d) }()
+		sleep(ctx, fd.between(2*time.Second, 8*time.Second))
 	}
 }
 
-func (p *pair) inject(ctx context.Context, kind string) {
+func (p *pair) inject(ctx context.Context, kind string, d draws) {
 	nss := p.nss
 	switch kind {
 	case FPrimaryDown, FSecondaryDown:
@@ -467,13 +470,13 @@ func (p *pair) inject(ctx context.Context, kind string) {
 		p.fault(kind)
 		k.afmu.Lock()
 		sig := syscall.SIGKILL
-		if p.intn(2) == 0 {
+		if d.intn(2) == 0 {
 			sig = syscall.SIGTERM
 		}
 		k.stopAgent(sig)
 		p.pmu.Lock()
 		k.died()
-		if p.intn(2) == 0 {
+		if d.intn(2) == 0 {
 			if pid := k.d.Pid(); pid > 0 {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
@@ -485,7 +488,7 @@ func (p *pair) inject(ctx context.Context, kind string) {
 		k.down = true
 		p.pmu.Unlock()
 		k.afmu.Unlock()
-		sleep(ctx, p.between(5*time.Second, 30*time.Second))
+		sleep(ctx, d.between(5*time.Second, 30*time.Second))
 		// Back as a rack comes back: the agent first (systemd starts it
 		// before dhcpd), then dhcpd on the range MAAS configures now.
 		k.afmu.Lock()
@@ -502,7 +505,7 @@ func (p *pair) inject(ctx context.Context, kind string) {
 		p.pmu.Lock()
 		defer p.pmu.Unlock()
 		p.fault(kind)
-		p.rg = ranges[p.intn(len(ranges))]
+		p.rg = ranges[d.intn(len(ranges))]
 		down := ""
 		for _, k := range p.racks {
 			if k.down {
@@ -516,7 +519,7 @@ func (p *pair) inject(ctx context.Context, kind string) {
 	case FPeerRestart:
 		p.pmu.Lock()
 		defer p.pmu.Unlock()
-		k := p.racks[p.intn(2)]
+		k := p.racks[d.intn(2)]
 		if k.down {
 			return
 		}
@@ -526,7 +529,7 @@ func (p *pair) inject(ctx context.Context, kind string) {
 			p.tb.Fatalf("%s dhcpd: %v", pairRole[k.i], err)
 		}
 	case FAgentKill, FAgentTerm:
-		k := p.racks[p.intn(2)]
+		k := p.racks[d.intn(2)]
 		k.afmu.Lock()
 		defer k.afmu.Unlock()
 		p.pmu.Lock()
@@ -542,10 +545,10 @@ func (p *pair) inject(ctx context.Context, kind string) {
 		p.fault(kind)
 		p.say("  %s agent", pairRole[k.i])
 		k.stopAgent(sig)
-		sleep(ctx, p.between(0, 5*time.Second))
+		sleep(ctx, d.between(0, 5*time.Second))
 		k.startAgent()
 	default: // the region's faults
-		p.run.inject(ctx, kind)
+		p.run.inject(ctx, kind, d)
 	}
 }
 

@@ -91,8 +91,6 @@ var ranges = [][2]int{{100, 199}, {100, 149}, {130, 229}, {150, 199}}
 type run struct {
 	opts Options
 	tb   *lab.ProgramTB
-	rng  *rand.Rand
-	rmu  sync.Mutex
 	t0   time.Time
 
 	lab *lab.Lab
@@ -256,7 +254,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		}
 	}
 	tb := &lab.ProgramTB{Prog: "chaos", TempRoot: o.Dir}
-	r := &run{opts: o, tb: tb, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed)), faults: map[string]int{}, t0: time.Now()}
+	r := &run{opts: o, tb: tb, faults: map[string]int{}, t0: time.Now()}
 	defer tb.RunCleanups()
 	defer func() {
 		if p := recover(); p != nil {
@@ -283,16 +281,36 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	return res, err
 }
 
-func (r *run) intn(n int) int {
-	r.rmu.Lock()
-	defer r.rmu.Unlock()
-	return r.rng.IntN(n)
+// draws is one goroutine's own stream of random numbers, from the seed
+// and a stream number: the fault loop, each client's loop and perfdhcp's
+// each draw from their own, and each fault injected from a stream the
+// fault loop drew for it. One stream shared by goroutines would hand out
+// its numbers in the order the goroutines happened to ask, so a seed
+// would not give the same faults twice; this way a seed gives the same
+// schedule of faults, their kinds, times and choices (whether one applies
+// still depends on the run: a rack already down stays down).
+type draws struct{ rng *rand.Rand }
+
+// Stream numbers: each client's loop is streamClients plus its index.
+const (
+	streamFaults uint64 = iota + 1
+	streamPerf
+	streamClients
+)
+
+func (r *run) draws(stream uint64) draws {
+	return draws{rand.New(rand.NewPCG(r.opts.Seed, r.opts.Seed^0x5eed^stream<<32))}
 }
 
+func (d draws) intn(n int) int { return d.rng.IntN(n) }
+
 // between is a random duration in [lo, hi).
-func (r *run) between(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(r.intn(int((hi-lo)/time.Millisecond)))*time.Millisecond
+func (d draws) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(d.intn(int((hi-lo)/time.Millisecond)))*time.Millisecond
 }
+
+// fault is a stream for one fault, drawn from this (the fault loop's).
+func (d draws) fault() draws { return draws{rand.New(rand.NewPCG(d.rng.Uint64(), d.rng.Uint64()))} }
 
 func (r *run) say(format string, args ...any) {
 	line := fmt.Sprintf("%7.1fs ", time.Since(r.t0).Seconds()) + fmt.Sprintf(format, args...)
@@ -363,7 +381,8 @@ func (r *run) run(ctx context.Context) (oracle.Report, error) {
 	for i := range o.Clients {
 		c := r.lab.AddClient(fmt.Sprintf("c%d", i+1), lab.WithHostname(fmt.Sprintf("chaos-%d", i+1)))
 		wg.Add(1)
-		go func() { defer wg.Done(); defer r.guard(); r.dhclientLoop(wctx, c) }()
+		d := r.draws(streamClients + uint64(i))
+		go func() { defer wg.Done(); defer r.guard(); r.dhclientLoop(wctx, c, d) }()
 	}
 	perf := r.lab.AddClient("perf")
 	if _, err := r.lab.Exec(ctx, perf.NS, "ip", "addr", "add", "203.0.113.2/24", "dev", perf.Iface); err != nil {
@@ -753,7 +772,7 @@ func tailFile(path string, n int) string {
 
 // dhclientLoop: lease (dhclient keeps renewing), hold, then release or
 // vanish, pause, again.
-func (r *run) dhclientLoop(ctx context.Context, c *lab.Client) {
+func (r *run) dhclientLoop(ctx context.Context, c *lab.Client, d draws) {
 	for ctx.Err() == nil {
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ip, err := c.Dhclient(lctx)
@@ -766,8 +785,8 @@ func (r *run) dhclientLoop(ctx context.Context, c *lab.Client) {
 			continue
 		}
 		_ = ip
-		sleep(ctx, r.between(3*time.Second, time.Duration(r.opts.Lease)*2*time.Second))
-		if r.intn(2) == 0 {
+		sleep(ctx, d.between(3*time.Second, time.Duration(r.opts.Lease)*2*time.Second))
+		if d.intn(2) == 0 {
 			rctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			if err := c.Release(rctx); err != nil {
 				r.say("client %s: release: %v", c.Name, firstLine(err.Error()))
@@ -777,7 +796,7 @@ func (r *run) dhclientLoop(ctx context.Context, c *lab.Client) {
 		} else {
 			_ = c.Kill()
 		}
-		sleep(ctx, r.between(time.Second, time.Duration(r.opts.Lease)*time.Second))
+		sleep(ctx, d.between(time.Second, time.Duration(r.opts.Lease)*time.Second))
 	}
 	_ = c.Kill()
 }
@@ -785,13 +804,14 @@ func (r *run) dhclientLoop(ctx context.Context, c *lab.Client) {
 // perfLoop runs perfdhcp (as a relay from 203.0.113.2) in bursts: new
 // leases, renewals and releases from a pool of 60 MACs.
 func (r *run) perfLoop(ctx context.Context, c *lab.Client) {
+	d := r.draws(streamPerf)
 	bin, err := lab.LookBin("perfdhcp")
 	if err != nil {
 		r.say("perfdhcp: %v", err)
 		return
 	}
 	for i := 0; ctx.Err() == nil; i++ {
-		secs := 5 + r.intn(10)
+		secs := 5 + d.intn(10)
 		out := filepath.Join(r.opts.Dir, "perfdhcp.log")
 		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -803,7 +823,7 @@ func (r *run) perfLoop(ctx context.Context, c *lab.Client) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		_ = cmd.Run()
 		f.Close()
-		sleep(ctx, r.between(time.Second, 10*time.Second))
+		sleep(ctx, d.between(time.Second, 10*time.Second))
 	}
 }
 
@@ -825,11 +845,13 @@ func (r *run) faultLoop(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sleep(ctx, 5*time.Second)
+	fd := r.draws(streamFaults)
 	for ctx.Err() == nil {
-		kind := r.opts.Faults[r.intn(len(r.opts.Faults))]
+		kind := r.opts.Faults[fd.intn(len(r.opts.Faults))]
+		d := fd.fault()
 		wg.Add(1)
-		go func() { defer wg.Done(); defer r.guard(); r.inject(ctx, kind) }()
-		sleep(ctx, r.between(2*time.Second, 8*time.Second))
+		go func() { defer wg.Done(); defer r.guard(); r.inject(ctx, kind, d) }()
+		sleep(ctx, fd.between(2*time.Second, 8*time.Second))
 	}
 }
 
@@ -837,7 +859,7 @@ func (r *run) faultLoop(ctx context.Context) {
 // runs would end the first one's window early).
 var busyMu, skewMu, dirMu sync.Mutex
 
-func (r *run) inject(ctx context.Context, kind string) {
+func (r *run) inject(ctx context.Context, kind string, d draws) {
 	switch kind {
 	case FDhcpdRestart, FDhcpdRange, FDhcpdKill, FDhcpdRewrite:
 		r.dmu.Lock()
@@ -848,7 +870,7 @@ func (r *run) inject(ctx context.Context, kind string) {
 		var err error
 		switch kind {
 		case FDhcpdRewrite:
-			after := r.between(2*time.Second, 15*time.Second)
+			after := d.between(2*time.Second, 15*time.Second)
 			r.say("  dhcpd restarts, its hourly rewrite due in %.1f s", after.Seconds())
 			if err = r.stopDhcpd(); err == nil {
 				if err = r.d.RestartRewritingAfter(after); err == nil {
@@ -860,7 +882,7 @@ func (r *run) inject(ctx context.Context, kind string) {
 				err = r.d.Restart("")
 			}
 		case FDhcpdRange:
-			rg := ranges[r.intn(len(ranges))]
+			rg := ranges[d.intn(len(ranges))]
 			r.say("  dhcpd range now 203.0.113.%d-%d", rg[0], rg[1])
 			if err = r.stopDhcpd(); err == nil {
 				err = r.d.Restart(r.conf(rg))
@@ -870,7 +892,7 @@ func (r *run) inject(ctx context.Context, kind string) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				r.died()
 			}
-			time.Sleep(r.between(0, 3*time.Second))
+			time.Sleep(d.between(0, 3*time.Second))
 			// Restart first reports the death it finds, then starts.
 			if err = r.d.Restart(""); err != nil && r.d.Pid() == 0 {
 				err = r.d.Restart("")
@@ -890,29 +912,29 @@ func (r *run) inject(ctx context.Context, kind string) {
 		}
 		r.fault(kind)
 		r.stopAgent(sig)
-		sleep(ctx, r.between(0, 5*time.Second))
+		sleep(ctx, d.between(0, 5*time.Second))
 		r.startAgent()
 	case FRegionDown:
 		r.fault(kind)
-		d := r.between(3*time.Second, 20*time.Second)
-		v := r.intn(4)
+		dur := d.between(3*time.Second, 20*time.Second)
+		v := d.intn(4)
 		switch v {
 		case 0:
-			r.stub.CloseFor(d)
+			r.stub.CloseFor(dur)
 		case 1:
-			r.stub.Unavailable(d, "1")
+			r.stub.Unavailable(dur, "1")
 		case 2:
 			// The API server stopped behind nginx: connections closed
 			// before the request.
-			r.front.DownFor(d)
+			r.front.DownFor(dur)
 		default:
 			// A date on the region's clock, which region-clock-skew moves.
-			r.stub.FailFor(d, regionstub.Fault{Status: 503, RetryAt: 2 * time.Second})
+			r.stub.FailFor(dur, regionstub.Fault{Status: 503, RetryAt: 2 * time.Second})
 		}
-		r.say("region down for %s: %s", d.Round(time.Millisecond), [...]string{"connections reset", "503, Retry-After 1", "API server stopped behind nginx", "503, Retry-After a date"}[v])
+		r.say("region down for %s: %s", dur.Round(time.Millisecond), [...]string{"connections reset", "503, Retry-After 1", "API server stopped behind nginx", "503, Retry-After a date"}[v])
 	case FRegion500:
 		r.fault(kind)
-		r.stub.FailFor(r.between(3*time.Second, 15*time.Second), regionstub.Fault{Status: 500})
+		r.stub.FailFor(d.between(3*time.Second, 15*time.Second), regionstub.Fault{Status: 500})
 	case FRegionSlow:
 		if !busyMu.TryLock() {
 			return
@@ -920,8 +942,8 @@ func (r *run) inject(ctx context.Context, kind string) {
 		defer busyMu.Unlock()
 		r.fault(kind)
 		// Slower than the agent's region.timeout (3 s).
-		r.stub.SetDelay(r.between(4*time.Second, 10*time.Second))
-		sleep(ctx, r.between(10*time.Second, 20*time.Second))
+		r.stub.SetDelay(d.between(4*time.Second, 10*time.Second))
+		sleep(ctx, d.between(10*time.Second, 20*time.Second))
 		r.stub.SetDelay(0)
 	case FRegionSkew:
 		if !skewMu.TryLock() {
@@ -929,13 +951,13 @@ func (r *run) inject(ctx context.Context, kind string) {
 		}
 		defer skewMu.Unlock()
 		r.fault(kind)
-		skew := r.between(time.Minute, 30*time.Minute)
-		if r.intn(2) == 0 {
+		skew := d.between(time.Minute, 30*time.Minute)
+		if d.intn(2) == 0 {
 			skew = -skew
 		}
 		r.say("  region clock %+.1f min", skew.Minutes())
 		r.stub.SetSkew(skew)
-		sleep(ctx, r.between(10*time.Second, 30*time.Second))
+		sleep(ctx, d.between(10*time.Second, 30*time.Second))
 		r.stub.SetSkew(0)
 	case FRegion422:
 		// One item refused by the schema: the IP of the latest item taken.
@@ -947,14 +969,14 @@ func (r *run) inject(ctx context.Context, kind string) {
 		r.fault(kind)
 		r.say("  poisoned %s", ip)
 		r.stub.Poison(ip, 422)
-		sleep(ctx, r.between(2*time.Second, 8*time.Second))
+		sleep(ctx, d.between(2*time.Second, 8*time.Second))
 		r.stub.Unpoison(ip)
 	case FHooksFail:
 		if err := os.Rename(r.sock, r.sockAway); err != nil {
 			return // already away
 		}
 		r.fault(kind)
-		sleep(ctx, r.between(3*time.Second, 15*time.Second))
+		sleep(ctx, d.between(3*time.Second, 15*time.Second))
 		_ = os.Rename(r.sockAway, r.sock)
 	case FLeasesDir:
 		// dhcpd (root) goes on writing; the agent (not root) can
@@ -967,7 +989,7 @@ func (r *run) inject(ctx context.Context, kind string) {
 		if err := os.Chmod(r.leasesDir, 0o700); err != nil {
 			r.tb.Fatalf("%v", err)
 		}
-		sleep(ctx, r.between(2*time.Second, 10*time.Second))
+		sleep(ctx, d.between(2*time.Second, 10*time.Second))
 		if err := os.Chmod(r.leasesDir, 0o755); err != nil {
 			r.tb.Fatalf("%v", err)
 		}
@@ -985,7 +1007,7 @@ func (r *run) inject(ctx context.Context, kind string) {
 			}
 		}
 		f.Close()
-		sleep(ctx, r.between(3*time.Second, 15*time.Second))
+		sleep(ctx, d.between(3*time.Second, 15*time.Second))
 		_ = os.Remove(filler)
 	}
 }
