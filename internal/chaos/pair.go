@@ -104,7 +104,8 @@ func (p *pair) channel() error {
 // rackCN is rack i's agent certificate's CN: each rack its own, as MAAS
 // gives each rack its own agent certificate, so that the region's records
 // name the rack that sent each request (Item.From).
-func rackCN(i int) string { return fmt.Sprintf("0a9e0000-1eae-4eee-8000-%012d", i+1) }
+// (Not regionstub.ClientCN, the stub's own client certificate's.)
+func rackCN(i int) string { return fmt.Sprintf("0a9e0000-1eae-4eee-8000-%012d", 11+i) }
 
 // rackOf names the rack whose agent certificate has CN cn, "" for none.
 func rackOf(cn string) string {

@@ -123,7 +123,7 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 			}
 		}
 		told[e.f][k] = true
-		if echo {
+		if echo && !endOfOverwritten(cur, b, held) {
 			// The partner's copy of a block the pair already showed.
 			// An offer this file wrote before its copy of a commit is
 			// older than the commit in the file's own order, however
@@ -149,6 +149,18 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		cur[b.IP] = b
 	}
 	return out
+}
+
+// endOfOverwritten reports whether b, a copy of an end the other file
+// showed first, is the pair's end after all: it ends an older life of
+// the client whose newer life the pair holds (cur), and no other file
+// holds that newer life now (held false). The other file's end was
+// skipped while this file still held the newer life; a stale update has
+// overwritten it here since, and this end is the moment both dhcpds
+// freed the address, however the two captures interleaved.
+func endOfOverwritten(cur map[string]Block, b Block, held bool) bool {
+	c, ok := cur[b.IP]
+	return ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts && !held
 }
 
 // heldElsewhere reports whether a file other than f holds c, the pair's

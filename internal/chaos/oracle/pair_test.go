@@ -169,6 +169,18 @@ func TestMergePairOverwrittenByStaleUpdate(t *testing.T) {
 	if got := rules(Check(Input{Generations: m, End: at(40), Items: items})); len(got) != 0 {
 		t.Errorf("the end both files show, of the life both hold: violations %v; merged %+v", got, m)
 	}
+	// The same, the captures read the secondary's overwrite and its end
+	// after the primary's end: the end is the pair's all the same (a
+	// cold review: the primary's end, skipped while the secondary held
+	// the newer life, made the secondary's a copy, and both were lost).
+	secLate := []Generation{gen("s0", nil, blk(act(ip1, m1, 26), 6, 7), blk(act(ip1, m1, 45), 25, 25),
+		blk(act(ip1, m1, 26), 6, 27), blk(free(ip1, m1, 26), 6, 28))}
+	m = MergePair([][]Generation{prim, secLate}, func(f, g int, ip string) bool { return true })
+	items = []Item{timed(6, "commit", 6), timed(25, "commit", 25), timed(28, "expiry", 28)}
+	if got := rules(Check(Input{Generations: m, End: at(40), Items: items})); len(got) != 0 {
+		t.Errorf("the end both files show, read in the other order: violations %v; merged %+v", got, m)
+	}
+	items = []Item{timed(6, "commit", 6), timed(25, "commit", 25), timed(26, "expiry", 26)}
 	// Without the stale update the secondary holds the newer life, and
 	// the primary's end of its stale copy is no news.
 	sec = []Generation{gen("s0", nil, blk(act(ip1, m1, 26), 6, 7), blk(act(ip1, m1, 45), 25, 25))}
