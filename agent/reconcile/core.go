@@ -1691,6 +1691,11 @@ func (s *State) indexTold() {
 // back, the IP went to another MAC). It also applies rule 3. The caller
 // queues the events for the region and then calls Hook for each.
 func (s *State) Due(now int64) []event.Event {
+	if s.UnwrittenUntil != 0 && now >= s.UnwrittenUntil {
+		// No write in time: dhcpd may stay dead. (Before Unknown's
+		// return: NextDue names the bound until it is cleared.)
+		s.FileWritten()
+	}
 	if s.Unknown {
 		return nil
 	}
@@ -1698,9 +1703,6 @@ func (s *State) Due(now int64) []event.Event {
 	// complement mode: dhcpd's on expiry, when it comes, tells the
 	// region through the other program, and an expiry of ours could
 	// reach the region after news that followed it.
-	if s.UnwrittenUntil != 0 && now >= s.UnwrittenUntil {
-		s.FileWritten() // no write in time: dhcpd may stay dead
-	}
 	s.index()
 	for s.someTellFromFile() && len(s.ends) > 0 && s.ends[0].ends+s.Grace <= now {
 		e := s.ends.pop()

@@ -108,8 +108,8 @@ type FailoverFold struct {
 	// (partnerSpoke), whatever the states it ends on.
 	Spoke bool
 	// Dropped counts the rule-2 expiries dropped because the partner
-	// spoke for them (dropPairWaits).
-	Dropped int
+	// spoke for them (dropPairWaits), by failover peer; nil for none.
+	Dropped map[string]int
 	// Untold counts the ends no hook has told that taking over scheduled
 	// (tellInterrupted): recorded while communications were interrupted,
 	// or of this side's own leases not yet free (ownExpired).
@@ -128,7 +128,12 @@ type FailoverFold struct {
 // the first.
 func (fo FailoverFold) then(next FailoverFold) FailoverFold {
 	fo.Spoke = fo.Spoke || next.Spoke
-	fo.Dropped += next.Dropped
+	for peer, n := range next.Dropped {
+		if fo.Dropped == nil {
+			fo.Dropped = map[string]int{}
+		}
+		fo.Dropped[peer] += n
+	}
 	fo.Untold += next.Untold
 	fo.TookOver = fo.TookOver || next.TookOver
 	fo.SteppedBack = fo.SteppedBack || next.SteppedBack
@@ -376,18 +381,22 @@ func (p Pair) partnerSpoke() bool {
 // (Pending.PairWait) once the file shows the partner spoke for the pair
 // (spoke, failoverSeen): it expired the same leases when the same shrink
 // reached it.
-func (s *State) dropPairWaits(spoke []string) (dropped int) {
+func (s *State) dropPairWaits(spoke []string) (dropped map[string]int) {
 	if len(spoke) == 0 {
-		return 0
+		return nil
 	}
 	for ip, q := range s.Pending {
-		if p := s.pairOf(ip); !slices.Contains(spoke, p.Peer) || p.Survivor() {
+		pair := s.pairOf(ip)
+		if !slices.Contains(spoke, pair.Peer) || pair.Survivor() {
 			continue
 		}
 		keep := q[:0]
 		for _, p := range q {
 			if (p.PairWait || p.Standby) && p.Event.Reason == ReasonVanished {
-				dropped++
+				if dropped == nil {
+					dropped = map[string]int{}
+				}
+				dropped[pair.Peer]++
 				continue
 			}
 			keep = append(keep, p)

@@ -2,12 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
@@ -92,17 +91,12 @@ func (r *Reconciler) failoverNoted(fo FailoverFold) {
 	if len(fo.ChangedPeers) == 1 {
 		p = *r.st.pairNamed(fo.ChangedPeers[0])
 	}
-	if fo.Dropped > 0 {
-		// The pairs whose partner spoke (dropPairWaits), not the one
+	for _, peer := range slices.Sorted(maps.Keys(fo.Dropped)) {
+		// By the pair whose partner spoke (dropPairWaits), not the one
 		// that changed last.
-		var e *zerolog.Event
-		if len(fo.SpokePeers) == 1 {
-			d := *r.st.pairNamed(fo.SpokePeers[0])
-			e = r.log.Info().Str("peer", d.Peer).Str("role", d.Role).Str("my_state", d.MyState).Str("partner_state", d.PartnerState)
-		} else {
-			e = r.log.Info().Strs("peers", fo.SpokePeers)
-		}
-		e.Int("dropped", fo.Dropped).
+		d := *r.st.pairNamed(peer)
+		r.log.Info().Str("peer", d.Peer).Str("role", d.Role).Str("my_state", d.MyState).Str("partner_state", d.PartnerState).
+			Int("dropped", fo.Dropped[peer]).
 			Msg("failover: the partner spoke for the pair while this side was down (partner-down): the expiries of leases this restart dropped were its to send; dropped here")
 	}
 	if !fo.Changed {

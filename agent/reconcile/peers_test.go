@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
 
@@ -357,5 +358,42 @@ func TestLapsedByPeer(t *testing.T) {
 	}
 	if got := s.TakeLapsed(); got != nil {
 		t.Errorf("taken twice: %v", got)
+	}
+}
+
+// TestUnwrittenBoundWhileUnknown: the bound passes while the file cannot
+// be read (Unknown): Due clears it all the same, so NextDue no longer
+// names a time gone by (a cold review: the reconciler's timer fired at
+// once, again and again, until the file read again).
+func TestUnwrittenBoundWhileUnknown(t *testing.T) {
+	s := NewState(grace)
+	s.UnwrittenUntil, s.Unknown = t0+120, true
+	if next, ok := s.NextDue(); !ok || next != t0+120 {
+		t.Errorf("NextDue = %d, %t before the bound; want the bound", next-t0, ok)
+	}
+	s.Due(t0 + 120)
+	if next, ok := s.NextDue(); ok {
+		t.Errorf("NextDue = %d after the bound, with nothing to do", next-t0)
+	}
+}
+
+// TestDroppedWaitsByPeer: the rule-2 expiries dropped because a partner
+// spoke for them are counted by that partner's peer (the log names it),
+// and only its pair's are dropped.
+func TestDroppedWaitsByPeer(t *testing.T) {
+	a, b := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "primary", "203.0.113")+vlanPeer("failover-vlan-5003", "primary", "198.51.100")))
+	for _, ip := range []netip.Addr{a, b} {
+		s.Pending[ip] = []Pending{{Event: event.Event{Action: event.Expiry, IP: ip, MAC: macA, Timestamp: t0, Reason: ReasonVanished}, Due: t0 + 20, PairWait: true}}
+	}
+	if got, want := s.dropPairWaits([]string{"failover-vlan-5001"}), map[string]int{"failover-vlan-5001": 1}; !maps.Equal(got, want) {
+		t.Errorf("dropped %v, want %v", got, want)
+	}
+	if _, ok := s.Pending[a]; ok {
+		t.Error("the spoke pair's wait was kept")
+	}
+	if len(s.Pending[b]) != 1 {
+		t.Error("the other pair's wait was dropped")
 	}
 }

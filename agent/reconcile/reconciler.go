@@ -1003,8 +1003,8 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 	r.logAheadSent()
 	if n := r.st.TakeHeldUnwritten(); n > 0 && !r.unwrittenWarned {
 		r.unwrittenWarned = true
-		r.log.Warn().Int("leases", n).
-			Msg("failover: leases whose end passed are not expired from the leases file yet: dhcpd has not written it since this agent started (is dhcpd running?), and what it shows may be a dead dhcpd's while the partner spoke for the pair; they are once dhcpd writes it, or 2 minutes after this agent's start if it does not")
+		r.log.Warn().Int("leases", n).Dur("unwritten_wait", UnwrittenWait*time.Second).
+			Msg("failover: leases whose end passed are not expired from the leases file yet: dhcpd has not written it since this agent started (is dhcpd running?), and what it shows may be a dead dhcpd's while the partner spoke for the pair; they are once dhcpd writes it, or, if it does not, unwritten_wait after this agent's start")
 	}
 	for _, o := range r.st.TakeOrphans() {
 		r.log.Info().Stringer("ip", o.IP).Str("mac", o.MAC).Int64("ends", o.Ends).
