@@ -183,6 +183,7 @@ func TestErrors(t *testing.T) {
 		{"other_urls relative", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"r2/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "r2/leases" is not an absolute URL`}},
 		{"other_urls repeats url", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"https://r1/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "https://r1/leases" is named twice`}},
 		{"other_urls repeats url, written otherwise", "[region]\nurl = \"https://R1/leases\"\nother_urls = [\"https://r1:443/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "https://r1:443/leases" is named twice`}},
+		{"other_urls repeats url, an IPv6 address written otherwise", "[region]\nurl = \"https://[2001:db8:0::1]:5242/leases\"\nother_urls = [\"https://[2001:DB8::1]:5242/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "https://[2001:DB8::1]:5242/leases" is named twice`}},
 		{"other_urls scheme", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"http://127.0.0.1/leases\"]\ntoken_file = \"/t\"", []string{`region.other_urls: "http://127.0.0.1/leases": every controller's URL has region.url's scheme (https)`}},
 	}
 	for _, tc := range tests {

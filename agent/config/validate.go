@@ -218,20 +218,20 @@ func (c *Config) validateRegion(bad func(string, error), badf func(string, strin
 	}
 	seen := map[string]bool{}
 	if u != nil {
-		seen[endpointKey(u)] = true
+		seen[EndpointKey(u)] = true
 	}
 	for _, o := range r.OtherURLs {
 		ou, err := RegionURL(o)
 		switch {
 		case err != nil:
 			bad("region.other_urls", err)
-		case seen[endpointKey(ou)]:
+		case seen[EndpointKey(ou)]:
 			badf("region.other_urls", "%q is named twice (region.url and region.other_urls together list each controller once)", o)
 		case u != nil && ou.Scheme != u.Scheme:
 			badf("region.other_urls", "%q: every controller's URL has region.url's scheme (%s)", o, u.Scheme)
 		}
 		if err == nil {
-			seen[endpointKey(ou)] = true
+			seen[EndpointKey(ou)] = true
 		}
 	}
 	if u == nil || u.Scheme != "https" {
@@ -271,14 +271,23 @@ func RegionURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// endpointKey is u as one endpoint, however written: the host's case
-// and a default port left out or written make no other controller.
-func endpointKey(u *url.URL) string {
+// EndpointKey is u as one endpoint, however written: the host's case, a
+// default port left out or written, and an IP address's spelling make
+// no other controller.
+func EndpointKey(u *url.URL) string {
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
 	}
-	return u.Scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port) + u.EscapedPath()
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.String()
+	}
+	k := u.Scheme + "://" + net.JoinHostPort(host, port) + u.EscapedPath()
+	if u.RawQuery != "" {
+		k += "?" + u.RawQuery
+	}
+	return k
 }
 
 // validServerName accepts a DNS name or an IP address: what a TLS server

@@ -348,15 +348,21 @@ func newLink(cfg Config) (*link, error) {
 }
 
 func (d *Deliverer) setLink(l *link) {
-	if old := d.link.Load(); old != nil && len(old.controllers) > 1 {
-		// A reload keeps to the controller in use, if it is still named:
-		// region.url's may be the one that is down.
-		inUse := old.controller().raw
-		if i := slices.IndexFunc(l.controllers, func(c controller) bool { return c.raw == inUse }); i >= 0 {
+	// A reload keeps to the controller in use, if it is still named:
+	// region.url's may be the one that is down. Again after the swap: an
+	// attempt or a probe may have moved the old link on meanwhile.
+	keep := func(old *link) {
+		if old == nil || len(old.controllers) < 2 {
+			return
+		}
+		inUse := config.EndpointKey(old.controller().u)
+		if i := slices.IndexFunc(l.controllers, func(c controller) bool { return config.EndpointKey(c.u) == inUse }); i >= 0 {
 			l.use(i)
 		}
 	}
+	keep(d.link.Load())
 	if old := d.link.Swap(l); old != nil {
+		keep(old)
 		old.hc.CloseIdleConnections()
 	}
 	if l.token != "" && strings.Contains(l.u.Path, "/v3internal/") {
