@@ -20,7 +20,7 @@ func TestRegionControllers(t *testing.T) {
 	addr1 := s1.Addr().String()
 	s2 := secondController(t, s1)
 	s1.Close()
-	h, q := twoControllers(t, s1, s2, f)
+	h, q, _ := twoControllers(t, s1, s2, f)
 	if got := h.d.Controller(); got != s1.URL() {
 		t.Fatalf("controller in use %q before any attempt, want region.url %q", got, s1.URL())
 	}
@@ -67,7 +67,7 @@ func TestStrugglingControllerKept(t *testing.T) {
 	s1, f := stub(t, regionstub.Options{})
 	s1.Unavailable(time.Hour, "")
 	s2 := secondController(t, s1)
-	h, q := twoControllers(t, s1, s2, f)
+	h, q, _ := twoControllers(t, s1, s2, f)
 	q.Append(events(5, 10)...)
 	run(t, h.d)
 	waitFor(t, 10*time.Second, "an attempt answered 503", func() bool {
@@ -97,7 +97,7 @@ func secondController(t *testing.T, s1 *regionstub.Server) *regionstub.Server {
 // twoControllers is a deliverer for s1 (region.url) and s2
 // (region.other_urls) whose only way out of a wait is the probe: an
 // hour's backoff, a probe every 20 ms.
-func twoControllers(t *testing.T, s1, s2 *regionstub.Server, f regionstub.Files) (harness, *memQueue) {
+func twoControllers(t *testing.T, s1, s2 *regionstub.Server, f regionstub.Files) (harness, *memQueue, Config) {
 	t.Helper()
 	q := newMemQueue()
 	cfg := fastConfig(s1, f)
@@ -105,7 +105,7 @@ func twoControllers(t *testing.T, s1, s2 *regionstub.Server, f regionstub.Files)
 	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
 	h := newDeliverer(t, cfg, q)
 	h.d.probeEvery = 20 * time.Millisecond
-	return h, q
+	return h, q, cfg
 }
 
 // TestMisconfiguredControllerPassedOn: region.url's controller presents
@@ -139,12 +139,7 @@ func TestReloadKeepsController(t *testing.T) {
 	s1, f := stub(t, regionstub.Options{})
 	s2 := secondController(t, s1)
 	s1.Close()
-	q := newMemQueue()
-	cfg := fastConfig(s1, f)
-	cfg.OtherURLs = []string{s2.URL()}
-	cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour
-	h := newDeliverer(t, cfg, q)
-	h.d.probeEvery = 20 * time.Millisecond
+	h, q, cfg := twoControllers(t, s1, s2, f)
 	q.Append(events(5, 10)...)
 	run(t, h.d)
 	waitFor(t, 10*time.Second, "delivery to the second controller", func() bool { return q.Depth() == 0 })
