@@ -114,7 +114,10 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 		}
 		b := gen.Blocks[e.b]
 		k := keyOf(b)
-		held := heldElsewhere(latest, e.f, cur[b.IP])
+		// b ends an older life of the client whose newer life the pair
+		// holds; no news while another file still holds that newer life.
+		older := endsOlderLife(cur, b)
+		stale := older && heldElsewhere(latest, e.f, cur[b.IP])
 		latest[e.f][b.IP] = b
 		echo := false
 		for f := range told {
@@ -123,7 +126,7 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 			}
 		}
 		told[e.f][k] = true
-		if echo && !endOfOverwritten(cur, b, held) {
+		if echo && (stale || !older) {
 			// The partner's copy of a block the pair already showed.
 			// An offer this file wrote before its copy of a commit is
 			// older than the commit in the file's own order, however
@@ -131,7 +134,7 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 			dropSuperseded(&out[len(out)-1], &src, e.f, k, told[e.f], cur)
 			continue
 		}
-		if c, ok := cur[b.IP]; ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts && held {
+		if stale {
 			// The end of a life older than the one the pair holds now:
 			// a peer that returns expires its stale copy of a lease its
 			// partner has since released and leased again (make chaos
@@ -151,16 +154,15 @@ func MergePair(files [][]Generation, inRange func(f, g int, ip string) bool) []G
 	return out
 }
 
-// endOfOverwritten reports whether b, a copy of an end the other file
-// showed first, is the pair's end after all: it ends an older life of
-// the client whose newer life the pair holds (cur), and no other file
-// holds that newer life now (held false). The other file's end was
-// skipped while this file still held the newer life; a stale update has
-// overwritten it here since, and this end is the moment both dhcpds
-// freed the address, however the two captures interleaved.
-func endOfOverwritten(cur map[string]Block, b Block, held bool) bool {
+// endsOlderLife reports whether b ends an older life of the client whose
+// newer life the pair holds (cur). The end is the pair's only when no
+// other file holds that newer life (heldElsewhere): a stale update has
+// overwritten it there too, and both dhcpds freed the address; a copy of
+// an end the other file showed first is then the pair's end all the
+// same, however the two captures interleaved.
+func endsOlderLife(cur map[string]Block, b Block) bool {
 	c, ok := cur[b.IP]
-	return ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts && !held
+	return ok && !b.Active && c.Active && c.MAC == b.MAC && b.Starts != 0 && b.Starts < c.Starts
 }
 
 // heldElsewhere reports whether a file other than f holds c, the pair's
