@@ -1713,7 +1713,7 @@ func (s *State) Due(now int64) []event.Event {
 		if !s.tellsFromFile(e.ip) {
 			continue // its pair's partner tells it (a takeover rebuilds the heap: takeStandby)
 		}
-		if s.UnwrittenUntil != 0 && s.pairOf(e.ip).InPair() {
+		if s.unwrittenHeld(e.ip) {
 			s.heldUnwritten++
 			continue // dhcpd may be dead (FileWritten rebuilds the heap)
 		}
@@ -1932,7 +1932,7 @@ func (s *State) NextDue() (int64, bool) {
 	s.index()
 	for s.someTellFromFile() && len(s.ends) > 0 {
 		e := s.ends[0]
-		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) || s.UnwrittenUntil != 0 && s.pairOf(e.ip).InPair() {
+		if l, ok := s.File[e.ip]; !ok || l.State != parser.StateActive || l.Ends != e.ends || !s.tellsFromFile(e.ip) || s.unwrittenHeld(e.ip) {
 			s.ends.pop() // stale, or not this side's to tell now (see Due)
 			continue
 		}

@@ -279,6 +279,13 @@ func (s *State) FileWritten() {
 	}
 }
 
+// unwrittenHeld reports whether rule 3 passes ip by for now: its pair's
+// dhcpd has not written the file since the agent's start, within the
+// bound (UnwrittenUntil).
+func (s *State) unwrittenHeld(ip netip.Addr) bool {
+	return s.UnwrittenUntil != 0 && s.pairOf(ip).InPair()
+}
+
 // RulesChanged rebuilds rule 3's heap at its next use: who tells what
 // the file shows changed (the mode), and Due passed some addresses by.
 func (s *State) RulesChanged() { s.indexed = false }

@@ -1138,15 +1138,11 @@ func (r *Reconciler) scanMode(when string) {
 		grace = 0
 	}
 	r.st.Grace = int64(grace / time.Second)
-	if r.st.Complement != (d.Mode == ModeComplement) {
-		r.st.RulesChanged()
-	}
-	r.st.Complement = d.Mode == ModeComplement
-	r.hookless = d.Mode == ModeHookless
-	if r.st.Hookless != r.hookless || r.st.Complement != (d.Mode == ModeComplement) {
+	complement, hookless := d.Mode == ModeComplement, d.Mode == ModeHookless
+	if r.st.Complement != complement || r.st.Hookless != hookless {
 		r.st.RulesChanged() // who tells from the file changed: rule 3's heap is rebuilt
 	}
-	r.st.Hookless = r.hookless
+	r.st.Complement, r.st.Hookless, r.hookless = complement, hookless, hookless
 	r.scanPair(when)
 	r.met.hookless.Store(r.hookless)
 	// A mode reconcile.mode forces is the operator's word: nothing to
