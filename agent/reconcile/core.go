@@ -150,6 +150,14 @@ type Pending struct {
 	// stepped back (keepSurvivorEnds). It is dropped only if the region
 	// was told it or newer news of its address since.
 	Untold bool `json:"untold,omitempty"`
+	// Spoke: an Untold end the file recorded while this side spoke for
+	// its pair (partner-down), kept as it stepped back
+	// (keepSurvivorEnds). No hook of the partner's reports it, nor its
+	// agent (untoldEnd: Told.Spoke), so it goes ahead of the partner's
+	// next commit of its address that the file records as told
+	// (vanishedBack). The other Untold ends, recorded before a takeover,
+	// the partner's agent may send ahead of its own commit.
+	Spoke bool `json:"spoke,omitempty"`
 	// Ahead: in a failover pair, a dropped lease's expiry (rule 2) that
 	// this side sends, whose client the file then showed bound again
 	// after the lease's end, or whose address it showed bound to another
@@ -1273,12 +1281,25 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 // (givenAway, dated at l's start), fall due now (endedBefore; with ahead,
 // marked Ahead: l is recorded as told); the others, the same client's
 // lease taken back before its end, are dropped.
+//
+// With ahead, so do the ends a survivor's file recorded while it spoke
+// for the pair (Pending.Spoke) that l, the partner's commit the file
+// records as told, would cover: the partner's agent sends that commit,
+// no hook or agent of the partner's reports the end (the partner drops
+// its own on expiry as the survivor's news), and sent after the commit
+// it would end the client's new lease in the region. Before, the record
+// covered them (untoldCovered) and they went untold (make chaos PAIR=1
+// VLANS=2 seed 116: the survivor's agent, restarted within the grace,
+// read the end, the step-back and the partner's next commit of the
+// client at once).
 func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	q := s.Pending[ip]
 	keep := q[:0:0]
 	changed := false
 	for _, p := range q {
 		switch {
+		case ahead && p.Spoke && owedBefore(p, l.MAC, l.Starts):
+			p.Event, p.Due, p.Untold, p.Spoke, p.Ahead, changed = endedAt(p, l.Starts), min(p.Due, now), false, false, true, true
 		case p.Event.Reason != ReasonVanished:
 		case owedBefore(p, l.MAC, l.Starts):
 			if ev := endedAt(p, l.Starts); p.Due > now || ahead && !p.Ahead || ev != p.Event {

@@ -632,7 +632,7 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 
 // keepSurvivorEnds keeps, as this side steps back from partner-down, the
 // ends its file recorded while it spoke for the pair and that wait for
-// the grace: they stay this side's to send (Pending.Untold). The
+// the grace: they stay this side's to send (Pending.Untold, Spoke). The
 // partner, recovering, runs its on expiry when this side's update frees
 // the lease, and its agent drops that as this side's news (pairRepeat);
 // the free block this side's file records next, outside partner-down, is
@@ -646,7 +646,7 @@ func (s *State) keepSurvivorEnds(peer string) {
 		kept := false
 		for i := range q {
 			if r := q[i].Event.Reason; q[i].Event.Action != event.Commit && (r == ReasonMissedExpiry || r == ReasonMissedRelease) && !q[i].Untold {
-				q[i].Untold, kept = true, true
+				q[i].Untold, q[i].Spoke, kept = true, true, true
 			}
 		}
 		if kept {

@@ -463,6 +463,53 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10000},
 		},
 	}, {
+		// The same, and within the grace the partner, back, acks the
+		// same client's next lease of the address: the file records that
+		// commit as told (the partner's agent sends it). The survivor's
+		// end is owed ahead of it: no hook of either side reports it
+		// (the partner drops its own on expiry as the survivor's news),
+		// and after the commit it would take the client's new lease from
+		// the region. It goes at once, ahead, and the deliverer sends
+		// the file's newer record right after it (NewestForPair). Before,
+		// the file's record of the commit covered it and it went untold
+		// (make chaos PAIR=1 VLANS=2 seed 116: lost, the survivor's
+		// agent restarted within the grace and read both at once).
+		name: "the survivor steps back within the grace after an end its file recorded, and the partner acks the same client's next lease: the end at once, ahead",
+		pair: primary,
+		steps: steppedBack(
+			step{at: 35, appended: block("203.0.113.12", "active", macA, t0+35, t0+65),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry", "ahead 203.0.113.12"}},
+			step{at: 30 + grace},
+			step{at: 10000},
+		),
+	}, {
+		// The same partner's commit, read in one read with the end and
+		// the step-back (an agent back from a restart within the grace).
+		name: "the survivor's end, its step-back and the partner's next commit of the same client read at once: the end at once, ahead",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 0, appended: block("203.0.113.12", "active", macA, t0, t0+30)},
+			{at: 1, appended: fostate("partner-down", "normal")},
+			{at: 38, appended: block("203.0.113.12", "expired", macA, t0, t0+30) + fostate("normal", "recover-done") +
+				block("203.0.113.12", "free", macA, t0, t0+30) + block("203.0.113.12", "active", macA, t0+35, t0+65),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry", "ahead 203.0.113.12"}},
+			{at: 38 + grace},
+			{at: 10000},
+		},
+	}, {
+		// Another client's lease of the address: MAAS links the
+		// address's record to the new client without unlinking the old
+		// one (givenAway), so the old client's end goes ahead of it too.
+		name: "the survivor steps back within the grace after an end its file recorded, and the partner acks the address to another client: the end at once, ahead",
+		pair: primary,
+		steps: steppedBack(
+			step{at: 35, appended: block("203.0.113.12", "active", macB, t0+35, t0+65),
+				want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry", "ahead 203.0.113.12"}},
+			step{at: 30 + grace},
+			step{at: 10000},
+		),
+	}, {
 		// Its own hook told the end within the grace: nothing more.
 		name: "the survivor steps back within the grace after an end its hook told: nothing more",
 		pair: primary,
