@@ -236,9 +236,13 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	}
 	if err := c.Validate(); err != nil || len(fileProblems) > 0 {
 		// Every problem at once: the file's unknown keys and wrong types,
-		// and the bad values of the sections they leave alone (a
-		// section with one holds its default there, which Validate
-		// would blame on the file).
+		// and the bad values Validate finds, but not in a section where
+		// a wrong type (or a section that is not a table) left a default
+		// in place of the file's value: Validate would blame that
+		// default on the file, alone ("region.url: required" for
+		// url = 5) or through the rules between the section's keys
+		// (pair's three keys together). An unknown key sets nothing,
+		// so its section's values are checked as the file has them.
 		var vps Problems
 		if err != nil && !errors.As(err, &vps) {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -249,7 +253,9 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		all := append(Problems(nil), fileProblems...)
 		var bad Problems
 		for _, p := range vps {
-			if !slices.ContainsFunc(fileProblems, func(f *KeyError) bool { return section(f.Key) == section(p.Key) }) {
+			if !slices.ContainsFunc(fileProblems, func(f *KeyError) bool {
+				return !errors.Is(f, ErrUnknownKey) && section(f.Key) == section(p.Key)
+			}) {
 				p.Line = lines[p.Key]
 				bad = append(bad, p)
 			}
@@ -312,6 +318,23 @@ func Decode(r io.Reader, name string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", name, ps)
 	}
 	return c, nil
+}
+
+// DecodePartial is Decode that keeps what it could read: c holds the
+// file's value of every key that is right (the defaults elsewhere) and
+// problems what is wrong (nil when nothing is); err is a file that
+// cannot be read as TOML at all. The operator commands use it to reach
+// an agent still running on the file it read before an edit that broke
+// the file (its reload refused it).
+func DecodePartial(r io.Reader, name string) (c *Config, problems, err error) {
+	c, ps, _, err := decode(r, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ps) > 0 {
+		return c, fmt.Errorf("%s: %w", name, ps), nil
+	}
+	return c, nil, nil
 }
 
 // section is a key's section: "region" for "region.url" and "region".
@@ -383,7 +406,7 @@ func decode(r io.Reader, name string) (*Config, Problems, map[string]int, error)
 		lines[key] = lineOf(&md, keys[k[1]]) // 0 for a table a dotted key made (tls.verify = …)
 		if f, ok := c.field(key); !ok {
 			bad(key, unknownErr(k[1], "keys of ["+sec+"]", names(sec)))
-		} else if err := decodeKey(&md, keys[k[1]], f, b); err != nil {
+		} else if err := decodeKey(&md, k[1], keys[k[1]], f, b); err != nil {
 			bad(key, err)
 		}
 	}
@@ -480,9 +503,12 @@ func Keys() []string {
 }
 
 // Set sets one key from its command-line form: strings as they are,
-// durations in Go syntax ("30s"), integers in decimal, lists of integers
-// comma-separated ("0,108"; "" is the empty list). It checks the value's
-// form only; call Validate when done.
+// durations in Go syntax ("30s"), integers in decimal, lists
+// comma-separated ("0,108"; "https://r1:5242/…,https://r2:5242/…"), with
+// or without brackets, or for a list of strings a TOML array
+// (["https://r1:5242/…", "https://r2:5242/…"], whose items may hold
+// commas); "" and "[]" are the empty list. It checks the value's form
+// only; call Validate when done.
 func (c *Config) Set(key, value string) error {
 	f, ok := c.field(key)
 	if !ok {
@@ -531,12 +557,19 @@ func (c *Config) WriteTOML(w io.Writer) error {
 			fmt.Fprintf(w, "[%s]\n", sec)
 			prev = sec
 		}
-		v := fmt.Sprint(f.v.Interface()) // a duration as 1m30s, a list as [0 108]
+		v := fmt.Sprint(f.v.Interface()) // a duration as 1m30s
 		switch {
 		case f.v.Kind() == reflect.String || f.v.Type() == durationType:
 			v = strconv.Quote(v)
 		case f.v.Kind() == reflect.Slice:
-			v = strings.ReplaceAll(v, " ", ", ")
+			items := make([]string, f.v.Len())
+			for i := range items {
+				e := f.v.Index(i)
+				if items[i] = fmt.Sprint(e.Interface()); e.Kind() == reflect.String {
+					items[i] = strconv.Quote(items[i])
+				}
+			}
+			v = "[" + strings.Join(items, ", ") + "]"
 		}
 		if _, err := fmt.Fprintf(w, "%s = %s\n", name, v); err != nil {
 			return err
@@ -597,20 +630,21 @@ func tagName(sf reflect.StructField) string {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// decodeKey sets f from its TOML value p, converted by the TOML library;
-// but a duration must be a string, read as --set reads it: the library
-// would take an integer as nanoseconds (expiry_grace = 30 would be 30ns).
-// file is the file's text, for showing a wrong value as written.
-func decodeKey(md *toml.MetaData, p toml.Primitive, f reflect.Value, file []byte) error {
+// decodeKey sets f, the field of the key name, from its TOML value p,
+// converted by the TOML library; but a duration must be a string, read as
+// --set reads it: the library would take an integer as nanoseconds
+// (expiry_grace = 30 would be 30ns). file is the file's text, for showing
+// a wrong value as written.
+func decodeKey(md *toml.MetaData, name string, p toml.Primitive, f reflect.Value, file []byte) error {
 	if f.Type() == durationType {
 		var s string
 		if md.PrimitiveDecode(p, &s) != nil {
-			return wrongType(md, p, f.Type(), file)
+			return wrongType(md, name, p, f.Type(), file)
 		}
 		return setString(f, s)
 	}
 	if md.PrimitiveDecode(p, f.Addr().Interface()) != nil {
-		return wrongType(md, p, f.Type(), file)
+		return wrongType(md, name, p, f.Type(), file)
 	}
 	if f.Kind() == reflect.Slice && f.Len() == 0 {
 		f.SetZero() // [] is nil, like the default
@@ -618,8 +652,9 @@ func decodeKey(md *toml.MetaData, p toml.Primitive, f reflect.Value, file []byte
 	return nil
 }
 
-// wrongType says that the value p is not of type t, showing it as written.
-func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type, file []byte) error {
+// wrongType says that the value p of the key name is not of type t,
+// showing it as written.
+func wrongType(md *toml.MetaData, name string, p toml.Primitive, t reflect.Type, file []byte) error {
 	var v any
 	md.PrimitiveDecode(p, &v)
 	switch {
@@ -640,13 +675,30 @@ func wrongType(md *toml.MetaData, p toml.Primitive, t reflect.Type, file []byte)
 		}
 		return fmt.Errorf("%s is not an integer", tomlValue(v))
 	}
+	if t.Kind() != reflect.Slice {
+		return fmt.Errorf("%s is not a %s", tomlValue(v), t)
+	}
+	// A list: say of what, and which item is not one.
+	var what string
+	var is func(any) bool
+	switch t.Elem().Kind() {
+	case reflect.Int:
+		what, is = "a list of integers", func(x any) bool { _, ok := x.(int64); return ok }
+	case reflect.String:
+		what, is = "a list of strings", func(x any) bool { _, ok := x.(string); return ok }
+		if s, ok := v.(string); ok { // one URL where a list of them goes
+			return fmt.Errorf("%s is not %s: write it as a list: %s = [%s]", tomlValue(v), what, name, strconv.Quote(s))
+		}
+	default:
+		return fmt.Errorf("%s is not a list of %s", tomlValue(v), t.Elem())
+	}
 	list, _ := v.([]any)
 	for _, x := range list {
-		if _, ok := x.(int64); !ok {
-			return fmt.Errorf("%s is not a list of integers (%s)", tomlValue(v), tomlValue(x))
+		if !is(x) {
+			return fmt.Errorf("%s is not %s (%s)", tomlValue(v), what, tomlValue(x))
 		}
 	}
-	return fmt.Errorf("%s is not a list of integers", tomlValue(v))
+	return fmt.Errorf("%s is not %s", tomlValue(v), what)
 }
 
 // position returns where p's value is in the file, or false when the
@@ -722,10 +774,50 @@ func setString(f reflect.Value, s string) error {
 			ns = append(ns, n)
 		}
 		f.Set(reflect.ValueOf(ns))
+	case f.Type() == reflect.TypeFor[[]string]():
+		items, err := stringList(s)
+		if err != nil {
+			return err
+		}
+		f.Set(reflect.ValueOf(items))
 	default:
-		panic("config: no parser for field type " + f.Type().String())
+		// A field type added to Config without a form here: the
+		// caller's error names the key; the file can still set it.
+		return fmt.Errorf("cannot be set from the command line (a %s): set it in the file", f.Type())
 	}
 	return nil
+}
+
+// stringList reads a list of strings from its command-line form (Set):
+// a TOML array when it holds a quote, else comma-separated values with
+// or without brackets, as a list of integers is written, whose empty
+// items are dropped as there; nil is the empty list.
+func stringList(s string) ([]string, error) {
+	t := strings.TrimSpace(s)
+	if strings.ContainsAny(t, `"'`) {
+		if !strings.HasPrefix(t, "[") {
+			t = "[" + t + "]" // "a", "b": the array's brackets left out
+		}
+		var v struct {
+			V []string `toml:"v"`
+		}
+		md, err := toml.Decode("v = "+t, &v)
+		if err != nil || len(md.Undecoded()) > 0 {
+			return nil, fmt.Errorf(`%q is not a list of strings: write a TOML array (["a", "b"]) or comma-separated values (a,b)`, s)
+		}
+		if len(v.V) == 0 {
+			return nil, nil
+		}
+		return v.V, nil
+	}
+	t = strings.TrimSuffix(strings.TrimPrefix(t, "["), "]")
+	var items []string
+	for p := range strings.SplitSeq(t, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			items = append(items, p)
+		}
+	}
+	return items, nil
 }
 
 // tomlValue shows a decoded value the way it was written.

@@ -125,6 +125,9 @@ func TestErrors(t *testing.T) {
 		{"float as written", "[region]\nurl = \"https://region/leases\"\nbatch_max = 5E+2\ntimeout = \"5s\"", []string{"region.batch_max: 5E+2 is a float, not an integer: write 500"}},
 		{"list type", "[hook]\nallowed_uids = 0", []string{"hook.allowed_uids: 0 is not a list of integers"}},
 		{"list element", "[hook]\nallowed_uids = [0, \"dhcpd\"]", []string{`hook.allowed_uids: [0, "dhcpd"] is not a list of integers ("dhcpd")`}},
+		{"string for a list of strings", "[region]\nurl = \"https://r1:5242/leases\"\nother_urls = \"https://r2:5242/leases\"", []string{`region.other_urls: "https://r2:5242/leases" is not a list of strings: write it as a list: other_urls = ["https://r2:5242/leases"]`}},
+		{"list of strings element", "[region]\nurl = \"https://r1/leases\"\nother_urls = [\"https://r2/leases\", 5]", []string{`region.other_urls: ["https://r2/leases", 5] is not a list of strings (5)`}},
+		{"list of strings type", "[region]\nurl = \"https://r1/leases\"\nother_urls = 5", []string{"region.other_urls: 5 is not a list of strings"}},
 		{"table as value", "[region]\nurl = { a = 1 }", []string{"region.url: a table is not a string"}},
 		{"relative path", "[dhcpd]\nleases = \"dhcpd.leases\"", []string{`dhcpd.leases: "dhcpd.leases" is not an absolute path`}},
 		{"relative optional", "[dhcpd]\nconfig6 = \"x/y\"", []string{`dhcpd.config6: "x/y" is not an absolute path`}},
@@ -298,6 +301,8 @@ func TestSet(t *testing.T) {
 		{"region.batch_max=many", `region.batch_max: "many" is not an integer`},
 		{"region.batch_max=1e3", `region.batch_max: "1e3" is not an integer: write 1000`},
 		{"hook.allowed_uids=0,root", `hook.allowed_uids: "0,root" is not a comma-separated list of integers`},
+		{`region.other_urls=["https://r2/leases`, `region.other_urls: "[\"https://r2/leases" is not a list of strings: write a TOML array (["a", "b"]) or comma-separated values (a,b)`},
+		{`region.other_urls=["https://r2/leases", 5]`, `region.other_urls: "[\"https://r2/leases\", 5]" is not a list of strings`},
 		{"region.tiemout=5s", "region.tiemout: unknown key"},
 		{"timeout=5s", "timeout: unknown key"},
 		{"region.url", "region.url: want section.key=value"},
@@ -309,19 +314,87 @@ func TestSet(t *testing.T) {
 	}
 }
 
-// TestParseAllAtOnce: a file with a wrong type and a bad value in
-// another section is told both at once; a section with a problem of its
-// file's is not also blamed for the default left in its place.
-func TestParseAllAtOnce(t *testing.T) {
-	_, err := Parse(strings.NewReader(valid+"timeout = 5\n[log]\nlevel = \"loud\"\n"), "t")
-	var ps Problems
-	if !errors.As(err, &ps) || len(ps) != 2 || ps[0].Key != "region.timeout" || ps[1].Key != "log.level" {
-		t.Errorf("err %v; want region.timeout's type and log.level's value, in that order", err)
+// TestSetList: a list's command-line forms, for integers and strings
+// alike: comma-separated, with or without brackets, and for strings a
+// TOML array; "" and "[]" clear the list.
+func TestSetList(t *testing.T) {
+	const r1, r2 = "https://r1:5242/MAAS/a/v3internal/leases", "https://r2:5242/MAAS/a/v3internal/leases"
+	tests := []struct {
+		name, key, value string
+		want             any
+	}{
+		{"uids comma-separated", "hook.allowed_uids", "0, 108", []int{0, 108}},
+		{"uids bracketed", "hook.allowed_uids", "[0, 108]", []int{0, 108}},
+		{"uids empty", "hook.allowed_uids", "", []int(nil)},
+		{"urls TOML array", "region.other_urls", `["` + r1 + `", "` + r2 + `"]`, []string{r1, r2}},
+		{"urls TOML array, literal strings", "region.other_urls", `['` + r1 + `']`, []string{r1}},
+		{"urls quoted, no brackets", "region.other_urls", `"` + r1 + `", "` + r2 + `"`, []string{r1, r2}},
+		{"urls TOML array, a comma in an item", "region.other_urls", `["https://r1/leases?a=1,2"]`, []string{"https://r1/leases?a=1,2"}},
+		{"urls comma-separated", "region.other_urls", r1 + ", " + r2 + ",", []string{r1, r2}},
+		{"urls bracketed", "region.other_urls", "[" + r1 + "," + r2 + "]", []string{r1, r2}},
+		{"urls one", "region.other_urls", r2, []string{r2}},
+		{"urls empty", "region.other_urls", "", []string(nil)},
+		{"urls empty brackets", "region.other_urls", " [] ", []string(nil)},
+		{"urls empty TOML array", "region.other_urls", `[ ]`, []string(nil)},
 	}
-	// region.url's type is wrong: not also "region.url: required".
-	_, err = Parse(strings.NewReader("[region]\nurl = 5\n"), "t")
-	if !errors.As(err, &ps) || len(ps) != 1 || ps[0].Key != "region.url" {
-		t.Errorf("err %v; want region.url's type alone", err)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Hook.AllowedUIDs, c.Region.OtherURLs = []int{1}, []string{"https://old/leases"} // to be replaced
+			if err := c.Override(tc.key + "=" + tc.value); err != nil {
+				t.Fatal(err)
+			}
+			f, _ := c.field(tc.key)
+			if diff := cmp.Diff(tc.want, f.Interface()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSetUnsupportedType: a field type setString has no form for is an
+// error, which Set prefixes with the key, not a panic.
+func TestSetUnsupportedType(t *testing.T) {
+	for _, v := range []any{new(bool), new([]bool), new(map[string]string)} {
+		f := reflect.ValueOf(v).Elem()
+		if err := setString(f, "x"); err == nil || !strings.Contains(err.Error(), "cannot be set from the command line") {
+			t.Errorf("%s: error %v", f.Type(), err)
+		}
+	}
+}
+
+// TestParseAllAtOnce: a file's problems are told at once, in order (the
+// file's unknown keys and wrong types, then the bad values); a section
+// with a wrong type is not also blamed for the default left in its place,
+// but one with an unknown key is checked all the same.
+func TestParseAllAtOnce(t *testing.T) {
+	tests := []struct {
+		name, file string
+		want       []string // the problems' keys
+	}{
+		{"wrong type, bad value elsewhere", valid + "timeout = 5\n[log]\nlevel = \"loud\"\n", []string{"region.timeout", "log.level"}},
+		// region.url's type is wrong: not also "region.url: required".
+		{"wrong type alone", "[region]\nurl = 5\n", []string{"region.url"}},
+		{"section not a table", "region = 5\n", []string{"region"}},
+		{"unknown key and bad values in its section", "[region]\nretries = 3\nurl = \"ftp://r1/leases\"\nbatch_max = 0\ntimeout = \"0s\"\n",
+			[]string{"region.retries", "region.batch_max", "region.timeout", "region.url"}},
+		{"unknown table and a bad value in its section", valid + "batch_max = 0\n[region.tls]\nverify = false\n", []string{"region.tls", "region.batch_max"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tc.file), "t")
+			var ps Problems
+			if !errors.As(err, &ps) {
+				t.Fatalf("err %v; want Problems", err)
+			}
+			var got []string
+			for _, p := range ps {
+				got = append(got, p.Key)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("keys (-want +got):\n%s\nerr: %v", diff, err)
+			}
+		})
 	}
 }
 
@@ -429,6 +502,9 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 	c.Region.URL = "https://r/\"quoted\""
 	c.Region.TokenFile = "/t"
 	c.Hook.AllowedUIDs = []int{0, 108}
+	// A list of strings was written unquoted ([https://b/x, …]), which
+	// no TOML reader takes back.
+	c.Region.OtherURLs = []string{"https://r2:5242/MAAS/a/v3internal/leases", "https://r3/\"q\""}
 	c.Reconcile.PollInterval = 1500 * time.Millisecond
 	var b strings.Builder
 	if err := c.WriteTOML(&b); err != nil {

@@ -11,7 +11,7 @@
 //
 // and Parse reports every problem at once rather than the first: the
 // file's unknown keys and values of the wrong type, and the bad values of
-// the sections those leave alone.
+// every section but one where a wrong type left a default in its place.
 //
 // Durations are Go duration strings, paths are absolute, and the file that
 // packaging/leasekeeper.toml ships documents every key (a test parses it

@@ -127,6 +127,10 @@ type Reconciler struct {
 	// readFailed: the last read of the leases file failed; wholeHeld: a
 	// whole read is held unfinished. Either makes st.Unknown (core.go).
 	readFailed, wholeHeld bool
+	// notWhole: the last whole read found the file not whole, as logged
+	// (false before any: the first read that is not whole is an error,
+	// and the first that is says nothing of "again").
+	notWhole bool
 	// absentSince: when the leases file was first found missing (zero:
 	// it exists, or was never looked for).
 	absentSince time.Time
@@ -780,6 +784,7 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			r.st.Snapshot(c.table, false, now.Unix())
 			r.met.snapshots.WithLabelValues("held").Inc()
 			r.met.consistent.Store(false)
+			r.notWhole = true
 			r.wholeProblems(c.table)
 			return
 		}
@@ -790,12 +795,14 @@ func (r *Reconciler) apply(c change, now time.Time) {
 			if c.torn {
 				r.met.problems.WithLabelValues(problemTorn).Inc()
 			}
-			if r.met.consistent.Swap(false) || c.torn {
+			r.met.consistent.Store(false)
+			if !r.notWhole || c.torn {
 				r.log.Error().Str("leases", r.cfg.Leases).Str("why", c.why).Int("syntax_errors", len(c.errs)).Bool("torn", c.torn).
 					Msg("leases file did not read whole: holding every decision on it, retrying at the next poll")
 			} else {
 				r.log.Warn().Str("why", c.why).Int("syntax_errors", len(c.errs)).Msg("leases file still does not read whole")
 			}
+			r.notWhole = true
 			return
 		}
 		baseline := !r.st.Baselined
@@ -818,7 +825,9 @@ func (r *Reconciler) apply(c change, now time.Time) {
 		r.failoverNoted(fo)
 		r.flushNow = true // rare and possibly large: not left for later
 		r.met.snapshots.WithLabelValues("complete").Inc()
-		if !r.met.consistent.Swap(true) {
+		r.met.consistent.Store(true)
+		if r.notWhole {
+			r.notWhole = false
 			r.log.Info().Msg("leases file reads whole again")
 		}
 		r.log.Info().Str("why", c.why).Int("leases", c.table.Len()).Int("vanished", vanished).Bool("baseline", baseline).

@@ -328,6 +328,12 @@ func TestTaskHoldsOnGarbage(t *testing.T) {
 	if n := testutil.ToFloat64(h.r.met.snapshots.WithLabelValues("held")); n < 1 {
 		t.Errorf("restarted agent did not read the bad file whole again (held=%v)", n)
 	}
+	// The restarted agent's first read of it is the error again, not
+	// "still" at warn (it said so when the metric started at 0).
+	h.waitLog("holding every decision", time.Second)
+	if n := strings.Count(h.logText(), "holding every decision"); n != 2 {
+		t.Errorf("%d error lines for the bad file, want 2 (one per agent run):\n%s", n, h.logText())
+	}
 	h.d.rewrite(nowBlock(ip2, "active", macB, -time.Minute, time.Hour), true)
 	got, _ := h.waitQueued(1, 3*time.Second)
 	if want := "expiry 203.0.113.10 00:16:3e:00:00:0a vanished"; got[0] != want {
@@ -335,6 +341,11 @@ func TestTaskHoldsOnGarbage(t *testing.T) {
 	}
 	if !h.r.met.consistent.Load() {
 		t.Error("file_consistent not back to 1")
+	}
+	// "Again" once, after the bad file; not at the first start's first
+	// read (every start said it).
+	if n := strings.Count(h.logText(), "reads whole again"); n != 1 {
+		t.Errorf("%d \"reads whole again\" lines, want 1:\n%s", n, h.logText())
 	}
 }
 

@@ -83,7 +83,9 @@ Configuration is the TOML file --config (every key is documented in the
 shipped /etc/leasekeeper/leasekeeper.toml). Unknown keys and bad values are
 errors naming the key. --set section.key=value overrides one key for this
 run (repeatable): strings as they are, durations in Go syntax ("30s"),
-lists of integers comma-separated ("0,108").
+lists comma-separated ("0,108"; "https://r1:5242/…,https://r2:5242/…")
+or as a TOML array (["https://r1:5242/…"]); an empty value empties a
+list.
 
 Signals:
   SIGTERM, SIGINT  stop: take no new work, flush what can be flushed within
@@ -119,9 +121,14 @@ stderr and in the log.`,
 			if logLevel != "" {
 				overrides = append(overrides, "log.level="+logLevel)
 			}
+			// A --set that names no key or cannot hold its value is the
+			// configuration's problem (exit 78, not restarted: a
+			// drop-in's ExecStart= would read the same), as the help
+			// says; it was exit 2, restarted every RestartSec (a cold
+			// review).
 			for _, o := range overrides {
 				if err := config.Default().Override(o); err != nil {
-					return usageError{fmt.Errorf("--set %s", err)}
+					return configError{fmt.Errorf("--set %s", err)}
 				}
 			}
 			cfg, err := loadAgentConfig(env, configPath, overrides)
@@ -332,6 +339,13 @@ func agentURL(env *Env, flagURL, configPath string) (string, error) {
 // without one); at any other path it is an error: a mistyped --config
 // would otherwise ask the default agent and answer for it.
 func decodeAgentConfig(env *Env, path string) (*config.Config, error) {
+	return decodeAgentConfigAs(env, path, false)
+}
+
+// decodeAgentConfigAs is decodeAgentConfig; strict refuses a file with
+// problems, for a command that acts on what the file names (release
+// --for: a bad dhcpd.leases would leave it the default's file).
+func decodeAgentConfigAs(env *Env, path string, strict bool) (*config.Config, error) {
 	f, err := env.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if path == config.DefaultPath {
@@ -343,9 +357,20 @@ func decodeAgentConfig(env *Env, path string) (*config.Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
-	cfg, err := config.Decode(f, path)
+	// A file with problems is the agent's to refuse (at start, or at a
+	// reload, which keeps it running on the file it read before): an
+	// operator command still reaches that agent, on the keys that are
+	// right, and says so. It used to stop at the problems (a cold
+	// review), just when the operator needs status.
+	cfg, problems, err := config.DecodePartial(f, path)
+	if err == nil && strict && problems != nil {
+		err = problems
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config %w", err)
+	}
+	if problems != nil {
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: config %v\nleasekeeper: warning: the agent refuses this file at its next start or reload; asking it with what is right in the file and the defaults for the rest (--url or --socket to say where)\n", problems)
 	}
 	return cfg, nil
 }

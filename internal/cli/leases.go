@@ -57,7 +57,7 @@ file says, although dhcpd forgets them.`,
 				}
 				want = s
 			}
-			ls, err := loadLeases(env, args[0])
+			ls, err := leasesOnly(env, args[0])
 			if err != nil {
 				return err
 			}

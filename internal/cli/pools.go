@@ -80,6 +80,9 @@ exceed what an int64 or a double holds (decode them as big integers).`,
 			if err != nil {
 				return err
 			}
+			if err := shownLeases(ff.leases, ls); err != nil {
+				return err
+			}
 			rep := pools.Summarize(cfg, ls.Table, parser.TimeOf(env.Now()))
 			if ff.asJSON {
 				enc := json.NewEncoder(env.Stdout)

@@ -112,7 +112,7 @@ func (f *releaseForFlags) options(cmd *cobra.Command, env *Env) (rack.Options, e
 		// The file the agent follows: the rack's, wherever its dhcpd
 		// keeps it (a MAAS deb's /var/lib/maas/dhcp/dhcpd.leases), not
 		// Debian's default.
-		cfg, err := decodeAgentConfig(env, f.config)
+		cfg, err := decodeAgentConfigAs(env, f.config, true)
 		if err != nil {
 			return opts, fmt.Errorf("%w (read for [dhcpd] leases; or name dhcpd's leases file with --leases)", err)
 		}

@@ -81,6 +81,10 @@ func ExitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ue) || cobraUsage(err) {
 		return 2
 	}
+	var ae attentionError
+	if errors.As(err, &ae) {
+		return ExitAttention
+	}
 	var ce configError
 	var sm *hooksock.SocketMismatchError
 	if errors.As(err, &ce) || errors.As(err, &sm) {

@@ -72,8 +72,13 @@ dropped that the region still holds; leasekeeper orphans shows them) and
 pair (dhcpd's failover pair, others: the other failover peers its pools
 use; null outside one).
 
-Exit status: 0 when the agent answered, 1 when it could not be reached or
-answered with an error, 2 for bad flags.`,
+Exit status: 0 when the agent answered and nothing needs attention; 3
+when it answered and something does, named on stderr (also with --json):
+the region in an outage, refusing the configuration or failing every
+event, dead letters, events held for want of disk, the leases file
+missing or unreadable, /healthz unhealthy, or the agent still starting;
+1 when it could not be reached or answered with an error; 2 for bad
+flags. A monitoring check can run "leasekeeper status >/dev/null".`,
 		Example: `  leasekeeper status
   leasekeeper status --json | jq .queue_depth
   leasekeeper status --url 127.0.0.1:9742`,
@@ -87,15 +92,26 @@ answered with an error, 2 for bad flags.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				_, err := env.Stdout.Write(body)
-				return err
-			}
 			var rep agent.StatusReport
 			if err := json.Unmarshal(body, &rep); err != nil {
+				if asJSON {
+					_, err := env.Stdout.Write(body)
+					return err
+				}
 				return fmt.Errorf("%s/status: unexpected answer: %w", base, err)
 			}
-			return writeStatus(env.Stdout, &rep)
+			if asJSON {
+				_, err = env.Stdout.Write(body)
+			} else {
+				err = writeStatus(env.Stdout, &rep)
+			}
+			if err != nil {
+				return err
+			}
+			if why := attention(&rep); len(why) > 0 {
+				return attentionError{why}
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -209,6 +225,53 @@ func (e *notRunningError) Error() string {
 }
 
 func (e *notRunningError) Unwrap() error { return e.Err }
+
+// attention lists what in the agent's answer needs the operator, as
+// status's exit status 3 tells a script (before, it exited 0 whatever the
+// answer said: a cold review). Orphans, a pair's states and kept-back
+// events are the rack's ordinary life, not in it.
+func attention(r *agent.StatusReport) []string {
+	var why []string
+	if !r.Ready {
+		why = append(why, "the agent is starting")
+	}
+	if rg := r.Region; rg != nil {
+		switch rg.State {
+		case "outage", "config", "failing":
+			why = append(why, "region "+map[string]string{"outage": "outage", "config": "configuration error", "failing": "failing every event"}[rg.State])
+		}
+	}
+	if r.DeadLetters != nil && *r.DeadLetters > 0 {
+		why = append(why, fmt.Sprintf("%d dead letters", *r.DeadLetters))
+	}
+	if h := r.Held; h != nil && h.Events > 0 {
+		why = append(why, fmt.Sprintf("%d events held (the outbox cannot store them)", h.Events))
+	}
+	if l := r.LeasesFile; l != nil {
+		switch {
+		case l.MissingSince != nil:
+			why = append(why, "the leases file does not exist")
+		case l.UnreadableSince != nil:
+			why = append(why, "the leases file cannot be read")
+		}
+	}
+	if r.Unhealthy != "" && r.Ready {
+		why = append(why, "unhealthy: "+r.Unhealthy)
+	}
+	return why
+}
+
+// attentionError is status's answer that needs attention: exit status
+// ExitAttention, the reasons on stderr.
+type attentionError struct{ why []string }
+
+func (e attentionError) Error() string {
+	return "status: needs attention: " + strings.Join(e.why, "; ")
+}
+
+// ExitAttention is status's exit status when the agent answered and
+// something needs the operator (attention).
+const ExitAttention = 3
 
 func writeStatus(w io.Writer, r *agent.StatusReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

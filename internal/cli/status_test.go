@@ -30,7 +30,7 @@ const statusJSON = `{
   "time": "2026-11-29T12:00:00Z",
   "queue_depth": 12,
   "last_delivery": "2026-11-29T11:59:57Z",
-  "deadletters": 2,
+  "deadletters": 0,
   "lag_seconds": 1.5,
   "tasks": [{"name": "hooksock", "state": "ready"}, {"name": "http", "state": "ready"}],
   "uptime_seconds": 10800
@@ -61,7 +61,7 @@ func TestStatus(t *testing.T) {
 	want := `agent          ready (version 1.2.3, up 3h0m0s)
 queue depth    12
 last delivery  2026-11-29T11:59:57Z (3s ago)
-dead letters   2 (leasekeeper deadletter list)
+dead letters   0
 lag            1.5s
 parts          hooksock ready, http ready
 `
@@ -73,6 +73,37 @@ parts          hooksock ready, http ready
 	out, _, code = run(t, "status", "--json", "--url", strings.TrimPrefix(srv.URL, "http://"))
 	if code != 0 || out != statusJSON {
 		t.Errorf("exit %d, --json output:\n%s", code, out)
+	}
+}
+
+// TestStatusAttention: status exits 3 when the agent's answer holds
+// something the operator must act on, naming it on stderr, with --json
+// too; 0 when nothing (a cold review: it exited 0 whatever the answer).
+func TestStatusAttention(t *testing.T) {
+	healthy := `"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z","queue_depth":0,"last_delivery":null,"lag_seconds":0,"tasks":[],"uptime_seconds":10800`
+	for _, tc := range []struct{ name, extra, want string }{
+		{"healthy", `"deadletters":0,"region":{"state":"ok"},"held":{"events":0},"leases_file":{"path":"/l","missing_since":null},"unhealthy":""`, ""},
+		{"region unknown yet", `"deadletters":0,"region":{"state":"unknown"}`, ""},
+		{"dead letters", `"deadletters":3`, "3 dead letters"},
+		{"region outage", `"deadletters":0,"region":{"state":"outage"}`, "region outage"},
+		{"region config", `"deadletters":0,"region":{"state":"config"}`, "region configuration error"},
+		{"region failing", `"deadletters":0,"region":{"state":"failing"}`, "region failing every event"},
+		{"held", `"deadletters":0,"held":{"events":7,"since":"2026-11-29T11:59:00Z"}`, "7 events held"},
+		{"leases file missing", `"deadletters":0,"leases_file":{"path":"/l","missing_since":"2026-11-29T11:55:00Z"}`, "the leases file does not exist"},
+		{"leases file unreadable", `"deadletters":0,"leases_file":{"path":"/l","missing_since":null,"unreadable_since":"2026-11-29T11:55:00Z","read_error":"denied"}`, "the leases file cannot be read"},
+		{"unhealthy", `"deadletters":0,"unhealthy":"the reconciler made no progress for 2m0s"`, "unhealthy: the reconciler made no progress"},
+	} {
+		srv := statusServer(t, "{"+healthy+","+tc.extra+"}", 200)
+		for _, args := range [][]string{{"status", "--url", srv.URL}, {"status", "--json", "--url", srv.URL}} {
+			_, stderr, code := run(t, args...)
+			want := 0
+			if tc.want != "" {
+				want = ExitAttention
+			}
+			if code != want || !strings.Contains(stderr, tc.want) || (tc.want == "") != (stderr == "") {
+				t.Errorf("%s: %q: exit %d, stderr %q; want %d and %q", tc.name, args, code, stderr, want, tc.want)
+			}
+		}
 	}
 }
 
@@ -94,7 +125,7 @@ last delivery  never
 dead letters   0
 lag            2m0s
 `
-	if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+	if diff := cmp.Diff(want, out); code != ExitAttention || diff != "" {
 		t.Errorf("exit %d (-want +got):\n%s", code, diff)
 	}
 }
@@ -135,13 +166,16 @@ func TestStatusRegionController(t *testing.T) {
 // TestStatusLeasesFile: the leases file followed, and a missing or
 // unreadable one with how long it has been so and what to check.
 func TestStatusLeasesFile(t *testing.T) {
-	for _, tc := range []struct{ name, file, want string }{
+	for _, tc := range []struct {
+		name, file, want string
+		code             int
+	}{
 		{"exists", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":null}`,
-			"leases file    /var/lib/dhcp/dhcpd.leases\n"},
+			"leases file    /var/lib/dhcp/dhcpd.leases\n", 0},
 		{"missing", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":"2026-11-29T11:55:00Z"}`,
-			"leases file    /var/lib/dhcp/dhcpd.leases does not exist (for 5m0s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n"},
+			"leases file    /var/lib/dhcp/dhcpd.leases does not exist (for 5m0s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n", ExitAttention},
 		{"unreadable", `{"path":"/var/lib/dhcp/dhcpd.leases","missing_since":null,"unreadable_since":"2026-11-29T11:58:00Z","read_error":"open /var/lib/dhcp/dhcpd.leases: permission denied"}`,
-			"leases file    /var/lib/dhcp/dhcpd.leases cannot be read (for 2m0s): open /var/lib/dhcp/dhcpd.leases: permission denied; synthesised events are held until it reads (the agent's user must be able to read it)\n"},
+			"leases file    /var/lib/dhcp/dhcpd.leases cannot be read (for 2m0s): open /var/lib/dhcp/dhcpd.leases: permission denied; synthesised events are held until it reads (the agent's user must be able to read it)\n", ExitAttention},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
@@ -154,7 +188,7 @@ last delivery  never
 dead letters   0
 lag            0s
 ` + tc.want
-			if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+			if diff := cmp.Diff(want, out); code != tc.code || diff != "" {
 				t.Errorf("exit %d (-want +got):\n%s", code, diff)
 			}
 		})
@@ -204,7 +238,7 @@ dead letters   unknown
 lag            unknown
 parts          outbox starting
 `
-	if diff := cmp.Diff(want, out); code != 0 || diff != "" {
+	if diff := cmp.Diff(want, out); code != ExitAttention || diff != "" {
 		t.Errorf("exit %d (-want +got):\n%s", code, diff)
 	}
 }
@@ -223,9 +257,18 @@ func TestStatusFromConfig(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "metrics.listen is empty in "+off) {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
-	broken := writeFile(t, "lk.toml", "[metrics]\nlisen = \"x\"\n")
+	// A file the agent would refuse (an edit its reload refused: it runs
+	// on, on the file it read before) still leads status to it, with a
+	// warning; it used to stop there (a cold review).
+	broken := writeFile(t, "lk.toml", fmt.Sprintf("[metrics]\nlisten = %q\n[reconcile]\npoll_intervall = \"5s\"\n", listen))
 	_, stderr, code = run(t, "status", "--config", broken)
-	if code != 1 || !strings.Contains(stderr, "metrics.lisen: unknown key") {
+	if code != 0 || !strings.Contains(stderr, "reconcile.poll_intervall: unknown key") || !strings.Contains(stderr, "the agent refuses this file") {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+	// One that is not TOML at all names nothing to go by.
+	garbage := writeFile(t, "lk.toml", "[metrics\n")
+	_, stderr, code = run(t, "status", "--config", garbage)
+	if code != 1 || !strings.Contains(stderr, garbage+":2: expected") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
 }

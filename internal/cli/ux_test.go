@@ -64,6 +64,35 @@ func TestCheckNotLeases(t *testing.T) {
 	}
 }
 
+// TestShownNotLeases: leases and pools given a file that is not a leases
+// file exit 1 saying so, where they printed an empty table and exited 0
+// (a cold review); an empty leases file, or one of comments, is an empty
+// table.
+func TestShownNotLeases(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, text string
+		code       int
+		want       string
+	}{
+		{"dhcpd.conf", "subnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n", 1, "not a leases file"},
+		{"no statement", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n", 1, "not a leases file"},
+		{"empty", "", 0, ""},
+		{"comments", "# The format of this file is documented in the dhcpd.leases(5) manual page.\n# This lease file was written by isc-dhcp-4.4.3-P1\n\n", 0, ""},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+		if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"leases", path}, {"pools", "--leases", path, "--config", "testdata/dhcpd.conf"}} {
+			_, stderr, code := run(t, args...)
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s: %q: exit %d, stderr %q; want %d and %q", tc.name, args[0], code, stderr, tc.code, tc.want)
+			}
+		}
+	}
+}
+
 // TestCheckRefused: a block dhcpd refuses when it loads the file is a
 // problem, exit 1, never "ok": dhcpd's next start loses it (and on a
 // fatal one does not start at all). A cold review found "ok: 0 leases"
