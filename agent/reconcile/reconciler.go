@@ -639,7 +639,7 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	defer r.mu.Unlock()
 	now := r.now()
 	absent := r.fol.absent()
-	r.noteAbsent(absent, now)
+	r.noteAbsent(absent, r.fol.gone(), now)
 	if absent && !r.st.Baselined {
 		r.st.NoFile = true
 	}
@@ -667,14 +667,24 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 // the -lf of MAAS's debian/maas-dhcp.maas-dhcpd.service), would otherwise
 // look like a quiet network. `leasekeeper check-maas` names the file the
 // running dhcpd has open.
-func (r *Reconciler) noteAbsent(absent bool, now time.Time) {
+//
+// gone is the path naming no file while the file read is held: removed
+// or moved away by hand (a cold review: status said nothing). dhcpd goes
+// on writing the file it has open, which the agent reads on, until its
+// next rewrite or restart puts a new one at the path.
+func (r *Reconciler) noteAbsent(absent, gone bool, now time.Time) {
 	switch {
-	case absent && r.absentSince.IsZero():
+	case (absent || gone) && r.absentSince.IsZero():
 		r.absentSince = now
 		r.met.absent.Store(true)
+		if gone {
+			r.log.Warn().Str("leases", r.cfg.Leases).
+				Msg("the leases file is gone from its path (removed or moved away?): reading on in the file dhcpd has open, which dhcpd replaces at its next rewrite or restart; a restarted agent would find nothing to follow")
+			break
+		}
 		r.log.Warn().Str("leases", r.cfg.Leases).
 			Msg("the leases file does not exist: nothing to follow until dhcpd writes it (if dhcpd is running, dhcpd.leases in the configuration names a file it does not write)")
-	case !absent && !r.absentSince.IsZero():
+	case !absent && !gone && !r.absentSince.IsZero():
 		r.log.Info().Str("leases", r.cfg.Leases).Dur("missing_for", now.Sub(r.absentSince)).Msg("the leases file appeared")
 		r.absentSince = time.Time{}
 		r.met.absent.Store(false)

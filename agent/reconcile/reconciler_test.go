@@ -960,3 +960,46 @@ func TestTaskLeasesFileMissing(t *testing.T) {
 		t.Errorf("no log of the file's appearance\nlog:\n%s", h.logText())
 	}
 }
+
+// TestTaskLeasesFileGone: a leases file moved away while the agent reads
+// it is told as missing (a cold review: status said nothing, as the
+// agent reads on in the file it holds, which dhcpd writes on), and its
+// return too; what dhcpd appends meanwhile is still followed. dhcpd's
+// own rewrite, which leaves the path empty for a moment, is not.
+func TestTaskLeasesFileGone(t *testing.T) {
+	h := newHarness(t)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), true)
+	h.start(30 * time.Second)
+	h.d.rewrite(nowBlock(ip1, "active", macA, -time.Minute, time.Hour), true) // a rewrite: not gone
+	time.Sleep(time.Second)                                                   // five polls
+	if !h.r.LeasesFile().AbsentSince.IsZero() || strings.Contains(h.logText(), "gone from its path") {
+		t.Fatalf("a rewrite reported as the file gone\nlog:\n%s", h.logText())
+	}
+	moved := h.d.path + ".moved"
+	if err := os.Rename(h.d.path, moved); err != nil {
+		t.Fatal(err)
+	}
+	h.waitUntil("the file's absence reported", func() bool { return !h.r.LeasesFile().AbsentSince.IsZero() })
+	if g := h.gauge("leasekeeper_reconcile_leases_file_missing"); g != 1 || !strings.Contains(h.logText(), "gone from its path") {
+		t.Errorf("gauge %v, want 1; log:\n%s", g, h.logText())
+	}
+	// dhcpd writes on to the file it has open.
+	f, err := os.OpenFile(moved, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(nowBlock(ip2, "active", macB, 0, time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, _ := h.waitQueued(1, 5*time.Second); !strings.HasPrefix(got[0], "commit 203.0.113.11") {
+		t.Errorf("queued %q, want the commit dhcpd appended to the file held", got)
+	}
+	if err := os.Rename(moved, h.d.path); err != nil {
+		t.Fatal(err)
+	}
+	h.waitUntil("the file's return reported", func() bool { return h.r.LeasesFile().AbsentSince.IsZero() })
+	if !strings.Contains(h.logText(), "the leases file appeared") {
+		t.Errorf("no log of the file's return\nlog:\n%s", h.logText())
+	}
+}

@@ -105,6 +105,9 @@ type follower struct {
 	// notFound: the last attempt to open the path found no file (not:
 	// it failed otherwise, or succeeded).
 	notFound bool
+	// unlinked counts the checks in a row that found the path naming no
+	// file while one is held (leasesfile.Unlinked); 0 otherwise.
+	unlinked int
 	// resumed: resume found the file at the stored position, which is
 	// only ever stored on a file that read whole.
 	resumed bool
@@ -119,6 +122,11 @@ func newFollower(path string) *follower { return &follower{path: path} }
 // absent reports whether the path named no file at the last attempt to
 // open it, and none is held.
 func (w *follower) absent() bool { return w.f == nil && w.notFound }
+
+// gone reports whether the path has named no file for two checks in a
+// row while one is held (read on): removed or moved away, not dhcpd's
+// rewrite, whose unlink and rename are a moment apart.
+func (w *follower) gone() bool { return w.f != nil && w.unlinked >= 2 }
 
 // close releases the file.
 func (w *follower) close() {
@@ -232,6 +240,11 @@ func (w *follower) sync(poll bool) ([]change, error) {
 		return w.take(), err
 	}
 	change, size, err := leasesfile.Check(w.path, w.f, w.id, w.read)
+	if change == leasesfile.Unlinked {
+		w.unlinked++
+	} else {
+		w.unlinked = 0
+	}
 	switch {
 	case err != nil:
 		return nil, err

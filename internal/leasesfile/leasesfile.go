@@ -65,6 +65,12 @@ const (
 	// Truncated: the file held is shorter than what was read from it:
 	// read it again from its start.
 	Truncated
+	// Unlinked: the path names no file, and the file held is not
+	// truncated: read on in it, as for Appended. dhcpd's rewrite leaves
+	// the path empty for a moment (between its unlink and rename); for
+	// longer, the file was removed or moved away, and dhcpd writes on to
+	// the file it has open until its next rewrite or restart.
+	Unlinked
 )
 
 // Stater is the file held (an *os.File).
@@ -74,24 +80,27 @@ type Stater interface {
 
 // Check says what happened to the file at path while held, of identity
 // id and read up to read bytes, was open. size is held's size (for
-// Appended and Truncated; 0 for Replaced). The errors are os.Stat's on
+// Appended, Unlinked and Truncated; 0 for Replaced). The errors are os.Stat's on
 // path (other than the path not existing) and held's Stat.
 func Check(path string, held Stater, id ID, read int64) (c Change, size int64, err error) {
 	fi, err := os.Stat(path)
+	on := Appended
 	switch {
 	case err == nil && IDOf(fi) != id:
 		return Replaced, 0, nil
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist):
+		on = Unlinked
+	case err != nil:
 		return Appended, 0, err
 	}
 	hfi, err := held.Stat()
 	if err != nil {
-		return Appended, 0, err
+		return on, 0, err
 	}
 	if hfi.Size() < read {
 		return Truncated, hfi.Size(), nil
 	}
-	return Appended, hfi.Size(), nil
+	return on, hfi.Size(), nil
 }
 
 // maxTail bounds the pending tail TornAt reads back: a statement longer

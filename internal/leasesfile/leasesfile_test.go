@@ -51,7 +51,7 @@ func TestCheck(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	check(Appended, 2*read) // between unlink and rename: the file held goes on
+	check(Unlinked, 2*read) // between unlink and rename: the file held goes on
 	write(path+".new", "lease 203.0.113.6 {\n}\n")
 	if err := os.Rename(path+".new", path); err != nil {
 		t.Fatal(err)
