@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -144,7 +145,7 @@ func readRegionFile(path string) ([]byte, error) {
 func maasFileHint(path string, err error) string {
 	switch {
 	case errors.Is(err, os.ErrPermission):
-		return fmt.Sprintf(" (the agent runs as user %s and MAAS keeps its rack key for MAAS only: have systemd pass it, LoadCredential=%s:%s, see README.Debian)",
+		return fmt.Sprintf(" (read as user %s; MAAS keeps its rack key for MAAS only: have systemd pass it to the agent, LoadCredential=%s:%s, see README.Debian; --print-config outside the service reads it as root)",
 			userName(), filepath.Base(path), path)
 	case errors.Is(err, os.ErrNotExist) && strings.HasPrefix(path, maasCertDir+"/"):
 		return " (the defaults are a MAAS 3.8+ deb rack's; MAAS 3.6 and 3.7 keep cluster.pem, cluster.key and cacerts.pem there, a snap under /var/snap/maas: see [region] in leasekeeper.toml)"
@@ -152,11 +153,14 @@ func maasFileHint(path string, err error) string {
 	return ""
 }
 
+// userName is this process's user: its uid's name (not $USER, which
+// sudo and su may leave as another user's), or the uid.
 func userName() string {
-	if u := os.Getenv("USER"); u != "" {
-		return u
+	uid := strconv.Itoa(os.Getuid())
+	if u, err := user.LookupId(uid); err == nil {
+		return u.Username
 	}
-	return strconv.Itoa(os.Getuid())
+	return uid
 }
 
 // newHTTPClient makes the client for one configuration. Timeout bounds
