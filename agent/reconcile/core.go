@@ -294,6 +294,22 @@ type State struct {
 	// outside a pair.
 	UnwrittenUntil int64 `json:"-"`
 	heldUnwritten  int   // what Due passed by for it (TakeHeldUnwritten)
+	// StartedAt (Unix seconds) is when the agent started, set with
+	// UnwrittenUntil. StartupUntil (Unix seconds, 0: not set): once dhcpd
+	// first writes after that (FileWritten), a survivor's rule 3 waits on
+	// until the file records a state of its pair dated at or after
+	// StartedAt (freshPeers), or until then (StartupWait). A dhcpd that
+	// starts is in startup until its partner answers, or 15 s, and
+	// meanwhile writes the state it saved, dated as it was
+	// (server/failover.c dhcp_failover_set_state keeps stos into and out
+	// of startup; server/db.c write_failover_state prints saved_state):
+	// a survivor back with its rack reads its own partner-down again, and
+	// expired, as the survivor, the leases whose end passed while it was
+	// down, which the partner, up all along, had renewed (make chaos
+	// PAIR=1 VLANS=2 seed 116 at cb43d38: 8 expiries the files never
+	// showed, seconds before dhcpd recorded potential-conflict).
+	StartedAt, StartupUntil int64           `json:"-"`
+	freshPeers              map[string]bool // peers whose state the file recorded since StartedAt
 	// shownEnd is, in a pair, when the file showed an end it recorded
 	// (Told) dated ahead of that moment (Unix seconds; endShownBefore).
 	// Kept in memory only: after a restart such an end counts as shown
@@ -1715,7 +1731,10 @@ func (s *State) Due(now int64) []event.Event {
 	if s.UnwrittenUntil != 0 && now >= s.UnwrittenUntil {
 		// No write in time: dhcpd may stay dead. (Before Unknown's
 		// return: NextDue names the bound until it is cleared.)
-		s.FileWritten()
+		s.FileWritten(0)
+	}
+	if s.StartupUntil != 0 && now >= s.StartupUntil {
+		s.startupOver() // dhcpd's startup ended in the state it saved
 	}
 	if s.Unknown {
 		return nil
@@ -1949,6 +1968,9 @@ func (s *State) NextDue() (int64, bool) {
 	}
 	if s.UnwrittenUntil != 0 && (!found || s.UnwrittenUntil < next) {
 		next, found = s.UnwrittenUntil, true // the wait's bound rebuilds the heap (Due)
+	}
+	if s.StartupUntil != 0 && (!found || s.StartupUntil < next) {
+		next, found = s.StartupUntil, true // so does startup's (Due)
 	}
 	s.index()
 	for s.someTellFromFile() && len(s.ends) > 0 {

@@ -165,6 +165,7 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) 
 		}
 		before := p.Survivor()
 		*p = p.withState(fs)
+		s.freshState(p.Peer, fs.MyStateAt)
 		if p.partnerSpoke() {
 			fo.Spoke = true
 			fo.SpokePeers = addPeers(fo.SpokePeers, p.Peer)

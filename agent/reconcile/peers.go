@@ -270,20 +270,55 @@ func peerSetEqual(a, b *peerSet) bool {
 // leases its file shows end as their ends pass.
 const UnwrittenWait = 120
 
+// StartupWait bounds StartupUntil: dhcpd leaves startup when its partner
+// answers, or 15 s after it entered it (server/failover.c,
+// dhcp_failover_startup_timeout), back in the state it saved.
+const StartupWait = 20
+
 // FileWritten ends UnwrittenUntil: dhcpd wrote the file since the agent
-// started (or the bound passed). Rule 3's heap, which passed the pair's
-// addresses by, is rebuilt.
-func (s *State) FileWritten() {
+// started, at now (Unix seconds), or the bound passed (now 0). Rule 3's
+// heap, which passed the pair's addresses by, is rebuilt. A write starts
+// StartupUntil: dhcpd may have started with the agent.
+func (s *State) FileWritten(now int64) {
 	if s.UnwrittenUntil != 0 {
 		s.UnwrittenUntil, s.indexed = 0, false
+		if now != 0 && s.StartedAt != 0 {
+			s.StartupUntil = now + StartupWait
+		}
 	}
+}
+
+// startupOver ends StartupUntil: rule 3 is a survivor's again.
+func (s *State) startupOver() {
+	s.StartupUntil, s.freshPeers, s.indexed = 0, nil, false
+}
+
+// freshState notes a record of peer's state dated at: at or after the
+// agent's start, it is dhcpd's state now, not the one a starting dhcpd
+// repeats (StartupUntil).
+func (s *State) freshState(peer string, at parser.Time) {
+	if s.StartedAt == 0 || (s.UnwrittenUntil == 0 && s.StartupUntil == 0) || !at.IsSet() || int64(at) < s.StartedAt || s.freshPeers[peer] {
+		return
+	}
+	if s.freshPeers == nil {
+		s.freshPeers = map[string]bool{}
+	}
+	s.freshPeers[peer], s.indexed = true, false
 }
 
 // unwrittenHeld reports whether rule 3 passes ip by for now: its pair's
 // dhcpd has not written the file since the agent's start, within the
-// bound (UnwrittenUntil).
+// bound (UnwrittenUntil), or it has, and this side is the survivor by a
+// state the file has not recorded since the start (StartupUntil).
 func (s *State) unwrittenHeld(ip netip.Addr) bool {
-	return s.UnwrittenUntil != 0 && s.pairOf(ip).InPair()
+	if s.UnwrittenUntil == 0 && s.StartupUntil == 0 {
+		return false
+	}
+	p := s.pairOf(ip)
+	if !p.InPair() {
+		return false
+	}
+	return s.UnwrittenUntil != 0 || p.Survivor() && !s.freshPeers[p.Peer]
 }
 
 // RulesChanged rebuilds rule 3's heap at its next use: who tells what

@@ -294,7 +294,7 @@ func TestUnwrittenSurvivor(t *testing.T) {
 				t.Errorf("the survivor's lease ended before dhcpd wrote the file: %v", got)
 			}
 			if tc.write {
-				s.FileWritten()
+				s.FileWritten(0)
 				if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(601)); diff != "" {
 					t.Errorf("once dhcpd writes (-want +got):\n%s", diff)
 				}
@@ -308,6 +308,79 @@ func TestUnwrittenSurvivor(t *testing.T) {
 			}
 			if diff := cmp.Diff([]string{"expiry " + a1 + " ends-passed"}, show(tc.until)); diff != "" {
 				t.Errorf("at the bound (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestStartupSurvivor: a survivor back with its rack, dhcpd starting too
+// (make chaos PAIR=1 VLANS=2 seed 116 at cb43d38: 8 `false`). dhcpd's
+// first write after the agent's start opens rule 3 (FileWritten), but a
+// starting dhcpd repeats the state it saved, dated as it was (startup:
+// server/failover.c keeps stos, server/db.c prints saved_state), and its
+// partner, up all along, may have renewed the leases whose end passed:
+// the survivor's rule 3 waits for a state record dated since the start,
+// or StartupWait (dhcpd's startup timeout, back in partner-down). The
+// lone VLAN's leases are not held.
+func TestStartupSurvivor(t *testing.T) {
+	const a1, c1 = "203.0.113.10", "198.18.0.10"
+	// fresh is a record of the pair's state dated at t0+at.
+	fresh := func(my, partner string, at int64) string {
+		return strings.ReplaceAll(fostateOf("failover-vlan-5001", my, partner), "4 2026/11/26 12:00:00", date(t0+at))
+	}
+	for _, tc := range []struct {
+		name   string
+		record string // appended at 605
+		want   []string
+		at     int64 // when want is due
+	}{
+		// The partner answered: this side steps back, and the partner's
+		// side tells the lease (renewed, or ended).
+		{"the partner answers", fresh("potential-conflict", "partner-down", 605), nil, 0},
+		// dhcpd's startup ran out (the partner silent): back in the
+		// state it saved, dated as before: the bound ends the wait.
+		{"startup runs out", fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted"), []string{"expiry " + a1 + " ends-passed"}, 600 + StartupWait},
+		// A fresh partner-down (an operator's, again): the survivor's
+		// rule 3 at once.
+		{"a fresh partner-down", fresh("partner-down", "communications-interrupted", 605), []string{"expiry " + a1 + " ends-passed"}, 605},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "secondary", "203.0.113")+vlanAlone("198.18.0")))
+			runSteps(t, s, []step{{at: 0, snapshot: fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted") +
+				block(a1, "active", macA, t0-100, t0+500) + block(c1, "active", macB, t0-100, t0+500)}})
+			s.StartedAt, s.UnwrittenUntil = t0+590, t0+590+UnwrittenWait // the agent restarts (Reconciler.Run)
+			show := func(at int64) (got []string) {
+				for _, ev := range s.Due(t0 + at) {
+					got = append(got, fmt.Sprintf("%s %s %s", ev.Action, ev.IP, ev.Reason))
+					s.Hook(ev)
+				}
+				return got
+			}
+			if diff := cmp.Diff([]string{"expiry " + c1 + " ends-passed"}, show(595)); diff != "" {
+				t.Errorf("before dhcpd writes (-want +got):\n%s", diff)
+			}
+			// dhcpd starts: its first write, the state it saved.
+			appendPair(t, s, fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted"), t0+600)
+			s.FileWritten(t0 + 600)
+			if got := show(600); got != nil {
+				t.Errorf("the survivor's lease ended while dhcpd starts: %v", got)
+			}
+			if next, ok := s.NextDue(); !ok || next != t0+600+StartupWait {
+				t.Errorf("NextDue = %d, %t; want the startup bound, %d", next-t0, ok, 600+StartupWait)
+			}
+			appendPair(t, s, tc.record, t0+605)
+			var got []string
+			for at := int64(605); at <= 600+StartupWait+grace; at++ {
+				if evs := show(at); evs != nil {
+					if at != tc.at {
+						t.Errorf("at %d: %v, want it at %d", at, evs, tc.at)
+					}
+					got = append(got, evs...)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -163,6 +163,7 @@ type Reconciler struct {
 	partnerSpoke    map[string]bool // the peers whose partner the file showed, since the start, speaking for the pair (Stale)
 	resumedRound    bool            // Run's first round, on the file as the last run left it, is done (State.UnwrittenUntil)
 	unwrittenWarned bool            // rule 3 held for State.UnwrittenUntil was logged
+	startupLogged   bool            // rule 3 held for State.StartupUntil was logged
 	lastFound       bool            // it found a block (busyRound)
 	busyRound       time.Duration
 	progress        atomic.Int64
@@ -457,7 +458,8 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	r.mu.Lock()
 	// In a pair rule 3 waits, after a start, until dhcpd writes the
 	// file, or UnwrittenWait (State.UnwrittenUntil).
-	r.st.UnwrittenUntil = r.now().Unix() + UnwrittenWait
+	r.st.StartedAt = r.now().Unix()
+	r.st.UnwrittenUntil = r.st.StartedAt + UnwrittenWait
 	r.mu.Unlock()
 	changes, err := r.fol.resume(r.loadedPos)
 	r.round(ctx, changes, err)
@@ -648,7 +650,7 @@ func (r *Reconciler) round(ctx context.Context, changes []change, err error) {
 	for _, c := range changes {
 		r.apply(c, now)
 		if r.resumedRound && r.written(c) {
-			r.st.FileWritten()
+			r.st.FileWritten(now.Unix())
 		}
 	}
 	r.st.Unknown = r.readFailed || r.wholeHeld
@@ -1020,7 +1022,11 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 			Msg("failover: expiries of leases a rewrite dropped, held in standby in case the primary went down before sending them, dropped: the primary had its time to send them")
 	}
 	r.logAheadSent()
-	if n := r.st.TakeHeldUnwritten(); n > 0 && !r.unwrittenWarned {
+	if n := r.st.TakeHeldUnwritten(); n > 0 && r.st.UnwrittenUntil == 0 && !r.startupLogged {
+		r.startupLogged = true
+		r.log.Info().Int("leases", n).Dur("startup_wait", StartupWait*time.Second).
+			Msg("failover: this side is the survivor by the state dhcpd wrote as it started, which repeats the state it saved: leases whose end passed are expired from the leases file once dhcpd records its pair's state anew (its partner answered), or startup_wait after its first write")
+	} else if n > 0 && !r.unwrittenWarned {
 		r.unwrittenWarned = true
 		r.log.Warn().Int("leases", n).Dur("unwritten_wait", UnwrittenWait*time.Second).
 			Msg("failover: leases whose end passed are not expired from the leases file yet: dhcpd has not written it since this agent started (is dhcpd running?), and what it shows may be a dead dhcpd's while the partner spoke for the pair; they are once dhcpd writes it, or, if it does not, unwritten_wait after this agent's start")
