@@ -1312,8 +1312,12 @@ func (s *State) vanishedBack(ip netip.Addr, l Lease, now int64, ahead bool) {
 	q := s.Pending[ip]
 	keep := q[:0:0]
 	changed := false
+	t, told := s.Told[ip] // what the region heard before l (observe records l after)
 	for _, p := range q {
 		switch {
+		case ahead && p.Spoke && p.untoldCovered(t, told):
+			changed = true // this side's hook told it meanwhile (a cold review: sent twice)
+			continue
 		case ahead && p.Spoke && owedBefore(p, l.MAC, l.Starts):
 			p.Event, p.Due, p.Untold, p.Spoke, p.Ahead, changed = endedAt(p, l.Starts), min(p.Due, now), false, false, true, true
 		case p.Event.Reason != ReasonVanished:

@@ -510,6 +510,18 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10000},
 		),
 	}, {
+		// Its own hook told the end (its on expiry as the lease went
+		// free), then the partner acks the same client's next lease:
+		// nothing more (a cold review: the end was sent again, ahead).
+		name: "the survivor's end its hook told, then the partner's next commit of the same client: nothing more",
+		pair: primary,
+		steps: steppedBack(
+			step{at: 31, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+31))},
+			step{at: 35, appended: block("203.0.113.12", "active", macA, t0+35, t0+65)},
+			step{at: 30 + grace},
+			step{at: 10000},
+		),
+	}, {
 		// Its own hook told the end within the grace: nothing more.
 		name: "the survivor steps back within the grace after an end its hook told: nothing more",
 		pair: primary,

@@ -334,13 +334,15 @@ func TestStartupSurvivor(t *testing.T) {
 		want   []string
 		at     int64 // when want is due
 	}{
-		// The partner answered: this side steps back, and the partner's
-		// side tells the lease (renewed, or ended).
-		{"the partner answers", fresh("potential-conflict", "partner-down", 605), nil, 0},
+		// The partner answered: this side steps back (the record keeps
+		// the saved date: dhcpd keeps stos out of startup too), and the
+		// partner's side tells the lease (renewed, or ended).
+		{"the partner answers", fostateOf("failover-vlan-5001", "potential-conflict", "partner-down"), nil, 0},
 		// dhcpd's startup ran out (the partner silent): back in the
 		// state it saved, dated as before: the bound ends the wait.
 		{"startup runs out", fostateOf("failover-vlan-5001", "partner-down", "communications-interrupted"), []string{"expiry " + a1 + " ends-passed"}, 600 + StartupWait},
-		// A fresh partner-down (an operator's, again): the survivor's
+		// A fresh partner-down (dhcpd out of startup, then an
+		// operator's partner-down again, dated anew): the survivor's
 		// rule 3 at once.
 		{"a fresh partner-down", fresh("partner-down", "communications-interrupted", 605), []string{"expiry " + a1 + " ends-passed"}, 605},
 	} {

@@ -1022,11 +1022,15 @@ func (r *Reconciler) decide(ctx context.Context, now time.Time) {
 			Msg("failover: expiries of leases a rewrite dropped, held in standby in case the primary went down before sending them, dropped: the primary had its time to send them")
 	}
 	r.logAheadSent()
-	if n := r.st.TakeHeldUnwritten(); n > 0 && r.st.UnwrittenUntil == 0 && !r.startupLogged {
-		r.startupLogged = true
-		r.log.Info().Int("leases", n).Dur("startup_wait", StartupWait*time.Second).
-			Msg("failover: this side is the survivor by the state dhcpd wrote as it started, which repeats the state it saved: leases whose end passed are expired from the leases file once dhcpd records its pair's state anew (its partner answered), or startup_wait after its first write")
-	} else if n > 0 && !r.unwrittenWarned {
+	switch n := r.st.TakeHeldUnwritten(); {
+	case n == 0:
+	case r.st.UnwrittenUntil == 0:
+		if !r.startupLogged {
+			r.startupLogged = true
+			r.log.Info().Int("leases", n).Dur("startup_wait", StartupWait*time.Second).
+				Msg("failover: this side is the survivor by the state dhcpd wrote as it started, which repeats the state it saved: leases whose end passed are expired from the leases file once dhcpd records its pair's state anew (its partner answered), or startup_wait after its first write")
+		}
+	case !r.unwrittenWarned:
 		r.unwrittenWarned = true
 		r.log.Warn().Int("leases", n).Dur("unwritten_wait", UnwrittenWait*time.Second).
 			Msg("failover: leases whose end passed are not expired from the leases file yet: dhcpd has not written it since this agent started (is dhcpd running?), and what it shows may be a dead dhcpd's while the partner spoke for the pair; they are once dhcpd writes it, or, if it does not, unwritten_wait after this agent's start")
