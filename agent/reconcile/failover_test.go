@@ -510,6 +510,29 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10000},
 		),
 	}, {
+		// A survivor's file records the end with an end to come (an
+		// unbound block's end in a pair is when its state may next
+		// change): the end is dated at the lease's own, not ahead, where
+		// it was newer news than the partner's next commits (make chaos
+		// PAIR=1 VLANS=2 seed 116: five lease lives lost).
+		name: "a survivor's end the file records dated ahead is dated at the lease's end",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base + fostate("partner-down", "normal")},
+			{at: 1, hook: ev(renewal("203.0.113.12", macA, t0+1, 29))},
+			{at: 1, appended: ackedBlock("203.0.113.12", "active", macA, t0+1, t0+30)},
+			{at: 2, hook: ev(renewal("203.0.113.13", macB, t0+2, 298))},
+			{at: 2, appended: ackedBlock("203.0.113.13", "active", macB, t0+2, t0+300)},
+			{at: 32, appended: block("203.0.113.12", "expired", macA, t0+1, t0+150)},
+			{at: 32 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			// Ended before its end (a release): the moment the file
+			// showed it.
+			{at: 40, appended: block("203.0.113.13", "free", macB, t0+2, t0+150)},
+			{at: 40 + grace, want: []string{"release 203.0.113.13 " + macB + " +40 missed-release"}},
+			{at: 500 + grace, want: []string{"expiry " + ip1 + " " + macA + " +500 ends-passed"}},
+			{at: 10000, want: []string{"expiry " + ip2 + " " + macB + " +5000 ends-passed"}},
+		},
+	}, {
 		// Its own hook told the end (its on expiry as the lease went
 		// free), then the partner acks the same client's next lease:
 		// nothing more (a cold review: the end was sent again, ahead).
