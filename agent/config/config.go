@@ -560,13 +560,13 @@ func (c *Config) WriteTOML(w io.Writer) error {
 		v := fmt.Sprint(f.v.Interface()) // a duration as 1m30s
 		switch {
 		case f.v.Kind() == reflect.String || f.v.Type() == durationType:
-			v = strconv.Quote(v)
+			v = tomlQuote(v)
 		case f.v.Kind() == reflect.Slice:
 			items := make([]string, f.v.Len())
 			for i := range items {
 				e := f.v.Index(i)
 				if items[i] = fmt.Sprint(e.Interface()); e.Kind() == reflect.String {
-					items[i] = strconv.Quote(items[i])
+					items[i] = tomlQuote(items[i])
 				}
 			}
 			v = "[" + strings.Join(items, ", ") + "]"
@@ -576,6 +576,31 @@ func (c *Config) WriteTOML(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// tomlQuote writes s as a TOML basic string: Go's quoting escapes some
+// characters as TOML does not (\a, \v, \xNN), which no TOML reader
+// takes back.
+func tomlQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\u%04X`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // keyField is one key of the file and the field of a Config it sets.

@@ -505,6 +505,8 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 	// A list of strings was written unquoted ([https://b/x, …]), which
 	// no TOML reader takes back.
 	c.Region.OtherURLs = []string{"https://r2:5242/MAAS/a/v3internal/leases", "https://r3/\"q\""}
+	// Go's quoting writes \a, \v and \xNN, which TOML does not read.
+	c.Hook.Spool = "/var/spool/\a\v\x01\x7fé\\\t"
 	c.Reconcile.PollInterval = 1500 * time.Millisecond
 	var b strings.Builder
 	if err := c.WriteTOML(&b); err != nil {
