@@ -712,7 +712,7 @@ func wrongType(md *toml.MetaData, name string, p toml.Primitive, t reflect.Type,
 	case reflect.String:
 		what, is = "a list of strings", func(x any) bool { _, ok := x.(string); return ok }
 		if s, ok := v.(string); ok { // one URL where a list of them goes
-			return fmt.Errorf("%s is not %s: write it as a list: %s = [%s]", tomlValue(v), what, name, strconv.Quote(s))
+			return fmt.Errorf("%s is not %s: write it as a list: %s = [%s]", tomlValue(v), what, name, tomlQuote(s))
 		}
 	default:
 		return fmt.Errorf("%s is not a list of %s", tomlValue(v), t.Elem())
@@ -785,13 +785,8 @@ func setString(f reflect.Value, s string) error {
 		}
 		f.SetInt(int64(n))
 	case f.Type() == reflect.TypeFor[[]int]():
-		t := strings.TrimSpace(s)
-		t = strings.TrimSuffix(strings.TrimPrefix(t, "["), "]")
 		var ns []int
-		for p := range strings.SplitSeq(t, ",") {
-			if p = strings.TrimSpace(p); p == "" {
-				continue
-			}
+		for _, p := range commaItems(s) {
 			n, err := strconv.Atoi(p)
 			if err != nil {
 				return fmt.Errorf("%q is not a comma-separated list of integers", s)
@@ -835,14 +830,20 @@ func stringList(s string) ([]string, error) {
 		}
 		return v.V, nil
 	}
-	t = strings.TrimSuffix(strings.TrimPrefix(t, "["), "]")
+	return commaItems(t), nil
+}
+
+// commaItems is a list's comma-separated command-line form (Set), with
+// or without brackets, as its items, trimmed; empty items are dropped.
+func commaItems(s string) []string {
+	t := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "["), "]")
 	var items []string
 	for p := range strings.SplitSeq(t, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			items = append(items, p)
 		}
 	}
-	return items, nil
+	return items
 }
 
 // tomlValue shows a decoded value the way it was written.

@@ -1282,7 +1282,8 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// now, ahead of the binding's commit.
 		s.vanishedBack(ip, l, now, false)
 	}
-	if ev.Action == event.Expiry && had && prev.State == parser.StateActive && prev.MAC == l.MAC && l.Ends < prev.Ends {
+	sameLife := had && prev.State == parser.StateActive && prev.MAC == l.MAC // l ends the lease prev showed
+	if ev.Action == event.Expiry && sameLife && l.Ends < prev.Ends {
 		// Without failover dhcpd writes a release as "free" with the
 		// lease's end moved to the release time; an expiry keeps the
 		// end it had.
@@ -1298,7 +1299,7 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// survivor's expiry dated 111 s ahead, eight of the primary's
 		// events dropped, five lease lives lost).
 		ev.Timestamp = now
-		if had && prev.State == parser.StateActive && prev.MAC == l.MAC && prev.Ends <= now {
+		if sameLife && prev.Ends <= now {
 			ev.Timestamp = prev.Ends
 		}
 	}

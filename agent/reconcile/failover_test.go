@@ -500,7 +500,9 @@ func TestFailoverRules(t *testing.T) {
 	}, {
 		// Another client's lease of the address: MAAS links the
 		// address's record to the new client without unlinking the old
-		// one (givenAway), so the old client's end goes ahead of it too.
+		// one (src/maasservicelayer/services/leases.py _commit_lease_info,
+		// services/interfaces.py link_ip, which only adds; givenAway), so
+		// the old client's end goes ahead of it too.
 		name: "the survivor steps back within the grace after an end its file recorded, and the partner acks the address to another client: the end at once, ahead",
 		pair: primary,
 		steps: steppedBack(

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -235,11 +236,8 @@ func attention(r *agent.StatusReport) []string {
 	if !r.Ready {
 		why = append(why, "the agent is starting")
 	}
-	if rg := r.Region; rg != nil {
-		switch rg.State {
-		case "outage", "config", "failing":
-			why = append(why, "region "+map[string]string{"outage": "outage", "config": "configuration error", "failing": "failing every event"}[rg.State])
-		}
+	if rg := r.Region; rg != nil && rg.State != "ok" && rg.State != "unknown" {
+		why = append(why, "region "+cmp.Or(regionTrouble[rg.State], rg.State))
 	}
 	if r.DeadLetters != nil && *r.DeadLetters > 0 {
 		why = append(why, fmt.Sprintf("%d dead letters", *r.DeadLetters))
@@ -260,6 +258,9 @@ func attention(r *agent.StatusReport) []string {
 	}
 	return why
 }
+
+// regionTrouble words attention's region states (agent/deliver's).
+var regionTrouble = map[string]string{"outage": "outage", "config": "configuration error", "failing": "failing every event"}
 
 // attentionError is status's answer that needs attention: exit status
 // ExitAttention, the reasons on stderr.
