@@ -72,26 +72,16 @@ func notLeases(ls *parser.Leases) string {
 	return ""
 }
 
-// leasesOnly is loadLeases for the commands that show a leases file's
-// table (leases; pools checks the same after its load: shownLeases).
-func leasesOnly(env *Env, path string) (*parser.Leases, error) {
-	ls, err := loadLeases(env, path)
-	if err != nil {
-		return nil, err
-	}
-	return ls, shownLeases(path, ls)
-}
-
-// shownLeases is the error for a file a command would show as a leases
-// file's empty table: no lease, and no statement read whole, or only
-// ones a leases file does not hold (dhcpd.conf or /etc/passwd given for
-// it; before, an empty table and exit 0: a cold review). An empty file,
-// or one of comments, is an empty table: dhcpd's before its first lease.
+// shownLeases is the error for a file that leases or pools would show
+// as an empty table: no lease, and no statement read whole, or only ones
+// a leases file does not hold (dhcpd.conf or /etc/passwd given for it;
+// before, an empty table and exit 0: a cold review). An empty file, or
+// one of comments, is an empty table: dhcpd's before its first lease.
 func shownLeases(path string, ls *parser.Leases) error {
 	if why := notLeases(ls); why != "" {
 		return fmt.Errorf("%s:%s", path, why)
 	}
-	if n := len(ls.Unknown()); ls.Len() == 0 && n > 0 && n == ls.Statements {
+	if n := ls.UnknownCount(); ls.Len() == 0 && n > 0 && n == ls.Statements {
 		return fmt.Errorf("%s: no lease, and no statement a leases file holds (warnings above): not a leases file", path)
 	}
 	return nil

@@ -57,8 +57,11 @@ file says, although dhcpd forgets them.`,
 				}
 				want = s
 			}
-			ls, err := leasesOnly(env, args[0])
+			ls, err := loadLeases(env, args[0])
 			if err != nil {
+				return err
+			}
+			if err := shownLeases(args[0], ls); err != nil {
 				return err
 			}
 			now := parser.TimeOf(env.Now())

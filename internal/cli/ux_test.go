@@ -77,6 +77,9 @@ func TestShownNotLeases(t *testing.T) {
 	}{
 		{"dhcpd.conf", "subnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n", 1, "not a leases file"},
 		{"no statement", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n", 1, "not a leases file"},
+		// More than the 100 unknown statements the table keeps (a
+		// rack's dhcpd.conf has hundreds).
+		{"a long dhcpd.conf", strings.Repeat("option domain-name \"maas\";\n", 150), 1, "not a leases file"},
 		{"empty", "", 0, ""},
 		{"comments", "# The format of this file is documented in the dhcpd.leases(5) manual page.\n# This lease file was written by isc-dhcp-4.4.3-P1\n\n", 0, ""},
 	} {
