@@ -283,7 +283,11 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // dropped when the peer delivered news of its address newer than the
 // commit it ends (replay: the peer renewed the lease, or ended it
 // itself); the peer's older news does not hold it back, and a peer that
-// did not answer leaves it to stale, as any event.
+// did not answer leaves it to stale, as any event. So is the end rule 3
+// made of a lease the file shows active past its end
+// (reconcile.ReasonEndsPassed), weighed against the start of that
+// lease's life: the peer's newer news shows the block is a stale copy
+// (reconcile: staleCopyBound).
 func judgePair(peer func(event.Event) (delivered int64, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		delivered, known := peer(e)
@@ -291,7 +295,7 @@ func judgePair(peer func(event.Event) (delivered int64, known bool), replay func
 			own, ok := replay(e)
 			return !known || !ok || delivered > own, event.Event{}
 		}
-		if own, ok := replay(e); ok && known && e.Reason == reconcile.ReasonUnwritten && delivered > own {
+		if own, ok := replay(e); ok && known && (e.Reason == reconcile.ReasonUnwritten || e.Reason == reconcile.ReasonEndsPassed) && delivered > own {
 			return true, event.Event{}
 		}
 		switch {

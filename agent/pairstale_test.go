@@ -22,6 +22,8 @@ func TestJudgePair(t *testing.T) {
 	replayed.Reason = reconcile.ReasonPairReplay
 	unwritten := e
 	unwritten.Reason = reconcile.ReasonUnwritten
+	passed := e
+	passed.Reason = reconcile.ReasonEndsPassed
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
 	const (
 		own   = 90e9  // this side's own last news before the replay
@@ -59,6 +61,12 @@ func TestJudgePair(t *testing.T) {
 			wantStale: true},
 		{name: "an unwritten lease's end the peer did not answer about: the reconciler's verdict", e: unwritten, wantAsked: true},
 		{name: "an unwritten lease's end whose record is lost: judged as any event", e: unwritten, delivered: older, known: true, unqueued: true},
+		// own: the start of the life rule 3 ends (reconcile.staleCopyBound).
+		{name: "rule 3's end of a lease the peer told nothing of since its start: sent", e: passed, delivered: own - 1, known: true},
+		{name: "rule 3's end of a stale copy (the peer's news since the lease's start, older than the end: a renewal): dropped", e: passed, delivered: older, known: true,
+			wantStale: true},
+		{name: "rule 3's end the peer did not answer about: the reconciler's verdict", e: passed, wantAsked: true},
+		{name: "rule 3's end whose record is lost: judged as any event", e: passed, delivered: older, known: true, unqueued: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -231,8 +231,9 @@ type State struct {
 	Told map[netip.Addr]Told `json:"told"`
 	// Pending are synthesised events per address, in order.
 	Pending map[netip.Addr][]Pending `json:"pending"`
-	// Replays are, in a failover pair with the pair channel, the last
-	// replay this agent queued per address (Replay; failover.go,
+	// Replays are, in a failover pair, the last replay, unwritten end or
+	// rule 3's end this agent queued per address, with what the pair
+	// channel's answer is weighed against (Replay; failover.go,
 	// queueReplay).
 	Replays map[netip.Addr]Replay `json:"replays,omitempty"`
 	// Baselined is set once a first complete snapshot has been taken.
@@ -1780,6 +1781,9 @@ func (s *State) Due(now int64) []event.Event {
 			Timestamp: l.Ends, Source: event.SourceFile, Reason: ReasonEndsPassed}
 		t, told := s.Told[e.ip]
 		if !satisfied(t, told, ev) {
+			if s.pairOf(e.ip).InPair() {
+				s.queueReplay(ev, staleCopyBound(e.ip, l))
+			}
 			s.schedule(e.ip, Pending{Event: ev, Due: now})
 		}
 	}

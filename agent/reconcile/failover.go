@@ -522,9 +522,11 @@ func (s *State) pairReplay(ev event.Event) (own event.Event, ok bool) {
 
 // Replay is a pair replay this agent queued (ReasonPairReplay,
 // pairReplay), or in a pair the end of a lease dhcpd never wrote
-// (ReasonUnwritten, unwrittenEnd): the end (Action, MAC, At), and this
-// agent's own last news of the address before it (OwnAt, OwnAtNS: its
-// Timestamp and TimestampNS; the commit an unwritten end ends), which
+// (ReasonUnwritten, unwrittenEnd) or rule 3's end of a lease the file
+// shows active past its end (ReasonEndsPassed): the end (Action, MAC,
+// At), and this agent's own last news of the address before it (OwnAt,
+// OwnAtNS: its Timestamp and TimestampNS; the commit an unwritten end
+// ends; the start of the life rule 3 ends, staleCopyBound), which
 // the deliverer weighs against what the peer delivered
 // (Reconciler.PairReplay). Persisted in the commit that queues
 // the replay: an agent restarted before the replay is sent still judges
@@ -543,6 +545,21 @@ func (s *State) queueReplay(ev, own event.Event) {
 	ip := ev.IP.Unmap() // as replayOwn looks it up
 	s.Replays[ip] = Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, OwnAt: own.Timestamp, OwnAtNS: own.TimestampNS}
 	s.mark(ip, ChangedReplay)
+}
+
+// staleCopyBound is what rule 3's end of l, the active lease the file
+// shows for ip, is weighed against in a pair (queueReplay, agent:
+// judgePair): the start of its life, with commitSlack for the hook's
+// stamp of the ack that wrote it. The peer's agent having delivered news
+// of ip newer than that, the block is a stale copy: the partner renewed
+// the lease, or ended it, and its binding update never reached this side
+// (it died first, or this side was down), so the end is not news. A
+// survivor that expired such copies sent ends of leases its partner had
+// just renewed (make chaos PAIR=1 VLANS=2 seed 117 at 314f3bd: 8 ends
+// the files never showed; the same with this side's dhcpd dead and its
+// partner renewing its clients' leases as they rebind).
+func staleCopyBound(ip netip.Addr, l Lease) event.Event {
+	return event.Event{IP: ip, MAC: l.MAC, Timestamp: l.Starts + commitSlack}
 }
 
 // replayOwn is the own news a queued replay ev was judged against

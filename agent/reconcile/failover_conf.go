@@ -226,14 +226,15 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 }
 
 // PairReplay gives, for e, a hook's end queued as a pair replay
-// (ReasonPairReplay) or the end of a lease dhcpd never wrote
-// (ReasonUnwritten), key(this agent's own last news of its address
-// before it): e goes to the region only if the peer's agent delivered
+// (ReasonPairReplay), the end of a lease dhcpd never wrote
+// (ReasonUnwritten) or rule 3's end (ReasonEndsPassed), key(this agent's
+// own last news of its address before it, or the start of the life rule
+// 3 ends): e goes to the region only if the peer's agent delivered
 // nothing newer (agent: judgePair). From State.Replays, persisted with
 // the queued event: a restarted agent still judges it. False when e is
 // not the address's last queued replay (a later one was queued, or its
 // record did not load): a replay is then a repeat, as without the
-// channel; an unwritten end is judged as any other event.
+// channel; an unwritten or rule 3's end is judged as any other event.
 func (r *Reconciler) PairReplay(e event.Event, key func(event.Event) int64) (int64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1693,6 +1693,37 @@ func TestBehindPeerRecord(t *testing.T) {
 	}
 }
 
+// TestEndsPassedInPair: in a failover pair rule 3's end of a lease the
+// file shows active past its end is recorded with the start of that
+// lease's life (plus commitSlack for the stamp of the hook of the ack
+// that wrote it), which the deliverer weighs against what the peer's
+// agent delivered (agent: judgePair): news newer than that shows the
+// block is a stale copy of a lease the partner renewed (make chaos
+// PAIR=1 VLANS=2 seed 117). Alone, nothing is recorded.
+func TestEndsPassedInPair(t *testing.T) {
+	for _, pair := range []bool{true, false} {
+		s := NewState(grace)
+		snap := block(ip1, "active", macA, t0-100, t0+50)
+		if pair {
+			s.Pair = Pair{Peer: "fo", Role: RoleSecondary, MyState: StatePartnerDown, PartnerState: "normal"}
+			snap = fostate(StatePartnerDown, "normal") + snap
+		}
+		tab, _ := table(t, snap)
+		s.Snapshot(tab, true, t0)
+		got := s.Due(t0 + 50 + grace)
+		if len(got) != 1 || got[0].Reason != ReasonEndsPassed || got[0].Timestamp != t0+50 || got[0].MAC != macA {
+			t.Fatalf("pair %t: Due = %+v; want the lease's expiry at its end", pair, got)
+		}
+		own, ok := s.replayOwn(got[0])
+		switch {
+		case pair && (!ok || own.Timestamp != t0-100+commitSlack || own.MAC != macA):
+			t.Errorf("replayOwn = %+v, %t; want the lease's start plus commitSlack (t0-%d)", own, ok, 100-commitSlack)
+		case !pair && (ok || len(s.Replays) != 0):
+			t.Errorf("alone: Replays = %v, want none", s.Replays)
+		}
+	}
+}
+
 // TestUnwrittenEndInPair: in a failover pair the end of a lease a hook
 // told and the file never showed (rule 3, unwritten) is recorded with
 // the commit it ends, which the deliverer weighs against what the peer's
