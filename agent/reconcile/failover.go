@@ -556,8 +556,12 @@ func (s *State) queueReplay(ev, own event.Event) {
 // (it died first, or this side was down), so the end is not news. A
 // survivor that expired such copies sent ends of leases its partner had
 // just renewed (make chaos PAIR=1 VLANS=2 seed 117 at 314f3bd: 8 ends
-// the files never showed; the same with this side's dhcpd dead and its
-// partner renewing its clients' leases as they rebind).
+// the files never showed). So would a side whose dhcpd died while its
+// agent runs on: its partner, in communications-interrupted (service
+// state not_cooperating, server/failover.c
+// dhcp_failover_set_service_state), acks the rebinding requests of this
+// side's clients (server/dhcp.c dhcprequest serves REBINDING: "it's out
+// of communication with the other server").
 func staleCopyBound(ip netip.Addr, l Lease) event.Event {
 	return event.Event{IP: ip, MAC: l.MAC, Timestamp: l.Starts + commitSlack}
 }

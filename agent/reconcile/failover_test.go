@@ -1693,70 +1693,64 @@ func TestBehindPeerRecord(t *testing.T) {
 	}
 }
 
-// TestEndsPassedInPair: in a failover pair rule 3's end of a lease the
-// file shows active past its end is recorded with the start of that
-// lease's life (plus commitSlack for the stamp of the hook of the ack
-// that wrote it), which the deliverer weighs against what the peer's
-// agent delivered (agent: judgePair): news newer than that shows the
-// block is a stale copy of a lease the partner renewed (make chaos
-// PAIR=1 VLANS=2 seed 117). Alone, nothing is recorded.
-func TestEndsPassedInPair(t *testing.T) {
-	for _, pair := range []bool{true, false} {
-		s := NewState(grace)
-		snap := block(ip1, "active", macA, t0-100, t0+50)
-		if pair {
-			s.Pair = Pair{Peer: "fo", Role: RoleSecondary, MyState: StatePartnerDown, PartnerState: "normal"}
-			snap = fostate(StatePartnerDown, "normal") + snap
+// TestEndsInPairRecorded: in a failover pair rule 3's ends are recorded
+// with what the deliverer weighs against what the peer's agent delivered
+// (agent: judgePair); alone, nothing is recorded for the channel.
+//   - The end of a lease a hook told and the file never showed
+//     (unwritten), with the commit it ends: the partner may have renewed
+//     the lease, news this side's file never showed (make chaos PAIR=1
+//     seeds 102 and 103).
+//   - The end of a lease the file shows active past its end
+//     (ends-passed), with the start of that lease's life plus
+//     commitSlack (the stamp of the hook of the ack that wrote it): the
+//     peer's newer news shows the block is a stale copy of a lease the
+//     partner renewed (make chaos PAIR=1 VLANS=2 seed 117).
+func TestEndsInPairRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		file    string       // the file's block, beside the pair's state
+		hook    *event.Event // a hook's commit told after the file
+		at      int64        // when the end falls due (its end plus the grace)
+		want    event.Event  // the end: Reason, Timestamp, MAC
+		wantOwn event.Event  // what it is recorded with: Timestamp, TimestampNS, MAC
+	}{
+		{name: "unwritten", file: block(ip1, "active", macA, t0-100, t0+5000),
+			hook: new(fine(renewal(ip2, macB, t0+10, 20), 250)), at: t0 + 30 + grace,
+			want:    event.Event{Reason: ReasonUnwritten, Timestamp: t0 + 30, MAC: macB},
+			wantOwn: event.Event{Timestamp: t0 + 10, TimestampNS: (t0+10)*1e9 + 250e6, MAC: macB}},
+		{name: "ends-passed", file: block(ip1, "active", macA, t0-100, t0+50), at: t0 + 50 + grace,
+			want:    event.Event{Reason: ReasonEndsPassed, Timestamp: t0 + 50, MAC: macA},
+			wantOwn: event.Event{Timestamp: t0 - 100 + commitSlack, MAC: macA}},
+	} {
+		for _, pair := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/pair=%t", tc.name, pair), func(t *testing.T) {
+				s := NewState(grace)
+				file := tc.file
+				if pair {
+					s.Pair = Pair{Peer: "fo", Role: RoleSecondary, MyState: StatePartnerDown, PartnerState: "normal"}
+					file = fostate(StatePartnerDown, "normal") + file
+				}
+				tab, _ := table(t, file)
+				s.Snapshot(tab, true, t0)
+				if tc.hook != nil {
+					s.Hook(*tc.hook)
+				}
+				if got := s.Due(tc.at - 1); len(got) != 0 {
+					t.Fatalf("Due before the end and the grace = %v", got)
+				}
+				got := s.Due(tc.at)
+				if len(got) != 1 || got[0].Reason != tc.want.Reason || got[0].Timestamp != tc.want.Timestamp || got[0].MAC != tc.want.MAC {
+					t.Fatalf("Due = %+v; want the expiry at the lease's end, %+v", got, tc.want)
+				}
+				own, ok := s.replayOwn(got[0])
+				switch {
+				case pair && (!ok || own.Timestamp != tc.wantOwn.Timestamp || own.TimestampNS != tc.wantOwn.TimestampNS || own.MAC != tc.wantOwn.MAC):
+					t.Errorf("replayOwn = %+v, %t; want %+v", own, ok, tc.wantOwn)
+				case !pair && (ok || len(s.Replays) != 0):
+					t.Errorf("alone: Replays = %v, want none", s.Replays)
+				}
+			})
 		}
-		tab, _ := table(t, snap)
-		s.Snapshot(tab, true, t0)
-		got := s.Due(t0 + 50 + grace)
-		if len(got) != 1 || got[0].Reason != ReasonEndsPassed || got[0].Timestamp != t0+50 || got[0].MAC != macA {
-			t.Fatalf("pair %t: Due = %+v; want the lease's expiry at its end", pair, got)
-		}
-		own, ok := s.replayOwn(got[0])
-		switch {
-		case pair && (!ok || own.Timestamp != t0-100+commitSlack || own.MAC != macA):
-			t.Errorf("replayOwn = %+v, %t; want the lease's start plus commitSlack (t0-%d)", own, ok, 100-commitSlack)
-		case !pair && (ok || len(s.Replays) != 0):
-			t.Errorf("alone: Replays = %v, want none", s.Replays)
-		}
-	}
-}
-
-// TestUnwrittenEndInPair: in a failover pair the end of a lease a hook
-// told and the file never showed (rule 3, unwritten) is recorded with
-// the commit it ends, which the deliverer weighs against what the peer's
-// agent delivered (agent: judgePair): the partner may have renewed the
-// lease, news this side's file never showed (make chaos PAIR=1 seeds 102
-// and 103).
-func TestUnwrittenEndInPair(t *testing.T) {
-	s := NewState(grace)
-	s.Pair = Pair{Peer: "fo", Role: RoleSecondary, MyState: StatePartnerDown, PartnerState: "normal"}
-	tab, _ := table(t, fostate(StatePartnerDown, "normal")+block(ip1, "active", macA, t0-100, t0+5000))
-	s.Snapshot(tab, true, t0)
-	s.Hook(fine(renewal(ip2, macB, t0+10, 20), 250))
-	if got := s.Due(t0 + 30 + grace - 1); len(got) != 0 {
-		t.Fatalf("Due before the end and the grace = %v", got)
-	}
-	got := s.Due(t0 + 30 + grace)
-	if len(got) != 1 || got[0].Reason != ReasonUnwritten || got[0].Timestamp != t0+30 || got[0].MAC != macB {
-		t.Fatalf("Due = %+v; want the unwritten lease's expiry at its end", got)
-	}
-	own, ok := s.replayOwn(got[0])
-	if !ok || own.Timestamp != t0+10 || own.TimestampNS != (t0+10)*1e9+250e6 {
-		t.Fatalf("replayOwn = %+v, %v; want the commit it ends (t0+10, 250 ms)", own, ok)
-	}
-	// Alone, nothing is recorded for the channel.
-	s2 := NewState(grace)
-	tab, _ = table(t, block(ip1, "active", macA, t0-100, t0+5000))
-	s2.Snapshot(tab, true, t0)
-	s2.Hook(renewal(ip2, macB, t0+10, 20))
-	if got := s2.Due(t0 + 30 + grace); len(got) != 1 || got[0].Reason != ReasonUnwritten {
-		t.Fatalf("Due alone = %+v", got)
-	}
-	if len(s2.Replays) != 0 {
-		t.Errorf("Replays alone = %v, want none", s2.Replays)
 	}
 }
 
