@@ -80,6 +80,11 @@ PAIR     ?=
 # declared first, with the roles the other way round, as MAAS may write
 # it: each agent must follow the clients' VLAN's failover peer.
 VLANS    ?=
+# TIMERS=maas (with PAIR=1) gives the failover peers MAAS's own timers
+# (max-response-delay 60, mclt 3600, no auto-partner-down) instead of the
+# lab's shorter ones: a survivor stays communications-interrupted, as on
+# a MAAS rack whose partner nobody declared down.
+TIMERS   ?=
 # JUDGE=DIR judges a kept run's directory again with this tree's oracle
 # (its judge.json) and runs nothing: for a change to the oracle. With
 # IP=ADDR it also prints that address's truth and the region's items.
@@ -90,7 +95,7 @@ chaos:
 	$(GO) run ./tools/chaos -judge $(JUDGE) $(if $(IP),-ip $(IP))
 else
 chaos: test-deps build
-	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans)
+	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans) $(if $(filter maas,$(TIMERS)),-maas-timers)
 endif
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built

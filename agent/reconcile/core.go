@@ -231,11 +231,11 @@ type State struct {
 	Told map[netip.Addr]Told `json:"told"`
 	// Pending are synthesised events per address, in order.
 	Pending map[netip.Addr][]Pending `json:"pending"`
-	// Replays are, in a failover pair, the last replay, unwritten end or
-	// rule 3's end this agent queued per address, with what the pair
-	// channel's answer is weighed against (Replay; failover.go,
-	// queueReplay).
-	Replays map[netip.Addr]Replay `json:"replays,omitempty"`
+	// Replays are, in a failover pair, the last replays, unwritten ends
+	// and rule 3's ends this agent queued per address (maxReplays, oldest
+	// first), with what the pair channel's answer is weighed against
+	// (Replay; failover.go, queueReplay).
+	Replays map[netip.Addr][]Replay `json:"replays,omitempty"`
 	// Baselined is set once a first complete snapshot has been taken.
 	Baselined bool `json:"baselined"`
 	// NoFile: before any baseline, this run found the leases file
@@ -367,7 +367,7 @@ func NewState(grace int64) *State {
 		File:    map[netip.Addr]Lease{},
 		Told:    map[netip.Addr]Told{},
 		Pending: map[netip.Addr][]Pending{},
-		Replays: map[netip.Addr]Replay{},
+		Replays: map[netip.Addr][]Replay{},
 		Grace:   grace,
 	}
 }
@@ -1226,6 +1226,22 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
 	}
+	sameLife := had && prev.State == parser.StateActive && prev.MAC == l.MAC // l ends the lease prev showed
+	if ev.Action == event.Expiry && sameLife && l.Ends < prev.Ends {
+		// dhcpd writes a release as "free" with the lease's end moved
+		// to the release time — without failover, and in a pair whose
+		// server is out of touch with its partner when the lease came
+		// from its own free pool (server/mdb.c release_lease: in
+		// not_cooperating the primary rewinds such a lease to free, the
+		// secondary to backup); an expiry keeps the end it had. Where
+		// the block is only recorded (the hooks tell), an expiry
+		// recorded in the second of the client's next commit is taken
+		// for that lease's end before it (sooner), and was sent ahead
+		// of the commit the release followed (make chaos PAIR=1
+		// TIMERS=maas seed 118: an agent back from a restart read the
+		// free block before its spooled commit).
+		ev.Action, ev.Reason = event.Release, ReasonMissedRelease
+	}
 	if !s.tellsFromFile(ip) {
 		if carried {
 			s.schedule(ip, Pending{Event: carry, Due: now + s.Grace, Carried: true})
@@ -1282,13 +1298,6 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 		// ended before the binding began (endedBefore): then it is due
 		// now, ahead of the binding's commit.
 		s.vanishedBack(ip, l, now, false)
-	}
-	sameLife := had && prev.State == parser.StateActive && prev.MAC == l.MAC // l ends the lease prev showed
-	if ev.Action == event.Expiry && sameLife && l.Ends < prev.Ends {
-		// Without failover dhcpd writes a release as "free" with the
-		// lease's end moved to the release time; an expiry keeps the
-		// end it had.
-		ev.Action, ev.Reason = event.Release, ReasonMissedRelease
 	}
 	if ev.Action != event.Commit && ev.Timestamp > now && s.pairOf(ip).InPair() {
 		// In a pair an unbound block's end is when its state may next

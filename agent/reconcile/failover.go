@@ -539,12 +539,35 @@ type Replay struct {
 	OwnAtNS int64  `json:"own_at_ns,omitempty"`
 }
 
+// maxReplays is how many queued replays State.Replays keeps for one
+// address, the newest: each is judged when its event is delivered, and
+// a replay whose record is gone is dropped as a repeat (judgePair), so
+// the records of the events still queued must outlive a newer one of
+// the same address. One record an address lost a queued pair replay as
+// soon as an unwritten end or rule 3's end of another MAC was queued
+// after it, before the first was delivered (a region down, the channel
+// holding it). Four bounds what a pair's agent holds for an address
+// whose replays went long ago (they are not removed once delivered).
+const maxReplays = 4
+
 // queueReplay records ev, a hook's end queued as a pair replay, and own,
-// this agent's own news of the address before it (pairReplay).
+// this agent's own news of the address before it (pairReplay), after
+// the address's other records (the same end recorded again replaces
+// its record), keeping the newest maxReplays.
 func (s *State) queueReplay(ev, own event.Event) {
 	ip := ev.IP.Unmap() // as replayOwn looks it up
-	s.Replays[ip] = Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, OwnAt: own.Timestamp, OwnAtNS: own.TimestampNS}
+	rp := Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp, OwnAt: own.Timestamp, OwnAtNS: own.TimestampNS}
+	q := slices.DeleteFunc(s.Replays[ip], func(r Replay) bool { return r.same(rp) })
+	if len(q) >= maxReplays {
+		q = slices.Delete(q, 0, len(q)-maxReplays+1)
+	}
+	s.Replays[ip] = append(q, rp)
 	s.mark(ip, ChangedReplay)
+}
+
+// same reports whether r and o record the same end.
+func (r Replay) same(o Replay) bool {
+	return r.Action == o.Action && r.MAC == o.MAC && r.At == o.At
 }
 
 // staleCopyBound is what rule 3's end of l, the active lease the file
@@ -567,14 +590,16 @@ func staleCopyBound(ip netip.Addr, l Lease) event.Event {
 }
 
 // replayOwn is the own news a queued replay ev was judged against
-// (queueReplay), as an event with its time; false if ev is not the
-// address's last queued replay.
+// (queueReplay), as an event with its time; false if the address has no
+// record of ev (more than maxReplays queued after it, or none loaded).
 func (s *State) replayOwn(ev event.Event) (event.Event, bool) {
-	rp, ok := s.Replays[ev.IP.Unmap()]
-	if !ok || rp.Action != ev.Action || rp.MAC != ev.MAC || rp.At != ev.Timestamp {
-		return event.Event{}, false
+	want := Replay{Action: ev.Action, MAC: ev.MAC, At: ev.Timestamp}
+	for _, rp := range s.Replays[ev.IP.Unmap()] {
+		if rp.same(want) {
+			return event.Event{IP: ev.IP, Action: rp.Action, MAC: rp.MAC, Timestamp: rp.OwnAt, TimestampNS: rp.OwnAtNS}, true
+		}
 	}
-	return event.Event{IP: ev.IP, Action: rp.Action, MAC: rp.MAC, Timestamp: rp.OwnAt, TimestampNS: rp.OwnAtNS}, true
+	return event.Event{}, false
 }
 
 // ownAck notes a hook's commit, ev, as this side's ack of the binding the

@@ -231,9 +231,9 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 // own last news of its address before it, or the start of the life rule
 // 3 ends): e goes to the region only if the peer's agent delivered
 // nothing newer (agent: judgePair). From State.Replays, persisted with
-// the queued event: a restarted agent still judges it. False when e is
-// not the address's last queued replay (a later one was queued, or its
-// record did not load): a replay is then a repeat, as without the
+// the queued event: a restarted agent still judges it. False when e has
+// no record (maxReplays newer ones of its address were queued after it,
+// or its record did not load): a replay is then a repeat, as without the
 // channel; an unwritten or rule 3's end is judged as any other event.
 func (r *Reconciler) PairReplay(e event.Event, key func(event.Event) int64) (int64, bool) {
 	r.mu.Lock()

@@ -1802,3 +1802,107 @@ func TestUnwrittenOnlyNeverShown(t *testing.T) {
 		}
 	})
 }
+
+// TestReplaysKeptPerAddress: a pair replay still queued keeps its record
+// when another end of its address is queued after it (an unwritten end
+// or rule 3's end, another MAC's): judged at delivery, a replay with no
+// record is dropped as a repeat (agent: judgePair), so one record an
+// address lost the first. The newest maxReplays are kept; the same end
+// recorded again replaces its record.
+func TestReplaysKeptPerAddress(t *testing.T) {
+	s := NewState(grace)
+	replay := hook(event.Expiry, ip1, macA, t0+30)
+	s.queueReplay(replay, hook(event.Commit, ip1, macA, t0+10))
+	unwritten := event.Event{IP: netip.MustParseAddr(ip1), Action: event.Expiry, MAC: macB, Timestamp: t0 + 60}
+	s.queueReplay(unwritten, staleCopyBound(netip.MustParseAddr(ip1), Lease{MAC: macB, Starts: t0 + 40}))
+	for _, c := range []struct {
+		ev   event.Event
+		want int64
+	}{{replay, t0 + 10}, {unwritten, t0 + 40 + commitSlack}} {
+		if own, ok := s.replayOwn(c.ev); !ok || own.Timestamp != c.want {
+			t.Errorf("replayOwn(%s %s at %d) = %d, %t; want %d", c.ev.Action, c.ev.MAC, c.ev.Timestamp, own.Timestamp, ok, c.want)
+		}
+	}
+
+	s.queueReplay(replay, hook(event.Commit, ip1, macA, t0+20))
+	if n := len(s.Replays[netip.MustParseAddr(ip1)]); n != 2 {
+		t.Errorf("the same end queued again: %d records, want 2", n)
+	}
+	if own, _ := s.replayOwn(replay); own.Timestamp != t0+20 {
+		t.Errorf("the same end queued again: own %d, want the newer record's %d", own.Timestamp, t0+20)
+	}
+
+	for i := range maxReplays {
+		s.queueReplay(hook(event.Expiry, ip1, macB, t0+100+int64(i)), hook(event.Commit, ip1, macB, t0+90))
+	}
+	if _, ok := s.replayOwn(replay); ok {
+		t.Errorf("%d newer records queued: the oldest is still kept", maxReplays)
+	}
+	if n := len(s.Replays[netip.MustParseAddr(ip1)]); n != maxReplays {
+		t.Errorf("%d records, want at most %d", n, maxReplays)
+	}
+}
+
+// TestDecodeReplays: an address's records as this agent writes them (an
+// array), and the one object an agent before maxReplays wrote.
+func TestDecodeReplays(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []Replay
+		err  bool
+	}{
+		{in: `[{"action":"expiry","mac":"` + macA + `","at":5,"own_at":3,"own_at_ns":3000000001},{"action":"release","mac":"` + macB + `","at":9,"own_at":7}]`,
+			want: []Replay{{Action: "expiry", MAC: macA, At: 5, OwnAt: 3, OwnAtNS: 3000000001}, {Action: "release", MAC: macB, At: 9, OwnAt: 7}}},
+		{in: `{"action":"expiry","mac":"` + macA + `","at":5,"own_at":3}`, want: []Replay{{Action: "expiry", MAC: macA, At: 5, OwnAt: 3}}},
+		{in: `[{"action":`, err: true},
+		{in: `"expiry"`, err: true},
+	} {
+		got, err := decodeReplays([]byte(tc.in))
+		if (err != nil) != tc.err {
+			t.Errorf("decodeReplays(%s): error %v, want error %t", tc.in, err, tc.err)
+			continue
+		}
+		if !tc.err && !slices.Equal(got, tc.want) {
+			t.Errorf("decodeReplays(%s) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestCommInterruptedRelease: out of touch with its partner, dhcpd
+// writes a release of a lease from its own free pool as "free" (the
+// primary) or "backup" (the secondary) with the end moved to the release
+// (server/mdb.c release_lease: not_cooperating rewinds it). Recorded as
+// an expiry at that end, it was taken, in the second of the client's
+// commit, for the end of a lease before that commit (sooner), and an
+// agent that read the file before its spooled hooks sent it ahead of the
+// commit the release followed (make chaos PAIR=1 TIMERS=maas seed 118).
+// The commit and the release go as the hooks told them, nothing ahead.
+func TestCommInterruptedRelease(t *testing.T) {
+	lease := func(ip, state, mac string, starts, ends int64) string {
+		return fmt.Sprintf("lease %s {\n  starts %s;\n  ends %s;\n  tstp %s;\n  cltt %s;\n  binding state %s;\n  next binding state free;\n  rewind binding state free;\n  hardware ethernet %s;\n}\n",
+			ip, date(starts), date(ends), date(ends), date(starts), state, mac)
+	}
+	for _, tc := range []struct {
+		role, freed string
+	}{{RolePrimary, "free"}, {RoleSecondary, "backup"}} {
+		t.Run(tc.role, func(t *testing.T) {
+			s := NewState(grace)
+			s.Pair = Pair{Peer: "fo", Role: tc.role, MyState: "normal", PartnerState: "normal"}
+			tab, _ := table(t, block(ip2, "active", macB, t0-100, t0+5000))
+			s.Snapshot(tab, true, t0)
+			commit, release := hook(event.Commit, ip1, macA, t0+3), hook(event.Release, ip1, macA, t0+3)
+			commit.TimestampNS, release.TimestampNS = (t0+3)*1e9+5e8, (t0+3)*1e9+9e8
+			runSteps(t, s, []step{
+				{at: 1, appended: fostate(StateCommInterrupted, StateCommInterrupted)},
+				// The agent down: the hooks spooled, the file read first.
+				{at: 4, appended: lease(ip1, "active", macA, t0+3, t0+23) + lease(ip1, tc.freed, macA, t0+3, t0+3)},
+				{at: 5, hook: &commit},
+				{at: 5, hook: &release},
+				{at: 30},
+			})
+			if got := s.Told[netip.MustParseAddr(ip1)]; got.Action != event.Release || got.MAC != macA {
+				t.Errorf("told %+v, want the release", got)
+			}
+		})
+	}
+}

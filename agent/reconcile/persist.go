@@ -171,7 +171,7 @@ func records(s *State, d Dirty, pos *Position) ([]record, error) {
 	for _, x := range changes {
 		if x.c&ChangedReplay != 0 {
 			var v []byte
-			if rp, ok := s.Replays[x.ip]; ok {
+			if rp := s.Replays[x.ip]; len(rp) > 0 {
 				var err error
 				if v, err = json.Marshal(rp); err != nil {
 					return nil, fmt.Errorf("replay %s: %w", x.ip, err)
@@ -356,14 +356,26 @@ func load(b *bbolt.Bucket, grace int64) (s *State, pos *Position, bad int, err e
 		return err
 	})
 	each(subReplay, func(ip netip.Addr, v []byte) error {
-		var rp Replay
-		err := json.Unmarshal(v, &rp)
-		if err == nil {
+		rp, err := decodeReplays(v)
+		if err == nil && len(rp) > 0 {
 			s.Replays[ip] = rp
 		}
 		return err
 	})
 	return s, pos, bad, nil
+}
+
+// decodeReplays reads an address's replay records: a JSON array, or
+// the one object an agent before maxReplays wrote.
+func decodeReplays(v []byte) ([]Replay, error) {
+	if len(v) > 0 && v[0] == '{' {
+		var rp Replay
+		err := json.Unmarshal(v, &rp)
+		return []Replay{rp}, err
+	}
+	var q []Replay
+	err := json.Unmarshal(v, &q)
+	return q, err
 }
 
 var errShortRecord = errors.New("short record")

@@ -151,13 +151,14 @@ func (p *pair) newRack(i int) (*rack, error) {
 }
 
 // conf is the rack's dhcpd.conf for range rg: the packaged hook blocks
-// and a failover peer as MAAS writes it (src/provisioningserver/
-// templates/dhcp/dhcpd.conf.template: primary with mclt and split 255,
+// and a failover peer as MAAS writes it (src/maasserver/templates/dhcp/
+// dhcpd.conf.template, rendered by the rack from src/provisioningserver/
+// templates/dhcp/ before 3.7: primary with mclt and split 255,
 // max-response-delay, max-unacked-updates 10, load balance max seconds
 // 3, the pool naming the peer), with the lab's timers: mclt 10 s,
 // max-response-delay 5 s and auto-partner-down 1 s, so that a dead rack's
 // partner serves within seconds (MAAS sets no auto-partner-down: there an
-// operator declares it).
+// operator declares it). PairMAASTimers keeps MAAS's own (failoverTimers).
 func (k *rack) conf(rg [2]int) string {
 	var b strings.Builder
 	l := k.opts.Lease
@@ -168,22 +169,35 @@ func (k *rack) conf(rg [2]int) string {
 		// its own failover connection (its own port), no interface here
 		// (no clients), its states in the same file.
 		j := 1 - k.i
-		fmt.Fprintf(&b, "failover peer \"failover-vlan-5000\" {\n  %s;\n  address %s;\n  port %d;\n  peer address %s;\n  peer port %d;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n",
-			pairRole[j], pairAddr[k.i], pairVLANPort, pairAddr[1-k.i], pairVLANPort)
-		if j == 0 {
-			b.WriteString("  mclt 10;\n  split 255;\n")
-		}
+		fmt.Fprintf(&b, "failover peer \"failover-vlan-5000\" {\n  %s;\n  address %s;\n  port %d;\n  peer address %s;\n  peer port %d;\n%s",
+			pairRole[j], pairAddr[k.i], pairVLANPort, pairAddr[1-k.i], pairVLANPort, k.failoverTimers(j == 0))
 		b.WriteString("}\n")
 		b.WriteString("subnet 198.51.100.0 netmask 255.255.255.0 {\n  pool {\n    failover peer \"failover-vlan-5000\";\n    range 198.51.100.10 198.51.100.50;\n  }\n}\n")
 	}
-	fmt.Fprintf(&b, "failover peer \"failover-vlan-5001\" {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n",
-		pairRole[k.i], pairAddr[k.i], pairAddr[1-k.i])
-	if k.i == 0 {
-		b.WriteString("  mclt 10;\n  split 255;\n")
-	}
+	fmt.Fprintf(&b, "failover peer \"failover-vlan-5001\" {\n  %s;\n  address %s;\n  peer address %s;\n%s",
+		pairRole[k.i], pairAddr[k.i], pairAddr[1-k.i], k.failoverTimers(k.i == 0))
 	b.WriteString("}\n")
-	b.WriteString(k.lab.SubnetConf(fmt.Sprintf("  pool {\n    failover peer \"failover-vlan-5001\";\n    range 203.0.113.%d 203.0.113.%d;\n  }", rg[0], rg[1])))
+	uids := ""
+	if k.opts.PairMAASTimers {
+		uids = "  ignore-client-uids true;\n"
+	}
+	b.WriteString(k.lab.SubnetConf(fmt.Sprintf("%s  pool {\n    failover peer \"failover-vlan-5001\";\n    range 203.0.113.%d 203.0.113.%d;\n  }", uids, rg[0], rg[1])))
 	return b.String()
+}
+
+// failoverTimers are a failover peer statement's lines after its
+// addresses: MAAS's (PairMAASTimers) or the lab's shorter ones (conf);
+// mclt and split only in the primary's.
+func (k *rack) failoverTimers(primary bool) string {
+	mrd, mclt, apd := 5, 10, "  auto-partner-down 1;\n"
+	if k.opts.PairMAASTimers {
+		mrd, mclt, apd = 60, 3600, ""
+	}
+	s := fmt.Sprintf("  max-response-delay %d;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n%s", mrd, apd)
+	if primary {
+		s += fmt.Sprintf("  mclt %d;\n  split 255;\n", mclt)
+	}
+	return s
 }
 
 // startDhcpd starts (or restarts) the rack's dhcpd on range rg. p.pmu

@@ -56,6 +56,15 @@ type Options struct {
 	// states in both files, no clients. Each rack's agent must follow
 	// the clients' VLAN's peer for their addresses, not the first.
 	PairVLANs bool
+	// PairMAASTimers: the failover peers' timers exactly as MAAS writes
+	// them (src/maasserver/templates/dhcp/dhcpd.conf.template:
+	// max-response-delay 60, mclt 3600, no auto-partner-down) and its
+	// subnet's ignore-client-uids, where the lab's default shortens them
+	// so that a dead rack's partner takes over within seconds. Without
+	// auto-partner-down a survivor stays communications-interrupted
+	// until its partner returns, as on a MAAS rack nobody declared
+	// partner-down.
+	PairMAASTimers bool
 }
 
 // Fault kinds.
