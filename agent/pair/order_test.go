@@ -22,6 +22,9 @@ func TestKey(t *testing.T) {
 		{"seconds only", event.Event{Timestamp: 100}, 100e9},
 		{"the hook's nanoseconds", event.Event{Timestamp: 100, TimestampNS: 100_250_000_000}, 100_250_000_000},
 		{"made from the file later: its second", event.Event{Timestamp: 100, TimestampNS: 130_000_000_000}, 100e9},
+		{"made from the file within its second: its second", event.Event{Timestamp: 100, TimestampNS: 100_600_000_000, Source: event.SourceFile}, 100e9},
+		{"a spooled hook's nanoseconds", event.Event{Timestamp: 100, TimestampNS: 100_250_000_000, Source: event.SourceSpool}, 100_250_000_000},
+		{"the hook's, its source named", event.Event{Timestamp: 100, TimestampNS: 100_250_000_000, Source: event.SourceHook}, 100_250_000_000},
 	}
 	for _, tc := range tests {
 		if got := Key(tc.e); got != tc.want {
