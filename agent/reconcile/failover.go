@@ -773,6 +773,30 @@ func (s *State) ownDropped(ip netip.Addr) (event.Event, bool) {
 	return s.unqueuedEnd(ip, t)
 }
 
+// interruptedDropped is, in a pair, the end the file recorded for ip
+// while this server was out of touch with its partner
+// (Told.Interrupted) and that no hook told, when a rewrite drops that
+// lease and this side reports what rewrites drop (tellsVanished: the
+// primary, or a survivor). dhcpd runs on expiry when an expired lease
+// goes free, on the partner's ack; a lease a restart dropped never goes
+// free, so this side's hook never runs, nor the partner's: a partner
+// that acked the lease and died before its end holds it active, and
+// drops it as its range shrinks too, where the primary alone reports
+// such leases (rule 2). Without this the end reached the region from no
+// one (make chaos PAIR=1 TIMERS=maas seed 118: a lease the secondary
+// acked, the secondary's rack down as it ended, a range shrink;
+// TestLabFailoverInterruptedShrink, where the primary's file shows it
+// "binding state expired; next binding state free", from the
+// secondary's binding update, no cltt). The caller sends it as
+// ownDropped's.
+func (s *State) interruptedDropped(ip netip.Addr, spoke bool) (event.Event, bool) {
+	t, ok := s.Told[ip]
+	if !ok || s.Complement || !s.pairOf(ip).InPair() || !t.Interrupted || t.Spoke || !s.tellsVanished(ip, spoke) {
+		return event.Event{}, false
+	}
+	return s.unqueuedEnd(ip, t)
+}
+
 // ownBacklog reports whether ev, a hook event of this side older than
 // t, what the file recorded as told, is news all the same: this side's
 // backlog. The file's later block is this side's own news (t.PeerOwns

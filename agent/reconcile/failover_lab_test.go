@@ -34,9 +34,16 @@ func pairConfRange(t *testing.T, w *world, role, me, peer string, lo, hi int) st
 	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n",
 		w.lease, w.lease, w.lease)
 	b.WriteString(lab.HookSnippet(t, w.hook, filepath.Join(w.dir, "hook.sock"), filepath.Join(w.dir, "spool")))
-	fmt.Fprintf(&b, "failover peer \"fo-vlan1\" {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay 5;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n  auto-partner-down 1;\n", role, me, peer)
+	mrd, mclt, apd := 5, 10, "  auto-partner-down 1;\n"
+	if w.maasTimers {
+		// As MAAS writes them (src/maasserver/templates/dhcp/
+		// dhcpd.conf.template): a survivor stays
+		// communications-interrupted until its partner returns.
+		mrd, mclt, apd = 60, 3600, ""
+	}
+	fmt.Fprintf(&b, "failover peer \"fo-vlan1\" {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay %d;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n%s", role, me, peer, mrd, apd)
 	if role == "primary" {
-		b.WriteString("  mclt 10;\n  split 255;\n")
+		fmt.Fprintf(&b, "  mclt %d;\n  split 255;\n", mclt)
 	}
 	b.WriteString("}\n")
 	b.WriteString(w.lab.SubnetConf(fmt.Sprintf("  pool {\n    failover peer \"fo-vlan1\";\n    range 203.0.113.%d 203.0.113.%d;\n  }", lo, hi)))
@@ -249,9 +256,21 @@ func TestLabFailoverPair(t *testing.T) {
 // once the pair is normal.
 func startPair(t *testing.T, lease int) (w1, w2 *world) {
 	t.Helper()
+	return startPairTimers(t, lease, false)
+}
+
+// startPairMAAS is startPair with MAAS's failover timers (no
+// auto-partner-down).
+func startPairMAAS(t *testing.T, lease int) (w1, w2 *world) {
+	t.Helper()
+	return startPairTimers(t, lease, true)
+}
+
+func startPairTimers(t *testing.T, lease int, maasTimers bool) (w1, w2 *world) {
+	t.Helper()
 	w1 = newWorld(t, hooksOK, lease)
-	w2 = &world{t: t, lab: w1.lab, stub: w1.stub, files: w1.files, dir: t.TempDir(), hooks: hooksOK, hook: w1.hook, lease: lease, grace: 2 * time.Second}
-	w1.grace = 2 * time.Second
+	w2 = &world{t: t, lab: w1.lab, stub: w1.stub, files: w1.files, dir: t.TempDir(), hooks: hooksOK, hook: w1.hook, lease: lease, grace: 2 * time.Second, maasTimers: maasTimers}
+	w1.grace, w1.maasTimers = 2*time.Second, maasTimers
 	sec := w1.lab.AddServer("sec", netip.MustParseAddr("203.0.113.2"))
 	conf1 := pairConf(t, w1, "primary", "203.0.113.1", "203.0.113.2")
 	conf2 := pairConf(t, w2, "secondary", "203.0.113.2", "203.0.113.1")
@@ -736,5 +755,122 @@ func TestLabFailoverStaleOnExpiry(t *testing.T) {
 	}
 	if !strings.Contains(w1.lastLogs.String(), `"message":"dropped a hook event`) || !strings.Contains(w1.lastLogs.String(), `"ip":"`+ip1.String()+`"`) {
 		t.Errorf("the primary's agent did not drop its hook's expiry (the survivor acked the lease last):\n%s", w1.lastLogs)
+	}
+}
+
+// TestLabFailoverInterruptedShrink: with MAAS's failover timers a rack's
+// death leaves its partner communications-interrupted, never
+// partner-down. A lease the secondary acked ends while the primary is
+// out of touch with it: the primary's file records the end, and no hook
+// runs (dhcpd runs on expiry when the lease goes free, which needs the
+// partner's ack). MAAS then shrinks the range past the address: the
+// primary restarts without the lease, so no hook ever will, and the
+// secondary, back on the smaller range, drops its copy (still active:
+// it died before the end), which the primary alone reports (rule 2).
+// The primary's agent sends that end, once (make chaos PAIR=1
+// TIMERS=maas seed 118: 203.0.113.176 never ended in the region).
+func TestLabFailoverInterruptedShrink(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	w1, w2 := startPairMAAS(t, 20)
+	c0 := w1.lab.AddClient("c0")
+	ip0 := w1.dhclient(c0) // an address the smaller range keeps
+	w1.waitArrival(ip0, event.Commit, mac(c0), 5*time.Second)
+
+	// The primary rack dies: the secondary serves, out of touch.
+	w1.stopAgent()
+	if err := w1.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w2.d, reconcile.StateCommInterrupted, 30*time.Second)
+	c1 := w1.lab.AddClient("c1")
+	ip1 := w2.dhclient(c1)
+	// (Held for labHoldMax: the primary's agent does not answer.)
+	w2.waitArrival(ip1, event.Commit, mac(c1), labHoldMax+10*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w2.leaseEnds(ip1)
+
+	// The primary returns, learns the secondary's lease; then the
+	// secondary's rack dies before the lease ends.
+	w1.startAgent()
+	if err := w1.d.Restart(pairConf(t, w1, "primary", "203.0.113.1", "203.0.113.2")); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, "normal", 60*time.Second)
+	waitState(t, w2.d, "normal", 60*time.Second)
+	if got := truth(t, w1.d)[ip1.String()]; got != mac(c1) {
+		t.Fatalf("the primary's file shows %s as %q after the pair is normal again, want %s's lease; its failover records:\n%s", ip1, got, mac(c1), failoverRecords(readFile(t, w1.d.LeasesPath())))
+	}
+	w2.stopAgent()
+	if err := w2.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, reconcile.StateCommInterrupted, 30*time.Second)
+
+	// The end passes on the primary, out of touch: recorded, no hook.
+	for deadline := time.Unix(ends, 0).Add(10 * time.Second); truth(t, w1.d)[ip1.String()] != ""; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the primary's file still shows %s active 10 s after its end", ip1)
+		}
+	}
+	time.Sleep(w1.grace + 1500*time.Millisecond)
+	for _, a := range w1.arrivals(ip1) {
+		if a.Action != event.Commit {
+			t.Logf("the region heard the end before the shrink (a hook ran): %s", a)
+		}
+	}
+	text := readFile(t, w1.d.LeasesPath())
+	t.Logf("the primary's last block of %s before the shrink:\n%s", ip1, text[strings.LastIndex(text, "lease "+ip1.String()+" "):])
+
+	// MAAS shrinks the range: the primary restarts with it now, the
+	// secondary's rack gets it when it returns.
+	lo, hi := shrinkAway(ip1, ip0)
+	if err := w1.d.Restart(pairConfRange(t, w1, "primary", "203.0.113.1", "203.0.113.2", lo, hi)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(readFile(t, w1.d.LeasesPath()), "lease "+ip1.String()+" ") {
+		t.Fatalf("the primary kept %s after the shrink; the test premise is gone", ip1)
+	}
+	w1.waitArrival(ip1, event.Expiry, mac(c1), 30*time.Second)
+
+	w2.startAgent()
+	if err := w2.d.Restart(pairConfRange(t, w2, "secondary", "203.0.113.2", "203.0.113.1", lo, hi)); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, "normal", 60*time.Second)
+	waitState(t, w2.d, "normal", 60*time.Second)
+	time.Sleep(w1.grace + 1500*time.Millisecond)
+	w1.waitQuiet(60 * time.Second)
+	w2.waitQuiet(60 * time.Second)
+	w1.stopAgent()
+	w2.stopAgent()
+
+	all := w1.arrivals(netip.Addr{})
+	t.Logf("the region got:\n%s", describeArrivals(all))
+	var got []arrival
+	for _, a := range w1.arrivals(ip1) {
+		if a.Action != event.Commit {
+			got = append(got, a)
+		}
+	}
+	if len(got) != 1 {
+		t.Errorf("want exactly one end of %s %s, got %d:\n%s", ip1, mac(c1), len(got), describeArrivals(got))
+	} else if at := got[0].Timestamp; at < ends {
+		t.Errorf("the end is dated %d, before the lease's end %d", at, ends)
+	}
+	checkOrder(t, all)
+	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
+		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
+	}
+	if t.Failed() {
+		t.Logf("the primary's reconciler (debug lines left out):\n%s", reconcileLines(w1.lastLogs.String()))
+		for _, w := range []*world{w1, w2} {
+			t.Logf("%s failover records:\n%s", w.d.Dir, failoverRecords(readFile(t, w.d.LeasesPath())))
+		}
 	}
 }

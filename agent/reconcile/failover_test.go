@@ -636,6 +636,35 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10000},
 		),
 	}, {
+		// The peer's lease (its binding update: no cltt) ended while
+		// communications were interrupted, and a range shrink drops it:
+		// it never goes free, so no hook of either side tells that end;
+		// the partner drops its own copy too, and the primary reports
+		// what rewrites drop (TestLabFailoverInterruptedShrink; make
+		// chaos PAIR=1 TIMERS=maas seed 118).
+		name: "the peer's lease ended while communications were interrupted, then dropped by a rewrite: the primary sends its end",
+		pair: primary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 40, snapshot: fostate("communications-interrupted", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 40 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			{at: 10000},
+		},
+	}, {
+		name: "the same on the secondary: the primary sends it",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 40, snapshot: fostate("communications-interrupted", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10000},
+		},
+	}, {
 		// The same while this side recovers from its partner's
 		// partner-down: the survivor told the ends its file recorded,
 		// this one among them; sent again here, one copy lands after the

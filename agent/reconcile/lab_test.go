@@ -79,6 +79,9 @@ type world struct {
 	confExtra string
 	// poll, if set, is the agent's reconcile.poll_interval (1 s if not).
 	poll time.Duration
+	// maasTimers: pairConf writes MAAS's failover timers, not the labs'
+	// short ones (startPairMAAS).
+	maasTimers bool
 }
 
 func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
