@@ -380,12 +380,7 @@ func TestLabFailoverShrink(t *testing.T) {
 
 	all := w1.arrivals(netip.Addr{})
 	t.Logf("the region got:\n%s", describeArrivals(all))
-	var frees []arrival
-	for _, a := range all {
-		if a.Action != event.Commit {
-			frees = append(frees, a)
-		}
-	}
+	frees := endsOf(all)
 	if len(frees) != 2 || frees[0].IP != ip1.String() || frees[0].MAC != mac(c1) || frees[0].Action != event.Expiry ||
 		frees[1].IP != ip3.String() || frees[1].MAC != mac(c3) || frees[1].Action != event.Expiry {
 		t.Fatalf("want exactly one expiry for %s %s (dropped by the shrink), then one for %s %s (its hook)", ip1, mac(c1), ip3, mac(c3))
@@ -511,22 +506,8 @@ func shrinkPrimaryDown(t *testing.T, agentFirst bool) {
 	if !agentFirst {
 		w1.startAgent()
 	}
-	time.Sleep(w1.grace + 1500*time.Millisecond) // anything else would come now
-	// and whatever either agent still holds for later has been sent
-	// (or dropped): nothing pending, the outboxes empty.
-	w1.waitQuiet(60 * time.Second)
-	w2.waitQuiet(60 * time.Second)
-	w1.stopAgent()
-	w2.stopAgent()
-
-	all := w1.arrivals(netip.Addr{})
-	t.Logf("the region got:\n%s", describeArrivals(all))
-	var got []arrival
-	for _, a := range w1.arrivals(ip1) {
-		if a.Action != event.Commit {
-			got = append(got, a)
-		}
-	}
+	all := settlePair(t, w1, w2)
+	got := endsOf(w1.arrivals(ip1))
 	if len(got) != 1 {
 		t.Errorf("want exactly one expiry for %s %s (dropped by the shrink on both peers), got %d:\n%s", ip1, mac(c1), len(got), describeArrivals(got))
 	}
@@ -543,11 +524,46 @@ func shrinkPrimaryDown(t *testing.T, agentFirst bool) {
 	if a, b := truth(t, w1.d), truth(t, w2.d); !equalMaps(a, b) {
 		t.Errorf("the peers disagree: primary %v, secondary %v", a, b)
 	}
-	if t.Failed() {
-		t.Logf("the returning primary's reconciler (debug lines left out; whole logs below):\n%s", reconcileLines(w1.lastLogs.String()))
-		for _, w := range []*world{w1, w2} {
-			t.Logf("%s failover records:\n%s", w.d.Dir, failoverRecords(readFile(t, w.d.LeasesPath())))
+	logPair(t, "the returning primary", w1, w1, w2)
+}
+
+// settlePair waits until anything else would have come, and whatever
+// either agent still holds for later has been sent (or dropped):
+// nothing pending, the outboxes empty; then stops both agents and
+// returns (and logs) what the region got.
+func settlePair(t *testing.T, w1, w2 *world) []arrival {
+	t.Helper()
+	time.Sleep(w1.grace + 1500*time.Millisecond)
+	w1.waitQuiet(60 * time.Second)
+	w2.waitQuiet(60 * time.Second)
+	w1.stopAgent()
+	w2.stopAgent()
+	all := w1.arrivals(netip.Addr{})
+	t.Logf("the region got:\n%s", describeArrivals(all))
+	return all
+}
+
+// endsOf is the ends (expiries and releases) among as.
+func endsOf(as []arrival) []arrival {
+	var out []arrival
+	for _, a := range as {
+		if a.Action != event.Commit {
+			out = append(out, a)
 		}
+	}
+	return out
+}
+
+// logPair logs, when t failed, the reconciler's lines of the agent
+// that (w) last stopped and each file's failover records.
+func logPair(t *testing.T, who string, w *world, ws ...*world) {
+	t.Helper()
+	if !t.Failed() {
+		return
+	}
+	t.Logf("%s's reconciler (debug lines left out; whole logs below):\n%s", who, reconcileLines(w.lastLogs.String()))
+	for _, w := range ws {
+		t.Logf("%s failover records:\n%s", w.d.Dir, failoverRecords(readFile(t, w.d.LeasesPath())))
 	}
 }
 
@@ -819,10 +835,8 @@ func TestLabFailoverInterruptedShrink(t *testing.T) {
 		}
 	}
 	time.Sleep(w1.grace + 1500*time.Millisecond)
-	for _, a := range w1.arrivals(ip1) {
-		if a.Action != event.Commit {
-			t.Logf("the region heard the end before the shrink (a hook ran): %s", a)
-		}
+	for _, a := range endsOf(w1.arrivals(ip1)) {
+		t.Logf("the region heard the end before the shrink (a hook ran): %s", a)
 	}
 	text := readFile(t, w1.d.LeasesPath())
 	t.Logf("the primary's last block of %s before the shrink:\n%s", ip1, text[strings.LastIndex(text, "lease "+ip1.String()+" "):])
@@ -844,20 +858,8 @@ func TestLabFailoverInterruptedShrink(t *testing.T) {
 	}
 	waitState(t, w1.d, "normal", 60*time.Second)
 	waitState(t, w2.d, "normal", 60*time.Second)
-	time.Sleep(w1.grace + 1500*time.Millisecond)
-	w1.waitQuiet(60 * time.Second)
-	w2.waitQuiet(60 * time.Second)
-	w1.stopAgent()
-	w2.stopAgent()
-
-	all := w1.arrivals(netip.Addr{})
-	t.Logf("the region got:\n%s", describeArrivals(all))
-	var got []arrival
-	for _, a := range w1.arrivals(ip1) {
-		if a.Action != event.Commit {
-			got = append(got, a)
-		}
-	}
+	all := settlePair(t, w1, w2)
+	got := endsOf(w1.arrivals(ip1))
 	if len(got) != 1 {
 		t.Errorf("want exactly one end of %s %s, got %d:\n%s", ip1, mac(c1), len(got), describeArrivals(got))
 	} else if at := got[0].Timestamp; at < ends {
@@ -867,10 +869,5 @@ func TestLabFailoverInterruptedShrink(t *testing.T) {
 	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
 		t.Errorf("region %v, the pair's truth (primary's file) %v", got, want)
 	}
-	if t.Failed() {
-		t.Logf("the primary's reconciler (debug lines left out):\n%s", reconcileLines(w1.lastLogs.String()))
-		for _, w := range []*world{w1, w2} {
-			t.Logf("%s failover records:\n%s", w.d.Dir, failoverRecords(readFile(t, w.d.LeasesPath())))
-		}
-	}
+	logPair(t, "the primary", w1, w1, w2)
 }

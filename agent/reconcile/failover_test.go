@@ -148,6 +148,21 @@ func TestFailoverRules(t *testing.T) {
 			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
 		}, then...)
 	}
+	// interruptedDropped is the peer's lease of 203.0.113.12 (its
+	// binding update: no cltt) ending while communications were
+	// interrupted, then a rewrite dropping it (want: sent the grace
+	// after).
+	interruptedDropped := func(want ...string) []step {
+		return []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, appended: fostate("communications-interrupted", "normal")},
+			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			{at: 40, snapshot: fostate("communications-interrupted", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 40 + grace, want: want},
+			{at: 10000},
+		}
+	}
 	// survivorEnds is what a survivor tells at last of base's leases (their
 	// ends pass after the takeover), then more.
 	survivorEnds := func(more ...string) []string {
@@ -642,28 +657,13 @@ func TestFailoverRules(t *testing.T) {
 		// the partner drops its own copy too, and the primary reports
 		// what rewrites drop (TestLabFailoverInterruptedShrink; make
 		// chaos PAIR=1 TIMERS=maas seed 118).
-		name: "the peer's lease ended while communications were interrupted, then dropped by a rewrite: the primary sends its end",
-		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, appended: fostate("communications-interrupted", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
-			{at: 40, snapshot: fostate("communications-interrupted", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
-			{at: 40 + grace, want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
-			{at: 10000},
-		},
+		name:  "the peer's lease ended while communications were interrupted, then dropped by a rewrite: the primary sends its end",
+		pair:  primary,
+		steps: interruptedDropped("expiry 203.0.113.12 " + macA + " +30 missed-expiry"),
 	}, {
-		name: "the same on the secondary: the primary sends it",
-		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, appended: fostate("communications-interrupted", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
-			{at: 40, snapshot: fostate("communications-interrupted", "normal") + block(ip1, "active", macA, t0-100, t0+500) + block(ip2, "active", macB, t0-100, t0+5000)},
-			{at: 10000},
-		},
+		name:  "the same on the secondary: the primary sends it",
+		pair:  secondary,
+		steps: interruptedDropped(),
 	}, {
 		// The same while this side recovers from its partner's
 		// partner-down: the survivor told the ends its file recorded,
