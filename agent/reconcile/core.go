@@ -1506,10 +1506,7 @@ func (s *State) givenAwayUnread(ip netip.Addr, prev, l Lease) bool {
 // dropped (spoke: the file shows the failover partner spoke for the
 // pair). It reports whether an end was scheduled.
 func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
-	own, ownEnd := s.ownDropped(ip) // (before the delete: they read the file's block)
-	if !ownEnd {
-		own, ownEnd = s.interruptedDropped(ip, spoke)
-	}
+	own, ownEnd := s.untoldDropped(ip, spoke) // (before the delete: it reads the file's block)
 	delete(s.File, ip)
 	s.touch(ip)
 	toldEnd := s.droppedTold(ip, l)

@@ -756,42 +756,35 @@ func (s *State) ownExpired(ip netip.Addr, t Told) bool {
 	return ok && l.Acked && !t.PeerOwns && !t.Spoke && (l.State == parser.StateExpired || l.State == parser.StateReleased)
 }
 
-// ownDropped is, in a pair, the end of this side's own lease not yet
-// free (ownExpired) as the file shows it for ip, which a rewrite is
-// dropping: dhcpd runs on expiry when it frees a lease it has, and it no
-// longer has this one, so no hook will ever tell that end (make chaos
-// PAIR=1 seed 21: a lease of the primary's recorded expired in normal,
-// a range shrink restarting both peers in that second; lost). The
-// caller sends it after the grace, for the hook of a lease dhcpd freed
-// before it stopped to come first (Pending.Untold). The partner records
-// this lease as the peer's (Told.PeerOwns) and tells nothing of it.
-func (s *State) ownDropped(ip netip.Addr) (event.Event, bool) {
+// untoldDropped is, in a pair, the end the file shows for ip that no
+// hook told and none ever will, as a rewrite drops the lease: dhcpd runs
+// on expiry when it frees a lease it has, and it no longer has this one.
+// Two such ends:
+//   - this side's own lease not yet free (ownExpired: make chaos PAIR=1
+//     seed 21, a lease of the primary's recorded expired in normal, a
+//     range shrink restarting both peers in that second; lost). The
+//     partner records it as the peer's (Told.PeerOwns) and tells
+//     nothing of it.
+//   - an end the file recorded while this server was out of touch with
+//     its partner (Told.Interrupted), where this side reports what
+//     rewrites drop (tellsVanished: the primary, or a survivor): a
+//     partner that acked the lease and died before its end holds it
+//     active, and drops it as its range shrinks too, where the primary
+//     alone reports such leases (rule 2). (make chaos PAIR=1
+//     TIMERS=maas seed 118: the secondary's lease, its rack down as it
+//     ended, a range shrink; TestLabFailoverInterruptedShrink, where
+//     the primary's file shows "binding state expired; next binding
+//     state free" from the secondary's binding update, no cltt.)
+//
+// The caller sends it after the grace, for the hook of a lease dhcpd
+// freed before it stopped to come first (Pending.Untold).
+func (s *State) untoldDropped(ip netip.Addr, spoke bool) (event.Event, bool) {
 	t, ok := s.Told[ip]
-	if !ok || !s.pairOf(ip).InPair() || !s.ownExpired(ip, t) {
+	if !ok || !s.pairOf(ip).InPair() {
 		return event.Event{}, false
 	}
-	return s.unqueuedEnd(ip, t)
-}
-
-// interruptedDropped is, in a pair, the end the file recorded for ip
-// while this server was out of touch with its partner
-// (Told.Interrupted) and that no hook told, when a rewrite drops that
-// lease and this side reports what rewrites drop (tellsVanished: the
-// primary, or a survivor). dhcpd runs on expiry when an expired lease
-// goes free, on the partner's ack; a lease a restart dropped never goes
-// free, so this side's hook never runs, nor the partner's: a partner
-// that acked the lease and died before its end holds it active, and
-// drops it as its range shrinks too, where the primary alone reports
-// such leases (rule 2). Without this the end reached the region from no
-// one (make chaos PAIR=1 TIMERS=maas seed 118: a lease the secondary
-// acked, the secondary's rack down as it ended, a range shrink;
-// TestLabFailoverInterruptedShrink, where the primary's file shows it
-// "binding state expired; next binding state free", from the
-// secondary's binding update, no cltt). The caller sends it as
-// ownDropped's.
-func (s *State) interruptedDropped(ip netip.Addr, spoke bool) (event.Event, bool) {
-	t, ok := s.Told[ip]
-	if !ok || s.Complement || !s.pairOf(ip).InPair() || !t.Interrupted || t.Spoke || !s.tellsVanished(ip, spoke) {
+	interrupted := t.Interrupted && !t.Spoke && !s.Complement && s.tellsVanished(ip, spoke)
+	if !s.ownExpired(ip, t) && !interrupted {
 		return event.Event{}, false
 	}
 	return s.unqueuedEnd(ip, t)
