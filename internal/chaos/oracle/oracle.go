@@ -191,6 +191,9 @@ type Version struct {
 	// vanished one's life's first start; 0: unknown. An event older than it cannot be about it: a re-post
 	// of an earlier commit is not the next lease life's (Item.Timestamp).
 	From int64
+	// Renewed is an active version's latest start (its renewals'), 0
+	// when unknown: an end of the life is no older than it (Truth).
+	Renewed int64
 }
 
 // seenSlack is how long before the file was seen to show a version an
@@ -274,7 +277,21 @@ func Truth(gens []Generation) map[string][]Version {
 				// 120 s one).
 				last.Ends = v.Ends
 				last.Count += v.Count
+				last.Renewed = max(last.Renewed, v.Renewed)
 				return
+			}
+			if last.Active && !v.Active && !v.Vanished && v.From != 0 && v.From < last.Renewed {
+				// An end dated before the life's latest start: a
+				// partner's stale binding update of the life before,
+				// freed at its own end, taken over the newer life
+				// (server/failover.c dhcp_failover_process_bind_update
+				// keeps the update's starts and ends; the hook runs on
+				// expiry as it frees the lease). The life ended then,
+				// not before it began (make chaos PAIR=1 TIMERS=maas
+				// seed 118: a secondary's ack while its partner was
+				// down, ended so as the primary came back; its commit
+				// and hook expiry were judged false and lost).
+				v.From = last.Renewed
 			}
 			if !last.Active && !v.Active {
 				return // still inactive
@@ -314,7 +331,7 @@ func Truth(gens []Generation) map[string][]Version {
 		for bi, b := range g.Blocks {
 			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi)}
 			if b.Active {
-				v.From = b.Starts
+				v.From, v.Renewed = b.Starts, b.Starts
 			} else {
 				v.From = b.Ends
 				if seen := b.Seen.Unix(); !b.Seen.IsZero() && seen < v.From {

@@ -680,3 +680,34 @@ func TestUnwrittenCommitEnd(t *testing.T) {
 		}
 	}
 }
+
+// Found in a pair run (make chaos PAIR=1 TIMERS=maas SEED=118), twice:
+// the secondary acked the client's next life (begun at 25) while its
+// partner was down, and the primary, back, sent its binding update of
+// the life before, freed at that life's end (24); the secondary's dhcpd
+// took it over the newer life, wrote it (free, ends 24) and ran its hook
+// on expiry (at 30). The end is dated before the life it ended began;
+// it came when it was written, not before the commit at 25.
+func TestEndDatedBeforeTheLife(t *testing.T) {
+	blk := func(b Block, starts int, seen int) Block {
+		b.Starts, b.Seen = at(starts).Unix(), at(seen)
+		return b
+	}
+	gens := []Generation{gen("g0", nil, blk(act(ip1, m1, 24), 6, 6), blk(act(ip1, m1, 45), 25, 25), blk(free(ip1, m1, 24), 6, 30))}
+	for _, tc := range []struct {
+		name  string
+		items []Item
+		want  []string
+	}{
+		{"each in its own request", []Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(31, "expiry", 30)}, nil},
+		{"the commit and the end in one request",
+			append([]Item{timed(7, "commit", 6)}, batchOf(2, timed(31, "commit", 25), timed(31, "expiry", 30))...), nil},
+		{"the end re-posted after the commit of the life it ended", []Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(31, "expiry", 30), timed(32, "commit", 25)},
+			[]string{"final " + ip1, "order " + ip1}},
+	} {
+		r := Check(Input{Generations: gens, Items: tc.items, End: at(40)})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
+}
