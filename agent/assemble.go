@@ -273,6 +273,11 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 //     the peer still holds, which the peer delivers itself (seed 14: an
 //     old expiry restated with a commit 60 s newer, ahead of three lives
 //     the peer held).
+//   - The peer delivered the same news a moment before (pair.CopyOf: the
+//     two servers' hooks of one ack, or of one lease going free): the
+//     event is this agent's copy of it, and is dropped. Sent, it would
+//     tell the region nothing new; the channel let it past the events
+//     holding it back for that reason (pair.Clear).
 //   - The peer did not answer about it: stale decides.
 //
 // A recovering side's replay (reconcile.ReasonPairReplay) goes only if
@@ -288,9 +293,13 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // (reconcile.ReasonEndsPassed), weighed against the start of that
 // lease's life: the peer's newer news shows the block is a stale copy
 // (reconcile: staleCopyBound).
-func judgePair(peer func(event.Event) (delivered int64, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
+func judgePair(peer func(event.Event) (delivered pair.News, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
-		delivered, known := peer(e)
+		news, known := peer(e)
+		delivered := news.Key
+		if known && pair.CopyOf(e, news) {
+			return true, event.Event{}
+		}
 		if e.Reason == reconcile.ReasonPairReplay {
 			own, ok := replay(e)
 			return !known || !ok || delivered > own, event.Event{}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/pair"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 )
 
@@ -25,6 +26,15 @@ func TestJudgePair(t *testing.T) {
 	passed := e
 	passed.Reason = reconcile.ReasonEndsPassed
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
+	// The hooks of one ack on both servers: the peer's at 100.000, this
+	// side's 4 ms later (commit), and the same lease going free on both.
+	commit := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 100, TimestampNS: 100_004_000_000, Source: event.SourceHook}
+	hookEnd := e
+	hookEnd.TimestampNS, hookEnd.Source = 100_004_000_000, event.SourceHook
+	otherMAC := commit
+	fileEnd := e
+	fileEnd.Source = event.SourceFile
+	otherMAC.MAC = "00:16:3e:00:00:02"
 	const (
 		own   = 90e9  // this side's own last news before the replay
 		older = 95e9  // the peer's news, older than e
@@ -33,10 +43,11 @@ func TestJudgePair(t *testing.T) {
 	tests := []struct {
 		name       string
 		e          event.Event
-		delivered  int64 // the peer's newest delivered key
-		known      bool  // the peer answered about the address
-		unqueued   bool  // the reconciler does not know the replay (a later one of its address queued since, its record lost)
-		stale      bool  // the reconciler's verdict
+		delivered  int64  // the peer's newest delivered key
+		tag        uint32 // and its tag (0: not known)
+		known      bool   // the peer answered about the address
+		unqueued   bool   // the reconciler does not know the replay (a later one of its address queued since, its record lost)
+		stale      bool   // the reconciler's verdict
 		restate    event.Event
 		wantStale  bool
 		wantNewest bool
@@ -67,11 +78,20 @@ func TestJudgePair(t *testing.T) {
 			wantStale: true},
 		{name: "rule 3's end the peer did not answer about: the reconciler's verdict", e: passed, wantAsked: true},
 		{name: "rule 3's end whose record is lost: judged as any event", e: passed, delivered: older, known: true, unqueued: true},
+		{name: "this side's copy of the commit the peer delivered 4 ms before: dropped", e: commit, delivered: 100e9, tag: pair.Tag(commit), known: true,
+			wantStale: true},
+		{name: "this side's copy of the end the peer delivered: dropped", e: hookEnd, delivered: 100e9, tag: pair.Tag(hookEnd), known: true,
+			wantStale: true},
+		{name: "a commit of another MAC 4 ms after the peer's: sent", e: otherMAC, delivered: 100e9, tag: pair.Tag(commit), known: true},
+		{name: "the same commit, the peer's tag not known (delivered before its agent's restart): sent", e: commit, delivered: 100e9, known: true},
+		{name: "the same news more than a second after the peer's: sent", e: commit, delivered: 98e9, tag: pair.Tag(commit), known: true},
+		{name: "the peer's copy, the peer silent: the reconciler's verdict", e: commit, tag: pair.Tag(commit), wantAsked: true},
+		{name: "an end the agent made of the file, of the second of the peer's: not a copy, sent", e: fileEnd, delivered: 100e9, tag: pair.Tag(fileEnd), known: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := false
-			f := judgePair(func(event.Event) (int64, bool) { return tc.delivered, tc.known },
+			f := judgePair(func(event.Event) (pair.News, bool) { return pair.News{Key: tc.delivered, Tag: tc.tag}, tc.known },
 				func(event.Event) (int64, bool) { return own, !tc.unqueued },
 				func(context.Context, event.Event) (bool, event.Event) {
 					asked = true

@@ -700,7 +700,7 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 					}
 					d.m.superseded.Inc()
 					d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
-						Int64("timestamp", e.Timestamp).Str("reason", e.Reason).Msg("queued event not sent: in a failover pair, older than news the peer told since (leasekeeper_deliver_superseded_total)")
+						Int64("timestamp", e.Timestamp).Str("reason", e.Reason).Msg("queued event not sent: in a failover pair, the peer told the region newer news of its address since, or this same news (leasekeeper_deliver_superseded_total)")
 					continue
 				}
 				d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).

@@ -55,7 +55,7 @@ func newMetrics(asking func() float64) metrics {
 		}),
 		superseded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_deliver_superseded_total",
-			Help: "Queued events taken off the queue unsent because, in a failover pair, the peer's agent had delivered newer news of their address since: sent now, they would take the region back. Most are news the peer told the region too (both racks' files record every lease); one that was not is a lease life the region never hears of (the hold_max pattern, docs/failover.md).",
+			Help: "Queued events taken off the queue unsent because, in a failover pair, the peer's agent had delivered newer news of their address since (sent now, they would take the region back), or the same news a moment before (both servers' hooks of one ack). Most are news the peer told the region too (both racks' files record every lease); one that was not is a lease life the region never hears of (the hold_max pattern, docs/failover.md).",
 		}),
 	}
 	m.asking = prometheus.NewGaugeFunc(prometheus.GaugeOpts{

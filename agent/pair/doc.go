@@ -49,11 +49,15 @@
 //   - events of one queue are in key order per address, not across
 //     addresses; with events going past what is held, only a cycle
 //     through shared MACs can make the two agents wait on each other,
-//     and hold_max breaks it.
+//     and hold_max breaks it. This agent's copy of news the peer
+//     delivered (both servers' hooks of one ack: CopyOf, by the tag the
+//     answer names that news by) holds nothing back and goes, to be
+//     dropped, whatever holds it back: the cycles seen ran through such
+//     copies.
 //
 // The datagrams (wire.go) are UDP, signed with HMAC-SHA256 under the
 // key both racks share (pair.key_file); an answer carries its query's
 // random nonce, so an old answer replayed answers nothing, and a
 // datagram from a sender of the receiver's own role is refused. An
-// answer is smaller than its query: the channel amplifies nothing.
+// answer is no longer than its query: the channel amplifies nothing.
 package pair

@@ -103,13 +103,13 @@ type Link struct {
 	stuckGone  bool // logged and counted as forced
 
 	dmu       sync.Mutex
-	delivered map[netip.Addr]int64 // this run's newest delivered key per address (Delivered)
-	// peerDelivered: the peer's newest delivered key per address, from
+	delivered map[netip.Addr]News // this run's newest delivered news per address (Delivered)
+	// peerDelivered: the peer's newest delivered news per address, from
 	// the answers since this agent's last delivery (a batch can be
 	// cleared by more than one question: the deliverer asks again about
 	// a batch the gate held a while, with what was queued meanwhile),
 	// for PeerDelivered.
-	peerDelivered map[netip.Addr]int64
+	peerDelivered map[netip.Addr]News
 }
 
 // Delivered records that the region accepted batch: the answers tell
@@ -120,11 +120,11 @@ func (l *Link) Delivered(batch []event.Queued) {
 	l.peerDelivered = nil // the next batch is asked about afresh
 	for _, q := range batch {
 		ip := q.Event.IP.Unmap()
-		if k := Key(q.Event); ip.IsValid() && k > l.delivered[ip] {
+		if k := Key(q.Event); ip.IsValid() && k > l.delivered[ip].Key {
 			if len(l.delivered) >= maxDelivered {
 				clear(l.delivered) // what HeldFunc knows takes over
 			}
-			l.delivered[ip] = k
+			l.delivered[ip] = News{Key: k, Tag: Tag(q.Event)}
 		}
 	}
 }
@@ -133,16 +133,17 @@ func (l *Link) Delivered(batch []event.Queued) {
 const maxDelivered = 1 << 16
 
 // PeerDelivered reports, from the peer's answers since the last delivery,
-// the key of the newest news of e's address the peer has delivered (0
-// for none) — newer than e, the region may hold it already, so that e
-// alone would take it back (the deliverer's StaleFunc then decides) —
-// and whether the peer answered about e's address at all (known false:
-// the peer was silent, or e was not in the query: judge as if alone).
-func (l *Link) PeerDelivered(e event.Event) (delivered int64, known bool) {
+// the newest news of e's address the peer has delivered (its Key 0 for
+// none) — newer than e, the region may hold it already, so that e alone
+// would take it back; of e's Tag and moment, e is a copy of it (CopyOf):
+// the deliverer's StaleFunc then decides — and whether the peer answered
+// about e's address at all (known false: the peer was silent, or e was
+// not in the query: judge as if alone).
+func (l *Link) PeerDelivered(e event.Event) (delivered News, known bool) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	if l.peerDelivered == nil || l.alone.Load() {
-		return 0, false
+		return News{}, false
 	}
 	k, ok := l.peerDelivered[e.IP.Unmap()]
 	return k, ok
@@ -182,7 +183,7 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	}
 	l := &Link{cfg: cfg, peer: peer, conn: conn, held: held, log: log, limit: lograte.New(time.Minute, now), now: now,
 		met: newMetrics(), waiters: map[[nonceLen]byte]chan *Message{},
-		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}, delivered: map[netip.Addr]int64{},
+		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}, delivered: map[netip.Addr]News{},
 		readDone: make(chan struct{})}
 	if err := l.met.register(reg); err != nil {
 		conn.Close()
@@ -265,8 +266,15 @@ func (l *Link) read() {
 			continue
 		}
 		m, err := Decode(buf[:n], l.cfg.Key)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrAuth):
 			l.refused("refused", from, fmt.Errorf("%w (a different pair.key_file on the peer?)", err))
+			continue
+		case errors.Is(err, ErrVersion):
+			l.refused("version", from, fmt.Errorf("%w (the peer's agent runs another version of leasekeeper: both racks of a pair run the same; until then each delivers alone after hold_max)", err))
+			continue
+		case err != nil:
+			l.refused("refused", from, err)
 			continue
 		}
 		if m.Primary == l.cfg.Primary() {
@@ -338,7 +346,11 @@ func (l *Link) answer(m *Message, from netip.AddrPort) {
 	a := &Message{Answer: true, Primary: l.cfg.Primary(), Nonce: m.Nonce, At: l.now().UnixNano(), Items: make([]Item, len(held))}
 	l.dmu.Lock()
 	for i, h := range held {
-		a.Items[i] = Item{Key: h.Oldest, Delivered: max(h.Delivered, l.delivered[ips[i].Unmap()])}
+		a.Items[i] = Item{Key: h.Oldest, Delivered: h.Delivered}
+		if d := l.delivered[ips[i].Unmap()]; d.Key >= h.Delivered {
+			// What HeldFunc knows of before this run has no tag.
+			a.Items[i].Delivered, a.Items[i].DeliveredTag = d.Key, d.Tag
+		}
 	}
 	l.dmu.Unlock()
 	b, err := Encode(nil, a, l.cfg.Key)
@@ -499,7 +511,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		}
 		l.dmu.Lock()
 		for i := range items {
-			items[i].Delivered = l.delivered[items[i].IP]
+			items[i].Delivered = l.delivered[items[i].IP].Key
 		}
 		l.dmu.Unlock()
 		a, err := l.ask(ctx, items)
@@ -532,10 +544,12 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		horizon := now.Add(-l.cfg.Margin).UnixNano()
 		l.dmu.Lock()
 		if l.peerDelivered == nil {
-			l.peerDelivered = make(map[netip.Addr]int64, len(a.Items))
+			l.peerDelivered = make(map[netip.Addr]News, len(a.Items))
 		}
+		delivered := make([]News, len(a.Items))
 		for i, it := range a.Items {
-			l.peerDelivered[items[i].IP] = it.Delivered
+			delivered[i] = News{Key: it.Delivered, Tag: it.DeliveredTag}
+			l.peerDelivered[items[i].IP] = delivered[i]
 		}
 		l.dmu.Unlock()
 		held := make([]int64, len(a.Items))
@@ -545,11 +559,11 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 				held[i] = 0 // waited for long enough
 			}
 		}
-		v := clearBatch(batch, items, held, l.cfg.Primary(), horizon, l.forced)
+		v := clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced)
 		if v.Why == "" || v.Why == WhyPeerOlder {
 			l.stuckSince, l.stuckGone = time.Time{}, false // a wait of its own starts again
 		} else if l.stuckFor(batch[v.First], v.Why, now) {
-			v = clearBatch(batch, items, held, l.cfg.Primary(), horizon, l.forced)
+			v = clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced)
 		}
 		var out []event.Queued
 		if whole {

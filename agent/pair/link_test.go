@@ -319,7 +319,7 @@ func TestLinkOvertaken(t *testing.T) {
 	batch := batchAt("203.0.113.1")
 	a.h.set("203.0.113.1", 999_000e9) // older than b's event…
 	b.l.dmu.Lock()
-	b.l.delivered[netip.MustParseAddr("203.0.113.1")] = 999_500e9 // …and than b's news in the region
+	b.l.delivered[netip.MustParseAddr("203.0.113.1")] = News{Key: 999_500e9} // …and than b's news in the region
 	b.l.dmu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // far below hold_max
 	defer cancel()
@@ -342,8 +342,8 @@ func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 		t.Fatalf("Clear = %d", n)
 	}
 	for _, q := range batch {
-		if k, known := b.l.PeerDelivered(q.Event); !known || k > Key(q.Event) {
-			t.Errorf("%s: PeerDelivered = %d, known %v; want known, not newer than %d", q.Event.IP, k, known, Key(q.Event))
+		if d, known := b.l.PeerDelivered(q.Event); !known || d.Key > Key(q.Event) {
+			t.Errorf("%s: PeerDelivered = %d, known %v; want known, not newer than %d", q.Event.IP, d.Key, known, Key(q.Event))
 		}
 	}
 	b.l.Delivered(batch)
@@ -412,5 +412,45 @@ func TestLinkClockOffset(t *testing.T) {
 		if got := testutil.ToFloat64(c.e.l.met.offset); got < c.want-0.5 || got > c.want+0.5 {
 			t.Errorf("clock offset %.3f s, want about %v", got, c.want)
 		}
+	}
+}
+
+// TestLinkCopyGoes: over a real UDP socket, the answer names the news
+// the peer delivered by its tag, and this agent's copy of it (the other
+// server's hook of the same ack, 4 ms later) goes at once, though this
+// agent's older news of its MAC waits on the peer; that news still
+// waits. Without the tag the copy waited with its MAC's news, and the
+// peer's later news of its address waited on the copy (make chaos
+// PAIR=1 TIMERS=maas seed 118).
+func TestLinkCopyGoes(t *testing.T) {
+	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	const mac = "00:16:3e:00:00:01"
+	hook := func(seq uint64, ip string, ns int64) event.Queued {
+		return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: mac,
+			Timestamp: ns / 1e9, TimestampNS: ns, Source: event.SourceHook}}
+	}
+	const t0 = 1_000_000_000e9
+	b.l.Delivered([]event.Queued{hook(1, "203.0.113.2", t0+20e9)}) // b's hook of the ack, delivered
+	b.h.set("203.0.113.1", t0+5e9)                                 // b's older news of the MAC's other address, held
+	batch := []event.Queued{hook(1, "203.0.113.1", t0+10e9), hook(2, "203.0.113.2", t0+20e9+4e6)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below hold_max
+	defer cancel()
+	got := a.l.Clear(ctx, batch)
+	if len(got) != 1 || got[0].Seq != 2 {
+		t.Fatalf("Clear = %v, want the copy alone (seq 2)", got)
+	}
+	d, known := a.l.PeerDelivered(got[0].Event)
+	if !known || !CopyOf(got[0].Event, d) {
+		t.Errorf("PeerDelivered = %+v, known %v: not taken for the copy it is", d, known)
+	}
+	// Another MAC's commit of that moment is news: it waits with the
+	// MAC's held news as before.
+	other := batch[1]
+	other.Event.MAC = "00:16:3e:00:00:02"
+	b.h.set("203.0.113.2", t0+20e9+1e6)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	if got := a.l.Clear(ctx2, []event.Queued{batch[0], other}); got != nil {
+		t.Errorf("Clear = %v: another MAC's news went past the peer's older news", got)
 	}
 }

@@ -82,7 +82,7 @@ func TestClear(t *testing.T) {
 			if h == 0 {
 				h = horizon
 			}
-			v := Clear(batch, asked, held, tc.primary, h)
+			v := Clear(batch, asked, held, nil, tc.primary, h)
 			if v.N != tc.want || v.Why != tc.why {
 				t.Errorf("Clear = %d %q, want %d %q", v.N, v.Why, tc.want, tc.why)
 			}
@@ -134,7 +134,7 @@ func TestClearPast(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			asked, held := answer(tc.held, a, b, c)
-			v := Clear(tc.batch, asked, held, false, 1000e9)
+			v := Clear(tc.batch, asked, held, nil, false, 1000e9)
 			if diff := cmp.Diff(tc.want, v.Go); diff != "" || v.First != tc.first || v.Why != tc.why {
 				t.Errorf("Clear: first %d %q, want %d %q; go (-want +got):\n%s", v.First, v.Why, tc.first, tc.why, diff)
 			}
@@ -148,6 +148,111 @@ func TestClearPast(t *testing.T) {
 				t.Errorf("Subset: %d events, N %d, want %d", len(got), v.N, len(want))
 			}
 		})
+	}
+}
+
+// TestClearCopies: this agent's copy of news the peer delivered (both
+// servers' hooks of one ack, milliseconds apart) goes whatever holds it
+// back, to be dropped, and holds nothing back itself: held, it made each
+// agent's later news wait on the other's copy (make chaos PAIR=1
+// TIMERS=maas seed 118).
+func TestClearCopies(t *testing.T) {
+	a, b, c := "203.0.113.1", "203.0.113.2", "203.0.113.3"
+	at := func(ip, mac string, sec int64) event.Queued {
+		q := ev(ip, sec)
+		q.Event.MAC, q.Event.Source = mac, event.SourceHook
+		return q
+	}
+	const m1, m2 = "00:16:3e:00:00:01", "00:16:3e:00:00:02"
+	// The peer delivered its hook's commit of m1, 4 ms before this
+	// agent's of the same second.
+	peerOf := func(mac string, sec int64) News {
+		return News{Key: sec*1e9 - 4e6, Tag: Tag(event.Event{Action: event.Commit, MAC: mac})}
+	}
+	fromFile := at(b, m1, 20)
+	fromFile.Event.Source = event.SourceFile
+	tests := []struct {
+		name      string
+		batch     []event.Queued
+		held      map[string]int64
+		delivered map[string]News
+		want      []bool
+	}{
+		{name: "a copy behind its MAC's held news goes; the MAC's later news still waits",
+			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20), at(c, m1, 30)},
+			held:      map[string]int64{a: 5e9, b: 0, c: 0},
+			delivered: map[string]News{b: peerOf(m1, 20)},
+			want:      []bool{false, true, false}},
+		{name: "a copy the peer's older news of its address would hold goes, and holds back neither its MAC nor its address",
+			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20), at(a, m2, 30)},
+			held:      map[string]int64{a: 5e9, b: 0},
+			delivered: map[string]News{a: peerOf(m1, 10)},
+			want:      []bool{true, true, false}},
+		{name: "another MAC's commit of the moment is no copy",
+			batch:     []event.Queued{at(a, m1, 10), at(b, m2, 20)},
+			held:      map[string]int64{a: 5e9, b: 0},
+			delivered: map[string]News{a: peerOf(m2, 10)},
+			want:      []bool{false, true}},
+		{name: "the same news more than a second after the peer's is no copy",
+			batch:     []event.Queued{at(a, m1, 12)},
+			held:      map[string]int64{a: 5e9},
+			delivered: map[string]News{a: peerOf(m1, 10)},
+			want:      []bool{false}},
+		{name: "what the agent made of the file is no copy (its own rules judge it)",
+			batch:     []event.Queued{at(a, m1, 10), fromFile},
+			held:      map[string]int64{a: 5e9, b: 0},
+			delivered: map[string]News{b: peerOf(m1, 20)},
+			want:      []bool{false, false}},
+		{name: "the tag not known (the peer's news from before its agent's restart): no copy",
+			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20)},
+			held:      map[string]int64{a: 5e9, b: 0},
+			delivered: map[string]News{b: {Key: 20e9 - 4e6}},
+			want:      []bool{false, false}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			asked, held := answer(tc.held, a, b, c)
+			delivered := make([]News, len(asked))
+			for i, it := range asked {
+				delivered[i] = tc.delivered[it.IP.String()]
+			}
+			v := Clear(tc.batch, asked, held, delivered, false, 1000e9)
+			if diff := cmp.Diff(tc.want, v.Go); diff != "" {
+				t.Errorf("Clear: go (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCopyOf(t *testing.T) {
+	e := event.Event{Action: event.Commit, MAC: "00:16:3e:00:00:01", Timestamp: 100, TimestampNS: 100_004_000_000, Source: event.SourceHook}
+	d := News{Key: 100e9, Tag: Tag(e)}
+	padded := e
+	padded.MAC = "0:16:3e:0:0:1" // as dhcpd passes it
+	release := e
+	release.Action = event.Release
+	reasoned := e
+	reasoned.Reason = "pair-replay"
+	for _, tc := range []struct {
+		name string
+		e    event.Event
+		d    News
+		want bool
+	}{
+		{"4 ms after", e, d, true},
+		{"the MAC as dhcpd passes it", padded, d, true},
+		{"at the same moment", e, News{Key: Key(e), Tag: d.Tag}, true},
+		{"a second after", e, News{Key: Key(e) - 1e9, Tag: d.Tag}, true},
+		{"more than a second after", e, News{Key: Key(e) - 1e9 - 1, Tag: d.Tag}, false},
+		{"before the peer's", e, News{Key: Key(e) + 1, Tag: d.Tag}, false},
+		{"another action", release, d, false},
+		{"the tag not known", e, News{Key: d.Key}, false},
+		{"nothing delivered", e, News{}, false},
+		{"made by the agent", reasoned, d, false},
+	} {
+		if got := CopyOf(tc.e, tc.d); got != tc.want {
+			t.Errorf("%s: CopyOf = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -19,15 +19,19 @@ import (
 // (0 for none known): ip length (4 or 16) | ip | key int64 | delivered
 // int64. An answer's item, in the query's order, is the key of the
 // answerer's oldest held event for that address newer than the query's
-// delivered (0 when it holds none), and the key of the newest news of
-// that address it knows it delivered (0 for none known): key int64 |
-// delivered int64. at is the
+// delivered (0 when it holds none), the key of the newest news of that
+// address it knows it delivered (0 for none known) and that news's Tag
+// (0 for not known): key int64 | delivered int64 | tag uint32 — 20
+// bytes, no more than the query's shortest item (21, IPv4). at is the
 // sender's clock (Unix ns); role is the sender's side of the pair, so
 // that a datagram is never taken for one of the receiver's own. An answer
 // carries its query's nonce: an old answer replayed is not an answer to
 // a new query.
 const (
-	magic     = "LKP1"
+	// magic names the format's version: LKP1 answers had no tag. Both
+	// agents of a pair run one version; an agent refuses the other's
+	// datagrams and, the peer silent, delivers alone after hold_max.
+	magic     = "LKP2"
 	kindQuery = 'Q'
 	kindAnswr = 'A'
 	rolePrim  = 'P'
@@ -47,11 +51,13 @@ const (
 // queued event for it (Key, Unix ns) and of its newest delivered
 // (Delivered, 0 for none known); or of an answer: the answerer's oldest
 // held event for it newer than the query's Delivered (Key, 0 for none),
-// and its newest delivered (Delivered, 0 for none known).
+// its newest delivered (Delivered, 0 for none known) and that news's Tag
+// (DeliveredTag, answers only: 0 for not known).
 type Item struct {
-	IP        netip.Addr
-	Key       int64
-	Delivered int64
+	IP           netip.Addr
+	Key          int64
+	Delivered    int64
+	DeliveredTag uint32
 }
 
 // Message is a query or an answer.
@@ -68,6 +74,11 @@ type Message struct {
 // ErrAuth is wrapped by Decode's error for a datagram whose HMAC does not
 // verify: not from a holder of the pair's key, or altered on the way.
 var ErrAuth = errors.New("not signed with the pair's key")
+
+// ErrVersion is wrapped by Decode's error for a datagram signed with the
+// pair's key in another version of the format: the peer agent runs
+// another version of leasekeeper.
+var ErrVersion = errors.New("a pair datagram of another version")
 
 // Encode appends m, signed with key, to b.
 func Encode(b []byte, m *Message, key []byte) ([]byte, error) {
@@ -92,6 +103,9 @@ func Encode(b []byte, m *Message, key []byte) ([]byte, error) {
 		}
 		b = binary.BigEndian.AppendUint64(b, uint64(it.Key))
 		b = binary.BigEndian.AppendUint64(b, uint64(it.Delivered))
+		if m.Answer {
+			b = binary.BigEndian.AppendUint32(b, it.DeliveredTag)
+		}
 	}
 	mac := hmac.New(sha256.New, key)
 	mac.Write(b[start:])
@@ -110,7 +124,7 @@ func Decode(b []byte, key []byte) (*Message, error) {
 		return nil, fmt.Errorf("pair: datagram of %d bytes: %w", len(b), ErrAuth)
 	}
 	if string(body[:len(magic)]) != magic {
-		return nil, fmt.Errorf("pair: not a leasekeeper pair datagram (or another version)")
+		return nil, fmt.Errorf("pair: %q, not %q: %w", body[:len(magic)], magic, ErrVersion)
 	}
 	m := &Message{}
 	p := body[len(magic):]
@@ -157,12 +171,19 @@ func Decode(b []byte, key []byte) (*Message, error) {
 			}
 			p = p[1+l:]
 		}
-		if len(p) < 16 {
+		n := 16
+		if m.Answer {
+			n = 20
+		}
+		if len(p) < n {
 			return nil, errShort
 		}
 		it.Key = int64(binary.BigEndian.Uint64(p))
 		it.Delivered = int64(binary.BigEndian.Uint64(p[8:]))
-		p = p[16:]
+		if m.Answer {
+			it.DeliveredTag = binary.BigEndian.Uint32(p[16:])
+		}
+		p = p[n:]
 		m.Items = append(m.Items, it)
 	}
 	if len(p) != 0 {

@@ -23,7 +23,7 @@ func TestWireRoundTrip(t *testing.T) {
 			{IP: netip.MustParseAddr("2001:db8::7"), Key: 1_699_999_999_500_000_000},
 		}}},
 		{"empty query (a probe)", Message{At: 5}},
-		{"answer", Message{Answer: true, Nonce: [nonceLen]byte{9}, At: -1, Items: []Item{{Key: 0}, {Key: 42, Delivered: 41}}}},
+		{"answer", Message{Answer: true, Nonce: [nonceLen]byte{9}, At: -1, Items: []Item{{Key: 0}, {Key: 42, Delivered: 41, DeliveredTag: 0xfeedf00d}}}},
 		{"most items", Message{Items: func() []Item {
 			items := make([]Item, MaxItems)
 			for i := range items {
@@ -92,6 +92,39 @@ func TestWireRefused(t *testing.T) {
 	}
 	if _, err := Encode(nil, &Message{Items: make([]Item, MaxItems+1)}, testKey); err == nil {
 		t.Error("a query of MaxItems+1 items encoded")
+	}
+	// The version before (its answers carried no tag), signed with the
+	// pair's key: refused as another version, not misread.
+	old := append([]byte("LKP1"), good[len(magic):len(good)-macLen]...)
+	mac := hmac.New(sha256.New, testKey)
+	mac.Write(old)
+	if _, err := Decode(mac.Sum(old), testKey); !errors.Is(err, ErrVersion) {
+		t.Errorf("an LKP1 datagram: error %v, want it refused as another version", err)
+	}
+}
+
+// TestWireNoAmplification: an answer is never longer than its query,
+// whatever the addresses: a spoofed query makes the channel send no more
+// than it received.
+func TestWireNoAmplification(t *testing.T) {
+	for _, ip := range []string{"203.0.113.7", "2001:db8::7"} {
+		q := &Message{Items: make([]Item, MaxItems)}
+		a := &Message{Answer: true, Items: make([]Item, MaxItems)}
+		for i := range q.Items {
+			q.Items[i] = Item{IP: netip.MustParseAddr(ip)}
+			a.Items[i] = Item{Key: 1, Delivered: 2, DeliveredTag: 3}
+		}
+		qb, err := Encode(nil, q, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ab, err := Encode(nil, a, testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ab) > len(qb) {
+			t.Errorf("%s: an answer of %d bytes to a query of %d", ip, len(ab), len(qb))
+		}
 	}
 }
 
