@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/deliver"
@@ -202,7 +204,51 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 	}
 	return pair.New(pair.Config{
 		Listen: cfg.Pair.Listen, Peer: cfg.Pair.Peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: rec.Primary, Ready: isReady,
+		Memory: pairMemory{store},
 	}, held, log, reg, now)
+}
+
+// pairMemory keeps the pair channel's newest delivered news of each
+// address (pair.Memory) in the outbox's key/value area: the address's
+// bytes → the news's key (8 bytes) and tag (4), big-endian.
+type pairMemory struct{ store *outbox.Store }
+
+// pairMemoryBucket names pairMemory's bucket.
+const pairMemoryBucket = "pair-delivered"
+
+// pairMemoryTimeout bounds one save: a full disk keeps the entries for
+// the next.
+const pairMemoryTimeout = 10 * time.Second
+
+func (m pairMemory) Load() (map[netip.Addr]pair.News, error) {
+	out := map[netip.Addr]pair.News{}
+	err := m.store.View(pairMemoryBucket, func(b *bbolt.Bucket) error {
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			ip, ok := netip.AddrFromSlice(k)
+			if ok && len(v) == 12 {
+				out[ip.Unmap()] = pair.News{Key: int64(binary.BigEndian.Uint64(v)), Tag: binary.BigEndian.Uint32(v[8:])}
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (m pairMemory) Save(news map[netip.Addr]pair.News) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pairMemoryTimeout)
+	defer cancel()
+	return m.store.Update(ctx, pairMemoryBucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+		for ip, n := range news {
+			v := binary.BigEndian.AppendUint64(make([]byte, 0, 12), uint64(n.Key))
+			if err := b.Put(ip.AsSlice(), binary.BigEndian.AppendUint32(v, n.Tag)); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
 }
 
 // pairHeld answers the pair channel's question (pair.HeldFunc): what

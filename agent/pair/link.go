@@ -41,7 +41,25 @@ type Config struct {
 	// AnswerTimeout: how long a query waits for its answer before it is
 	// sent again; 0 = DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
+	// Memory, if set, keeps this agent's newest delivered news of each
+	// address across its restarts: the answers name it by its tag, so
+	// that the peer takes its copy of that news for one (CopyOf) after
+	// this agent restarted, too.
+	Memory Memory
 }
+
+// Memory keeps what Link.Delivered learned across the agent's restarts.
+// Losing the last entries (a crash) costs only what they tell: the
+// peer's copies of that news wait, as they did without a memory.
+type Memory interface {
+	Load() (map[netip.Addr]News, error)
+	// Save stores the entries changed since the last Save.
+	Save(map[netip.Addr]News) error
+}
+
+// saveEvery is how often the delivered news changed since the last save
+// is handed to Config.Memory.
+const saveEvery = time.Second
 
 // Defaults.
 const (
@@ -103,7 +121,8 @@ type Link struct {
 	stuckGone  bool // logged and counted as forced
 
 	dmu       sync.Mutex
-	delivered map[netip.Addr]News // this run's newest delivered news per address (Delivered)
+	delivered map[netip.Addr]News // the newest delivered news per address (Delivered; with Config.Memory, before this run too)
+	unsaved   map[netip.Addr]News // of delivered, what Config.Memory has not stored yet
 	// peerDelivered: the peer's newest delivered news per address, from
 	// the answers since this agent's last delivery (a batch can be
 	// cleared by more than one question: the deliverer asks again about
@@ -125,6 +144,9 @@ func (l *Link) Delivered(batch []event.Queued) {
 				clear(l.delivered) // what HeldFunc knows takes over
 			}
 			l.delivered[ip] = News{Key: k, Tag: Tag(q.Event)}
+			if l.cfg.Memory != nil {
+				l.unsaved[ip] = l.delivered[ip]
+			}
 		}
 	}
 }
@@ -189,8 +211,46 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 		conn.Close()
 		return nil, err
 	}
+	if cfg.Memory != nil {
+		l.unsaved = map[netip.Addr]News{}
+		if m, err := cfg.Memory.Load(); err != nil {
+			// Only the peer's copies of that news wait, as before.
+			log.Warn().Err(err).Msg("pair channel: what this agent delivered before its restart is not known; the peer's copies of that news wait for hold_max")
+		} else {
+			for ip, n := range m {
+				if len(l.delivered) >= maxDelivered {
+					break
+				}
+				l.delivered[ip.Unmap()] = n
+			}
+		}
+	}
 	go l.read()
 	return l, nil
+}
+
+// save hands what Delivered learned since the last save to Config.Memory.
+func (l *Link) save() {
+	l.dmu.Lock()
+	if len(l.unsaved) == 0 {
+		l.dmu.Unlock()
+		return
+	}
+	m := l.unsaved
+	l.unsaved = map[netip.Addr]News{}
+	l.dmu.Unlock()
+	if err := l.cfg.Memory.Save(m); err != nil {
+		if ok, suppressed := l.limit.Allow("memory"); ok {
+			l.log.Warn().Err(err).Int("suppressed", suppressed).Msg("pair channel: what this agent delivered is not stored; after a restart the peer's copies of that news wait for hold_max")
+		}
+		l.dmu.Lock()
+		for ip, n := range m {
+			if _, newer := l.unsaved[ip]; !newer {
+				l.unsaved[ip] = n
+			}
+		}
+		l.dmu.Unlock()
+	}
 }
 
 // Health is the channel as `leasekeeper status` shows it.
@@ -229,15 +289,29 @@ func (l *Link) Close() error {
 	return err
 }
 
-// Run logs the channel up and waits for ctx. The socket is read by the
+// Run logs the channel up and waits for ctx, handing what Delivered
+// learned to Config.Memory every second and at the end. The socket is read by the
 // link's own reader from New until Close: the answers a stopping agent's
 // last flush waits for come after its tasks' context has ended.
 func (l *Link) Run(ctx context.Context, ready func()) error {
 	l.log.Info().Stringer("listen", l.conn.LocalAddr()).Str("peer", l.cfg.Peer).Dur("hold_max", l.cfg.HoldMax).
 		Msg("failover pair channel up: deliveries are ordered with the peer agent's")
 	ready()
-	<-ctx.Done()
-	return nil
+	if l.cfg.Memory == nil {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(saveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.save()
+		case <-ctx.Done():
+			l.save()
+			return nil
+		}
+	}
 }
 
 // read reads the socket until Close: queries are answered (by answerer,
@@ -567,7 +641,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		}
 		var out []event.Queued
 		if whole {
-			out = WholePieces(batch, piece, v.Go)
+			out = v.Pieces(batch, piece)
 		} else {
 			out = v.Subset(batch)
 		}

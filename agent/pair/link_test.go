@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -59,11 +60,12 @@ type end struct {
 // bKey, if set, is b's key instead of testKey.
 func twoLinks(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool) (a, b end) {
 	t.Helper()
-	return twoLinksClock(t, holdMax, ready, bKey, bPrimary, nil)
+	return twoLinksClock(t, holdMax, ready, bKey, bPrimary, nil, nil)
 }
 
-// twoLinksClock is twoLinks with b's clock bNow (nil: the real one).
-func twoLinksClock(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool, bNow func() time.Time) (a, b end) {
+// twoLinksClock is twoLinks with b's clock bNow (nil: the real one) and
+// b's Memory bMem (nil: none).
+func twoLinksClock(t *testing.T, holdMax time.Duration, ready func() bool, bKey []byte, bPrimary bool, bNow func() time.Time, bMem Memory) (a, b end) {
 	t.Helper()
 	var ports [2]string
 	for i := range ports {
@@ -74,10 +76,10 @@ func twoLinksClock(t *testing.T, holdMax time.Duration, ready func() bool, bKey 
 		ports[i] = c.LocalAddr().String()
 		c.Close()
 	}
-	mk := func(i int, primary bool, ready func() bool, key []byte, now func() time.Time) end {
+	mk := func(i int, primary bool, ready func() bool, key []byte, now func() time.Time, mem Memory) end {
 		e := end{reg: prometheus.NewRegistry(), h: &peerHeld{keys: map[netip.Addr]int64{}}}
 		l, err := New(Config{Listen: ports[i], Peer: ports[1-i], Key: key, HoldMax: holdMax,
-			Primary: func() bool { return primary }, Ready: ready, AnswerTimeout: DefaultAnswerTimeout},
+			Primary: func() bool { return primary }, Ready: ready, AnswerTimeout: DefaultAnswerTimeout, Memory: mem},
 			e.h.held, zerolog.New(zerolog.NewTestWriter(t)), e.reg, now)
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +90,7 @@ func twoLinksClock(t *testing.T, holdMax time.Duration, ready func() bool, bKey 
 	if bKey == nil {
 		bKey = testKey
 	}
-	a, b = mk(0, true, nil, testKey, nil), mk(1, bPrimary, ready, bKey, bNow)
+	a, b = mk(0, true, nil, testKey, nil, nil), mk(1, bPrimary, ready, bKey, bNow, bMem)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, e := range []end{a, b} {
@@ -399,7 +401,7 @@ func seqs(b []event.Queued) []uint64 {
 // round trip, as leasekeeper_pair_clock_offset_seconds.
 func TestLinkClockOffset(t *testing.T) {
 	ahead := func() time.Time { return time.Now().Add(5 * time.Second) }
-	a, b := twoLinksClock(t, time.Minute, nil, nil, false, ahead)
+	a, b := twoLinksClock(t, time.Minute, nil, nil, false, ahead, nil)
 	for _, e := range []end{a, b} {
 		if got := e.l.Clear(context.Background(), batchAt("203.0.113.1")); len(got) != 1 {
 			t.Fatalf("cleared %d of 1", len(got))
@@ -452,5 +454,70 @@ func TestLinkCopyGoes(t *testing.T) {
 	defer cancel2()
 	if got := a.l.Clear(ctx2, []event.Queued{batch[0], other}); got != nil {
 		t.Errorf("Clear = %v: another MAC's news went past the peer's older news", got)
+	}
+}
+
+// memory is a Memory in a map.
+type memory struct {
+	mu sync.Mutex
+	m  map[netip.Addr]News
+}
+
+func (m *memory) Load() (map[netip.Addr]News, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.m), nil
+}
+
+func (m *memory) Save(n map[netip.Addr]News) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	maps.Copy(m.m, n)
+	return nil
+}
+
+func (m *memory) get(ip netip.Addr) (News, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.m[ip]
+	return n, ok
+}
+
+// TestLinkMemory: what an agent delivered is handed to its Memory, and
+// a link started again on that memory (the agent restarted) names it by
+// its tag in its answers: the peer's copy of it goes at once, as in
+// TestLinkCopyGoes. Without it the copy waited for hold_max (make chaos
+// PAIR=1 TIMERS=maas seed 118: the agent that delivered the commit had
+// restarted since).
+func TestLinkMemory(t *testing.T) {
+	const mac = "00:16:3e:00:00:01"
+	hook := func(seq uint64, ip string, ns int64) event.Queued {
+		return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: mac,
+			Timestamp: ns / 1e9, TimestampNS: ns, Source: event.SourceHook}}
+	}
+	const t0 = 1_000_000_000e9
+	mem := &memory{m: map[netip.Addr]News{}}
+	_, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem)
+	delivered := hook(1, "203.0.113.2", t0+20e9)
+	b.l.Delivered([]event.Queued{delivered})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n, ok := mem.get(netip.MustParseAddr("203.0.113.2")); ok {
+			if n != (News{Key: Key(delivered.Event), Tag: Tag(delivered.Event)}) {
+				t.Fatalf("stored %+v", n)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delivered news was not stored within 5 s")
+		}
+	}
+
+	a, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem) // b's agent again, after a restart
+	b.h.set("203.0.113.1", t0+5e9)
+	batch := []event.Queued{hook(1, "203.0.113.1", t0+10e9), hook(2, "203.0.113.2", t0+20e9+4e6)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below hold_max
+	defer cancel()
+	if got := a.l.Clear(ctx, batch); len(got) != 1 || got[0].Seq != 2 {
+		t.Fatalf("Clear = %v, want the copy alone (seq 2)", seqs(got))
 	}
 }

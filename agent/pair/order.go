@@ -103,6 +103,10 @@ type Verdict struct {
 	// constants); Why is "" when every event may go.
 	First int
 	Why   string
+	// Copy marks the events of Go that are this agent's copies of the
+	// peer's delivered news (CopyOf), to be dropped unsent; nil for
+	// none.
+	Copy []bool
 }
 
 // Subset is the events of batch the verdict lets go, in batch order.
@@ -198,6 +202,10 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 		if d, ok := news[ip]; ok && CopyOf(q.Event, d) {
 			v.Go[i] = true
 			v.N++
+			if v.Copy == nil {
+				v.Copy = make([]bool, len(batch))
+			}
+			v.Copy[i] = true
 			continue
 		}
 		if blockedIP[ip] || q.Event.MAC != "" && blockedMAC[q.Event.MAC] {
@@ -226,6 +234,34 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 		v.N++
 	}
 	return v
+}
+
+// Pieces is what of batch the verdict lets go when only whole pieces may
+// (Link.ClearPieces): the events of the pieces that go in full
+// (WholePieces) and, whatever their piece, the copies (Copy) — dropped
+// unsent, they show the region no part of their piece; held with it,
+// the copy of news the peer delivered held the peer's later news of its
+// address back (make chaos PAIR=1 TIMERS=maas seed 118: an agent back
+// from a restart with a request unanswered, its copy in one piece with
+// its own later news of the address, which waited on the peer's, which
+// waited on the copy).
+func (v Verdict) Pieces(batch []event.Queued, piece []int) []event.Queued {
+	if v.Copy == nil {
+		return WholePieces(batch, piece, v.Go)
+	}
+	held := map[int]bool{}
+	for i, g := range v.Go {
+		if !g {
+			held[piece[i]] = true
+		}
+	}
+	var out []event.Queued
+	for i, q := range batch {
+		if !held[piece[i]] || v.Copy[i] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // WholePieces is what of batch may go when only whole pieces may

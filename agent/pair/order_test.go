@@ -224,6 +224,36 @@ func TestClearCopies(t *testing.T) {
 	}
 }
 
+// TestPiecesCopies: of a batch the region may have applied already, a
+// copy of the peer's delivered news goes, to be dropped, though its piece
+// is held; the piece's other events wait whole as before.
+func TestPiecesCopies(t *testing.T) {
+	a, b := "203.0.113.1", "203.0.113.2"
+	hook := func(ip string, sec int64, action string) event.Queued {
+		q := ev(ip, sec)
+		q.Event.Action, q.Event.Source = action, event.SourceHook
+		return q
+	}
+	// One piece (one MAC): this agent's copy of the peer's commit, then
+	// its own expiry, which waits on the peer's older expiry of the
+	// address; a piece of another MAC after it.
+	batch := []event.Queued{hook(a, 10, event.Commit), hook(a, 30, event.Expiry), ev(b, 40)}
+	batch[2].Event.MAC = "00:16:3e:00:00:09"
+	piece := []int{0, 0, 2}
+	asked, held := answer(map[string]int64{a: 29e9, b: 0}, a, b)
+	delivered := []News{{Key: 10e9 - 4e6, Tag: Tag(batch[0].Event)}, {}}
+	v := Clear(batch, asked, held, delivered, false, 1000e9)
+	got := v.Pieces(batch, piece)
+	if len(got) != 2 || got[0].Event.Action != event.Commit || got[1].Event.IP != batch[2].Event.IP {
+		t.Errorf("Pieces = %v, want the copy and the other MAC's piece", got)
+	}
+	// Not a copy: the piece waits whole.
+	v = Clear(batch, asked, held, []News{{Key: 10e9 - 4e6}, {}}, false, 1000e9)
+	if got := v.Pieces(batch, piece); len(got) != 1 || got[0].Event.IP != batch[2].Event.IP {
+		t.Errorf("Pieces = %v, want the other MAC's piece alone", got)
+	}
+}
+
 func TestCopyOf(t *testing.T) {
 	e := event.Event{Action: event.Commit, MAC: "00:16:3e:00:00:01", Timestamp: 100, TimestampNS: 100_004_000_000, Source: event.SourceHook}
 	d := News{Key: 100e9, Tag: Tag(e)}
