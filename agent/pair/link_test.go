@@ -417,6 +417,12 @@ func TestLinkClockOffset(t *testing.T) {
 	}
 }
 
+// hookCommit is a hook's commit of ip, at ns, by one MAC.
+func hookCommit(seq uint64, ip string, ns int64) event.Queued {
+	return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: "00:16:3e:00:00:01",
+		Timestamp: ns / 1e9, TimestampNS: ns, Source: event.SourceHook}}
+}
+
 // TestLinkCopyGoes: over a real UDP socket, the answer names the news
 // the peer delivered by its tag, and this agent's copy of it (the other
 // server's hook of the same ack, 4 ms later) goes at once, though this
@@ -426,15 +432,10 @@ func TestLinkClockOffset(t *testing.T) {
 // PAIR=1 TIMERS=maas seed 118).
 func TestLinkCopyGoes(t *testing.T) {
 	a, b := twoLinks(t, time.Minute, nil, nil, false)
-	const mac = "00:16:3e:00:00:01"
-	hook := func(seq uint64, ip string, ns int64) event.Queued {
-		return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: mac,
-			Timestamp: ns / 1e9, TimestampNS: ns, Source: event.SourceHook}}
-	}
 	const t0 = 1_000_000_000e9
-	b.l.Delivered([]event.Queued{hook(1, "203.0.113.2", t0+20e9)}) // b's hook of the ack, delivered
+	b.l.Delivered([]event.Queued{hookCommit(1, "203.0.113.2", t0+20e9)}) // b's hook of the ack, delivered
 	b.h.set("203.0.113.1", t0+5e9)                                 // b's older news of the MAC's other address, held
-	batch := []event.Queued{hook(1, "203.0.113.1", t0+10e9), hook(2, "203.0.113.2", t0+20e9+4e6)}
+	batch := []event.Queued{hookCommit(1, "203.0.113.1", t0+10e9), hookCommit(2, "203.0.113.2", t0+20e9+4e6)}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below hold_max
 	defer cancel()
 	got := a.l.Clear(ctx, batch)
@@ -490,15 +491,10 @@ func (m *memory) get(ip netip.Addr) (News, bool) {
 // PAIR=1 TIMERS=maas seed 118: the agent that delivered the commit had
 // restarted since).
 func TestLinkMemory(t *testing.T) {
-	const mac = "00:16:3e:00:00:01"
-	hook := func(seq uint64, ip string, ns int64) event.Queued {
-		return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: netip.MustParseAddr(ip), MAC: mac,
-			Timestamp: ns / 1e9, TimestampNS: ns, Source: event.SourceHook}}
-	}
 	const t0 = 1_000_000_000e9
 	mem := &memory{m: map[netip.Addr]News{}}
 	_, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem)
-	delivered := hook(1, "203.0.113.2", t0+20e9)
+	delivered := hookCommit(1, "203.0.113.2", t0+20e9)
 	b.l.Delivered([]event.Queued{delivered})
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if n, ok := mem.get(netip.MustParseAddr("203.0.113.2")); ok {
@@ -514,7 +510,7 @@ func TestLinkMemory(t *testing.T) {
 
 	a, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem) // b's agent again, after a restart
 	b.h.set("203.0.113.1", t0+5e9)
-	batch := []event.Queued{hook(1, "203.0.113.1", t0+10e9), hook(2, "203.0.113.2", t0+20e9+4e6)}
+	batch := []event.Queued{hookCommit(1, "203.0.113.1", t0+10e9), hookCommit(2, "203.0.113.2", t0+20e9+4e6)}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below hold_max
 	defer cancel()
 	if got := a.l.Clear(ctx, batch); len(got) != 1 || got[0].Seq != 2 {
