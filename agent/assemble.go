@@ -295,13 +295,14 @@ func (h pairHeld) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) 
 
 // pairStale is the deliverer's StaleFunc with the channel (judgePair).
 func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
-	return judgePair(link.PeerDelivered, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
+	return judgePair(link.PeerDelivered, link.Copy, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
 }
 
 // judgePair judges an event about to be sent by what the pair channel's
-// answers say the peer delivered of its address (peer: the key of the
-// newest, 0 for none, and whether the peer answered about it), and else
-// by stale (the reconciler's judgment without a channel).
+// answers say the peer delivered of its address (peer: the newest, its
+// Key 0 for none, and whether the peer answered about it; copy: whether
+// the channel let the event go as a copy of that news), and else by
+// stale (the reconciler's judgment without a channel).
 //
 //   - The peer delivered nothing newer: the event is not stale, however
 //     far the leases file has moved on — the peer's newer news, if any,
@@ -319,11 +320,10 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 //     the peer still holds, which the peer delivers itself (seed 14: an
 //     old expiry restated with a commit 60 s newer, ahead of three lives
 //     the peer held).
-//   - The peer delivered the same news a moment before (pair.CopyOf: the
-//     two servers' hooks of one ack, or of one lease going free): the
-//     event is this agent's copy of it, and is dropped. Sent, it would
-//     tell the region nothing new; the channel let it past the events
-//     holding it back for that reason (pair.Clear).
+//   - The channel let the event go as this agent's copy of news the peer
+//     delivered a moment before (copy: the two servers' hooks of one
+//     ack, or of one lease going free; pair.Clear's Verdict.Copy): it is
+//     dropped. Sent, it would tell the region nothing new.
 //   - The peer did not answer about it: stale decides.
 //
 // A recovering side's replay (reconcile.ReasonPairReplay) goes only if
@@ -339,11 +339,11 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // (reconcile.ReasonEndsPassed), weighed against the start of that
 // lease's life: the peer's newer news shows the block is a stale copy
 // (reconcile: staleCopyBound).
-func judgePair(peer func(event.Event) (delivered pair.News, known bool), replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
+func judgePair(peer func(event.Event) (delivered pair.News, known bool), copy func(event.Event) bool, replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		news, known := peer(e)
 		delivered := news.Key
-		if known && pair.CopyOf(e, news) {
+		if copy(e) {
 			return true, event.Event{}
 		}
 		if e.Reason == reconcile.ReasonPairReplay {

@@ -51,9 +51,10 @@
 //     through shared MACs can make the two agents wait on each other,
 //     and hold_max breaks it. This agent's copy of news the peer
 //     delivered (both servers' hooks of one ack: CopyOf, by the tag the
-//     answer names that news by) holds nothing back and goes, to be
-//     dropped, whatever holds it back: the cycles seen ran through such
-//     copies.
+//     answer names that news by), where it is the batch's first news of
+//     its address and MAC, goes whatever would hold it back, to be
+//     dropped unsent (Link.Copy), also out of a piece held whole: the
+//     waits seen with MAAS's timers ran through such copies.
 //
 // The datagrams (wire.go) are UDP, signed with HMAC-SHA256 under the
 // key both racks share (pair.key_file); an answer carries its query's

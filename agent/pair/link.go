@@ -48,9 +48,10 @@ type Config struct {
 	Memory Memory
 }
 
-// Memory keeps what Link.Delivered learned across the agent's restarts.
-// Losing the last entries (a crash) costs only what they tell: the
-// peer's copies of that news wait, as they did without a memory.
+// Memory keeps what Link.Delivered learned across the agent's restarts
+// (saved every second and at Close). Losing the last entries (a crash)
+// costs only what they tell: the peer's copies of that news wait, as
+// they did without a memory.
 type Memory interface {
 	Load() (map[netip.Addr]News, error)
 	// Save stores the entries changed since the last Save.
@@ -77,7 +78,8 @@ const (
 // that is newer than after[i] — news the peer has already overtaken in
 // the region holds nothing back — 0 for none, and the key of the newest
 // news of it this agent knows it delivered before this run (the link
-// itself remembers this run's: see Delivered), 0 for none known.
+// itself remembers this run's, and with Config.Memory earlier runs' too:
+// see Delivered), 0 for none known.
 type HeldFunc func(ips []netip.Addr, after []int64) ([]Holding, error)
 
 // Holding is what HeldFunc gives for one address.
@@ -129,6 +131,28 @@ type Link struct {
 	// a batch the gate held a while, with what was queued meanwhile),
 	// for PeerDelivered.
 	peerDelivered map[netip.Addr]News
+	// copies: the events Clear let go as copies of the peer's delivered
+	// news (Verdict.Copy) since the last delivery, for Copy.
+	copies map[copyID]bool
+}
+
+// copyID names an event Clear took for a copy.
+type copyID struct {
+	ip  netip.Addr
+	key int64
+	tag uint32
+}
+
+func idOf(e event.Event) copyID { return copyID{e.IP.Unmap(), Key(e), Tag(e)} }
+
+// Copy reports whether Clear let e go as this agent's copy of the peer's
+// delivered news since the last delivery: the deliverer drops it unsent
+// (agent: judgePair). The judgment is Clear's alone, made with the
+// batch's order in view (Verdict.Copy).
+func (l *Link) Copy(e event.Event) bool {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	return l.copies[idOf(e)]
 }
 
 // Delivered records that the region accepted batch: the answers tell
@@ -136,7 +160,7 @@ type Link struct {
 func (l *Link) Delivered(batch []event.Queued) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	l.peerDelivered = nil // the next batch is asked about afresh
+	l.peerDelivered, l.copies = nil, nil // the next batch is asked about afresh
 	for _, q := range batch {
 		ip := q.Event.IP.Unmap()
 		if k := Key(q.Event); ip.IsValid() && k > l.delivered[ip].Key {
@@ -157,8 +181,7 @@ const maxDelivered = 1 << 16
 // PeerDelivered reports, from the peer's answers since the last delivery,
 // the newest news of e's address the peer has delivered (its Key 0 for
 // none) — newer than e, the region may hold it already, so that e alone
-// would take it back; of e's Tag and moment, e is a copy of it (CopyOf):
-// the deliverer's StaleFunc then decides — and whether the peer answered
+// would take it back: the deliverer's StaleFunc then decides — and whether the peer answered
 // about e's address at all (known false: the peer was silent, or e was
 // not in the query: judge as if alone).
 func (l *Link) PeerDelivered(e event.Event) (delivered News, known bool) {
@@ -282,15 +305,21 @@ func (l *Link) Health() Health {
 // Addr is the address the link answers on.
 func (l *Link) Addr() net.Addr { return l.conn.LocalAddr() }
 
-// Close closes the socket and waits for the reader to stop.
+// Close closes the socket, waits for the reader to stop, and hands what
+// Delivered learned since Run's last save to Config.Memory: a stopping
+// agent's last flush delivers after its tasks' context ended. Call it
+// before the memory's store closes.
 func (l *Link) Close() error {
 	err := l.conn.Close()
 	<-l.readDone
+	if l.cfg.Memory != nil {
+		l.save()
+	}
 	return err
 }
 
 // Run logs the channel up and waits for ctx, handing what Delivered
-// learned to Config.Memory every second and at the end. The socket is read by the
+// learned to Config.Memory every second (and Close, the rest). The socket is read by the
 // link's own reader from New until Close: the answers a stopping agent's
 // last flush waits for come after its tasks' context has ended.
 func (l *Link) Run(ctx context.Context, ready func()) error {
@@ -638,6 +667,18 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 			l.stuckSince, l.stuckGone = time.Time{}, false // a wait of its own starts again
 		} else if l.stuckFor(batch[v.First], v.Why, now) {
 			v = clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced)
+		}
+		if v.Copy != nil {
+			l.dmu.Lock()
+			if l.copies == nil {
+				l.copies = map[copyID]bool{}
+			}
+			for i, c := range v.Copy {
+				if c {
+					l.copies[idOf(batch[i].Event)] = true
+				}
+			}
+			l.dmu.Unlock()
 		}
 		var out []event.Queued
 		if whole {

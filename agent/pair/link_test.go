@@ -425,36 +425,51 @@ func hookCommit(seq uint64, ip string, ns int64) event.Queued {
 
 // TestLinkCopyGoes: over a real UDP socket, the answer names the news
 // the peer delivered by its tag, and this agent's copy of it (the other
-// server's hook of the same ack, 4 ms later) goes at once, though this
-// agent's older news of its MAC waits on the peer; that news still
-// waits. Without the tag the copy waited with its MAC's news, and the
-// peer's later news of its address waited on the copy (make chaos
+// server's hook of the same ack, 4 ms later) goes at once out of a batch
+// the region may have applied already, though its piece waits (its
+// MAC's later news on another address waits on the peer's older news of
+// that address), and Copy says it is one, for the deliverer to drop it.
+// Held with its piece, the copy held the peer's later news of its
+// address back, which the piece's own later news may wait on (make chaos
 // PAIR=1 TIMERS=maas seed 118).
 func TestLinkCopyGoes(t *testing.T) {
 	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	copyOfAck(t, a, b, true)
+}
+
+// copyOfAck has b deliver a hook's commit (unless delivered is false:
+// b's memory says b did, before a restart) and a clear its copy of it,
+// in one piece with later news of the MAC that waits on b's older news.
+func copyOfAck(t *testing.T, a, b end, deliver bool) {
+	t.Helper()
 	const t0 = 1_000_000_000e9
-	b.l.Delivered([]event.Queued{hookCommit(1, "203.0.113.2", t0+20e9)}) // b's hook of the ack, delivered
-	b.h.set("203.0.113.1", t0+5e9)                                 // b's older news of the MAC's other address, held
-	batch := []event.Queued{hookCommit(1, "203.0.113.1", t0+10e9), hookCommit(2, "203.0.113.2", t0+20e9+4e6)}
+	if deliver {
+		b.l.Delivered([]event.Queued{hookCommit(1, "203.0.113.2", t0+20e9)}) // b's hook of the ack, delivered
+	}
+	b.h.set("203.0.113.1", t0+5e9) // b's older news of the MAC's other address, held
+	batch := []event.Queued{hookCommit(1, "203.0.113.2", t0+20e9+4e6), hookCommit(2, "203.0.113.1", t0+30e9)}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below hold_max
 	defer cancel()
-	got := a.l.Clear(ctx, batch)
-	if len(got) != 1 || got[0].Seq != 2 {
-		t.Fatalf("Clear = %v, want the copy alone (seq 2)", got)
+	got := a.l.ClearPieces(ctx, batch, []int{0, 0})
+	if len(got) != 1 || got[0].Seq != 1 {
+		t.Fatalf("ClearPieces = %v, want the copy alone (seq 1)", seqs(got))
 	}
-	d, known := a.l.PeerDelivered(got[0].Event)
-	if !known || !CopyOf(got[0].Event, d) {
-		t.Errorf("PeerDelivered = %+v, known %v: not taken for the copy it is", d, known)
+	if !a.l.Copy(got[0].Event) {
+		t.Error("Copy = false for the copy the link let go")
 	}
-	// Another MAC's commit of that moment is news: it waits with the
-	// MAC's held news as before.
-	other := batch[1]
-	other.Event.MAC = "00:16:3e:00:00:02"
-	b.h.set("203.0.113.2", t0+20e9+1e6)
+	// Another MAC's commit of that moment is news: it waits with its
+	// piece.
+	other := batch
+	for i := range other {
+		other[i].Event.MAC = "00:16:3e:00:00:02"
+	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	if got := a.l.Clear(ctx2, []event.Queued{batch[0], other}); got != nil {
-		t.Errorf("Clear = %v: another MAC's news went past the peer's older news", got)
+	if got := a.l.ClearPieces(ctx2, other, []int{0, 0}); got != nil {
+		t.Errorf("ClearPieces = %v: another MAC's news went out of its piece", seqs(got))
+	}
+	if a.l.Copy(other[0].Event) {
+		t.Error("Copy = true for another MAC's news")
 	}
 }
 
@@ -507,13 +522,25 @@ func TestLinkMemory(t *testing.T) {
 			t.Fatal("the delivered news was not stored within 5 s")
 		}
 	}
-
 	a, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem) // b's agent again, after a restart
-	b.h.set("203.0.113.1", t0+5e9)
-	batch := []event.Queued{hookCommit(1, "203.0.113.1", t0+10e9), hookCommit(2, "203.0.113.2", t0+20e9+4e6)}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // far below hold_max
-	defer cancel()
-	if got := a.l.Clear(ctx, batch); len(got) != 1 || got[0].Seq != 2 {
-		t.Fatalf("Clear = %v, want the copy alone (seq 2)", seqs(got))
+	copyOfAck(t, a, b, false)
+}
+
+// TestLinkMemoryAtClose: what a stopping agent's last flush delivered,
+// after its tasks' context ended (Run's last save), is stored at Close.
+func TestLinkMemoryAtClose(t *testing.T) {
+	mem := &memory{m: map[netip.Addr]News{}}
+	l, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: testKey, HoldMax: time.Minute, Memory: mem},
+		(&peerHeld{keys: map[netip.Addr]int64{}}).held, zerolog.New(zerolog.NewTestWriter(t)), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := hookCommit(1, "203.0.113.2", 1_000_000_020e9)
+	l.Delivered([]event.Queued{q})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := mem.get(netip.MustParseAddr("203.0.113.2")); !ok || n.Key != Key(q.Event) {
+		t.Errorf("stored %+v, %v after Close; want the delivered news", n, ok)
 	}
 }

@@ -160,8 +160,10 @@ const (
 //
 // delivered, if set, is the peer's newest delivered news of each asked
 // address, in asked's order: an event that is this agent's copy of it
-// (CopyOf) goes, whatever the rule says, and holds nothing back — it is
-// to be dropped, never sent.
+// (CopyOf), the batch's first news of its address and of its MAC, with
+// nothing of the address delivered by this agent (asked's Delivered)
+// or held by the peer in between, goes, marked in Copy, to be dropped,
+// never sent.
 func Clear(batch []event.Queued, asked []Item, held []int64, delivered []News, primary bool, horizon int64) Verdict {
 	return clearBatch(batch, asked, held, delivered, primary, horizon, nil)
 }
@@ -175,7 +177,9 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 		if i < len(held) {
 			peer[it.IP] = held[i]
 		}
-		if i < len(delivered) && delivered[i].Tag != 0 {
+		if i < len(delivered) && delivered[i].Tag != 0 && it.Delivered < delivered[i].Key {
+			// This agent delivered nothing of the address since the
+			// peer's news: else its copy may follow news of its own.
 			if news == nil {
 				news = make(map[netip.Addr]News, len(asked))
 			}
@@ -197,9 +201,28 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 			v.First, v.Why = i, why
 		}
 	}
+	var earlierIP map[netip.Addr]bool
+	var earlierMAC map[string]bool
+	if news != nil {
+		earlierIP, earlierMAC = map[netip.Addr]bool{}, map[string]bool{}
+	}
 	for i, q := range batch {
 		ip := q.Event.IP.Unmap()
-		if d, ok := news[ip]; ok && CopyOf(q.Event, d) {
+		first := news != nil && !earlierIP[ip] && (q.Event.MAC == "" || !earlierMAC[q.Event.MAC])
+		if news != nil {
+			earlierIP[ip] = true
+			if q.Event.MAC != "" {
+				earlierMAC[q.Event.MAC] = true
+			}
+		}
+		// A copy only where it is the batch's first news of its
+		// address and of its MAC, and the peer holds no news of the
+		// address older than it: after other news of either it would
+		// not be redundant (MAAS applies an event against the MAC's
+		// other addresses, store_lease_info: news of the MAC on another
+		// address first takes this one away, and the copy gives it
+		// back).
+		if d, ok := news[ip]; ok && first && (peer[ip] == 0 || peer[ip] > Key(q.Event)) && CopyOf(q.Event, d) {
 			v.Go[i] = true
 			v.N++
 			if v.Copy == nil {
@@ -238,13 +261,12 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 
 // Pieces is what of batch the verdict lets go when only whole pieces may
 // (Link.ClearPieces): the events of the pieces that go in full
-// (WholePieces) and, whatever their piece, the copies (Copy) — dropped
-// unsent, they show the region no part of their piece; held with it,
-// the copy of news the peer delivered held the peer's later news of its
-// address back (make chaos PAIR=1 TIMERS=maas seed 118: an agent back
-// from a restart with a request unanswered, its copy in one piece with
-// its own later news of the address, which waited on the peer's, which
-// waited on the copy).
+// (WholePieces) and, whatever their piece, the copies (Copy). A copy is
+// its piece's first news of its address and MAC, and the peer has told
+// the region the same: dropped unsent, it leaves the region as the rest
+// of its piece, sent later, expects. Held with its piece, it held the
+// peer's later news of its address back, which the piece's own later
+// news may wait on.
 func (v Verdict) Pieces(batch []event.Queued, piece []int) []event.Queued {
 	if v.Copy == nil {
 		return WholePieces(batch, piece, v.Go)

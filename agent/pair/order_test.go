@@ -152,10 +152,13 @@ func TestClearPast(t *testing.T) {
 }
 
 // TestClearCopies: this agent's copy of news the peer delivered (both
-// servers' hooks of one ack, milliseconds apart) goes whatever holds it
-// back, to be dropped, and holds nothing back itself: held, it made each
-// agent's later news wait on the other's copy (make chaos PAIR=1
-// TIMERS=maas seed 118).
+// servers' hooks of one ack, milliseconds apart) goes whatever would
+// hold it, marked as a copy to be dropped, when it is the batch's first
+// news of its address and of its MAC, this agent delivered nothing of
+// the address since the peer's news, and the peer holds none older than
+// it. Behind other news of its MAC it is news again: MAAS applies an
+// event against the MAC's other addresses (store_lease_info), so that
+// news takes the copy's address away, and the copy gives it back.
 func TestClearCopies(t *testing.T) {
 	a, b, c := "203.0.113.1", "203.0.113.2", "203.0.113.3"
 	at := func(ip, mac string, sec int64) event.Queued {
@@ -169,45 +172,64 @@ func TestClearCopies(t *testing.T) {
 	peerOf := func(mac string, sec int64) News {
 		return News{Key: sec*1e9 - 4e6, Tag: Tag(event.Event{Action: event.Commit, MAC: mac})}
 	}
-	fromFile := at(b, m1, 20)
+	fromFile := at(a, m1, 10)
 	fromFile.Event.Source = event.SourceFile
 	tests := []struct {
 		name      string
 		batch     []event.Queued
 		held      map[string]int64
+		ours      map[string]int64 // what this agent delivered of the address (the query's Delivered)
 		delivered map[string]News
 		want      []bool
+		copies    []bool
 	}{
-		{name: "a copy behind its MAC's held news goes; the MAC's later news still waits",
+		{name: "the first news of its address and MAC: a copy, too recent or not",
+			batch:     []event.Queued{at(a, m1, 10), at(b, m2, 20), at(a, m1, 30)},
+			held:      map[string]int64{a: 0, b: 0},
+			delivered: map[string]News{a: peerOf(m1, 10)},
+			want:      []bool{true, true, true},
+			copies:    []bool{true, false, false}},
+		{name: "behind held news of its MAC: news, it waits with the MAC",
 			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20), at(c, m1, 30)},
 			held:      map[string]int64{a: 5e9, b: 0, c: 0},
 			delivered: map[string]News{b: peerOf(m1, 20)},
-			want:      []bool{false, true, false}},
-		{name: "a copy the peer's older news of its address would hold goes, and holds back neither its MAC nor its address",
-			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20), at(a, m2, 30)},
-			held:      map[string]int64{a: 5e9, b: 0},
-			delivered: map[string]News{a: peerOf(m1, 10)},
-			want:      []bool{true, true, false}},
-		{name: "another MAC's commit of the moment is no copy",
-			batch:     []event.Queued{at(a, m1, 10), at(b, m2, 20)},
-			held:      map[string]int64{a: 5e9, b: 0},
-			delivered: map[string]News{a: peerOf(m2, 10)},
-			want:      []bool{false, true}},
-		{name: "the same news more than a second after the peer's is no copy",
-			batch:     []event.Queued{at(a, m1, 12)},
-			held:      map[string]int64{a: 5e9},
+			want:      []bool{false, false, false}},
+		{name: "behind news of its MAC that goes: news, sent after it",
+			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20)},
+			held:      map[string]int64{a: 0, b: 0},
+			delivered: map[string]News{b: peerOf(m1, 20)},
+			want:      []bool{true, true}},
+		{name: "the peer holds news of the address older than it: no copy",
+			batch:     []event.Queued{at(a, m1, 10)},
+			held:      map[string]int64{a: 9e9},
 			delivered: map[string]News{a: peerOf(m1, 10)},
 			want:      []bool{false}},
+		{name: "this agent delivered news of the address since the peer's: no copy",
+			batch:     []event.Queued{at(a, m1, 10)},
+			held:      map[string]int64{a: 0},
+			ours:      map[string]int64{a: 10e9 - 1e6},
+			delivered: map[string]News{a: peerOf(m1, 10)},
+			want:      []bool{true}},
+		{name: "another MAC's commit of the moment is no copy",
+			batch:     []event.Queued{at(a, m1, 10)},
+			held:      map[string]int64{a: 0},
+			delivered: map[string]News{a: peerOf(m2, 10)},
+			want:      []bool{true}},
+		{name: "the same news more than a second after the peer's is no copy",
+			batch:     []event.Queued{at(a, m1, 12)},
+			held:      map[string]int64{a: 0},
+			delivered: map[string]News{a: peerOf(m1, 10)},
+			want:      []bool{true}},
 		{name: "what the agent made of the file is no copy (its own rules judge it)",
-			batch:     []event.Queued{at(a, m1, 10), fromFile},
-			held:      map[string]int64{a: 5e9, b: 0},
-			delivered: map[string]News{b: peerOf(m1, 20)},
-			want:      []bool{false, false}},
-		{name: "the tag not known (the peer's news from before its agent's restart): no copy",
-			batch:     []event.Queued{at(a, m1, 10), at(b, m1, 20)},
-			held:      map[string]int64{a: 5e9, b: 0},
-			delivered: map[string]News{b: {Key: 20e9 - 4e6}},
-			want:      []bool{false, false}},
+			batch:     []event.Queued{fromFile},
+			held:      map[string]int64{a: 0},
+			delivered: map[string]News{a: peerOf(m1, 10)},
+			want:      []bool{true}},
+		{name: "the tag not known: no copy",
+			batch:     []event.Queued{at(a, m1, 10)},
+			held:      map[string]int64{a: 0},
+			delivered: map[string]News{a: {Key: 10e9 - 4e6}},
+			want:      []bool{true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,10 +237,18 @@ func TestClearCopies(t *testing.T) {
 			delivered := make([]News, len(asked))
 			for i, it := range asked {
 				delivered[i] = tc.delivered[it.IP.String()]
+				asked[i].Delivered = tc.ours[it.IP.String()]
 			}
 			v := Clear(tc.batch, asked, held, delivered, false, 1000e9)
 			if diff := cmp.Diff(tc.want, v.Go); diff != "" {
 				t.Errorf("Clear: go (-want +got):\n%s", diff)
+			}
+			copies := tc.copies
+			if copies == nil && v.Copy != nil {
+				copies = make([]bool, len(tc.batch))
+			}
+			if diff := cmp.Diff(copies, v.Copy); diff != "" {
+				t.Errorf("Clear: copies (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -11,7 +11,7 @@ import (
 
 // The datagram (all integers big-endian):
 //
-//	"LKP1" | kind 'Q' or 'A' | role 'P' or 'S' | nonce [12] | at int64 |
+//	"LKP2" | kind 'Q' or 'A' | role 'P' or 'S' | nonce [12] | at int64 |
 //	count uint16 | count items | HMAC-SHA256 [32] of everything before it
 //
 // A query's item is an address, the time key of the sender's oldest
