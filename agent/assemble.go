@@ -299,8 +299,8 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 }
 
 // judgePair judges an event about to be sent by what the pair channel's
-// answers say the peer delivered of its address (peer: the newest, its
-// Key 0 for none, and whether the peer answered about it; copy: whether
+// answers say the peer delivered of its address (peer: the key of the
+// newest, 0 for none, and whether the peer answered about it; copy: whether
 // the channel let the event go as a copy of that news), and else by
 // stale (the reconciler's judgment without a channel).
 //
@@ -339,10 +339,9 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // (reconcile.ReasonEndsPassed), weighed against the start of that
 // lease's life: the peer's newer news shows the block is a stale copy
 // (reconcile: staleCopyBound).
-func judgePair(peer func(event.Event) (delivered pair.News, known bool), copy func(event.Event) bool, replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
+func judgePair(peer func(event.Event) (delivered int64, known bool), copy func(event.Event) bool, replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
-		news, known := peer(e)
-		delivered := news.Key
+		delivered, known := peer(e)
 		if copy(e) {
 			return true, event.Event{}
 		}

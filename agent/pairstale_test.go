@@ -29,15 +29,9 @@ func TestJudgePair(t *testing.T) {
 	passed := e
 	passed.Reason = reconcile.ReasonEndsPassed
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
-	// The hooks of one ack on both servers: the peer's at 100.000, this
-	// side's 4 ms later (commit), and the same lease going free on both.
+	// The hooks of one ack on both servers: this side's 4 ms after the
+	// peer's at 100.000.
 	commit := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 100, TimestampNS: 100_004_000_000, Source: event.SourceHook}
-	hookEnd := e
-	hookEnd.TimestampNS, hookEnd.Source = 100_004_000_000, event.SourceHook
-	otherMAC := commit
-	fileEnd := e
-	fileEnd.Source = event.SourceFile
-	otherMAC.MAC = "00:16:3e:00:00:02"
 	const (
 		own   = 90e9  // this side's own last news before the replay
 		older = 95e9  // the peer's news, older than e
@@ -46,12 +40,11 @@ func TestJudgePair(t *testing.T) {
 	tests := []struct {
 		name       string
 		e          event.Event
-		delivered  int64  // the peer's newest delivered key
-		tag        uint32 // and its tag (0: not known)
-		isCopy     bool   // the channel let it go as a copy of the peer's news
-		known      bool   // the peer answered about the address
-		unqueued   bool   // the reconciler does not know the replay (a later one of its address queued since, its record lost)
-		stale      bool   // the reconciler's verdict
+		delivered  int64 // the peer's newest delivered key
+		isCopy     bool  // the channel let it go as a copy of the peer's news
+		known      bool  // the peer answered about the address
+		unqueued   bool  // the reconciler does not know the replay (a later one of its address queued since, its record lost)
+		stale      bool  // the reconciler's verdict
 		restate    event.Event
 		wantStale  bool
 		wantNewest bool
@@ -82,14 +75,14 @@ func TestJudgePair(t *testing.T) {
 			wantStale: true},
 		{name: "rule 3's end the peer did not answer about: the reconciler's verdict", e: passed, wantAsked: true},
 		{name: "rule 3's end whose record is lost: judged as any event", e: passed, delivered: older, known: true, unqueued: true},
-		{name: "the channel's copy of the peer's commit: dropped", e: commit, delivered: 100e9, tag: pair.Tag(commit), known: true, isCopy: true,
+		{name: "the channel's copy of the peer's commit: dropped", e: commit, delivered: 100e9, known: true, isCopy: true,
 			wantStale: true},
-		{name: "the same commit, not let go as a copy (news of its MAC before it in the batch): sent", e: commit, delivered: 100e9, tag: pair.Tag(commit), known: true},
+		{name: "the same commit, not let go as a copy (news of its MAC before it in the batch): sent", e: commit, delivered: 100e9, known: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := false
-			f := judgePair(func(event.Event) (pair.News, bool) { return pair.News{Key: tc.delivered, Tag: tc.tag}, tc.known },
+			f := judgePair(func(event.Event) (int64, bool) { return tc.delivered, tc.known },
 				func(event.Event) bool { return tc.isCopy },
 				func(event.Event) (int64, bool) { return own, !tc.unqueued },
 				func(context.Context, event.Event) (bool, event.Event) {

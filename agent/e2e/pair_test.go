@@ -150,8 +150,10 @@ func startPair(t *testing.T) (a, b *env, pa, pb *agentProc) {
 }
 
 // TestPairCopyOfOneAck: both servers of a pair ack one broadcast
-// REQUEST (load balancing splits DISCOVERs only; MAAS's dhcpd.conf turns
-// the server-id check off) and both run on commit, milliseconds apart;
+// REQUEST (load balancing splits DISCOVERs only; MAAS's dhcpd.conf,
+// src/maasserver/templates/dhcp/dhcpd.conf.template, sets no
+// server-id-check, which dhcpd leaves off: server/dhcp.c) and both run
+// on commit, milliseconds apart;
 // the secondary's server then takes the client's release. With the
 // region down both agents queue their hooks' news; when it returns the
 // primary's commit, the older, goes first, and the secondary's agent

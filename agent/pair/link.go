@@ -125,12 +125,12 @@ type Link struct {
 	dmu       sync.Mutex
 	delivered map[netip.Addr]News // the newest delivered news per address (Delivered; with Config.Memory, before this run too)
 	unsaved   map[netip.Addr]News // of delivered, what Config.Memory has not stored yet
-	// peerDelivered: the peer's newest delivered news per address, from
+	// peerDelivered: the peer's newest delivered key per address, from
 	// the answers since this agent's last delivery (a batch can be
 	// cleared by more than one question: the deliverer asks again about
 	// a batch the gate held a while, with what was queued meanwhile),
 	// for PeerDelivered.
-	peerDelivered map[netip.Addr]News
+	peerDelivered map[netip.Addr]int64
 	// copies: the events Clear let go as copies of the peer's delivered
 	// news (Verdict.Copy) since the last delivery, for Copy.
 	copies map[copyID]bool
@@ -152,7 +152,7 @@ func idOf(e event.Event) copyID { return copyID{e.IP.Unmap(), Key(e), Tag(e)} }
 func (l *Link) Copy(e event.Event) bool {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	return l.copies[idOf(e)]
+	return l.copies != nil && l.copies[idOf(e)] // the tag is hashed only when there are copies
 }
 
 // Delivered records that the region accepted batch: the answers tell
@@ -179,16 +179,16 @@ func (l *Link) Delivered(batch []event.Queued) {
 const maxDelivered = 1 << 16
 
 // PeerDelivered reports, from the peer's answers since the last delivery,
-// the newest news of e's address the peer has delivered (its Key 0 for
-// none) — newer than e, the region may hold it already, so that e alone
-// would take it back: the deliverer's StaleFunc then decides — and whether the peer answered
+// the key of the newest news of e's address the peer has delivered (0
+// for none) — newer than e, the region may hold it already, so that e
+// alone would take it back: the deliverer's StaleFunc then decides — and whether the peer answered
 // about e's address at all (known false: the peer was silent, or e was
 // not in the query: judge as if alone).
-func (l *Link) PeerDelivered(e event.Event) (delivered News, known bool) {
+func (l *Link) PeerDelivered(e event.Event) (delivered int64, known bool) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	if l.peerDelivered == nil || l.alone.Load() {
-		return News{}, false
+		return 0, false
 	}
 	k, ok := l.peerDelivered[e.IP.Unmap()]
 	return k, ok
@@ -647,12 +647,12 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		horizon := now.Add(-l.cfg.Margin).UnixNano()
 		l.dmu.Lock()
 		if l.peerDelivered == nil {
-			l.peerDelivered = make(map[netip.Addr]News, len(a.Items))
+			l.peerDelivered = make(map[netip.Addr]int64, len(a.Items))
 		}
 		delivered := make([]News, len(a.Items))
 		for i, it := range a.Items {
 			delivered[i] = News{Key: it.Delivered, Tag: it.DeliveredTag}
-			l.peerDelivered[items[i].IP] = delivered[i]
+			l.peerDelivered[items[i].IP] = it.Delivered
 		}
 		l.dmu.Unlock()
 		held := make([]int64, len(a.Items))

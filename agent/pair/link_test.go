@@ -344,8 +344,8 @@ func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 		t.Fatalf("Clear = %d", n)
 	}
 	for _, q := range batch {
-		if d, known := b.l.PeerDelivered(q.Event); !known || d.Key > Key(q.Event) {
-			t.Errorf("%s: PeerDelivered = %d, known %v; want known, not newer than %d", q.Event.IP, d.Key, known, Key(q.Event))
+		if k, known := b.l.PeerDelivered(q.Event); !known || k > Key(q.Event) {
+			t.Errorf("%s: PeerDelivered = %d, known %v; want known, not newer than %d", q.Event.IP, k, known, Key(q.Event))
 		}
 	}
 	b.l.Delivered(batch)

@@ -48,9 +48,11 @@ func Tag(e event.Event) uint32 {
 // CopyWindow is how much newer than the peer's delivered news an event
 // of the same Tag may be and still be taken for this agent's copy of it.
 // Both servers of a pair may ack one broadcast REQUEST (load balancing
-// splits DISCOVERs only; MAAS's dhcpd.conf turns the server-id check
-// off), and both run on commit, milliseconds apart; both run on expiry
-// as a lease both hold goes free.
+// splits DISCOVERs only; MAAS's dhcpd.conf,
+// src/maasserver/templates/dhcp/dhcpd.conf.template, sets no
+// server-id-check, which dhcpd leaves off: server/dhcp.c), and both run
+// on commit, milliseconds apart; both run on expiry as a lease both hold
+// goes free.
 const CopyWindow = time.Second
 
 // CopyOf reports whether e, this agent's, is its copy of the peer's
@@ -268,28 +270,19 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 // peer's later news of its address back, which the piece's own later
 // news may wait on.
 func (v Verdict) Pieces(batch []event.Queued, piece []int) []event.Queued {
-	if v.Copy == nil {
-		return WholePieces(batch, piece, v.Go)
-	}
-	held := map[int]bool{}
-	for i, g := range v.Go {
-		if !g {
-			held[piece[i]] = true
-		}
-	}
-	var out []event.Queued
-	for i, q := range batch {
-		if !held[piece[i]] || v.Copy[i] {
-			out = append(out, q)
-		}
-	}
-	return out
+	return wholePieces(batch, piece, v.Go, v.Copy)
 }
 
 // WholePieces is what of batch may go when only whole pieces may
 // (Link.ClearPieces): the events whose piece — the events with the same
 // label in piece — goes in full, in batch order.
 func WholePieces(batch []event.Queued, piece []int, goes []bool) []event.Queued {
+	return wholePieces(batch, piece, goes, nil)
+}
+
+// wholePieces is WholePieces, with the events marked in alone (nil: none)
+// going whatever their piece.
+func wholePieces(batch []event.Queued, piece []int, goes, alone []bool) []event.Queued {
 	held := map[int]bool{}
 	for i, g := range goes {
 		if !g {
@@ -301,7 +294,7 @@ func WholePieces(batch []event.Queued, piece []int, goes []bool) []event.Queued 
 	}
 	var out []event.Queued
 	for i, q := range batch {
-		if !held[piece[i]] {
+		if !held[piece[i]] || alone != nil && alone[i] {
 			out = append(out, q)
 		}
 	}
