@@ -25,6 +25,7 @@ const (
 	ReasonUnwritten     = "unwritten"      // rule 3, for a hook's commit no file showed (unwrittenEnd)
 	ReasonGivenAway     = "given-away"     // rule 2, for a lease whose address another client's commit took before any read showed it dropped (givenAwayTold)
 	ReasonRestated      = "restated"       // a MAC's current lease, told again after the end of another of its addresses (Restatement)
+	ReasonStaleUpdate   = "stale-update"   // a failover pair: a hook's expiry cutting this side's running lease, held to that lease's end (HoldCut)
 )
 
 // commitSlack is how much earlier than the lease's start a hook's commit
@@ -174,14 +175,29 @@ type Pending struct {
 	// a hook's own end covers it; at Due it is dropped, as it was before
 	// it was carried: no hook of this side told the commit it precedes.
 	Carried bool `json:"carried,omitempty"`
+	// Cut: in a failover pair, a hook's expiry of the lease this side
+	// acked last, seconds into it: a partner's stale binding update of
+	// the client's life before, freed at that life's end, taken over the
+	// newer one (HoldCut; cutByFile where the file shows the update
+	// first). Due at the end of the life it cut (Event is
+	// dated there, reason stale-update); dropped if the same client's
+	// next lease of the address comes first (it never stopped holding
+	// it); due at once, ahead, if another client's does, or if the file
+	// shows the cut life itself end (settleCut, TakeEndedBefore). Life
+	// is the cut life's start.
+	Cut  bool  `json:"cut,omitempty"`
+	Life int64 `json:"life,omitempty"`
 }
 
 // ownRules reports whether Due judges p by rules of its own (an untold
-// end, an expiry held in standby, waiting on the pair's state, or owed
-// ahead of a recorded commit), not by what the region was told of its
-// address before it (coveredUpTo, pointless): a hook's commit that
-// covers the pending events before it leaves these (toldCommit).
-func (p Pending) ownRules() bool { return p.Untold || p.Standby || p.PairWait || p.Ahead || p.Carried }
+// end, an expiry held in standby, waiting on the pair's state, owed
+// ahead of a recorded commit, or held for the life it cut), not by what
+// the region was told of its address before it (coveredUpTo,
+// pointless): a hook's commit that covers the pending events before it
+// leaves these (toldCommit).
+func (p Pending) ownRules() bool {
+	return p.Untold || p.Standby || p.PairWait || p.Ahead || p.Carried || p.Cut
+}
 
 // aheadCovered reports whether p, an Ahead end, no longer needs sending:
 // this agent queued it, or newer news of its address, since — not the
@@ -341,6 +357,10 @@ type State struct {
 	// aheadSent are the Ahead ends Due or TakeEndedBefore handed out,
 	// for TakeAheadSent.
 	aheadSent []event.Event
+	// cutKept are the Cut ends dropped because the client's next lease
+	// of the address came by the end of the life they cut, for
+	// TakeCutKept.
+	cutKept []event.Event
 	// lastCommit is, per MAC and family, the addresses of the last two
 	// commits recorded in Told for that MAC (Restatement); built from
 	// Told on first use, entries checked against Told when read.
@@ -941,6 +961,10 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	var out []event.Event
 	keep := q[:0:0]
 	for _, p := range q {
+		if p.Cut && p.Event.MAC == ev.MAC && ev.Timestamp <= p.Event.Timestamp {
+			s.cutKept = append(s.cutKept, p.Event) // the same client's next lease by the cut life's end: it kept the address
+			continue
+		}
 		// Where the hooks tell the region, only this side's untold ends
 		// (ownDropped, tellInterrupted) and the rule-2 expiries this
 		// side sends (a pair's primary after its wait, pairRewrite; a
@@ -948,7 +972,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		// own. (make chaos PAIR=1 seed 17: a returned primary's rule-2
 		// expiry, due after its client came back, was kept pending here;
 		// the commit then covered it and no one told that end.)
-		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && !p.Carried && p.Event.Reason != ReasonVanished {
+		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && !p.Carried && !p.Cut && p.Event.Reason != ReasonVanished {
 			keep = append(keep, p)
 			continue
 		}
@@ -961,6 +985,8 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 			covered = p.aheadCovered(t, told)
 		case p.Carried:
 			covered = p.carriedCovered(t, told)
+		case p.Cut:
+			covered = p.aheadCovered(t, told)
 		}
 		if !covered {
 			out = append(out, p.Event)
@@ -1225,6 +1251,12 @@ func (s *State) observe(ip netip.Addr, l Lease, now int64) {
 	ev, ok := want(ip, l)
 	if !ok || (had && prev == l) {
 		return // nothing new: a restart that kept the lease, a repeat
+	}
+	if len(s.Pending[ip]) > 0 {
+		s.settleCut(ip, l, now)
+	}
+	if had && prev.State == parser.StateActive {
+		s.cutByFile(ip, prev, l, now)
 	}
 	sameLife := had && prev.State == parser.StateActive && prev.MAC == l.MAC // l ends the lease prev showed
 	if ev.Action == event.Expiry && sameLife && l.Ends < prev.Ends {
@@ -1849,6 +1881,10 @@ func (s *State) Due(now int64) []event.Event {
 					continue // queued since (TakeEndedBefore), or newer news of this agent's
 				}
 				s.aheadSent = append(s.aheadSent, q[i].Event)
+			} else if q[i].Cut {
+				if q[i].aheadCovered(t, told) {
+					continue // this agent queued it, or newer news, since: not the file's record of the stale end
+				}
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}
@@ -1926,6 +1962,15 @@ func (s *State) TakeLapsed() map[string]int {
 func (s *State) TakeAheadSent() []event.Event {
 	evs := s.aheadSent
 	s.aheadSent = nil
+	return evs
+}
+
+// TakeCutKept returns the ends held for the life they cut (Pending.Cut)
+// that were dropped since the last call, the same client's next lease
+// of the address having come by that life's end, and forgets them.
+func (s *State) TakeCutKept() []event.Event {
+	evs := s.cutKept
+	s.cutKept = nil
 	return evs
 }
 

@@ -64,6 +64,12 @@
 //     linked to the address until A's next news of that family deletes
 //     the record, and B's next renewal makes it again.
 //
+// In a failover pair a hook's expiry that ends, seconds into it, the
+// lease this side acked last for the same client (a partner's stale
+// binding update of the life before) is held to that lease's end and
+// dropped if the client's next lease comes first (failover.go, HoldCut;
+// docs/failover.md).
+//
 // The first complete snapshot is a baseline: the region is assumed to
 // know what the file says, so a first start invents nothing.
 //

@@ -5,6 +5,7 @@ package reconcile
 // rules this agent applies (see docs/failover.md). Pure.
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -447,6 +448,141 @@ func (s *State) pairRepeat(t Told, ev event.Event) bool {
 		return true
 	}
 	return t.PeerOwns && !p.Survivor()
+}
+
+// cutMargin is how far ahead of a hook's expiry the end of the lease it
+// ends must lie for HoldCut to take it for a partner's stale binding
+// update, in seconds: dhcpd frees a lease at its end at the earliest,
+// by its own timer or its partner's update of that end, so an expiry a
+// second early is the two racks' clocks.
+const cutMargin = 2
+
+// HoldCut holds ev, a hook's expiry in a failover pair, when it ends
+// the lease this side acked last for the same client (its commit, not
+// the peer's: Told.PeerOwns) at least cutMargin before that lease's
+// end. A partner back from a restart sends its binding update of the
+// client's life before, expired or freed at that life's end; dhcpd
+// takes it over the newer lease (server/failover.c
+// dhcp_failover_process_bind_update keeps the update's starts and
+// ends: the file shows the lease free with the older life's times) and
+// runs the on expiry it attached to this side's ack (server/mdb.c
+// make_binding_state_transition). The client holds its lease all the
+// same, and where the partner took this side's update of it the
+// partner's file holds the lease active (make chaos PAIR=1 TIMERS=maas
+// seed 119: expiries a second into the acks they ended, the region
+// showing the addresses free until the clients' next leases).
+//
+// Held, ev is a Pending Cut, dated at the cut life's end and due then
+// (reason stale-update): no hook of either server tells that end (the
+// on expiry ran now, and the partner, which has the life from this
+// side's update, has none). Before then settleCut and TakeEndedBefore
+// drop it if the same client's next lease of the address comes (it
+// kept the address: the region is left on that lease, as the client
+// is), and send it at once, ahead, if another client's does or the file
+// shows the cut life end. It reports whether it held ev: the caller
+// then neither queues nor records it.
+func (s *State) HoldCut(ev event.Event) bool {
+	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
+		return false
+	}
+	if p := s.pairOf(ev.IP); !p.InPair() || p.Recovering() {
+		return false
+	}
+	if s.cutPending(ev.IP, ev.MAC) {
+		return true // the file showed the update first (cutByFile)
+	}
+	t, ok := s.Told[ev.IP]
+	if !ok || t.Action != event.Commit || t.MAC != ev.MAC || t.PeerOwns {
+		return false
+	}
+	end, life := t.Ends, t.At
+	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && l.MAC == ev.MAC && l.Starts >= t.At-commitSlack {
+		end, life = l.Ends, l.Starts
+	}
+	if end == math.MaxInt64 || end < ev.Timestamp+cutMargin {
+		return false
+	}
+	s.holdCut(ev, end, life)
+	return true
+}
+
+// holdCut schedules ev, an expiry, as the end held for the life that
+// began at life and ends at end (Pending.Cut).
+func (s *State) holdCut(ev event.Event, end, life int64) {
+	ev.Timestamp, ev.TimestampNS, ev.Reason = end, 0, ReasonStaleUpdate
+	s.schedule(ev.IP, Pending{Event: ev, Due: end, Cut: true, Life: life})
+}
+
+// cutPending reports whether an end held for the life it cut is
+// pending for ip's client mac.
+func (s *State) cutPending(ip netip.Addr, mac string) bool {
+	for _, p := range s.Pending[ip] {
+		if p.Cut && p.Event.MAC == mac {
+			return true
+		}
+	}
+	return false
+}
+
+// cutByFile is HoldCut for the file's side of the same moment: dhcpd
+// writes the update's block right after the hook runs, and the agent may
+// read it before it judges the hook's datagram. l, unbound, ends a life
+// of prev's client older than prev, this side's own lease (Told: its
+// commit, not the peer's), at least cutMargin before prev's end: the end
+// is held as HoldCut would, and the hook's expiry, when judged, is taken
+// for it. Only where this side's hooks reach the agent (not complement
+// mode, where MAAS's helper told the expiry already; not hookless).
+func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
+	if s.Complement || s.Hookless || l.State == parser.StateActive || prev.State != parser.StateActive || l.MAC != prev.MAC ||
+		l.Starts <= 0 || l.Starts >= prev.Starts-commitSlack || prev.Ends == math.MaxInt64 || prev.Ends < now+cutMargin {
+		return
+	}
+	if p := s.pairOf(ip); !p.InPair() || p.Recovering() {
+		return
+	}
+	if t, ok := s.Told[ip]; !ok || t.Action != event.Commit || t.MAC != l.MAC || t.PeerOwns || s.cutPending(ip, l.MAC) {
+		return
+	}
+	s.holdCut(event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip, Timestamp: now, Source: event.SourceFile}, prev.Ends, prev.Starts)
+}
+
+// settleCut settles ip's ends held for the life they cut (Pending.Cut,
+// HoldCut) as the file shows l, a new block of ip: the same client's
+// next lease (begun after the cut life) drops them, the client having
+// kept the address (TakeCutKept); another client's lease makes them due
+// now, dated no later than its start, ahead of it (MAAS must hear the
+// old lease end first: givenAway); an end of the cut life itself (the
+// same client's unbound block begun with that life: a release, or the
+// partner freeing it) makes them due now, dated at that end or when the
+// file showed it, whichever is sooner: in a pair an unbound block's end
+// is when its state may next change, and the life ended by then (make
+// chaos PAIR=1 TIMERS=maas seed 119: a lease freed nine seconds before
+// its end, dated at its end, reached the region after the client's next
+// commit, and ended that lease there).
+func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
+	q := s.Pending[ip]
+	keep := q[:0:0]
+	changed := false
+	for _, p := range q {
+		if p.Cut {
+			switch {
+			case l.State == parser.StateActive && l.MAC == p.Event.MAC:
+				if l.Starts > p.Life {
+					s.cutKept = append(s.cutKept, p.Event)
+					changed = true
+					continue
+				}
+			case l.State == parser.StateActive:
+				p.Event, p.Due, changed = endedAt(p, l.Starts), min(p.Due, now), true
+			case l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
+				p.Event.Timestamp, p.Due, changed = min(p.Event.Timestamp, now, max(l.Ends, p.Life)), min(p.Due, now), true
+			}
+		}
+		keep = append(keep, p)
+	}
+	if changed {
+		s.setPending(ip, keep)
+	}
 }
 
 // behindPeerRecord reports whether ev, a hook's event of this side's,

@@ -324,3 +324,48 @@ func waitFile(t *testing.T, h *harness, ip string, ok func(Lease) bool) {
 		}
 	}
 }
+
+// TestTaskStaleUpdateHeld: this side acks a lease; a second later the
+// partner's stale binding update of the client's life before frees it
+// and dhcpd runs this side's on expiry (make chaos PAIR=1 TIMERS=maas
+// seed 119). The expiry is held, across a restart of the agent, and
+// queued at the end of the lease it cut, dated there, reason
+// stale-update (HoldCut).
+func TestTaskStaleUpdateHeld(t *testing.T) {
+	h := newHarness(t)
+	h.pairHooked("secondary")
+	now := time.Now().Unix()
+	end := now + 4
+	h.d.rewrite(fostate("normal", "normal")+block(ip2, "active", macB, now-100, now+3600), true)
+	h.start(time.Second)
+	ack := renewal(ip1, macA, now, end-now)
+	if err := h.r.Accept(context.Background(), []event.Event{ack}); err != nil {
+		t.Fatal(err)
+	}
+	h.d.append(ackedBlock(ip1, "active", macA, now, end))
+	waitFile(t, h, ip1, func(l Lease) bool { return l.State == parser.StateActive })
+	if err := h.r.Accept(context.Background(), []event.Event{hook(event.Expiry, ip1, macA, now)}); err != nil {
+		t.Fatal(err)
+	}
+	h.d.append(clttBlock(ip1, "free", macA, now-30, now-10, now))
+	waitFile(t, h, ip1, func(l Lease) bool { return l.State != parser.StateActive })
+	if got := h.queued(); len(got) != 1 {
+		t.Fatalf("queued %q, want the commit alone (the expiry held)\nlog:\n%s", got, h.logText())
+	}
+	h.stop()
+	h.start(time.Second)
+	got, _ := h.waitQueued(2, time.Until(time.Unix(end+5, 0)))
+	if want := "expiry 203.0.113.10 00:16:3e:00:00:0a stale-update"; got[1] != want {
+		t.Fatalf("queued %q, want %q second\nlog:\n%s", got, want, h.logText())
+	}
+	qs, err := h.store.Peek(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := qs[1].Event.Timestamp; at != end {
+		t.Errorf("the held expiry is dated %d, want the lease's end %d", at, end)
+	}
+	if !strings.Contains(h.logText(), "held until that lease's end") {
+		t.Errorf("the hold is not logged:\n%s", h.logText())
+	}
+}

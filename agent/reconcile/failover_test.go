@@ -43,8 +43,10 @@ func runSteps(t *testing.T, s *State, steps []step) {
 			got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
 			s.Hook(ev)
 		}
-		if st.hook != nil {
-			// As Reconciler.Accept: what must precede the hook's event.
+		if st.hook != nil && !s.HoldCut(*st.hook) {
+			// As Reconciler.Accept: an end held for the life it cuts is
+			// neither queued nor recorded; else what must precede the
+			// hook's event.
 			for _, ev := range s.TakeEndedBefore(*st.hook) {
 				show(ev)
 			}
@@ -62,6 +64,9 @@ func runSteps(t *testing.T, s *State, steps []step) {
 		}
 		for _, ev := range s.TakeAheadSent() { // (Reconciler logs these)
 			got = append(got, "ahead "+ev.IP.String())
+		}
+		for _, ev := range s.TakeCutKept() { // (and these)
+			got = append(got, "kept "+ev.IP.String())
 		}
 		if diff := cmp.Diff(st.want, got); diff != "" {
 			t.Fatalf("step %d (t+%ds) (-want +got):\n%s", i, st.at, diff)
@@ -211,6 +216,22 @@ func TestFailoverRules(t *testing.T) {
 		}
 		return append(append(steps, then...), step{at: 4000})
 	}
+	// cut opens the cases of a partner's stale binding update over this
+	// side's ack: this side acks 203.0.113.12 to macA at +10 for 20 s;
+	// at +11 the partner's update of the client's life before, freed at
+	// that life's end (+0), frees the lease (the file shows it free with
+	// the older life's times and this side's cltt), and dhcpd runs the on
+	// expiry of this side's ack (make chaos PAIR=1 TIMERS=maas seed 119).
+	cut := func(then ...step) []step {
+		return append([]step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
+		}, then...)
+	}
+	cutEnd := func(at int64) string { return fmt.Sprintf("expiry 203.0.113.12 %s %+d stale-update", macA, at) }
 	// shrunkOnBoth opens the cases of a range shrink applied to both
 	// peers while both are up (as MAAS does), dropping ip1: base, then
 	// shrunk, then the rewrite's first failover record.
@@ -998,6 +1019,118 @@ func TestFailoverRules(t *testing.T) {
 		name:  "... another client's before the end: the end goes at once, dated at that commit",
 		pair:  secondary,
 		steps: survivorDropped(step{at: 35, appended: block(ip1, "active", macB, t0+35, t0+55), want: []string{"expiry 203.0.113.10 " + macA + " +35 vanished", "ahead 203.0.113.10"}}),
+	}, {
+		// No hook of either server tells the end of the life the update
+		// cut: this side's on expiry ran for the update, and the partner
+		// has the life from this side's update, with none attached.
+		name:  "a partner's stale binding update ends this side's ack: the end is held to the lease's end",
+		pair:  secondary,
+		steps: cut(step{at: 29}, step{at: 30, want: []string{cutEnd(30)}}, step{at: 10000}),
+	}, {
+		name:  "... the same on the primary",
+		pair:  primary,
+		steps: cut(step{at: 29}, step{at: 30, want: []string{cutEnd(30)}}, step{at: 10000}),
+	}, {
+		name:  "... the partner renews the client's lease first: dropped, the client kept the address",
+		pair:  secondary,
+		steps: cut(step{at: 25, appended: block("203.0.113.12", "active", macA, t0+25, t0+45), want: []string{"kept 203.0.113.12"}}, step{at: 10000}),
+	}, {
+		name: "... this side renews it first: dropped",
+		pair: secondary,
+		steps: cut(
+			step{at: 25, hook: ev(renewal("203.0.113.12", macA, t0+25, 20)), want: []string{"kept 203.0.113.12"}},
+			step{at: 25, appended: ackedBlock("203.0.113.12", "active", macA, t0+25, t0+45)},
+			step{at: 10000}),
+	}, {
+		name: "... the client's new lease from this side after the end: the end, then nothing",
+		pair: secondary,
+		steps: cut(
+			step{at: 30, want: []string{cutEnd(30)}},
+			step{at: 31, hook: ev(renewal("203.0.113.12", macA, t0+31, 20))},
+			step{at: 31, appended: ackedBlock("203.0.113.12", "active", macA, t0+31, t0+51)},
+			step{at: 10000}),
+	}, {
+		// MAAS must hear the old lease end before another client's
+		// commit (givenAway).
+		name:  "... the partner gives the address to another client: the end at once, dated at that lease's start",
+		pair:  secondary,
+		steps: cut(step{at: 25, appended: block("203.0.113.12", "active", macB, t0+25, t0+45), want: []string{cutEnd(25)}}, step{at: 10000}),
+	}, {
+		name: "... this side's hook commits another client: the end ahead of it",
+		pair: secondary,
+		steps: cut(
+			step{at: 25, hook: ev(renewal("203.0.113.12", macB, t0+25, 20)), want: []string{cutEnd(25)}},
+			step{at: 25, appended: ackedBlock("203.0.113.12", "active", macB, t0+25, t0+45)},
+			step{at: 10000}),
+	}, {
+		name:  "... the file shows the cut lease released: the end at once, at the release",
+		pair:  secondary,
+		steps: cut(step{at: 20, appended: block("203.0.113.12", "released", macA, t0+10, t0+20), want: []string{cutEnd(20)}}, step{at: 10000}),
+	}, {
+		// In a pair an unbound block's end is when its state may next
+		// change: the life ended by the time the file showed it.
+		name:  "... the file shows the cut lease freed before its end, with its own times: the end at once, dated then",
+		pair:  secondary,
+		steps: cut(step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30), want: []string{cutEnd(15)}}, step{at: 10000}),
+	}, {
+		name: "... the hook's expiry judged before the file shows the ack: held all the same",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 11, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30) + clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
+			{at: 30, want: []string{cutEnd(30)}},
+			{at: 10000},
+		},
+	}, {
+		// dhcpd writes the update's block right after the hook runs:
+		// the reader may get to it before the hook's datagram is judged.
+		name: "... the file shows the update before the hook's expiry is judged: held all the same",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 30, want: []string{cutEnd(30)}},
+			{at: 10000},
+		},
+	}, {
+		name: "... the file shows the update and the client's next lease before the hook's expiry is judged: nothing",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+11, t0+31), want: []string{"kept 203.0.113.12"}},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 10000},
+		},
+	}, {
+		name: "an expiry within a second of the lease's end is not held",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 29, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+29))},
+			{at: 29, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
+			{at: 10000},
+		},
+	}, {
+		// The peer acked it last: an on expiry of this side's older
+		// ack, the peer's to tell (pairRepeat drops it in Accept).
+		name: "the expiry of the peer's lease is not held",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 11, appended: block("203.0.113.12", "free", macA, t0-20, t0)},
+			{at: 10000},
+		},
 	}, {
 		name: "range shrink while the secondary was down: the surviving primary does not wait",
 		pair: primary,

@@ -48,7 +48,7 @@ func newMetrics() *metrics {
 	m := &metrics{
 		synthesised: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_synthesised_total",
-			Help: "Events the reconciler synthesised from dhcpd.leases and queued for the region, by reason: missed-commit, missed-release, missed-expiry (the file changed and no hook said so within reconcile.expiry_grace), vanished (an active lease a rewrite dropped, stamped with its end and sent reconcile.expiry_grace after it), ends-passed (dhcpd never expired an ended lease), unwritten (a lease a hook told and dhcpd never wrote, killed or restarted in between: ended at its end plus reconcile.expiry_grace), given-away (the end of a lease whose address another client's hook committed before any read of the file showed the lease dropped, sent ahead of that commit), restated (a MAC's running lease, as the file or its hook's commit shows it, queued again after the end of another of its addresses, which MAAS would take it away with).",
+			Help: "Events the reconciler synthesised from dhcpd.leases and queued for the region, by reason: missed-commit, missed-release, missed-expiry (the file changed and no hook said so within reconcile.expiry_grace), vanished (an active lease a rewrite dropped, stamped with its end and sent reconcile.expiry_grace after it), ends-passed (dhcpd never expired an ended lease), unwritten (a lease a hook told and dhcpd never wrote, killed or restarted in between: ended at its end plus reconcile.expiry_grace), given-away (the end of a lease whose address another client's hook committed before any read of the file showed the lease dropped, sent ahead of that commit), restated (a MAC's running lease, as the file or its hook's commit shows it, queued again after the end of another of its addresses, which MAAS would take it away with), stale-update (in a failover pair, a hook's expiry seconds into this side's own lease of the client, from the partner's stale binding update of the life before: held and sent at that lease's end, or ahead of another client's lease of the address; dropped if the client's next lease came first).",
 		}, []string{"reason"}),
 		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_reconcile_rewrites_total",
@@ -82,7 +82,7 @@ func newMetrics() *metrics {
 	for _, k := range []string{event.NoMACEmpty, event.NoMACDUID, event.NoMACNotSixByte} {
 		m.keptBack.WithLabelValues(k)
 	}
-	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed, ReasonUnwritten, ReasonGivenAway, ReasonRestated} {
+	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed, ReasonUnwritten, ReasonGivenAway, ReasonRestated, ReasonStaleUpdate} {
 		m.synthesised.WithLabelValues(r)
 	}
 	m.rewrites.WithLabelValues("restart")

@@ -334,12 +334,18 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			continue
 		}
 		save(ev.IP)
+		if r.st.HoldCut(ev) {
+			r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
+				Msg("failover: a hook's expiry seconds into this side's own lease of the client (the partner's stale binding update of the life before): held until that lease's end, dropped if the client's next lease comes first")
+			continue
+		}
 		keep = r.endedBefore(keep, ev, now)
 		r.st.Hook(ev)
 		keep = r.appendRestated(keep, ev, now)
 	}
 	if err := r.commit(ctx, keep); err != nil {
 		r.st.TakeAheadSent() // back in Pending below: told when next taken
+		r.st.TakeCutKept()   // the same: dropped, if so, when next judged
 		for ip, p := range undo {
 			if p.ok {
 				r.st.Told[ip] = p.t
@@ -920,6 +926,10 @@ func (r *Reconciler) logAheadSent() {
 	for _, ev := range r.st.TakeAheadSent() {
 		r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("ends", ev.Timestamp).
 			Msg("failover: the end of a lease no hook of either server reports (a rewrite dropped it, or it expired while the partner was away) goes now, ahead of the next commit of its address")
+	}
+	for _, ev := range r.st.TakeCutKept() {
+		r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("ends", ev.Timestamp).
+			Msg("failover: a held expiry (a partner's stale binding update) dropped: the client's next lease of the address came before the lease it cut ended")
 	}
 }
 

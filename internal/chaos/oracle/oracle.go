@@ -194,6 +194,14 @@ type Version struct {
 	// Renewed is an active version's latest start (its renewals'), 0
 	// when unknown: an end of the life is no older than it (Truth).
 	Renewed int64
+	// Cut is, for an inactive version that ended a life before that
+	// life's end by a partner's stale binding update (Truth), the end
+	// the cut life had (Unix s); 0 otherwise.
+	Cut int64
+	// Starts is the start of the life the version's block records
+	// (Block.Starts), 0 when unknown: an unbound block begun before the
+	// life the address holds ends an older one (Truth).
+	Starts int64
 }
 
 // seenSlack is how long before the file was seen to show a version an
@@ -268,6 +276,18 @@ func Truth(gens []Generation) map[string][]Version {
 				push(ip, v)
 				return
 			}
+			if last.Cut != 0 && v.Active && last.MAC == v.MAC && v.From != 0 && v.From <= last.Cut {
+				// Freed by a partner's stale binding update, then the
+				// same client's next lease by the end of the life the
+				// update cut: the client held its lease throughout (it
+				// renewed, or asked again), and the region, told the
+				// end, would show the address free meanwhile. The life
+				// goes on, and no end is owed (the agent holds such an
+				// end to the cut life's end: reconcile, HoldCut).
+				vs[ip] = q[:n-1]
+				push(ip, v)
+				return
+			}
 			if last.Active && v.Active && last.MAC == v.MAC {
 				// A renewal: the lease ends at the end it gave, even
 				// one earlier than before (a client asking for a
@@ -291,7 +311,20 @@ func Truth(gens []Generation) map[string][]Version {
 				// seed 118: a secondary's ack while its partner was
 				// down, ended so as the primary came back; its commit
 				// and hook expiry were judged false and lost).
-				v.From = last.Renewed
+				v.From, v.Cut = last.Renewed, last.Ends
+			}
+			if last.Active && !v.Active && !v.Vanished && last.MAC == v.MAC && v.Starts != 0 && v.Starts < last.Renewed {
+				// The same, the older life ending after the newer one
+				// began (renewed a second before its end, through the
+				// partner; make chaos PAIR=1 TIMERS=maas seed 119: a life
+				// begun at 07:00:05, renewed at 07:00:24, the update
+				// freeing it at its end, 07:00:25, read at 07:00:34): the
+				// block's start says which life it ends. A partner's
+				// copy of a lease carries the acker's start (server/
+				// failover.c: the update's STOS is the lease's starts),
+				// so an end of the life the client holds begins no
+				// earlier than its latest start.
+				v.Cut = last.Ends
 			}
 			if !last.Active && !v.Active {
 				return // still inactive
@@ -329,7 +362,7 @@ func Truth(gens []Generation) map[string][]Version {
 			}
 		}
 		for bi, b := range g.Blocks {
-			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi)}
+			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi), Starts: b.Starts}
 			if b.Active {
 				v.From, v.Renewed = b.Starts, b.Starts
 			} else {

@@ -711,3 +711,48 @@ func TestEndDatedBeforeTheLife(t *testing.T) {
 		}
 	}
 }
+
+// TestEndCutThenKept: the end TestEndDatedBeforeTheLife dates, of a
+// life the client holds until 45, then the same client's next lease,
+// before that end (at 40) or after it (at 50). Before it, the client
+// held its lease throughout: no end is owed, and one told at once would
+// have shown the address free meanwhile (make chaos PAIR=1 TIMERS=maas
+// seed 119). After it, the end is owed, at the cut life's end or sooner
+// (the agent holds it to then: reconcile, HoldCut).
+func TestEndCutThenKept(t *testing.T) {
+	blk := func(b Block, starts int, seen int) Block {
+		b.Starts, b.Seen = at(starts).Unix(), at(seen)
+		return b
+	}
+	cut := []Block{blk(act(ip1, m1, 24), 6, 6), blk(act(ip1, m1, 45), 25, 25), blk(free(ip1, m1, 24), 6, 30)}
+	before := gen("g0", nil, append(slices.Clone(cut), blk(act(ip1, m1, 60), 40, 40))...)
+	after := gen("g0", nil, append(slices.Clone(cut), blk(act(ip1, m1, 70), 50, 50))...)
+	// The older life (5 to 25) renewed at 24, through the partner, a
+	// second before its end; the update frees it at 25, read at 34.
+	overlap := gen("g0", nil, blk(act(ip1, m1, 25), 5, 5), blk(act(ip1, m1, 44), 24, 24), blk(free(ip1, m1, 25), 5, 34), blk(act(ip1, m1, 58), 38, 38))
+	for _, tc := range []struct {
+		name  string
+		gen   Generation
+		items []Item
+		want  []string
+	}{
+		{"next lease before the cut end, the end held and dropped", before,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(41, "commit", 40)}, nil},
+		{"next lease before the cut end, the end told at once", before,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(31, "expiry", 30), timed(41, "commit", 40)},
+			[]string{"false " + ip1}},
+		{"next lease after the cut end, the end held to it", after,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(51, "commit", 50)}, nil},
+		{"next lease after the cut end, the end told at once", after,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(31, "expiry", 30), timed(51, "commit", 50)}, nil},
+		{"the older life ending after the newer began, the end held and dropped", overlap,
+			[]Item{timed(6, "commit", 5), timed(25, "commit", 24), timed(39, "commit", 38)}, nil},
+		{"next lease after the cut end, no end", after,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(51, "commit", 50)}, []string{"lost " + ip1}},
+	} {
+		r := Check(Input{Generations: []Generation{tc.gen}, Items: tc.items, End: at(80)})
+		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
+			t.Errorf("%s: violations (-want +got):\n%s\n%s", tc.name, diff, evidence(r))
+		}
+	}
+}
