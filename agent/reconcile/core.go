@@ -179,14 +179,34 @@ type Pending struct {
 	// acked last, seconds into it: a partner's stale binding update of
 	// the client's life before, freed at that life's end, taken over the
 	// newer one (HoldCut; cutByFile where the file shows the update
-	// first). Due at the end of the life it cut (Event is
-	// dated there, reason stale-update); dropped if the same client's
-	// next lease of the address comes first (it never stopped holding
-	// it); due at once, ahead, if another client's does, or if the file
-	// shows the cut life itself end (settleCut, TakeEndedBefore). Life
-	// is the cut life's start.
-	Cut  bool  `json:"cut,omitempty"`
-	Life int64 `json:"life,omitempty"`
+	// first). Due at the end of the life it cut and sent dated then
+	// (Dated; reason stale-update); dropped if the same client's next
+	// lease of the address comes by then (it never stopped holding it);
+	// due at once, ahead, if another client's does, or the same
+	// client's after it, or if the file shows the cut life itself end
+	// (settleCut, TakeEndedBefore). Life is the cut life's start. Event
+	// keeps the hook's own time while it is held: the pair channel tells
+	// the peer of it by that key (PendingOldest), so that the peer's
+	// later news of the address waits for it.
+	Cut   bool  `json:"cut,omitempty"`
+	Life  int64 `json:"life,omitempty"`
+	Dated int64 `json:"dated,omitempty"`
+}
+
+// dated is p's event as it is sent: a Cut end dated at Dated.
+func (p Pending) dated() event.Event {
+	ev := p.Event
+	if p.Cut {
+		ev.Timestamp, ev.TimestampNS = p.Dated, 0
+	}
+	return ev
+}
+
+// cutCovered reports whether p, a Cut end, no longer needs sending: this
+// agent queued it, or newer news of its address, since — not the file's
+// record of the stale end, which is recorded as told.
+func (p Pending) cutCovered(t Told, told bool) bool {
+	return told && !t.Recorded && satisfied(t, told, p.dated())
 }
 
 // ownRules reports whether Due judges p by rules of its own (an untold
@@ -961,8 +981,22 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	var out []event.Event
 	keep := q[:0:0]
 	for _, p := range q {
-		if p.Cut && p.Event.MAC == ev.MAC && ev.Timestamp <= p.Event.Timestamp {
-			s.cutKept = append(s.cutKept, p.Event) // the same client's next lease by the cut life's end: it kept the address
+		if p.Cut {
+			end := p.dated()
+			switch {
+			case ev.MAC == end.MAC && ev.Timestamp <= p.Life+commitSlack:
+				keep = append(keep, p) // the cut life's own commit, told again (a spool replayed)
+			case ev.MAC == end.MAC && ev.Timestamp <= end.Timestamp:
+				s.cutKept = append(s.cutKept, end) // the client's next lease by the cut life's end: it kept the address
+			default:
+				// Another client's lease, or the same client's after the
+				// cut life's end: the end first.
+				end.Timestamp = min(end.Timestamp, ev.Timestamp)
+				if !(told && !t.Recorded && satisfied(t, told, end)) {
+					out = append(out, end)
+					t, told = Told{Action: end.Action, MAC: end.MAC, At: end.Timestamp}, true
+				}
+			}
 			continue
 		}
 		// Where the hooks tell the region, only this side's untold ends
@@ -972,7 +1006,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 		// own. (make chaos PAIR=1 seed 17: a returned primary's rule-2
 		// expiry, due after its client came back, was kept pending here;
 		// the commit then covered it and no one told that end.)
-		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && !p.Carried && !p.Cut && p.Event.Reason != ReasonVanished {
+		if !owedBefore(p, ev.MAC, ev.Timestamp) || !fromFile && !p.Untold && !p.Carried && p.Event.Reason != ReasonVanished {
 			keep = append(keep, p)
 			continue
 		}
@@ -985,8 +1019,6 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 			covered = p.aheadCovered(t, told)
 		case p.Carried:
 			covered = p.carriedCovered(t, told)
-		case p.Cut:
-			covered = p.aheadCovered(t, told)
 		}
 		if !covered {
 			out = append(out, p.Event)
@@ -1882,9 +1914,10 @@ func (s *State) Due(now int64) []event.Event {
 				}
 				s.aheadSent = append(s.aheadSent, q[i].Event)
 			} else if q[i].Cut {
-				if q[i].aheadCovered(t, told) {
-					continue // this agent queued it, or newer news, since: not the file's record of the stale end
+				if q[i].cutCovered(t, told) {
+					continue // this agent queued it, or newer news, since
 				}
+				q[i].Event = q[i].dated() // as it is sent (the queue drops it below)
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}

@@ -472,15 +472,18 @@ const cutMargin = 2
 // seed 119: expiries a second into the acks they ended, the region
 // showing the addresses free until the clients' next leases).
 //
-// Held, ev is a Pending Cut, dated at the cut life's end and due then
-// (reason stale-update): no hook of either server tells that end (the
-// on expiry ran now, and the partner, which has the life from this
+// Held, ev is a Pending Cut, due at the cut life's end and sent dated
+// then (reason stale-update): no hook of either server tells that end
+// (the on expiry ran now, and the partner, which has the life from this
 // side's update, has none). Before then settleCut and TakeEndedBefore
-// drop it if the same client's next lease of the address comes (it
-// kept the address: the region is left on that lease, as the client
-// is), and send it at once, ahead, if another client's does or the file
-// shows the cut life end. It reports whether it held ev: the caller
-// then neither queues nor records it.
+// drop it if the same client's next lease of the address comes by that
+// end (it kept the address: the region is left on that lease, as the
+// client is), and send it at once, ahead, if another client's lease
+// comes, or the same client's after that end, or the file shows the cut
+// life end. While held it keeps ev's time, by which the pair channel
+// tells the peer of it: the peer's later news of the address waits for
+// it. It reports whether it held ev: the caller then neither queues nor
+// records it.
 func (s *State) HoldCut(ev event.Event) bool {
 	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
 		return false
@@ -509,8 +512,8 @@ func (s *State) HoldCut(ev event.Event) bool {
 // holdCut schedules ev, an expiry, as the end held for the life that
 // began at life and ends at end (Pending.Cut).
 func (s *State) holdCut(ev event.Event, end, life int64) {
-	ev.Timestamp, ev.TimestampNS, ev.Reason = end, 0, ReasonStaleUpdate
-	s.schedule(ev.IP, Pending{Event: ev, Due: end, Cut: true, Life: life})
+	ev.Reason = ReasonStaleUpdate
+	s.schedule(ev.IP, Pending{Event: ev, Due: end, Cut: true, Life: life, Dated: end})
 }
 
 // cutPending reports whether an end held for the life it cut is
@@ -548,10 +551,12 @@ func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
 
 // settleCut settles ip's ends held for the life they cut (Pending.Cut,
 // HoldCut) as the file shows l, a new block of ip: the same client's
-// next lease (begun after the cut life) drops them, the client having
-// kept the address (TakeCutKept); another client's lease makes them due
-// now, dated no later than its start, ahead of it (MAAS must hear the
-// old lease end first: givenAway); an end of the cut life itself (the
+// next lease, begun after the cut life and by its end, drops them, the
+// client having kept the address (TakeCutKept); begun after that end
+// (read late), it makes them due now, ahead of it; another client's
+// lease makes them due now, dated no later than its start, ahead of it
+// (MAAS must hear the old lease end first: givenAway); an end of the cut
+// life itself (the
 // same client's unbound block begun with that life: a release, or the
 // partner freeing it) makes them due now, dated at that end or when the
 // file showed it, whichever is sooner: in a pair an unbound block's end
@@ -566,16 +571,16 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	for _, p := range q {
 		if p.Cut {
 			switch {
-			case l.State == parser.StateActive && l.MAC == p.Event.MAC:
-				if l.Starts > p.Life {
-					s.cutKept = append(s.cutKept, p.Event)
-					changed = true
-					continue
-				}
-			case l.State == parser.StateActive:
-				p.Event, p.Due, changed = endedAt(p, l.Starts), min(p.Due, now), true
-			case l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
-				p.Event.Timestamp, p.Due, changed = min(p.Event.Timestamp, now, max(l.Ends, p.Life)), min(p.Due, now), true
+			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life && l.Starts <= p.Dated:
+				s.cutKept = append(s.cutKept, p.dated())
+				changed = true
+				continue
+			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life:
+				p.Due, changed = min(p.Due, now), true // the same client back after the cut life's end: the end first
+			case l.State == parser.StateActive && l.MAC != p.Event.MAC:
+				p.Dated, p.Due, changed = min(p.Dated, l.Starts), min(p.Due, now), true
+			case l.State != parser.StateActive && l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
+				p.Dated, p.Due, changed = min(p.Dated, now, max(l.Ends, p.Life)), min(p.Due, now), true
 			}
 		}
 		keep = append(keep, p)

@@ -1050,6 +1050,21 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 31, appended: ackedBlock("203.0.113.12", "active", macA, t0+31, t0+51)},
 			step{at: 10000}),
 	}, {
+		// Read at once with the update (an agent restarted, or behind):
+		// that lease is the client's next life, after the cut one.
+		name:  "... the client's next lease read after the cut lease's end, before the end was sent: the end first, at the cut lease's end",
+		pair:  secondary,
+		steps: cut(step{at: 35, appended: block("203.0.113.12", "active", macA, t0+33, t0+53), want: []string{cutEnd(30)}}, step{at: 10000}),
+	}, {
+		// A spool replayed after a restart tells the cut lease's own
+		// commit again: not the client's next lease.
+		name: "... the cut lease's own commit told again: still held",
+		pair: secondary,
+		steps: cut(
+			step{at: 12, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			step{at: 30, want: []string{cutEnd(30)}},
+			step{at: 10000}),
+	}, {
 		// MAAS must hear the old lease end before another client's
 		// commit (givenAway).
 		name:  "... the partner gives the address to another client: the end at once, dated at that lease's start",
@@ -1129,6 +1144,16 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
 			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
 			{at: 11, appended: block("203.0.113.12", "free", macA, t0-20, t0)},
+			{at: 10000},
+		},
+	}, {
+		name: "... nor when the file shows the update first",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, appended: block("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 11, appended: block("203.0.113.12", "free", macA, t0-20, t0)},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
 			{at: 10000},
 		},
 	}, {
@@ -1739,6 +1764,31 @@ func TestPendingOldestLeavesStandby(t *testing.T) {
 	}
 	if want := []bool{false, true}; !slices.Equal(pending, want) {
 		t.Errorf("pending %v, want %v", pending, want)
+	}
+}
+
+// TestPendingOldestCut: an end held for the life it cut is told to the
+// peer's agent by the hook's own time, not the cut life's end it will be
+// dated at: the peer's later news of the address (another client's
+// commit, dated before that end) waits for it, and it goes first, once
+// this side's file shows that commit (settleCut), not dropped behind it
+// as older than news the peer delivered (agent: judgePair).
+func TestPendingOldestCut(t *testing.T) {
+	a := netip.MustParseAddr("203.0.113.12")
+	s := NewState(grace)
+	s.Pair = Pair{Peer: "fo", Role: RoleSecondary}
+	s.Told[a] = Told{Action: event.Commit, MAC: macA, At: t0 + 10, Ends: t0 + 30}
+	expiry := fine(hook(event.Expiry, "203.0.113.12", macA, t0+11), 250)
+	if !s.HoldCut(expiry) {
+		t.Fatal("not held")
+	}
+	r := &Reconciler{st: s}
+	oldest, _ := r.PendingOldest([]netip.Addr{a}, []int64{0}, func(ev event.Event) int64 { return ev.TimestampNS })
+	if want := expiry.TimestampNS; oldest[0] != want {
+		t.Errorf("oldest %d, want the hook's time %d", oldest[0], want)
+	}
+	if evs := s.Due(t0 + 30); len(evs) != 1 || evs[0].Timestamp != t0+30 || evs[0].TimestampNS != 0 {
+		t.Errorf("Due at the cut lease's end = %+v, want the expiry dated then", evs)
 	}
 }
 
