@@ -179,34 +179,29 @@ type Pending struct {
 	// acked last, seconds into it: a partner's stale binding update of
 	// the client's life before, freed at that life's end, taken over the
 	// newer one (HoldCut; cutByFile where the file shows the update
-	// first). Due at the end of the life it cut and sent dated then
-	// (Dated; reason stale-update); dropped if the same client's next
-	// lease of the address comes by then (it never stopped holding it);
-	// due at once, ahead, if another client's does, or the same
-	// client's after it, or if the file shows the cut life itself end
-	// (settleCut, TakeEndedBefore). Life is the cut life's start. Event
-	// keeps the hook's own time while it is held: the pair channel tells
-	// the peer of it by that key (PendingOldest), so that the peer's
-	// later news of the address waits for it.
+	// first). Life is the cut life's start, Until its end. Due the
+	// grace after that end (reason stale-update); dropped if the same
+	// client's next lease of the address comes by then (it never stopped
+	// holding it: a renewal in the cut life's last seconds reaches the
+	// file a moment later); due at once, ahead, if another client's
+	// lease comes, or the same client's after the cut life's end, or if
+	// the file shows the cut life itself end (settleCut,
+	// TakeEndedBefore). Event keeps the hook's own time: the pair
+	// channel tells the peer of it by that key while it is held
+	// (PendingOldest), so that the peer's later news of the address
+	// waits for it, and the deliverer drops it, sent, if the peer
+	// delivered newer news meanwhile (agent: judgePair), as a renewal
+	// this side's file did not show.
 	Cut   bool  `json:"cut,omitempty"`
 	Life  int64 `json:"life,omitempty"`
-	Dated int64 `json:"dated,omitempty"`
-}
-
-// dated is p's event as it is sent: a Cut end dated at Dated.
-func (p Pending) dated() event.Event {
-	ev := p.Event
-	if p.Cut {
-		ev.Timestamp, ev.TimestampNS = p.Dated, 0
-	}
-	return ev
+	Until int64 `json:"until,omitempty"`
 }
 
 // cutCovered reports whether p, a Cut end, no longer needs sending: this
 // agent queued it, or newer news of its address, since — not the file's
 // record of the stale end, which is recorded as told.
 func (p Pending) cutCovered(t Told, told bool) bool {
-	return told && !t.Recorded && satisfied(t, told, p.dated())
+	return told && !t.Recorded && satisfied(t, told, p.Event)
 }
 
 // ownRules reports whether Due judges p by rules of its own (an untold
@@ -982,20 +977,17 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 	keep := q[:0:0]
 	for _, p := range q {
 		if p.Cut {
-			end := p.dated()
+			end := p.Event
 			switch {
 			case ev.MAC == end.MAC && ev.Timestamp <= p.Life+commitSlack:
 				keep = append(keep, p) // the cut life's own commit, told again (a spool replayed)
-			case ev.MAC == end.MAC && ev.Timestamp <= end.Timestamp:
+			case ev.MAC == end.MAC && ev.Timestamp <= p.Until:
 				s.cutKept = append(s.cutKept, end) // the client's next lease by the cut life's end: it kept the address
-			default:
+			case !p.cutCovered(t, told):
 				// Another client's lease, or the same client's after the
 				// cut life's end: the end first.
-				end.Timestamp = min(end.Timestamp, ev.Timestamp)
-				if !(told && !t.Recorded && satisfied(t, told, end)) {
-					out = append(out, end)
-					t, told = Told{Action: end.Action, MAC: end.MAC, At: end.Timestamp}, true
-				}
+				out = append(out, end)
+				t, told = Told{Action: end.Action, MAC: end.MAC, At: end.Timestamp}, true
 			}
 			continue
 		}
@@ -1917,7 +1909,6 @@ func (s *State) Due(now int64) []event.Event {
 				if q[i].cutCovered(t, told) {
 					continue // this agent queued it, or newer news, since
 				}
-				q[i].Event = q[i].dated() // as it is sent (the queue drops it below)
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}

@@ -472,18 +472,24 @@ const cutMargin = 2
 // seed 119: expiries a second into the acks they ended, the region
 // showing the addresses free until the clients' next leases).
 //
-// Held, ev is a Pending Cut, due at the cut life's end and sent dated
-// then (reason stale-update): no hook of either server tells that end
-// (the on expiry ran now, and the partner, which has the life from this
+// Held, ev is a Pending Cut, due the grace after the cut life's end
+// (reason stale-update): no hook of either server tells that end (the
+// on expiry ran now, and the partner, which has the life from this
 // side's update, has none). Before then settleCut and TakeEndedBefore
 // drop it if the same client's next lease of the address comes by that
 // end (it kept the address: the region is left on that lease, as the
-// client is), and send it at once, ahead, if another client's lease
+// client is; the grace lets a renewal in the lease's last seconds reach
+// the file), and send it at once, ahead, if another client's lease
 // comes, or the same client's after that end, or the file shows the cut
-// life end. While held it keeps ev's time, by which the pair channel
-// tells the peer of it: the peer's later news of the address waits for
-// it. It reports whether it held ev: the caller then neither queues nor
-// records it.
+// life end. It keeps ev's time: by it the pair channel tells the peer of
+// it while it is held, so that the peer's later news of the address
+// waits for it, and the deliverer drops it if the peer delivered newer
+// news meanwhile (a renewal this side's file did not show). (make chaos
+// PAIR=1 TIMERS=maas seed 119 at 5e600ab: ends sent at the cut life's
+// end, dated there, were newer than the partner's renewal a second
+// before, which this side's file showed a moment later: 11 of 13
+// violations.) It reports whether it held ev: the caller then neither
+// queues nor records it.
 func (s *State) HoldCut(ev event.Event) bool {
 	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
 		return false
@@ -513,7 +519,7 @@ func (s *State) HoldCut(ev event.Event) bool {
 // began at life and ends at end (Pending.Cut).
 func (s *State) holdCut(ev event.Event, end, life int64) {
 	ev.Reason = ReasonStaleUpdate
-	s.schedule(ev.IP, Pending{Event: ev, Due: end, Cut: true, Life: life, Dated: end})
+	s.schedule(ev.IP, Pending{Event: ev, Due: end + s.Grace, Cut: true, Life: life, Until: end})
 }
 
 // cutPending reports whether an end held for the life it cut is
@@ -554,16 +560,14 @@ func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
 // next lease, begun after the cut life and by its end, drops them, the
 // client having kept the address (TakeCutKept); begun after that end
 // (read late), it makes them due now, ahead of it; another client's
-// lease makes them due now, dated no later than its start, ahead of it
-// (MAAS must hear the old lease end first: givenAway); an end of the cut
-// life itself (the
-// same client's unbound block begun with that life: a release, or the
-// partner freeing it) makes them due now, dated at that end or when the
-// file showed it, whichever is sooner: in a pair an unbound block's end
-// is when its state may next change, and the life ended by then (make
-// chaos PAIR=1 TIMERS=maas seed 119: a lease freed nine seconds before
-// its end, dated at its end, reached the region after the client's next
-// commit, and ended that lease there).
+// lease makes them due now, ahead of it (MAAS must hear the old lease
+// end first: givenAway); an end of the cut life itself (the same
+// client's unbound block begun with that life: a release, or the
+// partner freeing it) makes them due now. Each goes at the hook's time,
+// before the lease that follows (make chaos PAIR=1 TIMERS=maas seed 119:
+// a lease freed nine seconds before its end, its end dated at the
+// lease's end, reached the region after the client's next commit, and
+// ended that lease there).
 func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	q := s.Pending[ip]
 	keep := q[:0:0]
@@ -571,16 +575,14 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	for _, p := range q {
 		if p.Cut {
 			switch {
-			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life && l.Starts <= p.Dated:
-				s.cutKept = append(s.cutKept, p.dated())
+			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life && l.Starts <= p.Until:
+				s.cutKept = append(s.cutKept, p.Event)
 				changed = true
 				continue
-			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life:
-				p.Due, changed = min(p.Due, now), true // the same client back after the cut life's end: the end first
-			case l.State == parser.StateActive && l.MAC != p.Event.MAC:
-				p.Dated, p.Due, changed = min(p.Dated, l.Starts), min(p.Due, now), true
-			case l.State != parser.StateActive && l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
-				p.Dated, p.Due, changed = min(p.Dated, now, max(l.Ends, p.Life)), min(p.Due, now), true
+			case l.State == parser.StateActive && l.Starts > p.Life,
+				l.State == parser.StateActive && l.MAC != p.Event.MAC,
+				l.State != parser.StateActive && l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
+				p.Due, changed = min(p.Due, now), true
 			}
 		}
 		keep = append(keep, p)
