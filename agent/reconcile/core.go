@@ -186,12 +186,11 @@ type Pending struct {
 	// file a moment later); due at once, ahead, if another client's
 	// lease comes, or the same client's after the cut life's end, or if
 	// the file shows the cut life itself end (settleCut,
-	// TakeEndedBefore). Event keeps the hook's own time: the pair
-	// channel tells the peer of it by that key while it is held
-	// (PendingOldest), so that the peer's later news of the address
-	// waits for it, and the deliverer drops it, sent, if the peer
-	// delivered newer news meanwhile (agent: judgePair), as a renewal
-	// this side's file did not show.
+	// TakeEndedBefore). Event keeps the hook's own time, so that the
+	// deliverer drops it, sent, if the peer delivered newer news
+	// meanwhile (agent: judgePair), as a renewal this side's file did
+	// not show; the pair channel does not tell the peer of it while it
+	// is held (PendingOldest), so the peer's news does not wait for it.
 	Cut   bool  `json:"cut,omitempty"`
 	Life  int64 `json:"life,omitempty"`
 	Until int64 `json:"until,omitempty"`

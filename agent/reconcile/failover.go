@@ -481,15 +481,16 @@ const cutMargin = 2
 // client is; the grace lets a renewal in the lease's last seconds reach
 // the file), and send it at once, ahead, if another client's lease
 // comes, or the same client's after that end, or the file shows the cut
-// life end. It keeps ev's time: by it the pair channel tells the peer of
-// it while it is held, so that the peer's later news of the address
-// waits for it, and the deliverer drops it if the peer delivered newer
-// news meanwhile (a renewal this side's file did not show). (make chaos
-// PAIR=1 TIMERS=maas seed 119 at 5e600ab: ends sent at the cut life's
-// end, dated there, were newer than the partner's renewal a second
-// before, which this side's file showed a moment later: 11 of 13
-// violations.) It reports whether it held ev: the caller then neither
-// queues nor records it.
+// life end. It keeps ev's time, so that the deliverer drops it if the
+// peer delivered newer news meanwhile (a renewal this side's file did
+// not show), and the pair channel does not tell the peer of it while it
+// is held (PendingOldest): the peer's renewal does not wait for it.
+// (make chaos PAIR=1 TIMERS=maas seed 119 at 5e600ab: ends sent at the
+// cut life's end, dated there, were newer than the partner's renewal a
+// second before, which this side's file showed a moment later: 11 of 13
+// violations; at 57a521e the peer's renewal waited for the end the
+// channel told it of: 1.) It reports whether it held ev: the caller then
+// neither queues nor records it.
 func (s *State) HoldCut(ev event.Event) bool {
 	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
 		return false
