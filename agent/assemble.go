@@ -338,7 +338,11 @@ func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
 // made of a lease the file shows active past its end
 // (reconcile.ReasonEndsPassed), weighed against the start of that
 // lease's life: the peer's newer news shows the block is a stale copy
-// (reconcile: staleCopyBound).
+// (reconcile: staleCopyBound). And so is an end held for the life a
+// partner's stale binding update cut (reconcile.ReasonStaleUpdate),
+// dated at that life's end, weighed against the hook's own time: the
+// peer's newer news is the client's renewal, or the address given on,
+// which this side's file did not show (reconcile: HoldCut).
 func judgePair(peer func(event.Event) (delivered int64, known bool), copy func(event.Event) bool, replay func(event.Event) (int64, bool), stale deliver.StaleFunc) deliver.StaleFunc {
 	return func(ctx context.Context, e event.Event) (bool, event.Event) {
 		delivered, known := peer(e)
@@ -349,7 +353,7 @@ func judgePair(peer func(event.Event) (delivered int64, known bool), copy func(e
 			own, ok := replay(e)
 			return !known || !ok || delivered > own, event.Event{}
 		}
-		if own, ok := replay(e); ok && known && (e.Reason == reconcile.ReasonUnwritten || e.Reason == reconcile.ReasonEndsPassed) && delivered > own {
+		if own, ok := replay(e); ok && known && (e.Reason == reconcile.ReasonUnwritten || e.Reason == reconcile.ReasonEndsPassed || e.Reason == reconcile.ReasonStaleUpdate) && delivered > own {
 			return true, event.Event{}
 		}
 		switch {

@@ -28,6 +28,8 @@ func TestJudgePair(t *testing.T) {
 	unwritten.Reason = reconcile.ReasonUnwritten
 	passed := e
 	passed.Reason = reconcile.ReasonEndsPassed
+	cut := e
+	cut.Reason = reconcile.ReasonStaleUpdate
 	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
 	// The hooks of one ack on both servers: this side's 4 ms after the
 	// peer's at 100.000.
@@ -75,6 +77,12 @@ func TestJudgePair(t *testing.T) {
 			wantStale: true},
 		{name: "rule 3's end the peer did not answer about: the reconciler's verdict", e: passed, wantAsked: true},
 		{name: "rule 3's end whose record is lost: judged as any event", e: passed, delivered: older, known: true, unqueued: true},
+		// own: the hook's time of the end held for the life it cut
+		// (reconcile.HoldCut), which goes dated at that life's end.
+		{name: "an end held for the life it cut, the peer told nothing since the hook: sent", e: cut, delivered: own - 1, known: true},
+		{name: "an end held for the life it cut, the peer's news since the hook, older than the end's date (a renewal): dropped", e: cut, delivered: older, known: true,
+			wantStale: true},
+		{name: "an end held for the life it cut, the peer did not answer: the reconciler's verdict", e: cut, wantAsked: true},
 		{name: "the channel's copy of the peer's commit: dropped", e: commit, delivered: 100e9, known: true, isCopy: true,
 			wantStale: true},
 		{name: "the same commit, not let go as a copy (news of its MAC before it in the batch): sent", e: commit, delivered: 100e9, known: true},

@@ -186,11 +186,14 @@ type Pending struct {
 	// file a moment later); due at once, ahead, if another client's
 	// lease comes, or the same client's after the cut life's end, or if
 	// the file shows the cut life itself end (settleCut,
-	// TakeEndedBefore). Event keeps the hook's own time, so that the
-	// deliverer drops it, sent, if the peer delivered newer news
-	// meanwhile (agent: judgePair), as a renewal this side's file did
-	// not show; the pair channel does not tell the peer of it while it
-	// is held (PendingOldest), so the peer's news does not wait for it.
+	// TakeEndedBefore). It goes dated at the cut life's end (Until,
+	// moved to when the file showed that life end, or another client's
+	// lease begin, if sooner: cutEnd), weighed by the pair channel
+	// against the hook's own time (Event; queueReplay): the deliverer
+	// drops it if the peer delivered newer news than that (agent:
+	// judgePair), as a renewal this side's file did not show. The pair
+	// channel does not tell the peer of it while it is held
+	// (PendingOldest): the peer's news does not wait for it.
 	Cut   bool  `json:"cut,omitempty"`
 	Life  int64 `json:"life,omitempty"`
 	Until int64 `json:"until,omitempty"`
@@ -201,6 +204,16 @@ type Pending struct {
 // record of the stale end, which is recorded as told.
 func (p Pending) cutCovered(t Told, told bool) bool {
 	return told && !t.Recorded && satisfied(t, told, p.Event)
+}
+
+// cutEnd is p, a Cut end, as it goes: dated at Until, and recorded for
+// the pair channel to weigh against the hook's time (judgePair drops it
+// if the peer delivered newer news of the address).
+func (s *State) cutEnd(p Pending) event.Event {
+	ev := p.Event
+	ev.Timestamp, ev.TimestampNS = p.Until, 0
+	s.queueReplay(ev, p.Event)
+	return ev
 }
 
 // ownRules reports whether Due judges p by rules of its own (an untold
@@ -984,7 +997,9 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 				s.cutKept = append(s.cutKept, end) // the client's next lease by the cut life's end: it kept the address
 			case !p.cutCovered(t, told):
 				// Another client's lease, or the same client's after the
-				// cut life's end: the end first.
+				// cut life's end: the end first, dated no later.
+				p.Until = min(p.Until, ev.Timestamp)
+				end = s.cutEnd(p)
 				out = append(out, end)
 				t, told = Told{Action: end.Action, MAC: end.MAC, At: end.Timestamp}, true
 			}
@@ -1908,6 +1923,7 @@ func (s *State) Due(now int64) []event.Event {
 				if q[i].cutCovered(t, told) {
 					continue // this agent queued it, or newer news, since
 				}
+				q[i].Event = s.cutEnd(q[i]) // as it goes (the queue drops it below)
 			} else if i <= covered || s.pointless(ip, q[i], t, told) {
 				continue
 			}

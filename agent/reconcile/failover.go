@@ -481,16 +481,18 @@ const cutMargin = 2
 // client is; the grace lets a renewal in the lease's last seconds reach
 // the file), and send it at once, ahead, if another client's lease
 // comes, or the same client's after that end, or the file shows the cut
-// life end. It keeps ev's time, so that the deliverer drops it if the
-// peer delivered newer news meanwhile (a renewal this side's file did
-// not show), and the pair channel does not tell the peer of it while it
-// is held (PendingOldest): the peer's renewal does not wait for it.
-// (make chaos PAIR=1 TIMERS=maas seed 119 at 5e600ab: ends sent at the
-// cut life's end, dated there, were newer than the partner's renewal a
-// second before, which this side's file showed a moment later: 11 of 13
+// life end. It goes dated at that end, weighed by the pair channel
+// against ev's time, so that the deliverer drops it if the peer delivered
+// newer news meanwhile (a renewal this side's file did not show), and the
+// channel does not tell the peer of it while it is held (PendingOldest):
+// the peer's renewal does not wait for it. (make chaos PAIR=1
+// TIMERS=maas seed 119 at 5e600ab: ends sent at the cut life's end,
+// judged by that date, were newer than the partner's renewal a second
+// before, which this side's file showed a moment later: 11 of 13
 // violations; at 57a521e the peer's renewal waited for the end the
-// channel told it of: 1.) It reports whether it held ev: the caller then
-// neither queues nor records it.
+// channel told it of: 1; at df97141 ends dated at the hook's time were
+// older than the end of the life they cut: 4.) It reports whether it
+// held ev: the caller then neither queues nor records it.
 func (s *State) HoldCut(ev event.Event) bool {
 	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
 		return false
@@ -564,9 +566,9 @@ func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
 // lease makes them due now, ahead of it (MAAS must hear the old lease
 // end first: givenAway); an end of the cut life itself (the same
 // client's unbound block begun with that life: a release, or the
-// partner freeing it) makes them due now. Each goes at the hook's time,
-// before the lease that follows (make chaos PAIR=1 TIMERS=maas seed 119:
-// a lease freed nine seconds before its end, its end dated at the
+// partner freeing it) makes them due now, dated at that end or when the
+// file showed it, whichever is sooner (make chaos PAIR=1 TIMERS=maas seed
+// 119: a lease freed nine seconds before its end, its end dated at the
 // lease's end, reached the region after the client's next commit, and
 // ended that lease there).
 func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
@@ -580,10 +582,14 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 				s.cutKept = append(s.cutKept, p.Event)
 				changed = true
 				continue
-			case l.State == parser.StateActive && l.Starts > p.Life,
-				l.State == parser.StateActive && l.MAC != p.Event.MAC,
-				l.State != parser.StateActive && l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
-				p.Due, changed = min(p.Due, now), true
+			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life:
+				p.Due, changed = min(p.Due, now), true // the same client back after the cut life's end
+			case l.State == parser.StateActive && l.MAC != p.Event.MAC:
+				p.Until, p.Due, changed = min(p.Until, l.Starts), min(p.Due, now), true
+			case l.State != parser.StateActive && l.MAC == p.Event.MAC && l.Starts >= p.Life-commitSlack:
+				// In a pair an unbound block's end is when its state may
+				// next change: the life ended by now.
+				p.Until, p.Due, changed = min(p.Until, now, max(l.Ends, p.Life)), min(p.Due, now), true
 			}
 		}
 		keep = append(keep, p)

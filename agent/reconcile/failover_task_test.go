@@ -329,7 +329,7 @@ func waitFile(t *testing.T, h *harness, ip string, ok func(Lease) bool) {
 // partner's stale binding update of the client's life before frees it
 // and dhcpd runs this side's on expiry (make chaos PAIR=1 TIMERS=maas
 // seed 119). The expiry is held, across a restart of the agent, and
-// queued the grace after the end of the lease it cut, at the hook's time,
+// queued the grace after the end of the lease it cut, dated at that end,
 // reason stale-update (HoldCut).
 func TestTaskStaleUpdateHeld(t *testing.T) {
 	h := newHarness(t)
@@ -369,8 +369,8 @@ func TestTaskStaleUpdateHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at := qs[1].Event.Timestamp; at != now {
-		t.Errorf("the held expiry is dated %d, want the hook's time %d", at, now)
+	if at := qs[1].Event.Timestamp; at != end {
+		t.Errorf("the held expiry is dated %d, want the lease's end %d", at, end)
 	}
 	if !strings.Contains(h.logText(), "held until that lease's end") {
 		t.Errorf("the hold is not logged:\n%s", h.logText())

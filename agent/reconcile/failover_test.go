@@ -231,8 +231,8 @@ func TestFailoverRules(t *testing.T) {
 			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
 		}, then...)
 	}
-	// cutEnd is the held end as it goes: the hook's time, the reason.
-	cutEnd := "expiry 203.0.113.12 " + macA + " +11 stale-update"
+	// cutEnd is the held end as it goes, dated at.
+	cutEnd := func(at int64) string { return fmt.Sprintf("expiry 203.0.113.12 %s %+d stale-update", macA, at) }
 	// shrunkOnBoth opens the cases of a range shrink applied to both
 	// peers while both are up (as MAAS does), dropping ip1: base, then
 	// shrunk, then the rewrite's first failover record.
@@ -1026,11 +1026,11 @@ func TestFailoverRules(t *testing.T) {
 		// has the life from this side's update, with none attached.
 		name:  "a partner's stale binding update ends this side's ack: the end is held to the lease's end",
 		pair:  secondary,
-		steps: cut(step{at: 30 + grace - 1}, step{at: 30 + grace, want: []string{cutEnd}}, step{at: 10000}),
+		steps: cut(step{at: 30 + grace - 1}, step{at: 30 + grace, want: []string{cutEnd(30)}}, step{at: 10000}),
 	}, {
 		name:  "... the same on the primary",
 		pair:  primary,
-		steps: cut(step{at: 30 + grace - 1}, step{at: 30 + grace, want: []string{cutEnd}}, step{at: 10000}),
+		steps: cut(step{at: 30 + grace - 1}, step{at: 30 + grace, want: []string{cutEnd(30)}}, step{at: 10000}),
 	}, {
 		name:  "... the partner renews the client's lease first: dropped, the client kept the address",
 		pair:  secondary,
@@ -1046,7 +1046,7 @@ func TestFailoverRules(t *testing.T) {
 		name: "... the client's new lease from this side after the end: the end first, then nothing",
 		pair: secondary,
 		steps: cut(
-			step{at: 31, hook: ev(renewal("203.0.113.12", macA, t0+31, 20)), want: []string{cutEnd}},
+			step{at: 31, hook: ev(renewal("203.0.113.12", macA, t0+31, 20)), want: []string{cutEnd(30)}},
 			step{at: 31, appended: ackedBlock("203.0.113.12", "active", macA, t0+31, t0+51)},
 			step{at: 10000}),
 	}, {
@@ -1054,7 +1054,7 @@ func TestFailoverRules(t *testing.T) {
 		// that lease is the client's next life, after the cut one.
 		name:  "... the client's next lease read after the cut lease's end, before the end was sent: the end first, at the cut lease's end",
 		pair:  secondary,
-		steps: cut(step{at: 35, appended: block("203.0.113.12", "active", macA, t0+33, t0+53), want: []string{cutEnd}}, step{at: 10000}),
+		steps: cut(step{at: 35, appended: block("203.0.113.12", "active", macA, t0+33, t0+53), want: []string{cutEnd(30)}}, step{at: 10000}),
 	}, {
 		// A spool replayed after a restart tells the cut lease's own
 		// commit again: not the client's next lease.
@@ -1062,31 +1062,31 @@ func TestFailoverRules(t *testing.T) {
 		pair: secondary,
 		steps: cut(
 			step{at: 12, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			step{at: 30 + grace, want: []string{cutEnd}},
+			step{at: 30 + grace, want: []string{cutEnd(30)}},
 			step{at: 10000}),
 	}, {
 		// MAAS must hear the old lease end before another client's
 		// commit (givenAway).
 		name:  "... the partner gives the address to another client: the end at once, dated at that lease's start",
 		pair:  secondary,
-		steps: cut(step{at: 25, appended: block("203.0.113.12", "active", macB, t0+25, t0+45), want: []string{cutEnd}}, step{at: 10000}),
+		steps: cut(step{at: 25, appended: block("203.0.113.12", "active", macB, t0+25, t0+45), want: []string{cutEnd(25)}}, step{at: 10000}),
 	}, {
 		name: "... this side's hook commits another client: the end ahead of it",
 		pair: secondary,
 		steps: cut(
-			step{at: 25, hook: ev(renewal("203.0.113.12", macB, t0+25, 20)), want: []string{cutEnd}},
+			step{at: 25, hook: ev(renewal("203.0.113.12", macB, t0+25, 20)), want: []string{cutEnd(25)}},
 			step{at: 25, appended: ackedBlock("203.0.113.12", "active", macB, t0+25, t0+45)},
 			step{at: 10000}),
 	}, {
 		name:  "... the file shows the cut lease released: the end at once, at the release",
 		pair:  secondary,
-		steps: cut(step{at: 20, appended: block("203.0.113.12", "released", macA, t0+10, t0+20), want: []string{cutEnd}}, step{at: 10000}),
+		steps: cut(step{at: 20, appended: block("203.0.113.12", "released", macA, t0+10, t0+20), want: []string{cutEnd(20)}}, step{at: 10000}),
 	}, {
 		// In a pair an unbound block's end is when its state may next
 		// change: the life ended by the time the file showed it.
 		name:  "... the file shows the cut lease freed before its end, with its own times: the end at once, dated then",
 		pair:  secondary,
-		steps: cut(step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30), want: []string{cutEnd}}, step{at: 10000}),
+		steps: cut(step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30), want: []string{cutEnd(15)}}, step{at: 10000}),
 	}, {
 		name: "... the hook's expiry judged before the file shows the ack: held all the same",
 		pair: secondary,
@@ -1095,7 +1095,7 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
 			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
 			{at: 11, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30) + clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
-			{at: 30 + grace, want: []string{cutEnd}},
+			{at: 30 + grace, want: []string{cutEnd(30)}},
 			{at: 10000},
 		},
 	}, {
@@ -1109,7 +1109,7 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
 			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
 			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
-			{at: 30 + grace, want: []string{cutEnd}},
+			{at: 30 + grace, want: []string{cutEnd(30)}},
 			{at: 10000},
 		},
 	}, {
@@ -1770,8 +1770,9 @@ func TestPendingOldestLeavesStandby(t *testing.T) {
 // TestPendingOldestCut: an end held for the life it cut is not told to
 // the peer's agent while it is held: the peer's renewal of that life,
 // which this side's file may not show yet, does not wait for it, and,
-// delivered, is newer than the end, which goes at the hook's time and
-// which the deliverer then drops (agent: judgePair).
+// delivered, is newer than the hook's time the end is weighed against
+// when it goes, dated at the cut life's end: the deliverer then drops it
+// (agent: judgePair).
 func TestPendingOldestCut(t *testing.T) {
 	a := netip.MustParseAddr("203.0.113.12")
 	s := NewState(grace)
@@ -1789,8 +1790,13 @@ func TestPendingOldestCut(t *testing.T) {
 	if evs := s.Due(t0 + 30 + grace - 1); len(evs) != 0 {
 		t.Errorf("Due before the grace after the cut lease's end = %+v, want nothing", evs)
 	}
-	if evs := s.Due(t0 + 30 + grace); len(evs) != 1 || evs[0].TimestampNS != expiry.TimestampNS {
-		t.Errorf("Due the grace after the cut lease's end = %+v, want the expiry at the hook's time", evs)
+	evs := s.Due(t0 + 30 + grace)
+	if len(evs) != 1 || evs[0].Timestamp != t0+30 {
+		t.Fatalf("Due the grace after the cut lease's end = %+v, want the expiry dated at that end", evs)
+	}
+	// The pair channel weighs it against the hook's time (judgePair).
+	if own, ok := r.PairReplay(evs[0], func(ev event.Event) int64 { return ev.TimestampNS }); !ok || own != expiry.TimestampNS {
+		t.Errorf("PairReplay = %d, %t; want the hook's time %d", own, ok, expiry.TimestampNS)
 	}
 }
 
