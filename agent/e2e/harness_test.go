@@ -686,6 +686,8 @@ type hookEvent struct {
 	ip     string
 	client int    // the MAC's number
 	host   string // for commits
+	// lease is a commit's lease time in seconds (0: 600).
+	lease int
 }
 
 // mac is the MAC as dhcpd's binary-to-ascii passes it: unpadded.
@@ -762,7 +764,11 @@ func (g *gen) event(ip int) hookEvent {
 func (e *env) hookArgs(h hookEvent) []string {
 	args := []string{"notify", "--action", h.action, "--mac", h.mac(), "--ip-family", "ipv4", "--ip", h.ip}
 	if h.action == event.Commit {
-		args = append(args, "--lease-time", "600", "--hostname", h.host)
+		lease := 600
+		if h.lease > 0 {
+			lease = h.lease
+		}
+		args = append(args, "--lease-time", strconv.Itoa(lease), "--hostname", h.host)
 	}
 	return append(args, "--socket", e.socket, "--spool", e.spool)
 }

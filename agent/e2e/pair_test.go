@@ -45,7 +45,8 @@ func TestPairChannelOrder(t *testing.T) {
 
 	a.region.stop()
 	// Each address: commit on a, its release on b, a new client's commit
-	// and expiry on b, a third client's commit and release on a — each
+	// for a second and its expiry on b, a third client's commit and
+	// release on a — each
 	// hook run after the one before it finished, as the clients' packets
 	// would come, the end told by the server that acked the lease last.
 	type step struct {
@@ -54,14 +55,18 @@ func TestPairChannelOrder(t *testing.T) {
 	}
 	var steps []step
 	ips := []string{"203.0.113.100", "203.0.113.101", "203.0.113.102", "203.0.113.103"}
+	// (An expiry seconds into a lease of 600 s the same server acked
+	// is a partner's stale binding update, which the agent holds to the
+	// lease's end: reconcile.HoldCut.)
 	rounds := []struct {
 		e      *env
 		action string
 		client int
-	}{{a, event.Commit, 0}, {b, event.Release, 0}, {b, event.Commit, 1}, {b, event.Expiry, 1}, {a, event.Commit, 2}, {a, event.Release, 2}}
+		lease  int
+	}{{a, event.Commit, 0, 0}, {b, event.Release, 0, 0}, {b, event.Commit, 1, 1}, {b, event.Expiry, 1, 0}, {a, event.Commit, 2, 0}, {a, event.Release, 2, 0}}
 	for _, r := range rounds {
 		for i, ip := range ips {
-			steps = append(steps, step{r.e, hookEvent{action: r.action, ip: ip, client: 10*i + r.client + 1, host: "n"}})
+			steps = append(steps, step{r.e, hookEvent{action: r.action, ip: ip, client: 10*i + r.client + 1, host: "n", lease: r.lease}})
 		}
 	}
 	perAgent := map[*env]int{}
