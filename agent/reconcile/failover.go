@@ -528,12 +528,20 @@ func (s *State) holdCut(ev event.Event, end, life int64) {
 // cutPending reports whether an end held for the life it cut is
 // pending for ip's client mac.
 func (s *State) cutPending(ip netip.Addr, mac string) bool {
+	_, ok := s.HeldCut(ip, mac)
+	return ok
+}
+
+// HeldCut returns the end held for the life it cut that is pending for
+// ip's client mac, if there is one: its Until is the cut lease's end,
+// its Due the grace after it.
+func (s *State) HeldCut(ip netip.Addr, mac string) (Pending, bool) {
 	for _, p := range s.Pending[ip] {
 		if p.Cut && p.Event.MAC == mac {
-			return true
+			return p, true
 		}
 	}
-	return false
+	return Pending{}, false
 }
 
 // cutByFile is HoldCut for the file's side of the same moment: dhcpd

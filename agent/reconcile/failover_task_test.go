@@ -330,7 +330,7 @@ func waitFile(t *testing.T, h *harness, ip string, ok func(Lease) bool) {
 // and dhcpd runs this side's on expiry (make chaos PAIR=1 TIMERS=maas
 // seed 119). The expiry is held, across a restart of the agent, and
 // queued the grace after the end of the lease it cut, dated at that end,
-// reason stale-update (HoldCut).
+// reason stale-update (HoldCut), and the log says until when.
 func TestTaskStaleUpdateHeld(t *testing.T) {
 	h := newHarness(t)
 	h.pairHooked("secondary")
@@ -372,7 +372,7 @@ func TestTaskStaleUpdateHeld(t *testing.T) {
 	if at := qs[1].Event.Timestamp; at != end {
 		t.Errorf("the held expiry is dated %d, want the lease's end %d", at, end)
 	}
-	if !strings.Contains(h.logText(), "held until that lease's end") {
+	if want := fmt.Sprintf(`"lease_end":%d,"held_until":%d`, end, end+1); !strings.Contains(h.logText(), want) {
 		t.Errorf("the hold is not logged:\n%s", h.logText())
 	}
 }

@@ -335,8 +335,10 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 		}
 		save(ev.IP)
 		if r.st.HoldCut(ev) {
+			held, _ := r.st.HeldCut(ev.IP, ev.MAC)
 			r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
-				Msg("failover: a hook's expiry seconds into this side's own lease of the client (the partner's stale binding update of the life before): held until that lease's end, dropped if the client's next lease comes first")
+				Int64("lease_end", held.Until).Int64("held_until", held.Due).
+				Msg("failover: a hook's expiry seconds into this side's own lease of the client (the partner's stale binding update of the life before): held until the grace after that lease's end (held_until), dropped if the client's next lease comes by then")
 			continue
 		}
 		keep = r.endedBefore(keep, ev, now)
