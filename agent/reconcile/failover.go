@@ -569,7 +569,13 @@ func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
 // settleCut settles ip's ends held for the life they cut (Pending.Cut,
 // HoldCut) as the file shows l, a new block of ip: the same client's
 // next lease, begun after the cut life and by its end, drops them, the
-// client having kept the address (TakeCutKept); begun after that end
+// client having kept the address (TakeCutKept), and so does that
+// lease's end when the file shows only the end (make chaos PAIR=1
+// TIMERS=maas seed 119: the partner renewed the client two seconds
+// before the cut end and its release of that lease reached this side's
+// file, the renewal's block never did; the cut end, sent dated at the
+// cut lease's end, made the partner's agent drop its renewal as older
+// news); begun after that end
 // (read late), it makes them due now, ahead of it; another client's
 // lease makes them due now, ahead of it (MAAS must hear the old lease
 // end first: givenAway); an end of the cut life itself (the same
@@ -586,7 +592,11 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	for _, p := range q {
 		if p.Cut {
 			switch {
-			case l.State == parser.StateActive && l.MAC == p.Event.MAC && l.Starts > p.Life && l.Starts <= p.Until:
+			case l.MAC == p.Event.MAC && l.Starts <= p.Until &&
+				(l.State == parser.StateActive && l.Starts > p.Life || l.State != parser.StateActive && l.Starts > p.Life+commitSlack):
+				// An unbound block begun after the cut life is the end of
+				// the client's next life, whose block the file may never
+				// have shown: the partner's to tell, commit and end.
 				s.cutKept = append(s.cutKept, p.Event)
 				changed = true
 				continue

@@ -1036,6 +1036,20 @@ func TestFailoverRules(t *testing.T) {
 		pair:  secondary,
 		steps: cut(step{at: 25, appended: block("203.0.113.12", "active", macA, t0+25, t0+45), want: []string{"kept 203.0.113.12"}}, step{at: 10000}),
 	}, {
+		// The partner's renewal's block never reached this side's file,
+		// its release of that lease did: the partner tells both.
+		name:  "... the file shows only the end of the partner's renewal (begun before the cut lease's end): dropped, the client kept the address",
+		pair:  secondary,
+		steps: cut(step{at: 29, appended: block("203.0.113.12", "released", macA, t0+25, t0+29), want: []string{"kept 203.0.113.12"}}, step{at: 10000}),
+	}, {
+		name:  "... the file shows only the end of the client's next lease, begun after the cut lease's end: the end first, at the cut lease's end",
+		pair:  secondary,
+		steps: cut(step{at: 38, appended: block("203.0.113.12", "released", macA, t0+33, t0+38), want: []string{cutEnd(30)}}, step{at: 10000}),
+	}, {
+		name:  "... an unbound block begun with the cut life, a second off (the hook's time, not the file's): the cut lease's own end, at once",
+		pair:  secondary,
+		steps: cut(step{at: 20, appended: block("203.0.113.12", "released", macA, t0+11, t0+20), want: []string{cutEnd(20)}}, step{at: 10000}),
+	}, {
 		name: "... this side renews it first: dropped",
 		pair: secondary,
 		steps: cut(
