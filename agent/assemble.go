@@ -251,6 +251,52 @@ func (m pairMemory) Save(news map[netip.Addr]pair.News) error {
 	})
 }
 
+// pairWaitsBucket names the bucket where pairMemory keeps since when
+// each piece of the peer's news has held this agent's back (pair.Wait):
+// the address's bytes and the news's key (8 bytes, big-endian) → Unix
+// nanoseconds (8 bytes, big-endian).
+const pairWaitsBucket = "pair-waits"
+
+func (m pairMemory) LoadWaits() (map[pair.Wait]time.Time, error) {
+	out := map[pair.Wait]time.Time{}
+	err := m.store.View(pairWaitsBucket, func(b *bbolt.Bucket) error {
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if len(k) < 8 || len(v) != 8 {
+				return nil
+			}
+			ip, ok := netip.AddrFromSlice(k[:len(k)-8])
+			if ok {
+				w := pair.Wait{IP: ip.Unmap(), Key: int64(binary.BigEndian.Uint64(k[len(k)-8:]))}
+				out[w] = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (m pairMemory) SaveWaits(add map[pair.Wait]time.Time, drop []pair.Wait) error {
+	key := func(w pair.Wait) []byte { return binary.BigEndian.AppendUint64(w.IP.AsSlice(), uint64(w.Key)) }
+	ctx, cancel := context.WithTimeout(context.Background(), pairMemoryTimeout)
+	defer cancel()
+	return m.store.Update(ctx, pairWaitsBucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+		for _, w := range drop {
+			if err := b.Delete(key(w)); err != nil {
+				return nil, err
+			}
+		}
+		for w, t := range add {
+			if err := b.Put(key(w), binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano()))); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	})
+}
+
 // pairHeld answers the pair channel's question (pair.HeldFunc): what
 // this agent holds of each address, from the reconciler's pending events
 // (pending), its record of what it last queued (told) and the outbox

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
@@ -195,5 +196,47 @@ func TestPairMemory(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("Load after a reopen = %v, want %v", got, want)
+	}
+}
+
+// TestPairMemoryWaits: since when each piece of the peer's news has held
+// this agent's back, stored in the outbox's file, is what an agent
+// opening that file again loads (pair.Link restores it: hold_max bounds
+// a wait across restarts), less what it was told to forget.
+func TestPairMemoryWaits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	store, err := outbox.Open(path, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := pairMemory{store}
+	if got, err := m.LoadWaits(); err != nil || len(got) != 0 {
+		t.Fatalf("LoadWaits of a new outbox = %v, %v; want nothing", got, err)
+	}
+	v4 := pair.Wait{IP: netip.MustParseAddr("203.0.113.7"), Key: 1_796_530_348_745_372_193}
+	v6 := pair.Wait{IP: netip.MustParseAddr("2001:db8::7"), Key: 5}
+	gone := pair.Wait{IP: netip.MustParseAddr("203.0.113.8"), Key: 6}
+	t0 := time.Unix(1_796_530_000, 123)
+	if err := m.SaveWaits(map[pair.Wait]time.Time{v4: t0, v6: t0.Add(time.Second), gone: t0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SaveWaits(nil, []pair.Wait{gone}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store, err = outbox.Open(path, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	got, err := pairMemory{store}.LoadWaits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[pair.Wait]time.Time{v4: t0, v6: t0.Add(time.Second)}
+	if !maps.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("LoadWaits after a reopen = %v, want %v", got, want)
 	}
 }

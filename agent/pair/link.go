@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +46,9 @@ type Config struct {
 	// Memory, if set, keeps this agent's newest delivered news of each
 	// address across its restarts: the answers name it by its tag, so
 	// that the peer takes its copy of that news for one (CopyOf) after
-	// this agent restarted, too.
+	// this agent restarted, too. It also keeps since when each piece of
+	// the peer's news has held this agent's back (Wait), so that
+	// hold_max bounds that wait across this agent's restarts.
 	Memory Memory
 }
 
@@ -56,6 +60,13 @@ type Memory interface {
 	Load() (map[netip.Addr]News, error)
 	// Save stores the entries changed since the last Save.
 	Save(map[netip.Addr]News) error
+	// LoadWaits returns what SaveWaits stored: when each piece of the
+	// peer's news was first seen holding this agent's back.
+	LoadWaits() (map[Wait]time.Time, error)
+	// SaveWaits forgets the waits in drop, then stores those in add,
+	// first seen since the last SaveWaits. Losing them (a crash) costs a wait
+	// counted again from this run's first sight, as without a memory.
+	SaveWaits(add map[Wait]time.Time, drop []Wait) error
 }
 
 // saveEvery is how often the delivered news changed since the last save
@@ -112,9 +123,10 @@ type Link struct {
 	silentSince time.Time    // Clear's: first unanswered query since the last answer
 	lastProbe   time.Time    // Clear's: last query sent while alone
 	// Clear's: when each piece of the peer's news that held this
-	// agent's back was first seen, and those waited for hold_max.
-	seen   map[blocker]time.Time
-	gaveUp map[blocker]bool
+	// agent's back was first seen (with Config.Memory, in an earlier run
+	// too), and those waited for hold_max.
+	seen   map[Wait]time.Time
+	gaveUp map[Wait]bool
 	// stuck: the first event Clear held back for its own sake (too
 	// recent, or beyond a query's addresses), by Seq, and since when;
 	// once held for hold_max it goes whatever the rule says.
@@ -125,6 +137,10 @@ type Link struct {
 	dmu       sync.Mutex
 	delivered map[netip.Addr]News // the newest delivered news per address (Delivered; with Config.Memory, before this run too)
 	unsaved   map[netip.Addr]News // of delivered, what Config.Memory has not stored yet
+	// Of seen, what Config.Memory has not stored yet, and what it must
+	// forget.
+	unsavedWaits map[Wait]time.Time
+	droppedWaits []Wait
 	// peerDelivered: the peer's newest delivered key per address, from
 	// the answers since this agent's last delivery (a batch can be
 	// cleared by more than one question: the deliverer asks again about
@@ -228,7 +244,7 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	}
 	l := &Link{cfg: cfg, peer: peer, conn: conn, held: held, log: log, limit: lograte.New(time.Minute, now), now: now,
 		met: newMetrics(), waiters: map[[nonceLen]byte]chan *Message{},
-		seen: map[blocker]time.Time{}, gaveUp: map[blocker]bool{}, delivered: map[netip.Addr]News{},
+		seen: map[Wait]time.Time{}, gaveUp: map[Wait]bool{}, delivered: map[netip.Addr]News{},
 		readDone: make(chan struct{})}
 	if err := l.met.register(reg); err != nil {
 		conn.Close()
@@ -247,13 +263,36 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 				l.delivered[ip.Unmap()] = n
 			}
 		}
+		l.unsavedWaits = map[Wait]time.Time{}
+		if w, err := cfg.Memory.LoadWaits(); err != nil {
+			log.Warn().Err(err).Msg("pair channel: how long the peer's news has held this agent's back before its restart is not known; those waits count from now, up to hold_max")
+		} else {
+			l.restoreWaits(w)
+		}
 	}
 	go l.read()
 	return l, nil
 }
 
-// save hands what Delivered learned since the last save to Config.Memory.
+// restoreWaits takes the waits an earlier run stored as seen, the
+// newest maxWaits of them; the rest are dropped from the memory at the
+// next save.
+func (l *Link) restoreWaits(stored map[Wait]time.Time) {
+	ws := slices.Collect(maps.Keys(stored))
+	slices.SortFunc(ws, func(a, b Wait) int { return stored[b].Compare(stored[a]) })
+	for i, w := range ws {
+		if i >= maxWaits {
+			l.droppedWaits = append(l.droppedWaits, w)
+			continue
+		}
+		l.seen[w] = stored[w]
+	}
+}
+
+// save hands what Delivered learned since the last save to Config.Memory,
+// and the waits first seen or forgotten since.
 func (l *Link) save() {
+	l.saveWaits()
 	l.dmu.Lock()
 	if len(l.unsaved) == 0 {
 		l.dmu.Unlock()
@@ -272,6 +311,31 @@ func (l *Link) save() {
 				l.unsaved[ip] = n
 			}
 		}
+		l.dmu.Unlock()
+	}
+}
+
+// saveWaits is save's part for the waits.
+func (l *Link) saveWaits() {
+	l.dmu.Lock()
+	if len(l.unsavedWaits) == 0 && len(l.droppedWaits) == 0 {
+		l.dmu.Unlock()
+		return
+	}
+	add, drop := l.unsavedWaits, l.droppedWaits
+	l.unsavedWaits, l.droppedWaits = map[Wait]time.Time{}, nil
+	l.dmu.Unlock()
+	if err := l.cfg.Memory.SaveWaits(add, drop); err != nil {
+		if ok, suppressed := l.limit.Allow("memory-waits"); ok {
+			l.log.Warn().Err(err).Int("suppressed", suppressed).Msg("pair channel: since when the peer's news has held this agent's back is not stored; after a restart those waits count from then")
+		}
+		l.dmu.Lock()
+		for w, t := range add {
+			if _, again := l.unsavedWaits[w]; !again {
+				l.unsavedWaits[w] = t
+			}
+		}
+		l.droppedWaits = append(l.droppedWaits, drop...)
 		l.dmu.Unlock()
 	}
 }
@@ -736,33 +800,36 @@ func (l *Link) forced(q event.Queued) bool {
 	return l.stuckGone && q.Seq == l.stuck
 }
 
-// blocker is one piece of the peer's news, as its answers name it.
-type blocker struct {
-	ip  netip.Addr
-	key int64
+// Wait is one piece of the peer's news, as its answers name it, that
+// held this agent's news of its address back.
+type Wait struct {
+	IP  netip.Addr
+	Key int64
 }
 
-// maxBlockers bounds Link.seen: beyond it the oldest are forgotten (a
+// maxWaits bounds Link.seen: beyond it the oldest are forgotten (a
 // forgotten one still held by the peer is waited for once more).
-const maxBlockers = 4096
+const maxWaits = 4096
 
 // overdue reports whether the peer's news key for ip has been seen held
 // for HoldMax: this agent's news of ip no longer waits for it. The first
 // time it is, the wait is logged and counted.
 func (l *Link) overdue(ip netip.Addr, key int64, now time.Time) bool {
-	b := blocker{ip, key}
+	b := Wait{ip, key}
 	first, ok := l.seen[b]
 	if !ok {
-		if len(l.seen) >= maxBlockers {
-			var oldest blocker
+		if len(l.seen) >= maxWaits {
+			var oldest Wait
 			for k, t := range l.seen {
-				if oldest.ip == (netip.Addr{}) || t.Before(l.seen[oldest]) {
+				if oldest.IP == (netip.Addr{}) || t.Before(l.seen[oldest]) {
 					oldest = k
 				}
 			}
 			delete(l.seen, oldest)
+			l.remember(oldest, time.Time{})
 		}
 		l.seen[b] = now
+		l.remember(b, now)
 		return false
 	}
 	w := now.Sub(first)
@@ -770,7 +837,7 @@ func (l *Link) overdue(ip netip.Addr, key int64, now time.Time) bool {
 		return false
 	}
 	if !l.gaveUp[b] {
-		if len(l.gaveUp) >= maxBlockers {
+		if len(l.gaveUp) >= maxWaits {
 			clear(l.gaveUp)
 		}
 		l.gaveUp[b] = true
@@ -779,6 +846,25 @@ func (l *Link) overdue(ip netip.Addr, key int64, now time.Time) bool {
 			Msg("the peer agent has held older news of the address for hold_max: this agent's news of it goes on without waiting")
 	}
 	return true
+}
+
+// remember has Config.Memory store w as first seen at t, or forget it
+// (t zero).
+func (l *Link) remember(w Wait, t time.Time) {
+	if l.cfg.Memory == nil {
+		return
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if t.IsZero() {
+		if _, unsaved := l.unsavedWaits[w]; unsaved {
+			delete(l.unsavedWaits, w)
+			return
+		}
+		l.droppedWaits = append(l.droppedWaits, w)
+		return
+	}
+	l.unsavedWaits[w] = t
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -475,8 +475,28 @@ func copyOfAck(t *testing.T, a, b end, deliver bool) {
 
 // memory is a Memory in a map.
 type memory struct {
-	mu sync.Mutex
-	m  map[netip.Addr]News
+	mu    sync.Mutex
+	m     map[netip.Addr]News
+	waits map[Wait]time.Time
+}
+
+func (m *memory) LoadWaits() (map[Wait]time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.waits), nil
+}
+
+func (m *memory) SaveWaits(add map[Wait]time.Time, drop []Wait) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waits == nil {
+		m.waits = map[Wait]time.Time{}
+	}
+	for _, w := range drop {
+		delete(m.waits, w)
+	}
+	maps.Copy(m.waits, add)
+	return nil
 }
 
 func (m *memory) Load() (map[netip.Addr]News, error) {
@@ -542,5 +562,76 @@ func TestLinkMemoryAtClose(t *testing.T) {
 	}
 	if n, ok := mem.get(netip.MustParseAddr("203.0.113.2")); !ok || n.Key != Key(q.Event) {
 		t.Errorf("stored %+v, %v after Close; want the delivered news", n, ok)
+	}
+}
+
+// TestLinkHoldMaxAcrossRestart: hold_max bounds a wait on the peer's
+// news across this agent's restarts. The agent waited on the peer's
+// older news, restarted, and found the peer still holding it a minute
+// (hold_max) after it first did: its news goes at once, not after
+// another hold_max (make chaos PAIR=1 TIMERS=maas seed 118: each rack's
+// agent restarted while it waited on the other's older news, each wait
+// started again, and the one that went first made the other's news of
+// a lease's end and the client's next lease older than what the region
+// had, dropped unsent).
+func TestLinkHoldMaxAcrossRestart(t *testing.T) {
+	mem := &memory{m: map[netip.Addr]News{}}
+	const older = 999_999e9 // the peer's news, older than the batch's
+	a, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem)
+	a.h.set("203.0.113.1", older)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if got := b.l.Clear(ctx, batchAt("203.0.113.1")); got != nil {
+		t.Fatalf("cleared %d events while the peer holds older news", len(got))
+	}
+	if err := b.l.Close(); err != nil { // the agent stops (its last save)
+		t.Fatal(err)
+	}
+	later := func() time.Time { return time.Now().Add(time.Minute + time.Second) }
+	a, b = twoLinksClock(t, time.Minute, nil, nil, false, later, mem) // back, the peer still holding it
+	a.h.set("203.0.113.1", older)
+	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if got := b.l.Clear(ctx, batchAt("203.0.113.1")); len(got) != 1 {
+		t.Fatalf("cleared %d events: the peer's news held this agent's for hold_max before the restart, want the batch at once", len(got))
+	}
+	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyPeerOlder)); v != 1 {
+		t.Errorf("gave up %v times, want 1", v)
+	}
+}
+
+// TestLinkWaitsForgotten: a wait forgotten beyond maxWaits is forgotten
+// by the memory too, and one stored beyond it is dropped from it at the
+// next save.
+func TestLinkWaitsForgotten(t *testing.T) {
+	mem := &memory{m: map[netip.Addr]News{}, waits: map[Wait]time.Time{}}
+	t0 := time.Unix(1_000_000, 0)
+	for i := range maxWaits + 1 {
+		mem.waits[Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: int64(i)}] = t0.Add(time.Duration(i) * time.Second)
+	}
+	l, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: testKey, HoldMax: time.Minute, Memory: mem},
+		(&peerHeld{keys: map[netip.Addr]int64{}}).held, zerolog.New(zerolog.NewTestWriter(t)), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: 0}
+	if _, ok := l.seen[oldest]; ok || len(l.seen) != maxWaits {
+		t.Errorf("restored %d waits (the oldest among them: %v), want the newest %d", len(l.seen), ok, maxWaits)
+	}
+	fresh := Wait{IP: netip.MustParseAddr("203.0.113.2"), Key: 7}
+	l.overdue(fresh.IP, fresh.Key, t0.Add(time.Hour)) // forgets the oldest restored one
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := mem.LoadWaits()
+	second := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: 1}
+	if _, ok := w[oldest]; ok {
+		t.Error("the wait stored beyond maxWaits is still stored")
+	}
+	if _, ok := w[second]; ok {
+		t.Error("the wait forgotten for a new one is still stored")
+	}
+	if got := w[fresh]; !got.Equal(t0.Add(time.Hour)) || len(w) != maxWaits {
+		t.Errorf("stored %d waits, the new one first seen %v; want %d, %v", len(w), got, maxWaits, t0.Add(time.Hour))
 	}
 }
