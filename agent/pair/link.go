@@ -861,7 +861,9 @@ func (l *Link) remember(w Wait, t time.Time) {
 			delete(l.unsavedWaits, w)
 			return
 		}
-		l.droppedWaits = append(l.droppedWaits, w)
+		if len(l.droppedWaits) < maxWaits { // (saves failing: a stored one beyond maxWaits is dropped at the next start)
+			l.droppedWaits = append(l.droppedWaits, w)
+		}
 		return
 	}
 	l.unsavedWaits[w] = t
