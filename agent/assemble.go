@@ -251,14 +251,14 @@ func (m pairMemory) Save(news map[netip.Addr]pair.News) error {
 	})
 }
 
-// pairWaitsBucket names the bucket where pairMemory keeps since when
-// each piece of the peer's news has held this agent's back (pair.Wait):
-// the address's bytes and the news's key (8 bytes, big-endian) → Unix
-// nanoseconds (8 bytes, big-endian).
+// pairWaitsBucket names the bucket where pairMemory keeps how long each
+// piece of the peer's news has held this agent's back (pair.Wait): the
+// address's bytes and the news's key (8 bytes, big-endian) → nanoseconds
+// (8 bytes, big-endian).
 const pairWaitsBucket = "pair-waits"
 
-func (m pairMemory) LoadWaits() (map[pair.Wait]time.Time, error) {
-	out := map[pair.Wait]time.Time{}
+func (m pairMemory) LoadWaits() (map[pair.Wait]time.Duration, error) {
+	out := map[pair.Wait]time.Duration{}
 	err := m.store.View(pairWaitsBucket, func(b *bbolt.Bucket) error {
 		if b == nil {
 			return nil
@@ -270,7 +270,7 @@ func (m pairMemory) LoadWaits() (map[pair.Wait]time.Time, error) {
 			ip, ok := netip.AddrFromSlice(k[:len(k)-8])
 			if ok {
 				w := pair.Wait{IP: ip.Unmap(), Key: int64(binary.BigEndian.Uint64(k[len(k)-8:]))}
-				out[w] = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
+				out[w] = time.Duration(binary.BigEndian.Uint64(v))
 			}
 			return nil
 		})
@@ -278,7 +278,7 @@ func (m pairMemory) LoadWaits() (map[pair.Wait]time.Time, error) {
 	return out, err
 }
 
-func (m pairMemory) SaveWaits(add map[pair.Wait]time.Time, drop []pair.Wait) error {
+func (m pairMemory) SaveWaits(add map[pair.Wait]time.Duration, drop []pair.Wait) error {
 	key := func(w pair.Wait) []byte { return binary.BigEndian.AppendUint64(w.IP.AsSlice(), uint64(w.Key)) }
 	ctx, cancel := context.WithTimeout(context.Background(), pairMemoryTimeout)
 	defer cancel()
@@ -288,8 +288,8 @@ func (m pairMemory) SaveWaits(add map[pair.Wait]time.Time, drop []pair.Wait) err
 				return nil, err
 			}
 		}
-		for w, t := range add {
-			if err := b.Put(key(w), binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano()))); err != nil {
+		for w, d := range add {
+			if err := b.Put(key(w), binary.BigEndian.AppendUint64(nil, uint64(d))); err != nil {
 				return nil, err
 			}
 		}

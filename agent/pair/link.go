@@ -1,6 +1,7 @@
 package pair
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -60,13 +61,15 @@ type Memory interface {
 	Load() (map[netip.Addr]News, error)
 	// Save stores the entries changed since the last Save.
 	Save(map[netip.Addr]News) error
-	// LoadWaits returns what SaveWaits stored: when each piece of the
-	// peer's news was first seen holding this agent's back.
-	LoadWaits() (map[Wait]time.Time, error)
-	// SaveWaits forgets the waits in drop, then stores those in add,
-	// first seen since the last SaveWaits. Losing them (a crash) costs a wait
-	// counted again from this run's first sight, as without a memory.
-	SaveWaits(add map[Wait]time.Time, drop []Wait) error
+	// LoadWaits returns what SaveWaits stored: how long each piece of
+	// the peer's news had held this agent's back when last seen doing
+	// so.
+	LoadWaits() (map[Wait]time.Duration, error)
+	// SaveWaits forgets the waits in drop, then stores those in add
+	// (seen or seen longer since the last SaveWaits). Losing them (a
+	// crash) costs a wait counted again from what was stored, or from
+	// this run's first sight, as without a memory.
+	SaveWaits(add map[Wait]time.Duration, drop []Wait) error
 }
 
 // saveEvery is how often the delivered news changed since the last save
@@ -139,7 +142,7 @@ type Link struct {
 	unsaved   map[netip.Addr]News // of delivered, what Config.Memory has not stored yet
 	// Of seen, what Config.Memory has not stored yet, and what it must
 	// forget.
-	unsavedWaits map[Wait]time.Time
+	unsavedWaits map[Wait]time.Duration
 	droppedWaits []Wait
 	// peerDelivered: the peer's newest delivered key per address, from
 	// the answers since this agent's last delivery (a batch can be
@@ -263,7 +266,7 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 				l.delivered[ip.Unmap()] = n
 			}
 		}
-		l.unsavedWaits = map[Wait]time.Time{}
+		l.unsavedWaits = map[Wait]time.Duration{}
 		if w, err := cfg.Memory.LoadWaits(); err != nil {
 			log.Warn().Err(err).Msg("pair channel: how long the peer's news has held this agent's back before its restart is not known; those waits count from now, up to hold_max")
 		} else {
@@ -274,18 +277,22 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	return l, nil
 }
 
-// restoreWaits takes the waits an earlier run stored as seen, the
-// newest maxWaits of them; the rest are dropped from the memory at the
-// next save.
-func (l *Link) restoreWaits(stored map[Wait]time.Time) {
+// restoreWaits takes the waits an earlier run stored as seen: each as
+// first seen as long ago as it had held this agent's back then, so that
+// the time this agent was down does not count (the peer's own start-up
+// judgment may hold its news for a while: hold_max is the wait's, not
+// the outage's), nor a clock stepped meanwhile. The maxWaits longest
+// are kept; the rest are dropped from the memory at the next save.
+func (l *Link) restoreWaits(stored map[Wait]time.Duration) {
+	now := l.now()
 	ws := slices.Collect(maps.Keys(stored))
-	slices.SortFunc(ws, func(a, b Wait) int { return stored[b].Compare(stored[a]) })
+	slices.SortFunc(ws, func(a, b Wait) int { return cmp.Compare(stored[b], stored[a]) })
 	for i, w := range ws {
 		if i >= maxWaits {
 			l.droppedWaits = append(l.droppedWaits, w)
 			continue
 		}
-		l.seen[w] = stored[w]
+		l.seen[w] = now.Add(-max(stored[w], 0))
 	}
 }
 
@@ -323,19 +330,27 @@ func (l *Link) saveWaits() {
 		return
 	}
 	add, drop := l.unsavedWaits, l.droppedWaits
-	l.unsavedWaits, l.droppedWaits = map[Wait]time.Time{}, nil
+	l.unsavedWaits, l.droppedWaits = map[Wait]time.Duration{}, nil
 	l.dmu.Unlock()
 	if err := l.cfg.Memory.SaveWaits(add, drop); err != nil {
 		if ok, suppressed := l.limit.Allow("memory-waits"); ok {
-			l.log.Warn().Err(err).Int("suppressed", suppressed).Msg("pair channel: since when the peer's news has held this agent's back is not stored; after a restart those waits count from then")
+			l.log.Warn().Err(err).Int("suppressed", suppressed).Msg("pair channel: how long the peer's news has held this agent's back is not stored; after a restart those waits count from what was")
 		}
 		l.dmu.Lock()
-		for w, t := range add {
-			if _, again := l.unsavedWaits[w]; !again {
-				l.unsavedWaits[w] = t
+		forgotten := make(map[Wait]bool, len(l.droppedWaits))
+		for _, w := range l.droppedWaits {
+			forgotten[w] = true
+		}
+		for w, d := range add {
+			if _, newer := l.unsavedWaits[w]; !newer && !forgotten[w] {
+				l.unsavedWaits[w] = d
 			}
 		}
-		l.droppedWaits = append(l.droppedWaits, drop...)
+		for _, w := range drop { // (not of unsavedWaits: one seen again since is stored after the drops)
+			if len(l.droppedWaits) < maxWaits {
+				l.droppedWaits = append(l.droppedWaits, w)
+			}
+		}
 		l.dmu.Unlock()
 	}
 }
@@ -826,13 +841,14 @@ func (l *Link) overdue(ip netip.Addr, key int64, now time.Time) bool {
 				}
 			}
 			delete(l.seen, oldest)
-			l.remember(oldest, time.Time{})
+			l.forget(oldest)
 		}
 		l.seen[b] = now
-		l.remember(b, now)
+		l.remember(b, 0)
 		return false
 	}
 	w := now.Sub(first)
+	l.remember(b, w)
 	if w < l.cfg.HoldMax {
 		return false
 	}
@@ -848,25 +864,34 @@ func (l *Link) overdue(ip netip.Addr, key int64, now time.Time) bool {
 	return true
 }
 
-// remember has Config.Memory store w as first seen at t, or forget it
-// (t zero).
-func (l *Link) remember(w Wait, t time.Time) {
+// remember has Config.Memory store that w has held this agent's news
+// back for d by now.
+func (l *Link) remember(w Wait, d time.Duration) {
 	if l.cfg.Memory == nil {
 		return
 	}
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	if t.IsZero() {
-		if _, unsaved := l.unsavedWaits[w]; unsaved {
-			delete(l.unsavedWaits, w)
-			return
-		}
-		if len(l.droppedWaits) < maxWaits { // (saves failing: a stored one beyond maxWaits is dropped at the next start)
-			l.droppedWaits = append(l.droppedWaits, w)
-		}
+	l.unsavedWaits[w] = d
+}
+
+// forget has Config.Memory forget w.
+func (l *Link) forget(w Wait) {
+	if l.cfg.Memory == nil {
 		return
 	}
-	l.unsavedWaits[w] = t
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	l.forgetLocked(w)
+}
+
+// forgetLocked is forget with dmu held. (Saves failing, what is dropped
+// beyond maxWaits stays stored, and is dropped at the next start.)
+func (l *Link) forgetLocked(w Wait) {
+	delete(l.unsavedWaits, w)
+	if len(l.droppedWaits) < maxWaits {
+		l.droppedWaits = append(l.droppedWaits, w)
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

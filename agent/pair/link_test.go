@@ -477,20 +477,20 @@ func copyOfAck(t *testing.T, a, b end, deliver bool) {
 type memory struct {
 	mu    sync.Mutex
 	m     map[netip.Addr]News
-	waits map[Wait]time.Time
+	waits map[Wait]time.Duration
 }
 
-func (m *memory) LoadWaits() (map[Wait]time.Time, error) {
+func (m *memory) LoadWaits() (map[Wait]time.Duration, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.waits), nil
 }
 
-func (m *memory) SaveWaits(add map[Wait]time.Time, drop []Wait) error {
+func (m *memory) SaveWaits(add map[Wait]time.Duration, drop []Wait) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.waits == nil {
-		m.waits = map[Wait]time.Time{}
+		m.waits = map[Wait]time.Duration{}
 	}
 	for _, w := range drop {
 		delete(m.waits, w)
@@ -566,37 +566,41 @@ func TestLinkMemoryAtClose(t *testing.T) {
 }
 
 // TestLinkHoldMaxAcrossRestart: hold_max bounds a wait on the peer's
-// news across this agent's restarts. The agent waited on the peer's
-// older news, restarted, and found the peer still holding it a minute
-// (hold_max) after it first did: its news goes at once, not after
-// another hold_max (make chaos PAIR=1 TIMERS=maas seed 118: each rack's
-// agent restarted while it waited on the other's older news, each wait
-// started again, and the one that went first made the other's news of
-// a lease's end and the client's next lease older than what the region
-// had, dropped unsent).
+// news across this agent's restarts, counting the time the news held
+// this agent's back, not the time this agent was down (make chaos PAIR=1
+// TIMERS=maas seed 118: each rack's agent restarted while it waited on
+// the other's older news, each wait started again, and the one that
+// went first made the other's news of a lease's end and the client's
+// next lease older than what the region had, dropped unsent).
 func TestLinkHoldMaxAcrossRestart(t *testing.T) {
-	mem := &memory{m: map[netip.Addr]News{}}
 	const older = 999_999e9 // the peer's news, older than the batch's
-	a, b := twoLinksClock(t, time.Minute, nil, nil, false, nil, mem)
-	a.h.set("203.0.113.1", older)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	if got := b.l.Clear(ctx, batchAt("203.0.113.1")); got != nil {
-		t.Fatalf("cleared %d events while the peer holds older news", len(got))
-	}
-	if err := b.l.Close(); err != nil { // the agent stops (its last save)
-		t.Fatal(err)
-	}
-	later := func() time.Time { return time.Now().Add(time.Minute + time.Second) }
-	a, b = twoLinksClock(t, time.Minute, nil, nil, false, later, mem) // back, the peer still holding it
-	a.h.set("203.0.113.1", older)
-	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if got := b.l.Clear(ctx, batchAt("203.0.113.1")); len(got) != 1 {
-		t.Fatalf("cleared %d events: the peer's news held this agent's for hold_max before the restart, want the batch at once", len(got))
-	}
-	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyPeerOlder)); v != 1 {
-		t.Errorf("gave up %v times, want 1", v)
+	w := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: older}
+	hourLater := func() time.Time { return time.Now().Add(time.Hour) } // the agent down for an hour
+	for _, c := range []struct {
+		name   string
+		waited time.Duration // by the earlier run
+		goes   bool
+	}{
+		{"waited 59.5 s of a minute: goes within a second", 59500 * time.Millisecond, true},
+		{"waited 10 s of a minute, then down an hour: still held", 10 * time.Second, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := &memory{m: map[netip.Addr]News{}, waits: map[Wait]time.Duration{w: c.waited}}
+			a, b := twoLinksClock(t, time.Minute, nil, nil, false, hourLater, mem)
+			a.h.set("203.0.113.1", older)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			got := b.l.Clear(ctx, batchAt("203.0.113.1"))
+			if c.goes != (len(got) == 1) {
+				t.Fatalf("cleared %d events; want the batch: %v", len(got), c.goes)
+			}
+			if err := b.l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := mem.LoadWaits(); d[w] <= c.waited || d[w] > c.waited+3*time.Second {
+				t.Errorf("stored %v waited, want the earlier run's %v and this one's", d[w], c.waited)
+			}
+		})
 	}
 }
 
@@ -604,34 +608,33 @@ func TestLinkHoldMaxAcrossRestart(t *testing.T) {
 // by the memory too, and one stored beyond it is dropped from it at the
 // next save.
 func TestLinkWaitsForgotten(t *testing.T) {
-	mem := &memory{m: map[netip.Addr]News{}, waits: map[Wait]time.Time{}}
-	t0 := time.Unix(1_000_000, 0)
+	mem := &memory{m: map[netip.Addr]News{}, waits: map[Wait]time.Duration{}}
 	for i := range maxWaits + 1 {
-		mem.waits[Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: int64(i)}] = t0.Add(time.Duration(i) * time.Second)
+		mem.waits[Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: int64(i)}] = time.Duration(i+1) * time.Second
 	}
-	l, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: testKey, HoldMax: time.Minute, Memory: mem},
+	l, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: testKey, HoldMax: time.Hour * 24, Memory: mem},
 		(&peerHeld{keys: map[netip.Addr]int64{}}).held, zerolog.New(zerolog.NewTestWriter(t)), prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldest := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: 0}
-	if _, ok := l.seen[oldest]; ok || len(l.seen) != maxWaits {
-		t.Errorf("restored %d waits (the oldest among them: %v), want the newest %d", len(l.seen), ok, maxWaits)
+	shortest := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: 0}
+	if _, ok := l.seen[shortest]; ok || len(l.seen) != maxWaits {
+		t.Errorf("restored %d waits (the shortest among them: %v), want the longest %d", len(l.seen), ok, maxWaits)
 	}
 	fresh := Wait{IP: netip.MustParseAddr("203.0.113.2"), Key: 7}
-	l.overdue(fresh.IP, fresh.Key, t0.Add(time.Hour)) // forgets the oldest restored one
+	l.overdue(fresh.IP, fresh.Key, time.Now()) // forgets the oldest, the longest waited
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w, _ := mem.LoadWaits()
-	second := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: 1}
-	if _, ok := w[oldest]; ok {
+	ws, _ := mem.LoadWaits()
+	longest := Wait{IP: netip.MustParseAddr("203.0.113.1"), Key: maxWaits}
+	if _, ok := ws[shortest]; ok {
 		t.Error("the wait stored beyond maxWaits is still stored")
 	}
-	if _, ok := w[second]; ok {
+	if _, ok := ws[longest]; ok {
 		t.Error("the wait forgotten for a new one is still stored")
 	}
-	if got := w[fresh]; !got.Equal(t0.Add(time.Hour)) || len(w) != maxWaits {
-		t.Errorf("stored %d waits, the new one first seen %v; want %d, %v", len(w), got, maxWaits, t0.Add(time.Hour))
+	if d, ok := ws[fresh]; !ok || d != 0 || len(ws) != maxWaits {
+		t.Errorf("stored %d waits, the new one %v (%v); want %d, 0", len(ws), d, ok, maxWaits)
 	}
 }
