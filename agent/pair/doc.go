@@ -42,8 +42,9 @@
 //     NewestForPair), so that the region is never left on the older;
 //   - a piece of the peer's news seen held for hold_max no longer holds
 //     this agent's news back (the peer's region link failing, or its
-//     start-up judgment of what it held), counted from when this agent
-//     first saw it held, in an earlier run too (Config.Memory);
+//     start-up judgment of what it held), counting the time it held
+//     this agent's back in earlier runs too (Config.Memory), not the
+//     time this agent was down;
 //   - an event held for its own sake (dated ahead of the clock, or beyond
 //     a query's addresses) goes once it has been the first held for
 //     hold_max;
