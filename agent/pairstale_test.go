@@ -182,15 +182,7 @@ func TestPairMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want[v4] = newer
-	if err := store.Close(); err != nil {
-		t.Fatal(err)
-	}
-	store, err = outbox.Open(path, outbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	got, err := pairMemory{store}.Load()
+	got, err := pairMemory{reopen(t, store, path)}.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,19 +214,26 @@ func TestPairMemoryWaits(t *testing.T) {
 	if err := m.SaveWaits(map[pair.Wait]time.Duration{v4: 59 * time.Second}, []pair.Wait{gone}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Close(); err != nil {
-		t.Fatal(err)
-	}
-	store, err = outbox.Open(path, outbox.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	got, err := pairMemory{store}.LoadWaits()
+	got, err := pairMemory{reopen(t, store, path)}.LoadWaits()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := map[pair.Wait]time.Duration{v4: 59 * time.Second, v6: 0}; !maps.Equal(got, want) {
 		t.Errorf("LoadWaits after a reopen = %v, want %v", got, want)
 	}
+}
+
+// reopen closes store and opens the outbox at path again, closed when
+// the test ends.
+func reopen(t *testing.T, store *outbox.Store, path string) *outbox.Store {
+	t.Helper()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store, err := outbox.Open(path, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
 }
