@@ -47,7 +47,7 @@ type Config struct {
 	// Memory, if set, keeps this agent's newest delivered news of each
 	// address across its restarts: the answers name it by its tag, so
 	// that the peer takes its copy of that news for one (CopyOf) after
-	// this agent restarted, too. It also keeps since when each piece of
+	// this agent restarted, too. It also keeps how long each piece of
 	// the peer's news has held this agent's back (Wait), so that
 	// hold_max bounds that wait across this agent's restarts.
 	Memory Memory
@@ -126,8 +126,9 @@ type Link struct {
 	silentSince time.Time    // Clear's: first unanswered query since the last answer
 	lastProbe   time.Time    // Clear's: last query sent while alone
 	// Clear's: when each piece of the peer's news that held this
-	// agent's back was first seen (with Config.Memory, in an earlier run
-	// too), and those waited for hold_max.
+	// agent's back was first seen (with Config.Memory, taken as long ago
+	// as it had held it back in earlier runs: restoreWaits), and those
+	// waited for hold_max.
 	seen   map[Wait]time.Time
 	gaveUp map[Wait]bool
 	// stuck: the first event Clear held back for its own sake (too
@@ -882,14 +883,8 @@ func (l *Link) forget(w Wait) {
 	}
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	l.forgetLocked(w)
-}
-
-// forgetLocked is forget with dmu held. (Saves failing, what is dropped
-// beyond maxWaits stays stored, and is dropped at the next start.)
-func (l *Link) forgetLocked(w Wait) {
 	delete(l.unsavedWaits, w)
-	if len(l.droppedWaits) < maxWaits {
+	if len(l.droppedWaits) < maxWaits { // (saves failing: one stored beyond maxWaits is dropped at the next start)
 		l.droppedWaits = append(l.droppedWaits, w)
 	}
 }
