@@ -492,50 +492,44 @@ const cutMargin = 2
 // violations; at 57a521e the peer's renewal waited for the end the
 // channel told it of: 1; at df97141 ends dated at the hook's time were
 // older than the end of the life they cut: 4.) It reports whether it
-// held ev: the caller then neither queues nor records it.
-func (s *State) HoldCut(ev event.Event) bool {
+// held ev, and the end held (its Until the cut lease's end, its Due the
+// grace after it): the caller then neither queues nor records ev.
+func (s *State) HoldCut(ev event.Event) (Pending, bool) {
 	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
-		return false
+		return Pending{}, false
 	}
 	if p := s.pairOf(ev.IP); !p.InPair() || p.Recovering() {
-		return false
+		return Pending{}, false
 	}
-	if s.cutPending(ev.IP, ev.MAC) {
-		return true // the file showed the update first (cutByFile)
+	if p, ok := s.heldCut(ev.IP, ev.MAC); ok {
+		return p, true // the file showed the update first (cutByFile)
 	}
 	t, ok := s.Told[ev.IP]
 	if !ok || t.Action != event.Commit || t.MAC != ev.MAC || t.PeerOwns {
-		return false
+		return Pending{}, false
 	}
 	end, life := t.Ends, t.At
 	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && l.MAC == ev.MAC && l.Starts >= t.At-commitSlack {
 		end, life = l.Ends, l.Starts
 	}
 	if end == math.MaxInt64 || end < ev.Timestamp+cutMargin {
-		return false
+		return Pending{}, false
 	}
-	s.holdCut(ev, end, life)
-	return true
+	return s.holdCut(ev, end, life), true
 }
 
 // holdCut schedules ev, an expiry, as the end held for the life that
-// began at life and ends at end (Pending.Cut).
-func (s *State) holdCut(ev event.Event, end, life int64) {
+// began at life and ends at end (Pending.Cut), and returns it.
+func (s *State) holdCut(ev event.Event, end, life int64) Pending {
 	ev.Reason = ReasonStaleUpdate
-	s.schedule(ev.IP, Pending{Event: ev, Due: end + s.Grace, Cut: true, Life: life, Until: end})
+	p := Pending{Event: ev, Due: end + s.Grace, Cut: true, Life: life, Until: end}
+	s.schedule(ev.IP, p)
+	return p
 }
 
-// cutPending reports whether an end held for the life it cut is
-// pending for ip's client mac.
-func (s *State) cutPending(ip netip.Addr, mac string) bool {
-	_, ok := s.HeldCut(ip, mac)
-	return ok
-}
-
-// HeldCut returns the end held for the life it cut that is pending for
-// ip's client mac, if there is one: its Until is the cut lease's end,
-// its Due the grace after it.
-func (s *State) HeldCut(ip netip.Addr, mac string) (Pending, bool) {
+// heldCut returns the end held for the life it cut that is pending for
+// ip's client mac, if there is one.
+func (s *State) heldCut(ip netip.Addr, mac string) (Pending, bool) {
 	for _, p := range s.Pending[ip] {
 		if p.Cut && p.Event.MAC == mac {
 			return p, true
@@ -560,7 +554,10 @@ func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
 	if p := s.pairOf(ip); !p.InPair() || p.Recovering() {
 		return
 	}
-	if t, ok := s.Told[ip]; !ok || t.Action != event.Commit || t.MAC != l.MAC || t.PeerOwns || s.cutPending(ip, l.MAC) {
+	if t, ok := s.Told[ip]; !ok || t.Action != event.Commit || t.MAC != l.MAC || t.PeerOwns {
+		return
+	}
+	if _, held := s.heldCut(ip, l.MAC); held {
 		return
 	}
 	s.holdCut(event.Event{Action: event.Expiry, Family: l.Family, MAC: l.MAC, DUID: l.DUID, IP: ip, Timestamp: now, Source: event.SourceFile}, prev.Ends, prev.Starts)
@@ -592,11 +589,7 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	for _, p := range q {
 		if p.Cut {
 			switch {
-			case l.MAC == p.Event.MAC && l.Starts <= p.Until &&
-				(l.State == parser.StateActive && l.Starts > p.Life || l.State != parser.StateActive && l.Starts > p.Life+commitSlack):
-				// An unbound block begun after the cut life is the end of
-				// the client's next life, whose block the file may never
-				// have shown: the partner's to tell, commit and end.
+			case l.MAC == p.Event.MAC && p.nextLife(l) && l.Starts <= p.Until:
 				s.cutKept = append(s.cutKept, p.Event)
 				changed = true
 				continue
@@ -615,6 +608,18 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	if changed {
 		s.setPending(ip, keep)
 	}
+}
+
+// nextLife reports whether l, a block of p's client, belongs to a life
+// begun after the one p, a Cut end, cut: an active block begun after
+// it, or an unbound one begun more than commitSlack after it — the end
+// of that next life, whose own block the file may never have shown
+// (the partner's to tell, commit and end), not the cut life's own end.
+func (p Pending) nextLife(l Lease) bool {
+	if l.State == parser.StateActive {
+		return l.Starts > p.Life
+	}
+	return l.Starts > p.Life+commitSlack
 }
 
 // behindPeerRecord reports whether ev, a hook's event of this side's,

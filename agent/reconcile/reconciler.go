@@ -334,8 +334,7 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 			continue
 		}
 		save(ev.IP)
-		if r.st.HoldCut(ev) {
-			held, _ := r.st.HeldCut(ev.IP, ev.MAC)
+		if held, ok := r.st.HoldCut(ev); ok {
 			r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
 				Int64("lease_end", held.Until).Int64("held_until", held.Due).
 				Msg("failover: a hook's expiry seconds into this side's own lease of the client (the partner's stale binding update of the life before): held until the grace after that lease's end (held_until), dropped if the client's next lease comes by then")
