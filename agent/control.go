@@ -7,10 +7,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/user"
-	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
 
 // The control socket (control.socket) serves what changes or discloses
@@ -82,12 +82,9 @@ func listenControl(path, group string) (*net.UnixListener, error) {
 	gid := -1
 	mode := os.FileMode(0o600)
 	if group != "" {
-		g, err := user.LookupGroup(group)
-		if err != nil {
-			return nil, fmt.Errorf("control.group: %w", err)
-		}
-		if gid, err = strconv.Atoi(g.Gid); err != nil {
-			return nil, fmt.Errorf("control.group %s: gid %q", group, g.Gid)
+		var err error
+		if gid, err = sockgroup.Lookup("control.group", group); err != nil {
+			return nil, err
 		}
 		mode = 0o660
 	}
@@ -104,7 +101,7 @@ func listenControl(path, group string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	if gid >= 0 {
-		if err := os.Lchown(tmp, -1, gid); err != nil {
+		if err := sockgroup.Give(tmp, gid, "control.group", group); err != nil {
 			return fail(err)
 		}
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"net/netip"
@@ -11,10 +12,12 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/orphans"
+	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
 
 // TestControlSocketWho: the control socket serves dead letters to root,
@@ -88,6 +91,115 @@ func TestControlSocketWho(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSocketGroupNotMember: control.group names a group the agent's
+// user is not in (the packaged agent runs as leasekeeper, without
+// CAP_CHOWN): the agent says so before it binds anything, in an error
+// the agent's command exits 78 with (not restarted: TestExitConfig);
+// a member gets its socket in that group. The agent is this test binary
+// run as nobody (setpriv), with and without the group root among its
+// supplementary groups; the group is root's, which every system has.
+func TestSocketGroupNotMember(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs the agent as another user")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed")
+	}
+	// The binary and the socket's directory where nobody reaches them.
+	dir, err := os.MkdirTemp("", "leasekeeper-control-group-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "agent.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(run, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(run, "control.sock")
+	for _, tc := range []struct {
+		name   string
+		groups string // setpriv's supplementary groups
+		exit   int
+		want   string
+	}{
+		{"not a member", "--clear-groups", 3, `the agent runs as uid 65534`},
+		{"a member", "--groups=0", 0, "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", tc.groups, bin)
+			cmd.Env = append(os.Environ(), listenControlEnv+"="+sock+" root")
+			out, err := cmd.CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			got := string(out)
+			if code != tc.exit || !strings.Contains(got, tc.want) {
+				t.Fatalf("exit %d, %q; want exit %d, %q", code, got, tc.exit, tc.want)
+			}
+			if tc.exit != 0 {
+				if !strings.Contains(got, "not a member of group root (gid 0)") || !strings.Contains(got, "SupplementaryGroups=root") {
+					t.Errorf("%q does not say how to mend it", got)
+				}
+				if _, err := os.Lstat(sock); err == nil {
+					t.Error("a socket was left behind")
+				}
+				return
+			}
+		})
+	}
+}
+
+// listenControlEnv makes this test binary an agent's control socket
+// (TestMain): "PATH GROUP" binds it as listenControl does, prints what
+// came of it (the socket's group and mode, or the error), and exits 0,
+// 3 for a *sockgroup.NotMemberError, or 1.
+const listenControlEnv = "LEASEKEEPER_TEST_LISTEN_CONTROL"
+
+func listenControlAs(spec string) int {
+	path, group, _ := strings.Cut(spec, " ")
+	ln, err := listenControl(path, group)
+	var nm *sockgroup.NotMemberError
+	switch {
+	case errors.As(err, &nm):
+		fmt.Println(err)
+		return 3
+	case err != nil:
+		fmt.Println(err)
+		return 1
+	}
+	defer ln.Close()
+	defer os.Remove(path)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if st.Gid != 0 || fi.Mode().Perm() != 0o660 {
+		fmt.Printf("socket gid %d mode %v, want gid 0 mode 0660\n", st.Gid, fi.Mode().Perm())
+		return 1
+	}
+	fmt.Println("ok")
+	return 0
 }
 
 // TestHostGuard: /status and the release answer only requests that name

@@ -212,6 +212,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if spec := os.Getenv(listenControlEnv); spec != "" {
+		os.Exit(listenControlAs(spec))
+	}
 	os.Exit(m.Run())
 }
 

@@ -32,10 +32,8 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/user"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -47,6 +45,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lograte"
+	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
 
 // MaxDatagram is the largest datagram read whole.
@@ -356,13 +355,12 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 	}
 	mode := os.FileMode(0o622) // anyone may send; the uid check decides
 	if l.cfg.Group != "" {
-		g, err := user.LookupGroup(l.cfg.Group)
+		gid, err := sockgroup.Lookup("hook.socket_group", l.cfg.Group)
 		if err != nil {
-			return fail(fmt.Errorf("hook.socket_group %q: %w", l.cfg.Group, err))
+			return fail(err)
 		}
-		gid, _ := strconv.Atoi(g.Gid)
-		if err := os.Chown(l.cfg.Path, -1, gid); err != nil {
-			return fail(fmt.Errorf("hook.socket: chown to hook.socket_group %s: %w", l.cfg.Group, err))
+		if err := sockgroup.Give(l.cfg.Path, gid, "hook.socket_group", l.cfg.Group); err != nil {
+			return fail(err)
 		}
 		mode = 0o620
 	}

@@ -105,8 +105,10 @@ progress (WatchdogSec=), RELOADING=1 on SIGHUP and STOPPING=1 on the way
 out.
 
 Exit status: 0 after a clean stop, 78 when the configuration (the file,
-or a --set) is missing, unreadable or invalid, or hook.socket is not the
-socket systemd passed (the packaged unit does not restart then: fix it,
+or a --set) is missing, unreadable or invalid, hook.socket is not the
+socket systemd passed, or control.group or hook.socket_group names a
+group the agent's user is not in (the packaged unit does not restart
+then: fix it,
 then systemctl restart leasekeeper), 1 when a part failed or a file the
 configuration names (the region's certificates, key or token, a secret
 file) cannot be used (restarted), 2 for bad flags; the reason is on

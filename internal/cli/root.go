@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
+	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
 
 // Env is what commands reach outside themselves for: output streams, the
@@ -57,9 +58,11 @@ func (e usageError) Unwrap() error { return e.error }
 // invalid: exit status ExitConfig, which the packaged unit does not
 // restart on (RestartPreventExitStatus=), as another try reads the same
 // file. ExitCode gives it to hook.socket not being the socket systemd
-// passed too, which the running agent finds. What start reads besides
-// the configuration (certificates, secret files) is not one: those may
-// appear later, and the unit's restarts then heal the agent.
+// passed too, and to control.group or hook.socket_group naming a group
+// the agent may not give its socket to: the running agent finds those.
+// What start reads besides the configuration (certificates, secret
+// files) is not one: those may appear later, and the unit's restarts
+// then heal the agent.
 type configError struct{ error }
 
 func (e configError) Unwrap() error { return e.error }
@@ -87,7 +90,8 @@ func ExitCode(err error, stderr io.Writer) int {
 	}
 	var ce configError
 	var sm *hooksock.SocketMismatchError
-	if errors.As(err, &ce) || errors.As(err, &sm) {
+	var nm *sockgroup.NotMemberError
+	if errors.As(err, &ce) || errors.As(err, &sm) || errors.As(err, &nm) {
 		return ExitConfig
 	}
 	return 1

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
+	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
 
 // TestUsageExitStatus: bad invocations cobra finds itself exit 2, as every
@@ -219,8 +220,9 @@ func TestStatusRandomPort(t *testing.T) {
 
 // TestExitConfig: the exit statuses of configuration errors, which the
 // packaged unit does not restart on (RestartPreventExitStatus=78): the
-// file's, and hook.socket not the socket systemd passed, found by the
-// running agent's hook task (the real path is TestActivatedPath's).
+// file's, hook.socket not the socket systemd passed, found by the
+// running agent's hook task (the real path is TestActivatedPath's), and
+// a socket group the agent is not in (TestSocketGroupNotMember's).
 func TestExitConfig(t *testing.T) {
 	var stderr bytes.Buffer
 	mismatch := fmt.Errorf("hooksock: %w", &hooksock.SocketMismatchError{Configured: "/run/a.sock", Passed: "/run/b.sock"})
@@ -230,6 +232,7 @@ func TestExitConfig(t *testing.T) {
 	}{
 		{configError{errors.New("config x: bad")}, ExitConfig},
 		{mismatch, ExitConfig},
+		{fmt.Errorf("control.socket: %w", &sockgroup.NotMemberError{Key: "control.group", Group: "adm", GID: 4, UID: 999}), ExitConfig},
 		{errors.New("outbox: disk full"), 1},
 	} {
 		if got := ExitCode(tc.err, &stderr); got != tc.want {
