@@ -26,12 +26,17 @@ const unitMarker = "# Written by leasekeeper install-shutdown-unit."
 // down: systemd.special(7)). Ordering against a unit that does not exist,
 // or is not started, is harmless; nothing here pulls one in.
 //
-// network-online.target is left out on purpose: it has no part in the
-// stop order (nothing that takes the network down is ordered only before
-// it), and ordering after it costs at boot: multi-user.target, which
-// wants this unit, gets ordered after it too, so the boot would wait for
-// network-online (a wait-online timeout, with a cable unplugged) whenever
-// something else pulls it in.
+// The unit is ordered before network-online.target (onlineTarget), not
+// after it: at shutdown it then stops only once every unit that runs
+// after the network is online has stopped (remote file systems, a
+// container runtime, a database, an NFS client), so none of them is
+// still using the address when dhcpd frees it, and dhcpd's ping before
+// offering it again finds nobody (a node that answers gets the lease
+// abandoned). After= would cost at boot: multi-user.target, which wants
+// this unit, gets ordered after it too, so the boot would wait for
+// network-online (a wait-online timeout, with a cable unplugged)
+// whenever something else pulls it in. Before= only has the target,
+// when something pulls it in, wait for this unit's ExecStart, /bin/true.
 var networkUnits = []string{
 	"network.target",
 	"systemd-networkd.service",
@@ -39,6 +44,9 @@ var networkUnits = []string{
 	"networking.service",
 	"systemd-resolved.service",
 }
+
+// onlineTarget is what the unit is ordered before (networkUnits says why).
+const onlineTarget = "network-online.target"
 
 // ShutdownUnit describes the clean-shutdown unit.
 type ShutdownUnit struct {
@@ -109,6 +117,7 @@ func (u ShutdownUnit) Sections() []*unit.UnitSection {
 	for _, n := range networkUnits {
 		entries = append(entries, &unit.UnitEntry{Name: "After", Value: n})
 	}
+	entries = append(entries, &unit.UnitEntry{Name: "Before", Value: onlineTarget})
 	return []*unit.UnitSection{
 		{Section: "Unit", Entries: entries},
 		{Section: "Service", Entries: []*unit.UnitEntry{
@@ -137,7 +146,8 @@ func (u ShutdownUnit) Render() ([]byte, error) {
 	head := unitMarker + "\n" +
 		"# Re-run it to change this file; it refuses to overwrite a file without this line.\n" +
 		"# At shutdown systemd stops this unit before the network services it is\n" +
-		"# ordered after, so ExecStop releases the leases while the network is up.\n"
+		"# ordered after, so ExecStop releases the leases while the network is up,\n" +
+		"# and after what runs once the network is online, which no longer uses it.\n"
 	return append([]byte(head), body...), nil
 }
 

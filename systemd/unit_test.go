@@ -24,18 +24,20 @@ func TestShutdownUnitGolden(t *testing.T) {
 
 // The unit must not hold up the boot: multi-user.target wants it, and a
 // target is ordered after what it wants, so After=network-online.target
-// here would make every boot wait for the network to be online. The stop
-// order needs only network.target and the network services.
+// here would make every boot wait for the network to be online. At
+// shutdown it stops (and releases) after what is ordered after
+// network-online.target (Before=), and before the network services and
+// network.target go (After=).
 func TestShutdownUnitBootOrdering(t *testing.T) {
 	b, err := ShutdownUnit{Binary: "/usr/sbin/leasekeeper"}.Render()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	if strings.Contains(s, "network-online") {
-		t.Errorf("unit mentions network-online.target:\n%s", s)
+	if strings.Contains(s, "After=network-online") {
+		t.Errorf("unit is ordered after network-online.target:\n%s", s)
 	}
-	for _, want := range []string{"\nAfter=network.target\n", "\nAfter=systemd-networkd.service\n", "\nAfter=NetworkManager.service\n", "\nAfter=networking.service\n"} {
+	for _, want := range []string{"\nBefore=network-online.target\n", "\nAfter=network.target\n", "\nAfter=systemd-networkd.service\n", "\nAfter=NetworkManager.service\n", "\nAfter=networking.service\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("unit lacks %q:\n%s", want, s)
 		}

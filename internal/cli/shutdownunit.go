@@ -47,8 +47,10 @@ func newInstallShutdownUnitCmd(env *Env) *cobra.Command {
 start and runs "leasekeeper release" when it is stopped. It is ordered
 after network.target and the network services (systemd-networkd,
 NetworkManager, ifupdown's networking), so at shutdown systemd stops it —
-releasing the leases — before the network goes down. It does not wait
-for network-online.target at boot. A stop that is no shutdown (systemctl
+releasing the leases — before the network goes down, and before
+network-online.target, so that what runs once the network is online
+(remote file systems, container runtimes) has stopped by then. It does
+not wait for network-online.target at boot. A stop that is no shutdown (systemctl
 stop, isolate) releases nothing, and neither does a reboot, unless
 --at-reboot: the machine comes back and asks for its addresses again.
 
@@ -80,7 +82,9 @@ install-shutdown-unit did not write is refused unless --force; a refusal
 is found before anything is copied or written. With --no-enable the unit
 is written but not enabled; an existing enable link is left in place,
 and the enable state is reported as systemd has it.`,
-		Example: `  # on a node, e.g. from cloud-init runcmd:
+		Example: `  # on a node (from cloud-init, use the script part
+  # packaging/cloud-init/leasekeeper-node.sh, not runcmd: a user-data
+  # runcmd replaces MAAS's own)
   leasekeeper install-shutdown-unit
 
   # into a container image's rootfs, copying the binary in:
