@@ -80,11 +80,17 @@
 //
 // DHCPRELEASE has no reply. A send counts as released when the next
 // hop's neighbour entry (RTM_GETNEIGH; the gateway, or the server when
-// on-link) is resolved after the send (REACHABLE or PERMANENT, or STALE/DELAY/PROBE:
-// the frame went to the address the kernel had), and fails when
-// resolution fails or is still incomplete when Options.Timeout is up
-// ("did not answer ARP"), or when the kernel reports an error
-// (EHOSTUNREACH, ECONNREFUSED). When nothing can show that the packet
+// on-link) is resolved after the send, and fails when resolution fails
+// or is still incomplete when Options.Timeout is up ("did not answer
+// ARP"), or when the kernel reports an error (EHOSTUNREACH,
+// ECONNREFUSED). An entry the kernel had before the send (REACHABLE,
+// STALE, DELAY, PROBE, PERMANENT) shows only that the hop answered once:
+// the kernel sends to a STALE address for seconds before it asks again,
+// so a server that went down since would count as released. The hop is
+// then asked with an ARP request from the lease's address on the route's
+// interface (internal/arp, CAP_NET_RAW), for up to 3 s (the kernel's own
+// three requests a second apart); its answer is the release's
+// confirmation, its silence a failure. When nothing can show that the packet
 // left — the route's interface resolves no neighbours (IFF_NOARP:
 // point-to-point links, tunnels), or no neighbour entry appears — it is
 // reported "sent, not confirmed" after a short linger for ICMP errors.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/leasekeeper/leasekeeper/internal/arp"
 )
 
 // Ports of RFC 2131.
@@ -127,8 +129,12 @@ func route(a Action) (path, error) {
 // (no ARP answer: EHOSTUNREACH; ICMP port unreachable: ECONNREFUSED)
 // reach it. Then it watches the next hop's neighbour entry: resolved
 // means the packet has gone; failed, or still unresolved when ctx ends,
-// means nobody took it. Where no entry can show it, the release is
-// reported sent, not confirmed.
+// means nobody took it. An entry the kernel already had before the send
+// (cachedBefore) shows only that the hop answered some time ago (a rack
+// that went down a minute since is still STALE, and the kernel sends to
+// it for seconds before it asks again), so the hop is then asked with
+// an ARP request of its own (askHop). Where no entry can show it, the
+// release is reported sent, not confirmed.
 func send(ctx context.Context, a Action, pkt []byte) (Sent, error) {
 	server := netip.AddrPortFrom(a.Lease.Server, serverPort)
 	p, err := route(a)
@@ -161,6 +167,12 @@ func send(ctx context.Context, a Action, pkt []byte) (Sent, error) {
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetWriteDeadline(dl)
+	}
+	cached := ""
+	if !p.noARP && p.hop.IsValid() {
+		if state, found, err := neighbour(p.index, p.hop); err == nil && found {
+			cached = cachedBefore(state)
+		}
 	}
 	if _, err := c.Write(pkt); err != nil {
 		return out, explain(err, a.Lease.Server)
@@ -201,6 +213,18 @@ func send(ctx context.Context, a Action, pkt []byte) (Sent, error) {
 			case err != nil:
 				watch, why = false, fmt.Sprintf("the neighbour table could not be read (%v)", err)
 			case !found:
+			case v == neighGone && cached != "":
+				// The entry predates the send: ask the hop now.
+				switch err := askHop(ctx, p, a.Lease.Address); {
+				case err == nil:
+					out.Confirmed = true
+					return out, nil
+				case errors.Is(err, errHopSilent):
+					return out, fmt.Errorf("%w (the kernel's entry for it, %s, was from before)", noARP(p, a.Lease.Server, ctx.Err() != nil), cached)
+				default:
+					out.NotConfirmed = fmt.Sprintf("%s's neighbour entry on %s (%s) was from before the release, and asking it again failed: %v", p.hop, p.dev, cached, err)
+					return out, nil
+				}
 			case v == neighGone:
 				out.Confirmed = true
 				return out, nil
@@ -290,6 +314,52 @@ func neighbour(index int, ip netip.Addr) (state int, found bool, err error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// cachedBefore names a neighbour state (NUD_* bits) found before the
+// send that resolution will not refresh at once: the kernel sends to the
+// address it has (REACHABLE, PERMANENT) or re-checks it only seconds
+// later (STALE: DELAY, then PROBE, delay_first_probe_time after). ""
+// for none, INCOMPLETE, FAILED and NOARP.
+func cachedBefore(state int) string {
+	for _, s := range []struct {
+		bit  int
+		name string
+	}{
+		{netlink.NUD_REACHABLE, "REACHABLE"}, {netlink.NUD_STALE, "STALE"}, {netlink.NUD_DELAY, "DELAY"},
+		{netlink.NUD_PROBE, "PROBE"}, {netlink.NUD_PERMANENT, "PERMANENT"},
+	} {
+		if state&s.bit != 0 {
+			return s.name
+		}
+	}
+	return ""
+}
+
+// errHopSilent: the next hop did not answer askHop's ARP requests.
+var errHopSilent = errors.New("the next hop did not answer ARP")
+
+// hopAskWait bounds askHop: as long as the kernel's own resolution takes
+// to give up (mcast_solicit 3 requests, retrans_time 1 s apart).
+const hopAskWait = 3 * time.Second
+
+// askHop asks p's next hop, with an ARP request from the lease's address
+// on p's interface (as the kernel's own would be), whether it is there:
+// nil when it answered, errHopSilent when it did not within hopAskWait
+// or ctx, another error when it could not be asked (no CAP_NET_RAW).
+func askHop(ctx context.Context, p path, from netip.Addr) error {
+	link, err := netlink.LinkByIndex(p.index)
+	if err != nil {
+		return err
+	}
+	by, err := arp.Ask(ctx, p.index, link.Attrs().HardwareAddr, from, p.hop, hopAskWait)
+	switch {
+	case by != nil:
+		return nil
+	case err == nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return errHopSilent
+	}
+	return err
 }
 
 // neighState is what a neighbour entry's state says about a packet sent

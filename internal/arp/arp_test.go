@@ -1,6 +1,6 @@
 //go:build linux
 
-package rack
+package arp
 
 import (
 	"net"
@@ -8,11 +8,11 @@ import (
 	"testing"
 )
 
-func TestARPProbeFrameAndClaims(t *testing.T) {
+func TestRequestFrameAndClaims(t *testing.T) {
 	self := net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}
 	other := net.HardwareAddr{2, 0, 0, 0, 0, 0xbb}
 	ip := netip.MustParseAddr("203.0.113.7")
-	f := arpProbeFrame(self, ip)
+	f := requestFrame(self, netip.Addr{}, ip)
 	if len(f) != 42 {
 		t.Fatalf("frame is %d bytes, want 42", len(f))
 	}
@@ -20,7 +20,7 @@ func TestARPProbeFrameAndClaims(t *testing.T) {
 	if got := f[28:32]; string(got) != "\x00\x00\x00\x00" {
 		t.Errorf("sender IP %v, want 0.0.0.0", got)
 	}
-	if _, ok := arpClaims(f, self, ip); ok {
+	if _, ok := claims(f, self, ip); ok {
 		t.Error("our own probe counted as an answer")
 	}
 	reply := func(sha net.HardwareAddr, spa netip.Addr) []byte {
@@ -33,6 +33,10 @@ func TestARPProbeFrameAndClaims(t *testing.T) {
 		copy(r[28:32], a[:])
 		return r
 	}
+	// A request of the kernel's kind names its sender.
+	if got := requestFrame(self, netip.MustParseAddr("203.0.113.9"), ip)[28:32]; string(got) != "\xcb\x00\x71\x09" {
+		t.Errorf("sender IP %v, want 203.0.113.9", got)
+	}
 	for _, c := range []struct {
 		name  string
 		frame []byte
@@ -43,7 +47,7 @@ func TestARPProbeFrameAndClaims(t *testing.T) {
 		{"our own address", reply(self, ip), false},
 		{"truncated", reply(other, ip)[:30], false},
 	} {
-		by, ok := arpClaims(c.frame, self, ip)
+		by, ok := claims(c.frame, self, ip)
 		if ok != c.want || (ok && by.String() != other.String()) {
 			t.Errorf("%s: got %v %v, want %v", c.name, by, ok, c.want)
 		}

@@ -63,7 +63,8 @@ internal client records only the address).
 
 The whole run takes at most --timeout. DHCPRELEASE has no reply: a
 release counts as released when it left the node (the next hop - the
-server on the same subnet, else the router - answered ARP) and no error
+server on the same subnet, else the router - answered ARP, asked again
+when the kernel's entry for it is from before the release) and no error
 came back; a next hop that does not answer ARP in time is a failure.
 Where nothing can show the packet left (the route's interface has no
 ARP, e.g. a tunnel), the line says "sent, not confirmed". Lease files

@@ -464,6 +464,66 @@ func TestLabReleaseBadInput(t *testing.T) {
 	r.noRelease()
 }
 
+// TestLabReleaseCachedHop: the node's neighbour table already holds an
+// entry for the server (STALE, as after its last renewal) when it
+// releases. A server that went down since (an address nobody holds,
+// entered with a made-up MAC) must not count as released because the
+// kernel still sends to the cached address: it is asked with an ARP
+// request, and its silence fails the release. The real server, its entry
+// cached the same way, answers and the release is reported released and
+// reaches dhcpd.
+func TestLabReleaseCachedHop(t *testing.T) {
+	t.Parallel()
+	r := newRelLab(t)
+	c, ip := r.client("c1")
+	ipcmd := func(ns string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := r.lab.CommandContext(ctx, ns, append([]string{"ip"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	stale := func(addr, mac string) {
+		t.Helper()
+		ipcmd(c.NS, "neigh", "replace", addr, "lladdr", mac, "dev", "eth0", "nud", "stale")
+		if got := ipcmd(c.NS, "neigh", "show", addr, "dev", "eth0"); !strings.Contains(got, "STALE") {
+			t.Fatalf("neighbour entry %q, want STALE", got)
+		}
+	}
+	dir := t.TempDir()
+	lease := func(server string) string {
+		f := filepath.Join(dir, server+".leases")
+		body := fmt.Sprintf("lease {\n  interface \"eth0\";\n  fixed-address %s;\n  option dhcp-server-identifier %s;\n  expire epoch %d;\n}\n",
+			ip, server, time.Now().Add(time.Hour).Unix())
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	stale("203.0.113.253", "02:00:00:00:fe:fd")
+	out, _, code, _ := r.release(c, "--lease-file", lease("203.0.113.253"), "--timeout", "2s")
+	if want := "203.0.113.253 did not answer ARP on eth0"; code != 1 || !strings.Contains(out, want) || !strings.Contains(out, "STALE, was from before") {
+		t.Errorf("a gone server cached STALE: exit %d, output %q; want 1 and %q, the stale entry named", code, out, want)
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+
+	mac := ipcmd(r.lab.NS, "-br", "link", "show", r.lab.Bridge)
+	if f := strings.Fields(mac); len(f) >= 3 {
+		mac = f[2]
+	}
+	stale("203.0.113.1", mac)
+	out, _, code, _ = r.release(c, "--lease-file", lease("203.0.113.1"))
+	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1", ip); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("the server cached STALE: exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	r.checkReleased(ip, c.MAC)
+}
+
 // TestLabReleaseMultiHomed: a node with two interfaces, whose lease's
 // server is reachable only through the other one. The client leases
 // 203.0.113.x on eth0 (the bridge) and has eth1, 198.18.0.2/24, on a
