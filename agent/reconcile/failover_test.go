@@ -1100,11 +1100,25 @@ func TestFailoverRules(t *testing.T) {
 		pair:  secondary,
 		steps: cut(step{at: 20, appended: block("203.0.113.12", "released", macA, t0+10, t0+20), want: []string{cutEnd(20)}}, step{at: 10000}),
 	}, {
+		// The update that took only the state: the same cut, the
+		// client holding its lease to +30 (make chaos PAIR=1 VLANS=2
+		// TIMERS=maas seed 121).
+		name:  "... the file shows the cut lease freed well before its end, with its own times: held all the same",
+		pair:  secondary,
+		steps: cut(step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)}, step{at: 30 + grace - 1}, step{at: 30 + grace, want: []string{cutEnd(30)}}, step{at: 10000}),
+	}, {
+		name: "... and the client's next lease before that end: dropped, the client kept the address",
+		pair: secondary,
+		steps: cut(
+			step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
+			step{at: 25, appended: block("203.0.113.12", "active", macA, t0+25, t0+45), want: []string{"kept 203.0.113.12"}},
+			step{at: 10000}),
+	}, {
 		// In a pair an unbound block's end is when its state may next
 		// change: the life ended by the time the file showed it.
-		name:  "... the file shows the cut lease freed before its end, with its own times: the end at once, dated then",
+		name:  "... the file shows the cut lease freed within a second of its end, with its own times: the end at once, dated then",
 		pair:  secondary,
-		steps: cut(step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30), want: []string{cutEnd(15)}}, step{at: 10000}),
+		steps: cut(step{at: 29, appended: block("203.0.113.12", "free", macA, t0+10, t0+30), want: []string{cutEnd(29)}}, step{at: 10000}),
 	}, {
 		name: "... the hook's expiry judged before the file shows the ack: held all the same",
 		pair: secondary,

@@ -260,6 +260,12 @@ type Report struct {
 	ByRule        map[string]int
 }
 
+// cutMargin is how long before its end a life freed with its own times
+// counts as cut by a partner's stale binding update (s): dhcpd may free
+// a lease a second early. The agent's own bound (agent/reconcile,
+// cutMargin) is the same.
+const cutMargin = 2
+
 // Truth builds the per-IP versions from the generations.
 func Truth(gens []Generation) map[string][]Version {
 	vs := map[string][]Version{}
@@ -324,6 +330,21 @@ func Truth(gens []Generation) map[string][]Version {
 				// failover.c: the update's STOS is the lease's starts),
 				// so an end of the life the client holds begins no
 				// earlier than its latest start.
+				v.Cut = last.Ends
+			}
+			if last.Active && !v.Active && !v.Vanished && last.MAC == v.MAC && v.Starts != 0 && v.Starts == last.Renewed &&
+				v.Ends == last.Ends && v.From+cutMargin <= v.Ends {
+				// The life the client holds, freed before its end with
+				// its own times (Truth dates it when the file showed
+				// it): a partner's stale binding update that carried
+				// only its state (make chaos PAIR=1 VLANS=2 TIMERS=maas
+				// seed 121: the returning secondary's expiry of its
+				// older copy freed the primary's renewed lease 15 s
+				// before its end; the primary's dhcpd ran on expiry,
+				// and the client's next lease came 13 s later). Cut as
+				// above: the same client's next lease by that end
+				// continues the life. Freed a second early is only
+				// dhcpd's timer (cutMargin).
 				v.Cut = last.Ends
 			}
 			if !last.Active && !v.Active {

@@ -730,6 +730,15 @@ func TestEndCutThenKept(t *testing.T) {
 	// The older life (5 to 25) renewed at 24, through the partner, a
 	// second before its end; the update frees it at 25, read at 34.
 	overlap := gen("g0", nil, blk(act(ip1, m1, 25), 5, 5), blk(act(ip1, m1, 44), 24, 24), blk(free(ip1, m1, 25), 5, 34), blk(act(ip1, m1, 58), 38, 38))
+	// The life the client holds (25 to 45) freed early with its own
+	// times, read at 30: the partner's stale update took only the state
+	// (make chaos PAIR=1 VLANS=2 TIMERS=maas seed 121: the returning
+	// secondary's expiry of its older copy, 12:23:22, freed the
+	// primary's renewed lease, to end 12:23:37; the client's next lease
+	// came at 12:23:35, and its release at 12:23:37).
+	ownTimes := []Block{blk(act(ip1, m1, 24), 6, 6), blk(act(ip1, m1, 45), 25, 25), blk(free(ip1, m1, 45), 25, 30)}
+	ownBefore := gen("g0", nil, append(slices.Clone(ownTimes), blk(act(ip1, m1, 60), 40, 40))...)
+	ownAfter := gen("g0", nil, append(slices.Clone(ownTimes), blk(act(ip1, m1, 70), 50, 50))...)
 	for _, tc := range []struct {
 		name  string
 		gen   Generation
@@ -748,6 +757,12 @@ func TestEndCutThenKept(t *testing.T) {
 		{"the older life ending after the newer began, the end held and dropped", overlap,
 			[]Item{timed(6, "commit", 5), timed(25, "commit", 24), timed(39, "commit", 38)}, nil},
 		{"next lease after the cut end, no end", after,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(51, "commit", 50)}, []string{"lost " + ip1}},
+		{"freed early with its own times, next lease before its end, the end held and dropped", ownBefore,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(41, "commit", 40)}, nil},
+		{"freed early with its own times, next lease after its end, the end held to it", ownAfter,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(51, "commit", 50)}, nil},
+		{"freed early with its own times, next lease after its end, no end", ownAfter,
 			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(51, "commit", 50)}, []string{"lost " + ip1}},
 	} {
 		r := Check(Input{Generations: []Generation{tc.gen}, Items: tc.items, End: at(80)})
