@@ -91,7 +91,9 @@ type Told struct {
 	// when an expired lease goes free, which needs the partner's ack: no
 	// hook of either side has told it, and none will before the lease
 	// goes free, an MCLT after a takeover. This side's agent tells it
-	// when this side takes over (tellInterrupted).
+	// when this side takes over (tellInterrupted). On a commit: this
+	// side acked it while in communications-interrupted, so the partner
+	// has no copy until its binding update gets through (ackedAlone).
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Ends is a hook's commit's end (its timestamp plus lease_time), 0
 	// otherwise, and 0 again once the file shows the commit's block
@@ -814,6 +816,8 @@ func (s *State) Hook(ev event.Event) {
 		// tells it.
 		prev.OwnAt, prev.OwnAtNS = t.At, t.AtNS
 		t = prev
+	} else if ev.Action == event.Commit && ev.Source != event.SourceFile {
+		t.Interrupted = s.pairOf(ev.IP).MyState == StateCommInterrupted // (ackedAlone)
 	}
 	s.setTold(ev.IP, t)
 	if ev.Action == event.Commit && ev.Source != event.SourceFile {
@@ -1588,10 +1592,12 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 	if l.State != parser.StateActive {
 		return false
 	}
-	standby := false
+	standby, alone := false, false
 	if !s.tellsVanished(ip, spoke) {
-		if standby = s.pairStandby(ip, spoke); !standby {
-			return false // the pair's primary reports it (failover.go)
+		if alone = s.ackedAlone(ip, l); !alone {
+			if standby = s.pairStandby(ip, spoke); !standby {
+				return false // the pair's primary reports it (failover.go)
+			}
 		}
 	}
 	// Rule 2: dropped by the rewrite; expire at its own end, sent
@@ -1614,7 +1620,7 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 		Timestamp: end, Source: event.SourceFile, Reason: ReasonVanished}
 	orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
 	due, pairWait := s.pairVanished(ip, due, now)
-	if standby {
+	if standby || alone {
 		// Held as long as the primary holds its copy: the same
 		// rule (pairVanished), from the same rewrite time.
 		pairWait = false

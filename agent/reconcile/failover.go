@@ -328,6 +328,28 @@ func (s *State) pairStandby(ip netip.Addr, spoke bool) bool {
 	return p.InPair() && p.Role == RoleSecondary && !p.Survivor() && !spoke
 }
 
+// ackedAlone reports whether l, ip's active lease a rewrite drops, is
+// this side's own ack made while out of touch with its partner
+// (Told.Interrupted on this side's commit) and this server is still out
+// of touch: the partner never had the lease (no binding update got
+// through), so its agent, the pair's reporter of what rewrites drop when
+// it is the primary, has nothing to report, and this side reports it,
+// as a survivor would, without waiting on the pair's state (make chaos
+// PAIR=1 VLANS=2 TIMERS=maas seed 121: the secondary acked a lease from
+// its own pool seconds after the primary's rack went down, and a range
+// change restarted it on a range without the address 0.4 s later; the
+// primary came back on that range, and nobody ended the lease). If the
+// update did get through before the rewrite, both agents send the same
+// end: a duplicate, not a lost lease.
+func (s *State) ackedAlone(ip netip.Addr, l Lease) bool {
+	p := s.pairOf(ip)
+	if !p.InPair() || p.MyState != StateCommInterrupted || s.Complement {
+		return false
+	}
+	t, ok := s.Told[ip]
+	return ok && t.Action == event.Commit && t.Interrupted && !t.PeerOwns && t.coveredBy(l)
+}
+
 // takeStandby makes the expiries held in standby (pairStandby) this
 // side's to send, as it takes over for peer: due at the lease's end plus
 // the grace, as any rule-2 expiry.
@@ -852,6 +874,7 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 		// dhcpd writes the block): the same MAC, at the block's start.
 		own := acked || told && t.Action == event.Commit && t.MAC == ev.MAC && !t.Recorded && t.At >= ev.Timestamp-commitSlack
 		out.PeerOwns = !own
+		out.Interrupted = own && p.MyState == StateCommInterrupted
 	default:
 		out.Spoke = p.partnerSpoke()
 		out.PeerOwns = (told && t.MAC == ev.MAC && t.PeerOwns) || out.Spoke

@@ -888,6 +888,59 @@ func TestFailoverRules(t *testing.T) {
 			step{at: 10000, want: []string{"expiry 203.0.113.11 " + macB + " +5000 ends-passed"}},
 		),
 	}, {
+		// The secondary acks from its own pool while out of touch (the
+		// primary's rack down), and a range change restarts it on a
+		// range without the address before communications return: the
+		// primary never had the lease (make chaos PAIR=1 VLANS=2
+		// TIMERS=maas seed 121: lost).
+		name: "this side's own ack while communications were interrupted, dropped by a rewrite before they return: the secondary expires it",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: fostate("communications-interrupted", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, hook: ev(renewal(ip1, macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock(ip1, "active", macA, t0+10, t0+30)},
+			{at: 11, snapshot: fostate("communications-interrupted", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 30 + grace - 1},
+			{at: 30 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +30 vanished"}},
+			{at: 10000},
+		},
+	}, {
+		name: "... the file read before the hook: the same",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: fostate("communications-interrupted", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, appended: ackedBlock(ip1, "active", macA, t0+10, t0+30)},
+			{at: 10, hook: ev(renewal(ip1, macA, t0+10, 20))},
+			{at: 11, snapshot: fostate("communications-interrupted", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 30 + grace, want: []string{"expiry 203.0.113.10 " + macA + " +30 vanished"}},
+			{at: 10000},
+		},
+	}, {
+		// Back in touch before the rewrite, the binding update went: the
+		// primary holds the lease and reports it (rule 2); this side
+		// keeps its copy in standby.
+		name: "... communications back before the rewrite: left to the primary",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: fostate("communications-interrupted", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, hook: ev(renewal(ip1, macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock(ip1, "active", macA, t0+10, t0+30)},
+			{at: 11, appended: fostate("normal", "normal")},
+			{at: 12, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10000},
+		},
+	}, {
+		name: "... acked in normal: left to the primary",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: fostate("normal", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10, hook: ev(renewal(ip1, macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock(ip1, "active", macA, t0+10, t0+30)},
+			{at: 11, appended: fostate("communications-interrupted", "normal")},
+			{at: 12, snapshot: fostate("communications-interrupted", "normal") + block(ip2, "active", macB, t0-100, t0+5000)},
+			{at: 10000},
+		},
+	}, {
 		name: "range shrink while the primary is down: the survivor expires it",
 		pair: secondary,
 		steps: []step{
