@@ -90,7 +90,9 @@
 // then asked with an ARP request from the lease's address on the route's
 // interface (internal/arp, CAP_NET_RAW), for up to 3 s (the kernel's own
 // three requests a second apart); its answer is the release's
-// confirmation, its silence a failure. When nothing can show that the packet
+// confirmation, its silence a failure. Where it cannot be asked (no
+// CAP_NET_RAW, an interface that is not Ethernet) the release is
+// reported sent, not confirmed. When nothing can show that the packet
 // left — the route's interface resolves no neighbours (IFF_NOARP:
 // point-to-point links, tunnels), or no neighbour entry appears — it is
 // reported "sent, not confirmed" after a short linger for ICMP errors.

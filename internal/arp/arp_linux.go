@@ -21,6 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrNotEthernet: Ask asks only on an Ethernet interface, for an IPv4
+// address.
+var ErrNotEthernet = errors.New("ARP over Ethernet for IPv4 only")
+
 // Ask sends an ARP request for ip on the interface ifindex, whose
 // hardware address is hw, three times within wait (or until ctx ends),
 // and returns the hardware address of the first other host that claims
@@ -28,6 +32,10 @@ import (
 // sender is the request's sender protocol address: the zero Addr sends
 // an RFC 5227 probe (0.0.0.0).
 func Ask(ctx context.Context, ifindex int, hw net.HardwareAddr, sender, ip netip.Addr, wait time.Duration) (net.HardwareAddr, error) {
+	if len(hw) != 6 || !ip.Is4() {
+		// The frames are Ethernet's (hlen 6) and IPv4's.
+		return nil, fmt.Errorf("%w: hardware address %v, target %v", ErrNotEthernet, hw, ip)
+	}
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {

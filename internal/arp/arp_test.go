@@ -3,9 +3,12 @@
 package arp
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 func TestRequestFrameAndClaims(t *testing.T) {
@@ -50,6 +53,26 @@ func TestRequestFrameAndClaims(t *testing.T) {
 		by, ok := claims(c.frame, self, ip)
 		if ok != c.want || (ok && by.String() != other.String()) {
 			t.Errorf("%s: got %v %v, want %v", c.name, by, ok, c.want)
+		}
+	}
+}
+
+// TestAskNotEthernet: an interface without a 6-byte hardware address
+// (InfiniBand's are 20) or an IPv6 target is refused before any socket
+// is opened, so no malformed frame is sent.
+func TestAskNotEthernet(t *testing.T) {
+	ib := make(net.HardwareAddr, 20)
+	for _, tc := range []struct {
+		name string
+		hw   net.HardwareAddr
+		ip   netip.Addr
+	}{
+		{"20-byte hardware address", ib, netip.MustParseAddr("203.0.113.1")},
+		{"no hardware address", nil, netip.MustParseAddr("203.0.113.1")},
+		{"IPv6 target", net.HardwareAddr{2, 0, 0, 0, 0, 1}, netip.MustParseAddr("2001:db8::1")},
+	} {
+		if _, err := Ask(context.Background(), 1, tc.hw, netip.Addr{}, tc.ip, time.Millisecond); !errors.Is(err, ErrNotEthernet) {
+			t.Errorf("%s: %v, want ErrNotEthernet", tc.name, err)
 		}
 	}
 }
