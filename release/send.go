@@ -50,7 +50,8 @@ type path struct {
 	// gateway, or the server itself when the route is direct. Invalid
 	// when the gateway is not an IPv4 address (RTA_VIA).
 	hop   netip.Addr
-	noARP bool // the device resolves no neighbours (IFF_NOARP, loopback)
+	noARP bool             // the device resolves no neighbours (IFF_NOARP, loopback)
+	hw    net.HardwareAddr // the device's hardware address (askHop asks from it)
 	// bind is the device the socket is bound to (SO_BINDTODEVICE): the
 	// lease's interface when the route leaves through it, its VRF when
 	// it is enslaved to one, else "".
@@ -107,7 +108,7 @@ func route(a Action) (path, error) {
 	if err != nil {
 		return path{}, fmt.Errorf("the route to %s leaves through interface index %d: %w", server, r.LinkIndex, err)
 	}
-	p.dev = out.Attrs().Name
+	p.dev, p.hw = out.Attrs().Name, out.Attrs().HardwareAddr
 	p.noARP = out.Attrs().RawFlags&unix.IFF_NOARP != 0 || out.Attrs().Flags&net.FlagLoopback != 0
 	switch gw, ok := netip.AddrFromSlice(r.Gw); {
 	case r.Via != nil:
@@ -348,11 +349,7 @@ const hopAskWait = 3 * time.Second
 // nil when it answered, errHopSilent when it did not within hopAskWait
 // or ctx, another error when it could not be asked (no CAP_NET_RAW).
 func askHop(ctx context.Context, p path, from netip.Addr) error {
-	link, err := netlink.LinkByIndex(p.index)
-	if err != nil {
-		return err
-	}
-	by, err := arp.Ask(ctx, p.index, link.Attrs().HardwareAddr, from, p.hop, hopAskWait)
+	by, err := arp.Ask(ctx, p.index, p.hw, from, p.hop, hopAskWait)
 	switch {
 	case by != nil:
 		return nil

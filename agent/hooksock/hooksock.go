@@ -302,6 +302,15 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 		}
 		c.Close()
 	}
+	// A group the agent may not give the socket to is refused before
+	// anything is bound.
+	gid := -1
+	if l.cfg.Group != "" {
+		var err error
+		if gid, err = sockgroup.Lookup("hook.socket_group", l.cfg.Group); err != nil {
+			return nil, nil, err
+		}
+	}
 	// From the probe to the bind, no other agent starting on the same
 	// path may come between: both would find the old socket stale, and
 	// the later one's unlink would leave the earlier bound to a name no
@@ -354,11 +363,7 @@ func (l *Listener) open() (_ *net.UnixConn, own os.FileInfo, _ error) {
 		return fail(err)
 	}
 	mode := os.FileMode(0o622) // anyone may send; the uid check decides
-	if l.cfg.Group != "" {
-		gid, err := sockgroup.Lookup("hook.socket_group", l.cfg.Group)
-		if err != nil {
-			return fail(err)
-		}
+	if gid >= 0 {
 		if err := sockgroup.Give(l.cfg.Path, gid, "hook.socket_group", l.cfg.Group); err != nil {
 			return fail(err)
 		}

@@ -69,11 +69,11 @@ func mayGive(gid, euid, egid int, groups []int) bool {
 // Give gives the file at path (the process's own socket) to gid, as
 // Lookup resolved it from key's name. A refusal despite Lookup's check
 // is a system call filter's (the packaged unit's SystemCallFilter= must
-// allow @chown), and the error says so.
+// allow @chown), or root's without CAP_CHOWN, and the error says so.
 func Give(path string, gid int, key, name string) error {
 	err := os.Lchown(path, -1, gid)
 	if errors.Is(err, syscall.EPERM) {
-		return fmt.Errorf("%s %s: %w (the agent is in that group: a SystemCallFilter= that denies the @chown set refuses it)", key, name, err)
+		return fmt.Errorf("%s %s: %w (refused although the agent may give its files to that group: a SystemCallFilter= that denies the @chown set, or root without CAP_CHOWN)", key, name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", key, name, err)
