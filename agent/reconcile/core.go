@@ -1621,8 +1621,10 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 	orphan := ip.Is4() && s.OutOfRange != nil && s.OutOfRange(ip)
 	due, pairWait := s.pairVanished(ip, due, now)
 	if standby || alone {
-		// Held as long as the primary holds its copy: the same
-		// rule (pairVanished), from the same rewrite time.
+		// Standby: held as long as the primary holds its copy, the
+		// same rule (pairVanished), from the same rewrite time.
+		// Alone: this side's to send whatever the pair's state shows
+		// next, as the partner never had the lease (ackedAlone).
 		pairWait = false
 	}
 	s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})
