@@ -13,9 +13,11 @@
 // file's unknown keys and values of the wrong type, and the bad values of
 // every section but one where a wrong type left a default in its place.
 //
-// Durations are Go duration strings, paths are absolute, and the file that
-// packaging/leasekeeper.toml ships documents every key (a test parses it
-// and checks that no key of Config is missing from it).
+// Durations are Go duration strings and paths are absolute.
+// packaging/leasekeeper.toml documents every key (a test parses it and
+// checks that no key of Config is missing from it); the package's short
+// conffile, packaging/etc/leasekeeper/leasekeeper.toml, holds only what a
+// rack sets (a test checks that its commented-out settings are valid).
 //
 // The package only reads what it is given: it never opens sockets, never
 // resolves users or groups and never touches the state directory. The

@@ -72,3 +72,72 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("shipped config with a region: %v", err)
 	}
 }
+
+const conffile = "../../packaging/etc/leasekeeper/leasekeeper.toml"
+
+// TestConffile keeps the package's /etc/leasekeeper/leasekeeper.toml (a
+// conffile: kept short so that upgrades rarely ask about it) honest. As
+// shipped it means the same as an empty file and the agent refuses it until
+// the region is set. Each commented-out block of it ("#[section]" and the
+// "#key = value" lines after it), uncommented, is a valid setting whose
+// values are the ones the reference file documents.
+func TestConffile(t *testing.T) {
+	b, err := os.ReadFile(conffile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Decode(strings.NewReader(string(b)), conffile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Default(), c); diff != "" {
+		t.Errorf("conffile values differ from Default() (-default +conffile):\n%s", diff)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "region.url: required") {
+		t.Errorf("conffile validates without a region: %v", err)
+	}
+	if err := c.Override("region.url=https://region.example:5242/MAAS/a/v3internal/leases"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("conffile with a region: %v", err)
+	}
+
+	var blocks [][]string
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "#["):
+			blocks = append(blocks, []string{l[1:]})
+		case len(blocks) > 0 && strings.HasPrefix(l, "#") && strings.Contains(l, " = "):
+			blocks[len(blocks)-1] = append(blocks[len(blocks)-1], l[1:])
+		default:
+			if len(blocks) > 0 && len(blocks[len(blocks)-1]) == 1 {
+				t.Errorf("%s: commented-out %s sets nothing", conffile, blocks[len(blocks)-1][0])
+			}
+		}
+	}
+	if len(blocks) != 2 {
+		t.Errorf("%s: %d commented-out blocks, want 2 (MAAS deb and snap)", conffile, len(blocks))
+	}
+	for _, blk := range blocks {
+		text := string(b) + "\n" + strings.Join(blk, "\n") + "\n"
+		got, err := Decode(strings.NewReader(text), conffile)
+		if err != nil {
+			t.Errorf("%s uncommented: %v", blk[0], err)
+			continue
+		}
+		if cmp.Equal(Default(), got) {
+			t.Errorf("%s uncommented changes nothing", blk[0])
+		}
+		for _, kv := range blk[1:] {
+			_, v, _ := strings.Cut(kv, " = ")
+			if !strings.Contains(string(ref), v) {
+				t.Errorf("%s: %s: value %s is not one %s documents", conffile, kv, v, shipped)
+			}
+		}
+	}
+}

@@ -79,8 +79,9 @@ region's leases endpoint (region.url), and serve Prometheus /metrics and
 /status on metrics.listen. It runs in the foreground and logs to stderr
 (JSON under systemd's journal or when stderr is not a terminal).
 
-Configuration is the TOML file --config (every key is documented in the
-shipped /etc/leasekeeper/leasekeeper.toml). Unknown keys and bad values are
+Configuration is the TOML file --config (every key is documented in
+/usr/share/doc/leasekeeper/examples/leasekeeper.toml where the package is
+installed, packaging/leasekeeper.toml in the source). Unknown keys and bad values are
 errors naming the key. --set section.key=value overrides one key for this
 run (repeatable): strings as they are, durations in Go syntax ("30s"),
 lists comma-separated ("0,108"; "https://r1:5242/…,https://r2:5242/…")
