@@ -19,7 +19,7 @@ build:
 # lab tests. Without root the script only reports what is missing, and the
 # tests that need it skip with a reason.
 test-deps:
-	scripts/install-deps isc-dhcp-server isc-dhcp-client dhcpd-pools kea-admin iproute2 systemd cloud-init curl wget python3 gcc libc6-dev strace
+	scripts/install-deps isc-dhcp-server isc-dhcp-client dhcpcd-base dhcpd-pools kea-admin iproute2 systemd cloud-init curl wget python3 gcc libc6-dev strace
 
 vet:
 	$(GO) vet ./...

@@ -37,6 +37,13 @@
 //     (/var/lib/NetworkManager/internal-UUID-IFACE.lease): the networkd
 //     format; the nettools client (NetworkManager 1.36+) writes ADDRESS
 //     only, so its leases are reported and skipped for want of a server.
+//   - dhcpcd (ParseDhcpcd; /var/lib/dhcpcd/IFACE.lease, dhcpcd-IFACE.lease
+//     for dhcpcd 6, either with -SSID after IFACE on wireless): the
+//     server's DHCPACK, byte for byte. The lease starts at the file's
+//     modification time (dhcpcd rewrites the file at every renewal and
+//     reads it back so); the client identifier dhcpcd sent is recorded
+//     only if the server echoed it (ISC dhcpd releases by ciaddr and
+//     chaddr without it).
 //   - A JSON file (networkd's DHCP server keeps its leases so; no DHCP
 //     client here writes one) is recognised and reported as not
 //     supported.

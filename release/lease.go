@@ -16,6 +16,7 @@ const (
 	FormatDhclient        // ISC dhclient (also NetworkManager's dhclient backend)
 	FormatNetworkd        // systemd-networkd KEY=VALUE (also NetworkManager's internal client)
 	FormatJSON            // a JSON file (networkd's DHCP server's leases; no client's): recognised, not read
+	FormatDhcpcd          // dhcpcd: the server's DHCPACK as received
 )
 
 func (f Format) String() string {
@@ -26,6 +27,8 @@ func (f Format) String() string {
 		return "networkd"
 	case FormatJSON:
 		return "json"
+	case FormatDhcpcd:
+		return "dhcpcd"
 	}
 	return "unknown"
 }
@@ -46,7 +49,7 @@ type Lease struct {
 	Expire time.Time
 	Never  bool
 	// Lifetime is the lease time the server granted (networkd's
-	// LIFETIME), 0 if not recorded.
+	// LIFETIME, option 51 of dhcpcd's DHCPACK), 0 if not recorded.
 	Lifetime time.Duration
 	Line     int // where the lease starts in its file (1-based)
 }
@@ -69,8 +72,12 @@ func (l Lease) Expiry() (time.Time, bool) {
 
 // Detect tells a lease file's format from its content: dhclient files
 // are made of "lease {…}" blocks (and "lease6", "default-duid"),
-// networkd's of KEY=VALUE lines, newer systemd's are a JSON object.
+// networkd's of KEY=VALUE lines, newer systemd's are a JSON object,
+// dhcpcd's a binary DHCP reply.
 func Detect(content []byte) Format {
+	if isDhcpcdLease(content) {
+		return FormatDhcpcd
+	}
 	for _, line := range bytes.Split(content, []byte("\n")) {
 		// Empty dhclient statements (";") say nothing about the format.
 		line = bytes.TrimLeft(bytes.TrimSpace(line), "; \t")
@@ -110,8 +117,8 @@ func isKey(b []byte) bool {
 
 // Parse reads a lease file of any supported format. For dhclient files
 // it returns every lease block, in file order (the last one per
-// interface is the current one: see Current); networkd files hold one
-// lease. Leases are returned with the error when part of the file could
+// interface is the current one: see Current); networkd and dhcpcd
+// files hold one lease. Leases are returned with the error when part of the file could
 // be read (a torn last block).
 func Parse(r io.Reader) (Format, []Lease, error) {
 	b, err := io.ReadAll(io.LimitReader(r, maxFile+1))
@@ -132,13 +139,19 @@ func Parse(r io.Reader) (Format, []Lease, error) {
 			return f, nil, err
 		}
 		return f, []Lease{l}, nil
+	case FormatDhcpcd:
+		l, err := ParseDhcpcd(b)
+		if err != nil {
+			return f, nil, err
+		}
+		return f, []Lease{l}, nil
 	case FormatJSON:
 		return f, nil, fmt.Errorf("a JSON file (the format of networkd's DHCP server leases, not a client's): not supported")
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return f, nil, nil
 	}
-	return f, nil, fmt.Errorf("not a dhclient, systemd-networkd or NetworkManager lease file")
+	return f, nil, fmt.Errorf("not a dhclient, systemd-networkd, NetworkManager or dhcpcd lease file")
 }
 
 // maxFile bounds what Parse reads: dhclient appends a block per renewal

@@ -26,6 +26,8 @@ var DefaultGlobs = []string{
 	"/run/systemd/netif/leases/*",              // systemd-networkd, by ifindex
 	"/var/lib/NetworkManager/internal-*.lease", // NetworkManager's internal client
 	"/var/lib/NetworkManager/dhclient-*.lease", // NetworkManager's dhclient backend
+	"/var/lib/dhcpcd/*.lease",                  // dhcpcd (Debian's ifupdown from 13, Arch, Alpine)
+	"/var/lib/dhcpcd5/*.lease",                 // dhcpcd 6 as dhcpcd5 (older Raspberry Pi OS)
 }
 
 // DefaultDhclientConf is where dhclient reads the client identifier it
@@ -338,19 +340,30 @@ func (o Options) readSources() (sources []Source, looked []string, bad int) {
 // readSource reads and parses one lease file. A torn dhclient file
 // returns its complete leases and the error. iface, when not "", is the
 // interface of a file whose format does not record one, instead of the
-// one its name gives.
+// one its name gives. A dhcpcd lease starts at the file's modification
+// time (dhcpcd's own reading of it).
 func readSource(path, iface string) (*Source, error) {
-	f, _, err := openRegular(path)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	format, leases, perr := Parse(f)
+	if format == FormatDhcpcd {
+		for i := range leases {
+			leases[i] = leases[i].startedAt(fi.ModTime())
+		}
+	}
 	s := &Source{Path: path, Format: format, Leases: Current(leases)}
 	switch {
 	case format == FormatDhclient:
 	case iface != "":
 		s.Iface = iface
+	case format == FormatDhcpcd:
+		s.Iface = dhcpcdIface(filepath.Base(path), func(name string) bool {
+			_, err := net.InterfaceByName(name)
+			return err == nil
+		})
 	default:
 		name, err := ifaceFromName(path)
 		if err != nil {

@@ -42,6 +42,7 @@ var networkUnits = []string{
 	"systemd-networkd.service",
 	"NetworkManager.service",
 	"networking.service",
+	"dhcpcd.service",
 	"systemd-resolved.service",
 }
 

@@ -42,11 +42,13 @@ Leases are found whatever client holds them:
   systemd-networkd         /run/systemd/netif/leases/IFINDEX
   NetworkManager           /var/lib/NetworkManager/internal-UUID-IFACE.lease,
                            /var/lib/NetworkManager/dhclient-UUID-IFACE.lease
+  dhcpcd                   /var/lib/dhcpcd/IFACE.lease, /var/lib/dhcpcd5/dhcpcd-IFACE.lease
+                           (the server's DHCPACK; the lease starts at the file's time)
 --lease-file reads the named files instead (repeatable); their format
 is detected from their content. A networkd-format file named this way
 belongs to the --interface given when only one is (whatever the file's
 name says), else to the interface its name gives (networkd's interface
-index, NetworkManager's interface name). A named file's leases on
+index, NetworkManager's and dhcpcd's interface name). A named file's leases on
 interfaces not asked for are reported skipped with the reason.
 
 Each release is a unicast DHCPRELEASE from the lease's address, port 68,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -222,10 +223,25 @@ func (r *relLab) lease(c *lab.Client) netip.Addr {
 // release runs `leasekeeper release ARGS…` in the client's namespace.
 func (r *relLab) release(c *lab.Client, args ...string) (stdout, stderr string, code int, took time.Duration) {
 	r.t.Helper()
+	return r.releaseWith(func(ctx context.Context, argv ...string) *exec.Cmd {
+		return r.lab.CommandContext(ctx, c.NS, argv...)
+	}, args...)
+}
+
+// releaseAsNode is release with the client's own /var/lib and /run
+// (lab.Client.NodeCommand): the default lease file paths are the
+// client's, not the host's.
+func (r *relLab) releaseAsNode(c *lab.Client, args ...string) (stdout, stderr string, code int, took time.Duration) {
+	r.t.Helper()
+	return r.releaseWith(c.NodeCommand, args...)
+}
+
+func (r *relLab) releaseWith(command func(ctx context.Context, argv ...string) *exec.Cmd, args ...string) (stdout, stderr string, code int, took time.Duration) {
+	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	argv := append([]string{os.Args[0], "-test.run=^TestReleaseHelperProcess$", "--", "release"}, args...)
-	cmd := r.lab.CommandContext(ctx, c.NS, argv...)
+	cmd := command(ctx, argv...)
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -391,6 +407,62 @@ CLIENTID=ff5ac2b0e200020000ab11a1b2c3d4e5f60718
 	}
 	out, _, code, _ := r.release(c, "--lease-file", file)
 	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1 (networkd lease in %s)", ip, file); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	r.checkReleased(ip, c.MAC)
+	r.waitHook("release", ip)
+}
+
+// TestLabReleaseDhcpcd: a node whose network is real dhcpcd's (Debian's
+// configuration: a DUID-based client identifier, the address kept when
+// dhcpcd stops) leases an address; dhcpcd exits without releasing, as at
+// its stop. `leasekeeper release` with the default paths, on the node's
+// own /var/lib, finds dhcpcd's lease (the DHCPACK it stored), and
+// releases it: dhcpd finds the lease by ciaddr and chaddr (the release
+// carries no client identifier: dhcpd did not echo dhcpcd's), logs the
+// DHCPRELEASE, writes the lease free, and the hook reports release. Before
+// that, the file's time set back past the lease time makes the lease
+// ended, as dhcpcd itself reads it: skipped, nothing sent.
+func TestLabReleaseDhcpcd(t *testing.T) {
+	t.Parallel()
+	lab.Require(t, "dhcpcd")
+	r := newRelLab(t)
+	c := r.lab.AddClient("c1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ip, err := c.Dhcpcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitHook("commit", ip)
+	const file = "/var/lib/dhcpcd/eth0.lease" // as the node sees it
+	onHost := filepath.Join(c.DhcpcdDB(), "eth0.lease")
+	fi, err := os.Stat(onHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(onHost, old, old); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code, _ := r.releaseAsNode(c)
+	if want := fmt.Sprintf("eth0: skipped %s: the lease expired at %s (dhcpcd lease in %s)", ip,
+		old.Add(10*time.Minute).UTC().Format(time.RFC3339), file); code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
+	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
+
+	if err := os.Chtimes(onHost, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code, _ = r.releaseAsNode(c, "--dry-run")
+	if want := "chaddr " + c.MAC.String() + " server-id 203.0.113.1, from"; code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("dry run: exit %d, output %q; want 0 and %q (no client-id)", code, out, want)
+	}
+	out, _, code, _ = r.releaseAsNode(c)
+	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1 (dhcpcd lease in %s)", ip, file); code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
 	}
 	r.checkReleased(ip, c.MAC)

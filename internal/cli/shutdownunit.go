@@ -46,7 +46,7 @@ func newInstallShutdownUnitCmd(env *Env) *cobra.Command {
 		Long: `Install ` + systemd.ShutdownUnitName + `, a oneshot unit that does nothing at
 start and runs "leasekeeper release" when it is stopped. It is ordered
 after network.target and the network services (systemd-networkd,
-NetworkManager, ifupdown's networking), so at shutdown systemd stops it —
+NetworkManager, ifupdown's networking, dhcpcd), so at shutdown systemd stops it —
 releasing the leases — before the network goes down, and before
 network-online.target, so that what runs once the network is online
 (remote file systems, container runtimes) has stopped by then. It does

@@ -49,6 +49,7 @@ var packages = map[string]string{
 	"ip":          "iproute2",
 	"dhcpd":       "isc-dhcp-server",
 	"dhclient":    "isc-dhcp-client",
+	"dhcpcd":      "dhcpcd-base",
 	"dhcpd-pools": "dhcpd-pools",
 	"perfdhcp":    "kea-admin",
 }
