@@ -31,14 +31,20 @@ func isDhcpcdLease(b []byte) bool {
 // server's DHCPACK as it arrived, byte for byte (src/dhcp.c: dhcp_bind
 // writes state->new at every bind, renewal and rebind; read_lease reads
 // it back as a struct bootp). Address is yiaddr; Server option 54;
-// Lifetime option 51 (0xffffffff: Never); ClientID option 61 when the
-// server echoed it (ISC dhcpd does not unless told to: the release then
-// goes without one, and dhcpd finds the lease by ciaddr and chaddr).
-// The file records no interface (its name does) and no time: dhcpcd
-// takes the file's modification time for the lease's start (dhcp.c,
-// dhcp_start1: "Offset lease times and check expiry"), and so does
-// readSource (Lease.Expire). A BOOTP reply (no message type) is a lease
-// too, as dhcpcd takes it; any other message type is an error.
+// Lifetime option 51, Never when it is 0xffffffff or missing (dhcpcd's
+// get_lease takes a missing lease time for infinite); ClientID option 61
+// when the server echoed it (ISC dhcpd does not unless told to: the
+// release then goes without one, and dhcpd finds the lease by ciaddr and
+// chaddr). The file records no interface (its name does) and no time.
+// dhcpcd takes the file's modification time for the lease's start
+// (dhcp.c, dhcp_start1), but that is no end to rely on here: a clock set
+// forward after the write (a board without a real-time clock, a restored
+// virtual machine) would end a running lease. As for networkd, the
+// address still on the interface tells the lease runs: dhcpcd gives the
+// kernel the lease time as the address's lifetime, and the kernel
+// removes the address at its end. A reply without a message type (BOOTP
+// with DHCP's cookie) is a lease; any other message type is an error;
+// options overloaded into sname or file (option 52) are not read.
 func ParseDhcpcd(b []byte) (Lease, error) {
 	if !isDhcpcdLease(b) {
 		return Lease{}, errors.New("not a DHCP reply (no BOOTREPLY with the DHCP magic cookie)")
@@ -63,10 +69,12 @@ func ParseDhcpcd(b []byte) (Lease, error) {
 		}
 		l.Server = s
 	}
-	if v := m.Options.Get(dhcpv4.OptionIPAddressLeaseTime); v != nil {
-		if len(v) != 4 {
-			return Lease{}, fmt.Errorf("lease time (option 51) of %d bytes, not 4", len(v))
-		}
+	switch v := m.Options.Get(dhcpv4.OptionIPAddressLeaseTime); {
+	case v == nil:
+		l.Never = true
+	case len(v) != 4:
+		return Lease{}, fmt.Errorf("lease time (option 51) of %d bytes, not 4", len(v))
+	default:
 		secs := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
 		if secs == 0xffffffff {
 			l.Never = true
@@ -79,16 +87,6 @@ func ParseDhcpcd(b []byte) (Lease, error) {
 	}
 	l.Line = 1
 	return l, nil
-}
-
-// startedAt is l with its end set from the lease's start (dhcpcd's file
-// time): start plus Lifetime. A lease without a lease time, or one that
-// never ends, keeps no end.
-func (l Lease) startedAt(start time.Time) Lease {
-	if !l.Never && l.Lifetime > 0 && !start.IsZero() {
-		l.Expire = start.Add(l.Lifetime)
-	}
-	return l
 }
 
 // dhcpcdIface is the interface a dhcpcd lease file's name gives:

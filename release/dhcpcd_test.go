@@ -47,8 +47,10 @@ func TestParseDhcpcd(t *testing.T) {
 			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Never: true, Line: 1}},
 		{name: "no server id", mods: []dhcpv4.Modifier{dhcpv4.WithoutOption(dhcpv4.OptionServerIdentifier)},
 			want: Lease{Address: addr("203.0.113.100"), Lifetime: 10 * time.Minute, Line: 1}},
-		{name: "bootp reply", mods: []dhcpv4.Modifier{dhcpv4.WithoutOption(dhcpv4.OptionDHCPMessageType), dhcpv4.WithoutOption(dhcpv4.OptionIPAddressLeaseTime)},
-			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Line: 1}},
+		{name: "no lease time", mods: []dhcpv4.Modifier{dhcpv4.WithoutOption(dhcpv4.OptionIPAddressLeaseTime)}, // dhcpcd: infinite
+			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Never: true, Line: 1}},
+		{name: "bootp reply", mods: []dhcpv4.Modifier{dhcpv4.WithoutOption(dhcpv4.OptionDHCPMessageType)},
+			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Lifetime: 10 * time.Minute, Line: 1}},
 		{name: "nak", mods: []dhcpv4.Modifier{dhcpv4.WithMessageType(dhcpv4.MessageTypeNak)}, err: "a NAK, not a DHCPACK"},
 		{name: "no address", mods: []dhcpv4.Modifier{dhcpv4.WithYourIP(net.IPv4zero)}, err: "no address (yiaddr 0.0.0.0)"},
 		{name: "short server id", mods: []dhcpv4.Modifier{dhcpv4.WithGeneric(dhcpv4.OptionServerIdentifier, []byte{203, 0, 113})}, err: "server identifier (option 54) of 3 bytes"},
@@ -88,33 +90,52 @@ func TestParseDhcpcd(t *testing.T) {
 	}
 }
 
-// TestDhcpcdLeaseEnd: dhcpcd's lease starts at the file's time (dhcpcd
-// rewrites it at every renewal), so readSource sets its end from it.
+// TestDhcpcdLeaseEnd: a dhcpcd lease's end is unknown whatever the
+// file's time (a clock set forward after the write would otherwise end a
+// running lease); readSource stamps it with that time, and of two files
+// naming one address on one interface Plan takes the newer.
 func TestDhcpcdLeaseEnd(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "eth9.lease")
-	if err := os.WriteFile(path, ack(t), 0o640); err != nil {
+	dir := t.TempDir()
+	older, newer := filepath.Join(dir, "wlan0-cafe.lease"), filepath.Join(dir, "wlan0-home.lease")
+	if err := os.WriteFile(older, ack(t, dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(203, 0, 113, 2)))), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newer, ack(t), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
-	if err := os.Chtimes(path, at, at); err != nil {
-		t.Fatal(err)
+	for i, p := range []string{newer, older} {
+		when := at.Add(-time.Duration(i) * 24 * time.Hour)
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s, err := readSource(path, "")
-	if err != nil {
-		t.Fatal(err)
+	var sources []Source
+	for _, p := range []string{newer, older} {
+		s, err := readSource(p, "wlan0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Format != FormatDhcpcd || len(s.Leases) != 1 {
+			t.Fatalf("source %+v", s)
+		}
+		if end, ok := s.Leases[0].Expiry(); ok {
+			t.Errorf("%s: end %v, want unknown", p, end)
+		}
+		sources = append(sources, *s)
 	}
-	if s.Format != FormatDhcpcd || len(s.Leases) != 1 || s.Iface != "eth9" {
-		t.Fatalf("source %+v", s)
+	if !sources[0].Leases[0].Written.Equal(at) {
+		t.Errorf("written %v, want the file's time %v", sources[0].Leases[0].Written, at)
 	}
-	if got, ok := s.Leases[0].Expiry(); !ok || !got.Equal(at.Add(10*time.Minute)) {
-		t.Errorf("expiry %v %v, want %v", got, ok, at.Add(10*time.Minute))
-	}
-	// A lease that never ends keeps no end, whatever the file's time.
-	if err := os.WriteFile(path, ack(t, dhcpv4.WithLeaseTime(0xffffffff)), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if s, err = readSource(path, ""); err != nil || !s.Leases[0].Never || !s.Leases[0].Expire.IsZero() {
-		t.Errorf("infinite lease: %+v, %v", s, err)
+	ifaces := map[string]Iface{"wlan0": {Name: "wlan0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1},
+		Prefixes: []netip.Prefix{netip.MustParsePrefix("203.0.113.100/24")}}}
+	// Whichever file is read first, the newer one's server is released to;
+	// a day later than both files' lease time the lease still runs.
+	for _, order := range [][]Source{sources, {sources[1], sources[0]}} {
+		acts := Plan(order, ifaces, nil, at.Add(48*time.Hour))
+		if len(acts) != 1 || acts[0].Verdict != Release || acts[0].Lease.Server != netip.MustParseAddr("203.0.113.1") {
+			t.Errorf("plan from %s first: %+v, want one release to 203.0.113.1", order[0].Path, acts)
+		}
 	}
 }
 

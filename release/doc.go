@@ -39,11 +39,13 @@
 //     only, so its leases are reported and skipped for want of a server.
 //   - dhcpcd (ParseDhcpcd; /var/lib/dhcpcd/IFACE.lease, dhcpcd-IFACE.lease
 //     for dhcpcd 6, either with -SSID after IFACE on wireless): the
-//     server's DHCPACK, byte for byte. The lease starts at the file's
-//     modification time (dhcpcd rewrites the file at every renewal and
-//     reads it back so); the client identifier dhcpcd sent is recorded
-//     only if the server echoed it (ISC dhcpd releases by ciaddr and
-//     chaddr without it).
+//     server's DHCPACK, byte for byte, rewritten at every renewal. Its
+//     end is unknown, as networkd's: the file's time plus the lease time
+//     would end a running lease after the clock was set forward, and the
+//     address still on the interface tells it runs (ParseDhcpcd). Of
+//     one interface's files (one a wireless network) the newest wins.
+//     The client identifier dhcpcd sent is recorded only if the server
+//     echoed it (ISC dhcpd releases by ciaddr and chaddr without it).
 //   - A JSON file (networkd's DHCP server keeps its leases so; no DHCP
 //     client here writes one) is recognised and reported as not
 //     supported.

@@ -52,6 +52,11 @@ type Lease struct {
 	// LIFETIME, option 51 of dhcpcd's DHCPACK), 0 if not recorded.
 	Lifetime time.Duration
 	Line     int // where the lease starts in its file (1-based)
+	// Written is when the lease's file was last written, for a format
+	// that keeps one lease a file and rewrites it at every renewal
+	// (dhcpcd); zero otherwise. dhcpcd keeps a file per wireless network
+	// (IFACE-SSID.lease) and leaves the others: the newest is current.
+	Written time.Time
 }
 
 // Expiry returns when the lease ends, and whether the file says. A
@@ -62,7 +67,8 @@ type Lease struct {
 // one is the same), and a server granting the same lease time every
 // time makes it the same. Its end is unknown; the address still on the
 // interface tells it has not passed (networkd removes it at the end,
-// and gives the kernel the lease's lifetime as the address's).
+// and gives the kernel the lease's lifetime as the address's). A dhcpcd
+// lease is read the same way (ParseDhcpcd says why).
 func (l Lease) Expiry() (time.Time, bool) {
 	if l.Never || l.Expire.IsZero() {
 		return time.Time{}, false

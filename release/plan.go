@@ -77,8 +77,10 @@ type Action struct {
 // someone asked for that file. A lease found in
 // several files (interface and address equal) is planned once: from a
 // file that allows the release if any does, else from the file whose
-// lease ends last (unknown counting as last). Actions are ordered by interface and
-// address.
+// lease ends last (unknown counting as last), else from the file written
+// last (Lease.Written: dhcpcd's files of one wireless interface, one a
+// network, may name one address from two servers). Actions are ordered
+// by interface and address.
 func Plan(sources []Source, ifaces map[string]Iface, only []string, now time.Time) []Action {
 	type key struct {
 		iface string
@@ -100,8 +102,10 @@ func Plan(sources []Source, ifaces map[string]Iface, only []string, now time.Tim
 			if i, dup := seen[key{name, l.Address}]; dup {
 				d := decide(a, s, ifaces, now)
 				old := out[i]
+				same := (d.Verdict == Release) == (old.Verdict == Release)
 				if d.Verdict == Release && old.Verdict != Release ||
-					(d.Verdict == Release) == (old.Verdict == Release) && later(d.Expires, old.Expires) {
+					same && later(d.Expires, old.Expires) ||
+					same && d.Expires.Equal(old.Expires) && d.Lease.Written.After(old.Lease.Written) {
 					out[i] = d
 				}
 				continue

@@ -340,8 +340,8 @@ func (o Options) readSources() (sources []Source, looked []string, bad int) {
 // readSource reads and parses one lease file. A torn dhclient file
 // returns its complete leases and the error. iface, when not "", is the
 // interface of a file whose format does not record one, instead of the
-// one its name gives. A dhcpcd lease starts at the file's modification
-// time (dhcpcd's own reading of it).
+// one its name gives. A dhcpcd lease is stamped with the file's time
+// (Lease.Written: of one interface's files, the newest is its lease).
 func readSource(path, iface string) (*Source, error) {
 	f, fi, err := openRegular(path)
 	if err != nil {
@@ -351,7 +351,7 @@ func readSource(path, iface string) (*Source, error) {
 	format, leases, perr := Parse(f)
 	if format == FormatDhcpcd {
 		for i := range leases {
-			leases[i] = leases[i].startedAt(fi.ModTime())
+			leases[i].Written = fi.ModTime()
 		}
 	}
 	s := &Source{Path: path, Format: format, Leases: Current(leases)}

@@ -43,7 +43,7 @@ Leases are found whatever client holds them:
   NetworkManager           /var/lib/NetworkManager/internal-UUID-IFACE.lease,
                            /var/lib/NetworkManager/dhclient-UUID-IFACE.lease
   dhcpcd                   /var/lib/dhcpcd/IFACE.lease, /var/lib/dhcpcd5/dhcpcd-IFACE.lease
-                           (the server's DHCPACK; the lease starts at the file's time)
+                           (the server's DHCPACK)
 --lease-file reads the named files instead (repeatable); their format
 is detected from their content. A networkd-format file named this way
 belongs to the --interface given when only one is (whatever the file's

@@ -420,9 +420,12 @@ CLIENTID=ff5ac2b0e200020000ab11a1b2c3d4e5f60718
 // own /var/lib, finds dhcpcd's lease (the DHCPACK it stored), and
 // releases it: dhcpd finds the lease by ciaddr and chaddr (the release
 // carries no client identifier: dhcpd did not echo dhcpcd's), logs the
-// DHCPRELEASE, writes the lease free, and the hook reports release. Before
-// that, the file's time set back past the lease time makes the lease
-// ended, as dhcpcd itself reads it: skipped, nothing sent.
+// DHCPRELEASE, writes the lease free, and the hook reports release. The
+// file's time is set two hours back first, longer than the lease time, as
+// after the clock was set forward (a board without a real-time clock):
+// the address still on eth0 tells the lease runs, and it is released all
+// the same (a cold review: the file's time plus the lease time was taken
+// for the end, and the lease skipped as ended).
 func TestLabReleaseDhcpcd(t *testing.T) {
 	t.Parallel()
 	lab.Require(t, "dhcpcd")
@@ -436,31 +439,17 @@ func TestLabReleaseDhcpcd(t *testing.T) {
 	}
 	r.waitHook("commit", ip)
 	const file = "/var/lib/dhcpcd/eth0.lease" // as the node sees it
-	onHost := filepath.Join(c.DhcpcdDB(), "eth0.lease")
-	fi, err := os.Stat(onHost)
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	old := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(onHost, old, old); err != nil {
+	if err := os.Chtimes(filepath.Join(c.DhcpcdDB(), "eth0.lease"), old, old); err != nil {
 		t.Fatal(err)
 	}
-	out, _, code, _ := r.releaseAsNode(c)
-	if want := fmt.Sprintf("eth0: skipped %s: the lease expired at %s (dhcpcd lease in %s)", ip,
-		old.Add(10*time.Minute).UTC().Format(time.RFC3339), file); code != 0 || !strings.Contains(out, want) {
-		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
-	}
-	time.Sleep(200 * time.Millisecond)
-	r.noRelease()
 
-	if err := os.Chtimes(onHost, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
-	out, _, code, _ = r.releaseAsNode(c, "--dry-run")
+	out, _, code, _ := r.releaseAsNode(c, "--dry-run")
 	if want := "chaddr " + c.MAC.String() + " server-id 203.0.113.1, from"; code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("dry run: exit %d, output %q; want 0 and %q (no client-id)", code, out, want)
 	}
+	time.Sleep(200 * time.Millisecond)
+	r.noRelease()
 	out, _, code, _ = r.releaseAsNode(c)
 	if want := fmt.Sprintf("eth0: released %s to server 203.0.113.1 (dhcpcd lease in %s)", ip, file); code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("exit %d, output %q; want 0 and %q", code, out, want)
