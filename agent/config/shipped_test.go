@@ -108,11 +108,15 @@ func TestConffile(t *testing.T) {
 	}
 
 	var blocks [][]string
-	for _, l := range strings.Split(string(b), "\n") {
+	for i, l := range strings.Split(string(b), "\n") {
 		switch {
 		case strings.HasPrefix(l, "#["):
 			blocks = append(blocks, []string{l[1:]})
-		case len(blocks) > 0 && strings.HasPrefix(l, "#") && strings.Contains(l, " = "):
+		case strings.HasPrefix(l, "#") && strings.Contains(l, " = ") && !strings.HasPrefix(l, "# "):
+			if len(blocks) == 0 {
+				t.Errorf("%s:%d: %q is under no commented-out [section]", conffile, i+1, l)
+				continue
+			}
 			blocks[len(blocks)-1] = append(blocks[len(blocks)-1], l[1:])
 		default:
 			if len(blocks) > 0 && len(blocks[len(blocks)-1]) == 1 {
@@ -133,11 +137,35 @@ func TestConffile(t *testing.T) {
 		if cmp.Equal(Default(), got) {
 			t.Errorf("%s uncommented changes nothing", blk[0])
 		}
+		docs := keyDocs(string(ref))
+		section := strings.Trim(blk[0], "[]")
 		for _, kv := range blk[1:] {
-			_, v, _ := strings.Cut(kv, " = ")
-			if !strings.Contains(string(ref), v) {
-				t.Errorf("%s: %s: value %s is not one %s documents", conffile, kv, v, shipped)
+			k, v, _ := strings.Cut(kv, " = ")
+			if !strings.Contains(docs[section+"."+k], v) {
+				t.Errorf("%s: %s: value %s is not one %s documents for %s.%s", conffile, kv, v, shipped, section, k)
 			}
 		}
 	}
+}
+
+// keyDocs maps each key of a documented TOML file ("section.key") to the
+// comment above it.
+func keyDocs(doc string) map[string]string {
+	out := map[string]string{}
+	section, comment := "", ""
+	for _, l := range strings.Split(doc, "\n") {
+		switch {
+		case strings.HasPrefix(l, "["):
+			section, comment = strings.Trim(l, "[]"), ""
+		case strings.HasPrefix(l, "#"):
+			comment += l + "\n"
+		case strings.Contains(l, " = "):
+			k, _, _ := strings.Cut(l, " = ")
+			out[section+"."+k] = comment
+			comment = ""
+		default:
+			comment = ""
+		}
+	}
+	return out
 }

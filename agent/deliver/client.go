@@ -148,7 +148,7 @@ func maasFileHint(path string, err error) string {
 		return fmt.Sprintf(" (read as user %s; MAAS keeps its rack key for MAAS only: have systemd pass it to the agent, LoadCredential=%s:%s, see README.Debian; --print-config outside the service reads it as root)",
 			userName(), filepath.Base(path), path)
 	case errors.Is(err, os.ErrNotExist) && strings.HasPrefix(path, maasCertDir+"/"):
-		return " (the defaults are a MAAS 3.8+ deb rack's; MAAS 3.6 and 3.7 keep cluster.pem, cluster.key and cacerts.pem there, a snap under /var/snap/maas: see [region] in leasekeeper.toml)"
+		return " (the defaults are a MAAS 3.8+ deb rack's; MAAS 3.6 and 3.7 keep cluster.pem, cluster.key and cacerts.pem there, a snap under /var/snap/maas: see [region] in `leasekeeper agent --print-reference`)"
 	}
 	return ""
 }

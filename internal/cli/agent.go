@@ -23,6 +23,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/packaging"
 )
 
 // reloadable are the keys a SIGHUP puts in force without a restart.
@@ -69,6 +70,7 @@ func newAgentCmd(env *Env) *cobra.Command {
 		sets        []string
 		logLevel    string
 		printConfig bool
+		printRef    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent [--config FILE] [--set section.key=value]...",
@@ -79,9 +81,9 @@ region's leases endpoint (region.url), and serve Prometheus /metrics and
 /status on metrics.listen. It runs in the foreground and logs to stderr
 (JSON under systemd's journal or when stderr is not a terminal).
 
-Configuration is the TOML file --config (every key is documented in
-/usr/share/doc/leasekeeper/examples/leasekeeper.toml where the package is
-installed, packaging/leasekeeper.toml in the source). Unknown keys and bad values are
+Configuration is the TOML file --config. Every key, with its default and
+what it does, is in the reference --print-reference prints (the package
+installs it as /usr/share/doc/leasekeeper/examples/leasekeeper.toml). Unknown keys and bad values are
 errors naming the key. --set section.key=value overrides one key for this
 run (repeatable): strings as they are, durations in Go syntax ("30s"),
 lists comma-separated ("0,108"; "https://r1:5242/…,https://r2:5242/…")
@@ -116,10 +118,18 @@ file) cannot be used (restarted), 2 for bad flags; the reason is on
 stderr and in the log.`,
 		Example: `  leasekeeper agent --config /etc/leasekeeper/leasekeeper.toml
   leasekeeper agent --print-config            # validate, show every value, exit
+  leasekeeper agent --print-reference         # every key, its default and what it does
   leasekeeper agent --set region.url=http://127.0.0.1:8080/leases \
                     --set metrics.listen=127.0.0.1:0 --log-level debug`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printRef {
+				if printConfig {
+					return usageError{errors.New("--print-reference and --print-config: one at a time")}
+				}
+				_, err := env.Stdout.Write(packaging.Reference)
+				return err
+			}
 			overrides := sets
 			if logLevel != "" {
 				overrides = append(overrides, "log.level="+logLevel)
@@ -169,6 +179,7 @@ stderr and in the log.`,
 	f.StringArrayVar(&sets, "set", nil, "override one key: section.key=value (repeatable)")
 	f.StringVar(&logLevel, "log-level", "", "same as --set log.level=LEVEL (trace, debug, info, warn, error)")
 	f.BoolVar(&printConfig, "print-config", false, "validate the configuration and the region's certificate, key and token files as start does, print it with defaults filled in, and exit")
+	f.BoolVar(&printRef, "print-reference", false, "print the reference configuration (every key with its default and what it does; no file is read) and exit")
 	return cmd
 }
 

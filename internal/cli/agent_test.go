@@ -35,7 +35,7 @@ func TestAgentHelp(t *testing.T) {
 	for _, want := range []string{
 		"leasekeeper agent [--config FILE] [--set section.key=value]...",
 		"SIGTERM, SIGINT", "SIGHUP", "READY=1", "Exit status: 0",
-		"--print-config", "/etc/leasekeeper/leasekeeper.toml", "Examples:",
+		"--print-config", "--print-reference", "/etc/leasekeeper/leasekeeper.toml", "Examples:",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("agent --help lacks %q", want)
@@ -121,6 +121,26 @@ func TestAgentPrintConfig(t *testing.T) {
 	}
 	if cfg.Region.BatchMax != 7 || cfg.Region.URL != "https://r/leases" || cfg.State.Dir != "/var/lib/leasekeeper" {
 		t.Errorf("printed config:\n%s", out)
+	}
+}
+
+// TestAgentPrintReference: --print-reference prints the reference
+// configuration (packaging/leasekeeper.toml, every key at its default),
+// reading no file: the configuration named need not exist.
+func TestAgentPrintReference(t *testing.T) {
+	ref, err := os.ReadFile("../../packaging/leasekeeper.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := run(t, "agent", "--print-reference", "--config", "/nonexistent/leasekeeper.toml")
+	if code != 0 || out != string(ref) {
+		t.Fatalf("exit %d, stderr %q, %d bytes out; want 0 and the %d bytes of packaging/leasekeeper.toml", code, stderr, len(out), len(ref))
+	}
+	if _, err := config.Decode(strings.NewReader(out), "reference"); err != nil {
+		t.Errorf("the reference does not decode: %v", err)
+	}
+	if _, stderr, code := run(t, "agent", "--print-reference", "--print-config"); code != 2 || !strings.Contains(stderr, "one at a time") {
+		t.Errorf("both: exit %d, stderr %q; want 2", code, stderr)
 	}
 }
 
