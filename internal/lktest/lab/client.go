@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -72,10 +71,7 @@ func (c *Client) Dhclient(ctx context.Context, args ...string) (netip.Addr, erro
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	script, err := exec.LookPath("true")
-	if err != nil {
-		script = "/bin/true"
-	}
+	script := trueBin()
 	if err := c.writeConf(); err != nil {
 		return netip.Addr{}, err
 	}
@@ -154,10 +150,7 @@ func (c *Client) Release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	script, err := exec.LookPath("true")
-	if err != nil {
-		script = "/bin/true"
-	}
+	script := trueBin()
 	c.logHeader("dhclient -r")
 	argv := []string{bin, "-4", "-r", "-v", "-sf", script,
 		"-cf", c.path("conf"), "-lf", c.LeaseFile(), "-pf", c.path("pid"), c.Iface}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -55,10 +54,7 @@ func (c *Client) Dhclient6(ctx context.Context, args ...string) (netip.Addr, err
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	script, err := exec.LookPath("true")
-	if err != nil {
-		script = "/bin/true"
-	}
+	script := trueBin()
 	if err := c.writeConf6(); err != nil {
 		return netip.Addr{}, err
 	}
@@ -117,10 +113,7 @@ func (c *Client) Release6(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	script, err := exec.LookPath("true")
-	if err != nil {
-		script = "/bin/true"
-	}
+	script := trueBin()
 	c.logHeader("dhclient -6 -r")
 	argv := []string{bin, "-6", "-r", "-v", "-sf", script,
 		"-cf", c.path6("conf"), "-lf", c.LeaseFile6(), "-pf", c.path6("pid"), c.Iface}

@@ -63,10 +63,7 @@ func (c *Client) Dhcpcd(ctx context.Context) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	script, err := exec.LookPath("true")
-	if err != nil {
-		script = "/bin/true"
-	}
+	script := trueBin()
 	conf := filepath.Join(c.Dir, "dhcpcd.conf")
 	if err := os.WriteFile(conf, []byte(dhcpcdConf), 0o644); err != nil {
 		return netip.Addr{}, err

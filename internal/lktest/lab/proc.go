@@ -134,3 +134,13 @@ func copyFile(dst, src string, mode os.FileMode) error {
 	}
 	return out.Close()
 }
+
+// trueBin is true(1), the script the lab's DHCP clients run: they
+// configure nothing through it (the lab adds the address itself, or the
+// client does), and the host's files stay untouched.
+func trueBin() string {
+	if p, err := exec.LookPath("true"); err == nil {
+		return p
+	}
+	return "/bin/true"
+}
