@@ -1885,6 +1885,39 @@ func TestPendingOldestCut(t *testing.T) {
 	}
 }
 
+// TestHoldCutEarlierLife: an expiry dated before the life HoldCut would
+// hold it for is not held. The agent restarted while this side's acked
+// lease (+10 to +30) ended and the client took its next (+36 to +56); it
+// read the file, then judged the hook datagrams queued meanwhile: the
+// expiry, dated +30, ends the acked lease at its own end. Held for the
+// next life, it was dropped when that life's commit came, and the end
+// never reached the region (make chaos PAIR=1 seed 126: four addresses).
+// Dated inside the next life (a partner's stale update cutting it), it is
+// held as before.
+func TestHoldCutEarlierLife(t *testing.T) {
+	a := netip.MustParseAddr("203.0.113.12")
+	for _, tc := range []struct {
+		name string
+		at   int64
+		held bool
+	}{
+		{"at the acked lease's end, before the next began", t0 + 30, false},
+		{"seconds before the next began", t0 + 33, false},
+		{"within commitSlack of the next's start", t0 + 34, true},
+		{"seconds into the next lease", t0 + 37, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.Pair = Pair{Peer: "fo", Role: RoleSecondary}
+			s.Told[a] = Told{Action: event.Commit, MAC: macA, At: t0 + 10, Ends: t0 + 30}
+			s.File[a] = Lease{State: parser.StateActive, Family: "ipv4", MAC: macA, Starts: t0 + 36, Ends: t0 + 56}
+			if _, held := s.HoldCut(hook(event.Expiry, "203.0.113.12", macA, tc.at)); held != tc.held {
+				t.Errorf("held %t, want %t", held, tc.held)
+			}
+		})
+	}
+}
+
 // TestOwnTold: what this agent answers the peer's agent it delivered of
 // an address: its own last news, also once the file's blocks are
 // recorded over it (the peer weighs a recovering side's replay against
