@@ -1893,26 +1893,30 @@ func TestPendingOldestCut(t *testing.T) {
 // next life, it was dropped when that life's commit came, and the end
 // never reached the region (make chaos PAIR=1 seed 126: four addresses).
 // Dated inside the next life (a partner's stale update cutting it), it is
-// held as before.
+// held for that life as before; dated seconds into the acked lease (an
+// update cutting that one, judged late), it is held for the acked lease.
 func TestHoldCutEarlierLife(t *testing.T) {
 	a := netip.MustParseAddr("203.0.113.12")
 	for _, tc := range []struct {
-		name string
-		at   int64
-		held bool
+		name  string
+		at    int64
+		held  bool
+		until int64 // the held life's end
 	}{
-		{"at the acked lease's end, before the next began", t0 + 30, false},
-		{"seconds before the next began", t0 + 33, false},
-		{"within commitSlack of the next's start", t0 + 34, true},
-		{"seconds into the next lease", t0 + 37, true},
+		{"at the acked lease's end, before the next began", t0 + 30, false, 0},
+		{"seconds before the next began", t0 + 33, false, 0},
+		{"within commitSlack of the next's start", t0 + 34, true, t0 + 56},
+		{"seconds into the next lease", t0 + 37, true, t0 + 56},
+		{"seconds into the acked lease", t0 + 11, true, t0 + 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewState(grace)
 			s.Pair = Pair{Peer: "fo", Role: RoleSecondary}
 			s.Told[a] = Told{Action: event.Commit, MAC: macA, At: t0 + 10, Ends: t0 + 30}
 			s.File[a] = Lease{State: parser.StateActive, Family: "ipv4", MAC: macA, Starts: t0 + 36, Ends: t0 + 56}
-			if _, held := s.HoldCut(hook(event.Expiry, "203.0.113.12", macA, tc.at)); held != tc.held {
-				t.Errorf("held %t, want %t", held, tc.held)
+			p, held := s.HoldCut(hook(event.Expiry, "203.0.113.12", macA, tc.at))
+			if held != tc.held || held && p.Until != tc.until {
+				t.Errorf("held %t until %+d, want %t until %+d", held, p.Until-t0, tc.held, tc.until-t0)
 			}
 		})
 	}
