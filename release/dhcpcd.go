@@ -2,6 +2,7 @@ package release
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -75,7 +76,7 @@ func ParseDhcpcd(b []byte) (Lease, error) {
 	case len(v) != 4:
 		return Lease{}, fmt.Errorf("lease time (option 51) of %d bytes, not 4", len(v))
 	default:
-		secs := uint32(v[0])<<24 | uint32(v[1])<<16 | uint32(v[2])<<8 | uint32(v[3])
+		secs := binary.BigEndian.Uint32(v)
 		if secs == 0xffffffff {
 			l.Never = true
 		} else {

@@ -15,17 +15,7 @@ const shipped = "../../packaging/leasekeeper.toml"
 // key of Config (so every key is documented there), each to its default,
 // and each key is preceded by a comment.
 func TestShippedConfig(t *testing.T) {
-	b, err := os.ReadFile(shipped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Decode(strings.NewReader(string(b)), shipped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(Default(), c); diff != "" {
-		t.Errorf("shipped values differ from Default() (-default +shipped):\n%s", diff)
-	}
+	b, c := readDefaults(t, shipped)
 
 	var raw map[string]any
 	md, err := toml.Decode(string(b), &raw)
@@ -57,19 +47,41 @@ func TestShippedConfig(t *testing.T) {
 		}
 	}
 
-	// As shipped the agent refuses to start until the region is set.
-	err = c.Validate()
-	if err == nil || !strings.Contains(err.Error(), "region.url: required") {
-		t.Errorf("shipped config validates without a region: %v", err)
+	// As shipped the agent refuses to start until the region is set; on a
+	// MAAS rack the address is all there is to set.
+	needsRegionOnly(t, c, shipped)
+}
+
+// readDefaults reads a shipped configuration file and checks that it
+// decodes to the defaults.
+func readDefaults(t *testing.T, path string) ([]byte, *Config) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// On a MAAS rack the address is all there is to set.
-	for _, kv := range []string{"region.url=https://region.example:5242/MAAS/a/v3internal/leases"} {
-		if err := c.Override(kv); err != nil {
-			t.Fatal(err)
-		}
+	c, err := Decode(strings.NewReader(string(b)), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Default(), c); diff != "" {
+		t.Errorf("%s: values differ from Default() (-default +file):\n%s", path, diff)
+	}
+	return b, c
+}
+
+// needsRegionOnly checks that c is refused for want of a region, and
+// accepted with one.
+func needsRegionOnly(t *testing.T, c *Config, path string) {
+	t.Helper()
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "region.url: required") {
+		t.Errorf("%s validates without a region: %v", path, err)
+	}
+	if err := c.Override("region.url=https://region.example:5242/MAAS/a/v3internal/leases"); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
-		t.Errorf("shipped config with a region: %v", err)
+		t.Errorf("%s with a region: %v", path, err)
 	}
 }
 
@@ -82,30 +94,13 @@ const conffile = "../../packaging/etc/leasekeeper/leasekeeper.toml"
 // "#key = value" lines after it), uncommented, is a valid setting whose
 // values are the ones the reference file documents.
 func TestConffile(t *testing.T) {
-	b, err := os.ReadFile(conffile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, c := readDefaults(t, conffile)
+	needsRegionOnly(t, c, conffile)
 	ref, err := os.ReadFile(shipped)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Decode(strings.NewReader(string(b)), conffile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(Default(), c); diff != "" {
-		t.Errorf("conffile values differ from Default() (-default +conffile):\n%s", diff)
-	}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "region.url: required") {
-		t.Errorf("conffile validates without a region: %v", err)
-	}
-	if err := c.Override("region.url=https://region.example:5242/MAAS/a/v3internal/leases"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Validate(); err != nil {
-		t.Errorf("conffile with a region: %v", err)
-	}
+	docs := keyDocs(string(ref))
 
 	var blocks [][]string
 	for i, l := range strings.Split(string(b), "\n") {
@@ -137,7 +132,6 @@ func TestConffile(t *testing.T) {
 		if cmp.Equal(Default(), got) {
 			t.Errorf("%s uncommented changes nothing", blk[0])
 		}
-		docs := keyDocs(string(ref))
 		section := strings.Trim(blk[0], "[]")
 		for _, kv := range blk[1:] {
 			k, v, _ := strings.Cut(kv, " = ")
