@@ -1237,6 +1237,9 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 		mib(m.PeakRSS), mib(RSSBound), m.Processes, mib(m.PeakState), mib(StateBound), mib(m.PeakSpool))
 	fmt.Fprintf(w, "dead-lettered (422 poison) states not delivered: %d\n", rep.Refused)
 	fmt.Fprintf(w, "events dhcpd's hook told just before dhcpd died, never written to its file: %d; expiries ending such a commit's lease: %d\n", rep.Unwritten, rep.UnwrittenEnds)
+	if rep.Rejoined > 0 {
+		fmt.Fprintf(w, "expiries of a lease a partner's stale update cut, at its own end, in the second the client's next lease began: %d (one peer's file shows that end; neither owed nor false)\n", rep.Rejoined)
+	}
 	fmt.Fprintf(w, "slow region: %d accepted requests outlived the agent's 3 s timeout; re-posts overlapping a copy still applied: %d\n",
 		rep.Posts.Slow, len(rep.Posts.Overlapping))
 	fmt.Fprintf(w, "violations: %d", len(rep.Violations))

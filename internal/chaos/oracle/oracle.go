@@ -202,6 +202,14 @@ type Version struct {
 	// (Block.Starts), 0 when unknown: an unbound block begun before the
 	// life the address holds ends an older one (Truth).
 	Starts int64
+	// Rejoined lists, for an active version, the ends (Unix s) of cut
+	// lives (Cut) of its client that it continued from the very second
+	// they ended: the client's next lease began at the cut life's own
+	// end. The life goes on, so no end is owed; but the peer whose file
+	// the cut did not reach freed the lease at that end and acked the
+	// client again, so an expiry dated then is that file's truth too
+	// (Check: Report.Rejoined).
+	Rejoined []int64
 }
 
 // seenSlack is how long before the file was seen to show a version an
@@ -248,6 +256,10 @@ type Report struct {
 	ItemsBy    map[string]int // by action
 	Duplicates int            // items beyond the events the files show for their version
 	Unwritten  int            // items whose event dhcpd's hook told just before dhcpd died, never written
+	// Rejoined are expiries of a cut life dated at its own end, in the
+	// second the same client's next lease began, sent before that
+	// lease's commit (Version.Rejoined): neither owed nor false.
+	Rejoined int
 	// UnwrittenEnds are expiries that ended the lease of an unwritten
 	// commit the region held (Input.Deaths).
 	UnwrittenEnds int
@@ -290,8 +302,20 @@ func Truth(gens []Generation) map[string][]Version {
 				// end, would show the address free meanwhile. The life
 				// goes on, and no end is owed (the agent holds such an
 				// end to the cut life's end: reconcile, HoldCut).
+				cut := last.Cut
 				vs[ip] = q[:n-1]
 				push(ip, v)
+				if v.From == cut {
+					// The next lease began in the second the cut life
+					// ended: a peer the update did not reach freed the
+					// lease at its end first (make chaos PAIR=1 seed
+					// 126: the primary, back from its death, freed the
+					// secondary's 10 s lease of the client six seconds
+					// early in the secondary's file, and at its end in
+					// its own; the client's rebind came in that second).
+					q := vs[ip]
+					q[len(q)-1].Rejoined = append(q[len(q)-1].Rejoined, cut)
+				}
 				return
 			}
 			if last.Active && v.Active && last.MAC == v.MAC {
@@ -497,6 +521,10 @@ func Check(in Input) Report {
 		endTold[ip][k] = true
 	}
 	held := map[string]Item{} // IP → the unwritten commit that is the region's last word on it
+	// IP → the newest event time of the commits matched so far: an end
+	// of a rejoined life (Version.Rejoined) counts only ahead of the
+	// next lease's commit, which it would end in the region otherwise.
+	lastCommit := map[string]int64{}
 	// inner[i]: a later item of the same batch is for the same IP, so
 	// item i is a step inside a transaction, not a state the region
 	// shows (a batch sent again with more behind it replays older
@@ -650,6 +678,10 @@ func Check(in Input) Report {
 			}
 			continue
 		}
+		if j < 0 && it.Action == "expiry" && rejoined(q, it) && lastCommit[it.IP] < it.Timestamp {
+			r.Rejoined++
+			continue
+		}
 		if j < 0 {
 			older := -1
 			for k := 0; k < p && k < len(q); k++ {
@@ -713,6 +745,9 @@ func Check(in Input) Report {
 					delete(endTold[it.IP], k)
 				}
 			}
+		}
+		if it.Action == "commit" {
+			lastCommit[it.IP] = max(lastCommit[it.IP], it.Timestamp)
 		}
 		hit[it.IP][j]++
 		if hit[it.IP][j] > max(v.Count, 1) {
@@ -782,6 +817,24 @@ func Check(in Input) Report {
 		}
 	}
 	return r
+}
+
+// rejoined reports whether it, an expiry, is dated at the end of a cut
+// life of its MAC that the same client's next lease continued from that
+// very second (Version.Rejoined), or a second before it (dhcpd may free
+// a lease a second early: cutMargin).
+func rejoined(q []Version, it Item) bool {
+	for _, v := range q {
+		if !v.Active || v.MAC != it.MAC {
+			continue
+		}
+		for _, end := range v.Rejoined {
+			if it.Timestamp >= end-1 && it.Timestamp <= end {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // givenAway reports whether q[k], a lease a rewrite dropped, is followed

@@ -739,6 +739,14 @@ func TestEndCutThenKept(t *testing.T) {
 	ownTimes := []Block{blk(act(ip1, m1, 24), 6, 6), blk(act(ip1, m1, 45), 25, 25), blk(free(ip1, m1, 45), 25, 30)}
 	ownBefore := gen("g0", nil, append(slices.Clone(ownTimes), blk(act(ip1, m1, 60), 40, 40))...)
 	ownAfter := gen("g0", nil, append(slices.Clone(ownTimes), blk(act(ip1, m1, 70), 50, 50))...)
+	// The client's next lease in the very second the cut life ends (45):
+	// the peer the update did not reach freed the lease at that end and
+	// acked the client again (make chaos PAIR=1 seed 126: the secondary's
+	// 10 s lease of the client, freed six seconds early in its file by
+	// the returning primary's stale update; the primary's file freed it
+	// at its end, and its agent told that expiry, then the rebind).
+	ownAt := gen("g0", nil, append(slices.Clone(ownTimes), blk(act(ip1, m1, 65), 45, 45))...)
+	cutAt := gen("g0", nil, append(slices.Clone(cut), blk(act(ip1, m1, 65), 45, 45))...)
 	for _, tc := range []struct {
 		name  string
 		gen   Generation
@@ -764,6 +772,20 @@ func TestEndCutThenKept(t *testing.T) {
 			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(51, "commit", 50)}, nil},
 		{"freed early with its own times, next lease after its end, no end", ownAfter,
 			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(51, "commit", 50)}, []string{"lost " + ip1}},
+		{"freed early with its own times, next lease in its end's second, the end held and dropped", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "commit", 45)}, nil},
+		{"freed early with its own times, next lease in its end's second, the end told at it first", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(46, "commit", 45)}, nil},
+		{"freed early with its own times, next lease in its end's second, the end told a second early", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(45, "expiry", 44), timed(46, "commit", 45)}, nil},
+		{"freed early with its own times, next lease in its end's second, the end told after its commit", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "commit", 45), timed(47, "expiry", 45)},
+			[]string{"false " + ip1, "final " + ip1}},
+		{"freed early with its own times, next lease in its end's second, the end told at once", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(31, "expiry", 30), timed(46, "commit", 45)},
+			[]string{"false " + ip1}},
+		{"an older life's update, next lease in the cut end's second, the end told at it first", cutAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(46, "commit", 45)}, nil},
 	} {
 		r := Check(Input{Generations: []Generation{tc.gen}, Items: tc.items, End: at(80)})
 		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
