@@ -109,6 +109,10 @@ type Told struct {
 	// and AtNS themselves; OwnAt -1: nothing queued by this agent.
 	OwnAt   int64 `json:"own_at,omitempty"`
 	OwnAtNS int64 `json:"own_at_ns,omitempty"`
+	// OwnDropped: the deliverer dropped that last event unsent (Dropped):
+	// the region never heard it, so the pair channel's answers do not
+	// give it as this agent's delivered news (OwnTold).
+	OwnDropped bool `json:"own_dropped,omitempty"`
 }
 
 // recordedEnd reports whether t is ev, an end, as the file recorded it
@@ -814,7 +818,7 @@ func (s *State) Hook(ev event.Event) {
 		// the file already recorded (ownBacklog): the record stays the
 		// latest news, and the hook of that news, queued behind ev,
 		// tells it.
-		prev.OwnAt, prev.OwnAtNS = t.At, t.AtNS
+		prev.OwnAt, prev.OwnAtNS, prev.OwnDropped = t.At, t.AtNS, false
 		t = prev
 	} else if ev.Action == event.Commit && ev.Source != event.SourceFile {
 		t.Interrupted = s.pairOf(ev.IP).MyState == StateCommInterrupted // (ackedAlone)

@@ -865,9 +865,9 @@ func (s *State) recordTold(t Told, told bool, ev event.Event, acked bool) Told {
 	case !told:
 		out.OwnAt = -1
 	case t.OwnAt == 0 && t.OwnAtNS == 0:
-		out.OwnAt, out.OwnAtNS = t.At, t.AtNS
+		out.OwnAt, out.OwnAtNS, out.OwnDropped = t.At, t.AtNS, t.OwnDropped
 	default:
-		out.OwnAt, out.OwnAtNS = t.OwnAt, t.OwnAtNS
+		out.OwnAt, out.OwnAtNS, out.OwnDropped = t.OwnAt, t.OwnAtNS, t.OwnDropped
 	}
 	if out.OwnAt == out.At && out.OwnAtNS == out.AtNS {
 		out.OwnAt, out.OwnAtNS = 0, 0

@@ -207,11 +207,12 @@ func (r *Reconciler) PendingOldest(ips []netip.Addr, after []int64, key func(eve
 
 // OwnTold gives, for each of ips, key(the last event this agent queued
 // for it: Told.own, kept when the file's blocks are recorded over it), 0
-// when there is none: with nothing of the address still queued, that
-// event was delivered (or dead-lettered), the newest news of the address
-// this agent can have given the region. (The peer's agent asks: a
-// recovering side's replay goes only if this agent told nothing newer
-// than that side's own news, PairReplay.)
+// when there is none or the deliverer dropped it unsent (Dropped): with
+// nothing of the address still queued, that event was delivered (or
+// dead-lettered), the newest news of the address this agent can have
+// given the region. (The peer's agent asks: a recovering side's replay
+// goes only if this agent told nothing newer than that side's own news,
+// PairReplay.)
 func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []int64 {
 	out := make([]int64, len(ips))
 	r.mu.Lock()
@@ -222,8 +223,8 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 			continue
 		}
 		at, ns := t.own()
-		if at <= 0 {
-			continue // nothing queued by this agent
+		if at <= 0 || t.OwnDropped {
+			continue // nothing queued by this agent, or nothing it queued went
 		}
 		if ns/1e9 != at {
 			ns = 0
@@ -231,6 +232,39 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 		out[i] = key(event.Event{IP: ip, Timestamp: at, TimestampNS: ns})
 	}
 	return out
+}
+
+// Dropped records that the deliverer dropped e unsent: the pair's peer
+// delivered newer news of its address, or this same news (agent:
+// judgePair). If e is the last event this agent queued for the address
+// (Told.own: its time, and its action and MAC where the record is its
+// own), the pair channel's answers no longer give it as delivered
+// (OwnTold). They did: both agents of a pair then dropped the one end
+// of a lease, each taking the other's word — a secondary's rule-3 end
+// dropped because the primary delivered a renewal begun after the life's
+// start, then the recovering primary's replay of that end dropped
+// because the secondary's answer named the end it had just dropped as
+// delivered (make chaos PAIR=1 seed 126: four lease ends lost). The
+// record stays what the region may have been told for every other
+// rule: only the answer changes, and it falls back on what the pair
+// channel itself saw delivered (pair.Link.Delivered).
+func (r *Reconciler) Dropped(e event.Event) {
+	ip := e.IP.Unmap()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.st.Told[ip]
+	if !ok || t.OwnDropped {
+		return
+	}
+	at, ns := t.own()
+	if at != e.Timestamp || ns != fineTime(e) {
+		return
+	}
+	if t.OwnAt == 0 && t.OwnAtNS == 0 && (t.Action != e.Action || t.MAC != e.MAC) {
+		return
+	}
+	t.OwnDropped = true
+	r.st.setTold(ip, t)
 }
 
 // PairReplay gives, for e, a hook's end queued as a pair replay

@@ -1941,6 +1941,66 @@ func TestOwnTold(t *testing.T) {
 	}
 }
 
+// TestOwnToldDropped: an event the deliverer dropped unsent (Dropped) is
+// not this agent's delivered news in the pair channel's answers: the
+// peer's agent would take it for news the region holds, and drop its
+// own copy of the end too (make chaos PAIR=1 seed 126: four lease ends
+// lost, each agent dropping its end on the other's word). Only the last
+// event this agent queued is marked, also once the file's blocks are
+// recorded over it; the next one it queues is news again.
+func TestOwnToldDropped(t *testing.T) {
+	a := netip.MustParseAddr(ip1)
+	key := func(ev event.Event) int64 { return ev.Timestamp }
+	own := func(r *Reconciler) int64 { return r.OwnTold([]netip.Addr{a}, key)[0] }
+	newState := func() *Reconciler {
+		s := NewState(grace)
+		s.Pair = Pair{Peer: "fo", Role: RoleSecondary, MyState: "normal", PartnerState: "normal"}
+		return &Reconciler{st: s}
+	}
+	commit := hook(event.Commit, ip1, macA, t0+100)
+	end := hook(event.Expiry, ip1, macA, t0+200)
+	end.TimestampNS = (t0+200)*1e9 + 5
+
+	r := newState()
+	r.st.Hook(commit)
+	r.st.Hook(end)
+	for _, other := range []event.Event{commit, hook(event.Expiry, ip1, macB, t0+200), hook(event.Release, ip1, macA, t0+200)} {
+		r.Dropped(other) // not the last event queued: nothing changes
+	}
+	if got := own(r); got != t0+200 {
+		t.Fatalf("after dropping other events: OwnTold %+d, want the end's %+d", got-t0, 200)
+	}
+	r.Dropped(end)
+	if got := own(r); got != 0 {
+		t.Errorf("after dropping the end: OwnTold %+d, want nothing", got-t0)
+	}
+	if tl := r.st.Told[a]; tl.Action != event.Expiry || tl.At != t0+200 {
+		t.Errorf("the record changed: %+v; only the answer should", tl)
+	}
+	next := hook(event.Commit, ip1, macA, t0+300)
+	r.st.Hook(next)
+	if got := own(r); got != t0+300 {
+		t.Errorf("after the next event queued: OwnTold %+d, want %+d", got-t0, 300)
+	}
+
+	// The file's block recorded over the end (the peer's commit of the
+	// address): the end is still this agent's own last news, and
+	// dropping it takes it out of the answers.
+	r = newState()
+	r.st.Hook(end)
+	r.st.Appended(blocks(t, block(ip1, "active", macB, t0+250, t0+400)), t0+260)
+	if tl := r.st.Told[a]; !tl.Recorded || tl.MAC != macB {
+		t.Fatalf("the peer's commit not recorded: %+v", tl)
+	}
+	r.Dropped(end)
+	if got := own(r); got != 0 {
+		t.Errorf("the end recorded over, then dropped: OwnTold %+d, want nothing", got-t0)
+	}
+	if tl := r.st.Told[a]; !tl.OwnDropped || tl.MAC != macB {
+		t.Errorf("record %+v, want the peer's commit with its own end marked dropped", tl)
+	}
+}
+
 // TestPairBacklogFirst: the primary acked A's lease and renewed it; with
 // the partner gone quiet its file recorded the lease expired (not free:
 // that needs the partner's ack), A back two seconds later, and released;

@@ -445,8 +445,8 @@ func decodeLease(b []byte) (Lease, error) {
 // know (errShortRecord), and goes on without it. Flag 4 has Ends
 // (varint) follow AtNS; flag 8 has OwnAt (varint, as At minus OwnAt) and
 // OwnAtNS (varint) follow, written only when set (Told: both 0 means
-// At and AtNS themselves). Flag 16 is Spoke, flag 32 Interrupted
-// (nothing follows either).
+// At and AtNS themselves). Flag 16 is Spoke, flag 32 Interrupted,
+// flag 64 OwnDropped (nothing follows these).
 func encodeTold(t Told) []byte {
 	return appendTold(make([]byte, 0, 3+4*binary.MaxVarintLen64+2+len(t.MAC)), t)
 }
@@ -455,7 +455,7 @@ func encodeTold(t Told) []byte {
 func appendTold(b []byte, t Told) []byte {
 	own := t.OwnAt != 0 || t.OwnAtNS != 0
 	version := byte(1)
-	if t.AtNS != 0 || t.Ends != 0 || own || t.Spoke || t.Interrupted {
+	if t.AtNS != 0 || t.Ends != 0 || own || t.Spoke || t.Interrupted || t.OwnDropped {
 		version = 2
 	}
 	b = append(b, version, actionByte(t.Action))
@@ -481,6 +481,9 @@ func appendTold(b []byte, t Told) []byte {
 		}
 		if t.Interrupted {
 			flags |= 32
+		}
+		if t.OwnDropped {
+			flags |= 64
 		}
 		b = append(b, flags)
 		b = binary.AppendVarint(b, t.AtNS)
@@ -511,11 +514,11 @@ func decodeTold(b []byte) (Told, error) {
 	switch {
 	case r.err != nil:
 	case b[0] == 2:
-		if len(r.b) < 1 || r.b[0]&^63 != 0 {
+		if len(r.b) < 1 || r.b[0]&^127 != 0 {
 			return t, errShortRecord
 		}
 		flags := r.b[0]
-		t.Recorded, t.PeerOwns, t.Spoke, t.Interrupted = flags&1 != 0, flags&2 != 0, flags&16 != 0, flags&32 != 0
+		t.Recorded, t.PeerOwns, t.Spoke, t.Interrupted, t.OwnDropped = flags&1 != 0, flags&2 != 0, flags&16 != 0, flags&32 != 0, flags&64 != 0
 		r.b = r.b[1:]
 		t.AtNS = r.varint()
 		if flags&4 != 0 {

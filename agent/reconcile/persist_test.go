@@ -68,6 +68,8 @@ func TestRecordCodecs(t *testing.T) {
 		{Action: event.Release, MAC: macB, At: t0, Recorded: true, PeerOwns: true, Spoke: true, OwnAt: t0 - 30},
 		{Action: event.Expiry, MAC: macA, At: t0, Recorded: true, Interrupted: true},
 		{Action: event.Expiry, MAC: macA, At: t0, Recorded: true, PeerOwns: true, Interrupted: true, OwnAt: -1},
+		{Action: event.Expiry, MAC: macA, At: t0, OwnDropped: true},
+		{Action: event.Commit, MAC: macB, At: t0, Recorded: true, PeerOwns: true, OwnAt: t0 - 5, OwnAtNS: (t0-5)*1e9 + 3, OwnDropped: true},
 	} {
 		got, err := decodeTold(encodeTold(x))
 		if err != nil || got != x {
