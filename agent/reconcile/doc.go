@@ -115,8 +115,10 @@
 //
 // A rewrite is told apart as a restart when a server-duid statement
 // follows it (dhcpd writes one right after the rename at start; the
-// hourly rewrite has none) or dhcpd's pid file names a new process, else
-// it is hourly; it is logged and counted either way. At each restart the
+// hourly rewrite has none, but for the one dhcpd -6 writes at the head
+// of every rewrite, before its IAs, which is not taken for a start) or
+// dhcpd's pid file names a new process, else it is hourly; it is logged
+// and counted either way. At each restart the
 // mode is detected again (Modes, below), since that is when dhcpd read
 // its configuration.
 //

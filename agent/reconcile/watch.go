@@ -87,7 +87,21 @@ type follower struct {
 	snap     *parser.Table
 	snapErrs []error
 	snapWhy  string
-	snapDUID bool
+	// snapDUID: a server-duid statement of dhcpd's start was read with
+	// the whole read (duid). dhcpd -6 writes one at the head of every
+	// rewrite, hourly too (server/mdb.c write_leases calls
+	// server/mdb6.c write_leases6, which writes the server-duid before
+	// the IAs), and at a start another after the rename (server/dhcpd.c);
+	// dhcpd -4 writes one only at a start, after the rename. So one read
+	// before any lease or IA is the start's only in a file without IAs
+	// (snapLead, snapIA); one after a block, or a second one, is always
+	// the start's. (Taken for starts, every hourly rewrite of a
+	// dhcpd6.leases followed was logged and counted as a dhcpd restart.)
+	// A DHCPv6 file with no IA at all still reads as a start.
+	snapDUID   bool
+	snapLead   bool // a server-duid before any lease or IA
+	snapBlocks bool // a lease or an IA read
+	snapIA     bool // an IA read: a DHCPv6 file
 	// tornAt is the size at which a whole read was found torn at a poll;
 	// a second poll at the same size reports it.
 	tornAt   int64
@@ -318,7 +332,8 @@ func (w *follower) restart(why string) error {
 func (w *follower) startWhole(why string) {
 	w.base, w.read = 0, 0
 	w.dec = parser.NewDecoder()
-	w.snap, w.snapErrs, w.snapWhy, w.snapDUID = parser.NewTable(), nil, why, false
+	w.snap, w.snapErrs, w.snapWhy = parser.NewTable(), nil, why
+	w.snapDUID, w.snapLead, w.snapBlocks, w.snapIA = false, false, false, false
 	w.tornAt, w.reported, w.retry = -1, false, false
 	w.hasPos = false
 }
@@ -352,7 +367,7 @@ func (w *follower) readNew() error {
 	if w.snap != nil && !w.torn() {
 		complete := len(w.snapErrs) == 0
 		w.out = append(w.out, change{kind: changeSnapshot, table: w.snap, complete: complete,
-			why: w.snapWhy, errs: w.snapErrs, duid: w.snapDUID})
+			why: w.snapWhy, errs: w.snapErrs, duid: w.snapDUID || w.snapLead && !w.snapIA})
 		w.snap, w.snapErrs = nil, nil
 		w.retry = !complete
 	}
@@ -383,8 +398,17 @@ func (w *follower) handle(s parser.Statement, err error, old bool) {
 			w.snapErrs = append(w.snapErrs, err)
 			return
 		}
-		if _, ok := s.(*parser.ServerDUID); ok {
-			w.snapDUID = true
+		switch s.(type) {
+		case *parser.ServerDUID:
+			if w.snapBlocks || w.snapLead {
+				w.snapDUID = true
+			} else {
+				w.snapLead = true
+			}
+		case *parser.Lease:
+			w.snapBlocks = true
+		case *parser.IA:
+			w.snapBlocks, w.snapIA = true, true
 		}
 		w.snap.Apply(s)
 		return

@@ -119,6 +119,41 @@ func TestFollowerRewrite(t *testing.T) {
 	syncWant(t, w, false, "snapshot replaced complete 203.0.113.11=active duid")
 }
 
+// TestFollowerRestartSign: dhcpd -6 writes a server-duid statement at the
+// head of every rewrite, hourly too (server/mdb6.c write_leases6), and a
+// start adds another after the rename (server/dhcpd.c); dhcpd -4 writes
+// one only at a start. Only the start's tells a restart.
+func TestFollowerRestartSign(t *testing.T) {
+	const duid6 = "00:01:00:01:2a:3b:4c:5d:02:00:00:00:00:01"
+	ia1 := ia(duid6, "2001:db8:1::100", "active", t0, t0+600)
+	d := newFakeDhcpd(t, t.TempDir())
+	d.rewrite(duidLine+ia1, true)
+	w := newFollower(d.path)
+	defer w.close()
+	syncWant(t, w, false, "snapshot start complete 2001:db8:1::100=active duid")
+
+	d.rewrite(duidLine+ia1, false) // hourly
+	syncWant(t, w, false, "snapshot replaced complete 2001:db8:1::100=active")
+	d.rewrite(duidLine+ia1, true) // a start
+	syncWant(t, w, false, "snapshot replaced complete 2001:db8:1::100=active duid")
+	// With no IA, a DHCPv6 file cannot be told from a DHCPv4 one: its
+	// hourly rewrite reads as a start.
+	d.rewrite(duidLine, false)
+	syncWant(t, w, false, "snapshot replaced complete duid")
+
+	// dhcpd -4: the start's line after the table, or alone in an empty
+	// one.
+	d4 := newFakeDhcpd(t, t.TempDir())
+	d4.rewrite("", true)
+	w4 := newFollower(d4.path)
+	defer w4.close()
+	syncWant(t, w4, false, "snapshot start complete duid")
+	d4.rewrite(wblock(ip1, "active"), false)
+	syncWant(t, w4, false, "snapshot replaced complete 203.0.113.10=active")
+	d4.rewrite(wblock(ip1, "active"), true)
+	syncWant(t, w4, false, "snapshot replaced complete 203.0.113.10=active duid")
+}
+
 func TestFollowerTruncated(t *testing.T) {
 	d := newFakeDhcpd(t, t.TempDir())
 	d.rewrite(wblock(ip1, "active")+wblock(ip2, "active"), false)
