@@ -122,6 +122,9 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		}
 		d.SetGate(link)
 		d.SetStale(pairStale(link, rec))
+		// What it drops unsent is no longer this agent's delivered news
+		// in the channel's answers.
+		d.OnSuperseded(rec.Dropped)
 		a.Add("pair", TaskFunc(link.Run))
 		closePair = link.Close
 	}
@@ -340,23 +343,8 @@ func (h pairHeld) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) 
 }
 
 // pairStale is the deliverer's StaleFunc with the channel (judgePair).
-// An event it drops unsent is no longer this agent's delivered news in
-// the channel's answers (reconcile.Reconciler.Dropped).
 func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
-	judge := judgePair(link.PeerDelivered, link.Copy, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
-	return noteDropped(judge, rec.Dropped)
-}
-
-// noteDropped wraps stale to tell dropped of each event it drops with
-// nothing sent in its place.
-func noteDropped(stale deliver.StaleFunc, dropped func(event.Event)) deliver.StaleFunc {
-	return func(ctx context.Context, e event.Event) (bool, event.Event) {
-		drop, instead := stale(ctx, e)
-		if drop && !instead.IP.IsValid() {
-			dropped(e)
-		}
-		return drop, instead
-	}
+	return judgePair(link.PeerDelivered, link.Copy, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
 }
 
 // judgePair judges an event about to be sent by what the pair channel's

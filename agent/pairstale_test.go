@@ -109,38 +109,6 @@ func TestJudgePair(t *testing.T) {
 	}
 }
 
-// TestNoteDropped: what the deliverer drops unsent is reported (the
-// reconciler then leaves it out of the pair channel's answers:
-// reconcile.Reconciler.Dropped); what it sends, alone or with newer news
-// after it, is not.
-func TestNoteDropped(t *testing.T) {
-	e := event.Event{Action: event.Expiry, IP: netip.MustParseAddr("203.0.113.7"), MAC: "00:16:3e:00:00:01", Timestamp: 100}
-	newest := event.Event{Action: event.Commit, IP: e.IP, MAC: e.MAC, Timestamp: 120}
-	for _, tc := range []struct {
-		name    string
-		stale   bool
-		newest  event.Event
-		dropped bool
-	}{
-		{name: "sent", dropped: false},
-		{name: "sent with newer news after it", stale: true, newest: newest, dropped: false},
-		{name: "dropped unsent", stale: true, dropped: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var got []event.Event
-			f := noteDropped(func(context.Context, event.Event) (bool, event.Event) { return tc.stale, tc.newest },
-				func(e event.Event) { got = append(got, e) })
-			stale, n := f(context.Background(), e)
-			if stale != tc.stale || n != tc.newest {
-				t.Errorf("verdict changed: %v %+v, want %v %+v", stale, n, tc.stale, tc.newest)
-			}
-			if (len(got) == 1 && got[0] == e) != tc.dropped || len(got) > 1 {
-				t.Errorf("reported dropped %v, want %v", got, tc.dropped)
-			}
-		})
-	}
-}
-
 // TestPairHeld: the answer to the peer's question. Queued news older than
 // what the peer delivered of the address is left out (overtaken in the
 // region already) — except while the deliverer holds after a request the

@@ -162,6 +162,9 @@ type Deliverer struct {
 
 	// stale, if set, judges a queued event before it is sent (SetStale).
 	stale atomic.Pointer[StaleFunc]
+	// superseded, if set, is told of each event taken off the queue
+	// unsent as stale (SetStale).
+	superseded func(event.Event)
 	// gate, if set, orders deliveries with the other agent of a failover
 	// pair (SetGate).
 	gate Gate
@@ -493,6 +496,14 @@ func (d *Deliverer) Flush(ctx context.Context) error {
 // an event is removed from the queue unsent. Set before Run.
 func (d *Deliverer) SetStale(f StaleFunc) { d.stale.Store(&f) }
 
+// OnSuperseded has the deliverer call f with each event it takes off the
+// queue unsent because the stale check found it old news, once that is
+// on disk (the reconciler's Dropped: the pair channel's answers must not
+// name it as delivered). Only that drop: an event the check also judged
+// stale but which went out (with newer news after it), or which is
+// judged again later, is not told. Set before Run.
+func (d *Deliverer) OnSuperseded(f func(event.Event)) { d.superseded = f }
+
 // Gate orders this agent's deliveries with another sender's: the other
 // agent of a failover pair (agent/pair). Clear returns the events of
 // batch that may be sent now, in batch order, waiting while none may: at
@@ -699,6 +710,9 @@ func (d *Deliverer) deliver(ctx context.Context, batch []event.Queued, peeked ti
 						return err
 					}
 					d.m.superseded.Inc()
+					if d.superseded != nil {
+						d.superseded(e)
+					}
 					d.log.Info().Uint64("seq", q.Seq).Str("ip", e.IP.String()).Str("action", e.Action).Str("mac", e.MAC).
 						Int64("timestamp", e.Timestamp).Str("reason", e.Reason).Msg("queued event not sent: in a failover pair, the peer told the region newer news of its address since, or this same news (leasekeeper_deliver_superseded_total)")
 					continue

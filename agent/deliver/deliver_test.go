@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -1936,11 +1937,16 @@ func TestStaleNotSent(t *testing.T) {
 	q.Append(evs...)
 	h := newDeliverer(t, fastConfig(s, f), q)
 	h.d.SetStale(func(_ context.Context, e event.Event) (bool, event.Event) { return e.IP == evs[1].IP, event.Event{} })
+	var dropped []event.Event
+	h.d.OnSuperseded(func(e event.Event) { dropped = append(dropped, e) })
 	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(items([]event.Event{evs[0], evs[2]}), s.Items()); diff != "" {
 		t.Errorf("items (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]event.Event{evs[1]}, dropped, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("told superseded (-want +got):\n%s", diff)
 	}
 	if dl := q.DeadLetters(); len(dl) != 0 {
 		t.Errorf("dead letters %+v, want none", dl)
@@ -1985,6 +1991,7 @@ func TestStaleSentWithNewest(t *testing.T) {
 		}
 		return true, newest[e.IP]
 	})
+	h.d.OnSuperseded(func(e event.Event) { t.Errorf("told superseded %+v, which went out", e) })
 	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -2018,8 +2025,13 @@ func TestStaleNewestUndeliverable(t *testing.T) {
 	q.Append(old)
 	h := newDeliverer(t, fastConfig(s, f), q)
 	h.d.SetStale(func(context.Context, event.Event) (bool, event.Event) { return true, ib })
+	var dropped []event.Event
+	h.d.OnSuperseded(func(e event.Event) { dropped = append(dropped, e) })
 	if err := h.d.Flush(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]event.Event{old}, dropped, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("told superseded (-want +got):\n%s", diff)
 	}
 	if got := s.Items(); len(got) != 0 {
 		t.Errorf("the region got %+v", got)

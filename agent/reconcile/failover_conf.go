@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
+	"go.etcd.io/bbolt"
 )
 
 // scanPair sets the core's pair from dhcpd.conf, at start and at every
@@ -236,9 +237,10 @@ func (r *Reconciler) OwnTold(ips []netip.Addr, key func(event.Event) int64) []in
 
 // Dropped records that the deliverer dropped e unsent: the pair's peer
 // delivered newer news of its address, or this same news (agent:
-// judgePair). If e is the last event this agent queued for the address
-// (Told.own: its time, and its action and MAC where the record is its
-// own), the pair channel's answers no longer give it as delivered
+// judgePair; deliver.Deliverer.OnSuperseded). If e is the last event this
+// agent queued for the address (Told.own: its time, and its action and
+// MAC where the record is this agent's own, not the file's block
+// recorded over it), the pair channel's answers no longer give it as delivered
 // (OwnTold). They did: both agents of a pair then dropped the one end
 // of a lease, each taking the other's word — a secondary's rule-3 end
 // dropped because the primary delivered a renewal begun after the life's
@@ -260,11 +262,30 @@ func (r *Reconciler) Dropped(e event.Event) {
 	if at != e.Timestamp || ns != fineTime(e) {
 		return
 	}
-	if t.OwnAt == 0 && t.OwnAtNS == 0 && (t.Action != e.Action || t.MAC != e.MAC) {
+	if !t.Recorded && (t.Action != e.Action || t.MAC != e.MAC) {
 		return
 	}
 	t.OwnDropped = true
 	r.st.setTold(ip, t)
+	r.persistTold(ip)
+}
+
+// persistTold writes ip's told record at once, not at the next round's
+// commit: the deliverer's drop is on disk already, and an agent killed
+// in between would answer with the dropped event again after its
+// restart. A failure leaves the record to that commit. r.mu is held.
+func (r *Reconciler) persistTold(ip netip.Addr) {
+	if r.store == nil {
+		return
+	}
+	recs, err := records(r.st, Dirty{IPs: map[netip.Addr]Changed{ip: ChangedTold}}, nil)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	// On failure the record is still dirty: the next commit writes it.
+	_ = r.store.Update(ctx, bucketName, func(b *bbolt.Bucket) ([]event.Event, error) { return nil, write(b, recs) })
 }
 
 // PairReplay gives, for e, a hook's end queued as a pair replay

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
@@ -1947,25 +1948,37 @@ func TestOwnTold(t *testing.T) {
 // own copy of the end too (make chaos PAIR=1 seed 126: four lease ends
 // lost, each agent dropping its end on the other's word). Only the last
 // event this agent queued is marked, also once the file's blocks are
-// recorded over it; the next one it queues is news again.
+// recorded over it (the mark is carried with it); the next one it queues
+// is news again. The mark is on disk when Dropped returns: an agent
+// killed next would answer with the dropped event again.
 func TestOwnToldDropped(t *testing.T) {
 	a := netip.MustParseAddr(ip1)
 	key := func(ev event.Event) int64 { return ev.Timestamp }
 	own := func(r *Reconciler) int64 { return r.OwnTold([]netip.Addr{a}, key)[0] }
+	store := openStore(t, t.TempDir())
+	defer store.Close()
 	newState := func() *Reconciler {
 		s := NewState(grace)
 		s.Pair = Pair{Peer: "fo", Role: RoleSecondary, MyState: "normal", PartnerState: "normal"}
-		return &Reconciler{st: s}
+		return &Reconciler{st: s, store: store}
+	}
+	ns := (t0+200)*1e9 + 5
+	at200 := func(action, mac string) event.Event {
+		e := hook(action, ip1, mac, t0+200)
+		e.TimestampNS = ns
+		return e
 	}
 	commit := hook(event.Commit, ip1, macA, t0+100)
-	end := hook(event.Expiry, ip1, macA, t0+200)
-	end.TimestampNS = (t0+200)*1e9 + 5
+	end := at200(event.Expiry, macA)
 
 	r := newState()
 	r.st.Hook(commit)
 	r.st.Hook(end)
-	for _, other := range []event.Event{commit, hook(event.Expiry, ip1, macB, t0+200), hook(event.Release, ip1, macA, t0+200)} {
-		r.Dropped(other) // not the last event queued: nothing changes
+	// Not the last event queued: nothing changes. The same instant,
+	// another MAC or action: the record is this agent's own, and says
+	// which event it was.
+	for _, other := range []event.Event{commit, at200(event.Expiry, macB), at200(event.Release, macA), hook(event.Expiry, ip1, macA, t0+200)} {
+		r.Dropped(other)
 	}
 	if got := own(r); got != t0+200 {
 		t.Fatalf("after dropping other events: OwnTold %+d, want the end's %+d", got-t0, 200)
@@ -1974,30 +1987,56 @@ func TestOwnToldDropped(t *testing.T) {
 	if got := own(r); got != 0 {
 		t.Errorf("after dropping the end: OwnTold %+d, want nothing", got-t0)
 	}
-	if tl := r.st.Told[a]; tl.Action != event.Expiry || tl.At != t0+200 {
-		t.Errorf("the record changed: %+v; only the answer should", tl)
+	if tl := r.st.Told[a]; tl.Action != event.Expiry || tl.At != t0+200 || !tl.OwnDropped {
+		t.Errorf("record %+v: want the end, marked; only the answer changes", tl)
 	}
-	next := hook(event.Commit, ip1, macA, t0+300)
-	r.st.Hook(next)
-	if got := own(r); got != t0+300 {
-		t.Errorf("after the next event queued: OwnTold %+d, want %+d", got-t0, 300)
+	// On disk already, as in memory (nothing else committed it).
+	if err := store.View(bucketName, func(b *bbolt.Bucket) error {
+		got, _, _, err := load(b, grace)
+		if err == nil && got.Told[a] != r.st.Told[a] {
+			t.Errorf("stored told %+v, want %+v", got.Told[a], r.st.Told[a])
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 
-	// The file's block recorded over the end (the peer's commit of the
-	// address): the end is still this agent's own last news, and
-	// dropping it takes it out of the answers.
-	r = newState()
-	r.st.Hook(end)
+	// The file's block recorded over it (the peer's commit of the
+	// address) carries the mark; the next event this agent queues
+	// clears it.
 	r.st.Appended(blocks(t, block(ip1, "active", macB, t0+250, t0+400)), t0+260)
-	if tl := r.st.Told[a]; !tl.Recorded || tl.MAC != macB {
-		t.Fatalf("the peer's commit not recorded: %+v", tl)
+	if tl := r.st.Told[a]; !tl.Recorded || tl.MAC != macB || !tl.OwnDropped {
+		t.Fatalf("the peer's commit recorded %+v: want it, with this agent's end still marked dropped", tl)
 	}
-	r.Dropped(end)
 	if got := own(r); got != 0 {
-		t.Errorf("the end recorded over, then dropped: OwnTold %+d, want nothing", got-t0)
+		t.Errorf("the end recorded over: OwnTold %+d, want nothing", got-t0)
 	}
-	if tl := r.st.Told[a]; !tl.OwnDropped || tl.MAC != macB {
-		t.Errorf("record %+v, want the peer's commit with its own end marked dropped", tl)
+	backlog := hook(event.Commit, ip1, macA, t0+220) // this side's, queued behind the recorded news
+	r.st.Hook(backlog)
+	if got := own(r); got != t0+220 {
+		t.Errorf("after this side's backlog queued: OwnTold %+d, want %+d", got-t0, 220)
+	}
+
+	// Dropped after the file recorded over it: the record's action and
+	// MAC are the file's, and the time alone says which event it was,
+	// also when the block is of the same second (the record then keeps
+	// no separate time of its own).
+	for _, tc := range []struct {
+		name  string
+		block string
+	}{
+		{"a later block", block(ip1, "active", macB, t0+250, t0+400)},
+		{"a block of the same second", block(ip1, "active", macB, t0+200, t0+400)},
+	} {
+		r = newState()
+		synth := hook(event.Expiry, ip1, macA, t0+200) // made from the file: no fine time
+		synth.Source, synth.Reason = event.SourceFile, ReasonEndsPassed
+		r.st.Hook(synth)
+		r.st.Appended(blocks(t, tc.block), t0+260)
+		r.Dropped(synth)
+		if got := own(r); got != 0 {
+			t.Errorf("%s: OwnTold %+d, want nothing", tc.name, got-t0)
+		}
 	}
 }
 

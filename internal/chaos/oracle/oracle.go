@@ -281,6 +281,10 @@ const cutMargin = 2
 // Truth builds the per-IP versions from the generations.
 func Truth(gens []Generation) map[string][]Version {
 	vs := map[string][]Version{}
+	// IP → "MAC@end" of every unbound block the files showed: a
+	// rejoined cut life's end counts only where a file showed it.
+	shownEnds := map[string]map[string]bool{}
+	endKey := func(mac string, end int64) string { return fmt.Sprintf("%s@%d", mac, end) }
 	var push func(ip string, v Version)
 	push = func(ip string, v Version) {
 		q := vs[ip]
@@ -305,14 +309,15 @@ func Truth(gens []Generation) map[string][]Version {
 				cut := last.Cut
 				vs[ip] = q[:n-1]
 				push(ip, v)
-				if v.From == cut {
+				if v.From == cut && shownEnds[ip][endKey(v.MAC, cut)] {
 					// The next lease began in the second the cut life
-					// ended: a peer the update did not reach freed the
-					// lease at its end first (make chaos PAIR=1 seed
-					// 126: the primary, back from its death, freed the
-					// secondary's 10 s lease of the client six seconds
-					// early in the secondary's file, and at its end in
-					// its own; the client's rebind came in that second).
+					// ended, and a file showed the lease freed at that
+					// end: a peer the update did not reach freed it then
+					// (make chaos PAIR=1 seed 126: the primary, back from
+					// its death, freed the secondary's 10 s lease of the
+					// client six seconds early in the secondary's file,
+					// and at its end in its own; the client's rebind
+					// came in that second).
 					q := vs[ip]
 					q[len(q)-1].Rejoined = append(q[len(q)-1].Rejoined, cut)
 				}
@@ -407,6 +412,12 @@ func Truth(gens []Generation) map[string][]Version {
 			}
 		}
 		for bi, b := range g.Blocks {
+			if !b.Active {
+				if shownEnds[b.IP] == nil {
+					shownEnds[b.IP] = map[string]bool{}
+				}
+				shownEnds[b.IP][endKey(b.MAC, b.Ends)] = true
+			}
 			v := Version{Active: b.Active, MAC: b.MAC, Ends: b.Ends, Where: fmt.Sprintf("%s#%d", g.Name, bi), Starts: b.Starts}
 			if b.Active {
 				v.From, v.Renewed = b.Starts, b.Starts

@@ -746,7 +746,11 @@ func TestEndCutThenKept(t *testing.T) {
 	// the returning primary's stale update; the primary's file freed it
 	// at its end, and its agent told that expiry, then the rebind).
 	ownAt := gen("g0", nil, append(slices.Clone(ownTimes), blk(act(ip1, m1, 65), 45, 45))...)
+	// An older life's update cut the life (its block ends at 24): a file
+	// shows the life's own end at 45 only where the other peer freed it
+	// then (cutAtShown).
 	cutAt := gen("g0", nil, append(slices.Clone(cut), blk(act(ip1, m1, 65), 45, 45))...)
+	cutAtShown := gen("g0", nil, append(slices.Clone(cut), blk(free(ip1, m1, 45), 25, 45), blk(act(ip1, m1, 65), 45, 45))...)
 	for _, tc := range []struct {
 		name  string
 		gen   Generation
@@ -784,8 +788,17 @@ func TestEndCutThenKept(t *testing.T) {
 		{"freed early with its own times, next lease in its end's second, the end told at once", ownAt,
 			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(31, "expiry", 30), timed(46, "commit", 45)},
 			[]string{"false " + ip1}},
-		{"an older life's update, next lease in the cut end's second, the end told at it first", cutAt,
+		{"freed early with its own times, next lease in its end's second, the end told two seconds early", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(44, "expiry", 43), timed(46, "commit", 45)},
+			[]string{"false " + ip1}},
+		{"freed early with its own times, next lease in its end's second, another MAC's end told at it", ownAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), {At: at(46), Action: "expiry", IP: ip1, MAC: m2, Timestamp: at(45).Unix()}, timed(46, "commit", 45)},
+			[]string{"false " + ip1}},
+		{"an older life's update, next lease in the cut end's second, a file shows that end, told at it first", cutAtShown,
 			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(46, "commit", 45)}, nil},
+		{"an older life's update, next lease in the cut end's second, no file shows that end, told at it", cutAt,
+			[]Item{timed(7, "commit", 6), timed(26, "commit", 25), timed(46, "expiry", 45), timed(46, "commit", 45)},
+			[]string{"false " + ip1}},
 	} {
 		r := Check(Input{Generations: []Generation{tc.gen}, Items: tc.items, End: at(80)})
 		if diff := cmp.Diff(tc.want, rules(r)); diff != "" {
