@@ -394,6 +394,11 @@ type State struct {
 	// of the address came by the end of the life they cut, for
 	// TakeCutKept.
 	cutKept []event.Event
+	// keptCuts: per address, the last end held for a cut life that was
+	// dropped because the client kept the address (keepCut), so that
+	// the hook's own expiry of that life, judged later, is dropped too
+	// (KeptCutEnd). In memory only.
+	keptCuts map[netip.Addr]Pending
 	// lastCommit is, per MAC and family, the addresses of the last two
 	// commits recorded in Told for that MAC (Restatement); built from
 	// Told on first use, entries checked against Told when read.
@@ -1002,7 +1007,7 @@ func (s *State) TakeEndedBefore(ev event.Event) []event.Event {
 			case ev.MAC == end.MAC && ev.Timestamp <= p.Life+commitSlack:
 				keep = append(keep, p) // the cut life's own commit, told again (a spool replayed)
 			case ev.MAC == end.MAC && ev.Timestamp <= p.Until:
-				s.cutKept = append(s.cutKept, end) // the client's next lease by the cut life's end: it kept the address
+				s.keepCut(ev.IP, p) // the client's next lease by the cut life's end: it kept the address
 			case !p.cutCovered(t, told):
 				// Another client's lease, or the same client's after the
 				// cut life's end: the end first, dated no later.

@@ -572,13 +572,26 @@ func (s *State) heldCut(ip netip.Addr, mac string) (Pending, bool) {
 // writes the update's block right after the hook runs, and the agent may
 // read it before it judges the hook's datagram. l, unbound, ends a life
 // of prev's client older than prev, this side's own lease (Told: its
-// commit, not the peer's), at least cutMargin before prev's end: the end
-// is held as HoldCut would, and the hook's expiry, when judged, is taken
-// for it. Only where this side's hooks reach the agent (not complement
+// commit, not the peer's): the end is held as HoldCut would, and the
+// hook's expiry, when judged, is taken for it (or dropped, KeptCutEnd,
+// if the client's next lease came by then). However late the agent
+// reads it: an agent back from a restart at the end of prev's life, the
+// client's next lease in the same read, sent the hook's expiry, queued
+// while it was down, 8 s into that life (make chaos PAIR=1 VLANS=2
+// TIMERS=maas seed 127). Only where this side's hooks reach the agent (not complement
 // mode, where MAAS's helper told the expiry already; not hookless).
+//
+// So is the cut life freed with its own times (the update carried only
+// its state: settleCut) read well before its end: the file may show it
+// before the hook's datagram is judged, as an agent back from a restart
+// reads the file before the hook events queued meanwhile (make chaos
+// PAIR=1 VLANS=2 TIMERS=maas seed 127: that end went to the region at
+// once, 15 s into the lease the client renewed through the partner).
 func (s *State) cutByFile(ip netip.Addr, prev, l Lease, now int64) {
+	older := l.Starts > 0 && l.Starts < prev.Starts-commitSlack
+	ownTimes := l.State == parser.StateFree && l.Starts == prev.Starts && l.Ends == prev.Ends && prev.Ends >= now+cutMargin
 	if s.Complement || s.Hookless || l.State == parser.StateActive || prev.State != parser.StateActive || l.MAC != prev.MAC ||
-		l.Starts <= 0 || l.Starts >= prev.Starts-commitSlack || prev.Ends == math.MaxInt64 || prev.Ends < now+cutMargin {
+		!older && !ownTimes || prev.Ends == math.MaxInt64 {
 		return
 	}
 	if p := s.pairOf(ip); !p.InPair() || p.Recovering() {
@@ -620,7 +633,7 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 		if p.Cut {
 			switch {
 			case l.MAC == p.Event.MAC && p.nextLife(l) && l.Starts <= p.Until:
-				s.cutKept = append(s.cutKept, p.Event)
+				s.keepCut(ip, p)
 				changed = true
 				continue
 			case l.State != parser.StateActive && l.MAC == p.Event.MAC && !p.nextLife(l) && l.Ends >= now+cutMargin:
@@ -648,6 +661,34 @@ func (s *State) settleCut(ip netip.Addr, l Lease, now int64) {
 	if changed {
 		s.setPending(ip, keep)
 	}
+}
+
+// keepCut drops p, an end held for a cut life (Pending.Cut), because the
+// client kept the address: its next lease came by that life's end. The
+// hook's expiry that p stands for may be judged only after that (the
+// file read first, as an agent back from a restart does): KeptCutEnd
+// drops it then.
+func (s *State) keepCut(ip netip.Addr, p Pending) {
+	s.cutKept = append(s.cutKept, p.Event)
+	if s.keptCuts == nil {
+		s.keptCuts = map[netip.Addr]Pending{}
+	}
+	s.keptCuts[ip] = p
+}
+
+// KeptCutEnd reports whether ev, a hook's expiry, ends a cut life whose
+// held end was dropped because the client kept the address (keepCut):
+// the same client, dated within that life. It is no end: sent, it would
+// show the address free in the region while the client held it (make
+// chaos PAIR=1 VLANS=2 TIMERS=maas seed 127: an agent back from a restart
+// read the partner's stale update and the client's next lease before its
+// hook's expiry, and sent that expiry ahead of the next lease).
+func (s *State) KeptCutEnd(ev event.Event) bool {
+	if ev.Action != event.Expiry || ev.Source == event.SourceFile || ev.Reason != "" {
+		return false
+	}
+	k, ok := s.keptCuts[ev.IP]
+	return ok && k.Event.MAC == ev.MAC && ev.Timestamp >= k.Life-commitSlack && ev.Timestamp <= k.Until
 }
 
 // nextLife reports whether l, a block of p's client, belongs to a life

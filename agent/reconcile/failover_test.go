@@ -45,7 +45,12 @@ func runSteps(t *testing.T, s *State, steps []step) {
 			s.Hook(ev)
 		}
 		held := false
-		if st.hook != nil {
+		if st.hook != nil && s.KeptCutEnd(*st.hook) {
+			// As Reconciler.Accept: the end of a cut life the client
+			// kept is dropped.
+			got = append(got, "dropped "+st.hook.IP.String())
+			held = true
+		} else if st.hook != nil {
 			_, held = s.HoldCut(*st.hook)
 		}
 		if st.hook != nil && !held {
@@ -1174,6 +1179,62 @@ func TestFailoverRules(t *testing.T) {
 		pair:  secondary,
 		steps: cut(step{at: 29, appended: block("203.0.113.12", "free", macA, t0+10, t0+30), want: []string{cutEnd(29)}}, step{at: 10000}),
 	}, {
+		// An agent back from a restart reads the file before the
+		// hook's datagram, queued while it was down (make chaos PAIR=1
+		// VLANS=2 TIMERS=maas seed 127: the end went at once, 15 s
+		// into the lease the client renewed through the partner).
+		name: "... the file shows the cut lease freed well before its end, with its own times, before the hook's expiry is judged: held all the same",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
+			{at: 16, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+15))},
+			{at: 30 + grace - 1},
+			{at: 30 + grace, want: []string{cutEnd(30)}},
+			{at: 10000},
+		},
+	}, {
+		name: "... and the client's next lease before that end, then the hook's expiry: nothing",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 16, appended: block("203.0.113.12", "free", macA, t0+10, t0+30) + block("203.0.113.12", "active", macA, t0+16, t0+36), want: []string{"kept 203.0.113.12"}},
+			{at: 16, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+15)), want: []string{"dropped 203.0.113.12"}},
+			{at: 10000},
+		},
+	}, {
+		// An agent back from a restart at the cut life's end reads the
+		// update and the client's next lease, through the partner, in
+		// one go, then the hook's expiry queued while it was down (make
+		// chaos PAIR=1 VLANS=2 TIMERS=maas seed 127).
+		name: "... the file shows the update and the client's next lease at the cut lease's end, then the hook's expiry: nothing",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 30, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+28, t0+48), want: []string{"kept 203.0.113.12"}},
+			{at: 30, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11)), want: []string{"dropped 203.0.113.12"}},
+			{at: 10000},
+		},
+	}, {
+		name: "... the file shows the update after the cut lease's end, then the hook's expiry: the end, at the cut lease's end",
+		pair: secondary,
+		steps: []step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+			{at: 40, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
+			{at: 40, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 30 + grace - 1},
+			{at: 30 + grace, want: []string{cutEnd(30)}},
+			{at: 10000},
+		},
+	}, {
 		name: "... the hook's expiry judged before the file shows the ack: held all the same",
 		pair: secondary,
 		steps: []step{
@@ -1206,7 +1267,7 @@ func TestFailoverRules(t *testing.T) {
 			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
 			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
 			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+11, t0+31), want: []string{"kept 203.0.113.12"}},
-			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11)), want: []string{"dropped 203.0.113.12"}},
 			{at: 10000},
 		},
 	}, {

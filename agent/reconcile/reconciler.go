@@ -333,6 +333,12 @@ func (r *Reconciler) Accept(ctx context.Context, evs []event.Event) error {
 				Str("why", why).Msg("dropped a hook event: " + why)
 			continue
 		}
+		if r.st.KeptCutEnd(ev) {
+			r.met.superseded.Inc()
+			r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
+				Msg("failover: dropped a hook's expiry of a lease a partner's stale binding update cut: the client's next lease came before that lease's end")
+			continue
+		}
 		save(ev.IP)
 		if held, ok := r.st.HoldCut(ev); ok {
 			r.log.Info().Stringer("ip", ev.IP).Str("mac", ev.MAC).Int64("timestamp", ev.Timestamp).
