@@ -578,8 +578,9 @@ func (s *State) heldCut(ip netip.Addr, mac string) (Pending, bool) {
 // reads it: an agent back from a restart at the end of prev's life, the
 // client's next lease in the same read, sent the hook's expiry, queued
 // while it was down, 8 s into that life (make chaos PAIR=1 VLANS=2
-// TIMERS=maas seed 127). Only where this side's hooks reach the agent (not complement
-// mode, where MAAS's helper told the expiry already; not hookless).
+// TIMERS=maas seed 127). Only where this side's hooks reach the agent
+// (not complement mode, where MAAS's helper told the expiry already;
+// not hookless).
 //
 // So is the cut life freed with its own times (the update carried only
 // its state: settleCut) read well before its end: the file may show it

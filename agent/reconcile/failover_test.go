@@ -226,6 +226,15 @@ func TestFailoverRules(t *testing.T) {
 		}
 		return append(append(steps, then...), step{at: 4000})
 	}
+	// acked: this side acks 203.0.113.12 to macA at +10 for 20 s, its
+	// hook's commit first, then the file's block; then the steps given.
+	acked := func(then ...step) []step {
+		return append([]step{
+			{at: 0, snapshot: base},
+			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
+			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+		}, then...)
+	}
 	// cut opens the cases of a partner's stale binding update over this
 	// side's ack: this side acks 203.0.113.12 to macA at +10 for 20 s;
 	// at +11 the partner's update of the client's life before, freed at
@@ -233,13 +242,10 @@ func TestFailoverRules(t *testing.T) {
 	// the older life's times and this side's cltt), and dhcpd runs the on
 	// expiry of this side's ack (make chaos PAIR=1 TIMERS=maas seed 119).
 	cut := func(then ...step) []step {
-		return append([]step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
+		return acked(append([]step{
 			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
 			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
-		}, then...)
+		}, then...)...)
 	}
 	// cutEnd is the held end as it goes, dated at.
 	cutEnd := func(at int64) string { return fmt.Sprintf("expiry 203.0.113.12 %s %+d stale-update", macA, at) }
@@ -348,14 +354,11 @@ func TestFailoverRules(t *testing.T) {
 		// then show the address free under the client's running lease.
 		name: "an expiry the file recorded, the same client's new lease read, no hook: nothing sent",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, appended: fostate("communications-interrupted", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "active", macA, t0+30, t0+50)},
-			{at: 10000}, // past the carried end's grace: dropped, not sent
-		},
+		steps: acked(
+			step{at: 29, appended: fostate("communications-interrupted", "normal")},
+			step{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30) + ackedBlock("203.0.113.12", "active", macA, t0+30, t0+50)},
+			step{at: 10000}, // past the carried end's grace: dropped, not sent
+		),
 	}, {
 		// The same across a takeover: the partner went quiet, this
 		// side's file recorded the end while communications were
@@ -367,18 +370,15 @@ func TestFailoverRules(t *testing.T) {
 		// violations of one run).
 		name: "an end recorded while communications were interrupted, partner-down, then the same client's new lease: the end first",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, appended: fostate("communications-interrupted", "normal")},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
-			{at: 30, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
-			{at: 31, hook: ev(renewal("203.0.113.12", macA, t0+31, 20))},
-			{at: 31, appended: ackedBlock("203.0.113.12", "active", macA, t0+31, t0+51)},
+		steps: acked(
+			step{at: 29, appended: fostate("communications-interrupted", "normal")},
+			step{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			step{at: 30, appended: fostate("partner-down", "normal"), want: []string{"expiry 203.0.113.12 " + macA + " +30 missed-expiry"}},
+			step{at: 31, hook: ev(renewal("203.0.113.12", macA, t0+31, 20))},
+			step{at: 31, appended: ackedBlock("203.0.113.12", "active", macA, t0+31, t0+51)},
 			// The survivor tells the ends that pass from here on.
-			{at: 10000, want: survivorEnds("expiry 203.0.113.12 " + macA + " +51 ends-passed")},
-		},
+			step{at: 10000, want: survivorEnds("expiry 203.0.113.12 " + macA + " +51 ends-passed")},
+		),
 	}, {
 		// The same, the client not coming back (make chaos PAIR=1 seed
 		// 14: lost). No hook tells that end before the lease goes free,
@@ -733,28 +733,22 @@ func TestFailoverRules(t *testing.T) {
 	}, {
 		name: "the end's hook came: nothing more",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
-			{at: 30, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+30))},
-			{at: 30, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
-			{at: 32, hook: ev(renewal("203.0.113.12", macA, t0+32, 20))},
-			{at: 32, appended: ackedBlock("203.0.113.12", "active", macA, t0+32, t0+52)},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 30, appended: block("203.0.113.12", "expired", macA, t0+10, t0+30)},
+			step{at: 30, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+30))},
+			step{at: 30, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
+			step{at: 32, hook: ev(renewal("203.0.113.12", macA, t0+32, 20))},
+			step{at: 32, appended: ackedBlock("203.0.113.12", "active", macA, t0+32, t0+52)},
+			step{at: 10000},
+		),
 	}, {
 		name: "a renewal before the end is no new lease",
 		pair: primary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 20, hook: ev(renewal("203.0.113.12", macA, t0+20, 20))},
-			{at: 20, appended: ackedBlock("203.0.113.12", "active", macA, t0+20, t0+40)},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 20, hook: ev(renewal("203.0.113.12", macA, t0+20, 20))},
+			step{at: 20, appended: ackedBlock("203.0.113.12", "active", macA, t0+20, t0+40)},
+			step{at: 10000},
+		),
 	}, {
 		name:     "hookless pair: the primary alone speaks for the file",
 		pair:     primary,
@@ -1185,27 +1179,21 @@ func TestFailoverRules(t *testing.T) {
 		// into the lease the client renewed through the partner).
 		name: "... the file shows the cut lease freed well before its end, with its own times, before the hook's expiry is judged: held all the same",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
-			{at: 16, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+15))},
-			{at: 30 + grace - 1},
-			{at: 30 + grace, want: []string{cutEnd(30)}},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 15, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
+			step{at: 16, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+15))},
+			step{at: 30 + grace - 1},
+			step{at: 30 + grace, want: []string{cutEnd(30)}},
+			step{at: 10000},
+		),
 	}, {
 		name: "... and the client's next lease before that end, then the hook's expiry: nothing",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 16, appended: block("203.0.113.12", "free", macA, t0+10, t0+30) + block("203.0.113.12", "active", macA, t0+16, t0+36), want: []string{"kept 203.0.113.12"}},
-			{at: 16, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+15)), want: []string{"dropped 203.0.113.12"}},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 16, appended: block("203.0.113.12", "free", macA, t0+10, t0+30) + block("203.0.113.12", "active", macA, t0+16, t0+36), want: []string{"kept 203.0.113.12"}},
+			step{at: 16, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+15)), want: []string{"dropped 203.0.113.12"}},
+			step{at: 10000},
+		),
 	}, {
 		// An agent back from a restart at the cut life's end reads the
 		// update and the client's next lease, through the partner, in
@@ -1213,27 +1201,21 @@ func TestFailoverRules(t *testing.T) {
 		// chaos PAIR=1 VLANS=2 TIMERS=maas seed 127).
 		name: "... the file shows the update and the client's next lease at the cut lease's end, then the hook's expiry: nothing",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 30, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+28, t0+48), want: []string{"kept 203.0.113.12"}},
-			{at: 30, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11)), want: []string{"dropped 203.0.113.12"}},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 30, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+28, t0+48), want: []string{"kept 203.0.113.12"}},
+			step{at: 30, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11)), want: []string{"dropped 203.0.113.12"}},
+			step{at: 10000},
+		),
 	}, {
 		name: "... the file shows the update after the cut lease's end, then the hook's expiry: the end, at the cut lease's end",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 40, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
-			{at: 40, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
-			{at: 30 + grace - 1},
-			{at: 30 + grace, want: []string{cutEnd(30)}},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 40, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
+			step{at: 40, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			step{at: 30 + grace - 1},
+			step{at: 30 + grace, want: []string{cutEnd(30)}},
+			step{at: 10000},
+		),
 	}, {
 		name: "... the hook's expiry judged before the file shows the ack: held all the same",
 		pair: secondary,
@@ -1250,37 +1232,28 @@ func TestFailoverRules(t *testing.T) {
 		// the reader may get to it before the hook's datagram is judged.
 		name: "... the file shows the update before the hook's expiry is judged: held all the same",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
-			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
-			{at: 30 + grace, want: []string{cutEnd(30)}},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10)},
+			step{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11))},
+			step{at: 30 + grace, want: []string{cutEnd(30)}},
+			step{at: 10000},
+		),
 	}, {
 		name: "... the file shows the update and the client's next lease before the hook's expiry is judged: nothing",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+11, t0+31), want: []string{"kept 203.0.113.12"}},
-			{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11)), want: []string{"dropped 203.0.113.12"}},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 11, appended: clttBlock("203.0.113.12", "free", macA, t0-20, t0, t0+10) + block("203.0.113.12", "active", macA, t0+11, t0+31), want: []string{"kept 203.0.113.12"}},
+			step{at: 11, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+11)), want: []string{"dropped 203.0.113.12"}},
+			step{at: 10000},
+		),
 	}, {
 		name: "an expiry within a second of the lease's end is not held",
 		pair: secondary,
-		steps: []step{
-			{at: 0, snapshot: base},
-			{at: 10, hook: ev(renewal("203.0.113.12", macA, t0+10, 20))},
-			{at: 10, appended: ackedBlock("203.0.113.12", "active", macA, t0+10, t0+30)},
-			{at: 29, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+29))},
-			{at: 29, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
-			{at: 10000},
-		},
+		steps: acked(
+			step{at: 29, hook: ev(hook(event.Expiry, "203.0.113.12", macA, t0+29))},
+			step{at: 29, appended: block("203.0.113.12", "free", macA, t0+10, t0+30)},
+			step{at: 10000},
+		),
 	}, {
 		// The peer acked it last: an on expiry of this side's older
 		// ack, the peer's to tell (pairRepeat drops it in Accept).
