@@ -249,8 +249,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		a.log.Info().Msg("control.socket is empty: `leasekeeper deadletter` works on the state directory only while the agent is stopped")
 	}
-	if cfg.DHCPD.Leases6 != "" || cfg.DHCPD.Config6 != "" {
-		a.log.Warn().Str("dhcpd.leases6", cfg.DHCPD.Leases6).Str("dhcpd.config6", cfg.DHCPD.Config6).Msg(notFollowed6)
+	if cfg.DHCPD.Leases6 == "" && cfg.DHCPD.Config6 != "" {
+		a.log.Warn().Str("dhcpd.config6", cfg.DHCPD.Config6).Msg(config6Alone)
 	}
 	a.started.Store(a.now().UnixNano())
 	a.log.Info().Str("version", a.Version).Strs("tasks", a.taskNames(nil)).Msg("starting")
@@ -549,8 +549,7 @@ func (a *Agent) taskReport() []TaskReport {
 	return slices.Clip(out)
 }
 
-// notFollowed6 is what the agent says when dhcpd.leases6 or
-// dhcpd.config6 is set: keys of the configuration's contract that this
-// agent does not act on yet (check-maas reads dhcpd.config6 for its
-// mode). An agent whose dhcpd.leases names a dhcpd6.leases follows it.
-const notFollowed6 = "dhcpd.leases6 and dhcpd.config6 are not followed by this agent yet: nothing is synthesised from dhcpd6.leases, and DHCPv6 events reach the region only from hooks running leasekeeper-hook (leasekeeper6.conf; MAAS's dhcpd6.conf runs none); a second agent whose dhcpd.leases names that file (its own state.dir, hook.socket, metrics.listen and control.socket) follows it"
+// config6Alone is what the agent says when dhcpd.config6 is set and
+// dhcpd.leases6 is not: dhcpd.config6 is read only for the mode of the
+// reconciler that follows dhcpd.leases6 (and by check-maas).
+const config6Alone = "dhcpd.config6 is set but dhcpd.leases6 is not: DHCPv6 leases are not followed, and DHCPv6 events reach the region only from hooks running leasekeeper-hook (leasekeeper6.conf; MAAS's dhcpd6.conf runs none); set dhcpd.leases6 to dhcpd -6's leases file to follow it"

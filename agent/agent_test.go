@@ -663,14 +663,18 @@ func TestMetricsCollision(t *testing.T) {
 	}
 }
 
-// TestLeases6NotFollowed: dhcpd.leases6 and dhcpd.config6 are keys of the
-// configuration that the agent does not act on yet; one set is said at
-// start, at warning level, not accepted in silence.
-func TestLeases6NotFollowed(t *testing.T) {
+// TestConfig6Alone: dhcpd.config6 alone is read only for the mode of a
+// dhcpd.leases6 that is not set; that is said at start, at warning
+// level, not accepted in silence. dhcpd.leases6 set (followed:
+// TestLabBothFamilies) says nothing of the kind.
+func TestConfig6Alone(t *testing.T) {
 	for _, set := range []func(*config.Config){
 		func(c *config.Config) {},
 		func(c *config.Config) { c.DHCPD.Leases6 = "/var/lib/dhcp/dhcpd6.leases" },
 		func(c *config.Config) { c.DHCPD.Config6 = "/etc/dhcp/dhcpd6.conf" },
+		func(c *config.Config) {
+			c.DHCPD.Leases6, c.DHCPD.Config6 = "/var/lib/dhcp/dhcpd6.leases", "/etc/dhcp/dhcpd6.conf"
+		},
 	} {
 		notes := notifySocket(t)
 		cfg := testConfig()
@@ -686,8 +690,8 @@ func TestLeases6NotFollowed(t *testing.T) {
 		if err := r.wait(t); err != nil {
 			t.Error(err)
 		}
-		said := strings.Contains(log.String(), `"level":"warn","component":"agent","dhcpd.leases6"`) && strings.Contains(log.String(), "not followed by this agent")
-		if want := cfg.DHCPD.Leases6 != "" || cfg.DHCPD.Config6 != ""; said != want {
+		said := strings.Contains(log.String(), `"level":"warn","component":"agent","dhcpd.config6"`) && strings.Contains(log.String(), "DHCPv6 leases are not followed")
+		if want := cfg.DHCPD.Leases6 == "" && cfg.DHCPD.Config6 != ""; said != want {
 			t.Errorf("leases6 %q config6 %q: warned %v, want %v; log:\n%s", cfg.DHCPD.Leases6, cfg.DHCPD.Config6, said, want, log.String())
 		}
 	}

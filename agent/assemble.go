@@ -82,15 +82,45 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		d.Close()
 		return fail(err)
 	}
-	rec, err := reconcile.New(reconcile.Config{
+	rcfg := reconcile.Config{
 		Leases: cfg.DHCPD.Leases, DhcpdConf: cfg.DHCPD.Config, PIDFile: cfg.DHCPD.PIDFile,
 		Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: mode, Orphans: orph.Sink(),
 		PairChannel: cfg.Pair.On(),
-	}, store, log.With().Str("component", "reconcile").Logger(), reg, now)
+	}
+	var rreg prometheus.Registerer = reg
+	if cfg.DHCPD.Leases6 != "" {
+		// Each reconciler takes its family's addresses; their metrics
+		// are told apart by a family label.
+		rcfg.Family = event.IPv4
+		rreg = familyRegisterer(reg, event.IPv4)
+	}
+	rec, err := reconcile.New(rcfg, store, log.With().Str("component", "reconcile").Logger(), rreg, now)
 	if err != nil {
 		orph.Close()
 		d.Close()
 		return fail(err)
+	}
+	// dhcpd -6's leases, followed by a reconciler of their own. Neither
+	// orphans (a DHCPv6 address is never freed through the API) nor a
+	// failover pair (dhcpd -6 has none). Its mode is always detected from
+	// dhcpd.config6: reconcile.mode speaks of dhcpd.conf's hooks, and a
+	// rack forced to complement there (MAAS's helper tells MAAS) would
+	// tell no DHCPv6 lease at all (MAAS's dhcpd6.conf runs no hook).
+	var rec6 *reconcile.Reconciler
+	closeRec := rec.Close
+	if cfg.DHCPD.Leases6 != "" {
+		rec6, err = reconcile.New(reconcile.Config{
+			Leases: cfg.DHCPD.Leases6, DhcpdConf: cfg.DHCPD.Config6,
+			Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: reconcile.ModeAuto,
+			Family: event.IPv6, Bucket: bucket6,
+		}, store, log.With().Str("component", "reconcile6").Logger(), familyRegisterer(reg, event.IPv6), now)
+		if err != nil {
+			rec.Close()
+			orph.Close()
+			d.Close()
+			return fail(err)
+		}
+		closeRec = func() { rec.Close(); rec6.Close() }
 	}
 
 	d.SetStale(rec.Stale)
@@ -98,24 +128,31 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 
 	// Hook events go through the reconciler: it queues them and records
 	// them as told in one outbox transaction.
+	var sink hooksock.Sink = rec
+	if rec6 != nil {
+		sink = families{rec, rec6}
+	}
 	hs, err := hooksock.New(hooksock.Config{
 		Path: cfg.Hook.Socket, Group: cfg.Hook.SocketGroup, AllowedUIDs: cfg.HookUIDs(config.SystemUID), Spool: cfg.Hook.Spool,
-	}, rec, log.With().Str("component", "hooksock").Logger(), reg, now)
+	}, sink, log.With().Str("component", "hooksock").Logger(), reg, now)
 	if err != nil {
-		rec.Close()
+		closeRec()
 		orph.Close()
 		d.Close()
 		return fail(err)
 	}
 	// The hooks' backlog first: what the file showed is sent after it.
 	rec.AwaitBacklog(hs.Drained())
+	if rec6 != nil {
+		rec6.AwaitBacklog(hs.Drained())
+	}
 
 	closePair := func() error { return nil }
 	var link *pair.Link
 	if cfg.Pair.On() {
 		link, err = newPairLink(cfg, store, rec, hs, d, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
 		if err != nil {
-			rec.Close()
+			closeRec()
 			orph.Close()
 			d.Close()
 			return fail(err)
@@ -131,9 +168,12 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 
 	a.SetDeadLetters(store)
 	a.SetOrphans(orph)
-	a.SetStatus(status{store, d, rec, orph, link})
+	a.SetStatus(status{store, d, rec, rec6, orph, link})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
+	if rec6 != nil {
+		a.Add("reconcile6", rec6)
+	}
 	a.Add("orphans", orphansTask{r: orph, version: version})
 	a.Add("deliver", deliverTask{d: d, version: version, run: TaskFunc(func(ctx context.Context, ready func()) error {
 		ready()
@@ -146,7 +186,54 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		}
 		return err
 	})})
-	return func() error { closePair(); rec.Close(); orph.Close(); d.Close(); return store.Close() }, nil
+	return func() error { closePair(); closeRec(); orph.Close(); d.Close(); return store.Close() }, nil
+}
+
+// bucket6 is the outbox bucket of dhcpd.leases6's reconciler.
+const bucket6 = "reconcile6"
+
+// familyRegisterer labels the metrics of family's reconciler, when the
+// agent runs one per family.
+func familyRegisterer(reg prometheus.Registerer, family string) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"family": family}, reg)
+}
+
+// families is the hook socket's sink when the agent follows dhcpd.leases6
+// too: each event goes to the reconciler of its address's family, whose
+// record of what the region was told it joins (an event with no valid
+// address to dhcpd.leases's, which records it as undeliverable). The
+// listener hands each its part of a batch (hooksock.Router).
+type families struct{ v4, v6 *reconcile.Reconciler }
+
+func (f families) Sinks() []hooksock.Sink { return []hooksock.Sink{f.v4, f.v6} }
+
+func (f families) Part(ev event.Event) int {
+	if ev.IP.IsValid() && reconcile.FamilyOf(ev.IP) == event.IPv6 {
+		return 1
+	}
+	return 0
+}
+
+// Accept hands each reconciler its part, dhcpd.leases's first. On error
+// the parts before stay stored: the hook socket calls the parts itself,
+// retrying only the one that failed.
+func (f families) Accept(ctx context.Context, evs []event.Event) error {
+	var by [2][]event.Event
+	for _, ev := range evs {
+		i := f.Part(ev)
+		by[i] = append(by[i], ev)
+	}
+	for i, s := range f.Sinks() {
+		if len(by[i]) > 0 {
+			if err := s.Accept(ctx, by[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // stateDirError names state.dir in an error making the directory or
@@ -555,6 +642,7 @@ type status struct {
 	s    *outbox.Store
 	d    *deliver.Deliverer
 	r    *reconcile.Reconciler
+	r6   *reconcile.Reconciler // nil unless dhcpd.leases6 is set
 	o    *orphans.Releaser
 	link *pair.Link // nil without the pair channel ([pair] unset)
 }
@@ -642,8 +730,26 @@ func (x status) RegionReport() *RegionReport {
 	return r
 }
 
-func (x status) LeasesFileReport() *LeasesFileReport {
-	h := x.r.LeasesFile()
+func (x status) LeasesFileReport() *LeasesFileReport { return leasesFileReport(x.r) }
+
+func (x status) LeasesFile6Report() *LeasesFileReport {
+	if x.r6 == nil {
+		return nil
+	}
+	return leasesFileReport(x.r6)
+}
+
+func (x status) ModeReport() *ModeReport { return modeReport(x.r) }
+
+func (x status) Mode6Report() *ModeReport {
+	if x.r6 == nil {
+		return nil
+	}
+	return modeReport(x.r6)
+}
+
+func leasesFileReport(rec *reconcile.Reconciler) *LeasesFileReport {
+	h := rec.LeasesFile()
 	r := &LeasesFileReport{Path: h.Path, ReadError: h.ReadError}
 	if !h.AbsentSince.IsZero() {
 		t := h.AbsentSince.UTC()
@@ -656,11 +762,11 @@ func (x status) LeasesFileReport() *LeasesFileReport {
 	return r
 }
 
-func (x status) ModeReport() *ModeReport {
-	m := x.r.Mode()
+func modeReport(rec *reconcile.Reconciler) *ModeReport {
+	m := rec.Mode()
 	if m == nil {
 		return nil
 	}
 	return &ModeReport{Mode: string(m.Mode), Detected: string(m.Detected), Forced: m.Forced, Unsure: m.Unsure,
-		Kept: m.Kept, Why: m.Why, KeptBack: x.r.KeptBack()}
+		Kept: m.Kept, Why: m.Why, KeptBack: rec.KeptBack()}
 }

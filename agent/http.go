@@ -38,7 +38,11 @@ type StatusReport struct {
 	// LeasesFile is the dhcpd.leases followed; null when no reconciler
 	// is wired.
 	LeasesFile *LeasesFileReport `json:"leases_file"`
-	Region     *RegionReport     `json:"region"` // null when no deliverer is wired
+	// LeasesFile6 and Mode6 are dhcpd.leases6's, followed by a second
+	// reconciler; omitted when dhcpd.leases6 is not set.
+	LeasesFile6 *LeasesFileReport `json:"leases_file6,omitempty"`
+	Mode6       *ModeReport       `json:"mode6,omitempty"`
+	Region      *RegionReport     `json:"region"` // null when no deliverer is wired
 	// Held are events read from the hook socket or spool that wait, in
 	// memory, for the outbox to store them (a full disk); their datagrams
 	// stay in the socket. Null when no part can hold events.
@@ -184,6 +188,13 @@ type ModeReport struct {
 // Moder is optionally implemented by a Status: the reconciler's mode.
 type Moder interface {
 	ModeReport() *ModeReport
+}
+
+// Follower6 is optionally implemented by a Status: dhcpd.leases6's
+// reconciler, nil reports when there is none.
+type Follower6 interface {
+	LeasesFile6Report() *LeasesFileReport
+	Mode6Report() *ModeReport
 }
 
 // TaskReport is one task in StatusReport: state is starting, ready or
@@ -340,6 +351,9 @@ func (a *Agent) Report() StatusReport {
 		}
 		if l, ok := s.(LeasesFiler); ok {
 			r.LeasesFile = l.LeasesFileReport()
+		}
+		if f, ok := s.(Follower6); ok {
+			r.LeasesFile6, r.Mode6 = f.LeasesFile6Report(), f.Mode6Report()
 		}
 		if p, ok := s.(Pairer); ok {
 			r.Pair = p.PairReport()

@@ -44,10 +44,10 @@ type Config struct {
 // DHCPD says where dhcpd keeps its files. Empty optional paths switch the
 // part that reads them off.
 type DHCPD struct {
-	Leases  string `toml:"leases"`  // required: the truth the agent converges to
-	Config  string `toml:"config"`  // "" = do not read dhcpd.conf
-	Leases6 string `toml:"leases6"` // not followed yet (the agent says so at start); check-maas reads Config6 only
-	Config6 string `toml:"config6"`
+	Leases  string `toml:"leases"`   // required: the truth the agent converges to
+	Config  string `toml:"config"`   // "" = do not read dhcpd.conf
+	Leases6 string `toml:"leases6"`  // "" = DHCPv6 leases not followed; else a second reconciler follows it
+	Config6 string `toml:"config6"`  // read for Leases6's mode (always auto) and by check-maas
 	PIDFile string `toml:"pid_file"` // "" = do not watch dhcpd's pid file
 }
 

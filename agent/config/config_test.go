@@ -131,6 +131,7 @@ func TestErrors(t *testing.T) {
 		{"table as value", "[region]\nurl = { a = 1 }", []string{"region.url: a table is not a string"}},
 		{"relative path", "[dhcpd]\nleases = \"dhcpd.leases\"", []string{`dhcpd.leases: "dhcpd.leases" is not an absolute path`}},
 		{"relative optional", "[dhcpd]\nconfig6 = \"x/y\"", []string{`dhcpd.config6: "x/y" is not an absolute path`}},
+		{"leases6 is leases", "[dhcpd]\nleases = \"/var/lib/dhcp/dhcpd.leases\"\nleases6 = \"/var/lib/dhcp//dhcpd.leases\"", []string{`dhcpd.leases6: "/var/lib/dhcp//dhcpd.leases" is dhcpd.leases too`}},
 		{"leases required", "[dhcpd]\nleases = \"\"", []string{"dhcpd.leases: required"}},
 		{"socket required", "[hook]\nsocket = \"\"", []string{"hook.socket: required"}},
 		{"socket too long", "[hook]\nsocket = \"/" + strings.Repeat("s", 107) + "\"", []string{"hook.socket:", "longer than 107 bytes"}},

@@ -47,6 +47,9 @@ func (c *Config) Validate() error {
 	path("dhcpd.config", c.DHCPD.Config, false)
 	path("dhcpd.leases6", c.DHCPD.Leases6, false)
 	path("dhcpd.config6", c.DHCPD.Config6, false)
+	if c.DHCPD.Leases6 != "" && filepath.Clean(c.DHCPD.Leases6) == filepath.Clean(c.DHCPD.Leases) {
+		badf("dhcpd.leases6", "%q is dhcpd.leases too: dhcpd -6 writes a leases file of its own (-lf), which this key names", c.DHCPD.Leases6)
+	}
 	path("dhcpd.pid_file", c.DHCPD.PIDFile, false)
 
 	path("hook.socket", c.Hook.Socket, true)

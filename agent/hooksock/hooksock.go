@@ -56,6 +56,16 @@ type Sink interface {
 	Accept(ctx context.Context, evs []event.Event) error
 }
 
+// Router is a Sink made of several (the agent's reconcilers, one per
+// address family). Part names the sink of each event, 0 to Sinks()-1,
+// and the listener hands each sink its events in the order read. A sink
+// that fails is retried alone: the parts already stored are not handed
+// again, so that no event is stored twice.
+type Router interface {
+	Sinks() []Sink
+	Part(ev event.Event) int
+}
+
 // Config is the hook socket's part of the agent configuration.
 type Config struct {
 	Path        string   // socket path
@@ -634,8 +644,15 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 	backoff := 100 * time.Millisecond
 	var deadline time.Time
 	defer l.heldSince.Store(0)
+	parts := l.parts(batch)
 	for {
-		err := l.sink.Accept(context.WithoutCancel(ctx), batch)
+		var err error
+		for len(parts) > 0 {
+			if err = parts[0].sink.Accept(context.WithoutCancel(ctx), parts[0].evs); err != nil {
+				break
+			}
+			parts = parts[1:]
+		}
 		if err == nil {
 			for _, ev := range batch {
 				l.m.received.WithLabelValues(ev.Source.String()).Inc()
@@ -663,4 +680,31 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// part is one sink's share of a batch.
+type part struct {
+	sink Sink
+	evs  []event.Event
+}
+
+// parts splits batch by sink when the listener's sink is a Router.
+func (l *Listener) parts(batch []event.Event) []part {
+	r, ok := l.sink.(Router)
+	if !ok {
+		return []part{{l.sink, batch}}
+	}
+	sinks := r.Sinks()
+	by := make([][]event.Event, len(sinks))
+	for _, ev := range batch {
+		i := r.Part(ev)
+		by[i] = append(by[i], ev)
+	}
+	var out []part
+	for i, evs := range by {
+		if len(evs) > 0 {
+			out = append(out, part{sinks[i], evs})
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package hooksock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -323,6 +324,49 @@ func TestSinkFailure(t *testing.T) {
 	s.mu.Unlock()
 	if evs := s.waitFor(t, 10); len(evs) != 10 {
 		t.Fatalf("got %d events", len(evs))
+	}
+}
+
+// router hands even addresses' events to one sink, odd ones' to the
+// other.
+type router struct{ even, odd *sink }
+
+func (r router) Sinks() []Sink { return []Sink{r.even, r.odd} }
+func (r router) Part(ev event.Event) int {
+	return int(ev.IP.As4()[3] & 1)
+}
+func (r router) Accept(context.Context, []event.Event) error {
+	return errors.New("the listener calls a Router's sinks, not its Accept")
+}
+
+// TestRouterPartFailure: with a Router, each sink gets its part of a
+// batch in the order read; one failing (its disk full) is retried alone,
+// and the other's part, stored already, is not handed again.
+func TestRouterPartFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hook.sock")
+	r := router{newSink(), newSink()}
+	r.odd.fail = syscall.ENOSPC
+	start(t, Config{Path: path}, r)
+	for i := 0; i < 10; i++ {
+		send(t, path, datagram(i, "x"))
+	}
+	even := r.even.waitFor(t, 5)
+	time.Sleep(300 * time.Millisecond) // the odd part's retries
+	r.odd.mu.Lock()
+	r.odd.fail = nil
+	r.odd.mu.Unlock()
+	odd := r.odd.waitFor(t, 5)
+	time.Sleep(100 * time.Millisecond)
+	for name, evs := range map[string][]event.Event{"even": r.even.events(), "odd": r.odd.events()} {
+		if len(evs) != 5 {
+			t.Errorf("%s sink got %d events, want 5 (each once): %v", name, len(evs), evs)
+		}
+	}
+	for i, ev := range append(even[:5:5], odd[:5]...) {
+		want := 2*i%10 + i/5
+		if got := int(ev.IP.As4()[3]); got != want {
+			t.Errorf("event %d is of .%d, want .%d (each sink's in the order read)", i, got, want)
+		}
 	}
 }
 

@@ -430,6 +430,42 @@ func NewState(grace int64) *State {
 	}
 }
 
+// dropFamily forgets every record of the addresses not of family f (a
+// Config.Family; "" keeps all), marking them changed so that the next
+// commit deletes them too, and returns how many addresses it dropped.
+// Call it on a loaded state, before its indexes are built.
+func (s *State) dropFamily(f string) int {
+	if f == "" {
+		return 0
+	}
+	drop := map[netip.Addr]bool{}
+	note := func(ip netip.Addr) {
+		if FamilyOf(ip) != f {
+			drop[ip] = true
+		}
+	}
+	for ip := range s.File {
+		note(ip)
+	}
+	for ip := range s.Told {
+		note(ip)
+	}
+	for ip := range s.Pending {
+		note(ip)
+	}
+	for ip := range s.Replays {
+		note(ip)
+	}
+	for ip := range drop {
+		delete(s.File, ip)
+		delete(s.Told, ip)
+		delete(s.Pending, ip)
+		delete(s.Replays, ip)
+		s.mark(ip, ChangedAll|ChangedReplay)
+	}
+	return len(drop)
+}
+
 // Changed says which of an address's entries changed.
 type Changed uint8
 

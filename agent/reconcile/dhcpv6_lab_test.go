@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/lab"
 )
 
@@ -78,6 +81,93 @@ func TestLabDHCPv6(t *testing.T) {
 	}
 	if logs := w.lastLogs.String(); strings.Contains(logs, "kept back") {
 		t.Errorf("events kept back:\n%s", logs)
+	}
+}
+
+// TestLabBothFamilies: one agent follows a real dhcpd's leases file and a
+// real dhcpd -6's (dhcpd.leases6), as on a MAAS rack: dhcpd.conf runs
+// leasekeeper-hook, dhcpd6.conf no hook (MAAS's dhcpd6.conf.template,
+// src/maasserver/templates/dhcp/, has no "on commit"). One client's DHCPv4
+// and another's DHCPv6 leases and releases reach the region, the DHCPv4 ones from
+// the hooks (replacement mode: nothing synthesised) and the DHCPv6 ones
+// from dhcpd6.leases (hookless mode, detected from dhcpd.config6). Each
+// reconciler reports its file and mode in /status and its metrics under
+// its family's label. Restarted, the agent finds each family's records
+// where that family's reconciler keeps them (none to drop) and sends
+// nothing again.
+func TestLabBothFamilies(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, hooksOK, 600, lab.WithIPv6(netip.MustParsePrefix("2001:db8:1::1/64")))
+	w.startDhcpd(100, 199)
+	w.d6 = w.lab.StartDhcpd(t, lab.DhcpdConfig{Family: 6, Conf: "default-lease-time 600;\npreferred-lifetime 300;\nmax-lease-time 600;\n" +
+		w.lab.Subnet6Conf("  range6 2001:db8:1::100 2001:db8:1::1ff;")})
+	w.startAgent()
+	st := w.agent.a.Report()
+	if st.Mode == nil || st.Mode.Mode != "replacement" || st.Mode6 == nil || st.Mode6.Mode != "hookless" {
+		t.Fatalf("modes %+v and %+v; want replacement (dhcpd.conf runs the hook) and hookless (dhcpd6.conf none)", st.Mode, st.Mode6)
+	}
+	if st.LeasesFile == nil || st.LeasesFile.Path != w.d.LeasesPath() || st.LeasesFile6 == nil || st.LeasesFile6.Path != w.d6.LeasesPath() {
+		t.Fatalf("/status leases files %+v and %+v; want %s and %s", st.LeasesFile, st.LeasesFile6, w.d.LeasesPath(), w.d6.LeasesPath())
+	}
+	c4, c6 := w.lab.AddClient("c4"), w.lab.AddClient("c6")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ip4, err := c4.Dhclient(ctx)
+	if err != nil {
+		t.Fatalf("dhclient: %v", err)
+	}
+	ip6, err := c6.Dhclient6(ctx)
+	if err != nil {
+		t.Fatalf("dhclient -6: %v\ndhcpd -6:\n%s", err, w.d6.Logs())
+	}
+	for c, ip := range map[*lab.Client]netip.Addr{c4: ip4, c6: ip6} {
+		a := w.waitArrival(ip, event.Commit, mac(c), 10*time.Second)
+		if want := reconcile.FamilyOf(ip); a.Family != want || a.LeaseTime != 600 {
+			t.Errorf("%s: region got %+v, want %s with lease_time 600", ip, a.RegionItem, want)
+		}
+	}
+	if err := c6.Release6(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c4.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.waitArrival(ip6, event.Release, mac(c6), 10*time.Second)
+	w.waitArrival(ip4, event.Release, mac(c4), 10*time.Second)
+	// A DHCPv6 hook's event (a site whose dhcpd6.conf runs
+	// leasekeeper6.conf) joins the DHCPv6 reconciler's records, not the
+	// DHCPv4 one's: the restart below would find it there and drop it.
+	hooked := netip.MustParseAddr("2001:db8:1::1f0")
+	out, err := exec.Command(w.hook, "notify", "--socket", filepath.Join(w.dir, "hook.sock"), "--spool", filepath.Join(w.dir, "spool"),
+		"--action", "commit", "--mac", mac(c6), "--ip-family", "ipv6", "--ip", hooked.String(), "--lease-time", "600").CombinedOutput()
+	if err != nil {
+		t.Fatalf("leasekeeper-hook: %v\n%s", err, out)
+	}
+	w.waitArrival(hooked, event.Commit, mac(c6), 10*time.Second)
+	time.Sleep(w.grace + 2*time.Second) // anything synthesised for the hooks' leases would come now
+
+	synth := countersBy(t, w.agent.reg, "leasekeeper_synthesised_total", "family")
+	if synth[event.IPv4] != 0 || synth[event.IPv6] != 2 {
+		t.Errorf("synthesised by family %v; want none for ipv4 (the hooks told) and 2 for ipv6 (its commit and release)", synth)
+	}
+	before := w.arrivals(netip.Addr{})
+	var seq []string
+	for _, a := range before {
+		seq = append(seq, a.String())
+	}
+	t.Logf("the region got:\n  %s", strings.Join(seq, "\n  "))
+	if len(before) != 5 {
+		t.Errorf("the region got %d events, want 5", len(before))
+	}
+
+	w.stopAgent()
+	w.startAgent()
+	time.Sleep(2 * time.Second)
+	if after := w.arrivals(netip.Addr{}); len(after) != len(before) {
+		t.Errorf("restarted, the agent sent %v again", after[len(before):])
+	}
+	if logs := w.agent.logs.String(); strings.Contains(logs, "addresses of the other family") {
+		t.Errorf("restarted, a reconciler found the other family's records:\n%s", logs)
 	}
 }
 

@@ -193,6 +193,13 @@
 // is how an agent that was down while dhcpd restarted with a smaller
 // range still sends the expiry.
 //
+// An agent that follows dhcpd.leases6 too runs a second reconciler on it
+// (Config.Family, Config.Bucket): its state in a bucket of its own in the
+// same outbox, the hooks' events handed to the reconciler of their
+// address's family (FamilyOf). An agent that followed one file before
+// recorded the other family's hook events with it; those records are
+// dropped at start, since rule 3 would end leases that file never shows.
+//
 // State changes with no event to queue (a block appended that the hook
 // already reported) are persisted within a couple of seconds rather than
 // at once: a crash before that loses nothing, since the file is read

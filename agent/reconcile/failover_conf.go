@@ -285,7 +285,7 @@ func (r *Reconciler) persistTold(ip netip.Addr) {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	// On failure the record is still dirty: the next commit writes it.
-	_ = r.store.Update(ctx, bucketName, func(b *bbolt.Bucket) ([]event.Event, error) { return nil, write(b, recs) })
+	_ = r.store.Update(ctx, r.bucket(), func(b *bbolt.Bucket) ([]event.Event, error) { return nil, write(b, recs) })
 }
 
 // PairReplay gives, for e, a hook's end queued as a pair replay

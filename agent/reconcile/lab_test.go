@@ -82,6 +82,9 @@ type world struct {
 	// maasTimers: pairConf writes MAAS's failover timers, not the labs'
 	// short ones (startPairMAAS).
 	maasTimers bool
+	// d6, if set, is a dhcpd -6 whose leases file and configuration are
+	// the agent's dhcpd.leases6 and dhcpd.config6.
+	d6 *lab.Dhcpd
 }
 
 func newWorld(t *testing.T, hooks string, lease int, opts ...lab.Option) *world {
@@ -172,6 +175,9 @@ func (w *world) startAgent() {
 	cfg.DHCPD.Leases = w.d.LeasesPath()
 	cfg.DHCPD.Config = w.d.ConfPath()
 	cfg.DHCPD.PIDFile = filepath.Join(w.d.Dir, "dhcpd.pid")
+	if w.d6 != nil {
+		cfg.DHCPD.Leases6, cfg.DHCPD.Config6 = w.d6.LeasesPath(), w.d6.ConfPath()
+	}
 	cfg.Hook.Socket = filepath.Join(w.dir, "hook.sock")
 	cfg.Hook.Spool = filepath.Join(w.dir, "spool")
 	cfg.Region.URL = w.stub.URL()
@@ -230,6 +236,9 @@ func (w *world) startAgent() {
 			if w.d != nil {
 				w.t.Logf("dhcpd log:\n%s", w.d.Logs())
 			}
+			if w.d6 != nil {
+				w.t.Logf("dhcpd -6 log:\n%s", w.d6.Logs())
+			}
 		}
 	})
 }
@@ -264,6 +273,13 @@ func synthesised(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 // label's value.
 func counters(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
 	t.Helper()
+	return countersBy(t, reg, name, "")
+}
+
+// countersBy returns the counter vector name of reg summed by the value
+// of its label by ("": its single label's, one series each).
+func countersBy(t *testing.T, reg *prometheus.Registry, name, by string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -274,8 +290,10 @@ func counters(t *testing.T, reg *prometheus.Registry, name string) map[string]fl
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if l := m.GetLabel(); len(l) == 1 {
-				out[l[0].GetValue()] = m.GetCounter().GetValue()
+			for _, l := range m.GetLabel() {
+				if by == "" && len(m.GetLabel()) == 1 || l.GetName() == by {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
 			}
 		}
 	}

@@ -550,3 +550,80 @@ func TestRecordsLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestDropFamily: an agent that followed dhcpd.leases alone recorded the
+// hooks' DHCPv6 events in the one state; started with dhcpd.leases6
+// followed too, its dhcpd.leases reconciler (Family ipv4) drops those
+// records, in memory at once and on disk at its next commit, so that
+// rule 3 never ends a lease its file cannot show. The dhcpd.leases6
+// reconciler starts on a bucket of its own.
+func TestDropFamily(t *testing.T) {
+	dir := t.TempDir()
+	store := openStore(t, dir)
+	defer store.Close()
+	const ip6 = "2001:db8::5"
+	s := NewState(grace)
+	p := persisted{t, store, s}
+	tab, _ := table(t, block(ip1, "active", macA, t0-100, t0+5000))
+	s.Snapshot(tab, true, t0)
+	s.Hook(renewal(ip1, macA, t0+10, 600))
+	v6 := renewal(ip6, macB, t0+10, 600)
+	v6.Family = event.IPv6
+	s.Hook(v6)
+	p.commit(nil)
+
+	loaded := func(bucket string) *State {
+		t.Helper()
+		var got *State
+		if err := store.View(bucket, func(b *bbolt.Bucket) error {
+			var err error
+			got, _, _, err = load(b, grace)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := loaded(bucketName); len(got.Told) != 2 {
+		t.Fatalf("stored told records: %v; want both addresses'", got.Told)
+	}
+	leases := filepath.Join(dir, "dhcpd.leases")
+	r, err := New(Config{Leases: leases, Family: event.IPv4}, store, zerolog.Nop(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.st.Told[netip.MustParseAddr(ip6)]; ok || len(r.st.Told) != 1 {
+		t.Errorf("ipv4 reconciler's told records: %v; want %s's alone", r.st.Told, ip1)
+	}
+	r.mu.Lock()
+	err = r.commit(context.Background(), nil)
+	r.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := loaded(bucketName)
+	if _, ok := got.Told[netip.MustParseAddr(ip6)]; ok || len(got.Told) != 1 || len(got.File) != 1 {
+		t.Errorf("after its commit, stored told %v, file %v; want %s's alone", got.Told, got.File, ip1)
+	}
+
+	r6, err := New(Config{Leases: filepath.Join(dir, "dhcpd6.leases"), Family: event.IPv6, Bucket: "reconcile6"}, store, zerolog.Nop(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r6.st.Told) != 0 || len(r6.st.File) != 0 || r6.st.Baselined {
+		t.Errorf("ipv6 reconciler loaded told %v, file %v, baselined %t; want a state of its own, new", r6.st.Told, r6.st.File, r6.st.Baselined)
+	}
+	r6.mu.Lock()
+	r6.st.Hook(v6)
+	err = r6.commit(context.Background(), nil)
+	r6.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded("reconcile6"); len(got.Told) != 1 {
+		t.Errorf("stored in reconcile6: told %v; want %s's", got.Told, ip6)
+	}
+	if got := loaded(bucketName); len(got.Told) != 1 {
+		t.Errorf("the ipv6 reconciler's commit changed the ipv4 state: told %v", got.Told)
+	}
+}

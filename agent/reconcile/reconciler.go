@@ -47,6 +47,34 @@ type Config struct {
 	// (behindPeerRecord), are queued for the deliverer to judge, not
 	// dropped.
 	PairChannel bool
+	// Family, when set (event.IPv4 or event.IPv6), is the one address
+	// family this reconciler follows: the agent runs one for
+	// dhcpd.leases and another for dhcpd.leases6, and hands each the
+	// hook events of its family (FamilyOf). The state an agent that
+	// followed one file for both left holds the other family's records:
+	// they are dropped at start (dropFamily), else this reconciler would
+	// end leases its file never shows (rule 3's unwritten ends). "": any.
+	Family string
+	// Bucket is the outbox bucket holding the state ("" = "reconcile";
+	// the agent's second reconciler, dhcpd.leases6's, uses "reconcile6").
+	Bucket string
+}
+
+// FamilyOf is the family of ip as a Config.Family: an IPv4 address
+// (mapped or not) is event.IPv4, any other event.IPv6.
+func FamilyOf(ip netip.Addr) string {
+	if ip.Unmap().Is4() {
+		return event.IPv4
+	}
+	return event.IPv6
+}
+
+// bucket is the outbox bucket of the reconciler's state.
+func (r *Reconciler) bucket() string {
+	if r.cfg.Bucket != "" {
+		return r.cfg.Bucket
+	}
+	return bucketName
 }
 
 // OrphanSink keeps orphaned addresses for freeing (agent/orphans).
@@ -210,7 +238,7 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		classifyWait: defaultClassifyWait, backlogMax: defaultBacklogMax, busyRound: busyRound, read: make(chan struct{}), ended: make(chan struct{}),
 		catchUp: make(chan chan struct{}), started: now(), persistFailing: lograte.NewEpisode(persistFailLogEvery, now)}
 	var bad int
-	err := store.View(bucketName, func(b *bbolt.Bucket) error {
+	err := store.View(r.bucket(), func(b *bbolt.Bucket) error {
 		var err error
 		r.st, r.loadedPos, bad, err = load(b, int64(cfg.Grace/time.Second))
 		return err
@@ -223,6 +251,10 @@ func New(cfg Config, store *outbox.Store, log zerolog.Logger, reg prometheus.Reg
 		log.Warn().Int("records", bad).Msg("stored reconciler records did not decode; skipped")
 	}
 	r.pos = r.loadedPos
+	if n := r.st.dropFamily(cfg.Family); n > 0 {
+		log.Info().Int("addresses", n).Str("family", cfg.Family).
+			Msg("dropped the stored records of addresses of the other family: another reconciler of this agent follows their leases file")
+	}
 	r.st.noteLoadedEnds(r.started.Unix())
 	if err := r.met.register(reg); err != nil {
 		return nil, fmt.Errorf("reconcile: metrics: %w", err)
@@ -1106,7 +1138,7 @@ func (r *Reconciler) commit(ctx context.Context, evs []event.Event) error {
 		orphans = nil
 	}
 	now := r.now()
-	err = r.store.Update(ctx, bucketName, func(b *bbolt.Bucket) ([]event.Event, error) {
+	err = r.store.Update(ctx, r.bucket(), func(b *bbolt.Bucket) ([]event.Event, error) {
 		if len(orphans) > 0 {
 			if err := r.cfg.Orphans.Put(b.Tx(), orphans, now); err != nil {
 				return nil, err

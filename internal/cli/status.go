@@ -62,7 +62,8 @@ null), deadletters, lag_seconds (null when unknown), tasks
 unsure, kept, why, kept_back}, null before the reconciler ran),
 leases_file ({path, missing_since, unreadable_since, read_error}:
 missing_since null while the file exists, unreadable_since null and
-read_error absent while it reads), region
+read_error absent while it reads), leases_file6 and mode6 (the same for
+dhcpd.leases6; absent when it is not set), region
 ({state, error, hint, since, failed_attempts, controller: the region
 controller in use where region.other_urls names others, waiting: {since,
 events} while a request has waited for its answer a few seconds}; state is
@@ -245,12 +246,14 @@ func attention(r *agent.StatusReport) []string {
 	if h := r.Held; h != nil && h.Events > 0 {
 		why = append(why, fmt.Sprintf("%d events held (the outbox cannot store them)", h.Events))
 	}
-	if l := r.LeasesFile; l != nil {
+	for i, l := range []*agent.LeasesFileReport{r.LeasesFile, r.LeasesFile6} {
+		what := [...]string{"the leases file", "the DHCPv6 leases file"}[i]
 		switch {
+		case l == nil:
 		case l.MissingSince != nil:
-			why = append(why, "the leases file does not exist")
+			why = append(why, what+" does not exist")
 		case l.UnreadableSince != nil:
-			why = append(why, "the leases file cannot be read")
+			why = append(why, what+" cannot be read")
 		}
 	}
 	if r.Unhealthy != "" && r.Ready {
@@ -318,34 +321,8 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 	if r.Unhealthy != "" && r.Ready {
 		fmt.Fprintf(tw, "health\tunhealthy: %s\n", r.Unhealthy)
 	}
-	if l := r.LeasesFile; l != nil {
-		switch {
-		case l.MissingSince != nil:
-			fmt.Fprintf(tw, "leases file\t%s does not exist (for %s): dhcpd has not written it, or dhcpd.leases in the configuration names a file dhcpd does not write\n",
-				l.Path, roundAge(r.Time.Sub(*l.MissingSince)))
-		case l.UnreadableSince != nil:
-			fmt.Fprintf(tw, "leases file\t%s cannot be read (for %s): %s; synthesised events are held until it reads (the agent's user must be able to read it)\n",
-				l.Path, roundAge(r.Time.Sub(*l.UnreadableSince)), l.ReadError)
-		default:
-			fmt.Fprintf(tw, "leases file\t%s\n", l.Path)
-		}
-	}
-	if m := r.Mode; m != nil {
-		line := m.Mode
-		switch {
-		case m.Forced:
-			line += fmt.Sprintf(" (forced by reconcile.mode; detected %s)", m.Detected)
-		case m.Kept:
-			line += " (unsure now: dhcpd.conf unreadable; kept, the mode last detected for sure)"
-		case m.Unsure:
-			line += " (unsure: the safe side)"
-		}
-		fmt.Fprintf(tw, "mode\t%s\n", line)
-		fmt.Fprintf(tw, "\t%s\n", m.Why)
-		if m.KeptBack > 0 {
-			fmt.Fprintf(tw, "kept back\t%d events with no MAC the region can take (DHCPv6 DUIDs without one; see the log)\n", m.KeptBack)
-		}
-	}
+	writeFollowed(tw, r.Time, "", "dhcpd.leases", "dhcpd.conf", r.LeasesFile, r.Mode)
+	writeFollowed(tw, r.Time, "6", "dhcpd.leases6", "dhcpd6.conf", r.LeasesFile6, r.Mode6)
 	writePair(tw, r)
 	if len(r.Tasks) > 0 {
 		parts := make([]string, len(r.Tasks))
@@ -355,6 +332,39 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 		fmt.Fprintf(tw, "parts\t%s\n", strings.Join(parts, ", "))
 	}
 	return tw.Flush()
+}
+
+// writeFollowed shows a leases file the agent follows and the mode its
+// reconciler is in; suffix ("" or "6") tells dhcpd.leases6's apart.
+func writeFollowed(w io.Writer, now time.Time, suffix, leasesKey, confKey string, l *agent.LeasesFileReport, m *agent.ModeReport) {
+	if l != nil {
+		switch {
+		case l.MissingSince != nil:
+			fmt.Fprintf(w, "leases file%s\t%s does not exist (for %s): dhcpd has not written it, or %s in the configuration names a file dhcpd does not write\n",
+				suffix, l.Path, roundAge(now.Sub(*l.MissingSince)), leasesKey)
+		case l.UnreadableSince != nil:
+			fmt.Fprintf(w, "leases file%s\t%s cannot be read (for %s): %s; synthesised events are held until it reads (the agent's user must be able to read it)\n",
+				suffix, l.Path, roundAge(now.Sub(*l.UnreadableSince)), l.ReadError)
+		default:
+			fmt.Fprintf(w, "leases file%s\t%s\n", suffix, l.Path)
+		}
+	}
+	if m != nil {
+		line := m.Mode
+		switch {
+		case m.Forced:
+			line += fmt.Sprintf(" (forced by reconcile.mode; detected %s)", m.Detected)
+		case m.Kept:
+			line += fmt.Sprintf(" (unsure now: %s unreadable; kept, the mode last detected for sure)", confKey)
+		case m.Unsure:
+			line += " (unsure: the safe side)"
+		}
+		fmt.Fprintf(w, "mode%s\t%s\n", suffix, line)
+		fmt.Fprintf(w, "\t%s\n", m.Why)
+		if m.KeptBack > 0 {
+			fmt.Fprintf(w, "kept back%s\t%d events with no MAC the region can take (DHCPv6 DUIDs without one; see the log)\n", suffix, m.KeptBack)
+		}
+	}
 }
 
 // writePair shows dhcpd's failover pair and the channel to the other

@@ -195,6 +195,38 @@ lag            0s
 	}
 }
 
+// TestStatusLeasesFile6: an agent following dhcpd.leases6 too shows that
+// file and its reconciler's mode after dhcpd.leases's, and a missing one
+// needs attention as dhcpd.leases's does.
+func TestStatusLeasesFile6(t *testing.T) {
+	srv := statusServer(t, `{"version":"1.2.3","ready":true,"started":"2026-11-29T09:00:00Z","time":"2026-11-29T12:00:00Z",
+		"queue_depth":0,"last_delivery":null,"deadletters":0,"lag_seconds":0,"tasks":[],"uptime_seconds":10800,
+		"leases_file":{"path":"/var/lib/maas/dhcp/dhcpd.leases","missing_since":null},
+		"mode":{"mode":"replacement","detected":"replacement","forced":false,"unsure":false,"why":"dhcpd.conf runs leasekeeper-hook","kept_back":0},
+		"leases_file6":{"path":"/var/lib/maas/dhcp/dhcpd6.leases","missing_since":"2026-11-29T11:59:00Z"},
+		"mode6":{"mode":"hookless","detected":"hookless","forced":false,"unsure":false,"why":"dhcpd6.conf runs no hook","kept_back":2}}`, 200)
+	out, stderr, code := run(t, "status", "--url", srv.URL)
+	want := `agent          ready (version 1.2.3, up 3h0m0s)
+queue depth    0
+last delivery  never
+dead letters   0
+lag            0s
+leases file    /var/lib/maas/dhcp/dhcpd.leases
+mode           replacement
+               dhcpd.conf runs leasekeeper-hook
+leases file6   /var/lib/maas/dhcp/dhcpd6.leases does not exist (for 1m0s): dhcpd has not written it, or dhcpd.leases6 in the configuration names a file dhcpd does not write
+mode6          hookless
+               dhcpd6.conf runs no hook
+kept back6     2 events with no MAC the region can take (DHCPv6 DUIDs without one; see the log)
+`
+	if diff := cmp.Diff(want, out); code != ExitAttention || diff != "" {
+		t.Errorf("exit %d (-want +got):\n%s", code, diff)
+	}
+	if !strings.Contains(stderr, "the DHCPv6 leases file does not exist") {
+		t.Errorf("stderr %q does not name the DHCPv6 leases file", stderr)
+	}
+}
+
 // TestStatusModeLine: the mode line says whether the mode was forced, taken
 // for lack of a readable dhcpd.conf (complement), or kept from an earlier
 // sure detection while dhcpd.conf is unreadable (not "the safe side").

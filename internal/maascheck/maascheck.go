@@ -481,10 +481,12 @@ func contains(xs []int, x int) bool {
 
 // dhcpv6 says what happens to DHCPv6 leases.
 func (r *Report) dhcpv6(c *config.Config, d reconcile.Detection) {
-	msg := fmt.Sprintf("dhcpd.config6 (%s): %s mode would apply: %s.", c.DHCPD.Config6, d.Mode, d.Why)
-	if c.DHCPD.Leases6 != "" {
-		msg += " This agent does not follow dhcpd.leases6 yet: DHCPv6 events reach the region only from hooks running leasekeeper-hook (leasekeeper6.conf)."
+	if c.DHCPD.Leases6 == "" {
+		r.add(Problem, "dhcpv6", fmt.Sprintf("dhcpd.config6 (%s) is set, dhcpd.leases6 is not: the agent does not follow DHCPv6 leases, and MAAS's dhcpd6.conf runs no hook, so no DHCPv6 lease reaches the region.", c.DHCPD.Config6),
+			`set [dhcpd] leases6 to dhcpd -6's leases file (MAAS deb: "/var/lib/maas/dhcp/dhcpd6.leases"; snap: "/var/snap/maas/common/maas/dhcp/dhcpd6.leases")`)
+		return
 	}
+	msg := fmt.Sprintf("dhcpd.config6 (%s): the agent follows dhcpd.leases6 (%s) in %s mode (detected from dhcpd.config6 alone; reconcile.mode is dhcpd.config's): %s.", c.DHCPD.Config6, c.DHCPD.Leases6, d.Mode, d.Why)
 	msg += " MAAS's dhcpd6.conf runs no hook at all, and MAAS's helper has no DHCPv6 path; the region wants a six-octet MAC, which leasekeeper takes from the client's DUID (DUID-LLT, DUID-LL) and otherwise keeps the event back."
 	r.add(Note, "dhcpv6", msg, "")
 }

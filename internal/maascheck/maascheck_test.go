@@ -512,3 +512,28 @@ func TestFailoverPeers(t *testing.T) {
 		})
 	}
 }
+
+// TestDHCPv6Finding: dhcpd.config6 set without dhcpd.leases6 is a
+// problem (no DHCPv6 lease reaches the region: MAAS's dhcpd6.conf,
+// src/maasserver/templates/dhcp/dhcpd6.conf.template, runs no hook), with
+// the key to set; both set, a note of the mode the agent follows it in.
+func TestDHCPv6Finding(t *testing.T) {
+	d := reconcile.Detection{Mode: reconcile.ModeHookless, Why: "dhcpd6.conf runs no hook"}
+	for _, tc := range []struct {
+		leases6, sev, want string
+	}{
+		{"", Problem, "dhcpd.leases6 is not"},
+		{"/var/lib/maas/dhcp/dhcpd6.leases", Note, "follows dhcpd.leases6 (/var/lib/maas/dhcp/dhcpd6.leases) in hookless mode"},
+	} {
+		c := config.Default()
+		c.DHCPD.Config6, c.DHCPD.Leases6 = "/var/lib/maas/dhcpd6.conf", tc.leases6
+		var r Report
+		r.dhcpv6(c, d)
+		if len(r.Findings) != 1 || r.Findings[0].Severity != tc.sev || !strings.Contains(r.Findings[0].Message, tc.want) {
+			t.Errorf("leases6 %q: %+v; want one %s saying %q", tc.leases6, r.Findings, tc.sev, tc.want)
+		}
+		if tc.sev == Problem && !strings.Contains(r.Findings[0].Fix, "leases6") {
+			t.Errorf("the problem's fix %q does not name the key", r.Findings[0].Fix)
+		}
+	}
+}
