@@ -670,7 +670,6 @@ func TestMetricsCollision(t *testing.T) {
 func TestConfig6Alone(t *testing.T) {
 	for _, set := range []func(*config.Config){
 		func(c *config.Config) {},
-		func(c *config.Config) { c.DHCPD.Leases6 = "/var/lib/dhcp/dhcpd6.leases" },
 		func(c *config.Config) { c.DHCPD.Config6 = "/etc/dhcp/dhcpd6.conf" },
 		func(c *config.Config) {
 			c.DHCPD.Leases6, c.DHCPD.Config6 = "/var/lib/dhcp/dhcpd6.leases", "/etc/dhcp/dhcpd6.conf"

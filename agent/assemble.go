@@ -113,6 +113,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 			Leases: cfg.DHCPD.Leases6, DhcpdConf: cfg.DHCPD.Config6,
 			Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: reconcile.ModeAuto,
 			Family: event.IPv6, Bucket: bucket6,
+			Keys: reconcile.Keys{Leases: "dhcpd.leases6", Conf: "dhcpd.config6", Mode: "-"},
 		}, store, log.With().Str("component", "reconcile6").Logger(), familyRegisterer(reg, event.IPv6), now)
 		if err != nil {
 			rec.Close()
@@ -121,6 +122,15 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 			return fail(err)
 		}
 		closeRec = func() { rec.Close(); rec6.Close() }
+	} else if forgot, err := store.Forget(context.Background(), bucket6); err != nil {
+		rec.Close()
+		orph.Close()
+		d.Close()
+		return fail(stateDirError(cfg.State.Dir, err))
+	} else if forgot {
+		// Kept, it would be stale once dhcpd.leases6 is set again: its
+		// leases' ends, told by hooks meanwhile, would be told again.
+		log.Info().Msg("dhcpd.leases6 is no longer set: dropped its reconciler's stored state; set again, it starts from a new baseline")
 	}
 
 	d.SetStale(rec.Stale)

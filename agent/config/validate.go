@@ -50,6 +50,11 @@ func (c *Config) Validate() error {
 	if c.DHCPD.Leases6 != "" && filepath.Clean(c.DHCPD.Leases6) == filepath.Clean(c.DHCPD.Leases) {
 		badf("dhcpd.leases6", "%q is dhcpd.leases too: dhcpd -6 writes a leases file of its own (-lf), which this key names", c.DHCPD.Leases6)
 	}
+	if c.DHCPD.Leases6 != "" && c.DHCPD.Config6 == "" {
+		// Its mode is detected from it alone: unset, complement, and no
+		// DHCPv6 lease would reach the region from a MAAS rack.
+		badf("dhcpd.config6", "must be set with dhcpd.leases6: the mode dhcpd.leases6 is followed in is detected from dhcpd -6's configuration (MAAS deb: \"/var/lib/maas/dhcpd6.conf\")")
+	}
 	path("dhcpd.pid_file", c.DHCPD.PIDFile, false)
 
 	path("hook.socket", c.Hook.Socket, true)

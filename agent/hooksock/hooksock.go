@@ -60,7 +60,10 @@ type Sink interface {
 // address family). Part names the sink of each event, 0 to Sinks()-1,
 // and the listener hands each sink its events in the order read. A sink
 // that fails is retried alone: the parts already stored are not handed
-// again, so that no event is stored twice.
+// again, so that no event is stored twice — unless the listener stops
+// while a part still fails: its datagrams stay unread, and the next run
+// stores every part of them again, as after a crash between storing
+// events and consuming their datagrams.
 type Router interface {
 	Sinks() []Sink
 	Part(ev event.Event) int
@@ -644,36 +647,44 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 	backoff := 100 * time.Millisecond
 	var deadline time.Time
 	defer l.heldSince.Store(0)
-	parts := l.parts(batch)
+	one := [1]part{{l.sink, batch}} // no allocation a batch for a plain sink
+	parts := one[:]
+	if r, ok := l.sink.(Router); ok {
+		parts = route(r, batch)
+	}
 	for {
 		var err error
 		for len(parts) > 0 {
 			if err = parts[0].sink.Accept(context.WithoutCancel(ctx), parts[0].evs); err != nil {
 				break
 			}
+			for _, ev := range parts[0].evs {
+				l.m.received.WithLabelValues(ev.Source.String()).Inc()
+			}
 			parts = parts[1:]
 		}
 		if err == nil {
-			for _, ev := range batch {
-				l.m.received.WithLabelValues(ev.Source.String()).Inc()
-			}
 			if ended, since, n := l.failing.End(); ended {
 				l.log.Info().Int("events", len(batch)).Int("failures", n).Dur("failed_for", l.now().Sub(since)).
 					Msg("hook events stored again")
 			}
 			return nil
 		}
+		left := 0
+		for _, p := range parts {
+			left += len(p.evs)
+		}
 		if ctx.Err() != nil {
 			if deadline.IsZero() {
 				deadline = l.now().Add(stopGrace)
 			} else if l.now().After(deadline) {
-				return fmt.Errorf("stopping with %d hook events not stored (the reconciler recovers them from dhcpd.leases): %w", len(batch), err)
+				return fmt.Errorf("stopping with %d hook events not stored (the reconciler recovers them from its leases file): %w", left, err)
 			}
 		}
-		l.heldEvents.Store(int64(len(batch)))
+		l.heldEvents.Store(int64(left))
 		l.heldSince.CompareAndSwap(0, l.now().UnixNano())
 		if log, left, since := l.failing.Fail(); log {
-			l.log.Error().Err(err).Int("events", len(batch)).Dur("retry_in", backoff).
+			l.log.Error().Err(err).Int("events", int(l.heldEvents.Load())).Dur("retry_in", backoff).
 				Time("failing_since", since).Int("not_logged_since_last", left).
 				Msgf("cannot store hook events; holding them and retrying (logged again every %s while it lasts)", storeFailLogEvery)
 		}
@@ -688,12 +699,8 @@ type part struct {
 	evs  []event.Event
 }
 
-// parts splits batch by sink when the listener's sink is a Router.
-func (l *Listener) parts(batch []event.Event) []part {
-	r, ok := l.sink.(Router)
-	if !ok {
-		return []part{{l.sink, batch}}
-	}
+// route splits batch by r's sinks.
+func route(r Router, batch []event.Event) []part {
 	sinks := r.Sinks()
 	by := make([][]event.Event, len(sinks))
 	for _, ev := range batch {

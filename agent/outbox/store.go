@@ -584,6 +584,29 @@ func (s *Store) Update(ctx context.Context, name string, fn func(b *bbolt.Bucket
 	})
 }
 
+// Forget deletes the bucket called name from the key/value area, with
+// everything in it, and reports whether there was one (a part of the
+// agent no longer configured, whose state would be stale when it is
+// configured again).
+func (s *Store) Forget(ctx context.Context, name string) (bool, error) {
+	if name == "" {
+		return false, errors.New("outbox: forget: empty bucket name")
+	}
+	var had bool
+	if err := s.View(name, func(b *bbolt.Bucket) error { had = b != nil; return nil }); err != nil || !had {
+		return false, err // none: no write transaction
+	}
+	err := s.do(ctx, 0, func(t *txn) error {
+		kv := t.tx.Bucket(bucketKV)
+		had = kv.Bucket([]byte(name)) != nil
+		if !had {
+			return nil
+		}
+		return kv.DeleteBucket([]byte(name))
+	})
+	return had && err == nil, err
+}
+
 // KVBucket is the bucket called name in the key/value area, created on
 // first use, inside tx: the transaction of an Update (b.Tx()), for a
 // caller that keeps a second record in the same commit (the reconciler

@@ -317,6 +317,39 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// TestForget: Forget deletes a key/value bucket whole, says whether there
+// was one, and leaves the queue and the other buckets as they were.
+func TestForget(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "outbox.db"), 0)
+	ctx := context.Background()
+	for _, name := range []string{"keep", "drop"} {
+		must(t, s.Update(ctx, name, func(b *bbolt.Bucket) ([]event.Event, error) {
+			return []event.Event{ev(1, event.Commit)}, b.Put([]byte("k"), []byte(name))
+		}))
+	}
+	for i, want := range []bool{true, false} {
+		had, err := s.Forget(ctx, "drop")
+		if err != nil || had != want {
+			t.Errorf("Forget #%d = %t, %v; want %t", i+1, had, err, want)
+		}
+	}
+	must(t, s.View("drop", func(b *bbolt.Bucket) error {
+		if b != nil {
+			t.Error("the forgotten bucket is still there")
+		}
+		return nil
+	}))
+	must(t, s.View("keep", func(b *bbolt.Bucket) error {
+		if b == nil || string(b.Get([]byte("k"))) != "keep" {
+			t.Error("the other bucket lost its content")
+		}
+		return nil
+	}))
+	if d := s.Depth(); d != 2 {
+		t.Errorf("Depth %d after Forget, want 2", d)
+	}
+}
+
 func TestUpdate(t *testing.T) {
 	s := openTest(t, filepath.Join(t.TempDir(), "outbox.db"), 0)
 	ctx := context.Background()

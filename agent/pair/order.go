@@ -77,13 +77,16 @@ func CopyOf(e event.Event, d News) bool {
 // Query lists the addresses of batch to ask the peer about, in batch
 // order, each with the key of its first event in the batch; at most
 // MaxItems addresses. An event without an address (it will be
-// dead-lettered, never sent) is not asked about.
+// dead-lettered, never sent) is not asked about, nor a DHCPv6 address's:
+// dhcpd's failover is DHCPv4's alone (ISC dhcp's server/failover.c
+// updates struct lease, DHCPv4's; server/dhcpv6.c and server/mdb6.c have
+// none), so no pair shares it (outsidePair).
 func Query(batch []event.Queued) []Item {
 	var items []Item
 	seen := make(map[netip.Addr]bool, min(len(batch), MaxItems))
 	for _, q := range batch {
 		ip := q.Event.IP.Unmap()
-		if !ip.IsValid() || seen[ip] {
+		if outsidePair(ip) || seen[ip] {
 			continue
 		}
 		if len(items) == MaxItems {
@@ -94,6 +97,12 @@ func Query(batch []event.Queued) []Item {
 	}
 	return items
 }
+
+// outsidePair: news of ip (unmapped) is no failover pair's, so the peer
+// is not asked about it and it goes as it comes: no address (the event is
+// dead-lettered), or a DHCPv6 one (Query). Held back all the same behind
+// a held event of its MAC (clearBatch).
+func outsidePair(ip netip.Addr) bool { return !ip.IsValid() || !ip.Is4() }
 
 // Verdict is what Clear decided for a batch.
 type Verdict struct {
@@ -237,7 +246,7 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 			hold(i, q, ip, "")
 			continue
 		}
-		if !ip.IsValid() || force != nil && force(q) {
+		if outsidePair(ip) || force != nil && force(q) {
 			v.Go[i] = true
 			v.N++
 			continue

@@ -2,6 +2,7 @@ package pair
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -35,7 +36,7 @@ func TestKey(t *testing.T) {
 
 func TestQuery(t *testing.T) {
 	batch := []event.Queued{ev("203.0.113.1", 10), ev("203.0.113.2", 11), ev("203.0.113.1", 12),
-		{Event: event.Event{Action: event.Commit}}, ev("::ffff:203.0.113.3", 13)}
+		{Event: event.Event{Action: event.Commit}}, ev("2001:db8::1", 12), ev("::ffff:203.0.113.3", 13)}
 	want := []Item{{IP: netip.MustParseAddr("203.0.113.1"), Key: 10e9}, {IP: netip.MustParseAddr("203.0.113.2"), Key: 11e9},
 		{IP: netip.MustParseAddr("203.0.113.3"), Key: 13e9}}
 	if diff := cmp.Diff(want, Query(batch), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
@@ -90,6 +91,21 @@ func TestClear(t *testing.T) {
 				t.Errorf("held %d, want the batch's event %d", v.First, v.N)
 			}
 		})
+	}
+}
+
+// TestClearDHCPv6: a DHCPv6 address's news, asked about by no query,
+// goes at once, unless an event of its MAC before it is held back.
+func TestClearDHCPv6(t *testing.T) {
+	a := "203.0.113.1"
+	v6 := ev("2001:db8::1", 40)
+	v6.Event.MAC = "00:16:3e:00:00:02"
+	sameMAC := ev("2001:db8::2", 50)
+	batch := []event.Queued{ev(a, 10), v6, sameMAC}
+	asked, held := answer(map[string]int64{a: 5e9}, a)
+	v := Clear(batch, asked, held, nil, false, 1000e9)
+	if want := []bool{false, true, false}; !slices.Equal(v.Go, want) {
+		t.Errorf("Clear lets go %v, want %v (the first held for the peer's older news; the DHCPv6 event of another MAC goes; the one of the held event's MAC waits)", v.Go, want)
 	}
 }
 

@@ -94,7 +94,8 @@ func TestLabDHCPv6(t *testing.T) {
 // reconciler reports its file and mode in /status and its metrics under
 // its family's label. Restarted, the agent finds each family's records
 // where that family's reconciler keeps them (none to drop) and sends
-// nothing again.
+// nothing again. Restarted without dhcpd.leases6, it drops that file's
+// reconciler's state.
 func TestLabBothFamilies(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, hooksOK, 600, lab.WithIPv6(netip.MustParsePrefix("2001:db8:1::1/64")))
@@ -168,6 +169,15 @@ func TestLabBothFamilies(t *testing.T) {
 	}
 	if logs := w.agent.logs.String(); strings.Contains(logs, "addresses of the other family") {
 		t.Errorf("restarted, a reconciler found the other family's records:\n%s", logs)
+	}
+
+	// Restarted without dhcpd.leases6, the agent drops the DHCPv6
+	// reconciler's state: set again, it would be stale.
+	w.stopAgent()
+	w.d6 = nil
+	w.startAgent()
+	if logs := w.agent.logs.String(); !strings.Contains(logs, "dhcpd.leases6 is no longer set: dropped") {
+		t.Errorf("restarted without dhcpd.leases6, the agent did not drop its reconciler's state:\n%s", logs)
 	}
 }
 

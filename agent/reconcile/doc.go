@@ -199,6 +199,9 @@
 // address's family (FamilyOf). An agent that followed one file before
 // recorded the other family's hook events with it; those records are
 // dropped at start, since rule 3 would end leases that file never shows.
+// An agent started without dhcpd.leases6 drops the second reconciler's
+// bucket (agent.Assemble): kept, it would be stale once the key is set
+// again.
 //
 // State changes with no event to queue (a block appended that the hook
 // already reported) are persisted within a couple of seconds rather than

@@ -220,3 +220,23 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no %s", name)
 	return 0
 }
+
+// TestModeFixNamesKeys: a mode detection that could not tell is logged
+// with the keys to set, the reconciler's own: dhcpd.leases6's names
+// dhcpd.config6, and no reconcile.mode, which does not apply to it.
+func TestModeFixNamesKeys(t *testing.T) {
+	for _, tc := range []struct {
+		keys      Keys
+		want, not string
+	}{
+		{Keys{}, `"fix":"set dhcpd.config to a dhcpd.conf the agent can read, or reconcile.mode; leasekeeper check-maas tells which"`, ""},
+		{Keys{Leases: "dhcpd.leases6", Conf: "dhcpd.config6", Mode: "-"}, `"fix":"set dhcpd.config6 to a dhcpd.conf the agent can read; leasekeeper check-maas tells which"`, "reconcile.mode"},
+	} {
+		var b strings.Builder
+		r := &Reconciler{cfg: Config{Keys: tc.keys}, log: zerolog.New(&b)}
+		r.logMode(Detection{Mode: ModeComplement, Detected: ModeComplement, Unsure: true, Why: "cannot read dhcpd.conf"}, 0, "start")
+		if got := b.String(); !strings.Contains(got, tc.want) || tc.not != "" && strings.Contains(got, tc.not) {
+			t.Errorf("keys %+v: logged %s; want %s without %q", tc.keys, got, tc.want, tc.not)
+		}
+	}
+}

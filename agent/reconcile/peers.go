@@ -113,8 +113,13 @@ type peerSet struct {
 var alone = Pair{}
 
 // pairOf is the failover pair ip's leases follow: its subnet's peer's
-// (the lead pair for an address in no subnet known).
+// (the lead pair for an address in no subnet known); none for a DHCPv6
+// address, which no failover pair shares (ISC dhcp's failover,
+// server/failover.c, updates DHCPv4 leases alone; agent/pair, Query).
 func (s *State) pairOf(ip netip.Addr) Pair {
+	if !ip.Unmap().Is4() {
+		return alone
+	}
 	if s.peers == nil {
 		return s.Pair
 	}

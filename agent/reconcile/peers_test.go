@@ -472,3 +472,18 @@ func TestDroppedWaitsByPeer(t *testing.T) {
 		t.Error("the other pair's wait was dropped")
 	}
 }
+
+// TestPairOfDHCPv6: a DHCPv6 address is in no failover pair, not even
+// the lead one an address of no known subnet falls back to: dhcpd's
+// failover (ISC dhcp's server/failover.c) updates DHCPv4 leases alone,
+// and a pair's rules (Stale's settling, replays, the pair channel's
+// answers) would hold or drop its news.
+func TestPairOfDHCPv6(t *testing.T) {
+	s := NewState(0)
+	s.Pair = Pair{Peer: "failover-partner", Role: "primary", MyState: "normal", PartnerState: "normal"}
+	for ip, want := range map[string]bool{"203.0.113.10": true, "::ffff:203.0.113.10": true, "2001:db8::10": false} {
+		if got := s.pairOf(netip.MustParseAddr(ip)).InPair(); got != want {
+			t.Errorf("pairOf(%s).InPair() = %t, want %t", ip, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,7 +59,19 @@ type Config struct {
 	// Bucket is the outbox bucket holding the state ("" = "reconcile";
 	// the agent's second reconciler, dhcpd.leases6's, uses "reconcile6").
 	Bucket string
+	// Keys names, in what the reconciler logs, the configuration keys of
+	// its leases file and dhcpd.conf (the zero value: dhcpd.leases's).
+	Keys Keys
 }
+
+// Keys are configuration keys an operator is told to check or set.
+type Keys struct {
+	Leases, Conf string // "" = "dhcpd.leases", "dhcpd.config"
+	Mode         string // "" = "reconcile.mode"; "-": no key forces this reconciler's mode
+}
+
+func (k Keys) leases() string { return cmp.Or(k.Leases, "dhcpd.leases") }
+func (k Keys) conf() string   { return cmp.Or(k.Conf, "dhcpd.config") }
 
 // FamilyOf is the family of ip as a Config.Family: an IPv4 address
 // (mapped or not) is event.IPv4, any other event.IPv6.
@@ -730,7 +743,7 @@ func (r *Reconciler) noteAbsent(absent, gone bool, now time.Time) {
 			break
 		}
 		r.log.Warn().Str("leases", r.cfg.Leases).
-			Msg("the leases file does not exist: nothing to follow until dhcpd writes it (if dhcpd is running, dhcpd.leases in the configuration names a file it does not write)")
+			Msg("the leases file does not exist: nothing to follow until dhcpd writes it (if dhcpd is running, " + r.cfg.Keys.leases() + " in the configuration names a file it does not write)")
 	case !absent && !gone && !r.absentSince.IsZero():
 		r.log.Info().Str("leases", r.cfg.Leases).Dur("missing_for", now.Sub(r.absentSince)).Msg("the leases file appeared")
 		r.absentSince = time.Time{}
@@ -1252,7 +1265,11 @@ func (r *Reconciler) logMode(d Detection, grace time.Duration, when string) {
 	case d.Forced:
 		why = fmt.Sprintf("reconcile.mode forces %s, as detected: %s", d.Mode, d.Why)
 	case d.Unsure:
-		ev = r.log.Warn().Str("fix", "set dhcpd.config to a dhcpd.conf the agent can read, or reconcile.mode; leasekeeper check-maas tells which")
+		fix := "set " + r.cfg.Keys.conf() + " to a dhcpd.conf the agent can read"
+		if m := r.cfg.Keys.Mode; m != "-" {
+			fix += ", or " + cmp.Or(m, "reconcile.mode")
+		}
+		ev = r.log.Warn().Str("fix", fix+"; leasekeeper check-maas tells which")
 	}
 	ev = ev.Str("mode", string(d.Mode)).Str("why", why).Dur("expiry_grace", grace).Str("when", when)
 	if d.Forced {

@@ -49,6 +49,8 @@ listener: see below) how delivery to the region is going:
   mode           replacement, complement or hookless, and why (leasekeeper
                  check-maas explains it); events kept back because the
                  region cannot take them (no six-octet MAC)
+  leases file6   the same for dhcpd.leases6 and its reconciler, when set
+  mode6
 
 The agent is asked at --url, else on its control socket (control.socket
 in --config) when this user may use it, else at metrics.listen in
@@ -63,7 +65,8 @@ unsure, kept, why, kept_back}, null before the reconciler ran),
 leases_file ({path, missing_since, unreadable_since, read_error}:
 missing_since null while the file exists, unreadable_since null and
 read_error absent while it reads), leases_file6 and mode6 (the same for
-dhcpd.leases6; absent when it is not set), region
+dhcpd.leases6; absent when it is not set, mode6 also before its
+reconciler ran), region
 ({state, error, hint, since, failed_attempts, controller: the region
 controller in use where region.other_urls names others, waiting: {since,
 events} while a request has waited for its answer a few seconds}; state is
@@ -77,8 +80,8 @@ use; null outside one).
 Exit status: 0 when the agent answered and nothing needs attention; 3
 when it answered and something does, named on stderr (also with --json):
 the region in an outage, refusing the configuration or failing every
-event, dead letters, events held for want of disk, the leases file
-missing or unreadable, /healthz unhealthy, or the agent still starting;
+event, dead letters, events held for want of disk, a leases file
+(dhcpd.leases, dhcpd.leases6) missing or unreadable, /healthz unhealthy, or the agent still starting;
 1 when it could not be reached or answered with an error; 2 for bad
 flags. A monitoring check can run "leasekeeper status >/dev/null".`,
 		Example: `  leasekeeper status

@@ -401,7 +401,10 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Confi
 				fmt.Sprintf("have systemd pass it a copy: systemctl edit leasekeeper, [Service] LoadCredential=%s:%s (README.Debian, section 1)", filepath.Base(f), f))
 		}
 	}
-	if l := c.DHCPD.Leases; l != "" && fileExists(l) {
+	for _, l := range []string{c.DHCPD.Leases, c.DHCPD.Leases6} {
+		if l == "" || !fileExists(l) {
+			continue
+		}
 		if why := unreadable(l, uid, gids); why != "" {
 			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot follow dhcpd's leases, and synthesises nothing.", name, l, why),
 				fmt.Sprintf("let %s read it and search its directory (MAAS's maas-dhcpd.service makes the file 0664 in a 0775 directory)", name))

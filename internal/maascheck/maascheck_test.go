@@ -395,14 +395,21 @@ func TestAgentAccess(t *testing.T) {
 	// new_lease_file), MAAS's unit chmods it 0664 (MAAS's
 	// debian/maas-dhcp.maas-dhcpd.service); one the agent cannot read, it
 	// cannot follow.
-	if err := os.WriteFile(w.cfg.DHCPD.Leases, nil, 0o600); err != nil {
-		t.Fatal(err)
+	// So too dhcpd -6's, followed with dhcpd.leases6.
+	w.cfg.DHCPD.Leases6 = filepath.Join(filepath.Dir(w.cfg.DHCPD.Leases), "dhcpd6.leases")
+	for _, l := range []string{w.cfg.DHCPD.Leases, w.cfg.DHCPD.Leases6} {
+		if err := os.WriteFile(l, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w.opts.AgentUser = "nobody"
 	_, rep := w.check()
-	if f := findOf(rep, "agent-access", w.cfg.DHCPD.Leases); f == nil || f.Severity != Problem || !strings.Contains(f.Message, "cannot follow") {
-		t.Errorf("want an agent-access problem for the leases file %s; got %+v", w.cfg.DHCPD.Leases, f)
+	for _, l := range []string{w.cfg.DHCPD.Leases, w.cfg.DHCPD.Leases6} {
+		if f := findOf(rep, "agent-access", l); f == nil || f.Severity != Problem || !strings.Contains(f.Message, "cannot follow") {
+			t.Errorf("want an agent-access problem for the leases file %s; got %+v", l, f)
+		}
 	}
+	w.cfg.DHCPD.Leases6 = ""
 	if err := os.Chmod(w.cfg.DHCPD.Leases, 0o644); err != nil {
 		t.Fatal(err)
 	}
