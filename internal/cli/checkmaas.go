@@ -34,8 +34,11 @@ the region settings, and say:
   leases-file    whether dhcpd.leases names the file the running dhcpd writes
                  (the one it has open, whatever set it), or, with no dhcpd
                  running, whether it names MAAS's when only MAAS's exists
+  leases-file6   the same for dhcpd.leases6 and dhcpd -6, when it is set
+  dhcpv6         with dhcpd.config6 set, dhcpd.leases6's mode, or that
+                 dhcpd.leases6 is not set (no DHCPv6 lease reaches MAAS)
   agent-access   whether the agent's user can read dhcpd.conf, the leases
-                 file and the certificates (MAAS writes its dhcpd.conf
+                 files and the certificates (MAAS writes its dhcpd.conf
                  readable by root only; then the agent cannot tell the mode)
   region-url     port 5242 and the internal leases endpoint
   certificates   the rack's client certificate, key and MAAS's CA

@@ -21,6 +21,26 @@ var MAASLeasesFiles = []string{
 	"/var/snap/maas/common/maas/dhcp/dhcpd.leases",
 }
 
+// MAASLeasesFiles6 are MAAS's dhcpd -6's: the deb's maas-dhcpd6.service
+// (debian/maas-dhcp.maas-dhcpd6.service, before MAAS dropped its debian
+// packaging) and the snap's (snap/local/tree/usr/bin/run-dhcpd6).
+var MAASLeasesFiles6 = []string{
+	"/var/lib/maas/dhcp/dhcpd6.leases",
+	"/var/snap/maas/common/maas/dhcp/dhcpd6.leases",
+}
+
+// leasesKind says which dhcpd a leases-file check is about: its key in
+// [dhcpd], its check's name, and how to name it and its MAAS unit.
+type leasesKind struct {
+	key, check, dhcpd, family, unit string
+	six                             bool // dhcpd -6
+}
+
+var (
+	kind4 = leasesKind{key: "leases", check: "leases-file", dhcpd: "dhcpd", family: "DHCPv4", unit: "maas-dhcpd"}
+	kind6 = leasesKind{key: "leases6", check: "leases-file6", dhcpd: "dhcpd -6", family: "DHCPv6", unit: "maas-dhcpd6", six: true}
+)
+
 // dhcpdProc is a running DHCPv4 dhcpd as /proc shows it.
 type dhcpdProc struct {
 	PID int
@@ -38,13 +58,14 @@ type dhcpdProc struct {
 	Deleted bool
 }
 
-// runningDHCPD lists the DHCPv4 dhcpd processes under procRoot (/proc),
-// leaving out `dhcpd -t`/`-T` (a configuration test, as MAAS runs before
-// it writes dhcpd.conf) and `dhcpd -6`. The flags are dhcpd's own
+// runningDHCPD lists the dhcpd processes under procRoot (/proc) of one
+// family (six: `dhcpd -6`; else DHCPv4's), leaving out `dhcpd -t`/`-T`
+// (a configuration test, as MAAS runs before it writes dhcpd.conf). The
+// flags are dhcpd's own
 // (server/dhcpd.c, main); dhcpd holds its leases file open from start
 // to exit (db_file, server/db.c), so that descriptor, not an argument,
 // says where it writes.
-func runningDHCPD(procRoot string) []dhcpdProc {
+func runningDHCPD(procRoot string, six bool) []dhcpdProc {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil
@@ -65,7 +86,7 @@ func runningDHCPD(procRoot string) []dhcpdProc {
 			continue
 		}
 		argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if slices.Contains(argv, "-6") || slices.Contains(argv, "-t") || slices.Contains(argv, "-T") {
+		if slices.Contains(argv, "-6") != six || slices.Contains(argv, "-t") || slices.Contains(argv, "-T") {
 			continue
 		}
 		lf := ""
@@ -159,15 +180,33 @@ func sameFile(a, b string) bool {
 // following a file nothing writes, and reads as a quiet network.
 func (r *Report) leasesFile(c *config.Config, procs []dhcpdProc, maas []string, now time.Time) {
 	want := c.DHCPD.Leases
-	set := func(p string) string { return fmt.Sprintf("set [dhcpd] leases = %q in leasekeeper.toml", p) }
 	if want == "" {
-		fix := set(config.Default().DHCPD.Leases)
+		fix := kind4.set(config.Default().DHCPD.Leases)
 		if len(maas) > 0 {
-			fix = set(maas[0])
+			fix = kind4.set(maas[0])
 		}
 		r.add(Problem, "leases-file", "dhcpd.leases is not set: the agent does not start.", fix)
 		return
 	}
+	r.followed(kind4, want, procs, maas, now)
+}
+
+// leasesFile6 is leasesFile for dhcpd.leases6 and the running dhcpd -6,
+// when dhcpd.leases6 is set.
+func (r *Report) leasesFile6(c *config.Config, procs []dhcpdProc, maas []string, now time.Time) {
+	if c.DHCPD.Leases6 != "" {
+		r.followed(kind6, c.DHCPD.Leases6, procs, maas, now)
+	}
+}
+
+func (k leasesKind) set(p string) string {
+	return fmt.Sprintf("set [dhcpd] %s = %q in leasekeeper.toml", k.key, p)
+}
+
+// followed checks want, dhcpd.<k.key>, against the files procs, the
+// running dhcpd of k's family, write, and MAAS's files of that family.
+func (r *Report) followed(k leasesKind, want string, procs []dhcpdProc, maas []string, now time.Time) {
+	set, key := k.set, "dhcpd."+k.key
 	var known, unknown []string
 	first := "" // the first file a running dhcpd writes: the fix
 	for _, p := range procs {
@@ -175,49 +214,49 @@ func (r *Report) leasesFile(c *config.Config, procs []dhcpdProc, maas []string, 
 		case p.Leases == "":
 			unknown = append(unknown, strconv.Itoa(p.PID))
 		case sameFile(p.Leases, want) && p.Deleted:
-			r.add(Problem, "leases-file", fmt.Sprintf("dhcpd (pid %d) writes %s, but that file was deleted or replaced under it: what it writes now reaches no reader, the agent included, until dhcpd rewrites the file (at its next start, or an hour after its last rewrite).", p.PID, want),
-				"restart dhcpd (MAAS: systemctl restart maas-dhcpd), which writes a new file from what it holds")
+			r.add(Problem, k.check, fmt.Sprintf("%s (pid %d) writes %s, but that file was deleted or replaced under it: what it writes now reaches no reader, the agent included, until dhcpd rewrites the file (at its next start, or an hour after its last rewrite).", k.dhcpd, p.PID, want),
+				fmt.Sprintf("restart %s (MAAS: systemctl restart %s), which writes a new file from what it holds", k.dhcpd, k.unit))
 			return
 		case sameFile(p.Leases, want):
 			how := ""
 			if p.FromArgs {
 				how = " (its command line's -lf: run as root to read which file it has open)"
 			}
-			names := "the file dhcpd.leases names"
+			names := "the file " + key + " names"
 			if p.Leases != want {
-				names = "which dhcpd.leases names as " + want
+				names = "which " + key + " names as " + want
 			}
-			r.add(OK, "leases-file", fmt.Sprintf("dhcpd (pid %d) writes %s%s, %s.", p.PID, p.Leases, how, names), "")
+			r.add(OK, k.check, fmt.Sprintf("%s (pid %d) writes %s%s, %s.", k.dhcpd, p.PID, p.Leases, how, names), "")
 			return
 		default:
-			known = append(known, fmt.Sprintf("dhcpd (pid %d) writes %s", p.PID, p.Leases))
+			known = append(known, fmt.Sprintf("%s (pid %d) writes %s", k.dhcpd, p.PID, p.Leases))
 			if first == "" {
 				first = p.Leases
 			}
 		}
 	}
 	if len(known) > 0 {
-		r.add(Problem, "leases-file", fmt.Sprintf("dhcpd.leases names %s, but no running dhcpd writes it: %s. The agent would follow a file that never changes and report nothing.", want, strings.Join(known, "; ")),
+		r.add(Problem, k.check, fmt.Sprintf("%s names %s, but no running %s writes it: %s. The agent would follow a file that never changes and report nothing.", key, want, k.dhcpd, strings.Join(known, "; ")),
 			set(first))
 		return
 	}
 	if len(unknown) > 0 {
-		r.add(Note, "leases-file", fmt.Sprintf("cannot tell which file dhcpd (pid %s) writes: its open files cannot be read here and its command line names no -lf.", strings.Join(unknown, ", ")),
+		r.add(Note, k.check, fmt.Sprintf("cannot tell which file %s (pid %s) writes: its open files cannot be read here and its command line names no -lf.", k.dhcpd, strings.Join(unknown, ", ")),
 			"run check-maas as root")
 		return
 	}
 	fi, err := os.Stat(want)
 	if err == nil {
-		r.add(Note, "leases-file", fmt.Sprintf("no DHCPv4 dhcpd runs now; %s exists (last written %s ago). MAAS starts dhcpd when DHCP is enabled on a VLAN this rack serves.", want, now.Sub(fi.ModTime()).Round(time.Second)), "")
+		r.add(Note, k.check, fmt.Sprintf("no %s dhcpd runs now; %s exists (last written %s ago). MAAS starts %s when DHCP is enabled on a VLAN this rack serves.", k.family, want, now.Sub(fi.ModTime()).Round(time.Second), k.dhcpd), "")
 		return
 	}
 	for _, m := range maas {
 		if m != want && fileExists(m) {
-			r.add(Problem, "leases-file", fmt.Sprintf("dhcpd.leases names %s, which does not exist, while MAAS's dhcpd writes %s: the agent would follow a file nothing writes.", want, m), set(m))
+			r.add(Problem, k.check, fmt.Sprintf("%s names %s, which does not exist, while MAAS's %s writes %s: the agent would follow a file nothing writes.", key, want, k.dhcpd, m), set(m))
 			return
 		}
 	}
-	r.add(Note, "leases-file", fmt.Sprintf("no DHCPv4 dhcpd runs now and %s does not exist yet: dhcpd creates it when it starts (MAAS: when DHCP is enabled on a VLAN this rack serves); until then the agent warns that it is missing.", want), "")
+	r.add(Note, k.check, fmt.Sprintf("no %s dhcpd runs now and %s does not exist yet: %s creates it when it starts (MAAS: when DHCP is enabled on a VLAN this rack serves); until then the agent warns that it is missing.", k.family, want, k.dhcpd), "")
 }
 
 func fileExists(p string) bool {

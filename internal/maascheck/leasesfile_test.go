@@ -1,6 +1,7 @@
 package maascheck
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,19 +73,22 @@ func dhcpdArgv(lf string, more ...string) []string {
 }
 
 // TestLeasesFile: dhcpd.leases against the file the running dhcpd
-// writes, found from its open descriptors as /proc shows them.
+// writes, found from its open descriptors as /proc shows them; and
+// dhcpd.leases6 against the running dhcpd -6's, not the DHCPv4 dhcpd's,
+// with nothing said when it is not set (six).
 func TestLeasesFile(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func(f *fakeProc) (want string, maas []string) // the configured path, MAAS's files
-		check string                                         // "severity" of the leases-file finding
+		check string                                         // "severity" of the leases-file finding; "" for none
 		words []string                                       // in its message or fix
+		six   bool                                           // dhcpd.leases6 and dhcpd -6
 	}{
 		{"dhcpd writes the file", func(f *fakeProc) (string, []string) {
 			l := f.file("dhcpd.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(l), l)
 			return l, nil
-		}, OK, []string{"pid 100", "writes "}},
+		}, OK, []string{"pid 100", "writes "}, false},
 		{"through a symlink", func(f *fakeProc) (string, []string) {
 			l := f.file("dhcpd.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(l), l)
@@ -93,67 +97,104 @@ func TestLeasesFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			return link, nil
-		}, OK, []string{"pid 100", "names as DIR/link.leases"}},
+		}, OK, []string{"pid 100", "names as DIR/link.leases"}, false},
 		{"the Debian default while MAAS's dhcpd writes its own", func(f *fakeProc) (string, []string) {
 			maas := f.file("maas.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(maas), maas)
 			return f.file("debian.leases"), nil
-		}, Problem, []string{"no running dhcpd writes it", "pid 100", `leases = "` + filepath.Join("DIR", "maas.leases")}},
+		}, Problem, []string{"no running dhcpd writes it", "pid 100", `leases = "` + filepath.Join("DIR", "maas.leases")}, false},
 		{"lease-file-name in dhcpd.conf overrides -lf", func(f *fakeProc) (string, []string) {
 			real := f.file("named-in-conf.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(filepath.Join(f.dir, "argv.leases")), real)
 			return filepath.Join(f.dir, "argv.leases"), nil
-		}, Problem, []string{`leases = "` + filepath.Join("DIR", "named-in-conf.leases")}},
+		}, Problem, []string{`leases = "` + filepath.Join("DIR", "named-in-conf.leases")}, false},
 		{"more open files: the one -lf names", func(f *fakeProc) (string, []string) {
 			l := f.file("dhcpd.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(l), f.file("backup.leases"), l)
 			return l, nil
-		}, OK, []string{"pid 100"}},
+		}, OK, []string{"pid 100"}, false},
 		{"deleted under dhcpd", func(f *fakeProc) (string, []string) {
 			l := f.file("dhcpd.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(l), f.file("dhcpd.leases (deleted)"))
 			return l, nil
-		}, Problem, []string{"deleted or replaced", "restart dhcpd"}},
+		}, Problem, []string{"deleted or replaced", "restart dhcpd"}, false},
 		{"not root: the command line's -lf", func(f *fakeProc) (string, []string) {
 			l := f.file("dhcpd.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(l))
 			return l, nil
-		}, OK, []string{"command line's -lf"}},
+		}, OK, []string{"command line's -lf"}, false},
 		{"not root, no -lf", func(f *fakeProc) (string, []string) {
 			f.proc(100, "dhcpd", dhcpdArgv(""))
 			return f.file("dhcpd.leases"), nil
-		}, Note, []string{"cannot tell", "pid 100", "as root"}},
+		}, Note, []string{"cannot tell", "pid 100", "as root"}, false},
 		{"dhcpd -t, dhcpd -6 and other programs are not the server", func(f *fakeProc) (string, []string) {
 			other := f.file("other.leases")
 			f.proc(100, "dhcpd", dhcpdArgv(other, "-t"), other)
 			f.proc(101, "dhcpd", append(dhcpdArgv(other), "-6"), other)
 			f.proc(102, "dhclient", []string{"dhclient", "-lf", other}, other)
 			return f.file("dhcpd.leases"), nil
-		}, Note, []string{"no DHCPv4 dhcpd runs now", "exists"}},
+		}, Note, []string{"no DHCPv4 dhcpd runs now", "exists"}, false},
 		{"no dhcpd, only MAAS's file exists", func(f *fakeProc) (string, []string) {
 			return filepath.Join(f.dir, "debian.leases"), []string{filepath.Join(f.dir, "snap.leases"), f.file("maas.leases")}
-		}, Problem, []string{"does not exist", `leases = "` + filepath.Join("DIR", "maas.leases")}},
+		}, Problem, []string{"does not exist", `leases = "` + filepath.Join("DIR", "maas.leases")}, false},
 		{"no dhcpd, no file yet", func(f *fakeProc) (string, []string) {
 			return filepath.Join(f.dir, "dhcpd.leases"), []string{filepath.Join(f.dir, "maas.leases")}
-		}, Note, []string{"does not exist yet", "warns"}},
-		{"unset", func(f *fakeProc) (string, []string) { return "", []string{"/var/lib/maas/dhcp/dhcpd.leases"} }, Problem, []string{"not set", `"/var/lib/maas/dhcp/dhcpd.leases"`}},
+		}, Note, []string{"does not exist yet", "warns"}, false},
+		{"unset", func(f *fakeProc) (string, []string) { return "", []string{"/var/lib/maas/dhcp/dhcpd.leases"} }, Problem, []string{"not set", `"/var/lib/maas/dhcp/dhcpd.leases"`}, false},
+		{"6: dhcpd -6 writes the file", func(f *fakeProc) (string, []string) {
+			l4, l6 := f.file("dhcpd.leases"), f.file("dhcpd6.leases")
+			f.proc(100, "dhcpd", dhcpdArgv(l4), l4)
+			f.proc(200, "dhcpd", dhcpd6Argv(l6), l6)
+			return l6, nil
+		}, OK, []string{"dhcpd -6 (pid 200) writes", "dhcpd.leases6 names"}, true},
+		{"6: the DHCPv4 dhcpd's file", func(f *fakeProc) (string, []string) {
+			l4, l6 := f.file("dhcpd.leases"), f.file("dhcpd6.leases")
+			f.proc(100, "dhcpd", dhcpdArgv(l4), l4)
+			f.proc(200, "dhcpd", dhcpd6Argv(l6), l6)
+			return l4, nil
+		}, Problem, []string{"dhcpd.leases6 names DIR/dhcpd.leases, but no running dhcpd -6 writes it", `leases6 = "DIR/dhcpd6.leases"`}, true},
+		{"6: no dhcpd -6, only MAAS's file exists", func(f *fakeProc) (string, []string) {
+			l4 := f.file("dhcpd.leases")
+			f.proc(100, "dhcpd", dhcpdArgv(l4), l4)
+			return filepath.Join(f.dir, "debian6.leases"), []string{f.file("maas6.leases")}
+		}, Problem, []string{"MAAS's dhcpd -6 writes", `leases6 = "DIR/maas6.leases"`}, true},
+		{"6: no dhcpd -6, no file yet", func(f *fakeProc) (string, []string) {
+			return filepath.Join(f.dir, "dhcpd6.leases"), nil
+		}, Note, []string{"no DHCPv6 dhcpd runs now", "dhcpd -6 creates it"}, true},
+		{"6: unset: nothing said", func(f *fakeProc) (string, []string) {
+			l6 := f.file("dhcpd6.leases")
+			f.proc(200, "dhcpd", dhcpd6Argv(l6), l6)
+			return "", nil
+		}, "", nil, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeProc(t)
 			want, maas := tc.setup(f)
 			cfg := config.Default()
-			cfg.DHCPD.Leases = want
 			r := &Report{}
-			r.leasesFile(cfg, runningDHCPD(f.root), maas, time.Now())
+			kind := kind4
+			if tc.six {
+				kind, cfg.DHCPD.Leases6 = kind6, want
+				r.leasesFile6(cfg, runningDHCPD(f.root, true), maas, time.Now())
+			} else {
+				cfg.DHCPD.Leases = want
+				r.leasesFile(cfg, runningDHCPD(f.root, false), maas, time.Now())
+			}
+			if tc.check == "" {
+				if len(r.Findings) != 0 {
+					t.Errorf("want no finding, got %+v", r.Findings)
+				}
+				return
+			}
 			if len(r.Findings) != 1 {
 				t.Fatalf("want one finding, got %+v", r.Findings)
 			}
 			got := r.Findings[0]
 			text := strings.ReplaceAll(got.Message+" | "+got.Fix, f.dir, "DIR")
 			t.Logf("%s %s: %s", got.Severity, got.Check, text)
-			if got.Check != "leases-file" || got.Severity != tc.check {
-				t.Errorf("got %s %s, want %s leases-file", got.Severity, got.Check, tc.check)
+			if got.Check != kind.check || got.Severity != tc.check {
+				t.Errorf("got %s %s, want %s %s", got.Severity, got.Check, tc.check, kind.check)
 			}
 			for _, w := range tc.words {
 				if !strings.Contains(text, w) {
@@ -181,7 +222,7 @@ func TestLeasesFileRealDhcpd(t *testing.T) {
 		cfg := config.Default()
 		cfg.DHCPD.Leases = want
 		r := &Report{}
-		r.leasesFile(cfg, runningDHCPD("/proc"), []string{}, time.Now())
+		r.leasesFile(cfg, runningDHCPD("/proc", false), []string{}, time.Now())
 		if len(r.Findings) != 1 {
 			t.Fatalf("want one finding, got %+v", r.Findings)
 		}
@@ -196,5 +237,29 @@ func TestLeasesFileRealDhcpd(t *testing.T) {
 	f := check(other)
 	if f.Severity != Problem || !strings.Contains(f.Message, "dhcpd (pid "+pid+") writes "+d.LeasesPath()) {
 		t.Errorf("dhcpd writes another file: got %+v", f)
+	}
+}
+
+// dhcpd6Argv is MAAS's dhcpd -6 command line
+// (debian/maas-dhcp.maas-dhcpd6.service in MAAS's source before it
+// dropped its debian packaging), with lf as its -lf.
+func dhcpd6Argv(lf string) []string {
+	return []string{"dhcpd", "-user", "dhcpd", "-group", "dhcpd", "-f", "-6", "-pf", "/run/maas-dhcp/dhcpd6.pid",
+		"-cf", "/var/lib/maas/dhcpd6.conf", "-lf", lf, "eth0"}
+}
+
+// TestLeasesFile6RealDhcpd: a real dhcpd -6 in a namespace of the
+// test's, found by its open leases file in the real /proc.
+func TestLeasesFile6RealDhcpd(t *testing.T) {
+	lab.Require(t, "dhcpd")
+	l := lab.New(t, lab.WithIPv6(netip.MustParsePrefix("2001:db8:1::1/64")))
+	d := l.StartDhcpd(t, lab.DhcpdConfig{Family: 6, Conf: "default-lease-time 600;\n" +
+		l.Subnet6Conf("  range6 2001:db8:1::100 2001:db8:1::1ff;")})
+	cfg := config.Default()
+	cfg.DHCPD.Leases6 = d.LeasesPath()
+	r := &Report{}
+	r.leasesFile6(cfg, runningDHCPD("/proc", true), []string{}, time.Now())
+	if len(r.Findings) != 1 || r.Findings[0].Severity != OK || !strings.Contains(r.Findings[0].Message, "dhcpd -6 (pid "+strconv.Itoa(d.Pid())+")") {
+		t.Errorf("dhcpd -6 writes the configured file: got %+v", r.Findings)
 	}
 }

@@ -83,9 +83,9 @@ type Options struct {
 	// ProcRoot is where running dhcpd processes are looked for; "" =
 	// /proc.
 	ProcRoot string
-	// MAASLeases are the leases files MAAS's dhcpd writes; nil =
-	// MAASLeasesFiles.
-	MAASLeases []string
+	// MAASLeases and MAASLeases6 are the leases files MAAS's dhcpd and
+	// dhcpd -6 write; nil = MAASLeasesFiles, MAASLeasesFiles6.
+	MAASLeases, MAASLeases6 []string
 }
 
 // unitCredentials asks systemd for the names of the credentials
@@ -156,14 +156,18 @@ func Run(ctx context.Context, o Options) *Report {
 	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
 	r.mode(r.Mode, "dhcpd.config")
 	r.hooks(r.Mode)
-	procRoot, maas := o.ProcRoot, o.MAASLeases
+	procRoot, maas, maas6 := o.ProcRoot, o.MAASLeases, o.MAASLeases6
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
 	if maas == nil {
 		maas = MAASLeasesFiles
 	}
-	r.leasesFile(c, runningDHCPD(procRoot), maas, time.Now())
+	if maas6 == nil {
+		maas6 = MAASLeasesFiles6
+	}
+	r.leasesFile(c, runningDHCPD(procRoot, false), maas, time.Now())
+	r.leasesFile6(c, runningDHCPD(procRoot, true), maas6, time.Now())
 	creds, caps := o.Credentials, o.Capabilities
 	if creds == nil {
 		creds = unitCredentials

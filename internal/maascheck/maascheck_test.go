@@ -141,7 +141,7 @@ func newWorld(t *testing.T) *world {
 	// Nor is the machine's leasekeeper.service (systemctl), if any.
 	none := func() []string { return nil }
 	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), Timeout: 5 * time.Second,
-		ProcRoot: t.TempDir(), MAASLeases: []string{}, Credentials: none, Capabilities: none}
+		ProcRoot: t.TempDir(), MAASLeases: []string{}, MAASLeases6: []string{}, Credentials: none, Capabilities: none}
 	return w
 }
 
