@@ -647,7 +647,7 @@ func (l *Listener) store(ctx context.Context, batch []event.Event) error {
 	backoff := 100 * time.Millisecond
 	var deadline time.Time
 	defer l.heldSince.Store(0)
-	one := [1]part{{l.sink, batch}} // no allocation a batch for a plain sink
+	one := [1]part{{l.sink, batch}} // on the stack: a plain sink costs a batch no allocation
 	parts := one[:]
 	if r, ok := l.sink.(Router); ok {
 		parts = route(r, batch)

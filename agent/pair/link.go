@@ -176,14 +176,15 @@ func (l *Link) Copy(e event.Event) bool {
 }
 
 // Delivered records that the region accepted batch: the answers tell
-// the peer the newest news of each address delivered.
+// the peer the newest news of each address delivered (of the pair's
+// addresses: a DHCPv6 one is never asked about, outsidePair).
 func (l *Link) Delivered(batch []event.Queued) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
 	l.peerDelivered, l.copies = nil, nil // the next batch is asked about afresh
 	for _, q := range batch {
 		ip := q.Event.IP.Unmap()
-		if k := Key(q.Event); ip.IsValid() && k > l.delivered[ip].Key {
+		if k := Key(q.Event); !outsidePair(ip) && k > l.delivered[ip].Key {
 			if len(l.delivered) >= maxDelivered {
 				clear(l.delivered) // what HeldFunc knows takes over
 			}

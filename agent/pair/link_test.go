@@ -638,3 +638,16 @@ func TestLinkWaitsForgotten(t *testing.T) {
 		t.Errorf("stored %d waits, the new one %v (%v); want %d, 0", len(ws), d, ok, maxWaits)
 	}
 }
+
+// TestLinkDeliveredSkipsDHCPv6: what the region accepted of a DHCPv6
+// address is not kept for the peer's questions (none asks about one):
+// it would only fill the map whose overflow clears the pair's own news.
+func TestLinkDeliveredSkipsDHCPv6(t *testing.T) {
+	_, b := twoLinks(t, time.Minute, nil, nil, false)
+	b.l.Delivered(batchAt("203.0.113.1", "2001:db8::1"))
+	b.l.dmu.Lock()
+	defer b.l.dmu.Unlock()
+	if _, ok := b.l.delivered[netip.MustParseAddr("2001:db8::1")]; ok || len(b.l.delivered) != 1 {
+		t.Errorf("delivered %v; want 203.0.113.1's alone", b.l.delivered)
+	}
+}

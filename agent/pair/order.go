@@ -101,7 +101,8 @@ func Query(batch []event.Queued) []Item {
 // outsidePair: news of ip (unmapped) is no failover pair's, so the peer
 // is not asked about it and it goes as it comes: no address (the event is
 // dead-lettered), or a DHCPv6 one (Query). Held back all the same behind
-// a held event of its MAC (clearBatch).
+// a held event of its MAC (clearBatch), or with its piece of a batch the
+// region may have applied (ClearPieces).
 func outsidePair(ip netip.Addr) bool { return !ip.IsValid() || !ip.Is4() }
 
 // Verdict is what Clear decided for a batch.

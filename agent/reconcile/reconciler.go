@@ -530,7 +530,7 @@ func (r *Reconciler) Run(ctx context.Context, ready func()) error {
 	if err == nil && r.fol.resumed && !slices.ContainsFunc(changes, func(c change) bool { return c.kind == changeSnapshot && !c.complete }) {
 		r.met.consistent.Store(true)
 	}
-	r.log.Info().Str("leases", r.cfg.Leases).Dur("poll_interval", r.cfg.Poll).Msg("following dhcpd.leases")
+	r.log.Info().Str("leases", r.cfg.Leases).Dur("poll_interval", r.cfg.Poll).Msg("following " + r.cfg.Keys.leases())
 	ready()
 
 	base := filepath.Base(r.cfg.Leases)
@@ -940,7 +940,7 @@ func (r *Reconciler) wholeProblems(t *parser.Table) {
 	first := fmt.Sprintf("line %d: %s", u[0].Line, u[0].What)
 	if notLeasesFile(t) {
 		r.log.Error().Str("leases", r.cfg.Leases).Int("statements", t.UnknownCount()).Str("first", first).
-			Msg("leases file holds no lease, only statements dhcpd does not read in a leases file: is [dhcpd] leases the file dhcpd writes (dhcpd.conf's lease-file-name, dhcpd -lf)? Every decision on it is held")
+			Msg("leases file holds no lease, only statements dhcpd does not read in a leases file: is " + r.cfg.Keys.leases() + " the file dhcpd writes (dhcpd.conf's lease-file-name, dhcpd -lf)? Every decision on it is held")
 	} else {
 		r.log.Warn().Str("leases", r.cfg.Leases).Int("statements", t.UnknownCount()).Str("first", first).
 			Msg("leases file: statements dhcpd does not read (it logs \"Corrupt lease file\" at its next start): something else wrote to its file; skipped as dhcpd does")
@@ -1275,7 +1275,7 @@ func (r *Reconciler) logMode(d Detection, grace time.Duration, when string) {
 	if d.Forced {
 		ev = ev.Str("detected", string(d.Detected)).Bool("forced", true)
 	}
-	ev.Msg(modeMessage[d.Mode])
+	ev.Msg(strings.Replace(modeMessage[d.Mode], "dhcpd.leases", r.cfg.Keys.leases(), 1))
 }
 
 var modeMessage = map[Mode]string{

@@ -41,7 +41,7 @@ var (
 	kind6 = leasesKind{key: "leases6", check: "leases-file6", dhcpd: "dhcpd -6", family: "DHCPv6", unit: "maas-dhcpd6", six: true}
 )
 
-// dhcpdProc is a running DHCPv4 dhcpd as /proc shows it.
+// dhcpdProc is a running dhcpd (-4 or -6) as /proc shows it.
 type dhcpdProc struct {
 	PID int
 	// Leases is the leases file dhcpd has open, as the kernel names it

@@ -175,13 +175,13 @@ func Run(ctx context.Context, o Options) *Report {
 	if caps == nil {
 		caps = unitCapabilities
 	}
-	r.agentAccess(o.AgentUser, r.Mode, c, creds, caps)
-	r.failover(c.DHCPD.Config, c.Pair.On())
 	if c.DHCPD.Config6 != "" {
 		d := reconcile.Detect(c.DHCPD.Config6, reconcile.ModeAuto, env)
 		r.Mode6 = &d
-		r.dhcpv6(c, d)
 	}
+	r.agentAccess(o.AgentUser, r.Mode, r.Mode6, c, creds, caps)
+	r.failover(c.DHCPD.Config, c.Pair.On())
+	r.dhcpv6(c, r.Mode6)
 	r.region(ctx, o)
 	for _, f := range r.Findings {
 		if f.Severity == Problem {
@@ -371,7 +371,7 @@ func (r *Report) failover(conf string, channel bool) {
 // maas-write-file), and then the agent cannot tell the mode. A unit that
 // grants CAP_DAC_READ_SEARCH (the package's maas-rack.conf, linked on a
 // MAAS rack) reads them all, whatever their modes.
-func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Config, creds, caps func() []string) {
+func (r *Report) agentAccess(name string, d reconcile.Detection, d6 *reconcile.Detection, c *config.Config, creds, caps func() []string) {
 	if name == "" {
 		return
 	}
@@ -411,9 +411,21 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Confi
 		}
 		if why := unreadable(l, uid, gids); why != "" {
 			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot follow dhcpd's leases, and synthesises nothing.", name, l, why),
-				fmt.Sprintf("let %s read it and search its directory (MAAS's maas-dhcpd.service makes the file 0664 in a 0775 directory)", name))
+				fmt.Sprintf("let %s read it and search its directory (MAAS's maas-dhcpd.service and maas-dhcpd6.service make the file 0664 in a 0775 directory)", name))
 		}
 	}
+	r.confAccess(name, d, uid, gids, fmt.Sprintf("set [reconcile] mode = %%q in leasekeeper.toml (what dhcpd.conf says, as read here), or let %s read the file", name))
+	if d6 != nil && d6.Conf != "" {
+		// No key forces dhcpd.leases6's mode: the file must be read.
+		r.confAccess(name, *d6, uid, gids, fmt.Sprintf("let %s read the file (dhcpd.leases6's mode is detected from dhcpd.config6 alone)", name))
+	}
+}
+
+// confAccess checks that the agent's user (uid, gids) can read what
+// detection d read: the dhcpd.conf, its includes and the hook programs.
+// fix is the finding's fix, given the mode detected here when it has a
+// %q.
+func (r *Report) confAccess(name string, d reconcile.Detection, uid int, gids []int, fix string) {
 	if d.Conf == "" || d.Forced {
 		return
 	}
@@ -432,8 +444,10 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, c *config.Confi
 			if d.Unsure {
 				det = "the mode this report would show if run as root"
 			}
-			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot tell the mode and takes complement, the safe side.", name, f, why),
-				fmt.Sprintf("set [reconcile] mode = %q in leasekeeper.toml (what dhcpd.conf says, as read here), or let %s read the file", det, name))
+			if strings.Contains(fix, "%q") {
+				fix = fmt.Sprintf(fix, det)
+			}
+			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it cannot tell the mode and takes complement, the safe side.", name, f, why), fix)
 			return
 		}
 	}
@@ -486,8 +500,17 @@ func contains(xs []int, x int) bool {
 	return false
 }
 
-// dhcpv6 says what happens to DHCPv6 leases.
-func (r *Report) dhcpv6(c *config.Config, d reconcile.Detection) {
+// dhcpv6 says what happens to DHCPv6 leases, given dhcpd.config6's
+// detection (nil: dhcpd.config6 is not set).
+func (r *Report) dhcpv6(c *config.Config, d6 *reconcile.Detection) {
+	if d6 == nil {
+		if c.DHCPD.Leases6 != "" {
+			r.add(Problem, "dhcpv6", "dhcpd.leases6 is set, dhcpd.config6 is not: the agent refuses this configuration (dhcpd.leases6's mode is detected from dhcpd.config6).",
+				`set [dhcpd] config6 to dhcpd -6's configuration (MAAS deb: "/var/lib/maas/dhcpd6.conf"; snap: "/var/snap/maas/common/maas/dhcpd6.conf")`)
+		}
+		return
+	}
+	d := *d6
 	if c.DHCPD.Leases6 == "" {
 		r.add(Problem, "dhcpv6", fmt.Sprintf("dhcpd.config6 (%s) is set, dhcpd.leases6 is not: the agent does not follow DHCPv6 leases, and MAAS's dhcpd6.conf runs no hook, so no DHCPv6 lease reaches the region.", c.DHCPD.Config6),
 			`set [dhcpd] leases6 to dhcpd -6's leases file (MAAS deb: "/var/lib/maas/dhcp/dhcpd6.leases"; snap: "/var/snap/maas/common/maas/dhcp/dhcpd6.leases")`)

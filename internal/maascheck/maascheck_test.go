@@ -395,9 +395,12 @@ func TestAgentAccess(t *testing.T) {
 	// new_lease_file), MAAS's unit chmods it 0664 (MAAS's
 	// debian/maas-dhcp.maas-dhcpd.service); one the agent cannot read, it
 	// cannot follow.
-	// So too dhcpd -6's, followed with dhcpd.leases6.
+	// So too dhcpd -6's, followed with dhcpd.leases6; and its dhcpd6.conf
+	// unread, the agent cannot tell dhcpd.leases6's mode, which no key
+	// forces.
 	w.cfg.DHCPD.Leases6 = filepath.Join(filepath.Dir(w.cfg.DHCPD.Leases), "dhcpd6.leases")
-	for _, l := range []string{w.cfg.DHCPD.Leases, w.cfg.DHCPD.Leases6} {
+	w.cfg.DHCPD.Config6 = filepath.Join(filepath.Dir(w.cfg.DHCPD.Leases), "dhcpd6.conf")
+	for _, l := range []string{w.cfg.DHCPD.Leases, w.cfg.DHCPD.Leases6, w.cfg.DHCPD.Config6} {
 		if err := os.WriteFile(l, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -409,7 +412,10 @@ func TestAgentAccess(t *testing.T) {
 			t.Errorf("want an agent-access problem for the leases file %s; got %+v", l, f)
 		}
 	}
-	w.cfg.DHCPD.Leases6 = ""
+	if f := findOf(rep, "agent-access", w.cfg.DHCPD.Config6); f == nil || f.Severity != Problem || !strings.Contains(f.Fix, "detected from dhcpd.config6 alone") {
+		t.Errorf("want an agent-access problem for dhcpd.config6 %s, the file to let it read; got %+v", w.cfg.DHCPD.Config6, f)
+	}
+	w.cfg.DHCPD.Leases6, w.cfg.DHCPD.Config6 = "", ""
 	if err := os.Chmod(w.cfg.DHCPD.Leases, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -525,22 +531,32 @@ func TestFailoverPeers(t *testing.T) {
 // src/maasserver/templates/dhcp/dhcpd6.conf.template, runs no hook), with
 // the key to set; both set, a note of the mode the agent follows it in.
 func TestDHCPv6Finding(t *testing.T) {
-	d := reconcile.Detection{Mode: reconcile.ModeHookless, Why: "dhcpd6.conf runs no hook"}
+	d := &reconcile.Detection{Mode: reconcile.ModeHookless, Why: "dhcpd6.conf runs no hook"}
 	for _, tc := range []struct {
 		leases6, sev, want string
+		d6                 *reconcile.Detection // nil: dhcpd.config6 not set
 	}{
-		{"", Problem, "dhcpd.leases6 is not"},
-		{"/var/lib/maas/dhcp/dhcpd6.leases", Note, "follows dhcpd.leases6 (/var/lib/maas/dhcp/dhcpd6.leases) in hookless mode"},
+		{"", Problem, "dhcpd.leases6 is not", d},
+		{"/var/lib/maas/dhcp/dhcpd6.leases", Note, "follows dhcpd.leases6 (/var/lib/maas/dhcp/dhcpd6.leases) in hookless mode", d},
+		{"/var/lib/maas/dhcp/dhcpd6.leases", Problem, "dhcpd.config6 is not: the agent refuses this configuration", nil},
 	} {
 		c := config.Default()
-		c.DHCPD.Config6, c.DHCPD.Leases6 = "/var/lib/maas/dhcpd6.conf", tc.leases6
+		c.DHCPD.Leases6 = tc.leases6
+		if tc.d6 != nil {
+			c.DHCPD.Config6 = "/var/lib/maas/dhcpd6.conf"
+		}
 		var r Report
-		r.dhcpv6(c, d)
+		r.dhcpv6(c, tc.d6)
 		if len(r.Findings) != 1 || r.Findings[0].Severity != tc.sev || !strings.Contains(r.Findings[0].Message, tc.want) {
 			t.Errorf("leases6 %q: %+v; want one %s saying %q", tc.leases6, r.Findings, tc.sev, tc.want)
 		}
-		if tc.sev == Problem && !strings.Contains(r.Findings[0].Fix, "leases6") {
-			t.Errorf("the problem's fix %q does not name the key", r.Findings[0].Fix)
+		if tc.sev == Problem && !strings.Contains(r.Findings[0].Fix, "6 to dhcpd -6's") {
+			t.Errorf("the problem's fix %q does not name the key to set", r.Findings[0].Fix)
 		}
+	}
+	var r Report
+	r.dhcpv6(config.Default(), nil)
+	if len(r.Findings) != 0 {
+		t.Errorf("neither key set: want nothing said, got %+v", r.Findings)
 	}
 }
