@@ -350,12 +350,16 @@ func TestRouterPartFailure(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		send(t, path, datagram(i, "x"))
 	}
-	even := r.even.waitFor(t, 5)
-	time.Sleep(300 * time.Millisecond) // the odd part's retries
+	// The first batch's even part is stored while its odd part fails
+	// and is retried (its backoff: 100 ms, then 200); the listener reads
+	// no further meanwhile, so the rest of the datagrams, if the first
+	// batch did not take them all, wait in the socket.
+	r.even.waitFor(t, 1)
+	time.Sleep(400 * time.Millisecond)
 	r.odd.mu.Lock()
 	r.odd.fail = nil
 	r.odd.mu.Unlock()
-	odd := r.odd.waitFor(t, 5)
+	even, odd := r.even.waitFor(t, 5), r.odd.waitFor(t, 5)
 	time.Sleep(100 * time.Millisecond)
 	for name, evs := range map[string][]event.Event{"even": r.even.events(), "odd": r.odd.events()} {
 		if len(evs) != 5 {
