@@ -113,7 +113,7 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 			Leases: cfg.DHCPD.Leases6, DhcpdConf: cfg.DHCPD.Config6,
 			Grace: cfg.Reconcile.ExpiryGrace, Poll: cfg.Reconcile.PollInterval, Mode: reconcile.ModeAuto,
 			Family: event.IPv6, Bucket: bucket6,
-			Keys: reconcile.Keys{Leases: "dhcpd.leases6", Conf: "dhcpd.config6", Mode: "-"},
+			Keys: reconcile.Keys{Leases: "dhcpd.leases6", Conf: "dhcpd.config6", NoModeKey: true},
 		}, store, log.With().Str("component", "reconcile6").Logger(), familyRegisterer(reg, event.IPv6), now)
 		if err != nil {
 			rec.Close()
@@ -227,23 +227,10 @@ func (f families) Part(ev event.Event) int {
 	return 0
 }
 
-// Accept hands each reconciler its part, dhcpd.leases's first. On error
-// the parts before stay stored: the hook socket calls the parts itself,
-// retrying only the one that failed.
+// Accept hands each reconciler its part, dhcpd.leases's first
+// (hooksock.AcceptAll).
 func (f families) Accept(ctx context.Context, evs []event.Event) error {
-	var by [2][]event.Event
-	for _, ev := range evs {
-		i := f.Part(ev)
-		by[i] = append(by[i], ev)
-	}
-	for i, s := range f.Sinks() {
-		if len(by[i]) > 0 {
-			if err := s.Accept(ctx, by[i]); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return hooksock.AcceptAll(ctx, f, evs)
 }
 
 // stateDirError names state.dir in an error making the directory or

@@ -699,6 +699,19 @@ type part struct {
 	evs  []event.Event
 }
 
+// AcceptAll is the Accept of a Router for a caller other than the
+// listener: each sink takes its part of evs, in Sinks order. On error the
+// parts before stay stored (the listener calls the parts itself, and
+// retries only the one that failed).
+func AcceptAll(ctx context.Context, r Router, evs []event.Event) error {
+	for _, p := range route(r, evs) {
+		if err := p.sink.Accept(ctx, p.evs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // route splits batch by r's sinks.
 func route(r Router, batch []event.Event) []part {
 	sinks := r.Sinks()

@@ -374,6 +374,28 @@ func TestRouterPartFailure(t *testing.T) {
 	}
 }
 
+// TestAcceptAll: a Router's Accept outside the listener hands each sink
+// its part in Sinks order, and stops at the first that fails, the parts
+// before it stored.
+func TestAcceptAll(t *testing.T) {
+	r := router{newSink(), newSink()}
+	var evs []event.Event
+	for i := range 4 {
+		ev, err := event.ParseDatagram(datagram(i, "x"), event.SourceHook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	if err := AcceptAll(context.Background(), r, evs); err != nil || len(r.even.events()) != 2 || len(r.odd.events()) != 2 {
+		t.Fatalf("AcceptAll = %v; even got %d, odd %d, want 2 each", err, len(r.even.events()), len(r.odd.events()))
+	}
+	r.odd.fail = syscall.ENOSPC
+	if err := AcceptAll(context.Background(), r, evs); !errors.Is(err, syscall.ENOSPC) || len(r.even.events()) != 4 || len(r.odd.events()) != 2 {
+		t.Errorf("odd failing: AcceptAll = %v; even got %d, odd %d, want ENOSPC, 4 and 2", err, len(r.even.events()), len(r.odd.events()))
+	}
+}
+
 // clockSink fails its first fails calls, each taking step on the clock
 // (the retry's backoff, 5 s once it has grown).
 type clockSink struct {

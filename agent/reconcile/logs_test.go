@@ -230,7 +230,7 @@ func TestModeFixNamesKeys(t *testing.T) {
 		want, not string
 	}{
 		{Keys{}, `"fix":"set dhcpd.config to a dhcpd.conf the agent can read, or reconcile.mode; leasekeeper check-maas tells which"`, ""},
-		{Keys{Leases: "dhcpd.leases6", Conf: "dhcpd.config6", Mode: "-"}, `"fix":"set dhcpd.config6 to a dhcpd.conf the agent can read; leasekeeper check-maas tells which"`, "reconcile.mode"},
+		{Keys{Leases: "dhcpd.leases6", Conf: "dhcpd.config6", NoModeKey: true}, `"fix":"set dhcpd.config6 to a dhcpd.conf the agent can read; leasekeeper check-maas tells which"`, "reconcile.mode"},
 	} {
 		var b strings.Builder
 		r := &Reconciler{cfg: Config{Keys: tc.keys}, log: zerolog.New(&b)}

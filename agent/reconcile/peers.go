@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/parser"
 	"github.com/leasekeeper/leasekeeper/parser/dhcpdconf"
 )
@@ -117,7 +118,7 @@ var alone = Pair{}
 // address, which no failover pair shares (ISC dhcp's failover,
 // server/failover.c, updates DHCPv4 leases alone; agent/pair, Query).
 func (s *State) pairOf(ip netip.Addr) Pair {
-	if !ip.Unmap().Is4() {
+	if FamilyOf(ip) == event.IPv6 {
 		return alone
 	}
 	if s.peers == nil {

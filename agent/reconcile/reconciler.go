@@ -67,7 +67,7 @@ type Config struct {
 // Keys are configuration keys an operator is told to check or set.
 type Keys struct {
 	Leases, Conf string // "" = "dhcpd.leases", "dhcpd.config"
-	Mode         string // "" = "reconcile.mode"; "-": no key forces this reconciler's mode
+	NoModeKey    bool   // no key forces this reconciler's mode (else reconcile.mode does)
 }
 
 func (k Keys) leases() string { return cmp.Or(k.Leases, "dhcpd.leases") }
@@ -83,12 +83,7 @@ func FamilyOf(ip netip.Addr) string {
 }
 
 // bucket is the outbox bucket of the reconciler's state.
-func (r *Reconciler) bucket() string {
-	if r.cfg.Bucket != "" {
-		return r.cfg.Bucket
-	}
-	return bucketName
-}
+func (r *Reconciler) bucket() string { return cmp.Or(r.cfg.Bucket, bucketName) }
 
 // OrphanSink keeps orphaned addresses for freeing (agent/orphans).
 type OrphanSink interface {
@@ -1266,8 +1261,8 @@ func (r *Reconciler) logMode(d Detection, grace time.Duration, when string) {
 		why = fmt.Sprintf("reconcile.mode forces %s, as detected: %s", d.Mode, d.Why)
 	case d.Unsure:
 		fix := "set " + r.cfg.Keys.conf() + " to a dhcpd.conf the agent can read"
-		if m := r.cfg.Keys.Mode; m != "-" {
-			fix += ", or " + cmp.Or(m, "reconcile.mode")
+		if !r.cfg.Keys.NoModeKey {
+			fix += ", or reconcile.mode"
 		}
 		ev = r.log.Warn().Str("fix", fix+"; leasekeeper check-maas tells which")
 	}

@@ -163,6 +163,15 @@ func TestStatusRegionController(t *testing.T) {
 	}
 }
 
+// quietHead is status's first lines for an agent that is ready with
+// nothing queued, as the tests below answer.
+const quietHead = `agent          ready (version 1.2.3, up 3h0m0s)
+queue depth    0
+last delivery  never
+dead letters   0
+lag            0s
+`
+
 // TestStatusLeasesFile: the leases file followed, and a missing or
 // unreadable one with how long it has been so and what to check.
 func TestStatusLeasesFile(t *testing.T) {
@@ -182,12 +191,7 @@ func TestStatusLeasesFile(t *testing.T) {
 				"queue_depth":0,"last_delivery":null,"deadletters":0,"lag_seconds":0,"tasks":[],"uptime_seconds":10800,
 				"leases_file":`+tc.file+`}`, 200)
 			out, _, code := run(t, "status", "--url", srv.URL)
-			want := `agent          ready (version 1.2.3, up 3h0m0s)
-queue depth    0
-last delivery  never
-dead letters   0
-lag            0s
-` + tc.want
+			want := quietHead + tc.want
 			if diff := cmp.Diff(want, out); code != tc.code || diff != "" {
 				t.Errorf("exit %d (-want +got):\n%s", code, diff)
 			}
@@ -206,12 +210,7 @@ func TestStatusLeasesFile6(t *testing.T) {
 		"leases_file6":{"path":"/var/lib/maas/dhcp/dhcpd6.leases","missing_since":"2026-11-29T11:59:00Z"},
 		"mode6":{"mode":"hookless","detected":"hookless","forced":false,"unsure":false,"why":"dhcpd6.conf runs no hook","kept_back":2}}`, 200)
 	out, stderr, code := run(t, "status", "--url", srv.URL)
-	want := `agent          ready (version 1.2.3, up 3h0m0s)
-queue depth    0
-last delivery  never
-dead letters   0
-lag            0s
-leases file    /var/lib/maas/dhcp/dhcpd.leases
+	want := quietHead + `leases file    /var/lib/maas/dhcp/dhcpd.leases
 mode           replacement
                dhcpd.conf runs leasekeeper-hook
 leases file6   /var/lib/maas/dhcp/dhcpd6.leases does not exist (for 1m0s): dhcpd has not written it, or dhcpd.leases6 in the configuration names a file dhcpd does not write
@@ -246,12 +245,7 @@ func TestStatusModeLine(t *testing.T) {
 				"queue_depth":0,"last_delivery":null,"deadletters":0,"lag_seconds":0,"tasks":[],"uptime_seconds":10800,
 				"mode":`+tc.mode+`}`, 200)
 			out, _, code := run(t, "status", "--url", srv.URL)
-			want := `agent          ready (version 1.2.3, up 3h0m0s)
-queue depth    0
-last delivery  never
-dead letters   0
-lag            0s
-` + tc.want
+			want := quietHead + tc.want
 			if diff := cmp.Diff(want, out); code != 0 || diff != "" {
 				t.Errorf("exit %d (-want +got):\n%s", code, diff)
 			}
