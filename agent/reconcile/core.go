@@ -1536,6 +1536,14 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		return 0, fo
 	}
 	s.pairRewrite()
+	// Pairs new as the rewrite began: its recover is not the partner's
+	// word (Pair.New), even where the records below reach normal.
+	var newPeers []string
+	s.pairs(func(p *Pair) {
+		if p.New {
+			newPeers = append(newPeers, p.Peer)
+		}
+	})
 	// The file's blocks and failover state records are replayed in file
 	// order, as if appended: a lease is judged under the pair's states
 	// in force when dhcpd wrote it (a file read late may hold this side's
@@ -1571,7 +1579,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 			// between two reads of the file: the end is owed ahead of
 			// the new binding, as if the agent had read the rewrite
 			// that dropped it (observe: vanishedBack, givenAway).
-			if s.dropped(b.IP, prev, now, false) {
+			if s.dropped(b.IP, prev, now, false, false) {
 				vanished++
 			}
 		}
@@ -1594,7 +1602,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		vanished += s.neverShown(seen, now)
 	}
 	for ip, l := range s.File {
-		if !seen[ip] && s.dropped(ip, l, now, spoke(ip)) {
+		if !seen[ip] && s.dropped(ip, l, now, spoke(ip), slices.Contains(newPeers, s.pairOf(ip).Peer)) {
 			vanished++
 		}
 	}
@@ -1623,8 +1631,9 @@ func (s *State) givenAwayUnread(ip netip.Addr, prev, l Lease) bool {
 
 // dropped applies rule 2 to l, ip's lease in File, which a rewrite
 // dropped (spoke: the file shows the failover partner spoke for the
-// pair). It reports whether an end was scheduled.
-func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
+// pair; newPeer: ip's pair was new as the rewrite began, Pair.New). It
+// reports whether an end was scheduled.
+func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke, newPeer bool) bool {
 	own, ownEnd := s.untoldDropped(ip, spoke) // (before the delete: it reads the file's block)
 	delete(s.File, ip)
 	s.touch(ip)
@@ -1637,8 +1646,11 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 	if l.State != parser.StateActive {
 		return false
 	}
-	standby, alone := false, false
-	if !s.tellsVanished(ip, spoke) {
+	// A pair's new peer never had the leases this side acked alone; the
+	// lease is this side's to end, whatever the pair's states and roles
+	// (a newly declared peer starts in recover: Pair.New).
+	standby, alone := false, newPeer
+	if !alone && !s.tellsVanished(ip, spoke) {
 		if alone = s.ackedAlone(ip, l); !alone {
 			if standby = s.pairStandby(ip, spoke); !standby {
 				return false // the pair's primary reports it (failover.go)
@@ -1669,7 +1681,8 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke bool) bool {
 		// Standby: held as long as the primary holds its copy, the
 		// same rule (pairVanished), from the same rewrite time.
 		// Alone: this side's to send whatever the pair's state shows
-		// next, as the partner never had the lease (ackedAlone).
+		// next, as the partner never had the lease (ackedAlone, or a
+		// new peer).
 		pairWait = false
 	}
 	s.schedule(ip, Pending{Event: ev, Due: due, Orphan: orphan, PairWait: pairWait, Standby: standby})

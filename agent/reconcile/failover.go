@@ -25,6 +25,10 @@ const (
 // over the whole pool because its partner is known to be down.
 const StatePartnerDown = "partner-down"
 
+// StateNormal is the failover state of a server in touch with its
+// partner, each serving its part of the pool.
+const StateNormal = "normal"
+
 // StateCommInterrupted is the failover state of a server that lost touch
 // with its partner and has not taken over.
 const StateCommInterrupted = "communications-interrupted"
@@ -43,6 +47,15 @@ type Pair struct {
 	MyState string `json:"my_state,omitempty"`
 	// PartnerState is the partner's state as this server last knew it.
 	PartnerState string `json:"partner_state,omitempty"`
+	// New: dhcpd.conf declared this peer after the agent had followed
+	// the file without it (MAAS turning DHCP HA on for a VLAN the rack
+	// served alone), and the file has not yet shown this server in
+	// normal with it. dhcpd starts a newly declared peer in recover
+	// (ISC dhcp server/confpars.c, parse_failover_peer), which is not
+	// then a sign that the partner spoke for the pair: the partner
+	// never had the leases this server acked alone, and those its
+	// restart drops are this side's to end (State.dropped).
+	New bool `json:"new,omitempty"`
 }
 
 // InPair reports whether dhcpd runs in a failover pair.
@@ -166,6 +179,9 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) 
 		}
 		before := p.Survivor()
 		*p = p.withState(fs)
+		if p.MyState == StateNormal {
+			p.New = false // the partner is in touch: it has what this side has
+		}
 		s.freshState(p.Peer, fs.MyStateAt)
 		if p.partnerSpoke() {
 			fo.Spoke = true

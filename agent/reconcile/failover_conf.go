@@ -43,6 +43,12 @@ func (r *Reconciler) scanPair(when string) {
 	if samePeers(old, now) && peerSetEqual(oldSubnets, r.st.peers) {
 		return
 	}
+	for _, np := range now {
+		if np.New {
+			r.log.Info().Str("peer", np.Peer).Str("role", np.Role).Str("when", when).
+				Msg("failover peer new in dhcpd.conf (DHCP HA turned on): until dhcpd is in normal with it, the leases its restarts drop are this side's to end, as the partner never had them")
+		}
+	}
 	p := ps.Lead
 	alone := 0
 	for _, sp := range ps.Subnets {

@@ -871,3 +871,74 @@ func TestLabFailoverInterruptedShrink(t *testing.T) {
 	}
 	logPair(t, "the primary", w1, w1, w2)
 }
+
+// TestLabHAFirstShrink is MAAS turning DHCP HA on for a VLAN a rack
+// served alone, with a smaller range in the same change: the rack's
+// dhcpd restarts as the primary of a newly declared failover peer and
+// drops the lease of a client that left; the new secondary rack's
+// dhcpd starts with an empty file. dhcpd starts a newly declared peer
+// in recover (ISC dhcp server/confpars.c, parse_failover_peer, "Set the
+// initial state"), which elsewhere means the partner spoke for the pair
+// while this side was away; here the partner never held the lease. The
+// region gets exactly one expiry of it, from the primary's agent, not
+// before the lease's end; the secondary's agent sends no end. Twice:
+// with the primary's agent running through the change (it reads the
+// rewrite before the new dhcpd.conf), and down during it (back, it
+// reads the new dhcpd.conf first, then the rewrite with its recover).
+func TestLabHAFirstShrink(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	t.Run("agent running", func(t *testing.T) { t.Parallel(); haFirstShrink(t, false) })
+	t.Run("agent down", func(t *testing.T) { t.Parallel(); haFirstShrink(t, true) })
+}
+
+func haFirstShrink(t *testing.T, agentDown bool) {
+	w1 := newWorld(t, hooksOK, 20)
+	w1.grace = 2 * time.Second
+	w1.startDhcpd(100, 150)
+	w1.startAgent()
+	c1, c2 := w1.lab.AddClient("c1"), w1.lab.AddClient("c2")
+	ip1, ip2 := w1.dhclient(c1), w1.dhclient(c2)
+	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	w1.waitArrival(ip2, event.Commit, mac(c2), 5*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w1.leaseEnds(ip1)
+	if agentDown {
+		w1.stopAgent()
+	}
+
+	// MAAS writes both racks' dhcpd.conf: HA on, the range shrunk.
+	w2 := &world{t: t, lab: w1.lab, stub: w1.stub, files: w1.files, dir: t.TempDir(), hooks: hooksOK, hook: w1.hook, lease: w1.lease, grace: w1.grace}
+	sec := w1.lab.AddServer("sec", netip.MustParseAddr("203.0.113.2"))
+	lo, hi := shrinkAway(ip1, ip2)
+	if err := w1.d.Restart(pairConfRange(t, w1, "primary", "203.0.113.1", "203.0.113.2", lo, hi)); err != nil {
+		t.Fatalf("dhcpd restart: %v", err)
+	}
+	w2.d = w1.lab.StartDhcpd(t, lab.DhcpdConfig{Conf: pairConfRange(t, w2, "secondary", "203.0.113.2", "203.0.113.1", lo, hi), NS: sec.NS})
+	w2.startAgent()
+	if strings.Contains(readFile(t, w1.d.LeasesPath()), "lease "+ip1.String()+" ") {
+		t.Fatalf("dhcpd kept %s after the shrink; the test premise is gone", ip1)
+	}
+	if agentDown {
+		w1.startAgent()
+	}
+	w1.waitArrival(ip1, event.Expiry, mac(c1), max(time.Until(time.Unix(ends, 0)), 20*time.Second)+15*time.Second)
+	time.Sleep(w1.grace + 3*time.Second) // anything else would come now
+	if !strings.Contains(w1.agent.logs.String(), "failover peer new in dhcpd.conf") {
+		t.Errorf("the primary's agent did not say the peer is new:\n%s", reconcileLines(w1.agent.logs.String()))
+	}
+	w1.checkOnlyExpiry(ip1, mac(c1), ends)
+	w1.stopAgent()
+	w2.stopAgent()
+	if got := w1.lastSynth; len(got) != 1 || got["vanished"] != 1 {
+		t.Errorf("the primary's agent synthesised %v, want vanished=1 only", got)
+	}
+	if got := w2.lastSynth; len(got) != 0 {
+		t.Errorf("the secondary's agent synthesised %v, want nothing", got)
+	}
+}

@@ -212,10 +212,14 @@ func (s *State) SetPeers(p Peers) {
 	old := map[string]Pair{}
 	s.pairs(func(q *Pair) { old[q.Peer] = *q })
 	keep := func(n Pair) Pair {
-		if o, ok := old[n.Peer]; ok && o.Role == n.Role {
+		o, ok := old[n.Peer]
+		if ok && o.Role == n.Role {
 			return o
 		}
-		return Pair{Peer: n.Peer, Role: n.Role}
+		// A peer the agent followed the file without: dhcpd starts it
+		// in recover (Pair.New). Not at the agent's first read, which
+		// knows no earlier dhcpd.conf.
+		return Pair{Peer: n.Peer, Role: n.Role, New: !ok && s.Baselined}
 	}
 	if s.peers != nil {
 		for _, r := range s.peers.Retired {

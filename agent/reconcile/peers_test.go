@@ -254,6 +254,69 @@ func TestHAOffDroppedLease(t *testing.T) {
 	}
 }
 
+// TestHAOnDroppedLease: MAAS turns DHCP HA on for a VLAN this rack
+// served alone and shrinks its range in the same change. The agent
+// restarts: dhcpd.conf first, then the rewrite, whose records show
+// dhcpd's start of a newly declared peer (recover, the partner's state
+// unknown: ISC dhcp server/confpars.c, parse_failover_peer), and, the
+// agent back late, the pair reaching normal. The partner never had the
+// lease the rewrite dropped: its end is this side's, whatever role it
+// has now. A rack of an established pair restarts in recover too when
+// its leases file lost the pair's state; there the partner, which goes
+// partner-down on that recover (server/failover.c,
+// dhcp_failover_peer_state_changed), speaks for the lease, and the
+// primary's end is dropped as before. So it is once the new pair has
+// been in normal. And at the agent's first read, dhcpd.conf before it
+// unknown, a peer is not taken for new.
+func TestHAOnDroppedLease(t *testing.T) {
+	const a1, peer = "203.0.113.10", "failover-vlan-5001"
+	end := []string{fmt.Sprintf("expiry %s %s %+d vanished", a1, macA, 500)}
+	lease := block(a1, "active", macA, t0-100, t0+500)
+	kept := block("203.0.113.11", "active", macB, t0-100, t0+5000)
+	started := fostateOf(peer, "recover", "unknown-state") + fostateOf(peer, "recover", "recover")
+	normal := fostateOf(peer, "normal", "normal")
+	for _, tc := range []struct {
+		name          string
+		before, after string // dhcpd.conf
+		first         string // the file when the agent reads it with dhcpd.conf before
+		rewrite       string // the failover records of the rewrite that drops a1
+		want          []string
+		haOn          bool // before that, HA came on with no shrink: the agent followed the VLAN alone
+	}{
+		{"primary", vlanAlone("203.0.113"), vlanPeer(peer, "primary", "203.0.113"), "", started + normal, end, false},
+		{"secondary", vlanAlone("203.0.113"), vlanPeer(peer, "secondary", "203.0.113"), "", started + normal, end, false},
+		{"primary, recovering still", vlanAlone("203.0.113"), vlanPeer(peer, "primary", "203.0.113"), "", started, end, false},
+		{"established pair", vlanPeer(peer, "primary", "203.0.113"), vlanPeer(peer, "primary", "203.0.113"), normal, started, nil, false},
+		{"new pair, once in normal", vlanPeer(peer, "primary", "203.0.113"), vlanPeer(peer, "primary", "203.0.113"), started + normal, started, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			if tc.haOn {
+				s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+				runSteps(t, s, []step{{at: -50, snapshot: lease + kept}})
+			}
+			s.SetPeers(peersOf(t, tc.before))
+			if p := s.pairOf(netip.MustParseAddr(a1)); p.New != tc.haOn {
+				t.Fatalf("%+v; want New %t (not at the agent's first read, which knows no dhcpd.conf before)", p, tc.haOn)
+			}
+			runSteps(t, s, []step{{at: 0, snapshot: tc.first + lease + kept}})
+			// The agent restarts: dhcpd.conf first, then the rewrite.
+			s.SetPeers(peersOf(t, tc.after))
+			runSteps(t, s, []step{{at: 10, snapshot: tc.rewrite + kept}})
+			var got []string
+			for _, at := range []int64{500 + grace, 4000} {
+				for _, ev := range s.Due(t0 + at) {
+					got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
+					s.Hook(ev)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestUnwrittenSurvivor: a survivor's agent back before its dhcpd (make
 // chaos PAIR=1 VLANS=2 seed 113): what the file shows is the dead
 // dhcpd's, and rule 3 waits until dhcpd writes it again (FileWritten);
