@@ -630,8 +630,8 @@ func (t deliverTask) Reload(cfg *config.Config) (func(), error) {
 }
 
 // ReloadableRegionKeys are the [region] keys a SIGHUP puts in force
-// without a restart.
-var ReloadableRegionKeys = []string{"region.url", "region.ca_file", "region.cert_file", "region.key_file",
+// without a restart: those of the deliverer's link (deliver.Prepare).
+var ReloadableRegionKeys = []string{"region.url", "region.other_urls", "region.ca_file", "region.cert_file", "region.key_file",
 	"region.server_name", "region.token_file", "region.batch_max", "region.timeout"}
 
 // status combines what /status reports.

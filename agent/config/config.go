@@ -515,7 +515,7 @@ func (c *Config) Set(key, value string) error {
 		if best := nearMiss(key, Keys()); best != "" {
 			return &KeyError{Key: key, Err: fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, best)}
 		}
-		return &KeyError{Key: key, Err: fmt.Errorf("%w (leasekeeper agent --print-config shows every key)", ErrUnknownKey)}
+		return &KeyError{Key: key, Err: fmt.Errorf("%w (leasekeeper agent --print-reference shows every key)", ErrUnknownKey)}
 	}
 	if err := setString(f, value); err != nil {
 		return &KeyError{Key: key, Err: err}

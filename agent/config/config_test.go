@@ -425,7 +425,7 @@ func TestParseOverrides(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 	_, err = Parse(strings.NewReader(valid), "t", "nothing.near=1")
-	if err == nil || !strings.Contains(err.Error(), "nothing.near: unknown key (leasekeeper agent --print-config shows every key)") {
+	if err == nil || !strings.Contains(err.Error(), "nothing.near: unknown key (leasekeeper agent --print-reference shows every key)") {
 		t.Errorf("err %v", err)
 	}
 }

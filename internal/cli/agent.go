@@ -110,7 +110,7 @@ out.
 Exit status: 0 after a clean stop, 78 when the configuration (the file,
 or a --set) is missing, unreadable or invalid, hook.socket is not the
 socket systemd passed, or control.group or hook.socket_group names a
-group the agent's user is not in (the packaged unit does not restart
+group the agent's user is not in, or no group (the packaged unit does not restart
 then: fix it,
 then systemctl restart leasekeeper), 1 when a part failed or a file the
 configuration names (the region's certificates, key or token, a secret

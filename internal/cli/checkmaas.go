@@ -44,6 +44,8 @@ the region settings, and say:
   certificates   the rack's client certificate, key and MAAS's CA
   region         one TLS connection to the region with the client certificate
                  and a GET on the endpoint (no event is sent)
+  config         each value the agent refuses at start (as agent
+                 --print-config does), but region.url's, which region-url tells
 
 Run it as root, like the checks it makes on the agent's behalf. --json
 prints {"mode": {...}, "mode6": {...}, "findings": [{severity, check, message,

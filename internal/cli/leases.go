@@ -44,7 +44,10 @@ unfinished last block (dhcpd still writing it) is ignored.
 next_state, mac, hostname, starts, ends (RFC 3339 UTC, null for never or
 absent), cltt, uid, and for IPv6 ia_type, iaid, duid and prefix_len.
 IPv6 addresses that are not bound (expired, released) are listed as the
-file says, although dhcpd forgets them.`,
+file says, although dhcpd forgets them.
+
+Exit status: 0 when FILE was read (what it skips is warned about), 1 when
+it cannot be read, 2 on a usage error.`,
 		Example: `  leasekeeper leases /var/lib/dhcp/dhcpd.leases
   leasekeeper leases --json --state active /var/lib/dhcp/dhcpd.leases`,
 		Args: exactArgs(1),

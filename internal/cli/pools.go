@@ -72,7 +72,10 @@ shared_network, failover, size, active, backup, touched and free (size -
 active); each failover entry has peer, role, my_state, my_state_at,
 partner_state, partner_state_at (RFC 3339 UTC or null), mclt and backup. Sizes are exact, 2^64 for
 a /64: size and free are JSON integers written in full, which for IPv6 may
-exceed what an int64 or a double holds (decode them as big integers).`,
+exceed what an int64 or a double holds (decode them as big integers).
+
+Exit status: 0 when both files were read, 1 when one cannot be read or
+parsed, 2 on a usage error.`,
 		Example: `  leasekeeper pools --leases /var/lib/dhcp/dhcpd.leases --config /etc/dhcp/dhcpd.conf`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {

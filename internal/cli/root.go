@@ -91,7 +91,8 @@ func ExitCode(err error, stderr io.Writer) int {
 	var ce configError
 	var sm *hooksock.SocketMismatchError
 	var nm *sockgroup.NotMemberError
-	if errors.As(err, &ce) || errors.As(err, &sm) || errors.As(err, &nm) {
+	var ug *sockgroup.UnknownGroupError
+	if errors.As(err, &ce) || errors.As(err, &sm) || errors.As(err, &nm) || errors.As(err, &ug) {
 		return ExitConfig
 	}
 	return 1

@@ -81,7 +81,12 @@ Running it again changes nothing. A unit file of the same name that
 install-shutdown-unit did not write is refused unless --force; a refusal
 is found before anything is copied or written. With --no-enable the unit
 is written but not enabled; an existing enable link is left in place,
-and the enable state is reported as systemd has it.`,
+and the enable state is reported as systemd has it.
+
+Exit status: 0 when the unit is in place (written, or already up to
+date), 1 when it is not (a refusal, a --binary that is not an executable
+file, a file that cannot be written, systemd refusing to enable it), 2 on
+a usage error (an empty --root).`,
 		Example: `  # on a node (from cloud-init, use the script part
   # packaging/cloud-init/leasekeeper-node.sh, not runcmd: a user-data
   # runcmd replaces MAAS's own)

@@ -222,7 +222,8 @@ func TestStatusRandomPort(t *testing.T) {
 // packaged unit does not restart on (RestartPreventExitStatus=78): the
 // file's, hook.socket not the socket systemd passed, found by the
 // running agent's hook task (the real path is TestActivatedPath's), and
-// a socket group the agent is not in (TestSocketGroupNotMember's).
+// a socket group the agent is not in (TestSocketGroupNotMember's), or
+// that does not exist (TestLookupUnknownGroup's).
 func TestExitConfig(t *testing.T) {
 	var stderr bytes.Buffer
 	mismatch := fmt.Errorf("hooksock: %w", &hooksock.SocketMismatchError{Configured: "/run/a.sock", Passed: "/run/b.sock"})
@@ -233,6 +234,7 @@ func TestExitConfig(t *testing.T) {
 		{configError{errors.New("config x: bad")}, ExitConfig},
 		{mismatch, ExitConfig},
 		{fmt.Errorf("control.socket: %w", &sockgroup.NotMemberError{Key: "control.group", Group: "adm", GID: 4, UID: 999}), ExitConfig},
+		{fmt.Errorf("control.socket: %w", &sockgroup.UnknownGroupError{Key: "control.group", Group: "nosuchgrp"}), ExitConfig},
 		{errors.New("outbox: disk full"), 1},
 	} {
 		if got := ExitCode(tc.err, &stderr); got != tc.want {

@@ -152,6 +152,7 @@ func Run(ctx context.Context, o Options) *Report {
 		env = *o.Detect
 	}
 	c := o.Config
+	r.config(c)
 	mode, _ := reconcile.ParseMode(c.Reconcile.Mode)
 	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
 	r.mode(r.Mode, "dhcpd.config")
@@ -189,6 +190,25 @@ func Run(ctx context.Context, o Options) *Report {
 		}
 	}
 	return r
+}
+
+// config reports what the agent's own validation refuses: such a file
+// stops the agent at start (exit 78) whatever the other checks find.
+// region.url's problems are the region-url check's.
+func (r *Report) config(c *config.Config) {
+	var ps config.Problems
+	if err := c.Validate(); !errors.As(err, &ps) {
+		if err != nil {
+			r.add(Problem, "config", err.Error()+": the agent does not start.", "correct the configuration file (leasekeeper agent --print-config checks it)")
+		}
+		return
+	}
+	for _, p := range ps {
+		if p.Key == "region.url" {
+			continue
+		}
+		r.add(Problem, "config", p.Error()+": the agent does not start.", "correct it in the configuration file (leasekeeper agent --print-config checks the whole file)")
+	}
 }
 
 func (r *Report) add(sev, check, msg, fix string) {

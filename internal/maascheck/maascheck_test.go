@@ -263,6 +263,9 @@ func TestProblems(t *testing.T) {
 		// A snap's helper cannot be diverted: where nothing receives its
 		// events (MAAS 3.6 after 3.6.5), hookless is the remedy.
 		{"nothing receives a snap's helper's datagrams", func(w *world) { w.opts.Detect.SnapDir = w.dir }, "problem helper-socket", `mode = "hookless"`},
+		// What the agent's own validation refuses stops it at start
+		// (a cold review: check-maas said nothing of it).
+		{"a value the agent refuses", func(w *world) { w.listen(); w.cfg.Region.BatchMax = 0 }, "problem config", "region.batch_max"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -558,5 +561,26 @@ func TestDHCPv6Finding(t *testing.T) {
 	r.dhcpv6(config.Default(), nil)
 	if len(r.Findings) != 0 {
 		t.Errorf("neither key set: want nothing said, got %+v", r.Findings)
+	}
+}
+
+// TestConfigFindings: every problem the agent's validation finds is a
+// config finding, but region.url's, which region-url tells.
+func TestConfigFindings(t *testing.T) {
+	w := newWorld(t)
+	w.listen()
+	w.cfg.Region.BatchMax, w.cfg.Log.Level, w.cfg.Region.URL = 0, "verbose", ""
+	_, rep := w.check()
+	var cfg []string
+	for _, f := range rep.Findings {
+		if f.Check == "config" {
+			cfg = append(cfg, f.Message)
+		}
+	}
+	if len(cfg) != 2 || !strings.Contains(cfg[0]+cfg[1], "region.batch_max") || !strings.Contains(cfg[0]+cfg[1], "log.level") {
+		t.Errorf("config findings %q; want region.batch_max's and log.level's", cfg)
+	}
+	if find(rep, "region-url", Problem) == nil {
+		t.Error("no region-url problem for the unset url")
 	}
 }

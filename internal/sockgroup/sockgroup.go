@@ -38,11 +38,30 @@ func (e *NotMemberError) Error() string {
 		e.Key, e.Group, who, e.Group, e.GID, e.Group, e.Key)
 }
 
+// UnknownGroupError: the group the configuration names does not exist
+// on this machine (a typo, or a group not yet made). Like
+// NotMemberError, it fails every start the same way.
+type UnknownGroupError struct {
+	Key   string // the configuration key, e.g. "control.group"
+	Group string
+}
+
+func (e *UnknownGroupError) Error() string {
+	return fmt.Sprintf("%s %q: no such group on this machine (getent group %s finds none): correct the name, make the group (groupadd %s, then add the agent's user to it), or set %s = \"\"",
+		e.Key, e.Group, e.Group, e.Group, e.Key)
+}
+
 // Lookup resolves the group name under key and checks that this process
 // may give a file to it: root may, and so may a member (its effective or
-// a supplementary group). An unknown group is an error too.
+// a supplementary group). An unknown group is an *UnknownGroupError;
+// another failure to look it up (a directory service down) is returned
+// as it came.
 func Lookup(key, name string) (gid int, err error) {
 	g, err := user.LookupGroup(name)
+	var unknown user.UnknownGroupError
+	if errors.As(err, &unknown) {
+		return 0, &UnknownGroupError{Key: key, Group: name}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", key, err)
 	}
