@@ -942,3 +942,70 @@ func haFirstShrink(t *testing.T, agentDown bool) {
 		t.Errorf("the secondary's agent synthesised %v, want nothing", got)
 	}
 }
+
+// TestLabHAOffInterrupted is MAAS turning DHCP HA off for a VLAN whose
+// secondary rack died: the primary, out of touch with it
+// (communications-interrupted: MAAS sets no auto-partner-down), records
+// the end of a lease acked in normal as expired and runs no hook (going
+// free needs the partner's ack: ISC dhcp server/mdb.c,
+// make_binding_state_transition, pool_timer). Restarted alone, dhcpd
+// frees the lease as it reads the file, again without a hook. The
+// region hears the end once, from the agent: running through the change
+// (it reads the rewrite, then the new dhcpd.conf), or down during it
+// (back, it reads the new dhcpd.conf first).
+func TestLabHAOffInterrupted(t *testing.T) {
+	lab.Require(t, "dhcpd", "dhclient")
+	if testing.Short() {
+		t.Skip("waits for a lease to end (-short)")
+	}
+	t.Parallel()
+	t.Run("agent running", func(t *testing.T) { t.Parallel(); haOffInterrupted(t, false) })
+	t.Run("agent down", func(t *testing.T) { t.Parallel(); haOffInterrupted(t, true) })
+}
+
+func haOffInterrupted(t *testing.T, agentDown bool) {
+	w1, w2 := startPairMAAS(t, 20)
+	c1 := w1.lab.AddClient("c1")
+	ip1 := w1.dhclient(c1)
+	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
+	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
+		t.Fatal(err)
+	}
+	ends := w1.leaseEnds(ip1)
+	w2.stopAgent()
+	if err := w2.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, reconcile.StateCommInterrupted, 30*time.Second)
+
+	// The end passes on the primary, out of touch: recorded, no hook.
+	for deadline := time.Unix(ends, 0).Add(10 * time.Second); truth(t, w1.d)[ip1.String()] != ""; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the primary's file still shows %s active 10 s after its end", ip1)
+		}
+	}
+	if st := leaseState(t, w1.d, ip1); st != parser.StateExpired {
+		t.Fatalf("the primary's file shows %s %s after its end, want expired; the test premise is gone", ip1, st)
+	}
+	time.Sleep(w1.grace + 1500*time.Millisecond)
+	if got := endsOf(w1.arrivals(ip1)); len(got) != 0 {
+		t.Fatalf("the region heard the end before HA went off; the test premise is gone:\n%s", describeArrivals(got))
+	}
+
+	// HA off: the primary's dhcpd restarts alone.
+	if agentDown {
+		w1.stopAgent()
+	}
+	if err := w1.d.Restart(w1.conf(100, 150)); err != nil {
+		t.Fatal(err)
+	}
+	if agentDown {
+		w1.startAgent()
+	}
+	w1.waitArrival(ip1, event.Expiry, mac(c1), 30*time.Second)
+	time.Sleep(w1.grace + 3*time.Second) // anything else would come now
+	w1.checkOnlyExpiry(ip1, mac(c1), ends)
+	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
+		t.Errorf("region %v, the primary's file %v", got, want)
+	}
+}

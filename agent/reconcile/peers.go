@@ -207,8 +207,12 @@ func (s *State) Pairs() []Pair {
 // not expire them in the region; a VLAN whose DHCP is turned off on both
 // has its expiries sent by its primary. (Alone, both racks would send
 // them, the secondary's for leases that live on.) Where dhcpd.conf is
-// back to one peer for every subnet, every address follows it.
+// back to one peer for every subnet, every address follows it. An
+// address that followed a pair and now follows none has the ends no hook
+// will tell scheduled (tellDissolved).
 func (s *State) SetPeers(p Peers) {
+	was := &State{Pair: s.Pair, peers: s.peers}
+	defer func() { s.tellDissolved(was) }()
 	old := map[string]Pair{}
 	s.pairs(func(q *Pair) { old[q.Peer] = *q })
 	keep := func(n Pair) Pair {
@@ -264,6 +268,37 @@ func (s *State) SetPeers(p Peers) {
 	s.Pair, s.peers = lead, next
 	s.indexed = false // rule 3's heap skips addresses whose pair does not tell (Due)
 	s.metaDirty = true
+}
+
+// tellDissolved schedules, for each address that followed a failover
+// pair in was (the state's pairs before SetPeers) and now follows none,
+// the end its file recorded that no hook told and none will
+// (tellInterrupted's: recorded while communications were interrupted,
+// or this side's own lease not yet free). Going free needs the
+// partner's ack; dhcpd restarted alone frees such a lease as it loads
+// the file, and runs on expiry only for an active one (ISC dhcp
+// server/mdb.c, make_binding_state_transition). MAAS turning DHCP HA
+// off for a VLAN whose secondary rack died leaves its primary, out of
+// touch until then, with such ends (TestLabHAOffInterrupted). A lease
+// the file shows ended while the pair spoke normally was freed on the
+// partner's ack, and its hook told it.
+func (s *State) tellDissolved(was *State) (n int) {
+	if (!was.Pair.InPair() && was.peers == nil) || (s.Pair == was.Pair && s.peers == was.peers) {
+		return 0 // no pair before, or nothing changed
+	}
+	for ip, t := range s.Told {
+		if s.pairOf(ip).InPair() || !was.pairOf(ip).InPair() {
+			continue
+		}
+		if !t.Interrupted && !s.ownExpired(ip, t) {
+			continue
+		}
+		if end, ok := s.unqueuedEnd(ip, t); ok {
+			s.schedule(ip, Pending{Event: end, Due: end.Timestamp, Untold: true})
+			n++
+		}
+	}
+	return n
 }
 
 func peerSetEqual(a, b *peerSet) bool {

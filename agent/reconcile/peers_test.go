@@ -317,6 +317,51 @@ func TestHAOnDroppedLease(t *testing.T) {
 	}
 }
 
+// TestHAOffUntoldEnd: MAAS turns DHCP HA off for a VLAN whose partner
+// rack died. The primary, out of touch (communications-interrupted),
+// recorded the end of a lease its hook committed in normal: no hook of
+// either side told it, and dhcpd restarted alone frees it without one
+// (ISC dhcp server/mdb.c, make_binding_state_transition). Once
+// dhcpd.conf has no peer for the address, the end is scheduled. Not
+// where the address stays in a pair: its subnet left dhcpd.conf with the
+// peer (Retired: that pair's rules go on), or the pair is kept.
+func TestHAOffUntoldEnd(t *testing.T) {
+	const a1, peer = "203.0.113.10", "failover-vlan-5001"
+	end := []string{fmt.Sprintf("expiry %s %s %+d missed-expiry", a1, macA, 500)}
+	for _, tc := range []struct {
+		name, after string // dhcpd.conf
+		want        []string
+	}{
+		{"HA off", vlanAlone("203.0.113"), end},
+		{"the VLAN gone from this rack", vlanAlone("198.18.0"), nil},
+		{"HA kept", vlanPeer(peer, "primary", "203.0.113"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewState(grace)
+			s.SetPeers(peersOf(t, vlanPeer(peer, "primary", "203.0.113")))
+			commit := hook(event.Commit, a1, macA, t0)
+			runSteps(t, s, []step{
+				{at: 0, snapshot: fostateOf(peer, "normal", "normal") + ackedBlock("203.0.113.11", "active", macB, t0-100, t0+5000)},
+				{at: 1, hook: &commit, appended: ackedBlock(a1, "active", macA, t0, t0+500)},
+				{at: 100, appended: fostateOf(peer, StateCommInterrupted, "normal")},
+				{at: 501, appended: ackedBlock(a1, "expired", macA, t0, t0+500)},
+				{at: 600},
+			})
+			s.SetPeers(peersOf(t, tc.after))
+			var got []string
+			for _, at := range []int64{601, 4000} {
+				for _, ev := range s.Due(t0 + at) {
+					got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
+					s.Hook(ev)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestUnwrittenSurvivor: a survivor's agent back before its dhcpd (make
 // chaos PAIR=1 VLANS=2 seed 113): what the file shows is the dead
 // dhcpd's, and rule 3 waits until dhcpd writes it again (FileWritten);
