@@ -28,11 +28,12 @@ const unitMarker = "# Written by leasekeeper install-shutdown-unit."
 //
 // The unit is ordered before network-online.target (onlineTarget), not
 // after it: at shutdown it then stops only once every unit that runs
-// after the network is online has stopped (remote file systems, a
-// container runtime, a database, an NFS client), so none of them is
+// after the network is online has stopped (remote file systems, an NFS
+// client, a service that waits for network-online), so none of them is
 // still using the address when dhcpd frees it, and dhcpd's ping before
 // offering it again finds nobody (a node that answers gets the lease
-// abandoned). After= would cost at boot: multi-user.target, which wants
+// abandoned). A service ordered only after network.target has no order
+// against this unit and may still be stopping then. After= would cost at boot: multi-user.target, which wants
 // this unit, gets ordered after it too, so the boot would wait for
 // network-online (a wait-online timeout, with a cable unplugged)
 // whenever something else pulls it in. Before= only has the target,

@@ -139,10 +139,15 @@ stderr and in the log.`,
 			// drop-in's ExecStart= would read the same), as the help
 			// says; it was exit 2, restarted every RestartSec (a cold
 			// review).
+			// Every bad --set is told at once, as the file's problems are.
+			var bad []error
 			for _, o := range overrides {
 				if err := config.Default().Override(o); err != nil {
-					return configError{fmt.Errorf("--set %s", err)}
+					bad = append(bad, fmt.Errorf("--set %s", err))
 				}
+			}
+			if len(bad) > 0 {
+				return configError{errors.Join(bad...)}
 			}
 			cfg, err := loadAgentConfig(env, configPath, overrides)
 			var secret *config.SecretFileError
@@ -337,6 +342,11 @@ func agentURL(env *Env, flagURL, configPath string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return listenURL(cfg, configPath)
+}
+
+// listenURL is agentURL for a configuration read already.
+func listenURL(cfg *config.Config, configPath string) (string, error) {
 	listen := cfg.Metrics.Listen
 	if listen == "" {
 		return "", fmt.Errorf("metrics.listen is empty in %s, so the agent serves no status; set it (e.g. \"127.0.0.1:9742\") or pass --url", configPath)
@@ -382,6 +392,25 @@ func decodeAgentConfigAs(env *Env, path string, strict bool) (*config.Config, er
 	}
 	if err != nil {
 		return nil, fmt.Errorf("config %w", err)
+	}
+	// Where to reach the agent: a value it refuses is not where it
+	// listens (it runs on the file it read before, or on the defaults).
+	// It dialled metrics.listen = "127.0.0.1" on port 80 (a cold review).
+	var bad config.Problems
+	if errors.As(cfg.Validate(), &bad) {
+		def := config.Default()
+		for _, p := range bad {
+			var v string
+			switch p.Key {
+			case "metrics.listen":
+				cfg.Metrics.Listen, v = def.Metrics.Listen, def.Metrics.Listen
+			case "control.socket":
+				cfg.Control.Socket, v = def.Control.Socket, def.Control.Socket
+			default:
+				continue
+			}
+			fmt.Fprintf(env.Stderr, "leasekeeper: warning: config %s: %v; going by the default, %q\n", path, p, v)
+		}
 	}
 	if problems != nil {
 		fmt.Fprintf(env.Stderr, "leasekeeper: warning: config %v\nleasekeeper: warning: the agent refuses this file at its next start or reload; asking it with what is right in the file and the defaults for the rest (--url or --socket to say where)\n", problems)

@@ -61,6 +61,7 @@ func TestAgentBadConfig(t *testing.T) {
 		{"missing file", []string{"agent", "--config", "/nonexistent/lk.toml"}, ExitConfig, []string{"leasekeeper: config: open /nonexistent/lk.toml: no such file or directory"}},
 		{"bad --set", []string{"agent", "--config", good, "--set", "region.timeout"}, ExitConfig, []string{"--set region.timeout: want section.key=value"}},
 		{"unknown --set", []string{"agent", "--config", good, "--set", "region.tiemout=1s"}, ExitConfig, []string{`--set region.tiemout: unknown key`}},
+		{"two bad --set", []string{"agent", "--config", good, "--set", "region.tiemout=1s", "--set", "region.timeout"}, ExitConfig, []string{`--set region.tiemout: unknown key`, "--set region.timeout: want section.key=value"}},
 		{"bad --set value", []string{"agent", "--config", good, "--set", "region.batch_max=0"}, ExitConfig, []string{"region.batch_max (from the command line: region.batch_max=0): 0 is not between 1 and 10000"}},
 		{"bad --log-level", []string{"agent", "--config", good, "--log-level", "loud"}, ExitConfig, []string{`log.level (from the command line: log.level=loud): "loud" is not one of`}},
 		// A secret file may be put right without the configuration (the

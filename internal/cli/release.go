@@ -84,7 +84,10 @@ Each such release is warned about on stderr, except at shutdown
 halt.target or the like); otherwise it says so and exits 0. At a reboot
 (reboot.target, kexec.target, soft-reboot.target) the machine comes back
 and asks for its addresses again, so nothing is released there either
-unless --at-reboot is given.
+unless --at-reboot is given. A container restarted from outside (lxc
+restart, the host's own reboot) is stopped and started again: inside,
+that is a poweroff, and its leases are released; it asks for an address
+again as it starts.
 
 One line per lease is printed. Exit status: 0 when every current lease
 was released, sent but not confirmed, or skipped, or there were none; 1

@@ -149,16 +149,19 @@ func controlClient(path string) *http.Client {
 // socket when this user may use it; else the TCP listener, which serves
 // /status to anyone.
 func statusEndpoint(env *Env, flagURL, configPath string) (*http.Client, string, error) {
-	if flagURL == "" {
-		cfg, err := decodeAgentConfig(env, configPath)
-		if err != nil {
-			return nil, "", err
-		}
-		if p := cfg.Control.Socket; p != "" && syscall.Access(p, 2 /* W_OK: connect needs it */) == nil {
-			return controlClient(p), controlBase, nil
-		}
+	if flagURL != "" {
+		base, err := agentURL(env, flagURL, configPath)
+		return http.DefaultClient, base, err
 	}
-	base, err := agentURL(env, flagURL, configPath)
+	// Read once: its warnings are told once.
+	cfg, err := decodeAgentConfig(env, configPath)
+	if err != nil {
+		return nil, "", err
+	}
+	if p := cfg.Control.Socket; p != "" && syscall.Access(p, 2 /* W_OK: connect needs it */) == nil {
+		return controlClient(p), controlBase, nil
+	}
+	base, err := listenURL(cfg, configPath)
 	return http.DefaultClient, base, err
 }
 

@@ -288,8 +288,15 @@ func TestStatusFromConfig(t *testing.T) {
 	// warning; it used to stop there (a cold review).
 	broken := writeFile(t, "lk.toml", fmt.Sprintf("[metrics]\nlisten = %q\n[reconcile]\npoll_intervall = \"5s\"\n", listen))
 	_, stderr, code = run(t, "status", "--config", broken)
-	if code != 0 || !strings.Contains(stderr, "reconcile.poll_intervall: unknown key") || !strings.Contains(stderr, "the agent refuses this file") {
-		t.Errorf("exit %d: %s", code, stderr)
+	if code != 0 || !strings.Contains(stderr, "reconcile.poll_intervall: unknown key") || strings.Count(stderr, "the agent refuses this file") != 1 {
+		t.Errorf("exit %d (want 0 and the warning once): %s", code, stderr)
+	}
+	// A metrics.listen the agent refuses is not where it listens: status
+	// goes by the default, not by the bad value (it dialled port 80).
+	badListen := writeFile(t, "lk.toml", "[metrics]\nlisten = \"127.0.0.1\"\n")
+	_, stderr, _ = run(t, "status", "--config", badListen)
+	if strings.Contains(stderr, "127.0.0.1:80") || !strings.Contains(stderr, "metrics.listen") {
+		t.Errorf("status with metrics.listen = \"127.0.0.1\": %s", stderr)
 	}
 	// One that is not TOML at all names nothing to go by.
 	garbage := writeFile(t, "lk.toml", "[metrics\n")
