@@ -318,6 +318,11 @@ type State struct {
 	// address's pair is pairOf.
 	Pair  Pair `json:"-"`
 	peers *peerSet
+	// undeclared is the last state record of each peer the file names
+	// and dhcpd.conf, as the agent last read it, does not (dhcpd restarted
+	// on a new dhcpd.conf before the agent read it): a pair SetPeers
+	// then makes for it starts from it (Pair.New). In memory only.
+	undeclared map[string]*parser.FailoverState
 	// OutOfRange tells whether an address lies outside every range of
 	// dhcpd.conf as dhcpd read it at its last start; nil when unknown
 	// (no dhcpd.conf, unreadable). Set by the caller before Snapshot.
@@ -1648,8 +1653,10 @@ func (s *State) dropped(ip netip.Addr, l Lease, now int64, spoke, newPeer bool) 
 	}
 	// A pair's new peer never had the leases this side acked alone; the
 	// lease is this side's to end, whatever the pair's states and roles
-	// (a newly declared peer starts in recover: Pair.New).
-	standby, alone := false, newPeer
+	// (a newly declared peer starts in recover: Pair.New). Not one the
+	// file shows as the peer's (its binding update, in the full update
+	// the two exchange as they recover: the peer ends it).
+	standby, alone := false, newPeer && !s.Told[ip].PeerOwns
 	if !alone && !s.tellsVanished(ip, spoke) {
 		if alone = s.ackedAlone(ip, l); !alone {
 			if standby = s.pairStandby(ip, spoke); !standby {

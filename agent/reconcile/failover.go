@@ -175,6 +175,12 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) 
 	for _, fs := range records {
 		p := s.pairNamed(fs.Peer)
 		if !p.InPair() {
+			if fs.Peer != "" {
+				if s.undeclared == nil {
+					s.undeclared = map[string]*parser.FailoverState{}
+				}
+				s.undeclared[fs.Peer] = fs
+			}
 			continue
 		}
 		before := p.Survivor()

@@ -222,8 +222,16 @@ func (s *State) SetPeers(p Peers) {
 		}
 		// A peer the agent followed the file without: dhcpd starts it
 		// in recover (Pair.New). Not at the agent's first read, which
-		// knows no earlier dhcpd.conf.
-		return Pair{Peer: n.Peer, Role: n.Role, New: !ok && s.Baselined}
+		// knows no earlier dhcpd.conf. Its states are the file's last
+		// record of it, if the agent read one before dhcpd.conf named
+		// the peer (a running agent reads dhcpd's rewrite first): the
+		// pair may be in normal already.
+		np := Pair{Peer: n.Peer, Role: n.Role, New: !ok && s.Baselined}
+		if fs := s.undeclared[n.Peer]; fs != nil {
+			np = np.withState(fs)
+			np.New = np.New && np.MyState != StateNormal
+		}
+		return np
 	}
 	if s.peers != nil {
 		for _, r := range s.peers.Retired {
@@ -285,6 +293,11 @@ func (s *State) SetPeers(p Peers) {
 func (s *State) tellDissolved(was *State) (n int) {
 	if (!was.Pair.InPair() && was.peers == nil) || (s.Pair == was.Pair && s.peers == was.peers) {
 		return 0 // no pair before, or nothing changed
+	}
+	if s.Hookless {
+		// The primary's agent told the ends from its file; a secondary's
+		// cannot tell which of its own the primary's file showed.
+		return 0
 	}
 	for ip, t := range s.Told {
 		if s.pairOf(ip).InPair() || !was.pairOf(ip).InPair() {

@@ -317,6 +317,69 @@ func TestHAOnDroppedLease(t *testing.T) {
 	}
 }
 
+// TestHAOnPartnersLease: with HA just on, both dhcpd recover from each
+// other (a full update: server/failover.c, dhcp_failover_send_update_request_all),
+// and this side's file gets the partner's leases as binding updates (no
+// cltt: not this side's ack). A restart that drops one while the peer
+// is still new leaves its end to the partner, as in any pair: only the
+// leases this side acked alone are its own to end (a review: both sent
+// it).
+func TestHAOnPartnersLease(t *testing.T) {
+	const peer = "failover-vlan-5001"
+	for _, role := range []string{RolePrimary, RoleSecondary} {
+		t.Run(role, func(t *testing.T) {
+			s := NewState(grace)
+			s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+			kept := block("203.0.113.12", "active", macB, t0-100, t0+5000)
+			runSteps(t, s, []step{{at: 0, snapshot: kept}})
+			s.SetPeers(peersOf(t, vlanPeer(peer, role, "203.0.113")))
+			runSteps(t, s, []step{
+				{at: 5, appended: fostateOf(peer, "recover", "recover") + block(ip1, "active", macA, t0, t0+500)},
+				{at: 10, snapshot: fostateOf(peer, "recover", "unknown-state") + kept},
+			})
+			if tl := s.Told[netip.MustParseAddr(ip1)]; !tl.PeerOwns {
+				t.Fatalf("the partner's binding update recorded as %+v, not the peer's; the test premise is gone", tl)
+			}
+			for _, at := range []int64{500 + grace, 4000} {
+				for _, ev := range s.Due(t0 + at) {
+					t.Errorf("this side sent %s %s %s (%s): the partner's lease", ev.Action, ev.IP, ev.MAC, ev.Reason)
+					s.Hook(ev)
+				}
+			}
+		})
+	}
+}
+
+// TestNewPeerStatesReadFirst: a running agent reads dhcpd's rewrite, and
+// the pair's records up to normal, before it reads the dhcpd.conf that
+// declares the peer (dhcpd writes its pid file after the rewrite). The
+// pair SetPeers then makes starts from the last of those records: in
+// normal, no longer new (a review: it stayed new, and a later rewrite
+// took the partner's word for this side's).
+func TestNewPeerStatesReadFirst(t *testing.T) {
+	const peer = "failover-vlan-5001"
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+	kept := block("203.0.113.12", "active", macB, t0-100, t0+5000)
+	runSteps(t, s, []step{
+		{at: 0, snapshot: kept},
+		{at: 5, snapshot: fostateOf(peer, "recover", "unknown-state") + kept},
+		{at: 6, appended: fostateOf(peer, "recover-done", "recover-done") + fostateOf(peer, "normal", "normal")},
+	})
+	s.SetPeers(peersOf(t, vlanPeer(peer, RolePrimary, "203.0.113")))
+	p := s.pairOf(netip.MustParseAddr(ip1))
+	if p.New || p.MyState != StateNormal || p.PartnerState != StateNormal {
+		t.Errorf("pair %+v; want normal with its partner, not new", p)
+	}
+	s = NewState(grace)
+	s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+	runSteps(t, s, []step{{at: 0, snapshot: kept}, {at: 5, snapshot: fostateOf(peer, "recover", "unknown-state") + kept}})
+	s.SetPeers(peersOf(t, vlanPeer(peer, RolePrimary, "203.0.113")))
+	if p := s.pairOf(netip.MustParseAddr(ip1)); !p.New || p.MyState != "recover" {
+		t.Errorf("pair %+v; want new, recovering", p)
+	}
+}
+
 // TestHAOffUntoldEnd: MAAS turns DHCP HA off for a VLAN whose partner
 // rack died. The primary, out of touch (communications-interrupted),
 // recorded the end of a lease its hook committed in normal: no hook of
@@ -359,6 +422,29 @@ func TestHAOffUntoldEnd(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestHAOffPartnersEnd: an end the file recorded in normal, of a lease
+// the partner acked, went free on the pair's ack and the partner's hook
+// told it: HA off sends nothing of it (a review: without the filter on
+// Told.Interrupted and ownExpired, it went again).
+func TestHAOffPartnersEnd(t *testing.T) {
+	const peer = "failover-vlan-5001"
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, vlanPeer(peer, RolePrimary, "203.0.113")))
+	runSteps(t, s, []step{
+		{at: 0, snapshot: fostateOf(peer, "normal", "normal") + ackedBlock("203.0.113.12", "active", macB, t0-100, t0+5000)},
+		{at: 1, appended: block(ip1, "active", macA, t0, t0+500)},
+		{at: 501, appended: block(ip1, "free", macA, t0, t0+500)},
+		{at: 600},
+	})
+	s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+	for _, at := range []int64{601, 4000} {
+		for _, ev := range s.Due(t0 + at) {
+			t.Errorf("sent %s %s %s (%s): the partner told it", ev.Action, ev.IP, ev.MAC, ev.Reason)
+			s.Hook(ev)
+		}
 	}
 }
 
