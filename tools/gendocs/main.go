@@ -250,7 +250,7 @@ func hookPage(help string, h header) ([]byte, error) {
 	b.WriteString("*LEASEKEEPER_SOCKET*\n: the socket when --socket is not given.\n\n")
 	b.WriteString("*LEASEKEEPER_SPOOL*\n: the spool directory when --spool is not given.\n\n")
 	b.WriteString("# FILES\n\n")
-	b.WriteString("*/usr/share/leasekeeper/leasekeeper.conf*, */usr/share/leasekeeper/leasekeeper6.conf*\n: dhcpd.conf snippets that run the hook on commit, expiry and release.\n\n")
+	b.WriteString("*/etc/dhcp/leasekeeper.conf*, */etc/dhcp/leasekeeper6.conf*\n: dhcpd.conf snippets that run the hook on commit, expiry and release (include them at the global scope).\n\n")
 	b.WriteString("*/etc/apparmor.d/dhcpd.d/leasekeeper*\n: lets the AppArmor-confined dhcpd run the hook.\n\n")
 	b.WriteString("# SEE ALSO\n\n**leasekeeper**(8), **leasekeeper-agent**(8), **dhcpd.conf**(5)\n")
 	return md2man.Render([]byte(b.String())), nil
