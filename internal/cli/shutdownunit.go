@@ -84,8 +84,9 @@ is written but not enabled; an existing enable link is left in place,
 and the enable state is reported as systemd has it.
 
 Exit status: 0 when the unit is in place (written, or already up to
-date), 1 when it is not (a refusal, a --binary that is not an executable
-file, a file that cannot be written, systemd refusing to enable it), 2 on
+date), 1 when it is not (a refusal, a --root with no systemd in it, a
+--binary that is not an executable file, a file that cannot be written,
+systemd refusing to enable it), 2 on
 a usage error (an empty --root).`,
 		Example: `  # on a node (from cloud-init, use the script part
   # packaging/cloud-init/leasekeeper-node.sh, not runcmd: a user-data
@@ -153,6 +154,9 @@ func installInRoot(cmd *cobra.Command, in systemd.Installer, root, binary string
 	}
 	// Whatever would make the install refuse is found before the
 	// binary is copied in (19 MB, and left behind otherwise).
+	if err := checkSystemdIn(root); err != nil {
+		return err
+	}
 	if err := in.Check(); err != nil {
 		return err
 	}
@@ -292,6 +296,29 @@ func findBinaryIn(root string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("leasekeeper is not installed in %s (looked for %v): install it there, use --copy-binary, or name its path with --binary", root, binaryCandidates)
+}
+
+// systemdPaths are where a root file system's systemd lies (merged /usr,
+// or /lib its own).
+var systemdPaths = []string{"usr/lib/systemd/systemd", "lib/systemd/systemd"}
+
+// checkSystemdIn refuses a root with no systemd in it: a path given
+// wrong, an image not mounted there yet (the files would be hidden under
+// it), a system that boots without systemd. The unit would never run,
+// and nothing would say so (a cold review: it installed into an empty
+// directory and reported success).
+func checkSystemdIn(root string) error {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	defer r.Close()
+	for _, p := range systemdPaths {
+		if fi, err := statInRoot(r, p); err == nil && executable(fi) == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("--root %s has no systemd (neither /%s nor /%s in it): the unit would never run there; name the root file system of a systemd system, mounted", root, systemdPaths[0], systemdPaths[1])
 }
 
 // checkBinaryIn refuses a unit whose ExecStop names no executable file

@@ -14,7 +14,7 @@ import (
 )
 
 func TestInstallShutdownUnitRoot(t *testing.T) {
-	root := t.TempDir()
+	root := systemdRoot(t, t.TempDir())
 	unit := filepath.Join(root, "etc/systemd/system/leasekeeper-release.service")
 	link := filepath.Join(root, "etc/systemd/system/multi-user.target.wants/leasekeeper-release.service")
 
@@ -94,7 +94,7 @@ func TestInstallShutdownUnitUsage(t *testing.T) {
 }
 
 func TestInstallShutdownUnitForeign(t *testing.T) {
-	root := t.TempDir()
+	root := systemdRoot(t, t.TempDir())
 	dir := filepath.Join(root, "etc/systemd/system")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestInstallShutdownUnitBinaryInRoot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
 			root, host := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
-			os.MkdirAll(root, 0o755)
+			systemdRoot(t, root)
 			tc.setup(t, root, host)
 			out, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--binary", "/usr/sbin/leasekeeper")
 			_, err := os.Stat(filepath.Join(root, "etc/systemd/system/leasekeeper-release.service"))
@@ -295,7 +295,7 @@ func TestInstallShutdownUnitRefusalLeavesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
 			root, host := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
-			os.MkdirAll(root, 0o755)
+			systemdRoot(t, root)
 			os.MkdirAll(host, 0o755)
 			tc.setup(t, root, host)
 			out, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary")
@@ -366,7 +366,7 @@ func TestInstallShutdownUnitReadOnlyRoot(t *testing.T) {
 	if err != nil || os.Geteuid() != 0 {
 		t.Skip("needs root and unshare (util-linux)")
 	}
-	root := t.TempDir()
+	root := systemdRoot(t, t.TempDir())
 	etc := filepath.Join(root, "etc")
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -386,5 +386,44 @@ func TestInstallShutdownUnitReadOnlyRoot(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(root, "usr/local/sbin/leasekeeper")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("binary left in the root: %v", err)
+	}
+}
+
+// systemdRoot makes dir a root file system with a systemd in it
+// (install-shutdown-unit refuses one without: checkSystemdIn), and
+// returns it.
+func systemdRoot(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "usr/lib/systemd/systemd")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestInstallShutdownUnitNoSystemd: a root with no systemd in it (a
+// path given wrong, an image not mounted yet) is refused, nothing
+// written; with /lib/systemd/systemd (no merged /usr) it is taken.
+func TestInstallShutdownUnitNoSystemd(t *testing.T) {
+	root := t.TempDir()
+	_, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary")
+	if code != 1 || !strings.Contains(stderr, "has no systemd") {
+		t.Fatalf("code %d stderr %q", code, stderr)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("refused, yet %d entries written in the root", len(entries))
+	}
+	lib := filepath.Join(root, "lib/systemd/systemd")
+	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary"); code != 0 {
+		t.Errorf("with /lib/systemd/systemd: code %d stderr %q", code, stderr)
 	}
 }
