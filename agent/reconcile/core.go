@@ -1541,6 +1541,10 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		return 0, fo
 	}
 	s.pairRewrite()
+	// The records below are the file's whole say: an undeclared peer's
+	// last record from an earlier file (a peer HA off removed) is no
+	// state of the peer dhcpd.conf may declare again.
+	s.undeclared = nil
 	// Pairs new as the rewrite began: its recover is not the partner's
 	// word (Pair.New), even where the records below reach normal.
 	var newPeers []string

@@ -378,6 +378,15 @@ func TestNewPeerStatesReadFirst(t *testing.T) {
 	if p := s.pairOf(netip.MustParseAddr(ip1)); !p.New || p.MyState != "recover" {
 		t.Errorf("pair %+v; want new, recovering", p)
 	}
+	// HA off, the peer's last record normal; dhcpd's restart alone
+	// writes a file without it; HA on again under the same name: new.
+	runSteps(t, s, []step{{at: 10, appended: fostateOf(peer, "normal", "normal")}})
+	s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
+	runSteps(t, s, []step{{at: 20, appended: fostateOf(peer, "normal", "normal")}, {at: 30, snapshot: kept}})
+	s.SetPeers(peersOf(t, vlanPeer(peer, RolePrimary, "203.0.113")))
+	if p := s.pairOf(netip.MustParseAddr(ip1)); !p.New {
+		t.Errorf("HA on again: pair %+v; want new (the record before HA off is no state of it)", p)
+	}
 }
 
 // TestHAOffUntoldEnd: MAAS turns DHCP HA off for a VLAN whose partner
