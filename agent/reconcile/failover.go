@@ -999,11 +999,16 @@ func (s *State) keepSurvivorEnds(peer string) {
 // free yet: this side's on expiry waits for the partner's ack, which
 // never comes now.
 func (s *State) tellInterrupted(peer string) (n int) {
+	return s.tellUntold(func(ip netip.Addr) bool { return s.pairOf(ip).Peer == peer })
+}
+
+// tellUntold schedules, for the addresses of the told ones that in
+// picks, the ends tellInterrupted tells: recorded while communications
+// were interrupted, or of this side's own leases not yet free, and not
+// queued by this agent. It returns how many.
+func (s *State) tellUntold(in func(netip.Addr) bool) (n int) {
 	for ip, t := range s.Told {
-		if s.pairOf(ip).Peer != peer {
-			continue
-		}
-		if !t.Interrupted && !s.ownExpired(ip, t) {
+		if !in(ip) || (!t.Interrupted && !s.ownExpired(ip, t)) {
 			continue
 		}
 		if end, ok := s.unqueuedEnd(ip, t); ok {

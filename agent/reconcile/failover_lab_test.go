@@ -455,13 +455,7 @@ func shrinkPrimaryDown(t *testing.T, agentFirst bool) {
 	// primary's death would add acks from both servers in one second
 	// (its unicast retry to the returning primary, its broadcast to the
 	// survivor), which is not this test's matter.
-	c1 := w1.lab.AddClient("c1")
-	ip1 := w1.dhclient(c1)
-	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
-	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
-		t.Fatal(err)
-	}
-	ends := w1.leaseEnds(ip1)
+	c1, ip1, ends := w1.leaseAndLeave("c1")
 	ip2 := ip1.Next() // an address the smaller range keeps
 
 	// The primary rack dies; the secondary takes over.
@@ -821,18 +815,7 @@ func TestLabFailoverInterruptedShrink(t *testing.T) {
 	if got := truth(t, w1.d)[ip1.String()]; got != mac(c1) {
 		t.Fatalf("the primary's file shows %s as %q after the pair is normal again, want %s's lease; its failover records:\n%s", ip1, got, mac(c1), failoverRecords(readFile(t, w1.d.LeasesPath())))
 	}
-	w2.stopAgent()
-	if err := w2.d.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, w1.d, reconcile.StateCommInterrupted, 30*time.Second)
-
-	// The end passes on the primary, out of touch: recorded, no hook.
-	for deadline := time.Unix(ends, 0).Add(10 * time.Second); truth(t, w1.d)[ip1.String()] != ""; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the primary's file still shows %s active 10 s after its end", ip1)
-		}
-	}
+	secondaryDiesBeforeEnd(t, w1, w2, ip1, ends)
 	time.Sleep(w1.grace + 1500*time.Millisecond)
 	for _, a := range endsOf(w1.arrivals(ip1)) {
 		t.Logf("the region heard the end before the shrink (a hook ran): %s", a)
@@ -885,14 +868,18 @@ func TestLabFailoverInterruptedShrink(t *testing.T) {
 // with the primary's agent running through the change (it reads the
 // rewrite before the new dhcpd.conf), and down during it (back, it
 // reads the new dhcpd.conf first, then the rewrite with its recover).
-func TestLabHAFirstShrink(t *testing.T) {
+func TestLabHAFirstShrink(t *testing.T) { runningAndDown(t, haFirstShrink) }
+
+// runningAndDown runs a course through a change MAAS makes twice, in
+// parallel: with the agent running through it, and down during it.
+func runningAndDown(t *testing.T, course func(t *testing.T, agentDown bool)) {
 	lab.Require(t, "dhcpd", "dhclient")
 	if testing.Short() {
 		t.Skip("waits for a lease to end (-short)")
 	}
 	t.Parallel()
-	t.Run("agent running", func(t *testing.T) { t.Parallel(); haFirstShrink(t, false) })
-	t.Run("agent down", func(t *testing.T) { t.Parallel(); haFirstShrink(t, true) })
+	t.Run("agent running", func(t *testing.T) { t.Parallel(); course(t, false) })
+	t.Run("agent down", func(t *testing.T) { t.Parallel(); course(t, true) })
 }
 
 func haFirstShrink(t *testing.T, agentDown bool) {
@@ -955,37 +942,12 @@ func haFirstShrink(t *testing.T, agentDown bool) {
 // region hears the end once, from the agent: running through the change
 // (it reads the rewrite, then the new dhcpd.conf), or down during it
 // (back, it reads the new dhcpd.conf first).
-func TestLabHAOffInterrupted(t *testing.T) {
-	lab.Require(t, "dhcpd", "dhclient")
-	if testing.Short() {
-		t.Skip("waits for a lease to end (-short)")
-	}
-	t.Parallel()
-	t.Run("agent running", func(t *testing.T) { t.Parallel(); haOffInterrupted(t, false) })
-	t.Run("agent down", func(t *testing.T) { t.Parallel(); haOffInterrupted(t, true) })
-}
+func TestLabHAOffInterrupted(t *testing.T) { runningAndDown(t, haOffInterrupted) }
 
 func haOffInterrupted(t *testing.T, agentDown bool) {
 	w1, w2 := startPairMAAS(t, 20)
-	c1 := w1.lab.AddClient("c1")
-	ip1 := w1.dhclient(c1)
-	w1.waitArrival(ip1, event.Commit, mac(c1), 5*time.Second)
-	if err := c1.Kill(); err != nil { // no renewal: the lease runs out
-		t.Fatal(err)
-	}
-	ends := w1.leaseEnds(ip1)
-	w2.stopAgent()
-	if err := w2.d.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, w1.d, reconcile.StateCommInterrupted, 30*time.Second)
-
-	// The end passes on the primary, out of touch: recorded, no hook.
-	for deadline := time.Unix(ends, 0).Add(10 * time.Second); truth(t, w1.d)[ip1.String()] != ""; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the primary's file still shows %s active 10 s after its end", ip1)
-		}
-	}
+	c1, ip1, ends := w1.leaseAndLeave("c1")
+	secondaryDiesBeforeEnd(t, w1, w2, ip1, ends)
 	if st := leaseState(t, w1.d, ip1); st != parser.StateExpired {
 		t.Fatalf("the primary's file shows %s %s after its end, want expired; the test premise is gone", ip1, st)
 	}
@@ -1010,4 +972,35 @@ func haOffInterrupted(t *testing.T, agentDown bool) {
 	if got, want := regionView(w1.stub), truth(t, w1.d); !equalMaps(got, want) {
 		t.Errorf("region %v, the primary's file %v", got, want)
 	}
+}
+
+// secondaryDiesBeforeEnd stops the secondary's rack (agent and dhcpd),
+// waits for the primary to be out of touch with it
+// (communications-interrupted), and then for the end of ip's lease
+// (ends) to pass on the primary: recorded, no hook.
+func secondaryDiesBeforeEnd(t *testing.T, w1, w2 *world, ip netip.Addr, ends int64) {
+	t.Helper()
+	w2.stopAgent()
+	if err := w2.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w1.d, reconcile.StateCommInterrupted, 30*time.Second)
+	for deadline := time.Unix(ends, 0).Add(10 * time.Second); truth(t, w1.d)[ip.String()] != ""; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the primary's file still shows %s active 10 s after its end", ip)
+		}
+	}
+}
+
+// leaseAndLeave has a new client take a lease, waits for its commit in
+// the region, and kills it: no renewal, the lease runs out at ends.
+func (w *world) leaseAndLeave(name string) (c *lab.Client, ip netip.Addr, ends int64) {
+	w.t.Helper()
+	c = w.lab.AddClient(name)
+	ip = w.dhclient(c)
+	w.waitArrival(ip, event.Commit, mac(c), 5*time.Second)
+	if err := c.Kill(); err != nil {
+		w.t.Fatal(err)
+	}
+	return c, ip, w.leaseEnds(ip)
 }

@@ -299,19 +299,7 @@ func (s *State) tellDissolved(was *State) (n int) {
 		// cannot tell which of its own the primary's file showed.
 		return 0
 	}
-	for ip, t := range s.Told {
-		if s.pairOf(ip).InPair() || !was.pairOf(ip).InPair() {
-			continue
-		}
-		if !t.Interrupted && !s.ownExpired(ip, t) {
-			continue
-		}
-		if end, ok := s.unqueuedEnd(ip, t); ok {
-			s.schedule(ip, Pending{Event: end, Due: end.Timestamp, Untold: true})
-			n++
-		}
-	}
-	return n
+	return s.tellUntold(func(ip netip.Addr) bool { return !s.pairOf(ip).InPair() && was.pairOf(ip).InPair() })
 }
 
 func peerSetEqual(a, b *peerSet) bool {

@@ -240,13 +240,7 @@ func TestHAOffDroppedLease(t *testing.T) {
 			// The agent restarts: dhcpd.conf first, then the rewrite.
 			s.SetPeers(peersOf(t, vlanAlone("198.18.0")))
 			runSteps(t, s, []step{{at: 10, snapshot: kept}})
-			var got []string
-			for _, at := range []int64{500 + grace, 4000} {
-				for _, ev := range s.Due(t0 + at) {
-					got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
-					s.Hook(ev)
-				}
-			}
+			got := dueAt(s, 500+grace, 4000)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -303,13 +297,7 @@ func TestHAOnDroppedLease(t *testing.T) {
 			// The agent restarts: dhcpd.conf first, then the rewrite.
 			s.SetPeers(peersOf(t, tc.after))
 			runSteps(t, s, []step{{at: 10, snapshot: tc.rewrite + kept}})
-			var got []string
-			for _, at := range []int64{500 + grace, 4000} {
-				for _, ev := range s.Due(t0 + at) {
-					got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
-					s.Hook(ev)
-				}
-			}
+			got := dueAt(s, 500+grace, 4000)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -340,11 +328,8 @@ func TestHAOnPartnersLease(t *testing.T) {
 			if tl := s.Told[netip.MustParseAddr(ip1)]; !tl.PeerOwns {
 				t.Fatalf("the partner's binding update recorded as %+v, not the peer's; the test premise is gone", tl)
 			}
-			for _, at := range []int64{500 + grace, 4000} {
-				for _, ev := range s.Due(t0 + at) {
-					t.Errorf("this side sent %s %s %s (%s): the partner's lease", ev.Action, ev.IP, ev.MAC, ev.Reason)
-					s.Hook(ev)
-				}
+			if got := dueAt(s, 500+grace, 4000); len(got) != 0 {
+				t.Errorf("this side sent %q: the partner's lease", got)
 			}
 		})
 	}
@@ -420,13 +405,7 @@ func TestHAOffUntoldEnd(t *testing.T) {
 				{at: 600},
 			})
 			s.SetPeers(peersOf(t, tc.after))
-			var got []string
-			for _, at := range []int64{601, 4000} {
-				for _, ev := range s.Due(t0 + at) {
-					got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
-					s.Hook(ev)
-				}
-			}
+			got := dueAt(s, 601, 4000)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -449,11 +428,8 @@ func TestHAOffPartnersEnd(t *testing.T) {
 		{at: 600},
 	})
 	s.SetPeers(peersOf(t, vlanAlone("203.0.113")))
-	for _, at := range []int64{601, 4000} {
-		for _, ev := range s.Due(t0 + at) {
-			t.Errorf("sent %s %s %s (%s): the partner told it", ev.Action, ev.IP, ev.MAC, ev.Reason)
-			s.Hook(ev)
-		}
+	if got := dueAt(s, 601, 4000); len(got) != 0 {
+		t.Errorf("sent %q: the partner told it", got)
 	}
 }
 
@@ -689,4 +665,17 @@ func TestPairOfDHCPv6(t *testing.T) {
 			t.Errorf("pairOf(%s).InPair() = %t, want %t", ip, got, want)
 		}
 	}
+}
+
+// dueAt is what s sends at each of the times given (seconds after t0),
+// each as "action ip mac time reason", told as sent (Hook).
+func dueAt(s *State, ats ...int64) []string {
+	var got []string
+	for _, at := range ats {
+		for _, ev := range s.Due(t0 + at) {
+			got = append(got, fmt.Sprintf("%s %s %s %+d %s", ev.Action, ev.IP, ev.MAC, ev.Timestamp-t0, ev.Reason))
+			s.Hook(ev)
+		}
+	}
+	return got
 }

@@ -10,11 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasekeeper/leasekeeper/internal/lktest"
 	"github.com/leasekeeper/leasekeeper/systemd"
 )
 
 func TestInstallShutdownUnitRoot(t *testing.T) {
-	root := systemdRoot(t, t.TempDir())
+	root := lktest.SystemdRoot(t, t.TempDir())
 	unit := filepath.Join(root, "etc/systemd/system/leasekeeper-release.service")
 	link := filepath.Join(root, "etc/systemd/system/multi-user.target.wants/leasekeeper-release.service")
 
@@ -94,7 +95,7 @@ func TestInstallShutdownUnitUsage(t *testing.T) {
 }
 
 func TestInstallShutdownUnitForeign(t *testing.T) {
-	root := systemdRoot(t, t.TempDir())
+	root := lktest.SystemdRoot(t, t.TempDir())
 	dir := filepath.Join(root, "etc/systemd/system")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestInstallShutdownUnitBinaryInRoot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
 			root, host := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
-			systemdRoot(t, root)
+			lktest.SystemdRoot(t, root)
 			tc.setup(t, root, host)
 			out, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--binary", "/usr/sbin/leasekeeper")
 			_, err := os.Stat(filepath.Join(root, "etc/systemd/system/leasekeeper-release.service"))
@@ -295,7 +296,7 @@ func TestInstallShutdownUnitRefusalLeavesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := t.TempDir()
 			root, host := filepath.Join(base, "rootfs"), filepath.Join(base, "host")
-			systemdRoot(t, root)
+			lktest.SystemdRoot(t, root)
 			os.MkdirAll(host, 0o755)
 			tc.setup(t, root, host)
 			out, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary")
@@ -366,7 +367,7 @@ func TestInstallShutdownUnitReadOnlyRoot(t *testing.T) {
 	if err != nil || os.Geteuid() != 0 {
 		t.Skip("needs root and unshare (util-linux)")
 	}
-	root := systemdRoot(t, t.TempDir())
+	root := lktest.SystemdRoot(t, t.TempDir())
 	etc := filepath.Join(root, "etc")
 	if err := os.MkdirAll(etc, 0o755); err != nil {
 		t.Fatal(err)
@@ -387,21 +388,6 @@ func TestInstallShutdownUnitReadOnlyRoot(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root, "usr/local/sbin/leasekeeper")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("binary left in the root: %v", err)
 	}
-}
-
-// systemdRoot makes dir a root file system with a systemd in it
-// (install-shutdown-unit refuses one without: checkSystemdIn), and
-// returns it.
-func systemdRoot(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "usr/lib/systemd/systemd")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // TestInstallShutdownUnitNoSystemd: a root with no systemd in it (a

@@ -110,3 +110,17 @@ func BuildT(t testing.TB, pkg string) string {
 	}
 	return bin
 }
+
+// SystemdRoot makes dir a root file system with a systemd in it (what
+// install-shutdown-unit --root asks of a root), and returns it.
+func SystemdRoot(t testing.TB, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "usr/lib/systemd/systemd")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

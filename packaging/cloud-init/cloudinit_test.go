@@ -51,7 +51,7 @@ func runScriptPath(t *testing.T, path string, env ...string) (string, error) {
 func TestNodeScriptInstallsIntoRoot(t *testing.T) {
 	noHostLeasekeeper(t)
 	bin, sum := build(t)
-	root := systemdRoot(t, t.TempDir())
+	root := lktest.SystemdRoot(t, t.TempDir())
 	tmp := t.TempDir()
 	env := []string{"LEASEKEEPER_URL=file://" + bin, "LEASEKEEPER_SHA256=" + sum, "LEASEKEEPER_ROOT=" + root, "TMPDIR=" + tmp}
 	out, err := runScript(t, env...)
@@ -107,7 +107,7 @@ func TestNodeScriptStaysInsideRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	systemdRoot(t, root)
+	lktest.SystemdRoot(t, root)
 	if err := os.Symlink(outside, filepath.Join(root, "usr/local/sbin")); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestNodeScriptWgetOnly(t *testing.T) {
 		{"wrong checksum", "file://" + bin, strings.Repeat("A", 64), []string{"checksum mismatch", "want " + strings.Repeat("a", 64)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := systemdRoot(t, t.TempDir())
+			root := lktest.SystemdRoot(t, t.TempDir())
 			out, err := runScriptPath(t, path, "LEASEKEEPER_URL="+tc.url, "LEASEKEEPER_SHA256="+tc.sum, "LEASEKEEPER_ROOT="+root, "TMPDIR="+t.TempDir())
 			if (err == nil) != tc.ok {
 				t.Errorf("err %v, want success %v:\n%s", err, tc.ok, out)
@@ -216,7 +216,7 @@ func TestNodeScriptRefuses(t *testing.T) {
 		{"fetch fails", []string{"LEASEKEEPER_URL=file:///nonexistent/leasekeeper", "LEASEKEEPER_SHA256=" + strings.Repeat("0", 64)}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := systemdRoot(t, t.TempDir())
+			root := lktest.SystemdRoot(t, t.TempDir())
 			out, err := runScript(t, append(tc.env, "LEASEKEEPER_ROOT="+root)...)
 			if err == nil || !strings.Contains(out, tc.want) {
 				t.Fatalf("err %v, output %q, want failure mentioning %q", err, out, tc.want)
@@ -253,18 +253,4 @@ func TestMultipartUserData(t *testing.T) {
 			t.Errorf("user-data lacks %q", want)
 		}
 	}
-}
-
-// systemdRoot makes dir a root file system with a systemd in it
-// (install-shutdown-unit refuses one without), and returns it.
-func systemdRoot(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "usr/lib/systemd/systemd")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
