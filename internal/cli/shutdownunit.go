@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -84,7 +85,8 @@ is written but not enabled; an existing enable link is left in place,
 and the enable state is reported as systemd has it.
 
 Exit status: 0 when the unit is in place (written, or already up to
-date), 1 when it is not (a refusal, a --root with no systemd in it, a
+date), 1 when it is not (a refusal, a --root with no systemd in it,
+--copy-binary into a root whose systemd is built for another machine, a
 --binary that is not an executable file, a file that cannot be written,
 systemd refusing to enable it), 2 on
 a usage error (an empty --root).`,
@@ -154,8 +156,14 @@ func installInRoot(cmd *cobra.Command, in systemd.Installer, root, binary string
 	}
 	// Whatever would make the install refuse is found before the
 	// binary is copied in (19 MB, and left behind otherwise).
-	if err := checkSystemdIn(root); err != nil {
+	systemdAt, err := checkSystemdIn(root)
+	if err != nil {
 		return err
+	}
+	if copyBinary {
+		if err := checkMachineIn(root, systemdAt); err != nil {
+			return err
+		}
 	}
 	if err := in.Check(); err != nil {
 		return err
@@ -307,18 +315,58 @@ var systemdPaths = []string{"usr/lib/systemd/systemd", "lib/systemd/systemd"}
 // it), a system that boots without systemd. The unit would never run,
 // and nothing would say so (a cold review: it installed into an empty
 // directory and reported success).
-func checkSystemdIn(root string) error {
+func checkSystemdIn(root string) (systemdAt string, err error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return "", fmt.Errorf("root: %w", err)
+	}
+	defer r.Close()
+	for _, p := range systemdPaths {
+		if fi, err := statInRoot(r, p); err == nil && executable(fi) == nil {
+			return "/" + p, nil
+		}
+	}
+	return "", fmt.Errorf("--root %s has no systemd (neither /%s nor /%s in it): the unit would never run there; name the root file system of a systemd system, mounted", root, systemdPaths[0], systemdPaths[1])
+}
+
+// checkMachineIn refuses to copy this executable into a root whose
+// systemd (at systemdAt) is built for another machine (an arm64 image
+// made on an amd64 host): the copy would not run there, at every
+// shutdown, silently (a cold review). A systemd or an executable that
+// is not ELF is not compared.
+func checkMachineIn(root, systemdAt string) error {
+	self, err := selfPath()
+	if err != nil {
+		return err
+	}
+	me, err := elf.Open(self)
+	if err != nil {
+		return nil
+	}
+	defer me.Close()
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return fmt.Errorf("root: %w", err)
 	}
 	defer r.Close()
-	for _, p := range systemdPaths {
-		if fi, err := statInRoot(r, p); err == nil && executable(fi) == nil {
-			return nil
-		}
+	rel, err := resolveInRoot(r, systemdAt)
+	if err != nil {
+		return nil
 	}
-	return fmt.Errorf("--root %s has no systemd (neither /%s nor /%s in it): the unit would never run there; name the root file system of a systemd system, mounted", root, systemdPaths[0], systemdPaths[1])
+	f, err := r.Open(rel)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	theirs, err := elf.NewFile(f)
+	if err != nil {
+		return nil
+	}
+	if theirs.Machine != me.Machine || theirs.Class != me.Class {
+		return fmt.Errorf("--copy-binary: this leasekeeper is built for %s (%s), and %s in %s for %s (%s): the copy would not run there; copy a leasekeeper built for that machine into the root and name it with --binary",
+			me.Machine, me.Class, systemdAt, root, theirs.Machine, theirs.Class)
+	}
+	return nil
 }
 
 // checkBinaryIn refuses a unit whose ExecStop names no executable file
@@ -411,6 +459,17 @@ func binaryWarnings(binary, self, procExe string) []string {
 // top, and ".." stops there. (os.Root refuses absolute links, which
 // images have: /usr/sbin/leasekeeper -> /opt/leasekeeper/leasekeeper.)
 func statInRoot(r *os.Root, p string) (fs.FileInfo, error) {
+	rel, err := resolveInRoot(r, p)
+	if err != nil {
+		return nil, err
+	}
+	return r.Lstat(rel)
+}
+
+// resolveInRoot is the path, relative to r and with no link in it, that
+// the absolute path p names as a system running in r resolves it
+// (statInRoot).
+func resolveInRoot(r *os.Root, p string) (string, error) {
 	const maxLinks = 40 // the kernel's limit
 	todo := strings.Split(p, "/")
 	done, links := ".", 0 // done: resolved so far, no links in it
@@ -427,25 +486,25 @@ func statInRoot(r *os.Root, p string) (fs.FileInfo, error) {
 		next := path.Join(done, c)
 		fi, err := r.Lstat(next)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			done = next
 			continue
 		}
 		if links++; links > maxLinks {
-			return nil, &fs.PathError{Op: "stat", Path: p, Err: syscall.ELOOP}
+			return "", &fs.PathError{Op: "stat", Path: p, Err: syscall.ELOOP}
 		}
 		target, err := r.Readlink(next)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if strings.HasPrefix(target, "/") {
 			done = "."
 		}
 		todo = append(strings.Split(target, "/"), todo...)
 	}
-	return r.Lstat(done)
+	return done, nil
 }
 
 // removeIn removes name (absolute, inside root), ignoring errors: it

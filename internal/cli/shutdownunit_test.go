@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"os"
 	"os/exec"
@@ -411,5 +413,64 @@ func TestInstallShutdownUnitNoSystemd(t *testing.T) {
 	}
 	if _, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary"); code != 0 {
 		t.Errorf("with /lib/systemd/systemd: code %d stderr %q", code, stderr)
+	}
+}
+
+// elfHeader is an ELF64 little-endian executable's header with no
+// program or section headers, for machine m.
+func elfHeader(m elf.Machine) []byte {
+	h := make([]byte, 64)
+	copy(h, []byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)})
+	binary.LittleEndian.PutUint16(h[16:], uint16(elf.ET_EXEC))
+	binary.LittleEndian.PutUint16(h[18:], uint16(m))
+	binary.LittleEndian.PutUint32(h[20:], uint32(elf.EV_CURRENT))
+	binary.LittleEndian.PutUint16(h[52:], 64) // e_ehsize
+	binary.LittleEndian.PutUint16(h[54:], 56) // e_phentsize
+	binary.LittleEndian.PutUint16(h[58:], 64) // e_shentsize
+	return h
+}
+
+// TestInstallShutdownUnitOtherMachine: --copy-binary into a root whose
+// systemd is built for another machine (an arm64 image made on an
+// amd64 host) is refused before anything is copied; the copy would not
+// run there. The same machine's is taken.
+func TestInstallShutdownUnitOtherMachine(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, err := elf.Open(self)
+	if err != nil {
+		t.Skipf("this test binary is not ELF: %v", err)
+	}
+	mine, class, data := me.Machine, me.Class, me.Data
+	me.Close()
+	if class != elf.ELFCLASS64 || data != elf.ELFDATA2LSB {
+		t.Skip("the stand-in header is 64-bit little-endian")
+	}
+	other := elf.EM_AARCH64
+	if mine == other {
+		other = elf.EM_X86_64
+	}
+	root := t.TempDir()
+	systemdBin := filepath.Join(root, "usr/lib/systemd/systemd")
+	if err := os.MkdirAll(filepath.Dir(systemdBin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(systemdBin, elfHeader(other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary")
+	if code != 1 || !strings.Contains(stderr, "would not run there") || !strings.Contains(stderr, other.String()) {
+		t.Fatalf("code %d stderr %q", code, stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "usr/local/sbin/leasekeeper")); err == nil {
+		t.Error("refused, yet copied")
+	}
+	if err := os.WriteFile(systemdBin, elfHeader(mine), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := run(t, "install-shutdown-unit", "--root", root, "--copy-binary"); code != 0 {
+		t.Errorf("the same machine's systemd: code %d stderr %q", code, stderr)
 	}
 }
