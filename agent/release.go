@@ -58,6 +58,10 @@ type releaseGate struct {
 	config func() *config.Config
 
 	logs *lograte.Limiter // refusals are logged at most every 10s
+	// busy holds the release in flight: each reads dhcpd's whole leases
+	// file and may wait seconds for dhcpd's answer; a second one at
+	// the same time is told to retry (503), not queued.
+	busy chan struct{}
 
 	mu  sync.Mutex
 	cfg *config.Config // the configuration sum was read for
@@ -66,7 +70,7 @@ type releaseGate struct {
 }
 
 func newReleaseGate(cfg func() *config.Config) *releaseGate {
-	g := &releaseGate{config: cfg, logs: lograte.New(10*time.Second, nil)}
+	g := &releaseGate{config: cfg, logs: lograte.New(10*time.Second, nil), busy: make(chan struct{}, 1)}
 	g.token()
 	return g
 }
@@ -82,7 +86,7 @@ func (g *releaseGate) token() (sum [sha256.Size]byte, path string, ok bool, err 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.cfg != cfg {
-		tok, err := config.ReadToken(path)
+		tok, err := config.ReadReleaseToken(path)
 		g.cfg, g.sum, g.err = cfg, sha256.Sum256([]byte(tok)), err
 	}
 	return g.sum, path, true, g.err
@@ -104,6 +108,19 @@ func (a *Agent) releaseAuth(g *releaseGate, h http.HandlerFunc) http.HandlerFunc
 			http.Error(w, "release.token_file: cannot read the token; see the agent's log", http.StatusInternalServerError)
 			return
 		}
+		// A request a proxy relayed (MAAS's squid on a region+rack host
+		// connects from loopback for any client on a MAAS subnet) is
+		// not a local caller's.
+		for _, hd := range []string{"Via", "Forwarded", "X-Forwarded-For"} {
+			if r.Header.Get(hd) != "" {
+				if ok, left := g.logs.Allow("proxied"); ok {
+					a.log.Warn().Str("remote", r.RemoteAddr).Str("header", hd).Str("value", r.Header.Get(hd)).Int("not_logged_since_last", left).
+						Msg("release on behalf refused: the request came through a proxy")
+				}
+				http.Error(w, "release on behalf is refused through a proxy ("+hd+" header): ask the agent directly, from the rack itself", http.StatusForbidden)
+				return
+			}
+		}
 		scheme, tok, found := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !found || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="leasekeeper"`)
@@ -120,6 +137,14 @@ func (a *Agent) releaseAuth(g *releaseGate, h http.HandlerFunc) http.HandlerFunc
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="leasekeeper", error="invalid_token"`)
 			http.Error(w, "wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		select {
+		case g.busy <- struct{}{}:
+			defer func() { <-g.busy }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "another release is in progress: retry in a second", http.StatusServiceUnavailable)
 			return
 		}
 		h(w, r)
@@ -180,7 +205,8 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if err != nil && !rep.Refused {
 		ev = a.log.Warn().Err(err)
 	}
-	ev.Str("ip", rep.IP).Str("mac", rep.MAC).Str("interface", rep.Interface).Bool("sent", rep.Sent).
+	ev.Str("remote", r.RemoteAddr).Str("client", r.Header.Get(ClientHeader)).Bool("dry_run", req.DryRun).
+		Str("ip", rep.IP).Str("mac", rep.MAC).Str("interface", rep.Interface).Bool("sent", rep.Sent).
 		Bool("verified", rep.Verified).Bool("refused", rep.Refused).Str("reason", rep.Error).Msg("release on behalf requested")
 	writeJSON(w, code, rep)
 }

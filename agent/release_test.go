@@ -28,7 +28,7 @@ func TestServeRelease(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.DHCPD.Leases = leases
-	cfg.Release.TokenFile = tokenFile(t, "s3cret\n")
+	cfg.Release.TokenFile = tokenFile(t, testToken+"\n")
 	h := newAgent(t, cfg).handler()
 
 	for _, tc := range []struct {
@@ -56,9 +56,9 @@ func TestServeRelease(t *testing.T) {
 		{name: "bad server", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01","server":"x"}`, code: 400},
 		{name: "GET", method: "GET", path: "/leases/203.0.113.100/release", code: 405},
 		{name: "no token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "-", code: 401},
-		{name: "wrong token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer s3cre", code: 401},
-		{name: "token longer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer s3cret2", code: 401},
-		{name: "not bearer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Basic s3cret", code: 401},
+		{name: "wrong token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer "+testToken[:len(testToken)-1], code: 401},
+		{name: "token longer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer "+testToken+"2", code: 401},
+		{name: "not bearer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Basic "+testToken, code: 401},
 		{name: "bearer, no token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer ", code: 401},
 		{name: "remote client with token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, remote: "203.0.113.9:4000", code: 403},
 	} {
@@ -74,7 +74,7 @@ func TestServeRelease(t *testing.T) {
 			}
 			switch tc.auth {
 			case "":
-				r.Header.Set("Authorization", "Bearer s3cret")
+				r.Header.Set("Authorization", "Bearer "+testToken)
 			case "-":
 			default:
 				r.Header.Set("Authorization", tc.auth)
@@ -97,6 +97,14 @@ func TestServeRelease(t *testing.T) {
 		})
 	}
 }
+
+// Release tokens, of release.token_file's length at least
+// (config.MinReleaseToken).
+const (
+	testToken = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	oldToken  = "old-old-old-old-old-old-old-old-old"
+	newToken  = "new-new-new-new-new-new-new-new-new"
+)
 
 // tokenFile writes a release.token_file, mode 0600.
 func tokenFile(t *testing.T, token string) string {
@@ -127,7 +135,7 @@ func postRelease(h http.Handler, token string) *httptest.ResponseRecorder {
 // frees nothing for anyone, and says which key turns it on.
 func TestServeReleaseDisabled(t *testing.T) {
 	h := newAgent(t, testConfig()).handler()
-	for _, token := range []string{"", "s3cret"} {
+	for _, token := range []string{"", testToken} {
 		w := postRelease(h, token)
 		if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "disabled: set release.token_file") {
 			t.Errorf("token %q: %d %s, want 403 naming release.token_file", token, w.Code, w.Body)
@@ -145,16 +153,16 @@ func TestServeReleaseTokenReload(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.DHCPD.Leases = leases
-	cfg.Release.TokenFile = tokenFile(t, "old")
+	cfg.Release.TokenFile = tokenFile(t, oldToken)
 	a := newAgent(t, cfg)
 	h := a.handler()
-	if w := postRelease(h, "old"); w.Code != http.StatusConflict { // through to the check: no lease
+	if w := postRelease(h, oldToken); w.Code != http.StatusConflict { // through to the check: no lease
 		t.Fatalf("old token: %d %s, want 409", w.Code, w.Body)
 	}
-	if err := os.WriteFile(cfg.Release.TokenFile, []byte("new"), 0o600); err != nil {
+	if err := os.WriteFile(cfg.Release.TokenFile, []byte(newToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if w := postRelease(h, "new"); w.Code != http.StatusUnauthorized {
+	if w := postRelease(h, newToken); w.Code != http.StatusUnauthorized {
 		t.Errorf("new token before the reload: %d %s, want 401", w.Code, w.Body)
 	}
 
@@ -162,10 +170,10 @@ func TestServeReleaseTokenReload(t *testing.T) {
 	if err := a.Reload(&next); err != nil {
 		t.Fatal(err)
 	}
-	if w := postRelease(h, "old"); w.Code != http.StatusUnauthorized {
+	if w := postRelease(h, oldToken); w.Code != http.StatusUnauthorized {
 		t.Errorf("old token after the reload: %d %s, want 401", w.Code, w.Body)
 	}
-	if w := postRelease(h, "new"); w.Code != http.StatusConflict {
+	if w := postRelease(h, newToken); w.Code != http.StatusConflict {
 		t.Errorf("new token after the reload: %d %s, want 409", w.Code, w.Body)
 	}
 
@@ -174,7 +182,7 @@ func TestServeReleaseTokenReload(t *testing.T) {
 	if err := a.Reload(&gone); err != nil {
 		t.Fatal(err)
 	}
-	if w := postRelease(h, "new"); w.Code != http.StatusInternalServerError {
+	if w := postRelease(h, newToken); w.Code != http.StatusInternalServerError {
 		t.Errorf("unreadable token file: %d %s, want 500", w.Code, w.Body)
 	}
 }
@@ -183,7 +191,7 @@ func TestServeReleaseTokenReload(t *testing.T) {
 // time, and the log gets one line for the burst, not one per guess.
 func TestWrongTokensLoggedRarely(t *testing.T) {
 	cfg := testConfig()
-	cfg.Release.TokenFile = tokenFile(t, "s3cret\n")
+	cfg.Release.TokenFile = tokenFile(t, testToken+"\n")
 	var logs strings.Builder
 	a, err := New(cfg, zerolog.New(&logs), prometheus.NewRegistry(), nil)
 	if err != nil {
@@ -197,5 +205,59 @@ func TestWrongTokensLoggedRarely(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "wrong bearer token"); n != 1 {
 		t.Errorf("%d log lines for 200 wrong tokens in a burst, want 1:\n%s", n, logs.String())
+	}
+}
+
+// TestServeReleaseGuards: a request a proxy relayed is refused before
+// the token is weighed (MAAS's squid on a region+rack host connects from
+// loopback for any client on a MAAS subnet: maas-proxy.conf.template);
+// a second release while one is in flight is told to retry (503,
+// Retry-After), not queued behind it; and what is freed names who asked.
+func TestServeReleaseGuards(t *testing.T) {
+	leases := filepath.Join(t.TempDir(), "dhcpd.leases")
+	if err := os.WriteFile(leases, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.DHCPD.Leases = leases
+	cfg.Release.TokenFile = tokenFile(t, testToken+"\n")
+	var logs strings.Builder
+	a, err := New(cfg, zerolog.New(&logs), prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newReleaseGate(a.Config)
+	h := a.releaseAuth(g, a.serveRelease)
+	post := func(hdr ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/leases/203.0.113.7/release", strings.NewReader(`{"mac":"02:00:00:00:00:01"}`))
+		r.SetPathValue("ip", "203.0.113.7")
+		r.RemoteAddr = "127.0.0.1:4000"
+		r.Header.Set(ClientHeader, "orchestrator-7")
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		w := httptest.NewRecorder()
+		h(w, r)
+		return w
+	}
+	for _, hd := range []string{"Via", "Forwarded", "X-Forwarded-For"} {
+		if w := post(hd, "1.1 squid"); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "through a proxy") {
+			t.Errorf("%s: %d %s, want 403 saying the proxy is refused", hd, w.Code, w.Body)
+		}
+	}
+	g.busy <- struct{}{} // a release in flight
+	if w := post(); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("while another runs: %d %s (Retry-After %q), want 503 with Retry-After", w.Code, w.Body, w.Header().Get("Retry-After"))
+	}
+	<-g.busy
+	if w := post(); w.Code != http.StatusConflict { // through to the check: no lease
+		t.Fatalf("alone: %d %s, want 409", w.Code, w.Body)
+	}
+	if len(g.busy) != 0 {
+		t.Error("the release left the gate busy")
+	}
+	if !strings.Contains(logs.String(), `"client":"orchestrator-7"`) || !strings.Contains(logs.String(), `"remote":"127.0.0.1:4000"`) {
+		t.Errorf("the release's log names neither the client nor the remote:\n%s", logs.String())
 	}
 }

@@ -268,7 +268,7 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		return fmt.Errorf("%s: %w", name, fromOverrides(Problems{ke}, overrides))
 	}
 	if c.Release.TokenFile != "" {
-		if _, err := ReadToken(c.Release.TokenFile); err != nil {
+		if _, err := ReadReleaseToken(c.Release.TokenFile); err != nil {
 			return nil, secret("release.token_file", err)
 		}
 	}

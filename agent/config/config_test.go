@@ -546,6 +546,7 @@ func TestKeys(t *testing.T) {
 // (the token frees any lease) or that holds no token, naming the key.
 func TestReleaseTokenFile(t *testing.T) {
 	dir := t.TempDir()
+	tok := strings.Repeat("s3cret", 6) // MinReleaseToken or more
 	file := func(name, content string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -560,12 +561,13 @@ func TestReleaseTokenFile(t *testing.T) {
 		name, path string
 		want       string // in the error; "" = accepted
 	}{
-		{name: "0600", path: file("ok", "s3cret\n", 0o600)},
-		{name: "0400", path: file("ro", "s3cret", 0o400)},
-		{name: "0640: the agent's group may read it", path: file("group-readable", "s3cret\n", 0o640)},
-		{name: "0644", path: file("world", "s3cret\n", 0o644), want: "release.token_file: " + dir + "/world has mode 0644: others can access it, or its group can write it; chmod 600 it, or 640 with the agent's group"},
-		{name: "0620", path: file("group-writable", "s3cret\n", 0o620), want: "has mode 0620: others can access it"},
-		{name: "0604", path: file("other-readable", "s3cret\n", 0o604), want: "has mode 0604"},
+		{name: "0600", path: file("ok", tok+"\n", 0o600)},
+		{name: "0400", path: file("ro", tok, 0o400)},
+		{name: "0640: the agent's group may read it", path: file("group-readable", tok+"\n", 0o640)},
+		{name: "0644", path: file("world", tok+"\n", 0o644), want: "release.token_file: " + dir + "/world has mode 0644: others can access it, or its group can write it; chmod 600 it, or 640 with the agent's group"},
+		{name: "0620", path: file("group-writable", tok+"\n", 0o620), want: "has mode 0620: others can access it"},
+		{name: "0604", path: file("other-readable", tok+"\n", 0o604), want: "has mode 0604"},
+		{name: "short", path: file("short", "s3cret\n", 0o600), want: "a token of 6 characters, at least 32: it frees any lease"},
 		{name: "empty", path: file("empty", " \n", 0o600), want: "release.token_file: " + dir + "/empty is empty"},
 		{name: "space inside", path: file("spaced", "two words\n", 0o600), want: "white space or control characters"},
 		{name: "two lines", path: file("lines", "one\ntwo\n", 0o600), want: "holds 2 lines: one token is wanted, on one line"},

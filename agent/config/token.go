@@ -82,6 +82,24 @@ func ReadMAASKey(path string) (maasapi.Key, error) {
 	return k, nil
 }
 
+// MinReleaseToken is the shortest release.token_file token accepted:
+// the token frees any lease, and a guess costs a request (head -c 32
+// /dev/urandom | base64 makes 44 characters).
+const MinReleaseToken = 32
+
+// ReadReleaseToken reads release.token_file: a token file (ReadToken's
+// rules) of at least MinReleaseToken characters.
+func ReadReleaseToken(path string) (string, error) {
+	tok, err := ReadToken(path)
+	if err != nil {
+		return "", err
+	}
+	if len(tok) < MinReleaseToken {
+		return "", fmt.Errorf("%s: a token of %d characters, at least %d: it frees any lease, so it must not be guessable ((umask 077; head -c 32 /dev/urandom | base64 > %s))", path, len(tok), MinReleaseToken, path)
+	}
+	return tok, nil
+}
+
 // MinPairKey is the shortest pair.key_file secret accepted: 32
 // characters (head -c 32 /dev/urandom | base64 makes 44).
 const MinPairKey = 32

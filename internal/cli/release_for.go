@@ -177,7 +177,9 @@ func printReleaseFor(env *Env, opts rack.Options, res rack.Result, err error) {
 	case res.Verified && res.State == parser.StateActive:
 		fmt.Fprintf(out, "released: %s is already leased to another client (after %s)\n", res.IP, res.Took.Round(time.Millisecond))
 	case res.Verified && res.State == parser.StateReleased:
-		fmt.Fprintf(out, "released: dhcpd wrote %s released in %s; with a failover peer its on release statements run once the peer acknowledges\n", res.IP, res.Took.Round(time.Millisecond))
+		fmt.Fprintf(out, "released: dhcpd wrote %s released in %s and ran its on release statements; with a failover peer it goes free once the peer acknowledges\n", res.IP, res.Took.Round(time.Millisecond))
+	case res.Verified && res.State == parser.StateExpired:
+		fmt.Fprintf(out, "dhcpd wrote %s expired in %s: the lease ended before the release reached dhcpd (its on expiry statements ran, not on release)\n", res.IP, res.Took.Round(time.Millisecond))
 	case res.Verified:
 		fmt.Fprintf(out, "released: dhcpd wrote %s %s in %s; its on release statements have run\n", res.IP, res.State, res.Took.Round(time.Millisecond))
 	case opts.NoVerify && err == nil:

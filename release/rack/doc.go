@@ -47,8 +47,9 @@
 //   - The frame leaves through the interface like any other (on a bridge
 //     it may be flooded to the bridge's ports), addressed to the rack.
 //   - Sending needs CAP_NET_RAW (root).
-//   - With a failover peer, dhcpd runs `on release` when the peer
-//     acknowledges the release; Release reports what the file shows.
+//   - With a failover peer, dhcpd runs `on release` at once (server/mdb.c,
+//     release_lease) and writes the lease released until the peer
+//     acknowledges; Release reports what the file shows.
 //   - For a relayed subnet there is no local interface in the lease's
 //     subnet: name the interface dhcpd serves and its address (--interface,
 //     --server); dhcpd finds the lease by address wherever it arrives.
