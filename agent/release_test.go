@@ -56,9 +56,9 @@ func TestServeRelease(t *testing.T) {
 		{name: "bad server", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01","server":"x"}`, code: 400},
 		{name: "GET", method: "GET", path: "/leases/203.0.113.100/release", code: 405},
 		{name: "no token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "-", code: 401},
-		{name: "wrong token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer "+testToken[:len(testToken)-1], code: 401},
-		{name: "token longer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer "+testToken+"2", code: 401},
-		{name: "not bearer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Basic "+testToken, code: 401},
+		{name: "wrong token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer " + testToken[:len(testToken)-1], code: 401},
+		{name: "token longer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer " + testToken + "2", code: 401},
+		{name: "not bearer", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Basic " + testToken, code: 401},
 		{name: "bearer, no token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, auth: "Bearer ", code: 401},
 		{name: "remote client with token", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, remote: "203.0.113.9:4000", code: 403},
 	} {
