@@ -43,7 +43,40 @@ type ReleaseReport struct {
 	Verified  bool   `json:"verified"`
 	State     string `json:"state"` // binding state dhcpd wrote, when verified
 	Refused   bool   `json:"refused"`
-	Error     string `json:"error,omitempty"`
+	// Reason names the outcome for a program to act on (releaseOutcome):
+	// "" released, or no_lease, not_active, mac_mismatch (refused:
+	// nothing to release for that MAC), unreadable (refused for now:
+	// retry), interface (name the interface and server), unconfirmed
+	// (sent, dhcpd did not record it in time), failed.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// releaseOutcome is the HTTP status, ReleaseReport.Reason and whether
+// the release was refused (nothing sent) for rack.Release's error.
+func releaseOutcome(err error) (code int, reason string, refused bool) {
+	var ref *rack.RefusedError
+	var ifc *rack.InterfaceError
+	switch {
+	case err == nil:
+		return http.StatusOK, "", false
+	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrUnreadable):
+		// A file dhcpd is still writing, most often: transient.
+		return http.StatusServiceUnavailable, "unreadable", true
+	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrNoLease):
+		return http.StatusConflict, "no_lease", true
+	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrNotActive):
+		return http.StatusConflict, "not_active", true
+	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrMACMismatch):
+		return http.StatusConflict, "mac_mismatch", true
+	case errors.As(err, &ref):
+		return http.StatusConflict, "refused", true
+	case errors.As(err, &ifc):
+		return http.StatusUnprocessableEntity, "interface", false
+	case errors.Is(err, rack.ErrUnconfirmed):
+		return http.StatusGatewayTimeout, "unconfirmed", false
+	}
+	return http.StatusInternalServerError, "failed", false
 }
 
 // releaseGate lets through requests to POST /leases/{ip}/release only
@@ -187,19 +220,16 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if res.Verified {
 		rep.State = res.State.String()
 	}
-	code := http.StatusOK
-	var refused *rack.RefusedError
-	switch {
-	case err == nil:
-	case errors.As(err, &refused):
-		code, rep.Refused = http.StatusConflict, true
-	case errors.Is(err, rack.ErrUnconfirmed):
-		code = http.StatusGatewayTimeout
-	default:
-		code = http.StatusInternalServerError
-	}
+	code, reason, refused := releaseOutcome(err)
+	rep.Reason, rep.Refused = reason, refused
 	if err != nil {
 		rep.Error = err.Error()
+	}
+	switch code {
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+	case http.StatusUnprocessableEntity:
+		rep.Error += ` (in the request's body: "interface", and "server" for dhcpd's address on it)`
 	}
 	ev := a.log.Info()
 	if err != nil && !rep.Refused {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/release/rack"
 )
 
 // TestServeRelease goes through the agent's real handler and
@@ -40,13 +43,13 @@ func TestServeRelease(t *testing.T) {
 		want                     *ReleaseReport
 	}{
 		{name: "other MAC", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:99"}`, code: 409,
-			want: &ReleaseReport{IP: "203.0.113.100", MAC: "02:00:00:00:00:99", Refused: true,
+			want: &ReleaseReport{IP: "203.0.113.100", MAC: "02:00:00:00:00:99", Refused: true, Reason: "mac_mismatch",
 				Error: "refusing to release 203.0.113.100 for 02:00:00:00:00:99: the lease belongs to another MAC (its lease is held by 02:00:00:00:00:01); nothing sent"}},
 		{name: "no lease, unpadded MAC", method: "POST", path: "/leases/203.0.113.7/release", body: `{"mac":"2:0:0:0:0:1"}`, code: 409,
-			want: &ReleaseReport{IP: "203.0.113.7", MAC: "02:00:00:00:00:01", Refused: true,
+			want: &ReleaseReport{IP: "203.0.113.7", MAC: "02:00:00:00:00:01", Refused: true, Reason: "no_lease",
 				Error: "refusing to release 203.0.113.7 for 02:00:00:00:00:01: no lease for this address in dhcpd's leases file (" + leases + "); nothing sent"}},
 		{name: "no lease, MAC with dashes (as the CLI takes it)", method: "POST", path: "/leases/203.0.113.7/release", body: `{"mac":"02-00-00-00-00-01"}`, code: 409,
-			want: &ReleaseReport{IP: "203.0.113.7", MAC: "02:00:00:00:00:01", Refused: true,
+			want: &ReleaseReport{IP: "203.0.113.7", MAC: "02:00:00:00:00:01", Refused: true, Reason: "no_lease",
 				Error: "refusing to release 203.0.113.7 for 02:00:00:00:00:01: no lease for this address in dhcpd's leases file (" + leases + "); nothing sent"}},
 		{name: "no header", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, noHeader: true, code: 403},
 		{name: "remote client", method: "POST", path: "/leases/203.0.113.100/release", body: `{"mac":"02:00:00:00:00:01"}`, remote: "203.0.113.9:4000", code: 403},
@@ -259,5 +262,33 @@ func TestServeReleaseGuards(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"client":"orchestrator-7"`) || !strings.Contains(logs.String(), `"remote":"127.0.0.1:4000"`) {
 		t.Errorf("the release's log names neither the client nor the remote:\n%s", logs.String())
+	}
+}
+
+// TestReleaseOutcome: the status and reason a caller acts on, for each
+// outcome of rack.Release: a refusal for want of a lease of that MAC is
+// final (409), a file dhcpd is still writing is not (503), a choice of
+// interface is the caller's to make (422).
+func TestReleaseOutcome(t *testing.T) {
+	refused := func(why error) error { return &rack.RefusedError{Reason: why} }
+	for _, tc := range []struct {
+		err     error
+		code    int
+		reason  string
+		refused bool
+	}{
+		{nil, 200, "", false},
+		{refused(rack.ErrNoLease), 409, "no_lease", true},
+		{refused(rack.ErrNotActive), 409, "not_active", true},
+		{refused(rack.ErrMACMismatch), 409, "mac_mismatch", true},
+		{refused(rack.ErrUnreadable), 503, "unreadable", true},
+		{fmt.Errorf("release: %w", &rack.InterfaceError{}), 422, "interface", false},
+		{fmt.Errorf("release: %w", rack.ErrUnconfirmed), 504, "unconfirmed", false},
+		{errors.New("socket: operation not permitted"), 500, "failed", false},
+	} {
+		code, reason, ref := releaseOutcome(tc.err)
+		if code != tc.code || reason != tc.reason || ref != tc.refused {
+			t.Errorf("%v: %d %q %t, want %d %q %t", tc.err, code, reason, ref, tc.code, tc.reason, tc.refused)
+		}
 	}
 }

@@ -40,7 +40,7 @@ func pickInterface(ifs []ifaceInfo, ip netip.Addr, want string, server netip.Add
 	}
 	finish := func(ifc ifaceInfo) (ifaceInfo, netip.Addr, error) {
 		if ifc.Loopback || len(ifc.MAC) != 6 {
-			return ifaceInfo{}, netip.Addr{}, fmt.Errorf("interface %s has no Ethernet address (a bridge without ports has none): dhcpd receives through the Ethernet interface it serves", ifc.Name)
+			return ifaceInfo{}, netip.Addr{}, interfaceErrorf("interface %s has no Ethernet address (a bridge without ports has none): dhcpd receives through the Ethernet interface it serves", ifc.Name)
 		}
 		if server.IsValid() {
 			return ifc, server, nil
@@ -48,7 +48,7 @@ func pickInterface(ifs []ifaceInfo, ip netip.Addr, want string, server netip.Add
 		if a, ok := inSubnet(ifc); ok {
 			return ifc, a, nil
 		}
-		return ifaceInfo{}, netip.Addr{}, fmt.Errorf("interface %s has no address in a subnet holding %s: pass --server (dhcpd's address on %s)", ifc.Name, ip, ifc.Name)
+		return ifaceInfo{}, netip.Addr{}, interfaceErrorf("interface %s has no address in a subnet holding %s: pass --server (dhcpd's address on %s)", ifc.Name, ip, ifc.Name)
 	}
 
 	if want != "" {
@@ -57,7 +57,7 @@ func pickInterface(ifs []ifaceInfo, ip netip.Addr, want string, server netip.Add
 				return finish(ifc)
 			}
 		}
-		return ifaceInfo{}, netip.Addr{}, fmt.Errorf("no interface %q that is up", want)
+		return ifaceInfo{}, netip.Addr{}, interfaceErrorf("no interface %q that is up", want)
 	}
 	var cands []ifaceInfo
 	for _, ifc := range ifs {
@@ -74,7 +74,7 @@ func pickInterface(ifs []ifaceInfo, ip netip.Addr, want string, server netip.Add
 	}
 	switch len(cands) {
 	case 0:
-		return ifaceInfo{}, netip.Addr{}, fmt.Errorf("no interface has an address in a subnet holding %s (a relayed subnet?): pass --interface (one dhcpd serves) and --server (dhcpd's address on it)", ip)
+		return ifaceInfo{}, netip.Addr{}, interfaceErrorf("no interface has an address in a subnet holding %s (a relayed subnet?): pass --interface (one dhcpd serves) and --server (dhcpd's address on it)", ip)
 	case 1:
 		return finish(cands[0])
 	}
@@ -82,7 +82,7 @@ func pickInterface(ifs []ifaceInfo, ip netip.Addr, want string, server netip.Add
 	for i, c := range cands {
 		names[i] = c.Name
 	}
-	return ifaceInfo{}, netip.Addr{}, fmt.Errorf("interfaces %s all have an address in a subnet holding %s: pass --interface (the one dhcpd serves)", strings.Join(names, ", "), ip)
+	return ifaceInfo{}, netip.Addr{}, interfaceErrorf("interfaces %s all have an address in a subnet holding %s: pass --interface (the one dhcpd serves)", strings.Join(names, ", "), ip)
 }
 
 // systemInterfaces lists this network namespace's interfaces that are up.
@@ -120,4 +120,15 @@ func systemInterfaces() ([]ifaceInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// InterfaceError: no interface to send the release on could be chosen,
+// or the one named cannot carry it; the caller can name the interface
+// (and dhcpd's address on it) to send on.
+type InterfaceError struct{ msg string }
+
+func (e *InterfaceError) Error() string { return e.msg }
+
+func interfaceErrorf(format string, args ...any) error {
+	return &InterfaceError{fmt.Sprintf(format, args...)}
 }
