@@ -60,16 +60,18 @@ func releaseOutcome(err error) (code int, reason string, refused bool) {
 	switch {
 	case err == nil:
 		return http.StatusOK, "", false
-	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrUnreadable):
-		// A file dhcpd is still writing, most often: transient.
-		return http.StatusServiceUnavailable, "unreadable", true
-	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrNoLease):
-		return http.StatusConflict, "no_lease", true
-	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrNotActive):
-		return http.StatusConflict, "not_active", true
-	case errors.As(err, &ref) && errors.Is(ref.Reason, rack.ErrMACMismatch):
-		return http.StatusConflict, "mac_mismatch", true
 	case errors.As(err, &ref):
+		switch ref.Reason {
+		case rack.ErrUnreadable:
+			// A file dhcpd is still writing, most often: transient.
+			return http.StatusServiceUnavailable, "unreadable", true
+		case rack.ErrNoLease:
+			return http.StatusConflict, "no_lease", true
+		case rack.ErrNotActive:
+			return http.StatusConflict, "not_active", true
+		case rack.ErrMACMismatch:
+			return http.StatusConflict, "mac_mismatch", true
+		}
 		return http.StatusConflict, "refused", true
 	case errors.As(err, &ifc):
 		return http.StatusUnprocessableEntity, "interface", false
@@ -141,9 +143,13 @@ func (a *Agent) releaseAuth(g *releaseGate, h http.HandlerFunc) http.HandlerFunc
 			http.Error(w, "release.token_file: cannot read the token; see the agent's log", http.StatusInternalServerError)
 			return
 		}
-		// A request a proxy relayed (MAAS's squid on a region+rack host
-		// connects from loopback for any client on a MAAS subnet) is
-		// not a local caller's.
+		// A request a proxy relayed is not a local caller's: MAAS's squid
+		// on a region+rack host lets any client of a MAAS subnet reach
+		// ports 1025-65535 and connects from loopback
+		// (src/provisioningserver/templates/proxy/maas-proxy.conf.template:
+		// "http_access allow localnet", no deny of localhost as a
+		// destination); it strips X-Forwarded-For ("forwarded_for
+		// delete") but adds Via, squid's default.
 		for _, hd := range []string{"Via", "Forwarded", "X-Forwarded-For"} {
 			if r.Header.Get(hd) != "" {
 				if ok, left := g.logs.Allow("proxied"); ok {

@@ -213,7 +213,8 @@ func TestWrongTokensLoggedRarely(t *testing.T) {
 
 // TestServeReleaseGuards: a request a proxy relayed is refused before
 // the token is weighed (MAAS's squid on a region+rack host connects from
-// loopback for any client on a MAAS subnet: maas-proxy.conf.template);
+// loopback for any client on a MAAS subnet, adding Via:
+// src/provisioningserver/templates/proxy/maas-proxy.conf.template);
 // a second release while one is in flight is told to retry (503,
 // Retry-After), not queued behind it; and what is freed names who asked.
 func TestServeReleaseGuards(t *testing.T) {

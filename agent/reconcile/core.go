@@ -1611,7 +1611,7 @@ func (s *State) Snapshot(t *parser.Table, complete bool, now int64) (vanished in
 		vanished += s.neverShown(seen, now)
 	}
 	for ip, l := range s.File {
-		if !seen[ip] && s.dropped(ip, l, now, spoke(ip), slices.Contains(newPeers, s.pairOf(ip).Peer)) {
+		if !seen[ip] && s.dropped(ip, l, now, spoke(ip), len(newPeers) > 0 && slices.Contains(newPeers, s.pairOf(ip).Peer)) {
 			vanished++
 		}
 	}

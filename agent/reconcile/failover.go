@@ -97,6 +97,17 @@ func PeersIn(conf string) (Peers, error) {
 	return PeersOf(cfg), nil
 }
 
+// recorded returns p with the states of fs, the file's record for its
+// peer (withState), no longer new once the record shows this server in
+// normal with its partner: the partner then has what this side has.
+func (p Pair) recorded(fs *parser.FailoverState) Pair {
+	p = p.withState(fs)
+	if p.MyState == StateNormal {
+		p.New = false
+	}
+	return p
+}
+
 // withState returns p with the states of the file's record for its peer,
 // if fs is one.
 func (p Pair) withState(fs *parser.FailoverState) Pair {
@@ -184,10 +195,7 @@ func (s *State) failoverSeen(records []*parser.FailoverState) (fo FailoverFold) 
 			continue
 		}
 		before := p.Survivor()
-		*p = p.withState(fs)
-		if p.MyState == StateNormal {
-			p.New = false // the partner is in touch: it has what this side has
-		}
+		*p = p.recorded(fs)
 		s.freshState(p.Peer, fs.MyStateAt)
 		if p.partnerSpoke() {
 			fo.Spoke = true

@@ -211,8 +211,7 @@ func (s *State) Pairs() []Pair {
 // address that followed a pair and now follows none has the ends no hook
 // will tell scheduled (tellDissolved).
 func (s *State) SetPeers(p Peers) {
-	was := &State{Pair: s.Pair, peers: s.peers}
-	defer func() { s.tellDissolved(was) }()
+	defer s.tellDissolved(&State{Pair: s.Pair, peers: s.peers})
 	old := map[string]Pair{}
 	s.pairs(func(q *Pair) { old[q.Peer] = *q })
 	keep := func(n Pair) Pair {
@@ -228,8 +227,7 @@ func (s *State) SetPeers(p Peers) {
 		// pair may be in normal already.
 		np := Pair{Peer: n.Peer, Role: n.Role, New: !ok && s.Baselined}
 		if fs := s.undeclared[n.Peer]; fs != nil {
-			np = np.withState(fs)
-			np.New = np.New && np.MyState != StateNormal
+			np = np.recorded(fs)
 		}
 		return np
 	}
@@ -290,16 +288,16 @@ func (s *State) SetPeers(p Peers) {
 // touch until then, with such ends (TestLabHAOffInterrupted). A lease
 // the file shows ended while the pair spoke normally was freed on the
 // partner's ack, and its hook told it.
-func (s *State) tellDissolved(was *State) (n int) {
+func (s *State) tellDissolved(was *State) {
 	if (!was.Pair.InPair() && was.peers == nil) || (s.Pair == was.Pair && s.peers == was.peers) {
-		return 0 // no pair before, or nothing changed
+		return // no pair before, or nothing changed
 	}
 	if s.Hookless {
 		// The primary's agent told the ends from its file; a secondary's
 		// cannot tell which of its own the primary's file showed.
-		return 0
+		return
 	}
-	return s.tellUntold(func(ip netip.Addr) bool { return !s.pairOf(ip).InPair() && was.pairOf(ip).InPair() })
+	s.tellUntold(func(ip netip.Addr) bool { return !s.pairOf(ip).InPair() && was.pairOf(ip).InPair() })
 }
 
 func peerSetEqual(a, b *peerSet) bool {
