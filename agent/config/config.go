@@ -39,6 +39,12 @@ type Config struct {
 	Release   Release   `toml:"release"`
 	Pair      Pair      `toml:"pair"`
 	Log       Log       `toml:"log"`
+
+	// Rack is the MAAS rack whose values the keys RackKeys took, because
+	// the file and the overrides left their groups unset (ParseOn); nil
+	// when there is none.
+	Rack     *MAASRack `toml:"-"`
+	RackKeys []string  `toml:"-"`
 }
 
 // DHCPD says where dhcpd keeps its files. Empty optional paths switch the
@@ -204,6 +210,18 @@ func Default() *Config {
 	}
 }
 
+// DefaultOn is Default with the values of rack (nil: none) for every
+// group of RackGroups: an agent run without a file on a MAAS rack. A
+// rackd.conf that gave no region leaves region.url unset.
+func DefaultOn(rack *MAASRack) *Config {
+	c := Default()
+	if rack != nil {
+		c.Rack = rack
+		c.RackKeys, _ = rack.apply(c, func(string) bool { return false })
+	}
+	return c
+}
+
 // Load reads the file at path over the defaults, applies overrides
 // ("section.key=value", as from --set) in order, and validates the result.
 func Load(path string, overrides ...string) (*Config, error) {
@@ -221,6 +239,14 @@ func Load(path string, overrides ...string) (*Config, error) {
 // refuses a token file that group or others can access or that holds no
 // usable token: the agent must not start with a secret anyone can read.
 func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
+	return ParseOn(nil, r, name, overrides...)
+}
+
+// ParseOn is Parse on a host with a MAAS rack (nil: none): each group of
+// RackGroups that neither the file nor an override sets takes the rack's
+// values. A region the rack cannot give (rackd.conf unreadable) is told
+// as region.url's problem.
+func ParseOn(rack *MAASRack, r io.Reader, name string, overrides ...string) (*Config, error) {
 	c, fileProblems, lines, err := decode(r, name)
 	if err != nil {
 		return nil, err
@@ -234,6 +260,7 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 	if len(ps) > 0 {
 		return nil, fmt.Errorf("--set: %w", ps)
 	}
+	rackErr := c.applyRack(rack, lines, overrides)
 	if err := c.Validate(); err != nil || len(fileProblems) > 0 {
 		// Every problem at once: the file's unknown keys and wrong types,
 		// and the bad values Validate finds, but not in a section where
@@ -246,6 +273,11 @@ func Parse(r io.Reader, name string, overrides ...string) (*Config, error) {
 		var vps Problems
 		if err != nil && !errors.As(err, &vps) {
 			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for _, p := range vps {
+			if p.Key == "region.url" && rackErr != nil && errors.Is(p.Err, ErrRequired) {
+				p.Err = fmt.Errorf("not set, and %w", rackErr)
+			}
 		}
 		// A value the validation refuses is the override's when one set
 		// its key; the file's own problems (unknown keys, wrong types)
@@ -327,14 +359,49 @@ func Decode(r io.Reader, name string) (*Config, error) {
 // an agent still running on the file it read before an edit that broke
 // the file (its reload refused it).
 func DecodePartial(r io.Reader, name string) (c *Config, problems, err error) {
-	c, ps, _, err := decode(r, name)
+	return DecodePartialOn(nil, r, name)
+}
+
+// DecodePartialOn is DecodePartial on a host with a MAAS rack (nil:
+// none), whose values the groups the file leaves unset take (ParseOn).
+func DecodePartialOn(rack *MAASRack, r io.Reader, name string) (c *Config, problems, err error) {
+	c, ps, lines, err := decode(r, name)
 	if err != nil {
 		return nil, nil, err
 	}
+	c.applyRack(rack, lines, nil)
 	if len(ps) > 0 {
 		return c, fmt.Errorf("%s: %w", name, ps), nil
 	}
 	return c, nil, nil
+}
+
+// applyRack gives c the values of rack (nil: none) for each group of
+// RackGroups whose keys neither the file (lines: the keys it has) nor an
+// override sets, and records which (Rack, RackKeys). A region.url or
+// other_urls set empty is no region: the shipped file's url = "" leaves
+// the region to the rack. It returns why the region group, left to the
+// rack, got no value.
+func (c *Config) applyRack(rack *MAASRack, lines map[string]int, overrides []string) error {
+	if rack == nil {
+		return nil
+	}
+	empty := map[string]bool{"region.url": c.Region.URL == "", "region.other_urls": len(c.Region.OtherURLs) == 0}
+	set := func(key string) bool {
+		if empty[key] {
+			return false
+		}
+		if _, ok := lines[key]; ok {
+			return true
+		}
+		return slices.ContainsFunc(overrides, func(o string) bool {
+			k, _, _ := strings.Cut(o, "=")
+			return strings.TrimSpace(k) == key
+		})
+	}
+	keys, err := rack.apply(c, set)
+	c.Rack, c.RackKeys = rack, keys
+	return err
 }
 
 // section is a key's section: "region" for "region.url" and "region".
@@ -614,6 +681,9 @@ func (c *Config) fields() []keyField {
 	var fs []keyField
 	cv := reflect.ValueOf(c).Elem()
 	for i := range cv.NumField() {
+		if tagName(cv.Type().Field(i)) == "-" {
+			continue // not a section of the file
+		}
 		sec := cv.Field(i)
 		for j := range sec.NumField() {
 			key := tagName(cv.Type().Field(i)) + "." + tagName(sec.Type().Field(j))

@@ -163,6 +163,9 @@ stderr and in the log.`,
 				if err := agent.CheckRegion(cfg); err != nil {
 					return fmt.Errorf("config %s: %w", configPath, err)
 				}
+				if cfg.Rack != nil {
+					fmt.Fprintf(env.Stdout, "# %s\n# keys: %s\n\n", cfg.Rack.Describe(cfg.RackKeys), strings.Join(cfg.RackKeys, ", "))
+				}
 				return cfg.WriteTOML(env.Stdout)
 			}
 			// SIGTERM and SIGINT cancel cmd.Context() (Main), and the
@@ -196,11 +199,19 @@ func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config,
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
-	cfg, err := config.Parse(f, path, overrides...)
+	cfg, err := config.ParseOn(env.rack(), f, path, overrides...)
 	if err != nil {
 		return nil, fmt.Errorf("config %w", err)
 	}
 	return cfg, nil
+}
+
+// logRack tells which keys a MAAS rack gave their values, and from where.
+func logRack(log zerolog.Logger, cfg *config.Config) {
+	if cfg.Rack != nil {
+		log.Info().Str("maas_rack", cfg.Rack.Kind).Str("rackd_conf", cfg.Rack.RackdConf).Strs("keys", cfg.RackKeys).
+			Msg(cfg.Rack.Describe(cfg.RackKeys))
+	}
 }
 
 // runAgent runs the agent until ctx ends (Main cancels it on SIGTERM or
@@ -213,6 +224,7 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*c
 	level.set(cfg.Log.Level)
 	root := newLogger(env.Stderr, cfg.Log, level, env.Now)
 	log := root.With().Str("component", "main").Logger()
+	logRack(log, cfg)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -268,6 +280,7 @@ func reload(a *agent.Agent, load func() (*config.Config, error), level *levelSam
 		return
 	}
 	changed := config.Diff(a.Config(), cfg)
+	logRack(log, cfg)
 	if err := a.Reload(cfg); err != nil {
 		log.Error().Err(err).Strs("changed", changed).Msg("reload refused: a part cannot take the new configuration; the running configuration stays in force, every key of it")
 		return
@@ -373,7 +386,7 @@ func decodeAgentConfigAs(env *Env, path string, strict bool) (*config.Config, er
 	f, err := env.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if path == config.DefaultPath {
-			return config.Default(), nil
+			return config.DefaultOn(env.rack()), nil
 		}
 		return nil, fmt.Errorf("config: %w (--config names no file; the agent's is %s unless its unit says otherwise)", err, config.DefaultPath)
 	}
@@ -386,7 +399,7 @@ func decodeAgentConfigAs(env *Env, path string, strict bool) (*config.Config, er
 	// operator command still reaches that agent, on the keys that are
 	// right, and says so. It used to stop at the problems (a cold
 	// review), just when the operator needs status.
-	cfg, problems, err := config.DecodePartial(f, path)
+	cfg, problems, err := config.DecodePartialOn(env.rack(), f, path)
 	if err == nil && strict && problems != nil {
 		err = problems
 	}

@@ -174,7 +174,7 @@ func TestRunAgentSignals(t *testing.T) {
 		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "control.sock"))
 	path := writeFile(t, "lk.toml", base)
 	var logs syncBuffer
-	env := &Env{Version: "test", Stderr: &logs}
+	env := &Env{Version: "test", Stderr: &logs, Root: t.TempDir()}
 	env.defaults()
 	cfg, err := loadAgentConfig(env, path, nil)
 	if err != nil {

@@ -40,6 +40,9 @@ the region settings, and say:
   agent-access   whether the agent's user can read dhcpd.conf, the leases
                  files and the certificates (MAAS writes its dhcpd.conf
                  readable by root only; then the agent cannot tell the mode)
+  maas-rack      the MAAS rack found on this host (deb or snap) and the keys it
+                 gives the values of (the file leaves them unset), or a
+                 region.url that names none of rackd.conf's maas_url hosts
   region-url     port 5242 and the internal leases endpoint
   certificates   the rack's client certificate, key and MAAS's CA
   region         one TLS connection to the region with the client certificate
@@ -61,8 +64,11 @@ found (or on an error), 2 on a usage error.`,
 			if err != nil {
 				return err
 			}
-			cfg, err := config.Decode(f, configPath)
+			cfg, problems, err := config.DecodePartialOn(env.rack(), f, configPath)
 			f.Close()
+			if err == nil && problems != nil {
+				err = problems
+			}
 			if err != nil {
 				return err
 			}

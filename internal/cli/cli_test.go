@@ -15,9 +15,16 @@ import (
 // stderr and the exit status main would use.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return runIn(t, t.TempDir(), args...) // no MAAS rack, whatever this machine has
+}
+
+// runIn is run on a host whose files are under dir (a MAAS rack's, say).
+func runIn(t *testing.T, dir string, args ...string) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	root := New(Env{
 		Version: "test",
+		Root:    dir,
 		Stdout:  &out,
 		Stderr:  &errb,
 		Now:     func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) },

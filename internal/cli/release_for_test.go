@@ -100,7 +100,7 @@ func TestReleaseForOptions(t *testing.T) {
 			var got rack.Options
 			// The default config path answers missing, whatever this
 			// machine has there.
-			env := &Env{Open: func(p string) (io.ReadCloser, error) {
+			env := &Env{Root: t.TempDir(), Open: func(p string) (io.ReadCloser, error) {
 				if p == config.DefaultPath {
 					return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
 				}
@@ -127,7 +127,7 @@ func TestReleaseForOptions(t *testing.T) {
 	}
 	// A configuration that does not decode is an error (exit 1), which
 	// says the other way to name the file.
-	env := &Env{}
+	env := &Env{Root: t.TempDir()}
 	env.defaults()
 	cmd := releaseForCmd(env, true, &rack.Options{})
 	cmd.SetArgs([]string{"--for", "203.0.113.100", "--mac", "02:00:00:0a:0b:0c", "--config", badConf})
@@ -158,7 +158,7 @@ func TestReleaseForRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			env := &Env{Stdout: &out, Stderr: &errb, Now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
+			env := &Env{Root: t.TempDir(), Stdout: &out, Stderr: &errb, Now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
 			env.defaults()
 			cmd := releaseForCmd(env, true, nil)
 			cmd.SetArgs([]string{"--for", tc.ip, "--mac", tc.mac, "--leases", path})

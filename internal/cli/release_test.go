@@ -55,7 +55,7 @@ func TestReleaseHelperProcess(t *testing.T) {
 func runRelease(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	env := Env{Stdout: &out, Stderr: &errb, Now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
+	env := Env{Root: t.TempDir(), Stdout: &out, Stderr: &errb, Now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
 	env.defaults()
 	cmd := newReleaseCmd(&env)
 	cmd.SetArgs(args)

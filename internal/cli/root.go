@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/hooksock"
 	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
@@ -25,7 +26,14 @@ type Env struct {
 	Stderr  io.Writer
 	Now     func() time.Time
 	Open    func(path string) (io.ReadCloser, error)
+	// Root is where a MAAS rack is looked for (config.FindMAASRack):
+	// "" is "/", the host; tests give a directory of their own.
+	Root string
 }
+
+// rack is the MAAS rack installed under e.Root, nil when there is none:
+// the groups of keys a configuration leaves unset take its values.
+func (e *Env) rack() *config.MAASRack { return config.FindMAASRack(e.Root) }
 
 func (e *Env) defaults() {
 	if e.Stdout == nil {
@@ -42,6 +50,9 @@ func (e *Env) defaults() {
 	}
 	if e.Version == "" {
 		e.Version = "dev"
+	}
+	if e.Root == "" {
+		e.Root = "/"
 	}
 }
 

@@ -183,6 +183,7 @@ func Run(ctx context.Context, o Options) *Report {
 	r.agentAccess(o.AgentUser, r.Mode, r.Mode6, c, creds, caps)
 	r.failover(c.DHCPD.Config, c.Pair.On())
 	r.dhcpv6(c, r.Mode6)
+	r.rack(c)
 	r.region(ctx, o)
 	for _, f := range r.Findings {
 		if f.Severity == Problem {
@@ -543,10 +544,40 @@ func (r *Report) dhcpv6(c *config.Config, d6 *reconcile.Detection) {
 
 // region checks [region]: the URL, the certificates, and one TLS
 // connection with a GET (never a POST: no event is sent).
+// rack says what the MAAS rack on this host gave the configuration
+// (config.ParseOn), and whether a region.url the file sets is one of the
+// region controllers rackd.conf names.
+func (r *Report) rack(c *config.Config) {
+	rk := c.Rack
+	if rk == nil {
+		return
+	}
+	r.add(OK, "maas-rack", rk.Describe(c.RackKeys)+".", "")
+	if slices.Contains(c.RackKeys, "region.url") || rk.RegionErr != nil || c.Region.URL == "" {
+		return
+	}
+	ours := map[string]bool{}
+	for _, raw := range rk.RegionURLs {
+		if u, err := url.Parse(raw); err == nil {
+			ours[strings.ToLower(u.Hostname())] = true
+		}
+	}
+	for _, raw := range append([]string{c.Region.URL}, c.Region.OtherURLs...) {
+		if u, err := url.Parse(raw); err == nil && !ours[strings.ToLower(u.Hostname())] {
+			r.add(Note, "maas-rack", fmt.Sprintf("region.url or other_urls names %s, a host that %s's maas_url does not (%s): a name of its own for the same region, or another region than this rack's?", u.Hostname(), rk.RackdConf, strings.Join(rk.RegionURLs, ", ")),
+				"leave url and other_urls out of [region] to deliver where rackd.conf says, as MAAS's own agent does")
+		}
+	}
+}
+
 func (r *Report) region(ctx context.Context, o Options) {
 	c := &o.Config.Region
 	if c.URL == "" {
-		r.add(Problem, "region-url", "region.url is not set: the agent does not start.", "set [region] url = \"https://REGION:5242"+leasesPath+"\"")
+		msg := "region.url is not set: the agent does not start."
+		if rk := o.Config.Rack; rk != nil && rk.RegionErr != nil {
+			msg = "region.url is not set, and " + rk.RegionErr.Error() + ": the agent does not start."
+		}
+		r.add(Problem, "region-url", msg, "set [region] url = \"https://REGION:5242"+leasesPath+"\"")
 		return
 	}
 	u, err := url.Parse(c.URL)
