@@ -52,6 +52,9 @@ var RackGroups = [][]string{
 type maasLayout struct {
 	kind      string
 	rackdConf string
+	// installed is a file the install has while it is installed (a
+	// removed deb leaves its configuration behind); "" for none.
+	installed string
 	// notRack is a file whose content, when it is one of notRackModes,
 	// says the install runs no rack (the snap's snap_mode).
 	notRack  string
@@ -72,6 +75,9 @@ var maasLayouts = []maasLayout{
 	{
 		kind:      "deb",
 		rackdConf: "/etc/maas/rackd.conf",
+		// maas-rack-controller's, 3.5 to 3.8 (a diversion to
+		// leasekeeper-hook keeps the name).
+		installed: "/usr/sbin/maas-dhcp-helper",
 		dhcpd: DHCPD{
 			Leases:  "/var/lib/maas/dhcp/dhcpd.leases",
 			Config:  "/var/lib/maas/dhcpd.conf",
@@ -124,8 +130,9 @@ const maxRackdConf = 1 << 20
 
 // FindMAASRack looks for a MAAS rack controller under root ("/" on a
 // host; a test's directory otherwise) and returns it, or nil when there is
-// none: neither the deb's nor the snap's rackd.conf, or a snap that runs
-// no rack. Where both are installed the deb is taken. Its paths are under
+// none: neither the deb's rackd.conf with its helper installed nor the
+// snap's, or a snap that runs no rack. Where both are installed the deb
+// is taken. Its paths are under
 // root. It only reads rackd.conf (and the snap's mode) and looks whether
 // files exist.
 func FindMAASRack(root string) *MAASRack {
@@ -133,6 +140,9 @@ func FindMAASRack(root string) *MAASRack {
 	for _, l := range maasLayouts {
 		l = l.under(root)
 		if _, err := os.Lstat(l.rackdConf); err != nil {
+			continue
+		}
+		if l.installed != "" && !exists(l.installed) {
 			continue
 		}
 		if l.notRack != "" {
@@ -171,7 +181,7 @@ func (l maasLayout) under(root string) maasLayout {
 			*p = filepath.Join(root, *p)
 		}
 	}
-	for _, p := range []*string{&l.rackdConf, &l.notRack, &l.dhcpd.Leases, &l.dhcpd.Config, &l.dhcpd.PIDFile, &l.dhcpd.Leases6, &l.dhcpd.Config6} {
+	for _, p := range []*string{&l.rackdConf, &l.installed, &l.notRack, &l.dhcpd.Leases, &l.dhcpd.Config, &l.dhcpd.PIDFile, &l.dhcpd.Leases6, &l.dhcpd.Config6} {
 		at(p)
 	}
 	l.certDirs = slices.Clone(l.certDirs)

@@ -72,6 +72,7 @@ func rackTree(t *testing.T, files map[string]string) string {
 // src/provisioningserver/certificates.py for the certificates).
 func TestFindMAASRack(t *testing.T) {
 	const rackd = "maas_url: http://10.0.0.2:5240/MAAS\n"
+	const helper = "/usr/sbin/maas-dhcp-helper" // maas-rack-controller's
 	agentCerts := func(dir string) map[string]string {
 		return map[string]string{dir + "/agent.crt": "", dir + "/agent.key": "", dir + "/ca.pem": ""}
 	}
@@ -101,19 +102,19 @@ func TestFindMAASRack(t *testing.T) {
 	}{
 		{"nothing", nil, "", DHCPD{}, "", "", ""},
 		{"MAAS's data without a rack", map[string]string{"/var/lib/maas/dhcpd.conf": "", "/etc/maas/regiond.conf": ""}, "", DHCPD{}, "", "", ""},
-		{"deb 3.8", with(map[string]string{"/etc/maas/rackd.conf": rackd}, agentCerts("/var/lib/maas/certificates")),
+		{"deb 3.8", with(map[string]string{helper: "", "/etc/maas/rackd.conf": rackd}, agentCerts("/var/lib/maas/certificates")),
 			"deb", debDHCPD, "/var/lib/maas/certificates/agent.crt", "agent", ""},
-		{"deb 3.6: cluster certificates", with(map[string]string{"/etc/maas/rackd.conf": rackd}, clusterCerts("/var/lib/maas/certificates")),
+		{"deb 3.6: cluster certificates", with(map[string]string{helper: "", "/etc/maas/rackd.conf": rackd}, clusterCerts("/var/lib/maas/certificates")),
 			"deb", debDHCPD, "/var/lib/maas/certificates/cluster.pem", "cluster", ""},
-		{"deb, a set of agent certificates not whole", with(map[string]string{"/etc/maas/rackd.conf": rackd, "/var/lib/maas/certificates/agent.crt": ""}, clusterCerts("/var/lib/maas/certificates")),
+		{"deb, a set of agent certificates not whole", with(map[string]string{helper: "", "/etc/maas/rackd.conf": rackd, "/var/lib/maas/certificates/agent.crt": ""}, clusterCerts("/var/lib/maas/certificates")),
 			"deb", debDHCPD, "/var/lib/maas/certificates/cluster.pem", "cluster", ""},
-		{"deb not registered: 3.8's names", map[string]string{"/etc/maas/rackd.conf": rackd},
+		{"deb not registered: 3.8's names", map[string]string{helper: "", "/etc/maas/rackd.conf": rackd},
 			"deb", debDHCPD, "/var/lib/maas/certificates/agent.crt", "", ""},
-		{"deb with dhcpd -6's leases file", map[string]string{"/etc/maas/rackd.conf": rackd, "/var/lib/maas/dhcp/dhcpd6.leases": ""},
+		{"deb with dhcpd -6's leases file", map[string]string{helper: "", "/etc/maas/rackd.conf": rackd, "/var/lib/maas/dhcp/dhcpd6.leases": ""},
 			"deb", with6(debDHCPD, "/var/lib/maas/dhcp/dhcpd6.leases", "/var/lib/maas/dhcpd6.conf"), "/var/lib/maas/certificates/agent.crt", "", ""},
-		{"deb with dhcpd6.conf", map[string]string{"/etc/maas/rackd.conf": rackd, "/var/lib/maas/dhcpd6.conf": ""},
+		{"deb with dhcpd6.conf", map[string]string{helper: "", "/etc/maas/rackd.conf": rackd, "/var/lib/maas/dhcpd6.conf": ""},
 			"deb", with6(debDHCPD, "/var/lib/maas/dhcp/dhcpd6.leases", "/var/lib/maas/dhcpd6.conf"), "/var/lib/maas/certificates/agent.crt", "", ""},
-		{"deb, rackd.conf not YAML", map[string]string{"/etc/maas/rackd.conf": "maas_url: [\n"},
+		{"deb, rackd.conf not YAML", map[string]string{helper: "", "/etc/maas/rackd.conf": "maas_url: [\n"},
 			"deb", debDHCPD, "/var/lib/maas/certificates/agent.crt", "", "/etc/maas/rackd.conf: not YAML"},
 		{"snap region+rack", with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "all\n"}, agentCerts("/var/snap/maas/current/certificates")),
 			"snap", snapDHCPD, "/var/snap/maas/current/certificates/agent.crt", "agent", ""},
@@ -125,7 +126,10 @@ func TestFindMAASRack(t *testing.T) {
 			"snap", with6(snapDHCPD, "/var/snap/maas/common/maas/dhcp/dhcpd6.leases", "/var/snap/maas/common/maas/dhcpd6.conf"), "/var/snap/maas/current/certificates/agent.crt", "", ""},
 		{"snap region only", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "region\n"}, "", DHCPD{}, "", "", ""},
 		{"snap not initialised", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "none"}, "", DHCPD{}, "", "", ""},
-		{"deb and snap: the deb", map[string]string{"/etc/maas/rackd.conf": rackd, "/var/snap/maas/current/rackd.conf": rackd},
+		{"a removed deb's rackd.conf", map[string]string{"/etc/maas/rackd.conf": rackd}, "", DHCPD{}, "", "", ""},
+		{"a removed deb's rackd.conf and the snap: the snap", map[string]string{"/etc/maas/rackd.conf": rackd, "/var/snap/maas/current/rackd.conf": rackd},
+			"snap", snapDHCPD, "/var/snap/maas/current/certificates/agent.crt", "", ""},
+		{"deb and snap: the deb", map[string]string{helper: "", "/etc/maas/rackd.conf": rackd, "/var/snap/maas/current/rackd.conf": rackd},
 			"deb", debDHCPD, "/var/lib/maas/certificates/agent.crt", "", ""},
 	}
 	for _, tc := range tests {

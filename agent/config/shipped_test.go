@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,56 +90,25 @@ const conffile = "../../packaging/etc/leasekeeper/leasekeeper.toml"
 
 // TestConffile keeps the package's /etc/leasekeeper/leasekeeper.toml (a
 // conffile: kept short so that upgrades rarely ask about it) honest. As
-// shipped it means the same as an empty file and the agent refuses it until
-// the region is set. Each commented-out block of it ("#[section]" and the
-// "#key = value" lines after it), uncommented, is a valid setting whose
-// values are the ones the reference file documents.
+// shipped it means the same as an empty file: the agent refuses it until
+// the region is set, and on a MAAS rack every group of RackGroups takes
+// the rack's values (its url = "" is no region).
 func TestConffile(t *testing.T) {
-	b, c := readDefaults(t, conffile)
+	_, c := readDefaults(t, conffile)
 	needsRegionOnly(t, c, conffile)
-	ref, err := os.ReadFile(shipped)
+	f, err := os.Open(conffile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := keyDocs(string(ref))
-
-	var blocks [][]string
-	for i, l := range strings.Split(string(b), "\n") {
-		switch {
-		case strings.HasPrefix(l, "#["):
-			blocks = append(blocks, []string{l[1:]})
-		case strings.HasPrefix(l, "#") && strings.Contains(l, " = ") && !strings.HasPrefix(l, "# "):
-			if len(blocks) == 0 {
-				t.Errorf("%s:%d: %q is under no commented-out [section]", conffile, i+1, l)
-				continue
-			}
-			blocks[len(blocks)-1] = append(blocks[len(blocks)-1], l[1:])
-		default:
-			if len(blocks) > 0 && len(blocks[len(blocks)-1]) == 1 {
-				t.Errorf("%s: commented-out %s sets nothing", conffile, blocks[len(blocks)-1][0])
-			}
-		}
+	defer f.Close()
+	rack := &MAASRack{Kind: "deb", RegionURLs: []string{"https://r:5242/MAAS/a/v3internal/leases"},
+		DHCPD: DHCPD{Leases: "/var/lib/maas/dhcp/dhcpd.leases"}, CertFile: "/c", KeyFile: "/k", CAFile: "/a"}
+	got, err := ParseOn(rack, f, conffile)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(blocks) != 2 {
-		t.Errorf("%s: %d commented-out blocks, want 2 (MAAS deb and snap)", conffile, len(blocks))
-	}
-	for _, blk := range blocks {
-		text := string(b) + "\n" + strings.Join(blk, "\n") + "\n"
-		got, err := Decode(strings.NewReader(text), conffile)
-		if err != nil {
-			t.Errorf("%s uncommented: %v", blk[0], err)
-			continue
-		}
-		if cmp.Equal(Default(), got) {
-			t.Errorf("%s uncommented changes nothing", blk[0])
-		}
-		section := strings.Trim(blk[0], "[]")
-		for _, kv := range blk[1:] {
-			k, v, _ := strings.Cut(kv, " = ")
-			if !strings.Contains(docs[section+"."+k], v) {
-				t.Errorf("%s: %s: value %s is not one %s documents for %s.%s", conffile, kv, v, shipped, section, k)
-			}
-		}
+	if want := slices.Concat(RackGroups...); !slices.Equal(got.RackKeys, want) {
+		t.Errorf("on a MAAS rack it leaves the rack %q, want %q", got.RackKeys, want)
 	}
 }
 

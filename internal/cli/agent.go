@@ -90,6 +90,20 @@ lists comma-separated ("0,108"; "https://r1:5242/…,https://r2:5242/…")
 or as a TOML array (["https://r1:5242/…"]); an empty value empties a
 list.
 
+On a MAAS rack controller (the deb's /etc/maas/rackd.conf while
+maas-rack-controller is installed, or the snap's
+/var/snap/maas/current/rackd.conf where the snap runs a rack) a group of
+keys that neither the file nor --set gives a value takes the rack's:
+  region.url, other_urls   the internal API on each host of rackd.conf's
+                           maas_url (https, port 5242), as MAAS's own rack
+                           agent reaches the region; url = "" is unset
+  region.cert_file,        the rack's certificate, key and MAAS's CA
+  key_file, ca_file        (3.8+ agent.*, else 3.6/3.7 cluster.*)
+  [dhcpd]'s five keys      MAAS's dhcpd files (dhcpd -6's when it has one)
+A group with one key set keeps the file's values and the defaults for
+the rest. The log and --print-config say what the rack gave; a reload
+reads rackd.conf again.
+
 Signals:
   SIGTERM, SIGINT  stop: take no new work, flush what can be flushed within
                    a bound, persist, exit 0. A second signal kills at once.

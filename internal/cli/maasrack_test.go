@@ -22,6 +22,13 @@ func maasDebRack(t *testing.T, maasURL string) string {
 	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: "+maasURL+"\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
+	// maas-rack-controller's helper: the deb is installed.
+	if err := os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/sbin/maas-dhcp-helper"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := regionstub.LoadOrCreatePKI(filepath.Join(root, "var/lib/maas/certificates")); err != nil {
 		t.Fatal(err)
 	}
