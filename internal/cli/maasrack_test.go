@@ -1,11 +1,19 @@
 package cli
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
 
@@ -91,5 +99,107 @@ func TestCheckMAASRack(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestAgentDeliversOnMAASRack runs the agent on a MAAS deb rack's files
+// with the package's configuration file as shipped: it follows MAAS's
+// dhcpd.leases and delivers its lease to the region rackd.conf's
+// maas_url names, on port 5242 over mutual TLS with the rack's
+// certificate (a region stub on a loopback address of its own); a reload
+// after maas_url changed follows it.
+func TestAgentDeliversOnMAASRack(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	t.Setenv("WATCHDOG_USEC", "")
+	stub, err := regionstub.Start(regionstub.Options{Addr: "127.0.0.3:5242"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Skip("127.0.0.3:5242 is taken on this host (a MAAS region listening on every address?)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Close()
+	root := maasDebRack(t, "http://127.0.0.3:5240/MAAS")
+	certs := filepath.Join(root, "var/lib/maas/certificates")
+	if _, err := stub.WriteRackFiles(certs, "rack-1"); err != nil {
+		t.Fatal(err)
+	}
+	writeAt := func(p, s string) {
+		t.Helper()
+		p = filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// MAAS's dhcpd.conf, here without hooks: every event from the file.
+	writeAt("var/lib/maas/dhcpd.conf", "subnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n")
+	lease := func(ip, mac string) string {
+		now, end := time.Now().UTC().Format("0 2006/01/02 15:04:05"), time.Now().Add(time.Hour).UTC().Format("0 2006/01/02 15:04:05")
+		return fmt.Sprintf("lease %s {\n  starts %s;\n  ends %s;\n  cltt %s;\n  binding state active;\n  next binding state free;\n  hardware ethernet %s;\n}\n", ip, now, end, now, mac)
+	}
+	leases := filepath.Join(root, "var/lib/maas/dhcp/dhcpd.leases")
+	writeAt("var/lib/maas/dhcp/dhcpd.leases", lease("203.0.113.11", "02:00:00:00:00:11"))
+
+	dir := t.TempDir()
+	shipped, err := os.ReadFile("../../packaging/etc/leasekeeper/leasekeeper.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, "lk.toml", string(shipped)+fmt.Sprintf("\n[hook]\nsocket = %q\nspool = %q\n[state]\ndir = %q\n"+
+		"[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[log]\nformat = \"json\"\n",
+		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "control.sock")))
+	var logs syncBuffer
+	env := &Env{Version: "test", Stderr: &logs, Root: root}
+	env.defaults()
+	cfg, err := loadAgentConfig(env, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	done := make(chan error, 1)
+	go func() {
+		done <- runAgent(ctx, env, cfg, func() (*config.Config, error) { return loadAgentConfig(env, path, nil) }, sigs, func() {})
+	}()
+	logs.waitFor(t, `"maas_rack":"deb"`)
+	logs.waitFor(t, `"message":"following dhcpd.leases"`)
+	// The file at the first start is the baseline; dhcpd's next commit:
+	f, err := os.OpenFile(leases, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(lease("203.0.113.12", "02:00:00:00:00:12")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := stub.WaitFunc(wctx, func(items []event.RegionItem) bool {
+		return slices.ContainsFunc(items, func(it event.RegionItem) bool { return it.IP == "203.0.113.12" && it.Action == "commit" })
+	}); err != nil {
+		t.Fatalf("the lease did not reach the region: %v\n%s", err, logs.String())
+	}
+	if b := stub.Batches(); b[0].ClientCN != "rack-1" {
+		t.Errorf("delivered with certificate %q, want the rack's", b[0].ClientCN)
+	}
+
+	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: [http://127.0.0.4:5240/MAAS, http://127.0.0.3:5240/MAAS]\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	sigs <- syscall.SIGHUP
+	logs.waitFor(t, `"changed":["region.url","region.other_urls"]`)
+
+	stop(stopSignal{syscall.SIGTERM})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("runAgent: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("runAgent did not return after SIGTERM")
 	}
 }
