@@ -132,9 +132,8 @@ const maxRackdConf = 1 << 20
 // host; a test's directory otherwise) and returns it, or nil when there is
 // none: neither the deb's rackd.conf with its helper installed nor the
 // snap's, or a snap that runs no rack. Where both are installed the deb
-// is taken. Its paths are under
-// root. It only reads rackd.conf (and the snap's mode) and looks whether
-// files exist.
+// is taken. Its paths are under root. It only reads rackd.conf (and the
+// snap's mode) and looks whether files exist.
 func FindMAASRack(root string) *MAASRack {
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	for _, l := range maasLayouts {

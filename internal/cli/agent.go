@@ -71,6 +71,7 @@ func newAgentCmd(env *Env) *cobra.Command {
 		logLevel    string
 		printConfig bool
 		printRef    bool
+		ifRegion    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent [--config FILE] [--set section.key=value]...",
@@ -137,6 +138,9 @@ stderr and in the log.`,
                     --set metrics.listen=127.0.0.1:0 --log-level debug`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ifRegion {
+				return regionKnown(env, configPath, sets)
+			}
 			if printRef {
 				if printConfig {
 					return usageError{errors.New("--print-reference and --print-config: one at a time")}
@@ -202,6 +206,7 @@ stderr and in the log.`,
 	f.StringVar(&logLevel, "log-level", "", "same as --set log.level=LEVEL (trace, debug, info, warn, error)")
 	f.BoolVar(&printConfig, "print-config", false, "validate the configuration and the region's certificate, key and token files as start does, print it with defaults filled in, and exit")
 	f.BoolVar(&printRef, "print-reference", false, "print the reference configuration (every key with its default and what it does; no file is read) and exit")
+	f.BoolVar(&ifRegion, "has-region", false, "exit 0 unless region.url was never set (neither the file nor --set sets it, and no MAAS rack gives it), then say so and exit 1; for the unit's ExecCondition=, which skips an agent not configured yet rather than fail it (a file with errors exits 0: the start says what is wrong)")
 	return cmd
 }
 
@@ -218,6 +223,34 @@ func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config,
 		return nil, fmt.Errorf("config %w", err)
 	}
 	return cfg, nil
+}
+
+// regionKnown is agent --has-region: an error (exit 1) only when the
+// configuration at path, with sets, leaves region.url unset and no MAAS
+// rack gives it. Every other problem is the start's to report (nil).
+func regionKnown(env *Env, path string, sets []string) error {
+	f, err := env.Open(path)
+	if err != nil {
+		return nil // a missing file too: the start refuses it
+	}
+	defer f.Close()
+	c, problems, err := config.DecodePartialOn(env.rack(), f, path)
+	if err != nil || problems != nil {
+		return nil
+	}
+	for _, s := range sets {
+		if k, v, ok := strings.Cut(s, "="); ok && strings.TrimSpace(k) == "region.url" {
+			c.Region.URL = v
+		}
+	}
+	if c.Region.URL != "" {
+		return nil
+	}
+	why := "no MAAS rack controller was found here to take it from"
+	if c.Rack != nil && c.Rack.RegionErr != nil {
+		why = c.Rack.RegionErr.Error()
+	}
+	return fmt.Errorf("region.url is not set in %s, and %s: the agent is not started until it is (set [region] url, then systemctl start leasekeeper)", path, why)
 }
 
 // logRack tells which keys a MAAS rack gave their values, and from where.

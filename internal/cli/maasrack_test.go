@@ -203,3 +203,39 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 		t.Fatal("runAgent did not return after SIGTERM")
 	}
 }
+
+// TestAgentHasRegion: --has-region, the unit's ExecCondition=, fails
+// (exit 1: systemd skips the start) only for an agent whose region was
+// never set; every other problem is left to the start (exit 0).
+func TestAgentHasRegion(t *testing.T) {
+	rack := maasDebRack(t, "http://127.0.0.1:5240/MAAS")
+	shipped := "../../packaging/etc/leasekeeper/leasekeeper.toml"
+	set := writeFile(t, "set.toml", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n")
+	broken := writeFile(t, "broken.toml", "[region]\nurl = 5\n")
+	for _, tc := range []struct {
+		name, root, config string
+		args               []string
+		code               int
+	}{
+		{"the shipped file, no rack", "", shipped, nil, 1},
+		{"the shipped file on a MAAS rack", rack, shipped, nil, 0},
+		{"url set", "", set, nil, 0},
+		{"url by --set", "", shipped, []string{"--set", "region.url=https://r:5242/MAAS/a/v3internal/leases"}, 0},
+		{"a file with errors: the start says them", "", broken, nil, 0},
+		{"no file at the path given: the start says it", "", filepath.Join(t.TempDir(), "nope.toml"), nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := tc.root
+			if root == "" {
+				root = t.TempDir()
+			}
+			_, stderr, code := runIn(t, root, append([]string{"agent", "--config", tc.config, "--has-region"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, stderr)
+			}
+			if code == 1 && !strings.Contains(stderr, "region.url is not set in "+tc.config+", and no MAAS rack controller was found here to take it from: the agent is not started") {
+				t.Errorf("stderr %q", stderr)
+			}
+		})
+	}
+}
