@@ -166,31 +166,10 @@ func (s *syncBuffer) waitFor(t *testing.T, want string) {
 // SIGTERM, as Main passes it on (the context cancelled with the signal as
 // its cause), stops cleanly, names the signal and lets a second one kill.
 func TestRunAgentSignals(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", "")
-	t.Setenv("WATCHDOG_USEC", "")
-	dir := t.TempDir()
-	base := fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/leases\"\n[hook]\nsocket = %q\nspool = %q\n[state]\ndir = %q\n"+
-		"[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[log]\nformat = \"json\"\n",
-		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "control.sock"))
+	base := "[region]\nurl = \"http://127.0.0.1:1/leases\"\n" + agentFiles(t.TempDir())
 	path := writeFile(t, "lk.toml", base)
-	var logs syncBuffer
-	env := &Env{Version: "test", Stderr: &logs, Root: t.TempDir()}
-	env.defaults()
-	cfg, err := loadAgentConfig(env, path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := make(chan os.Signal, 1)
-	ctx, stop := context.WithCancelCause(context.Background())
-	defer stop(nil)
-	var released sync.WaitGroup
-	released.Add(1)
-	done := make(chan error, 1)
-	go func() {
-		done <- runAgent(ctx, env, cfg, func() (*config.Config, error) {
-			return loadAgentConfig(env, path, nil)
-		}, sigs, released.Done)
-	}()
+	a := startAgent(t, t.TempDir(), path)
+	logs, sigs, stop, done := &a.logs, a.sigs, a.stop, a.done
 	logs.waitFor(t, `"message":"ready"`)
 
 	if err := os.WriteFile(path, []byte(base+"bogus\n"), 0o644); err != nil {
@@ -228,8 +207,60 @@ func TestRunAgentSignals(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("runAgent did not return after SIGTERM")
 	}
-	released.Wait() // release was called: a second signal would kill
+	a.released.Wait() // release was called: a second signal would kill
 	logs.waitFor(t, `"signal":"terminated"`)
+}
+
+// agentFiles is the configuration of an agent whose sockets and state are
+// in dir, the log JSON, the metrics on a free port.
+func agentFiles(dir string) string {
+	return fmt.Sprintf("[hook]\nsocket = %q\nspool = %q\n[state]\ndir = %q\n"+
+		"[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[log]\nformat = \"json\"\n",
+		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "control.sock"))
+}
+
+// agentRun is the agent command run in-process (runAgent) on a host whose
+// files are under a root: its log, its SIGHUP channel, stop (as Main on a
+// signal), and its result on done once stopped; released is done once it
+// let a second signal kill.
+type agentRun struct {
+	logs     syncBuffer
+	sigs     chan os.Signal
+	stop     context.CancelCauseFunc
+	done     chan error
+	released sync.WaitGroup
+}
+
+// startAgent runs the agent on the file at path, reloading it on SIGHUP,
+// with the host's files under root; it is stopped when the test ends.
+func startAgent(t *testing.T, root, path string) *agentRun {
+	t.Helper()
+	t.Setenv("NOTIFY_SOCKET", "")
+	t.Setenv("WATCHDOG_USEC", "")
+	a := &agentRun{sigs: make(chan os.Signal, 1), done: make(chan error, 1)}
+	env := &Env{Version: "test", Stderr: &a.logs, Root: root}
+	env.defaults()
+	cfg, err := loadAgentConfig(env, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancelCause(context.Background())
+	a.stop = stop
+	a.released.Add(1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		a.done <- runAgent(ctx, env, cfg, func() (*config.Config, error) { return loadAgentConfig(env, path, nil) }, a.sigs, a.released.Done)
+	}()
+	t.Cleanup(func() { // before the test's directories go
+		stop(nil)
+		select {
+		case <-finished:
+		case <-time.After(15 * time.Second):
+			t.Error("the agent did not stop")
+		}
+	})
+	return a
 }
 
 func TestLevelSampler(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
 )
@@ -109,8 +108,6 @@ func TestCheckMAASRack(t *testing.T) {
 // certificate (a region stub on a loopback address of its own); a reload
 // after maas_url changed follows it.
 func TestAgentDeliversOnMAASRack(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", "")
-	t.Setenv("WATCHDOG_USEC", "")
 	stub, err := regionstub.Start(regionstub.Options{Addr: "127.0.0.3:5242"})
 	if errors.Is(err, syscall.EADDRINUSE) {
 		t.Skip("127.0.0.3:5242 is taken on this host (a MAAS region listening on every address?)")
@@ -143,28 +140,13 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	leases := filepath.Join(root, "var/lib/maas/dhcp/dhcpd.leases")
 	writeAt("var/lib/maas/dhcp/dhcpd.leases", lease("203.0.113.11", "02:00:00:00:00:11"))
 
-	dir := t.TempDir()
 	shipped, err := os.ReadFile("../../packaging/etc/leasekeeper/leasekeeper.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := writeFile(t, "lk.toml", string(shipped)+fmt.Sprintf("\n[hook]\nsocket = %q\nspool = %q\n[state]\ndir = %q\n"+
-		"[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[log]\nformat = \"json\"\n",
-		filepath.Join(dir, "hook.sock"), filepath.Join(dir, "spool"), filepath.Join(dir, "state"), filepath.Join(dir, "control.sock")))
-	var logs syncBuffer
-	env := &Env{Version: "test", Stderr: &logs, Root: root}
-	env.defaults()
-	cfg, err := loadAgentConfig(env, path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := make(chan os.Signal, 1)
-	ctx, stop := context.WithCancelCause(context.Background())
-	defer stop(nil)
-	done := make(chan error, 1)
-	go func() {
-		done <- runAgent(ctx, env, cfg, func() (*config.Config, error) { return loadAgentConfig(env, path, nil) }, sigs, func() {})
-	}()
+	path := writeFile(t, "lk.toml", string(shipped)+"\n"+agentFiles(t.TempDir()))
+	a := startAgent(t, root, path)
+	logs := &a.logs
 	logs.waitFor(t, `"maas_rack":"deb"`)
 	logs.waitFor(t, `"message":"following dhcpd.leases"`)
 	// The file at the first start is the baseline; dhcpd's next commit:
@@ -176,7 +158,7 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := stub.WaitFunc(wctx, func(items []event.RegionItem) bool {
 		return slices.ContainsFunc(items, func(it event.RegionItem) bool { return it.IP == "203.0.113.12" && it.Action == "commit" })
@@ -190,12 +172,12 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: [http://127.0.0.4:5240/MAAS, http://127.0.0.3:5240/MAAS]\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	sigs <- syscall.SIGHUP
+	a.sigs <- syscall.SIGHUP
 	logs.waitFor(t, `"changed":["region.url","region.other_urls"]`)
 
-	stop(stopSignal{syscall.SIGTERM})
+	a.stop(stopSignal{syscall.SIGTERM})
 	select {
-	case err := <-done:
+	case err := <-a.done:
 		if err != nil {
 			t.Errorf("runAgent: %v", err)
 		}
