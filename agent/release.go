@@ -24,11 +24,15 @@ type ReleaseRequest struct {
 	Interface string `json:"interface,omitempty"`
 	Server    string `json:"server,omitempty"`
 	DryRun    bool   `json:"dry_run,omitempty"`
+	// NoProbe skips the ARP probe that refuses (in_use) an address a
+	// host still answers for (rack.Options.NoProbe).
+	NoProbe bool `json:"no_probe,omitempty"`
 }
 
 // ReleaseReport answers POST /leases/{ip}/release. Status: 200 released
 // (or checked, for a dry run), 400 bad request, 409 refused (the lease is
-// not active, not that MAC's or cannot be read: nothing sent), 504 sent
+// not active or not that MAC's, or something answers ARP for the
+// address: nothing sent), 503 the leases file cannot be read now, 504 sent
 // but dhcpd did not record the release in time, 500 anything else.
 // Before the request is looked at (plain text, no report): 403 when
 // release.token_file is not set (the endpoint is off) or the client is not
@@ -41,11 +45,14 @@ type ReleaseReport struct {
 	Server    string `json:"server"`
 	Sent      bool   `json:"sent"`
 	Verified  bool   `json:"verified"`
-	State     string `json:"state"` // binding state dhcpd wrote, when verified
+	State     string `json:"state"`           // binding state dhcpd wrote, when verified
+	Probe     string `json:"probe,omitempty"` // what the ARP probe before the release found
 	Refused   bool   `json:"refused"`
 	// Reason names the outcome for a program to act on (releaseOutcome):
 	// "" released, or no_lease, not_active, mac_mismatch (refused:
-	// nothing to release for that MAC), unreadable (refused for now:
+	// nothing to release for that MAC), in_use (refused: a host answers
+	// ARP for the address, the client's own MAC or another; the report's
+	// error says which), unreadable (refused for now:
 	// retry), interface (name the interface and server), unconfirmed
 	// (sent, dhcpd did not record it in time), failed.
 	Reason string `json:"reason,omitempty"`
@@ -71,6 +78,8 @@ func releaseOutcome(err error) (code int, reason string, refused bool) {
 			return http.StatusConflict, "not_active", true
 		case rack.ErrMACMismatch:
 			return http.StatusConflict, "mac_mismatch", true
+		case rack.ErrInUse:
+			return http.StatusConflict, "in_use", true
 		}
 		return http.StatusConflict, "refused", true
 	case errors.As(err, &ifc):
@@ -215,11 +224,11 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	opts.DryRun, opts.LeasesPath, opts.Now = req.DryRun, a.Config().DHCPD.Leases, a.now
+	opts.DryRun, opts.NoProbe, opts.LeasesPath, opts.Now = req.DryRun, req.NoProbe, a.Config().DHCPD.Leases, a.now
 
 	res, err := rack.Release(r.Context(), opts)
 	rep := ReleaseReport{IP: opts.IP.String(), MAC: opts.MAC.String(), Hostname: res.Hostname, Interface: res.Interface,
-		Sent: res.Sent, Verified: res.Verified}
+		Probe: res.Probe, Sent: res.Sent, Verified: res.Verified}
 	if res.Server.IsValid() {
 		rep.Server = res.Server.String()
 	}
@@ -241,7 +250,7 @@ func (a *Agent) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if err != nil && !rep.Refused {
 		ev = a.log.Warn().Err(err)
 	}
-	ev.Str("remote", r.RemoteAddr).Str("client", r.Header.Get(ClientHeader)).Bool("dry_run", req.DryRun).
+	ev.Str("remote", r.RemoteAddr).Str("client", r.Header.Get(ClientHeader)).Bool("dry_run", req.DryRun).Str("probe", res.Probe).
 		Str("ip", rep.IP).Str("mac", rep.MAC).Str("interface", rep.Interface).Bool("sent", rep.Sent).
 		Bool("verified", rep.Verified).Bool("refused", rep.Refused).Str("reason", rep.Error).Msg("release on behalf requested")
 	writeJSON(w, code, rep)

@@ -283,6 +283,7 @@ func TestReleaseOutcome(t *testing.T) {
 		{refused(rack.ErrNotActive), 409, "not_active", true},
 		{refused(rack.ErrMACMismatch), 409, "mac_mismatch", true},
 		{refused(rack.ErrUnreadable), 503, "unreadable", true},
+		{refused(rack.ErrInUse), 409, "in_use", true},
 		{fmt.Errorf("release: %w", &rack.InterfaceError{}), 422, "interface", false},
 		{fmt.Errorf("release: %w", rack.ErrUnconfirmed), 504, "unconfirmed", false},
 		{errors.New("socket: operation not permitted"), 500, "failed", false},

@@ -96,14 +96,19 @@ holds no lease for the --interface given (or for any interface it can
 tell); the others are still released. 2 for a bad invocation, such as an
 --interface this node does not have. A --dhclient-conf named but missing
 is warned about. Sending needs root (it binds UDP port 68); --dry-run
-does not. --server, --leases, --config and --no-wait belong to the rack
-side and are refused without --for and --mac.
+does not. --server, --leases, --config, --no-wait and --no-probe belong
+to the rack side and are refused without --for and --mac.
 
 On the rack: --for IP --mac MAC makes the local dhcpd release the lease
 of a client that is gone without releasing it (a force-deleted container,
 a dead node), so dhcpd runs its own "on release" and the hook tells the
 region. The lease must be active in dhcpd's leases file (--leases) and
-belong to MAC, else nothing is sent (exit 1). The DHCPRELEASE is written
+belong to MAC, else nothing is sent (exit 1). So is nothing when a host
+still answers an ARP probe for IP on that interface (three RFC 5227
+probes within a second): the client is not gone, or another host took
+the address, and dhcpd would hand out an address in use (--no-probe
+sends anyway; an address in a relayed subnet cannot be probed from the
+rack and goes unprobed, as the output says). The DHCPRELEASE is written
 as a frame on the interface dhcpd serves that subnet on (--interface,
 default the one whose subnet holds IP), where dhcpd's packet socket sees
 it; then the leases file is watched until dhcpd records the release
@@ -168,7 +173,7 @@ it; then the leases file is watched until dhcpd records the release
 
 // rackOnlyFlags mean something only with --for and --mac
 // (addReleaseForFlags); the node side refuses them.
-var rackOnlyFlags = []string{"server", "leases", "config", "no-wait"}
+var rackOnlyFlags = []string{"server", "leases", "config", "no-wait", "no-probe"}
 
 // runNodeRelease is the node side of `leasekeeper release`: the node's
 // own leases. (The rack side, releasing on behalf of a gone client,

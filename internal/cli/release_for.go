@@ -21,12 +21,13 @@ import (
 // --interface, --dry-run and --timeout, which the node side defines too
 // and which are read from the command whoever registered them.
 type releaseForFlags struct {
-	forIP  string
-	mac    string
-	server string
-	leases string
-	config string
-	noWait bool
+	forIP   string
+	mac     string
+	server  string
+	leases  string
+	config  string
+	noWait  bool
+	noProbe bool
 	// Used only when the command does not define them itself.
 	iface   string
 	dryRun  bool
@@ -45,6 +46,7 @@ func addReleaseForFlags(cmd *cobra.Command) *releaseForFlags {
 	fl.StringVar(&f.leases, "leases", "", "with --for: dhcpd's leases file (default: [dhcpd] leases in --config, "+rack.DefaultLeasesPath+" without one)")
 	fl.StringVar(&f.config, "config", config.DefaultPath, "with --for: the agent's configuration, read for [dhcpd] leases when --leases is not given")
 	fl.BoolVar(&f.noWait, "no-wait", false, "with --for: return once sent, without waiting for dhcpd to record the release")
+	fl.BoolVar(&f.noProbe, "no-probe", false, "with --for: send without the ARP probe that refuses an address a host still answers for")
 	if fl.Lookup("interface") == nil {
 		fl.StringVar(&f.iface, "interface", "", "with --for: the interface dhcpd serves the lease's clients on (default: the one whose subnet holds the address)")
 	}
@@ -83,7 +85,7 @@ func (f *releaseForFlags) options(cmd *cobra.Command, env *Env) (rack.Options, e
 			return opts, usageError{fmt.Errorf("--server %q: want an IPv4 address", bad.Value)}
 		}
 	}
-	opts.LeasesPath, opts.NoVerify = f.leases, f.noWait
+	opts.LeasesPath, opts.NoVerify, opts.NoProbe = f.leases, f.noWait, f.noProbe
 	if fl.Changed("lease-file") {
 		return opts, usageError{errors.New("--lease-file names a client's lease file; with --for, dhcpd's leases file is --leases")}
 	}
@@ -165,6 +167,9 @@ func printReleaseFor(env *Env, opts rack.Options, res rack.Result, err error) {
 		until = "active until " + res.Ends.Time().UTC().Format(time.RFC3339)
 	}
 	fmt.Fprintf(out, "%s: lease of %s%s, %s\n", res.IP, res.MAC, host, until)
+	if res.Probe != "" {
+		fmt.Fprintf(out, "probe: %s\n", res.Probe)
+	}
 	switch {
 	case opts.DryRun:
 		fmt.Fprintf(out, "dry run: would send a DHCPRELEASE on %s to dhcpd at %s\n", res.Interface, res.Server)

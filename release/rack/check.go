@@ -21,6 +21,10 @@ var (
 	ErrNotActive = errors.New("the lease is not active")
 	// ErrMACMismatch: the lease belongs to another hardware address.
 	ErrMACMismatch = errors.New("the lease belongs to another MAC")
+	// ErrInUse: something still answers ARP for the address on the
+	// interface dhcpd serves it on: the client is not gone (or another
+	// host took the address), and dhcpd would hand out an address in use.
+	ErrInUse = errors.New("the address is in use: something answers ARP for it")
 )
 
 // RefusedError is returned when Release sent nothing because the lease

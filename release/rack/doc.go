@@ -11,7 +11,13 @@
 // statement after the IP's last block that the parser had to skip (a bad
 // or torn block for the IP, or one whose address cannot be told) may be
 // the IP's current lease, so it is refused (ErrUnreadable) rather than
-// trusting the older block. It then hands dhcpd a DHCPRELEASE for that
+// trusting the older block. Unless told not to (NoProbe), it then sends
+// an RFC 5227 ARP probe for the address on the interface it chose: a host
+// that answers still holds the address (the client is not gone, or
+// another host took it) and dhcpd would hand out an address in use, so
+// it refuses (ErrInUse); an address in no subnet of that interface (a
+// relayed one) cannot be probed from the rack and goes unprobed. It then
+// hands dhcpd a DHCPRELEASE for that
 // lease (ciaddr = IP, chaddr = MAC, the lease's client identifier if it
 // has one, server identifier = dhcpd's address) and, unless told not to,
 // follows the leases file until dhcpd has appended the released block:

@@ -139,6 +139,7 @@ type helperResult struct {
 	State     string `json:"state"`
 	Interface string `json:"interface"`
 	Server    string `json:"server"`
+	Probe     string `json:"probe"`
 }
 
 // release runs rack.Release inside the server namespace.
@@ -180,7 +181,7 @@ func TestHelperRelease(t *testing.T) {
 		Timeout:    5 * time.Second,
 	}
 	res, err := rack.Release(context.Background(), opts)
-	out := helperResult{Sent: res.Sent, Verified: res.Verified, State: res.State.String(), Interface: res.Interface}
+	out := helperResult{Sent: res.Sent, Verified: res.Verified, State: res.State.String(), Interface: res.Interface, Probe: res.Probe}
 	if res.Server.IsValid() {
 		out.Server = res.Server.String()
 	}
@@ -279,6 +280,48 @@ func TestLabReleaseForWrongMAC(t *testing.T) {
 	}
 	if st := currentLease(t, r.dhcpd.LeasesPath(), ip).Binding(parser.TimeOf(time.Now())); st != parser.StateActive {
 		t.Errorf("%s is %s, want still active", ip, st)
+	}
+}
+
+// TestLabReleaseForLiveClient: a client that still holds its address
+// (a release on behalf asked for by mistake, or too early) answers the
+// ARP probe: nothing is sent, dhcpd sees no DHCPRELEASE and the lease
+// stays active. Once the address is gone from the client's interface
+// nobody answers, and the release goes through.
+func TestLabReleaseForLiveClient(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := r.lab.AddClient("c1")
+	ip, err := c.Dhclient(ctx)
+	if err != nil {
+		t.Fatalf("Dhclient: %v\ndhcpd:\n%s", err, r.dhcpd.Logs())
+	}
+	if e := r.next(t, 5*time.Second); e != (event{Action: "commit", MAC: c.MAC.String(), IP: ip.String()}) {
+		t.Fatalf("first hook event %+v, want a commit of %s for %s", e, ip, c.MAC)
+	}
+
+	res := r.release(t, ctx, ip, c.MAC)
+	if !res.Refused || res.Sent || !strings.Contains(res.Error, "the client itself answered an ARP probe on br0: it is not gone") {
+		t.Fatalf("Release of a live client's address: %+v, want refused: in use", res)
+	}
+	r.quiet(t, 500*time.Millisecond)
+	if strings.Contains(r.dhcpd.Logs(), "DHCPRELEASE") {
+		t.Errorf("dhcpd received a DHCPRELEASE:\n%s", r.dhcpd.Logs())
+	}
+	if st := currentLease(t, r.dhcpd.LeasesPath(), ip).Binding(parser.TimeOf(time.Now())); st != parser.StateActive {
+		t.Errorf("%s is %s, want still active", ip, st)
+	}
+
+	if err := r.lab.IP(c.NS, []string{"addr", "flush", "dev", c.Iface}); err != nil {
+		t.Fatal(err)
+	}
+	res = r.release(t, ctx, ip, c.MAC)
+	if res.Error != "" || !res.Sent || !res.Verified || !strings.HasPrefix(res.Probe, "nobody answered an ARP probe on br0") {
+		t.Fatalf("Release once the address is gone: %+v\ndhcpd:\n%s", res, r.dhcpd.Logs())
+	}
+	if e := r.next(t, 5*time.Second); e != (event{Action: "release", MAC: c.MAC.String(), IP: ip.String()}) {
+		t.Errorf("hook event %+v, want a release of %s for %s", e, ip, c.MAC)
 	}
 }
 

@@ -70,3 +70,8 @@ func ProbeARP(ctx context.Context, ip netip.Addr, wait time.Duration) (Probe, er
 	p.By = by
 	return p, nil
 }
+
+// askARP is Options.Prober's default: an RFC 5227 probe (arp.Ask).
+func askARP(ctx context.Context, ifindex int, hw net.HardwareAddr, ip netip.Addr, wait time.Duration) (net.HardwareAddr, error) {
+	return arp.Ask(ctx, ifindex, hw, netip.Addr{}, ip, wait)
+}

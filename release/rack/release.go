@@ -1,6 +1,7 @@
 package rack
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -16,6 +17,9 @@ import (
 const (
 	DefaultLeasesPath = "/var/lib/dhcp/dhcpd.leases"
 	DefaultTimeout    = 5 * time.Second
+	// DefaultProbeWait: long enough for a host's kernel to answer three
+	// probes, short against Timeout.
+	DefaultProbeWait = time.Second
 	// pollEvery is how often the leases file is checked while verifying.
 	pollEvery = 50 * time.Millisecond
 )
@@ -42,8 +46,23 @@ type Options struct {
 	// NoVerify returns once the frame is sent, without waiting for dhcpd
 	// to record the release.
 	NoVerify bool
-	// DryRun checks the lease and chooses the interface, but sends nothing.
+	// DryRun checks the lease, chooses the interface and probes the
+	// address, but sends no release.
 	DryRun bool
+	// NoProbe sends the release without asking first whether anything
+	// still holds the address. By default Release sends an RFC 5227 ARP
+	// probe for it on the chosen interface (ProbeWait long, three
+	// probes): a host that answers holds the address, so the client is
+	// not gone, and Release refuses (ErrInUse). An address in no subnet
+	// of that interface (a relayed one) cannot be probed from here, and
+	// goes unprobed (Result.Probe says so).
+	NoProbe bool
+	// ProbeWait is how long the probe listens (DefaultProbeWait when 0).
+	ProbeWait time.Duration
+	// Prober is the probe (nil: an ARP probe through a packet socket):
+	// the hardware address of a host that claims ip on the interface
+	// ifindex, whose own address is hw; nil when none did within wait.
+	Prober func(ctx context.Context, ifindex int, hw net.HardwareAddr, ip netip.Addr, wait time.Duration) (net.HardwareAddr, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -56,7 +75,10 @@ type Result struct {
 	Ends      parser.Time // the lease's end before the release (null for never)
 	Interface string
 	Server    netip.Addr
-	Sent      bool
+	// Probe says what the probe before the release found: "nobody
+	// answered", or why there was none.
+	Probe string
+	Sent  bool
 	// Verified is set when the leases file showed the lease released;
 	// State is then the binding state dhcpd wrote (free, or released with
 	// a failover peer).
@@ -100,6 +122,9 @@ func Release(ctx context.Context, opts Options) (Result, error) {
 		return res, err
 	}
 	res.Interface, res.Server = ifc.Name, server
+	if res.Probe, err = probe(ctx, opts, ifc); err != nil {
+		return res, err
+	}
 	f := Frame{IfaceMAC: ifc.MAC, Server: server, IP: opts.IP, MAC: opts.MAC, ClientID: lease.UID}
 	if _, err := rand.Read(f.XID[:]); err != nil {
 		return res, err
@@ -127,6 +152,35 @@ func Release(ctx context.Context, opts Options) (Result, error) {
 	return res, err
 }
 
+// probe asks, unless opts.NoProbe, whether anything holds opts.IP on ifc
+// (see Options.NoProbe) and says what it found; a host that answers is a
+// *RefusedError with ErrInUse.
+func probe(ctx context.Context, opts Options, ifc ifaceInfo) (string, error) {
+	if opts.NoProbe {
+		return "not probed (asked not to)", nil
+	}
+	onLink := false
+	for _, p := range ifc.Addrs {
+		if p.Addr() == opts.IP {
+			return "", &RefusedError{IP: opts.IP, MAC: opts.MAC, Reason: ErrInUse, Detail: "it is this rack's own address on " + ifc.Name}
+		}
+		onLink = onLink || p.Contains(opts.IP)
+	}
+	if !onLink {
+		return fmt.Sprintf("not probed: %s is in no subnet of %s (a relayed subnet), so no ARP probe from here can reach it", opts.IP, ifc.Name), nil
+	}
+	by, err := opts.Prober(ctx, ifc.Index, ifc.MAC, opts.IP, opts.ProbeWait)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("ARP probe of %s on %s before the release: %w (nothing sent)", opts.IP, ifc.Name, err)
+	case by == nil:
+		return fmt.Sprintf("nobody answered an ARP probe on %s within %s", ifc.Name, opts.ProbeWait), nil
+	case bytes.Equal(by, opts.MAC):
+		return "", &RefusedError{IP: opts.IP, MAC: opts.MAC, Reason: ErrInUse, Detail: fmt.Sprintf("the client itself answered an ARP probe on %s: it is not gone", ifc.Name)}
+	}
+	return "", &RefusedError{IP: opts.IP, MAC: opts.MAC, Reason: ErrInUse, Detail: fmt.Sprintf("%s answered an ARP probe on %s: another host holds the address", by, ifc.Name)}
+}
+
 func (o *Options) defaults() error {
 	if !o.IP.Is4() {
 		return fmt.Errorf("address %v: IPv4 only (dhcpd -6 has no DHCPRELEASE of this kind)", o.IP)
@@ -145,6 +199,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.ProbeWait <= 0 {
+		o.ProbeWait = DefaultProbeWait
+	}
+	if o.Prober == nil {
+		o.Prober = askARP
 	}
 	return nil
 }

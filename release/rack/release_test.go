@@ -63,3 +63,58 @@ func TestReleaseRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestProbe: before sending, the address is probed on the chosen
+// interface; a host that answers refuses the release (ErrInUse), naming
+// whether it was the client itself; an address the interface holds is
+// the rack's own; one in no subnet of the interface (relayed) and a probe
+// not wanted go unprobed; a probe that fails stops the release.
+func TestProbe(t *testing.T) {
+	mac := net.HardwareAddr{2, 0, 0, 0, 0, 0x0c}
+	other := net.HardwareAddr{2, 0, 0, 0, 0, 0x99}
+	br := ifaceInfo{Name: "br0", Index: 7, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, Addrs: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/24")}}
+	answer := func(by net.HardwareAddr, err error) func(context.Context, int, net.HardwareAddr, netip.Addr, time.Duration) (net.HardwareAddr, error) {
+		return func(_ context.Context, ifindex int, hw net.HardwareAddr, ip netip.Addr, wait time.Duration) (net.HardwareAddr, error) {
+			if ifindex != 7 || hw.String() != br.MAC.String() || wait != 300*time.Millisecond {
+				t.Errorf("probed on %d (%s) for %s, want br0's index and MAC for 300ms", ifindex, hw, wait)
+			}
+			return by, err
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		ip      string
+		noProbe bool
+		by      net.HardwareAddr
+		err     error
+		probe   string // Result.Probe
+		refused string // in the *RefusedError with ErrInUse
+		failed  string
+	}{
+		{name: "nobody answers", ip: "203.0.113.100", probe: "nobody answered an ARP probe on br0 within 300ms"},
+		{name: "the client answers", ip: "203.0.113.100", by: mac, refused: "the client itself answered an ARP probe on br0: it is not gone"},
+		{name: "another host answers", ip: "203.0.113.100", by: other, refused: "02:00:00:00:00:99 answered an ARP probe on br0: another host holds the address"},
+		{name: "the rack's own address", ip: "203.0.113.1", refused: "it is this rack's own address on br0"},
+		{name: "relayed: not probed", ip: "198.51.100.7", probe: "not probed: 198.51.100.7 is in no subnet of br0 (a relayed subnet)"},
+		{name: "not wanted", ip: "203.0.113.100", noProbe: true, by: mac, probe: "not probed (asked not to)"},
+		{name: "the probe fails", ip: "203.0.113.100", err: errors.New("open a packet socket: operation not permitted"), failed: "ARP probe of 203.0.113.100 on br0 before the release: open a packet socket: operation not permitted (nothing sent)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := Options{IP: netip.MustParseAddr(tc.ip), MAC: mac, NoProbe: tc.noProbe, ProbeWait: 300 * time.Millisecond, Prober: answer(tc.by, tc.err)}
+			got, err := probe(context.Background(), opts, br)
+			var re *RefusedError
+			switch {
+			case tc.refused != "":
+				if !errors.As(err, &re) || re.Reason != ErrInUse || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("err = %v, want ErrInUse: %q", err, tc.refused)
+				}
+			case tc.failed != "":
+				if err == nil || errors.As(err, &re) || err.Error() != tc.failed {
+					t.Fatalf("err = %v, want %q", err, tc.failed)
+				}
+			case err != nil || !strings.HasPrefix(got, tc.probe):
+				t.Fatalf("got %q, %v; want %q", got, err, tc.probe)
+			}
+		})
+	}
+}
