@@ -30,9 +30,9 @@ type MAASRack struct {
 	// DHCPD is MAAS's dhcpd files for Kind: DHCPv4's always, DHCPv6's
 	// when dhcpd -6 has a leases file or a configuration there.
 	DHCPD DHCPD
-	// The rack's certificate, key and MAAS's CA: the first of MAAS's
-	// certificate directories holding a whole set, 3.8+'s names (agent.*)
-	// before 3.6/3.7's (cluster.*); Certs names the set ("agent",
+	// The rack's certificate, key and MAAS's CA: a whole set of 3.8+'s
+	// names (agent.*) in any of MAAS's certificate directories, else of
+	// 3.6/3.7's (cluster.*), the first directory first; Certs names the set ("agent",
 	// "cluster"), "" when none was found (then 3.8+'s names in the first
 	// directory: a rack not registered yet).
 	CertFile, KeyFile, CAFile string
@@ -55,8 +55,9 @@ type maasLayout struct {
 	// installed is a file the install has while it is installed (a
 	// removed deb leaves its configuration behind); "" for none.
 	installed string
-	// notRack is a file whose content, when it is one of notRackModes,
-	// says the install runs no rack (the snap's snap_mode).
+	// notRack is a file whose content, unless it is one of rackModes,
+	// says the install runs no rack (the snap's snap_mode; missing:
+	// no rack either).
 	notRack  string
 	dhcpd    DHCPD // DHCPv6's included; dropped when neither file exists
 	certDirs []string
@@ -75,9 +76,11 @@ var maasLayouts = []maasLayout{
 	{
 		kind:      "deb",
 		rackdConf: "/etc/maas/rackd.conf",
-		// maas-rack-controller's, 3.5 to 3.8 (a diversion to
-		// leasekeeper-hook keeps the name).
-		installed: "/usr/sbin/maas-dhcp-helper",
+		// maas-rack-controller's (debian/maas-rack-controller.install
+		// until MAAS dropped its debs), gone when the package is
+		// removed; not maas-dhcp-helper, which a diversion to
+		// leasekeeper-hook leaves behind.
+		installed: "/usr/sbin/rackd",
 		dhcpd: DHCPD{
 			Leases:  "/var/lib/maas/dhcp/dhcpd.leases",
 			Config:  "/var/lib/maas/dhcpd.conf",
@@ -102,10 +105,12 @@ var maasLayouts = []maasLayout{
 	},
 }
 
-// notRackModes are the snap modes without a rack (src/provisioningserver/
-// utils/snap.py get_snap_mode; src/maascli/snap.py: region+rack, region,
-// rack, and none before `maas init`).
-var notRackModes = []string{"region", "none", ""}
+// rackModes are the snap modes with a rack: what `maas init region+rack`
+// and `maas init rack` write (src/maascli/snap.py set_current_mode), and
+// "all", the mode before 2.9 that run-rackd still tests. region, none, or
+// no snap_mode file at all (get_current_mode: none; before `maas init`,
+// or after maas-deb-migrate copied a rack-less deb's files) run none.
+var rackModes = []string{"region+rack", "rack", "all"}
 
 // certSets are MAAS's certificate file names, newest first: certificate,
 // key, CA (get_maas_agent_cert_paths, get_maas_cluster_cert_paths).
@@ -145,7 +150,7 @@ func FindMAASRack(root string) *MAASRack {
 			continue
 		}
 		if l.notRack != "" {
-			if b, err := os.ReadFile(l.notRack); err == nil && slices.Contains(notRackModes, strings.TrimSpace(string(b))) {
+			if b, err := os.ReadFile(l.notRack); err != nil || !slices.Contains(rackModes, strings.TrimSpace(string(b))) {
 				continue
 			}
 		}
@@ -157,10 +162,13 @@ func FindMAASRack(root string) *MAASRack {
 		if r.RegionErr != nil {
 			r.RegionErr = fmt.Errorf("MAAS's %s: %w", l.rackdConf, r.RegionErr)
 		}
+		// Newest names first, in any directory: on a region+rack snap
+		// the region's own cluster.* may sit in one directory while the
+		// rack's agent.* is in the other.
 		dir, set := l.certDirs[0], certSets[0]
 	find:
-		for _, d := range l.certDirs {
-			for _, s := range certSets {
+		for _, s := range certSets {
+			for _, d := range l.certDirs {
 				if exists(filepath.Join(d, s.cert)) && exists(filepath.Join(d, s.key)) && exists(filepath.Join(d, s.ca)) {
 					dir, set, r.Certs = d, s, s.name
 					break find

@@ -72,7 +72,8 @@ func rackTree(t *testing.T, files map[string]string) string {
 // src/provisioningserver/certificates.py for the certificates).
 func TestFindMAASRack(t *testing.T) {
 	const rackd = "maas_url: http://10.0.0.2:5240/MAAS\n"
-	const helper = "/usr/sbin/maas-dhcp-helper" // maas-rack-controller's
+	const helper = "/usr/sbin/rackd" // maas-rack-controller's
+	const snapMode = "/var/snap/maas/common/snap_mode"
 	agentCerts := func(dir string) map[string]string {
 		return map[string]string{dir + "/agent.crt": "", dir + "/agent.key": "", dir + "/ca.pem": ""}
 	}
@@ -116,20 +117,25 @@ func TestFindMAASRack(t *testing.T) {
 			"deb", with6(debDHCPD, "/var/lib/maas/dhcp/dhcpd6.leases", "/var/lib/maas/dhcpd6.conf"), "/var/lib/maas/certificates/agent.crt", "", ""},
 		{"deb, rackd.conf not YAML", map[string]string{helper: "", "/etc/maas/rackd.conf": "maas_url: [\n"},
 			"deb", debDHCPD, "/var/lib/maas/certificates/agent.crt", "", "/etc/maas/rackd.conf: not YAML"},
-		{"snap region+rack", with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "all\n"}, agentCerts("/var/snap/maas/current/certificates")),
+		{"snap region+rack", with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "region+rack\n"}, agentCerts("/var/snap/maas/current/certificates")),
 			"snap", snapDHCPD, "/var/snap/maas/current/certificates/agent.crt", "agent", ""},
 		{"snap rack, certificates in common", with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "rack"}, agentCerts("/var/snap/maas/common/var/lib/maas/certificates")),
 			"snap", snapDHCPD, "/var/snap/maas/common/var/lib/maas/certificates/agent.crt", "agent", ""},
-		{"snap 3.6", with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd}, clusterCerts("/var/snap/maas/current/certificates")),
+		{"snap 3.6", with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd, snapMode: "rack"}, clusterCerts("/var/snap/maas/current/certificates")),
 			"snap", snapDHCPD, "/var/snap/maas/current/certificates/cluster.pem", "cluster", ""},
-		{"snap with DHCPv6", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/maas/dhcp/dhcpd6.leases": ""},
+		{"snap with DHCPv6", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, snapMode: "rack", "/var/snap/maas/common/maas/dhcp/dhcpd6.leases": ""},
 			"snap", with6(snapDHCPD, "/var/snap/maas/common/maas/dhcp/dhcpd6.leases", "/var/snap/maas/common/maas/dhcpd6.conf"), "/var/snap/maas/current/certificates/agent.crt", "", ""},
 		{"snap region only", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "region\n"}, "", DHCPD{}, "", "", ""},
 		{"snap not initialised", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, "/var/snap/maas/common/snap_mode": "none"}, "", DHCPD{}, "", "", ""},
+		{"snap without snap_mode: none", map[string]string{"/var/snap/maas/current/rackd.conf": rackd}, "", DHCPD{}, "", "", ""},
+		{"snap 2.8's all", map[string]string{"/var/snap/maas/current/rackd.conf": rackd, snapMode: "all"}, "snap", snapDHCPD, "/var/snap/maas/current/certificates/agent.crt", "", ""},
+		{"region+rack snap: the rack's agent.* over the region's cluster.*",
+			with(map[string]string{"/var/snap/maas/current/rackd.conf": rackd, snapMode: "region+rack"}, clusterCerts("/var/snap/maas/current/certificates"), agentCerts("/var/snap/maas/common/var/lib/maas/certificates")),
+			"snap", snapDHCPD, "/var/snap/maas/common/var/lib/maas/certificates/agent.crt", "agent", ""},
 		{"a removed deb's rackd.conf", map[string]string{"/etc/maas/rackd.conf": rackd}, "", DHCPD{}, "", "", ""},
-		{"a removed deb's rackd.conf and the snap: the snap", map[string]string{"/etc/maas/rackd.conf": rackd, "/var/snap/maas/current/rackd.conf": rackd},
+		{"a removed deb's rackd.conf, its helper diverted, and the snap: the snap", map[string]string{"/etc/maas/rackd.conf": rackd, "/usr/sbin/maas-dhcp-helper": "", "/var/snap/maas/current/rackd.conf": rackd, snapMode: "rack"},
 			"snap", snapDHCPD, "/var/snap/maas/current/certificates/agent.crt", "", ""},
-		{"deb and snap: the deb", map[string]string{helper: "", "/etc/maas/rackd.conf": rackd, "/var/snap/maas/current/rackd.conf": rackd},
+		{"deb and snap: the deb", map[string]string{helper: "", "/etc/maas/rackd.conf": rackd, "/var/snap/maas/current/rackd.conf": rackd, snapMode: "rack"},
 			"deb", debDHCPD, "/var/lib/maas/certificates/agent.crt", "", ""},
 	}
 	for _, tc := range tests {

@@ -50,9 +50,9 @@ func Ask(ctx context.Context, ifindex int, hw net.HardwareAddr, sender, ip netip
 	frame := requestFrame(hw, sender, ip)
 	dst := &unix.SockaddrLinklayer{Ifindex: ifindex, Protocol: htons(unix.ETH_P_ARP), Halen: 6}
 	copy(dst.Addr[:], frame[0:6])
-	deadline := time.Now().Add(wait)
+	deadline, cut := time.Now().Add(wait), false
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+		deadline, cut = d, true // ctx ends the listening early
 	}
 	const probes = 3
 	nextSend, sent := time.Now(), 0
@@ -67,6 +67,11 @@ func Ask(ctx context.Context, ifindex int, hw net.HardwareAddr, sender, ip netip
 			nextSend = now.Add(wait / probes)
 		}
 		if !now.Before(deadline) {
+			if cut {
+				// Not listened for wait: no answer means nothing.
+				// (ctx.Err may not say so yet at its deadline.)
+				return nil, context.DeadlineExceeded
+			}
 			return nil, ctx.Err()
 		}
 		if err := ctx.Err(); err != nil {

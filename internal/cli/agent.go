@@ -71,7 +71,6 @@ func newAgentCmd(env *Env) *cobra.Command {
 		logLevel    string
 		printConfig bool
 		printRef    bool
-		ifRegion    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "agent [--config FILE] [--set section.key=value]...",
@@ -122,7 +121,11 @@ STATUS= with the queue depth, watchdog pings while every part makes
 progress (WatchdogSec=), RELOADING=1 on SIGHUP and STOPPING=1 on the way
 out.
 
-Exit status: 0 after a clean stop, 78 when the configuration (the file,
+Exit status: 0 after a clean stop, 79 (not with --print-config, which
+says 78) when the only thing missing is the region: region.url is not
+set and no MAAS rack here gives it (an agent installed and not
+configured yet; the packaged unit counts 79 as a clean exit, so such an
+agent is left inactive, not failed), 78 when the configuration (the file,
 or a --set) is missing, unreadable or invalid, hook.socket is not the
 socket systemd passed, or control.group or hook.socket_group names a
 group the agent's user is not in, or no group (the packaged unit does not restart
@@ -138,9 +141,6 @@ stderr and in the log.`,
                     --set metrics.listen=127.0.0.1:0 --log-level debug`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if ifRegion {
-				return regionKnown(env, configPath, sets)
-			}
 			if printRef {
 				if printConfig {
 					return usageError{errors.New("--print-reference and --print-config: one at a time")}
@@ -172,6 +172,8 @@ stderr and in the log.`,
 			switch {
 			case errors.As(err, &secret):
 				return err // may be mended without the configuration: restarted
+			case err != nil && unconfigured(err) && !printConfig:
+				return unconfiguredError{err}
 			case err != nil:
 				return configError{err}
 			}
@@ -206,7 +208,6 @@ stderr and in the log.`,
 	f.StringVar(&logLevel, "log-level", "", "same as --set log.level=LEVEL (trace, debug, info, warn, error)")
 	f.BoolVar(&printConfig, "print-config", false, "validate the configuration and the region's certificate, key and token files as start does, print it with defaults filled in, and exit")
 	f.BoolVar(&printRef, "print-reference", false, "print the reference configuration (every key with its default and what it does; no file is read) and exit")
-	f.BoolVar(&ifRegion, "has-region", false, "exit 0 unless region.url was never set (neither the file nor --set sets it, and no MAAS rack gives it), then say so and exit 1; for the unit's ExecCondition=, which skips an agent not configured yet rather than fail it (a file with errors exits 0: the start says what is wrong)")
 	return cmd
 }
 
@@ -225,32 +226,12 @@ func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config,
 	return cfg, nil
 }
 
-// regionKnown is agent --has-region: an error (exit 1) only when the
-// configuration at path, with sets, leaves region.url unset and no MAAS
-// rack gives it. Every other problem is the start's to report (nil).
-func regionKnown(env *Env, path string, sets []string) error {
-	f, err := env.Open(path)
-	if err != nil {
-		return nil // a missing file too: the start refuses it
-	}
-	defer f.Close()
-	c, problems, err := config.DecodePartialOn(env.rack(), f, path)
-	if err != nil || problems != nil {
-		return nil
-	}
-	for _, s := range sets {
-		if k, v, ok := strings.Cut(s, "="); ok && strings.TrimSpace(k) == "region.url" {
-			c.Region.URL = v
-		}
-	}
-	if c.Region.URL != "" {
-		return nil
-	}
-	why := "no MAAS rack controller was found here to take it from"
-	if c.Rack != nil && c.Rack.RegionErr != nil {
-		why = c.Rack.RegionErr.Error()
-	}
-	return fmt.Errorf("region.url is not set in %s, and %s: the agent is not started until it is (set [region] url, then systemctl start leasekeeper)", path, why)
+// unconfigured reports whether err, loadAgentConfig's, says only that
+// region.url was never set and no MAAS rack gives it: an agent installed
+// and not configured yet, not a configuration in error.
+func unconfigured(err error) bool {
+	var ps config.Problems
+	return errors.As(err, &ps) && len(ps) == 1 && ps[0].Key == "region.url" && errors.Is(ps[0].Err, config.ErrRequired)
 }
 
 // logRack tells which keys a MAAS rack gave their values, and from where.

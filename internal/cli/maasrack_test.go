@@ -29,11 +29,11 @@ func maasDebRack(t *testing.T, maasURL string) string {
 	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: "+maasURL+"\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	// maas-rack-controller's helper: the deb is installed.
+	// maas-rack-controller's rackd: the deb is installed.
 	if err := os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "usr/sbin/maas-dhcp-helper"), nil, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "usr/sbin/rackd"), nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := regionstub.LoadOrCreatePKI(filepath.Join(root, "var/lib/maas/certificates")); err != nil {
@@ -169,11 +169,34 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 		t.Errorf("delivered with certificate %q, want the rack's", b[0].ClientCN)
 	}
 
-	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: [http://127.0.0.4:5240/MAAS, http://127.0.0.3:5240/MAAS]\n"), 0o640); err != nil {
+	// The rack registered again with another region: a reload delivers
+	// there (the same CA here, as for a region of one MAAS).
+	stub2, err := regionstub.Start(regionstub.Options{Addr: "127.0.0.4:5242", PKI: stub.PKI()})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Skip("127.0.0.4:5242 is taken on this host")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub2.Close()
+	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: [http://127.0.0.4:5240/MAAS]\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	a.sigs <- syscall.SIGHUP
-	logs.waitFor(t, `"changed":["region.url","region.other_urls"]`)
+	logs.waitFor(t, `"changed":["region.url"]`)
+	f, err = os.OpenFile(leases, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(lease("203.0.113.13", "02:00:00:00:00:13")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := stub2.WaitFunc(wctx, func(items []event.RegionItem) bool {
+		return slices.ContainsFunc(items, func(it event.RegionItem) bool { return it.IP == "203.0.113.13" && it.Action == "commit" })
+	}); err != nil {
+		t.Fatalf("after the reload the lease did not reach the region rackd.conf names now: %v\n%s", err, logs.String())
+	}
 
 	a.stop(stopSignal{syscall.SIGTERM})
 	select {
@@ -186,36 +209,44 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	}
 }
 
-// TestAgentHasRegion: --has-region, the unit's ExecCondition=, fails
-// (exit 1: systemd skips the start) only for an agent whose region was
-// never set; every other problem is left to the start (exit 0).
-func TestAgentHasRegion(t *testing.T) {
-	rack := maasDebRack(t, "http://127.0.0.1:5240/MAAS")
+// TestAgentUnconfigured: an agent whose region was never set (the
+// shipped file, no MAAS rack) exits 79, which the packaged unit counts as
+// a clean exit (SuccessExitStatus=79): inactive at every boot, not
+// failed. Every other problem is 78, a failed unit: with the region unset
+// too, a rackd.conf that cannot be read, and --print-config.
+func TestAgentUnconfigured(t *testing.T) {
 	shipped := "../../packaging/etc/leasekeeper/leasekeeper.toml"
-	set := writeFile(t, "set.toml", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n")
-	broken := writeFile(t, "broken.toml", "[region]\nurl = 5\n")
+	unreadable := maasDebRack(t, "x")
+	if err := os.Remove(filepath.Join(unreadable, "etc/maas/rackd.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(unreadable, "etc/maas/rackd.conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	also := writeFile(t, "also.toml", "[log]\nlevel = \"loud\"\n")
+	wrong := writeFile(t, "wrong.toml", "[region]\nurl = 5\n")
 	for _, tc := range []struct {
 		name, root, config string
 		args               []string
 		code               int
+		says               string
 	}{
-		{"the shipped file, no rack", "", shipped, nil, 1},
-		{"the shipped file on a MAAS rack", rack, shipped, nil, 0},
-		{"url set", "", set, nil, 0},
-		{"url by --set", "", shipped, []string{"--set", "region.url=https://r:5242/MAAS/a/v3internal/leases"}, 0},
-		{"a file with errors: the start says them", "", broken, nil, 0},
-		{"no file at the path given: the start says it", "", filepath.Join(t.TempDir(), "nope.toml"), nil, 0},
+		{"the shipped file, no rack", "", shipped, nil, ExitUnconfigured, "region.url: required"},
+		{"the shipped file, rackd.conf unreadable", unreadable, shipped, nil, ExitConfig, "region.url: not set, and MAAS's"},
+		{"another problem besides", "", also, nil, ExitConfig, "log.level"},
+		{"url of the wrong type", "", wrong, nil, ExitConfig, "region.url"},
+		{"--print-config", "", shipped, []string{"--print-config"}, ExitConfig, "region.url: required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := tc.root
 			if root == "" {
 				root = t.TempDir()
 			}
-			_, stderr, code := runIn(t, root, append([]string{"agent", "--config", tc.config, "--has-region"}, tc.args...)...)
-			if code != tc.code {
-				t.Fatalf("exit %d, want %d: %s", code, tc.code, stderr)
+			_, stderr, code := runIn(t, root, append([]string{"agent", "--config", tc.config}, tc.args...)...)
+			if code != tc.code || !strings.Contains(stderr, tc.says) {
+				t.Fatalf("exit %d, want %d saying %q: %s", code, tc.code, tc.says, stderr)
 			}
-			if code == 1 && !strings.Contains(stderr, "region.url is not set in "+tc.config+", and no MAAS rack controller was found here to take it from: the agent is not started") {
+			if code == ExitUnconfigured && !strings.Contains(stderr, "the agent does not run until the region is set") {
 				t.Errorf("stderr %q", stderr)
 			}
 		})

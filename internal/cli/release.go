@@ -108,7 +108,9 @@ still answers an ARP probe for IP on that interface (three RFC 5227
 probes within a second): the client is not gone, or another host took
 the address, and dhcpd would hand out an address in use (--no-probe
 sends anyway; an address in a relayed subnet cannot be probed from the
-rack and goes unprobed, as the output says). The DHCPRELEASE is written
+rack and goes unprobed, as the output says; with --dry-run the probe
+still runs, and is said to be skipped where it may not: without root).
+The probe's second comes on top of --timeout. The DHCPRELEASE is written
 as a frame on the interface dhcpd serves that subnet on (--interface,
 default the one whose subnet holds IP), where dhcpd's packet socket sees
 it; then the leases file is watched until dhcpd records the release

@@ -51,7 +51,7 @@ func addReleaseForFlags(cmd *cobra.Command) *releaseForFlags {
 		fl.StringVar(&f.iface, "interface", "", "with --for: the interface dhcpd serves the lease's clients on (default: the one whose subnet holds the address)")
 	}
 	if fl.Lookup("dry-run") == nil {
-		fl.BoolVar(&f.dryRun, "dry-run", false, "check the lease and choose the interface, send nothing")
+		fl.BoolVar(&f.dryRun, "dry-run", false, "check the lease, choose the interface and probe the address, send no release")
 	}
 	if fl.Lookup("timeout") == nil {
 		fl.DurationVar(&f.timeout, "timeout", rack.DefaultTimeout, "bound on the whole run")

@@ -82,6 +82,22 @@ func (e configError) Unwrap() error { return e.error }
 // (sysexits.h's EX_CONFIG).
 const ExitConfig = 78
 
+// unconfiguredError is an agent with no region at all (region.url never
+// set, no MAAS rack to take it from) and nothing else wrong: installed,
+// not configured yet. Exit status ExitUnconfigured, which the packaged
+// unit counts as a clean exit (SuccessExitStatus=), so that such an agent
+// is left inactive at every boot rather than failed.
+type unconfiguredError struct{ error }
+
+func (e unconfiguredError) Unwrap() error { return e.error }
+
+func (e unconfiguredError) Error() string {
+	return e.error.Error() + ": the agent does not run until the region is set ([region] url), or a MAAS rack installed here gives it; then systemctl restart leasekeeper.socket leasekeeper"
+}
+
+// ExitUnconfigured is the agent's exit status for unconfiguredError.
+const ExitUnconfigured = 79
+
 // ExitCode maps a command's error to an exit status, printing it.
 func ExitCode(err error, stderr io.Writer) int {
 	switch {
@@ -98,6 +114,10 @@ func ExitCode(err error, stderr io.Writer) int {
 	var ae attentionError
 	if errors.As(err, &ae) {
 		return ExitAttention
+	}
+	var ue2 unconfiguredError
+	if errors.As(err, &ue2) {
+		return ExitUnconfigured
 	}
 	var ce configError
 	var sm *hooksock.SocketMismatchError

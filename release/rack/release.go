@@ -40,8 +40,8 @@ type Options struct {
 	Interface string
 	// LeasesPath is dhcpd's leases file (DefaultLeasesPath when "").
 	LeasesPath string
-	// Timeout bounds the whole operation, verification included
-	// (DefaultTimeout when 0).
+	// Timeout bounds the whole operation, verification included, but
+	// the probe, which has ProbeWait of its own (DefaultTimeout when 0).
 	Timeout time.Duration
 	// NoVerify returns once the frame is sent, without waiting for dhcpd
 	// to record the release.
@@ -95,13 +95,18 @@ type Result struct {
 // interface dhcpd serves and, unless opts.NoVerify, waits until the
 // leases file shows the lease released (ErrUnconfirmed otherwise),
 // reading only what dhcpd appends after the first read. It never takes
-// longer than opts.Timeout, the first read of the file included.
+// longer than opts.Timeout, the first read of the file included, and the
+// probe's opts.ProbeWait.
 func Release(ctx context.Context, opts Options) (Result, error) {
 	if err := opts.defaults(); err != nil {
 		return Result{}, err
 	}
 	start := opts.Now()
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	budget := opts.Timeout
+	if !opts.NoProbe {
+		budget += opts.ProbeWait
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	res := Result{IP: opts.IP, MAC: opts.MAC}
 
@@ -171,6 +176,9 @@ func probe(ctx context.Context, opts Options, ifc ifaceInfo) (string, error) {
 	}
 	by, err := opts.Prober(ctx, ifc.Index, ifc.MAC, opts.IP, opts.ProbeWait)
 	switch {
+	case err != nil && opts.DryRun:
+		// A dry run asks for no privilege: say what stopped the probe.
+		return fmt.Sprintf("not probed: %v", err), nil
 	case err != nil:
 		return "", fmt.Errorf("ARP probe of %s on %s before the release: %w (nothing sent)", opts.IP, ifc.Name, err)
 	case by == nil:

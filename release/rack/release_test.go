@@ -85,6 +85,7 @@ func TestProbe(t *testing.T) {
 		name    string
 		ip      string
 		noProbe bool
+		dryRun  bool
 		by      net.HardwareAddr
 		err     error
 		probe   string // Result.Probe
@@ -97,10 +98,12 @@ func TestProbe(t *testing.T) {
 		{name: "the rack's own address", ip: "203.0.113.1", refused: "it is this rack's own address on br0"},
 		{name: "relayed: not probed", ip: "198.51.100.7", probe: "not probed: 198.51.100.7 is in no subnet of br0 (a relayed subnet)"},
 		{name: "not wanted", ip: "203.0.113.100", noProbe: true, by: mac, probe: "not probed (asked not to)"},
+		{name: "a dry run without the privilege: said, not failed", ip: "203.0.113.100", dryRun: true, err: errors.New("open a packet socket: operation not permitted (needs CAP_NET_RAW)"),
+			probe: "not probed: open a packet socket: operation not permitted (needs CAP_NET_RAW)"},
 		{name: "the probe fails", ip: "203.0.113.100", err: errors.New("open a packet socket: operation not permitted"), failed: "ARP probe of 203.0.113.100 on br0 before the release: open a packet socket: operation not permitted (nothing sent)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := Options{IP: netip.MustParseAddr(tc.ip), MAC: mac, NoProbe: tc.noProbe, ProbeWait: 300 * time.Millisecond, Prober: answer(tc.by, tc.err)}
+			opts := Options{IP: netip.MustParseAddr(tc.ip), MAC: mac, NoProbe: tc.noProbe, DryRun: tc.dryRun, ProbeWait: 300 * time.Millisecond, Prober: answer(tc.by, tc.err)}
 			got, err := probe(context.Background(), opts, br)
 			var re *RefusedError
 			switch {
