@@ -426,6 +426,12 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, d6 *reconcile.D
 				fmt.Sprintf("have systemd pass it a copy: systemctl edit leasekeeper, [Service] LoadCredential=%s:%s (README.Debian, section 1)", filepath.Base(f), f))
 		}
 	}
+	if c.Rack != nil && slices.Contains(c.RackKeys, "region.url") {
+		if why := unreadable(c.Rack.RackdConf, uid, gids); why != "" {
+			r.add(Problem, "agent-access", fmt.Sprintf("the agent runs as %s, which cannot read %s (%s): it takes the region from there and stops without it.", name, c.Rack.RackdConf, why),
+				"set [region] url (and other_urls) in leasekeeper.toml, or let the agent read MAAS's files (the package's maas-rack.conf drop-in; README.Debian, section 1)")
+		}
+	}
 	for _, l := range []string{c.DHCPD.Leases, c.DHCPD.Leases6} {
 		if l == "" || !fileExists(l) {
 			continue

@@ -445,6 +445,24 @@ func TestAgentAccess(t *testing.T) {
 	if f := findOf(rep, "agent-access", w.pki.clientKy); f == nil || f.Severity != OK {
 		t.Errorf("with LoadCredential=agent.key: want ok for the key; got %+v", f)
 	}
+	// The region from a MAAS rack's rackd.conf, which MAAS keeps 0640
+	// (src/provisioningserver/config.py default_file_mode): the agent's
+	// user cannot read it, and stops; not so when the file sets the url.
+	rackd := filepath.Join(w.dir, "rackd.conf")
+	if err := os.WriteFile(rackd, []byte("maas_url: http://127.0.0.1:5240/MAAS\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	w.cfg.Rack, w.cfg.RackKeys = &config.MAASRack{Kind: "deb", RackdConf: rackd}, []string{"region.url", "region.other_urls"}
+	_, rep = w.check()
+	if f := findOf(rep, "agent-access", rackd); f == nil || f.Severity != Problem || !strings.Contains(f.Fix, "set [region] url") {
+		t.Errorf("want an agent-access problem for %s, whence the region comes; got %+v", rackd, f)
+	}
+	w.cfg.RackKeys = nil
+	_, rep = w.check()
+	if f := findOf(rep, "agent-access", rackd); f != nil {
+		t.Errorf("the file sets the region: want nothing said of %s; got %+v", rackd, f)
+	}
+	w.cfg.Rack = nil
 	// The package's maas-rack.conf grants CAP_DAC_READ_SEARCH: the agent
 	// reads every file above whatever its mode, and nothing is a problem.
 	w.opts.Credentials = func() []string { return nil }
