@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,20 @@ type StatusReport struct {
 	// Pair is dhcpd's failover pair and the channel to the other
 	// agent; null outside a pair.
 	Pair *PairReport `json:"pair"`
+	// MAASRack is the MAAS rack installed on this host whose values the
+	// configuration's unset keys took (config.ParseOn); omitted when
+	// there is none.
+	MAASRack *RackReport `json:"maas_rack,omitempty"`
+}
+
+// RackReport is the MAAS rack in StatusReport: its kind (deb, snap), the
+// rackd.conf read, the keys whose values it gave and a sentence saying
+// so.
+type RackReport struct {
+	Kind      string   `json:"kind"`
+	RackdConf string   `json:"rackd_conf"`
+	Keys      []string `json:"keys"`
+	Summary   string   `json:"summary"`
 }
 
 // PairReport is StatusReport.Pair. States are dhcpd's failover states as
@@ -317,6 +332,9 @@ func (a *Agent) Report() StatusReport {
 		Time:          now.UTC(),
 		UptimeSeconds: now.Sub(started).Seconds(),
 		Tasks:         a.taskReport(),
+	}
+	if c := a.Config(); c.Rack != nil {
+		r.MAASRack = &RackReport{Kind: c.Rack.Kind, RackdConf: c.Rack.RackdConf, Keys: slices.Clone(c.RackKeys), Summary: c.Rack.Describe(c.RackKeys)}
 	}
 	for _, ts := range a.tasks {
 		if h, ok := ts.task.(Holder); ok {

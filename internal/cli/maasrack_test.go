@@ -168,6 +168,11 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	if b := stub.Batches(); b[0].ClientCN != "rack-1" {
 		t.Errorf("delivered with certificate %q, want the rack's", b[0].ClientCN)
 	}
+	// leasekeeper status says where the agent's region came from.
+	out, stderr, _ := runIn(t, root, "status", "--config", path)
+	if want := "maas rack      MAAS deb rack (" + root + "/etc/maas/rackd.conf): the region from its maas_url (https://127.0.0.3:5242/MAAS/a/v3internal/leases)"; !strings.Contains(out, want) {
+		t.Errorf("status lacks %q:\n%s%s", want, out, stderr)
+	}
 
 	// The rack registered again with another region: a reload delivers
 	// there (the same CA here, as for a region of one MAAS).

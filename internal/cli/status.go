@@ -41,6 +41,9 @@ listener: see below) how delivery to the region is going:
                  path, no client certificate, a certificate the region
                  does not trust; retried, never dead-lettered) or a region
                  failing every event (HTTP 500)
+  maas rack      the MAAS rack installed here whose region, certificates or
+                 dhcpd files the agent took, for what its configuration
+                 leaves unset (leasekeeper agent --help)
   queue depth    events accepted and not yet delivered
   last delivery  when the region last accepted a batch, and how long ago
   dead letters   events the region refused (see leasekeeper deadletter)
@@ -75,7 +78,8 @@ memory for a full disk), unhealthy (why /healthz answers 503, or ""),
 orphans ([{ip, state, reason, ends, attempts, next}]: addresses a reload
 dropped that the region still holds; leasekeeper orphans shows them) and
 pair (dhcpd's failover pair, others: the other failover peers its pools
-use; null outside one).
+use; null outside one) and maas_rack ({kind, rackd_conf, keys, summary}:
+absent where no MAAS rack gave values).
 
 Exit status: 0 when the agent answered and nothing needs attention; 3
 when it answered and something does, named on stderr (also with --json):
@@ -291,6 +295,9 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 	}
 	fmt.Fprintf(tw, "agent\t%s (version %s, up %s)\n", state, r.Version, roundAge(time.Duration(r.UptimeSeconds*float64(time.Second))))
 	writeRegion(tw, r)
+	if m := r.MAASRack; m != nil {
+		fmt.Fprintf(tw, "maas rack\t%s\n", m.Summary)
+	}
 	if r.QueueDepth != nil {
 		fmt.Fprintf(tw, "queue depth\t%d\n", *r.QueueDepth)
 	} else {
