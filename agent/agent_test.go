@@ -695,3 +695,39 @@ func TestConfig6Alone(t *testing.T) {
 		}
 	}
 }
+
+// TestReportMAASRack: /status names the MAAS rack whose values the
+// configuration took, and only when it took some.
+func TestReportMAASRack(t *testing.T) {
+	rack := &config.MAASRack{Kind: "snap", RackdConf: "/var/snap/maas/current/rackd.conf", RegionURLs: []string{"https://r:5242/MAAS/a/v3internal/leases"}}
+	for _, tc := range []struct {
+		name string
+		rack *config.MAASRack
+		keys []string
+		want bool
+	}{
+		{"no rack", nil, nil, false},
+		{"a rack the file overrides in full", rack, nil, false},
+		{"a rack that gave the region", rack, []string{"region.url", "region.other_urls"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Rack, cfg.RackKeys = tc.rack, tc.keys
+			r := newAgent(t, cfg).Report()
+			if (r.MAASRack != nil) != tc.want {
+				t.Fatalf("maas_rack %+v, want present %t", r.MAASRack, tc.want)
+			}
+			if tc.want && (r.MAASRack.Kind != "snap" || r.MAASRack.RackdConf != rack.RackdConf || len(r.MAASRack.Keys) != 2 ||
+				!strings.Contains(r.MAASRack.Summary, "the region from its maas_url (https://r:5242/MAAS/a/v3internal/leases)")) {
+				t.Errorf("maas_rack %+v", r.MAASRack)
+			}
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), `"maas_rack"`) != tc.want {
+				t.Errorf("JSON %s", b)
+			}
+		})
+	}
+}

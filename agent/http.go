@@ -333,7 +333,7 @@ func (a *Agent) Report() StatusReport {
 		UptimeSeconds: now.Sub(started).Seconds(),
 		Tasks:         a.taskReport(),
 	}
-	if c := a.Config(); c.Rack != nil {
+	if c := a.Config(); c.Rack != nil && len(c.RackKeys) > 0 {
 		r.MAASRack = &RackReport{Kind: c.Rack.Kind, RackdConf: c.Rack.RackdConf, Keys: slices.Clone(c.RackKeys), Summary: c.Rack.Describe(c.RackKeys)}
 	}
 	for _, ts := range a.tasks {

@@ -2,7 +2,9 @@ package systemd
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -60,6 +62,51 @@ func (n *Notifier) Reloading() error {
 // start new assignments, so they become spaces.
 func (n *Notifier) Status(s string) error {
 	return n.send("STATUS=" + strings.NewReplacer("\n", " ", "\r", " ").Replace(s))
+}
+
+// Barrier waits, up to timeout, until systemd has processed every message
+// sent before it (sd_notify_barrier(3)): it sends BARRIER=1 with the write
+// end of a pipe, which systemd closes once it got that far; one too old to
+// know BARRIER=1 closes it all the same, having read the message. A
+// process about to exit calls it, so that what it sent last is not taken
+// for an exited process's. No-op when NOTIFY_SOCKET is unset.
+func (n *Notifier) Barrier(timeout time.Duration) error {
+	sock := os.Getenv("NOTIFY_SOCKET")
+	if sock == "" {
+		return nil
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("sd_notify barrier: %w", err)
+	}
+	defer unix.Close(p[0])
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(p[1])
+		return fmt.Errorf("sd_notify barrier: %w", err)
+	}
+	err = unix.Sendmsg(fd, []byte("BARRIER=1"), unix.UnixRights(p[1]), &unix.SockaddrUnix{Name: sock}, 0)
+	unix.Close(fd)
+	unix.Close(p[1]) // systemd holds the only other copy
+	if err != nil {
+		return fmt.Errorf("sd_notify barrier: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		fds := []unix.PollFd{{Fd: int32(p[0])}}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errors.New("sd_notify barrier: systemd did not answer in time")
+		}
+		k, err := unix.Poll(fds, int(left/time.Millisecond)+1)
+		switch {
+		case errors.Is(err, unix.EINTR):
+		case err != nil:
+			return fmt.Errorf("sd_notify barrier: %w", err)
+		case k > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0:
+			return nil
+		}
+	}
 }
 
 // WatchdogInterval is WatchdogSec= of the unit (WATCHDOG_USEC, for this

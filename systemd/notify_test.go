@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // listen makes a real unixgram socket, as systemd does, and points
@@ -194,4 +196,76 @@ func TestWatchdogPingError(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestBarrier: BARRIER=1 goes with the write end of a pipe, and Barrier
+// returns once the receiver (systemd) closes it, having read what came
+// before; a receiver that never does leaves Barrier to its timeout.
+func TestBarrier(t *testing.T) {
+	c := listen(t)
+	n := NewNotifier()
+	if _, err := n.Notify("READY=1"); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan time.Time, 1)
+	var before []string // what came before BARRIER=1
+	go func() {
+		buf, oob := make([]byte, 64), make([]byte, 64)
+		for {
+			k, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			if string(buf[:k]) != "BARRIER=1" {
+				before = append(before, string(buf[:k]))
+				continue
+			}
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			fds, err := unix.ParseUnixRights(&msgs[0])
+			if err != nil || len(fds) != 1 {
+				t.Errorf("BARRIER=1 came with %v (%v), want one descriptor", fds, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // systemd busy with earlier messages
+			closed <- time.Now()
+			unix.Close(fds[0])
+			return
+		}
+	}()
+	if err := n.Barrier(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	default:
+		t.Fatal("Barrier returned before the receiver closed the pipe")
+	}
+	if len(before) != 1 || before[0] != "READY=1" {
+		t.Errorf("before the barrier came %q, want READY=1", before)
+	}
+
+	// A receiver that keeps the pipe open: the timeout.
+	c2 := listen(t)
+	hold := make(chan []int, 1)
+	go func() {
+		buf, oob := make([]byte, 64), make([]byte, 64)
+		_, oobn, _, _, err := c2.ReadMsgUnix(buf, oob)
+		if err != nil {
+			return
+		}
+		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		fds, _ := unix.ParseUnixRights(&msgs[0])
+		hold <- fds
+	}()
+	start := time.Now()
+	if err := n.Barrier(200 * time.Millisecond); err == nil || time.Since(start) < 200*time.Millisecond {
+		t.Errorf("Barrier with the pipe held open: %v after %v, want its timeout", err, time.Since(start))
+	}
+	for _, fd := range <-hold {
+		unix.Close(fd)
+	}
+	t.Setenv("NOTIFY_SOCKET", "")
+	if err := n.Barrier(time.Second); err != nil {
+		t.Errorf("without NOTIFY_SOCKET: %v", err)
+	}
 }

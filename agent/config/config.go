@@ -275,8 +275,14 @@ func ParseOn(rack *MAASRack, r io.Reader, name string, overrides ...string) (*Co
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		for _, p := range vps {
-			if p.Key == "region.url" && rackErr != nil && errors.Is(p.Err, ErrRequired) {
+			switch {
+			case p.Key != "region.url" || !errors.Is(p.Err, ErrRequired):
+			case rackErr != nil:
 				p.Err = fmt.Errorf("not set, and %w", rackErr)
+			case len(c.Region.OtherURLs) == 0:
+				// No region at all, and no rack to take one from:
+				// not configured yet, rather than configured wrong.
+				p.Err = fmt.Errorf("%w", &noRegionError{p.Err})
 			}
 		}
 		// A value the validation refuses is the override's when one set
@@ -315,6 +321,21 @@ func ParseOn(rack *MAASRack, r io.Reader, name string, overrides ...string) (*Co
 		}
 	}
 	return c, nil
+}
+
+// ErrNoRegion is wrapped by region.url's problem when the configuration
+// names no region at all (neither url nor other_urls) and no MAAS rack
+// gives one: an agent installed and not configured yet, which the agent
+// command tells apart from a configuration in error (its exit status 79).
+var ErrNoRegion = errors.New("no region at all")
+
+// noRegionError is ErrRequired's problem for region.url that is also
+// ErrNoRegion.
+type noRegionError struct{ err error }
+
+func (e *noRegionError) Error() string { return e.err.Error() }
+func (e *noRegionError) Unwrap() []error {
+	return []error{e.err, ErrNoRegion}
 }
 
 // SecretFileError is a secret file the configuration names (a token, an

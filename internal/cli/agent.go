@@ -24,6 +24,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/packaging"
+	"github.com/leasekeeper/leasekeeper/systemd"
 )
 
 // reloadable are the keys a SIGHUP puts in force without a restart.
@@ -173,7 +174,9 @@ stderr and in the log.`,
 			case errors.As(err, &secret):
 				return err // may be mended without the configuration: restarted
 			case err != nil && unconfigured(err) && !printConfig:
-				return unconfiguredError{err}
+				ue := unconfiguredError{err}
+				notReady(ue.Error())
+				return ue
 			case err != nil:
 				return configError{err}
 			}
@@ -226,12 +229,25 @@ func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config,
 	return cfg, nil
 }
 
-// unconfigured reports whether err, loadAgentConfig's, says only that
-// region.url was never set and no MAAS rack gives it: an agent installed
-// and not configured yet, not a configuration in error.
+// unconfigured reports whether err, loadAgentConfig's, says only that no
+// region was ever set (neither region.url nor other_urls) and no MAAS
+// rack gives one: an agent installed and not configured yet, not a
+// configuration in error.
 func unconfigured(err error) bool {
 	var ps config.Problems
-	return errors.As(err, &ps) && len(ps) == 1 && ps[0].Key == "region.url" && errors.Is(ps[0].Err, config.ErrRequired)
+	return errors.As(err, &ps) && len(ps) == 1 && errors.Is(ps[0].Err, config.ErrNoRegion)
+}
+
+// notReady tells systemd that the agent is up, and why it stops at once:
+// a Type=notify service whose main process exits before READY=1 fails
+// ("protocol"), whatever SuccessExitStatus= says, and is restarted. The
+// barrier waits until systemd has read the message, so that it is not
+// taken for an exited process's.
+func notReady(why string) {
+	n := systemd.NewNotifier()
+	if sent, err := n.Notify("READY=1\nSTATUS=not configured: " + strings.NewReplacer("\n", " ").Replace(why)); sent && err == nil {
+		_ = n.Barrier(time.Second)
+	}
 }
 
 // logRack tells which keys a MAAS rack gave their values, and from where.

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/internal/lktest/regionstub"
@@ -229,6 +233,7 @@ func TestAgentUnconfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	also := writeFile(t, "also.toml", "[log]\nlevel = \"loud\"\n")
+	half := writeFile(t, "half.toml", "[region]\nother_urls = [\"https://r2:5242/MAAS/a/v3internal/leases\"]\n")
 	wrong := writeFile(t, "wrong.toml", "[region]\nurl = 5\n")
 	for _, tc := range []struct {
 		name, root, config string
@@ -240,6 +245,8 @@ func TestAgentUnconfigured(t *testing.T) {
 		{"the shipped file, rackd.conf unreadable", unreadable, shipped, nil, ExitConfig, "region.url: not set, and MAAS's"},
 		{"another problem besides", "", also, nil, ExitConfig, "log.level"},
 		{"url of the wrong type", "", wrong, nil, ExitConfig, "region.url"},
+		{"other_urls without url: half a region", "", half, nil, ExitConfig, "region.url: required"},
+		{"other_urls without url, on a rack", maasDebRack(t, "http://127.0.0.1:5240/MAAS"), half, nil, ExitConfig, "region.url: required"},
 		{"--print-config", "", shipped, []string{"--print-config"}, ExitConfig, "region.url: required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,13 +254,74 @@ func TestAgentUnconfigured(t *testing.T) {
 			if root == "" {
 				root = t.TempDir()
 			}
+			notified := fakeSystemd(t)
 			_, stderr, code := runIn(t, root, append([]string{"agent", "--config", tc.config}, tc.args...)...)
 			if code != tc.code || !strings.Contains(stderr, tc.says) {
 				t.Fatalf("exit %d, want %d saying %q: %s", code, tc.code, tc.says, stderr)
 			}
-			if code == ExitUnconfigured && !strings.Contains(stderr, "the agent does not run until the region is set") {
+			got := notified()
+			if code != ExitUnconfigured {
+				if len(got) > 0 {
+					t.Errorf("told systemd %q before failing", got)
+				}
+				return
+			}
+			if !strings.Contains(stderr, "the agent does not run until the region is set") {
 				t.Errorf("stderr %q", stderr)
 			}
+			// A Type=notify service that exits before READY=1 fails,
+			// whatever SuccessExitStatus= says: READY=1 goes first, with
+			// the reason, and the barrier before the exit.
+			if len(got) != 2 || !strings.HasPrefix(got[0], "READY=1\nSTATUS=not configured: ") || got[1] != "BARRIER=1" {
+				t.Errorf("told systemd %q, want READY=1 with the reason, then BARRIER=1", got)
+			}
 		})
+	}
+}
+
+// fakeSystemd points NOTIFY_SOCKET at a socket of the test's that reads
+// what a service tells systemd and, as systemd does, closes the pipe a
+// BARRIER=1 carries; notified returns what came, in order.
+func fakeSystemd(t *testing.T) (notified func() []string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lk-notify-") // a socket path must be short
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "notify.sock")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	var mu sync.Mutex
+	var got []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf, oob := make([]byte, 4096), make([]byte, 64)
+		for {
+			n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			got = append(got, string(buf[:n]))
+			mu.Unlock()
+			if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) > 0 {
+				fds, _ := unix.ParseUnixRights(&msgs[0])
+				for _, fd := range fds {
+					unix.Close(fd)
+				}
+			}
+		}
+	}()
+	return func() []string {
+		c.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return got
 	}
 }
