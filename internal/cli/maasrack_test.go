@@ -325,3 +325,29 @@ func fakeSystemd(t *testing.T) (notified func() []string) {
 		return got
 	}
 }
+
+// TestStatusUnconfigured: status that cannot reach the agent says why
+// when the configuration names no region (the agent exited 79), and
+// not otherwise.
+func TestStatusUnconfigured(t *testing.T) {
+	dir := t.TempDir()
+	base := fmt.Sprintf("[control]\nsocket = %q\n[metrics]\nlisten = \"127.0.0.1:1\"\n", filepath.Join(dir, "absent.sock"))
+	for _, tc := range []struct {
+		name, region string
+		hint         bool
+	}{
+		{"no region", "", true},
+		{"a region", "[region]\nurl = \"https://r:5242/MAAS/a/v3internal/leases\"\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := writeFile(t, "lk.toml", base+tc.region)
+			_, stderr, code := run(t, "status", "--config", cfg)
+			if code != 1 || !strings.Contains(stderr, "cannot reach the agent at 127.0.0.1:1") {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if got := strings.Contains(stderr, "sets no region (region.url), nor does a MAAS rack here give one: the agent does not run until one is"); got != tc.hint {
+				t.Errorf("hint %t, want %t: %s", got, tc.hint, stderr)
+			}
+		})
+	}
+}

@@ -93,11 +93,15 @@ flags. A monitoring check can run "leasekeeper status >/dev/null".`,
   leasekeeper status --url 127.0.0.1:9742`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, base, err := statusEndpoint(env, url, configPath)
+			c, base, noRegion, err := statusEndpoint(env, url, configPath)
 			if err != nil {
 				return err
 			}
 			body, err := agentGet(cmd.Context(), c, base+"/status")
+			var nr *notRunningError
+			if errors.As(err, &nr) && noRegion {
+				return fmt.Errorf("%w; and %s sets no region (region.url), nor does a MAAS rack here give one: the agent does not run until one is (leasekeeper agent --help, exit status 79)", err, configPath)
+			}
 			if err != nil {
 				return err
 			}
@@ -151,22 +155,25 @@ func controlClient(path string) *http.Client {
 
 // statusEndpoint is where status asks: --url if given; else the control
 // socket when this user may use it; else the TCP listener, which serves
-// /status to anyone.
-func statusEndpoint(env *Env, flagURL, configPath string) (*http.Client, string, error) {
+// /status to anyone. noRegion is a configuration read that names no
+// region and has no MAAS rack to take one from: an agent that does not
+// run.
+func statusEndpoint(env *Env, flagURL, configPath string) (c *http.Client, base string, noRegion bool, err error) {
 	if flagURL != "" {
 		base, err := agentURL(env, flagURL, configPath)
-		return http.DefaultClient, base, err
+		return http.DefaultClient, base, false, err
 	}
 	// Read once: its warnings are told once.
 	cfg, err := decodeAgentConfig(env, configPath)
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
+	noRegion = cfg.Region.URL == "" && len(cfg.Region.OtherURLs) == 0
 	if p := cfg.Control.Socket; p != "" && syscall.Access(p, 2 /* W_OK: connect needs it */) == nil {
-		return controlClient(p), controlBase, nil
+		return controlClient(p), controlBase, noRegion, nil
 	}
-	base, err := listenURL(cfg, configPath)
-	return http.DefaultClient, base, err
+	base, err = listenURL(cfg, configPath)
+	return http.DefaultClient, base, noRegion, err
 }
 
 // agentGet fetches one URL from the running agent.
