@@ -55,10 +55,10 @@ type maasLayout struct {
 	// installed is a file the install has while it is installed (a
 	// removed deb leaves its configuration behind); "" for none.
 	installed string
-	// notRack is a file whose content, unless it is one of rackModes,
-	// says the install runs no rack (the snap's snap_mode; missing:
-	// no rack either).
-	notRack  string
+	// modeFile says whether the install runs a rack: only with one of
+	// rackModes in it (the snap's snap_mode; missing: no rack); "" for
+	// an install that is a rack whenever installed.
+	modeFile string
 	dhcpd    DHCPD // DHCPv6's included; dropped when neither file exists
 	certDirs []string
 }
@@ -93,7 +93,7 @@ var maasLayouts = []maasLayout{
 	{
 		kind:      "snap",
 		rackdConf: "/var/snap/maas/current/rackd.conf",
-		notRack:   "/var/snap/maas/common/snap_mode",
+		modeFile:  "/var/snap/maas/common/snap_mode",
 		dhcpd: DHCPD{
 			Leases:  "/var/snap/maas/common/maas/dhcp/dhcpd.leases",
 			Config:  "/var/snap/maas/common/maas/dhcpd.conf",
@@ -103,6 +103,15 @@ var maasLayouts = []maasLayout{
 		},
 		certDirs: []string{"/var/snap/maas/current/certificates", "/var/snap/maas/common/var/lib/maas/certificates"},
 	},
+}
+
+// MAASLeasesFiles are the leases files MAAS's dhcpd and dhcpd -6 write, the
+// deb's and the snap's (maasLayouts).
+func MAASLeasesFiles() (v4, v6 []string) {
+	for _, l := range maasLayouts {
+		v4, v6 = append(v4, l.dhcpd.Leases), append(v6, l.dhcpd.Leases6)
+	}
+	return v4, v6
 }
 
 // rackModes are the snap modes with a rack: what `maas init region+rack`
@@ -119,12 +128,14 @@ var certSets = []struct{ name, cert, key, ca string }{
 	{"cluster", "cluster.pem", "cluster.key", "cacerts.pem"},
 }
 
-// maasRegionPort and maasLeasesPath: the internal API MAAS's own rack agent
+// MAASRegionPort and MAASLeasesPath: the internal API MAAS's own rack agent
 // reaches on each region host (src/provisioningserver/rackdservices/
-// external.py, RackAgent: https, each maas_url's host, port 5242).
+// external.py, RackAgent: https, each maas_url's host, port 5242; nginx
+// passes the port through to the internal API server, which takes mutual
+// TLS), and its leases endpoint.
 const (
-	maasRegionPort = "5242"
-	maasLeasesPath = "/MAAS/a/v3internal/leases"
+	MAASRegionPort = "5242"
+	MAASLeasesPath = "/MAAS/a/v3internal/leases"
 	// defaultMAASURL is maas_url when rackd.conf has none
 	// (ClusterConfiguration.maas_url's if_missing).
 	defaultMAASURL = "http://localhost:5240/MAAS"
@@ -149,8 +160,8 @@ func FindMAASRack(root string) *MAASRack {
 		if l.installed != "" && !exists(l.installed) {
 			continue
 		}
-		if l.notRack != "" {
-			if b, err := os.ReadFile(l.notRack); err != nil || !slices.Contains(rackModes, strings.TrimSpace(string(b))) {
+		if l.modeFile != "" {
+			if b, err := os.ReadFile(l.modeFile); err != nil || !slices.Contains(rackModes, strings.TrimSpace(string(b))) {
 				continue
 			}
 		}
@@ -188,7 +199,7 @@ func (l maasLayout) under(root string) maasLayout {
 			*p = filepath.Join(root, *p)
 		}
 	}
-	for _, p := range []*string{&l.rackdConf, &l.installed, &l.notRack, &l.dhcpd.Leases, &l.dhcpd.Config, &l.dhcpd.PIDFile, &l.dhcpd.Leases6, &l.dhcpd.Config6} {
+	for _, p := range []*string{&l.rackdConf, &l.installed, &l.modeFile, &l.dhcpd.Leases, &l.dhcpd.Config, &l.dhcpd.PIDFile, &l.dhcpd.Leases6, &l.dhcpd.Config6} {
 		at(p)
 	}
 	l.certDirs = slices.Clone(l.certDirs)
@@ -256,7 +267,7 @@ func RegionURLsOf(b []byte) ([]string, error) {
 		if err != nil || u.Hostname() == "" {
 			return nil, fmt.Errorf("maas_url: %q is not a URL with a host", s)
 		}
-		api := "https://" + net.JoinHostPort(u.Hostname(), maasRegionPort) + maasLeasesPath
+		api := "https://" + net.JoinHostPort(u.Hostname(), MAASRegionPort) + MAASLeasesPath
 		if !slices.Contains(out, api) {
 			out = append(out, api)
 		}

@@ -48,8 +48,8 @@ const (
 
 // MAAS facts the hints name (docs/design.md, "Region API — MAAS as it really is").
 const (
-	maasPort     = "5242"
-	maasCertDir  = "/var/lib/maas/certificates"
+	maasPort     = config.MAASRegionPort
+	maasCertDir  = config.MAASCertDir
 	maasHintCert = "on a MAAS rack: agent.crt and agent.key in " + maasCertDir + " (MAAS 3.8+), cluster.pem and cluster.key before 3.8"
 )
 
@@ -279,7 +279,7 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		// status_code=204): a page in a 200 is something else at that
 		// address (a proxy's, a captive portal's), which stored nothing.
 		o.kind = kindConfig
-		o.hint = fmt.Sprintf("the region answered %d with a body, where MAAS's leases API answers 204 with none: is region.url MAAS's internal leases API (https://REGION:5242/MAAS/a/v3internal/leases)? Nothing it answered so is counted delivered", c)
+		o.hint = fmt.Sprintf("the region answered %d with a body, where MAAS's leases API answers 204 with none: is region.url MAAS's internal leases API (https://REGION:%s%s)? Nothing it answered so is counted delivered", c, maasPort, config.MAASLeasesPath)
 	case c == http.StatusUnprocessableEntity:
 		o.kind = kindRefused
 	case c == http.StatusInternalServerError:
@@ -322,7 +322,7 @@ func classify(resp *http.Response, answer string, now time.Time, u *url.URL) out
 		// Go's and nginx's answer to plain HTTP on a TLS port (a server
 		// that does not answer so shows as a closed connection).
 		o.kind = kindConfig
-		o.hint = "region.url says http:// but the region's port speaks TLS: write https:// (MAAS's internal API is https://REGION:" + maasPort + "/MAAS/a/v3internal/leases)"
+		o.hint = "region.url says http:// but the region's port speaks TLS: write https:// (MAAS's internal API is https://REGION:" + maasPort + config.MAASLeasesPath + ")"
 	case c == http.StatusNotFound, c == http.StatusMethodNotAllowed, c == http.StatusBadRequest:
 		o.kind = kindConfig
 		o.hint = wrongPortHint(u, "the region has no leases endpoint at "+u.Path)
@@ -342,7 +342,7 @@ func wrongPortHint(u *url.URL, what string) string {
 	if port == "" {
 		port = "443"
 	}
-	s := what + ": wrong port or path? MAAS's internal leases API is https://REGION:" + maasPort + "/MAAS/a/v3internal/leases"
+	s := what + ": wrong port or path? MAAS's internal leases API is https://REGION:" + maasPort + config.MAASLeasesPath
 	switch port {
 	case "5240", "5443":
 		s += " (port " + port + " is MAAS's public API)"

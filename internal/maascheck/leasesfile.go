@@ -12,22 +12,10 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/config"
 )
 
-// MAASLeasesFiles are the leases files MAAS's dhcpd writes: the deb's
-// maas-dhcpd.service (debian/maas-dhcp.maas-dhcpd.service in MAAS's
-// source, `-lf /var/lib/maas/dhcp/dhcpd.leases`) and the snap's
-// (snap/local/tree/usr/bin/run-dhcpd, $SNAP_COMMON/maas/dhcp/dhcpd.leases).
-var MAASLeasesFiles = []string{
-	"/var/lib/maas/dhcp/dhcpd.leases",
-	"/var/snap/maas/common/maas/dhcp/dhcpd.leases",
-}
-
-// MAASLeasesFiles6 are MAAS's dhcpd -6's: the deb's maas-dhcpd6.service
-// (debian/maas-dhcp.maas-dhcpd6.service, before MAAS dropped its debian
-// packaging) and the snap's (snap/local/tree/usr/bin/run-dhcpd6).
-var MAASLeasesFiles6 = []string{
-	"/var/lib/maas/dhcp/dhcpd6.leases",
-	"/var/snap/maas/common/maas/dhcp/dhcpd6.leases",
-}
+// MAASLeasesFiles and MAASLeasesFiles6 are the leases files MAAS's dhcpd
+// and dhcpd -6 write, the deb's and the snap's: the layouts the agent's
+// configuration takes a MAAS rack's paths from (config.MAASLeasesFiles).
+var MAASLeasesFiles, MAASLeasesFiles6 = config.MAASLeasesFiles()
 
 // leasesKind says which dhcpd a leases-file check is about: its key in
 // [dhcpd], its check's name, and how to name it and its MAAS unit.

@@ -137,12 +137,11 @@ func readsAny(caps []string) string {
 	return ""
 }
 
-// MAASPort is the only port MAAS serves its internal API on (nginx passes
-// it through to the internal API server, which takes mutual TLS).
-const MAASPort = "5242"
+// MAASPort is the only port MAAS serves its internal API on.
+const MAASPort = config.MAASRegionPort
 
 // leasesPath is the internal API's leases endpoint.
-const leasesPath = "/MAAS/a/v3internal/leases"
+const leasesPath = config.MAASLeasesPath
 
 // Run makes every check.
 func Run(ctx context.Context, o Options) *Report {
