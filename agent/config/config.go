@@ -279,10 +279,10 @@ func ParseOn(rack *MAASRack, r io.Reader, name string, overrides ...string) (*Co
 			case p.Key != "region.url" || !errors.Is(p.Err, ErrRequired):
 			case rackErr != nil:
 				p.Err = fmt.Errorf("not set, and %w", rackErr)
-			case len(c.Region.OtherURLs) == 0:
+			case !c.HasRegion():
 				// No region at all, and no rack to take one from:
 				// not configured yet, rather than configured wrong.
-				p.Err = fmt.Errorf("%w", &noRegionError{p.Err})
+				p.Err = &noRegionError{p.Err}
 			}
 		}
 		// A value the validation refuses is the override's when one set
@@ -322,6 +322,10 @@ func ParseOn(rack *MAASRack, r io.Reader, name string, overrides ...string) (*Co
 	}
 	return c, nil
 }
+
+// HasRegion reports whether the configuration names any region: url or
+// other_urls (a MAAS rack's, once ParseOn has applied it).
+func (c *Config) HasRegion() bool { return c.Region.URL != "" || len(c.Region.OtherURLs) > 0 }
 
 // ErrNoRegion is wrapped by region.url's problem when the configuration
 // names no region at all (neither url nor other_urls) and no MAAS rack
@@ -415,10 +419,7 @@ func (c *Config) applyRack(rack *MAASRack, lines map[string]int, overrides []str
 		if _, ok := lines[key]; ok {
 			return true
 		}
-		return slices.ContainsFunc(overrides, func(o string) bool {
-			k, _, _ := strings.Cut(o, "=")
-			return strings.TrimSpace(k) == key
-		})
+		return slices.ContainsFunc(overrides, func(o string) bool { return overrideKey(o) == key })
 	}
 	keys, err := rack.apply(c, set)
 	c.Rack, c.RackKeys = rack, keys
@@ -536,8 +537,7 @@ func fromOverrides(err error, overrides []string) error {
 	}
 	set := map[string]string{}
 	for _, o := range overrides {
-		k, _, _ := strings.Cut(o, "=")
-		set[strings.TrimSpace(k)] = o
+		set[overrideKey(o)] = o
 	}
 	for _, p := range ps {
 		if o, ok := set[p.Key]; ok {
@@ -613,11 +613,17 @@ func (c *Config) Set(key, value string) error {
 
 // Override applies one "section.key=value" string, as --set gives it.
 func (c *Config) Override(kv string) error {
-	key, value, ok := strings.Cut(kv, "=")
+	_, value, ok := strings.Cut(kv, "=")
 	if !ok {
 		return &KeyError{Key: kv, Err: errors.New(`want section.key=value`)}
 	}
-	return c.Set(strings.TrimSpace(key), value)
+	return c.Set(overrideKey(kv), value)
+}
+
+// overrideKey is the "section.key" an override ("section.key=value") sets.
+func overrideKey(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	return strings.TrimSpace(k)
 }
 
 // Diff returns the keys whose values differ between c and d, in file

@@ -173,7 +173,7 @@ stderr and in the log.`,
 			switch {
 			case errors.As(err, &secret):
 				return err // may be mended without the configuration: restarted
-			case err != nil && unconfigured(err) && !printConfig:
+			case unconfigured(err) && !printConfig:
 				ue := unconfiguredError{err}
 				notReady(ue.Error())
 				return ue

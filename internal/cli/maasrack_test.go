@@ -331,7 +331,14 @@ func fakeSystemd(t *testing.T) (notified func() []string) {
 // not otherwise.
 func TestStatusUnconfigured(t *testing.T) {
 	dir := t.TempDir()
-	base := fmt.Sprintf("[control]\nsocket = %q\n[metrics]\nlisten = \"127.0.0.1:1\"\n", filepath.Join(dir, "absent.sock"))
+	// A port nothing listens on: one the kernel gave and took back.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	base := fmt.Sprintf("[control]\nsocket = %q\n[metrics]\nlisten = %q\n", filepath.Join(dir, "absent.sock"), closed)
 	for _, tc := range []struct {
 		name, region string
 		hint         bool
@@ -342,7 +349,7 @@ func TestStatusUnconfigured(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := writeFile(t, "lk.toml", base+tc.region)
 			_, stderr, code := run(t, "status", "--config", cfg)
-			if code != 1 || !strings.Contains(stderr, "cannot reach the agent at 127.0.0.1:1") {
+			if code != 1 || !strings.Contains(stderr, "cannot reach the agent at "+closed) {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}
 			if got := strings.Contains(stderr, "sets no region (region.url), nor does a MAAS rack here give one: the agent does not run until one is"); got != tc.hint {

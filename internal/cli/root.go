@@ -115,8 +115,8 @@ func ExitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ae) {
 		return ExitAttention
 	}
-	var ue2 unconfiguredError
-	if errors.As(err, &ue2) {
+	var uc unconfiguredError
+	if errors.As(err, &uc) {
 		return ExitUnconfigured
 	}
 	var ce configError

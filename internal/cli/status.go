@@ -168,7 +168,7 @@ func statusEndpoint(env *Env, flagURL, configPath string) (c *http.Client, base 
 	if err != nil {
 		return nil, "", false, err
 	}
-	noRegion = cfg.Region.URL == "" && len(cfg.Region.OtherURLs) == 0
+	noRegion = !cfg.HasRegion()
 	if p := cfg.Control.Socket; p != "" && syscall.Access(p, 2 /* W_OK: connect needs it */) == nil {
 		return controlClient(p), controlBase, noRegion, nil
 	}

@@ -547,8 +547,6 @@ func (r *Report) dhcpv6(c *config.Config, d6 *reconcile.Detection) {
 	r.add(Note, "dhcpv6", msg, "")
 }
 
-// region checks [region]: the URL, the certificates, and one TLS
-// connection with a GET (never a POST: no event is sent).
 // rack says what the MAAS rack on this host gave the configuration
 // (config.ParseOn), and whether a region.url the file sets is one of the
 // region controllers rackd.conf names.
@@ -575,6 +573,8 @@ func (r *Report) rack(c *config.Config) {
 	}
 }
 
+// region checks [region]: the URL, the certificates, and one TLS
+// connection with a GET (never a POST: no event is sent).
 func (r *Report) region(ctx context.Context, o Options) {
 	c := &o.Config.Region
 	if c.URL == "" {
