@@ -67,8 +67,10 @@ func rackTree(t *testing.T, files map[string]string) string {
 }
 
 // TestFindMAASRack: the deb's and the snap's layouts (the deb's
-// maas-dhcpd.service and maas-dhcpd6.service of MAAS 3.x; the snap's
-// snap/local/tree/usr/bin/run-rackd, run-dhcpd and run-dhcpd6;
+// maas-dhcpd.service and maas-dhcpd6.service of MAAS 3.x, and
+// /usr/sbin/rackd from debian/maas-rack-controller.install; the snap's
+// snap/local/tree/usr/bin/run-rackd, run-dhcpd and run-dhcpd6, and its
+// modes from src/maascli/snap.py, get_current_mode and set_current_mode;
 // src/provisioningserver/certificates.py for the certificates).
 func TestFindMAASRack(t *testing.T) {
 	const rackd = "maas_url: http://10.0.0.2:5240/MAAS\n"

@@ -240,7 +240,8 @@ func unconfigured(err error) bool {
 
 // notReady tells systemd that the agent is up, and why it stops at once:
 // a Type=notify service whose main process exits before READY=1 fails
-// ("protocol"), whatever SuccessExitStatus= says, and is restarted. The
+// ("protocol": systemd's src/core/service.c, service_sigchld_event),
+// whatever SuccessExitStatus= says, and is restarted. The
 // barrier waits until systemd has read the message, so that it is not
 // taken for an exited process's.
 func notReady(why string) {

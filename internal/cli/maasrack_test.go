@@ -270,8 +270,10 @@ func TestAgentUnconfigured(t *testing.T) {
 				t.Errorf("stderr %q", stderr)
 			}
 			// A Type=notify service that exits before READY=1 fails,
-			// whatever SuccessExitStatus= says: READY=1 goes first, with
-			// the reason, and the barrier before the exit.
+			// whatever SuccessExitStatus= says (systemd's
+			// src/core/service.c, service_sigchld_event: protocol):
+			// READY=1 goes first, with the reason, and the barrier
+			// before the exit.
 			if len(got) != 2 || !strings.HasPrefix(got[0], "READY=1\nSTATUS=not configured: ") || got[1] != "BARRIER=1" {
 				t.Errorf("told systemd %q, want READY=1 with the reason, then BARRIER=1", got)
 			}
