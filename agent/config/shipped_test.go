@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"slices"
 	"strings"
@@ -94,42 +95,15 @@ const conffile = "../../packaging/etc/leasekeeper/leasekeeper.toml"
 // the region is set, and on a MAAS rack every group of RackGroups takes
 // the rack's values (its url = "" is no region).
 func TestConffile(t *testing.T) {
-	_, c := readDefaults(t, conffile)
+	b, c := readDefaults(t, conffile)
 	needsRegionOnly(t, c, conffile)
-	f, err := os.Open(conffile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	rack := &MAASRack{Kind: "deb", RegionURLs: []string{"https://r:5242/MAAS/a/v3internal/leases"},
 		DHCPD: DHCPD{Leases: "/var/lib/maas/dhcp/dhcpd.leases"}, CertFile: "/c", KeyFile: "/k", CAFile: "/a"}
-	got, err := ParseOn(rack, f, conffile)
+	got, err := ParseOn(rack, bytes.NewReader(b), conffile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := slices.Concat(RackGroups...); !slices.Equal(got.RackKeys, want) {
 		t.Errorf("on a MAAS rack it leaves the rack %q, want %q", got.RackKeys, want)
 	}
-}
-
-// keyDocs maps each key of a documented TOML file ("section.key") to the
-// comment above it.
-func keyDocs(doc string) map[string]string {
-	out := map[string]string{}
-	section, comment := "", ""
-	for _, l := range strings.Split(doc, "\n") {
-		switch {
-		case strings.HasPrefix(l, "["):
-			section, comment = strings.Trim(l, "[]"), ""
-		case strings.HasPrefix(l, "#"):
-			comment += l + "\n"
-		case strings.Contains(l, " = "):
-			k, _, _ := strings.Cut(l, " = ")
-			out[section+"."+k] = comment
-			comment = ""
-		default:
-			comment = ""
-		}
-	}
-	return out
 }
