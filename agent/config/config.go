@@ -353,9 +353,9 @@ type SecretFileError struct{ Err error }
 func (e *SecretFileError) Error() string { return e.Err.Error() }
 func (e *SecretFileError) Unwrap() error { return e.Err }
 
-// maxFileSize bounds a configuration file (Decode); the shipped one,
+// MaxFileSize bounds a configuration file (Decode); the shipped one,
 // comments and all, is about 14 KiB.
-const maxFileSize = 1 << 20
+const MaxFileSize = 1 << 20
 
 // Decode reads a TOML file over the defaults without validating the
 // values' meaning: it fails on syntax errors, unknown sections and keys and
@@ -441,12 +441,12 @@ func decode(r io.Reader, name string) (*Config, Problems, map[string]int, error)
 	// Read whole first, and no more than a configuration can be: a
 	// device or a wrong path (/dev/zero, a log) given as the file is
 	// refused, not read until memory runs out.
-	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if len(b) > maxFileSize {
-		return nil, nil, nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, maxFileSize>>10)
+	if len(b) > MaxFileSize {
+		return nil, nil, nil, fmt.Errorf("%s: larger than %d KiB: not a leasekeeper configuration", name, MaxFileSize>>10)
 	}
 	var file map[string]toml.Primitive
 	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(&file)

@@ -22,8 +22,15 @@
 // The package only reads what it is given: it never opens sockets, never
 // resolves users or groups and never touches the state directory. The
 // files it opens besides the config are the secrets, on Parse:
-// release.token_file, maas.api_key_file and pair.key_file. A secret file
-// group or others can access must stop the agent at start (or a reload)
-// with an error naming the key, not surface at the first request.
+// release.token_file, maas.api_key_file and pair.key_file, and a MAAS
+// rack's (FindMAASRack, under the root it is given: rackd.conf, the
+// snap's mode, whether its certificates and dhcpd files exist). A secret
+// file group or others can access must stop the agent at start (or a
+// reload) with an error naming the key, not surface at the first request.
 // HookUIDs resolves the default allowed_uids through an injected lookup.
+//
+// Sources names what a configuration was built from besides its own file
+// (the rack's files, the files its reloadable keys name), and Watcher
+// follows them by path, a stat each every few seconds: the running agent
+// applies a change without a SIGHUP (internal/cli).
 package config

@@ -37,6 +37,8 @@ type MAASRack struct {
 	// directory: a rack not registered yet).
 	CertFile, KeyFile, CAFile string
 	Certs                     string
+
+	layout maasLayout // what was looked at, under the root (Sources)
 }
 
 // RackGroups are the keys a MAAS rack gives values to, by group: the rack's
@@ -165,7 +167,7 @@ func FindMAASRack(root string) *MAASRack {
 				continue
 			}
 		}
-		r := &MAASRack{Kind: l.kind, RackdConf: l.rackdConf, DHCPD: l.dhcpd}
+		r := &MAASRack{Kind: l.kind, RackdConf: l.rackdConf, DHCPD: l.dhcpd, layout: l}
 		if !exists(l.dhcpd.Leases6) && !exists(l.dhcpd.Config6) {
 			r.DHCPD.Leases6, r.DHCPD.Config6 = "", ""
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,8 +103,17 @@ keys that neither the file nor --set gives a value takes the rack's:
   key_file, ca_file        (3.8+ agent.*, else 3.6/3.7 cluster.*)
   [dhcpd]'s five keys      MAAS's dhcpd files (dhcpd -6's when it has one)
 A group with one key set keeps the file's values and the defaults for
-the rest. The log and --print-config say what the rack gave; a reload
-reads rackd.conf again.
+the rest. The log and --print-config say what the rack gave.
+
+The agent follows the files its configuration is built from besides
+--config: rackd.conf and the rack's certificates, and the files the keys
+SIGHUP puts in force name (the region's CA, certificate, key and token,
+release.token_file, maas.api_key_file, maas.ca_file). It looks at them
+every 5 s; a change that held for a look (a rack registered with another
+region, a renewed certificate) is applied as SIGHUP would apply it, with
+--config as last loaded: an edit of that file waits for a SIGHUP. A
+change that makes no valid configuration is logged, and the running one
+stays.
 
 Signals:
   SIGTERM, SIGINT  stop: take no new work, flush what can be flushed within
@@ -168,7 +178,8 @@ stderr and in the log.`,
 			if len(bad) > 0 {
 				return configError{errors.Join(bad...)}
 			}
-			cfg, err := loadAgentConfig(env, configPath, overrides)
+			src := &configSource{env: env, path: configPath, overrides: overrides}
+			cfg, err := src.load()
 			var secret *config.SecretFileError
 			switch {
 			case errors.As(err, &secret):
@@ -200,9 +211,7 @@ stderr and in the log.`,
 			// After the first stop signal the default action is back: the
 			// second one kills the process without waiting for the flush.
 			release := func() { signal.Reset(syscall.SIGTERM, syscall.SIGINT) }
-			return runAgent(cmd.Context(), env, cfg, func() (*config.Config, error) {
-				return loadAgentConfig(env, configPath, overrides)
-			}, hup, release)
+			return runAgent(cmd.Context(), env, cfg, src, hup, release)
 		},
 	}
 	f := cmd.Flags()
@@ -217,12 +226,48 @@ stderr and in the log.`,
 // loadAgentConfig reads and validates the agent's config file through
 // env.Open, with overrides applied.
 func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config, error) {
-	f, err := env.Open(path)
+	s := configSource{env: env, path: path, overrides: overrides}
+	return s.load()
+}
+
+// configSource is where the running agent's configuration comes from:
+// its file, read at start and again at each SIGHUP (load), and the host
+// around it — a MAAS rack's files, the files its keys name — which the
+// agent follows (again).
+type configSource struct {
+	env       *Env
+	path      string
+	overrides []string
+	file      []byte // the file as load last read it, when it was valid
+}
+
+// load reads and validates the file through env.Open, with the
+// overrides applied.
+func (s *configSource) load() (*config.Config, error) {
+	f, err := s.env.Open(s.path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
-	cfg, err := config.ParseOn(env.rack(), f, path, overrides...)
+	b, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1)) // more is refused by parse
+	if err != nil {
+		return nil, fmt.Errorf("config: %s: %w", s.path, err)
+	}
+	cfg, err := s.parse(b)
+	if err == nil {
+		s.file = b
+	}
+	return cfg, err
+}
+
+// again is the configuration the file as last loaded makes on the host
+// as it is now: the rack looked for and rackd.conf read again, the files
+// the keys name checked again. An edit of the file that no SIGHUP loaded
+// yet stays out.
+func (s *configSource) again() (*config.Config, error) { return s.parse(s.file) }
+
+func (s *configSource) parse(b []byte) (*config.Config, error) {
+	cfg, err := config.ParseOn(s.env.rack(), bytes.NewReader(b), s.path, s.overrides...)
 	if err != nil {
 		return nil, fmt.Errorf("config %w", err)
 	}
@@ -261,9 +306,12 @@ func logRack(log zerolog.Logger, cfg *config.Config) {
 
 // runAgent runs the agent until ctx ends (Main cancels it on SIGTERM or
 // SIGINT, with a stopSignal cause) or a part fails. Each SIGHUP on hup
-// calls load and applies the result. release is called once stopping has
-// begun (for whatever reason), to let a second signal kill the process.
-func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*config.Config, error),
+// loads src's file again and applies it; a change of a file the running
+// configuration was built from besides its own (config.Sources) applies
+// src's file as last loaded on the host as it is now (follow). release
+// is called once stopping has begun (for whatever reason), to let a
+// second signal kill the process.
+func runAgent(ctx context.Context, env *Env, cfg *config.Config, src *configSource,
 	hup <-chan os.Signal, release func()) error {
 	level := &levelSampler{}
 	level.set(cfg.Log.Level)
@@ -293,6 +341,13 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*c
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	changed := make(chan []string)
+	watcher := config.Watcher{Interval: env.FollowEvery, Sources: func() []config.Source { return config.Sources(a.Config()) }}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		_ = watcher.Run(ctx, changed) // returns when ctx ends
+	}()
 	handled := make(chan struct{})
 	go func() {
 		defer close(handled)
@@ -305,25 +360,48 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, load func() (*c
 				release()
 				return
 			case <-hup:
-				reload(a, load, level, log)
+				log.Info().Msg("SIGHUP: reloading the configuration")
+				cfg, err := src.load()
+				if err != nil {
+					log.Error().Err(err).Msg("reload refused; the running configuration stays in force")
+					continue
+				}
+				apply(a, cfg, level, log)
+			case files := <-changed:
+				follow(a, src, files, level, log)
 			}
 		}
 	}()
 	err = a.Run(ctx)
 	cancel()
 	<-handled
+	<-watched
 	return err
 }
 
-// reload applies a new configuration on SIGHUP, or keeps the running one
-// when the file has errors.
-func reload(a *agent.Agent, load func() (*config.Config, error), level *levelSampler, log zerolog.Logger) {
-	log.Info().Msg("SIGHUP: reloading the configuration")
-	cfg, err := load()
+// follow applies what changed in files the running configuration was
+// built from besides its own (config.Sources): the file as last loaded,
+// on the host as it is now. When no key's value changed and none of the
+// files is one a key names (rackd.conf rewritten, say, with another
+// setting than maas_url), the running configuration stays as it is.
+func follow(a *agent.Agent, src *configSource, files []string, level *levelSampler, log zerolog.Logger) {
+	log.Info().Strs("files", files).Msg("files the configuration is built from changed: applying them (with the configuration file as last loaded; SIGHUP loads it again)")
+	cfg, err := src.again()
 	if err != nil {
-		log.Error().Err(err).Msg("reload refused; the running configuration stays in force")
+		log.Error().Err(err).Strs("files", files).Msg("the changed files make no valid configuration; the running configuration stays in force")
 		return
 	}
+	named := config.Credentials(cfg)
+	if len(config.Diff(a.Config(), cfg)) == 0 && !slices.ContainsFunc(files, func(f string) bool { return slices.Contains(named, f) }) {
+		log.Info().Strs("files", files).Msg("nothing the agent uses changed")
+		return
+	}
+	apply(a, cfg, level, log)
+}
+
+// apply puts cfg, a valid configuration, in force (SIGHUP, follow), or
+// keeps the running one when a part cannot take it.
+func apply(a *agent.Agent, cfg *config.Config, level *levelSampler, log zerolog.Logger) {
 	changed := config.Diff(a.Config(), cfg)
 	logRack(log, cfg)
 	if err := a.Reload(cfg); err != nil {

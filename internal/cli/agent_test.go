@@ -238,9 +238,10 @@ func startAgent(t *testing.T, root, path string) *agentRun {
 	t.Setenv("NOTIFY_SOCKET", "")
 	t.Setenv("WATCHDOG_USEC", "")
 	a := &agentRun{sigs: make(chan os.Signal, 1), done: make(chan error, 1)}
-	env := &Env{Version: "test", Stderr: &a.logs, Root: root}
+	env := &Env{Version: "test", Stderr: &a.logs, Root: root, FollowEvery: 50 * time.Millisecond}
 	env.defaults()
-	cfg, err := loadAgentConfig(env, path, nil)
+	src := &configSource{env: env, path: path}
+	cfg, err := src.load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func startAgent(t *testing.T, root, path string) *agentRun {
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		a.done <- runAgent(ctx, env, cfg, func() (*config.Config, error) { return loadAgentConfig(env, path, nil) }, a.sigs, a.released.Done)
+		a.done <- runAgent(ctx, env, cfg, src, a.sigs, a.released.Done)
 	}()
 	t.Cleanup(func() { // before the test's directories go
 		stop(nil)

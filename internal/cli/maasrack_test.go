@@ -148,7 +148,8 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := writeFile(t, "lk.toml", string(shipped)+"\n"+agentFiles(t.TempDir()))
+	own := agentFiles(t.TempDir())
+	path := writeFile(t, "lk.toml", string(shipped)+"\n"+own)
 	a := startAgent(t, root, path)
 	logs := &a.logs
 	logs.waitFor(t, `"maas_rack":"deb"`)
@@ -178,8 +179,11 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 		t.Errorf("status lacks %q:\n%s%s", want, out, stderr)
 	}
 
-	// The rack registered again with another region: a reload delivers
-	// there (the same CA here, as for a region of one MAAS).
+	// The rack registered again with another region (the same CA here,
+	// as for a region of one MAAS): MAAS rewrites rackd.conf (a rename:
+	// atomic_write, src/provisioningserver/utils/fs.py), and the agent
+	// follows it without a SIGHUP. An edit of the agent's own file that
+	// no SIGHUP loaded yet stays out until one does.
 	stub2, err := regionstub.Start(regionstub.Options{Addr: "127.0.0.4:5242", PKI: stub.PKI()})
 	if errors.Is(err, syscall.EADDRINUSE) {
 		t.Skip("127.0.0.4:5242 is taken on this host")
@@ -188,24 +192,65 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stub2.Close()
-	if err := os.WriteFile(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: [http://127.0.0.4:5240/MAAS]\n"), 0o640); err != nil {
+	edited := strings.Replace(string(shipped), `url = ""`, "url = \"\"\nbatch_max = 7", 1) + "\n" + own
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a.sigs <- syscall.SIGHUP
+	renameOnto := func(p string, b []byte) {
+		t.Helper()
+		if err := os.WriteFile(p+".tmp", b, 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renameOnto(filepath.Join(root, "etc/maas/rackd.conf"), []byte("maas_url: [http://127.0.0.4:5240/MAAS]\n"))
+	logs.waitFor(t, `"files":["`+root+`/etc/maas/rackd.conf"]`)
 	logs.waitFor(t, `"changed":["region.url"]`)
-	f, err = os.OpenFile(leases, os.O_APPEND|os.O_WRONLY, 0)
+	commit := func(to *regionstub.Server, ip, mac string) regionstub.Batch {
+		t.Helper()
+		f, err := os.OpenFile(leases, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(lease(ip, mac)); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		has := func(it event.RegionItem) bool { return it.IP == ip && it.Action == "commit" }
+		if err := to.WaitFunc(wctx, func(items []event.RegionItem) bool { return slices.ContainsFunc(items, has) }); err != nil {
+			t.Fatalf("the lease of %s did not reach the region rackd.conf names now: %v\n%s", ip, err, logs.String())
+		}
+		bs := to.Batches()
+		return bs[slices.IndexFunc(bs, func(b regionstub.Batch) bool { return slices.ContainsFunc(b.Items, has) })]
+	}
+	commit(stub2, "203.0.113.13", "02:00:00:00:00:13")
+
+	// The rack's certificate renewed, written as MAAS writes it
+	// (store_maas_agent_cert_tuple, src/provisioningserver/
+	// certificates.py: the key, then the certificate, each renamed onto
+	// its file): the next request presents the new one.
+	fresh, err := stub.WriteRackFiles(t.TempDir(), "rack-2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteString(lease("203.0.113.13", "02:00:00:00:00:13")); err != nil {
-		t.Fatal(err)
+	for _, p := range [][2]string{{fresh.ClientKey, "agent.key"}, {fresh.ClientCert, "agent.crt"}} {
+		b, err := os.ReadFile(p[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		renameOnto(filepath.Join(certs, p[1]), b)
 	}
-	f.Close()
-	if err := stub2.WaitFunc(wctx, func(items []event.RegionItem) bool {
-		return slices.ContainsFunc(items, func(it event.RegionItem) bool { return it.IP == "203.0.113.13" && it.Action == "commit" })
-	}); err != nil {
-		t.Fatalf("after the reload the lease did not reach the region rackd.conf names now: %v\n%s", err, logs.String())
+	logs.waitFor(t, `"changed":[]`)
+	if b := commit(stub2, "203.0.113.14", "02:00:00:00:00:14"); b.ClientCN != "rack-2" {
+		t.Errorf("after the renewal delivered with certificate %q, want the renewed one (rack-2)\n%s", b.ClientCN, logs.String())
 	}
+	if strings.Contains(logs.String(), "region.batch_max") {
+		t.Fatalf("following rackd.conf and the certificates applied the file's edit too:\n%s", logs.String())
+	}
+	a.sigs <- syscall.SIGHUP
+	logs.waitFor(t, `"changed":["region.batch_max"]`)
 
 	a.stop(stopSignal{syscall.SIGTERM})
 	select {

@@ -29,6 +29,10 @@ type Env struct {
 	// Root is where a MAAS rack is looked for (config.FindMAASRack):
 	// "" is "/", the host; tests give a directory of their own.
 	Root string
+	// FollowEvery is how often the agent looks at the files its
+	// configuration was built from besides its own (config.Watcher):
+	// 5 s when 0.
+	FollowEvery time.Duration
 }
 
 // rack is the MAAS rack installed under e.Root, nil when there is none:
@@ -53,6 +57,9 @@ func (e *Env) defaults() {
 	}
 	if e.Root == "" {
 		e.Root = "/"
+	}
+	if e.FollowEvery == 0 {
+		e.FollowEvery = 5 * time.Second
 	}
 }
 
