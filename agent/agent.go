@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"runtime"
@@ -111,11 +112,13 @@ type Agent struct {
 	// StatusEvery is how often STATUS= is refreshed.
 	StatusEvery time.Duration
 
-	cfg  *config.Config
-	root zerolog.Logger // as given: components derive from it
-	log  zerolog.Logger // component=agent
-	reg  *prometheus.Registry
-	now  func() time.Time
+	cfg *config.Config
+	// initial is the configuration the agent started with (RestartPending).
+	initial *config.Config
+	root    zerolog.Logger // as given: components derive from it
+	log     zerolog.Logger // component=agent
+	reg     *prometheus.Registry
+	now     func() time.Time
 
 	tasks   []*taskState
 	status  Status
@@ -164,6 +167,7 @@ func New(cfg *config.Config, log zerolog.Logger, reg *prometheus.Registry, now f
 	}
 	a := &Agent{
 		cfg:      cfg,
+		initial:  cfg,
 		root:     log,
 		log:      log.With().Str("component", "agent").Logger(),
 		reg:      reg,
@@ -190,6 +194,38 @@ func (a *Agent) SetStatus(s Status) { a.status = s }
 
 // SetDeadLetters sets the store behind /deadletters. Call before Run.
 func (a *Agent) SetDeadLetters(d DeadLetters) { a.dead = d }
+
+// reloadable are the keys Reload puts in force without a restart: the
+// deliverer's (ReloadableRegionKeys), the release gate's token, the
+// orphans releaser's [maas], and log.level, which the caller applies.
+// A task that implements Reloader and applies more lists them here, so
+// that neither the log nor /status asks for a restart for them.
+var reloadable = func() map[string]bool {
+	m := map[string]bool{"log.level": true, "release.token_file": true, "maas.api_url": true, "maas.api_key_file": true, "maas.ca_file": true}
+	for _, k := range ReloadableRegionKeys {
+		m[k] = true
+	}
+	return m
+}()
+
+// Reloadable reports whether a change of key takes effect at a reload.
+func Reloadable(key string) bool { return reloadable[key] }
+
+// ReloadableKeys are the keys a reload puts in force, sorted.
+func ReloadableKeys() []string { return slices.Sorted(maps.Keys(reloadable)) }
+
+// RestartPending are the keys whose value in force differs from the one
+// the agent started with and that take effect at a restart only
+// (changed by a reload since), in config.Diff's order.
+func (a *Agent) RestartPending() []string {
+	var out []string
+	for _, k := range config.Diff(a.initial, a.Config()) {
+		if !Reloadable(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // Config is the configuration in force (the last one Reload accepted).
 func (a *Agent) Config() *config.Config {

@@ -61,6 +61,11 @@ type StatusReport struct {
 	// configuration's unset keys took (config.ParseOn); omitted when
 	// there is none.
 	MAASRack *RackReport `json:"maas_rack,omitempty"`
+	// RestartPending are the keys a reload (SIGHUP, or a file the
+	// configuration is built from that changed: MAAS enabling DHCPv6
+	// makes dhcpd -6's files) gave values that take effect at a restart
+	// only (RestartPending); omitted when none.
+	RestartPending []string `json:"restart_pending,omitempty"`
 }
 
 // RackReport is the MAAS rack in StatusReport: its kind (deb, snap), the
@@ -333,6 +338,7 @@ func (a *Agent) Report() StatusReport {
 		UptimeSeconds: now.Sub(started).Seconds(),
 		Tasks:         a.taskReport(),
 	}
+	r.RestartPending = a.RestartPending()
 	if c := a.Config(); c.Rack != nil && len(c.RackKeys) > 0 {
 		r.MAASRack = &RackReport{Kind: c.Rack.Kind, RackdConf: c.Rack.RackdConf, Keys: slices.Clone(c.RackKeys), Summary: c.Rack.Describe(c.RackKeys)}
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"os/signal"
@@ -28,21 +27,10 @@ import (
 	"github.com/leasekeeper/leasekeeper/systemd"
 )
 
-// reloadable are the keys a SIGHUP puts in force without a restart.
-// Tasks that implement agent.Reloader may apply more; list them here so
-// the log does not tell the operator to restart for them.
-var reloadable = func() map[string]bool {
-	m := map[string]bool{"log.level": true, "release.token_file": true, "maas.api_url": true, "maas.api_key_file": true, "maas.ca_file": true}
-	for _, k := range agent.ReloadableRegionKeys {
-		m[k] = true
-	}
-	return m
-}()
-
-// reloadableList is reloadable for --help, sorted, wrapped under the
+// reloadableList is agent.ReloadableKeys for --help, wrapped under the
 // SIGHUP line.
 func reloadableList() string {
-	keys := slices.Sorted(maps.Keys(reloadable))
+	keys := agent.ReloadableKeys()
 	const indent = "                   "
 	var b strings.Builder
 	line := indent
@@ -411,7 +399,7 @@ func apply(a *agent.Agent, cfg *config.Config, level *levelSampler, log zerolog.
 	level.set(cfg.Log.Level)
 	var later []string
 	for _, k := range changed {
-		if !reloadable[k] {
+		if !agent.Reloadable(k) {
 			later = append(later, k)
 		}
 	}

@@ -263,6 +263,53 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	}
 }
 
+// TestAgentFollowsDHCPv6: MAAS enabling DHCPv6 on a rack makes dhcpd -6's
+// files (MAAS's dhcpd6.conf, then the leases file dhcpd -6 writes). The
+// agent follows that the rack's [dhcpd] now has them, and, since another
+// leases file to follow takes a restart, says so: in the log, and in
+// status (restart_pending, exit 3) until it restarts.
+func TestAgentFollowsDHCPv6(t *testing.T) {
+	// No region is reached: nothing is delivered (the file at the first
+	// start is the baseline), and the region is on loopback.
+	root := maasDebRack(t, "http://127.0.0.1:5240/MAAS")
+	for _, p := range []string{"var/lib/maas/dhcpd.conf", "var/lib/maas/dhcp/dhcpd.leases"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shipped, err := os.ReadFile("../../packaging/etc/leasekeeper/leasekeeper.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, "lk.toml", string(shipped)+"\n"+agentFiles(t.TempDir()))
+	a := startAgent(t, root, path)
+	a.logs.waitFor(t, `"message":"ready"`)
+	if out, stderr, code := runIn(t, root, "status", "--json", "--config", path); code != 0 || strings.Contains(out, "restart_pending") {
+		t.Fatalf("before DHCPv6: exit %d, want 0 without restart_pending:\n%s%s", code, out, stderr)
+	}
+
+	for _, p := range []string{"var/lib/maas/dhcpd6.conf", "var/lib/maas/dhcp/dhcpd6.leases"} {
+		if err := os.WriteFile(filepath.Join(root, p), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.logs.waitFor(t, `"keys":["dhcpd.leases6","dhcpd.config6"]`)
+	out, stderr, code := runIn(t, root, "status", "--json", "--config", path)
+	if code != ExitAttention || !strings.Contains(out, `"restart_pending": [
+    "dhcpd.leases6",
+    "dhcpd.config6"
+  ]`) || !strings.Contains(stderr, "a restart is needed for dhcpd.leases6, dhcpd.config6") {
+		t.Errorf("status --json after DHCPv6: exit %d, want %d with restart_pending:\n%s%s", code, ExitAttention, out, stderr)
+	}
+	out, _, _ = runIn(t, root, "status", "--config", path)
+	if want := "restart needed  dhcpd.leases6, dhcpd.config6 changed since the start and take effect at a restart (systemctl restart leasekeeper)"; !strings.Contains(out, want) {
+		t.Errorf("status lacks %q:\n%s", want, out)
+	}
+}
+
 // TestAgentUnconfigured: an agent whose region was never set (the
 // shipped file, no MAAS rack) exits 79, which the packaged unit counts as
 // a clean exit (SuccessExitStatus=79): inactive at every boot, not

@@ -78,14 +78,16 @@ memory for a full disk), unhealthy (why /healthz answers 503, or ""),
 orphans ([{ip, state, reason, ends, attempts, next}]: addresses a reload
 dropped that the region still holds; leasekeeper orphans shows them) and
 pair (dhcpd's failover pair, others: the other failover peers its pools
-use; null outside one) and maas_rack ({kind, rackd_conf, keys, summary}:
-absent where no MAAS rack gave values).
+use; null outside one), maas_rack ({kind, rackd_conf, keys, summary}:
+absent where no MAAS rack gave values) and restart_pending (the keys a
+reload changed that take effect at a restart only; absent when none).
 
 Exit status: 0 when the agent answered and nothing needs attention; 3
 when it answered and something does, named on stderr (also with --json):
 the region in an outage, refusing the configuration or failing every
 event, dead letters, events held for want of disk, a leases file
-(dhcpd.leases, dhcpd.leases6) missing or unreadable, /healthz unhealthy, or the agent still starting;
+(dhcpd.leases, dhcpd.leases6) missing or unreadable, /healthz unhealthy, a
+restart needed (restart_pending), or the agent still starting;
 1 when it could not be reached or answered with an error; 2 for bad
 flags. A monitoring check can run "leasekeeper status >/dev/null".`,
 		Example: `  leasekeeper status
@@ -276,6 +278,9 @@ func attention(r *agent.StatusReport) []string {
 	if r.Unhealthy != "" && r.Ready {
 		why = append(why, "unhealthy: "+r.Unhealthy)
 	}
+	if len(r.RestartPending) > 0 {
+		why = append(why, "a restart is needed for "+strings.Join(r.RestartPending, ", "))
+	}
 	return why
 }
 
@@ -304,6 +309,9 @@ func writeStatus(w io.Writer, r *agent.StatusReport) error {
 	writeRegion(tw, r)
 	if m := r.MAASRack; m != nil {
 		fmt.Fprintf(tw, "maas rack\t%s\n", m.Summary)
+	}
+	if len(r.RestartPending) > 0 {
+		fmt.Fprintf(tw, "restart needed\t%s changed since the start and take effect at a restart (systemctl restart leasekeeper)\n", strings.Join(r.RestartPending, ", "))
 	}
 	if r.QueueDepth != nil {
 		fmt.Fprintf(tw, "queue depth\t%d\n", *r.QueueDepth)
