@@ -601,7 +601,7 @@ func regionConfig(cfg *config.Config, version string) deliver.Config {
 	return deliver.Config{
 		URL: r.URL, OtherURLs: r.OtherURLs, ServerName: r.ServerName, CAFile: r.CAFile, CertFile: r.CertFile, KeyFile: r.KeyFile,
 		TokenFile: r.TokenFile, BatchMax: r.BatchMax, Timeout: r.Timeout, UserAgent: "leasekeeper/" + version,
-		UnansweredHold: r.UnansweredHold,
+		UnansweredHold: r.UnansweredHold, AwaitCredentials: cfg.AwaitedCerts(),
 	}
 }
 

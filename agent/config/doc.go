@@ -31,6 +31,8 @@
 //
 // Sources names what a configuration was built from besides its own file
 // (the rack's files, the files its reloadable keys name), and Watcher
-// follows them by path, a stat each every few seconds: the running agent
-// applies a change without a SIGHUP (internal/cli).
+// follows them by path, every few seconds: a stat each, and a read of
+// those followed by content (rackd.conf, the snap's mode, the
+// certificates, key and tokens in use) whose stat changed. The running
+// agent applies a change without a SIGHUP (internal/cli).
 package config

@@ -5,11 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/safefile"
 )
 
 // A Source is a file a configuration was built from besides its own file:
@@ -25,8 +26,9 @@ type Source struct {
 // token, MAAS's API key and CA — and, on a MAAS rack, what FindMAASRack
 // read: rackd.conf and the snap's mode (content), the install's marker,
 // every certificate name it looked for and dhcpd -6's files (whether they
-// exist; a certificate's content too). dhcpd -6's leases file changes at
-// every lease, so only its existence is followed.
+// exist: the certificates in use are followed by content as the files
+// keys name). dhcpd -6's leases file changes at every lease, so only its
+// existence is followed.
 func Sources(cfg *Config) []Source {
 	var out []Source
 	add := func(p string, content bool) {
@@ -49,7 +51,7 @@ func Sources(cfg *Config) []Source {
 		for _, d := range r.layout.certDirs {
 			for _, s := range certSets {
 				for _, f := range []string{s.cert, s.key, s.ca} {
-					add(filepath.Join(d, f), true)
+					add(filepath.Join(d, f), false)
 				}
 			}
 		}
@@ -80,21 +82,41 @@ type Files map[string]fileState
 type fileState struct {
 	content bool
 	exists  bool
-	// What stat said: the content is read again only when it changed.
+	// What stat said: the content is read again only when it changed,
+	// or when it may have changed unseen (sure).
 	dev, ino, size, mtime, ctime int64
 	// The content: its SHA-256 (of the first maxFollowed bytes), or, for
 	// a file the agent may stat but not read (a key systemd hands over
-	// with LoadCredential=), what stat said instead.
+	// with LoadCredential=), or that is no regular file, what stat said
+	// instead.
 	sum [sha256.Size]byte
+	// read is when the content was read.
+	read time.Time
+}
+
+// racyWindow: a file whose last change (ctime) was this close to when
+// its content was read, or after it, is read again at the next look even
+// if stat says the same: a write in the same tick of the kernel's clock
+// as the read leaves mtime and ctime as they were (file systems without
+// fine-grained timestamps stamp a tick of 1 to 4 ms; git's "racily
+// clean" index entries are the same problem).
+const racyWindow = time.Second
+
+// sure reports whether the content p read is still the file's, stat
+// saying the same as st: its last change well before the read.
+func (p fileState) sure(st fileState) bool {
+	return p.content && p.exists && p.dev == st.dev && p.ino == st.ino && p.size == st.size &&
+		p.mtime == st.mtime && p.ctime == st.ctime && p.read.Sub(time.Unix(0, p.ctime)) >= racyWindow
 }
 
 // maxFollowed bounds what Look reads of a file: the files followed are a
 // few kilobytes.
 const maxFollowed = 1 << 20
 
-// Look says what each source is now. A file whose stat is what it was in
-// prev is not read again.
-func Look(prev Files, srcs []Source) Files {
+// Look says what each source is now (now is the clock's time). A file
+// whose stat is what it was in prev, and that had not changed for a
+// while when prev read it (racyWindow), is not read again.
+func Look(prev Files, srcs []Source, now time.Time) Files {
 	out := make(Files, len(srcs))
 	for _, s := range srcs {
 		st := fileState{content: s.Content}
@@ -105,11 +127,10 @@ func Look(prev Files, srcs []Source) Files {
 			st.mtime, st.ctime = fi.Mtim.Nano(), fi.Ctim.Nano()
 		}
 		if st.exists && s.Content {
-			if p, ok := prev[s.Path]; ok && p.content && p.exists && p.dev == st.dev && p.ino == st.ino &&
-				p.size == st.size && p.mtime == st.mtime && p.ctime == st.ctime {
-				st.sum = p.sum
+			if p, ok := prev[s.Path]; ok && p.sure(st) {
+				st.sum, st.read = p.sum, p.read
 			} else {
-				st.sum = sumOf(s.Path, st)
+				st.sum, st.read = sumOf(s.Path, st), now
 			}
 		}
 		out[s.Path] = st
@@ -117,11 +138,12 @@ func Look(prev Files, srcs []Source) Files {
 	return out
 }
 
-// sumOf is the content's SHA-256, or for a file that cannot be read its
-// stat's.
+// sumOf is the content's SHA-256, or for a file that cannot be read, or
+// is no regular file, its stat's. It opens as safefile does: a FIFO does
+// not block it, a terminal does not become the agent's.
 func sumOf(path string, st fileState) [sha256.Size]byte {
 	h := sha256.New()
-	f, err := os.Open(path)
+	f, err := safefile.Open(path, safefile.FollowLinks)
 	if err == nil {
 		_, err = io.Copy(h, io.LimitReader(f, maxFollowed))
 		f.Close()
@@ -171,6 +193,10 @@ func Changed(a, b Files, srcs []Source) []string {
 type Watcher struct {
 	Interval time.Duration
 	Sources  func() []Source
+	// Start is the files as they were when the configuration was read
+	// (Look, right after); nil: as Run first finds them.
+	Start Files
+	Now   func() time.Time // nil: time.Now
 }
 
 // settleMax bounds how many looks a change waits to stop changing.
@@ -181,7 +207,15 @@ func (w Watcher) Run(ctx context.Context, changed chan<- []string) error {
 	if w.Interval <= 0 {
 		return errors.New("config: Watcher.Interval must be positive")
 	}
-	f := newFollowing(Look(nil, w.Sources()))
+	now := w.Now
+	if now == nil {
+		now = time.Now
+	}
+	start := w.Start
+	if start == nil {
+		start = Look(nil, w.Sources(), now())
+	}
+	f := newFollowing(start)
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
 	for {
@@ -191,7 +225,7 @@ func (w Watcher) Run(ctx context.Context, changed chan<- []string) error {
 		case <-t.C:
 		}
 		srcs := w.Sources()
-		if paths := f.step(Look(f.last, srcs), srcs); len(paths) > 0 {
+		if paths := f.step(Look(f.last, srcs, now()), srcs); len(paths) > 0 {
 			select {
 			case changed <- paths:
 			case <-ctx.Done():

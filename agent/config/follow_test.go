@@ -2,11 +2,13 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,17 +84,69 @@ func TestLookChanged(t *testing.T) {
 		}, []string{conf, secret}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := Look(nil, srcs)
+			before := Look(nil, srcs, time.Now())
 			tc.do(t)
-			after := Look(before, srcs)
+			after := Look(before, srcs, time.Now())
 			if diff := cmp.Diff(tc.want, Changed(before, after, srcs)); diff != "" {
 				t.Errorf("Changed (-want +got):\n%s", diff)
 			}
 			// Read afresh, the file says the same.
-			if diff := cmp.Diff(Changed(before, after, srcs), Changed(before, Look(nil, srcs), srcs)); diff != "" {
+			if diff := cmp.Diff(Changed(before, after, srcs), Changed(before, Look(nil, srcs, time.Now()), srcs)); diff != "" {
 				t.Errorf("Look's stat shortcut missed a change (-shortcut +fresh):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestLookShortcut: a file stat says is unchanged is not read again
+// only when its last change was well before the read Look remembers; one
+// changed in the tick of that read (which a kernel stamping by clock
+// ticks would not tell from a write just after it) is read again.
+func TestLookShortcut(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.crt")
+	writeAtomic(t, path, "cert 2")
+	srcs := []Source{{path, true}}
+	now := Look(nil, srcs, time.Now())[path]
+	ctime := time.Unix(0, now.ctime)
+	for _, tc := range []struct {
+		name string
+		read time.Time // when the remembered content ("cert 1") was read
+		size int64     // what stat said then
+		want []string
+	}{
+		{"read well after the change: trusted, not read", ctime.Add(racyWindow), now.size, nil},
+		{"read in the change's tick: read again", ctime, now.size, []string{path}},
+		{"read just under the window: read again", ctime.Add(racyWindow - time.Millisecond), now.size, []string{path}},
+		{"another size: read again", ctime.Add(time.Hour), now.size + 1, []string{path}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prev := now
+			prev.sum, prev.read, prev.size = sha256.Sum256([]byte("cert 1")), tc.read, tc.size
+			before := Files{path: prev}
+			if diff := cmp.Diff(tc.want, Changed(before, Look(before, srcs, time.Now()), srcs)); diff != "" {
+				t.Errorf("Changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLookFIFO: a FIFO at a followed path does not block the look (no
+// writer ever opens it), and counts as there.
+func TestLookFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.key")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan Files, 1)
+	go func() { done <- Look(nil, []Source{{path, true}}, time.Now()) }()
+	select {
+	case f := <-done:
+		if !f[path].exists {
+			t.Errorf("the FIFO is not there: %+v", f[path])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Look blocked on a FIFO")
 	}
 }
 
@@ -227,7 +281,7 @@ func TestSources(t *testing.T) {
 	want := []string{
 		d + "ca.pem content", d + "agent.crt content", d + "agent.key content", "/etc/leasekeeper/region.token content",
 		"/etc/leasekeeper/release.token content", "/etc/maas/rackd.conf content", "/usr/sbin/rackd exists",
-		d + "cluster.pem content", d + "cluster.key content", d + "cacerts.pem content",
+		d + "cluster.pem exists", d + "cluster.key exists", d + "cacerts.pem exists",
 		"/var/lib/maas/dhcp/dhcpd6.leases exists", "/var/lib/maas/dhcpd6.conf exists",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

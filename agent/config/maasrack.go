@@ -305,6 +305,17 @@ func (r *MAASRack) apply(c *Config, set func(key string) bool) (keys []string, e
 	return keys, err
 }
 
+// AwaitedCerts is, when the certificate, key and CA are the rack's (the
+// group came from it) and it has none yet, what to tell while the agent
+// waits for them: a rack not registered yet, whose files MAAS writes when
+// it registers. "" otherwise.
+func (c *Config) AwaitedCerts() string {
+	if c.Rack == nil || c.Rack.Certs != "" || !slices.Contains(c.RackKeys, "region.cert_file") {
+		return ""
+	}
+	return fmt.Sprintf("this MAAS rack has no certificates yet: is it registered? MAAS writes them (to %s) when the rack registers with the region; the agent follows them and delivers from then on, and events wait in the outbox meanwhile", filepath.Dir(c.Rack.CertFile))
+}
+
 // Describe is one line saying what the rack gave: for the agent's log,
 // --print-config and check-maas.
 func (r *MAASRack) Describe(keys []string) string {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
@@ -89,6 +90,12 @@ type Config struct {
 	CertFile   string // client certificate (PEM), with KeyFile: MAAS's only credentials
 	KeyFile    string
 	TokenFile  string // bearer token (not MAAS's); must be mode 0600 or stricter
+	// AwaitCredentials, when set, is what to tell while CertFile,
+	// KeyFile or CAFile does not exist yet (a MAAS rack not registered
+	// yet: MAAS writes them when it registers): the link then waits for
+	// them (StateConfig, with this hint; nothing is sent) instead of New
+	// and Prepare failing. A reload with the files there delivers.
+	AwaitCredentials string
 
 	BatchMax      int           // events per request
 	Timeout       time.Duration // bound on connecting and the TLS handshake
@@ -129,6 +136,9 @@ type link struct {
 	// one in use (regions.go).
 	controllers []controller
 	cur         atomic.Int32
+	// awaiting is why the link cannot send yet: a credential file that
+	// does not exist yet (Config.AwaitCredentials); nil when it can.
+	awaiting error
 }
 
 // Deliverer sends queued events to the region. Run and Flush may be
@@ -336,10 +346,12 @@ func newLink(cfg Config) (*link, error) {
 		if len(l.controllers) > 1 {
 			host = "" // the transport verifies each controller's own (cfg.ServerName, else its URL's host)
 		}
-		if tc, err = tlsConfig(&cfg, host); err != nil {
+		switch tc, err = tlsConfig(&cfg, host); {
+		case err != nil && cfg.AwaitCredentials != "" && errors.Is(err, fs.ErrNotExist):
+			l.awaiting, tc = err, nil
+		case err != nil:
 			return nil, err
-		}
-		if l.token == "" && len(tc.Certificates) == 0 {
+		case l.token == "" && len(tc.Certificates) == 0:
 			return nil, errors.New("no credentials for the region: set cert_file and key_file (MAAS), or token_file")
 		}
 	}
@@ -396,8 +408,15 @@ func (d *Deliverer) Prepare(cfg Config) (apply func(), err error) {
 		return nil, err
 	}
 	return func() {
+		was := d.link.Load()
 		d.setLink(l)
 		d.log.Info().Str("url", l.cfg.URL).Strs("other_urls", l.cfg.OtherURLs).Str("server_name", l.serverName).Msg("region settings reloaded")
+		switch {
+		case l.awaiting != nil:
+			d.health.awaiting(d, l)
+		case was.awaiting != nil:
+			d.health.awaited(d)
+		}
 		select {
 		case d.reloaded <- struct{}{}:
 		default:
@@ -440,6 +459,9 @@ func (d *Deliverer) LastDelivery() time.Time {
 func (d *Deliverer) Run(ctx context.Context) error {
 	l := d.link.Load()
 	d.log.Info().Str("url", l.cfg.URL).Strs("other_urls", l.cfg.OtherURLs).Str("server_name", l.serverName).Int("batch_max", l.cfg.BatchMax).Msg("delivering to the region")
+	if l.awaiting != nil {
+		d.health.awaiting(d, l)
+	}
 	poll := time.NewTicker(pollInterval)
 	defer poll.Stop()
 	var wait time.Duration
@@ -1164,6 +1186,13 @@ func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify, dow
 // ctx ended.
 func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, error) {
 	l := d.link.Load()
+	if l.awaiting != nil {
+		// Nothing is sent: the batch waits for the files (a reload ends
+		// the pause).
+		o := outcome{kind: kindConfig, what: l.awaiting.Error(), hint: l.cfg.AwaitCredentials}
+		d.health.observe(d, o)
+		return o, nil
+	}
 	body, err := batchBody(batch)
 	if err != nil {
 		return outcome{}, fmt.Errorf("encode batch: %w", err) // cannot happen: strings and ints

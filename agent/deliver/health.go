@@ -132,3 +132,33 @@ func (hs *health) ok(d *Deliverer) {
 	d.log.Info().Str("was", was.State).Dur("down_for", down).Int("failed_attempts", was.Attempts).Int("queued", d.depth()).
 		Msgf("region reachable again after %s", down)
 }
+
+// awaiting records, and logs, a link that waits for its credential
+// files (Config.AwaitCredentials) from when it is put in use, before any
+// event asks for it: status says why nothing will be delivered.
+func (hs *health) awaiting(d *Deliverer, l *link) {
+	hs.mu.Lock()
+	if hs.h.State != StateConfig || hs.h.Hint != l.cfg.AwaitCredentials {
+		hs.h = Health{State: StateConfig, Error: l.awaiting.Error(), Hint: l.cfg.AwaitCredentials, Since: d.now()}
+	}
+	hs.lastLog = d.now()
+	d.m.setState(StateConfig)
+	hs.mu.Unlock()
+	d.log.Warn().Str("error", l.awaiting.Error()).Int("queued", d.depth()).
+		Msgf("not delivering yet: %s", l.cfg.AwaitCredentials)
+}
+
+// awaited ends awaiting's state once a link with its files is in use:
+// unknown until the next attempt says more.
+func (hs *health) awaited(d *Deliverer) {
+	hs.mu.Lock()
+	was := hs.h
+	if was.State == StateConfig {
+		hs.h = Health{State: StateUnknown}
+		d.m.setState(StateUnknown)
+	}
+	hs.mu.Unlock()
+	if was.State == StateConfig {
+		d.log.Info().Int("queued", d.depth()).Msg("the region's credential files are there now: delivering")
+	}
+}

@@ -94,14 +94,16 @@ A group with one key set keeps the file's values and the defaults for
 the rest. The log and --print-config say what the rack gave.
 
 The agent follows the files its configuration is built from besides
---config: rackd.conf and the rack's certificates, and the files the keys
-SIGHUP puts in force name (the region's CA, certificate, key and token,
-release.token_file, maas.api_key_file, maas.ca_file). It looks at them
-every 5 s; a change that held for a look (a rack registered with another
-region, a renewed certificate) is applied as SIGHUP would apply it, with
---config as last loaded: an edit of that file waits for a SIGHUP. A
-change that makes no valid configuration is logged, and the running one
-stays.
+--config: rackd.conf, the rack's certificates (and whether MAAS's dhcpd
+-6 files exist), and the files the keys SIGHUP puts in force name (the
+region's CA, certificate, key and token, release.token_file,
+maas.api_key_file, maas.ca_file). It looks at them every 5 s; a change
+that held for a look (a rack registered with another region, a renewed
+certificate) is applied as SIGHUP would apply it, with --config as in
+force: an edit of that file waits for a SIGHUP. A change that makes no
+valid configuration is logged, and the running one stays. On a rack
+that has no certificates yet (not registered) the agent runs and
+queues, and delivers once MAAS writes them.
 
 Signals:
   SIGTERM, SIGINT  stop: take no new work, flush what can be flushed within
@@ -131,8 +133,9 @@ group the agent's user is not in, or no group (the packaged unit does not restar
 then: fix it,
 then systemctl restart leasekeeper), 1 when a part failed or a file the
 configuration names (the region's certificates, key or token, a secret
-file) cannot be used (restarted), 2 for bad flags; the reason is on
-stderr and in the log.`,
+file) cannot be used (restarted; a MAAS rack's own certificates not
+there yet, a rack not registered, are waited for instead), 2 for bad
+flags; the reason is on stderr and in the log.`,
 		Example: `  leasekeeper agent --config /etc/leasekeeper/leasekeeper.toml
   leasekeeper agent --print-config            # validate, show every value, exit
   leasekeeper agent --print-reference         # every key, its default and what it does
@@ -219,39 +222,52 @@ func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config,
 }
 
 // configSource is where the running agent's configuration comes from:
-// its file, read at start and again at each SIGHUP (load), and the host
-// around it — a MAAS rack's files, the files its keys name — which the
-// agent follows (again).
+// its file, read at start (load) and again at each SIGHUP (read), and the
+// host around it — a MAAS rack's files, the files its keys name — which
+// the agent follows (again).
 type configSource struct {
 	env       *Env
 	path      string
 	overrides []string
-	file      []byte // the file as load last read it, when it was valid
+	// file is the file as in force: read at start, or at the last SIGHUP
+	// whose configuration the agent took.
+	file []byte
+	// looked is the files the configuration at start was built from, as
+	// they were right after it was read (config.Watcher's Start).
+	looked config.Files
 }
 
-// load reads and validates the file through env.Open, with the
-// overrides applied.
+// load reads and validates the file, with the overrides applied, as the
+// file in force: at start.
 func (s *configSource) load() (*config.Config, error) {
+	cfg, b, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	s.file, s.looked = b, config.Look(nil, config.Sources(cfg), time.Now())
+	return cfg, nil
+}
+
+// read reads and validates the file through env.Open, with the
+// overrides applied; the caller keeps b as file once the configuration
+// is in force.
+func (s *configSource) read() (cfg *config.Config, b []byte, err error) {
 	f, err := s.env.Open(s.path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, config.MaxFileSize+1)) // more is refused by parse
-	if err != nil {
-		return nil, fmt.Errorf("config: %s: %w", s.path, err)
+	if b, err = io.ReadAll(io.LimitReader(f, config.MaxFileSize+1)); err != nil { // more is refused by parse
+		return nil, nil, fmt.Errorf("config: %s: %w", s.path, err)
 	}
-	cfg, err := s.parse(b)
-	if err == nil {
-		s.file = b
-	}
-	return cfg, err
+	cfg, err = s.parse(b)
+	return cfg, b, err
 }
 
-// again is the configuration the file as last loaded makes on the host
-// as it is now: the rack looked for and rackd.conf read again, the files
-// the keys name checked again. An edit of the file that no SIGHUP loaded
-// yet stays out.
+// again is the configuration the file in force makes on the host as it
+// is now: the rack looked for and rackd.conf read again, the files the
+// keys name checked again. An edit of the file that no SIGHUP put in
+// force stays out.
 func (s *configSource) again() (*config.Config, error) { return s.parse(s.file) }
 
 func (s *configSource) parse(b []byte) (*config.Config, error) {
@@ -330,11 +346,13 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, src *configSour
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changed := make(chan []string)
-	watcher := config.Watcher{Interval: env.FollowEvery, Sources: func() []config.Source { return config.Sources(a.Config()) }}
+	watcher := config.Watcher{Interval: env.FollowEvery, Sources: func() []config.Source { return config.Sources(a.Config()) }, Start: src.looked}
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		_ = watcher.Run(ctx, changed) // returns when ctx ends
+		if err := watcher.Run(ctx, changed); ctx.Err() == nil {
+			log.Error().Err(err).Msg("not following the files the configuration is built from (a change of rackd.conf or a certificate takes a SIGHUP)")
+		}
 	}()
 	handled := make(chan struct{})
 	go func() {
@@ -349,12 +367,14 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, src *configSour
 				return
 			case <-hup:
 				log.Info().Msg("SIGHUP: reloading the configuration")
-				cfg, err := src.load()
+				cfg, b, err := src.read()
 				if err != nil {
 					log.Error().Err(err).Msg("reload refused; the running configuration stays in force")
 					continue
 				}
-				apply(a, cfg, level, log)
+				if apply(a, cfg, level, log) {
+					src.file = b
+				}
 			case files := <-changed:
 				follow(a, src, files, level, log)
 			}
@@ -368,12 +388,14 @@ func runAgent(ctx context.Context, env *Env, cfg *config.Config, src *configSour
 }
 
 // follow applies what changed in files the running configuration was
-// built from besides its own (config.Sources): the file as last loaded,
-// on the host as it is now. When no key's value changed and none of the
-// files is one a key names (rackd.conf rewritten, say, with another
-// setting than maas_url), the running configuration stays as it is.
+// built from besides its own (config.Sources): the file in force, on the
+// host as it is now. When no key's value changed and none of the files
+// is one a key names (rackd.conf rewritten, say, with another setting
+// than maas_url), the running configuration stays as it is. A change
+// that makes no valid configuration is logged; the next change, or a
+// SIGHUP, tries again.
 func follow(a *agent.Agent, src *configSource, files []string, level *levelSampler, log zerolog.Logger) {
-	log.Info().Strs("files", files).Msg("files the configuration is built from changed: applying them (with the configuration file as last loaded; SIGHUP loads it again)")
+	log.Info().Strs("files", files).Msg("files the configuration is built from changed: applying them (with the configuration file in force; SIGHUP reads it again)")
 	cfg, err := src.again()
 	if err != nil {
 		log.Error().Err(err).Strs("files", files).Msg("the changed files make no valid configuration; the running configuration stays in force")
@@ -388,13 +410,13 @@ func follow(a *agent.Agent, src *configSource, files []string, level *levelSampl
 }
 
 // apply puts cfg, a valid configuration, in force (SIGHUP, follow), or
-// keeps the running one when a part cannot take it.
-func apply(a *agent.Agent, cfg *config.Config, level *levelSampler, log zerolog.Logger) {
+// keeps the running one when a part cannot take it (false).
+func apply(a *agent.Agent, cfg *config.Config, level *levelSampler, log zerolog.Logger) bool {
 	changed := config.Diff(a.Config(), cfg)
 	logRack(log, cfg)
 	if err := a.Reload(cfg); err != nil {
 		log.Error().Err(err).Strs("changed", changed).Msg("reload refused: a part cannot take the new configuration; the running configuration stays in force, every key of it")
-		return
+		return false
 	}
 	level.set(cfg.Log.Level)
 	var later []string
@@ -407,6 +429,7 @@ func apply(a *agent.Agent, cfg *config.Config, level *levelSampler, log zerolog.
 	if len(later) > 0 {
 		log.Warn().Strs("keys", later).Msg("these changes take effect at the next restart")
 	}
+	return true
 }
 
 // levelSampler is the log level that SIGHUP can change: a zerolog Sampler

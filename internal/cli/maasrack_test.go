@@ -46,6 +46,22 @@ func maasDebRack(t *testing.T, maasURL string) string {
 	return root
 }
 
+// regionAt is a region stub at addr, MAAS's port on a loopback address of
+// its own, with pki (nil: one of its own); the test is skipped when the
+// address is taken (a MAAS region listening on every address?).
+func regionAt(t *testing.T, addr string, pki *regionstub.PKI) *regionstub.Server {
+	t.Helper()
+	stub, err := regionstub.Start(regionstub.Options{Addr: addr, PKI: pki})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Skip(addr + " is taken on this host (a MAAS region listening on every address?)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	return stub
+}
+
 // TestAgentOnMAASRack: on a MAAS rack the package's configuration file,
 // as shipped, runs: the region from rackd.conf's maas_url, MAAS's dhcpd
 // files and the rack's certificates, which --print-config shows and names
@@ -112,14 +128,7 @@ func TestCheckMAASRack(t *testing.T) {
 // certificate (a region stub on a loopback address of its own); a reload
 // after maas_url changed follows it.
 func TestAgentDeliversOnMAASRack(t *testing.T) {
-	stub, err := regionstub.Start(regionstub.Options{Addr: "127.0.0.3:5242"})
-	if errors.Is(err, syscall.EADDRINUSE) {
-		t.Skip("127.0.0.3:5242 is taken on this host (a MAAS region listening on every address?)")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Close()
+	stub := regionAt(t, "127.0.0.3:5242", nil)
 	root := maasDebRack(t, "http://127.0.0.3:5240/MAAS")
 	certs := filepath.Join(root, "var/lib/maas/certificates")
 	if _, err := stub.WriteRackFiles(certs, "rack-1"); err != nil {
@@ -184,14 +193,7 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 	// atomic_write, src/provisioningserver/utils/fs.py), and the agent
 	// follows it without a SIGHUP. An edit of the agent's own file that
 	// no SIGHUP loaded yet stays out until one does.
-	stub2, err := regionstub.Start(regionstub.Options{Addr: "127.0.0.4:5242", PKI: stub.PKI()})
-	if errors.Is(err, syscall.EADDRINUSE) {
-		t.Skip("127.0.0.4:5242 is taken on this host")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub2.Close()
+	stub2 := regionAt(t, "127.0.0.4:5242", stub.PKI())
 	edited := strings.Replace(string(shipped), `url = ""`, "url = \"\"\nbatch_max = 7", 1) + "\n" + own
 	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
@@ -260,6 +262,87 @@ func TestAgentDeliversOnMAASRack(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("runAgent did not return after SIGTERM")
+	}
+}
+
+// TestAgentAwaitsRegistration: on a MAAS rack not registered yet (no
+// certificates: MAAS writes them when the rack registers,
+// store_maas_agent_cert_tuple in src/provisioningserver/certificates.py,
+// called from rpc/clusterservice.py's registration) the agent starts and
+// says why it delivers nothing (status: region config, with the hint);
+// dhcpd's events wait in the outbox, and go once MAAS writes the
+// certificates, without a restart. --print-config accepts it too (the
+// package's postinst starts the agent on what --print-config accepts).
+func TestAgentAwaitsRegistration(t *testing.T) {
+	stub := regionAt(t, "127.0.0.3:5242", nil)
+	root := maasDebRack(t, "http://127.0.0.3:5240/MAAS")
+	certs := filepath.Join(root, "var/lib/maas/certificates")
+	if err := os.RemoveAll(certs); err != nil {
+		t.Fatal(err)
+	}
+	leases := filepath.Join(root, "var/lib/maas/dhcp/dhcpd.leases")
+	for p, s := range map[string]string{
+		filepath.Join(root, "var/lib/maas/dhcpd.conf"): "subnet 203.0.113.0 netmask 255.255.255.0 {\n  range 203.0.113.10 203.0.113.20;\n}\n",
+		leases: "",
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shipped, err := os.ReadFile("../../packaging/etc/leasekeeper/leasekeeper.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, "lk.toml", string(shipped)+"\n"+agentFiles(t.TempDir()))
+	if out, stderr, code := runIn(t, root, "agent", "--config", path, "--print-config"); code != 0 || !strings.Contains(out, "none there yet: is the rack registered?") {
+		t.Fatalf("--print-config on a rack not registered: exit %d, want 0 naming it:\n%s%s", code, out, stderr)
+	}
+	a := startAgent(t, root, path)
+	a.logs.waitFor(t, `"message":"ready"`)
+	a.logs.waitFor(t, `not delivering yet: this MAAS rack has no certificates yet: is it registered?`)
+	out, stderr, code := runIn(t, root, "status", "--json", "--config", path)
+	if code != ExitAttention || !strings.Contains(out, `"state": "config"`) || !strings.Contains(out, "MAAS writes them (to "+certs+") when the rack registers") {
+		t.Errorf("status before the registration: exit %d, want %d with the region's state config and why:\n%s%s", code, ExitAttention, out, stderr)
+	}
+
+	// dhcpd commits a lease: it waits in the outbox.
+	now, end := time.Now().UTC().Format("0 2006/01/02 15:04:05"), time.Now().Add(time.Hour).UTC().Format("0 2006/01/02 15:04:05")
+	f, err := os.OpenFile(leases, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "lease 203.0.113.11 {\n  starts %s;\n  ends %s;\n  cltt %s;\n  binding state active;\n  next binding state free;\n  hardware ethernet 02:00:00:00:00:11;\n}\n", now, end, now)
+	f.Close()
+	queued := func() bool {
+		out, _, _ := runIn(t, root, "status", "--json", "--config", path)
+		return strings.Contains(out, `"queue_depth": 1,`)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !queued(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease was not queued:\n%s", a.logs.String())
+		}
+	}
+	if n := len(stub.Requests()); n != 0 {
+		t.Fatalf("%d requests reached the region before the rack had certificates", n)
+	}
+
+	// The rack registers: MAAS writes its certificates.
+	if _, err := stub.WriteRackFiles(certs, "rack-1"); err != nil {
+		t.Fatal(err)
+	}
+	a.logs.waitFor(t, "the region's credential files are there now: delivering")
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := stub.WaitFunc(wctx, func(items []event.RegionItem) bool {
+		return slices.ContainsFunc(items, func(it event.RegionItem) bool { return it.IP == "203.0.113.11" && it.Action == "commit" })
+	}); err != nil {
+		t.Fatalf("the lease did not reach the region once the rack had its certificates: %v\n%s", err, a.logs.String())
+	}
+	if b := stub.Batches(); b[0].ClientCN != "rack-1" {
+		t.Errorf("delivered with certificate %q, want the rack's", b[0].ClientCN)
 	}
 }
 
