@@ -417,7 +417,8 @@ func (a *Agent) statusLine() string {
 	if g, ok := a.status.(Regioner); ok {
 		if r := g.RegionReport(); r != nil && r.State != "ok" && r.State != "unknown" {
 			fmt.Fprintf(&b, "; region %s (leasekeeper status)", map[string]string{
-				"config": "CONFIGURATION ERROR", "outage": "outage", "failing": "failing every event"}[r.State])
+				"config": "CONFIGURATION ERROR", "outage": "outage", "failing": "failing every event",
+				"waiting": "waiting for its credential files"}[r.State])
 		}
 	}
 	return b.String()

@@ -172,7 +172,9 @@ func Changed(a, b Files, srcs []Source) []string {
 	for _, s := range srcs {
 		x, okA := a[s.Path]
 		y, okB := b[s.Path]
-		if okA && okB && (x.exists != y.exists || s.Content && x.sum != y.sum) {
+		// A source followed by content only since b (a certificate
+		// set now in use) has no sum in a to compare.
+		if okA && okB && (x.exists != y.exists || s.Content && x.content && y.content && x.sum != y.sum) {
 			out = append(out, s.Path)
 		}
 	}

@@ -93,8 +93,9 @@ type Config struct {
 	// AwaitCredentials, when set, is what to tell while CertFile,
 	// KeyFile or CAFile does not exist yet (a MAAS rack not registered
 	// yet: MAAS writes them when it registers): the link then waits for
-	// them (StateConfig, with this hint; nothing is sent) instead of New
-	// and Prepare failing. A reload with the files there delivers.
+	// them (StateWaiting, with this hint; nothing is sent, Flush returns
+	// at once) instead of New and Prepare failing. A reload with the
+	// files there delivers.
 	AwaitCredentials string
 
 	BatchMax      int           // events per request
@@ -349,6 +350,9 @@ func newLink(cfg Config) (*link, error) {
 		switch tc, err = tlsConfig(&cfg, host); {
 		case err != nil && cfg.AwaitCredentials != "" && errors.Is(err, fs.ErrNotExist):
 			l.awaiting, tc = err, nil
+			if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+				l.awaiting = fmt.Errorf("%s does not exist", pe.Path)
+			}
 		case err != nil:
 			return nil, err
 		case l.token == "" && len(tc.Certificates) == 0:
@@ -405,6 +409,9 @@ func (d *Deliverer) Reload(cfg Config) error {
 func (d *Deliverer) Prepare(cfg Config) (apply func(), err error) {
 	l, err := newLink(cfg)
 	if err != nil {
+		if d.link.Load().awaiting != nil {
+			d.health.awaitFailed(d, err)
+		}
 		return nil, err
 	}
 	return func() {
@@ -457,10 +464,10 @@ func (d *Deliverer) LastDelivery() time.Time {
 // errors are logged and retried with backoff, never returned: the agent
 // must stay up through a full disk.
 func (d *Deliverer) Run(ctx context.Context) error {
-	l := d.link.Load()
-	d.log.Info().Str("url", l.cfg.URL).Strs("other_urls", l.cfg.OtherURLs).Str("server_name", l.serverName).Int("batch_max", l.cfg.BatchMax).Msg("delivering to the region")
-	if l.awaiting != nil {
+	if l := d.link.Load(); l.awaiting != nil {
 		d.health.awaiting(d, l)
+	} else {
+		d.log.Info().Str("url", l.cfg.URL).Strs("other_urls", l.cfg.OtherURLs).Str("server_name", l.serverName).Int("batch_max", l.cfg.BatchMax).Msg("delivering to the region")
 	}
 	poll := time.NewTicker(pollInterval)
 	defer poll.Stop()
@@ -496,6 +503,10 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // ctx ends (an error wrapping ctx.Err()). For a bounded flush at SIGTERM,
 // after Run has stopped or while it runs.
 func (d *Deliverer) Flush(ctx context.Context) error {
+	if l := d.link.Load(); l.awaiting != nil {
+		// Nothing can go: not worth the flush's wait.
+		return fmt.Errorf("deliver: flush: %s still queued: %w", d.depthString(), l.awaiting)
+	}
 	total := 0
 	for {
 		n, err := d.step(ctx)
@@ -1187,11 +1198,10 @@ func (d *Deliverer) pause(ctx context.Context, wait time.Duration, onNotify, dow
 func (d *Deliverer) post(ctx context.Context, batch []event.Queued) (outcome, error) {
 	l := d.link.Load()
 	if l.awaiting != nil {
-		// Nothing is sent: the batch waits for the files (a reload ends
-		// the pause).
-		o := outcome{kind: kindConfig, what: l.awaiting.Error(), hint: l.cfg.AwaitCredentials}
-		d.health.observe(d, o)
-		return o, nil
+		// Nothing is sent, nor counted as an attempt: the batch waits
+		// for the files (a reload ends the pause). Health says so
+		// (awaiting).
+		return outcome{kind: kindConfig, what: l.awaiting.Error(), hint: l.cfg.AwaitCredentials}, nil
 	}
 	body, err := batchBody(batch)
 	if err != nil {

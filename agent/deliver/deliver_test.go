@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -2367,5 +2368,103 @@ func TestNoProxy(t *testing.T) {
 	hc := newHTTPClient(&Config{Timeout: time.Second}, nil)
 	if tr, ok := hc.Transport.(*http.Transport); !ok || tr.Proxy != nil {
 		t.Errorf("the region's transport %T takes a proxy", hc.Transport)
+	}
+}
+
+// TestAwaitCredentials: a link whose certificate files do not exist yet
+// waits for them when AwaitCredentials says why (a MAAS rack not
+// registered): New accepts it, nothing is sent or counted as an attempt,
+// health says waiting with the hint, a Flush returns at once; a reload
+// whose files cannot be used says so; one with the files delivers what
+// waited. Without AwaitCredentials, and for a file there but unusable,
+// New refuses as before.
+func TestAwaitCredentials(t *testing.T) {
+	t.Parallel()
+	s, f := stub(t, regionstub.Options{})
+	cfg := fastConfig(s, f)
+	dir := t.TempDir()
+	missing := cfg
+	missing.CertFile, missing.KeyFile, missing.CAFile = filepath.Join(dir, "agent.crt"), filepath.Join(dir, "agent.key"), filepath.Join(dir, "ca.pem")
+	if _, err := New(missing, newMemQueue(), zerolog.Nop(), prometheus.NewRegistry(), time.Now); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("New without AwaitCredentials, files missing: %v, want a not-exist error", err)
+	}
+	garbled := missing
+	garbled.AwaitCredentials = "not registered"
+	if err := os.WriteFile(garbled.CAFile, []byte("no PEM"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(garbled, newMemQueue(), zerolog.Nop(), prometheus.NewRegistry(), time.Now); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("New with AwaitCredentials, a CA that is no PEM: %v, want it refused", err)
+	}
+	os.Remove(garbled.CAFile)
+
+	waiting := missing
+	waiting.AwaitCredentials = "this MAAS rack has no certificates yet: is it registered?"
+	q := newMemQueue()
+	h := newDeliverer(t, waiting, q)
+	run(t, h.d)
+	q.Append(events(3, 3)...)
+	waitFor(t, 5*time.Second, "health to say waiting", func() bool { return h.d.Health().State == StateWaiting })
+	time.Sleep(100 * time.Millisecond) // the deliverer's turn with the events queued
+	hl := h.d.Health()
+	if hl.Hint != waiting.AwaitCredentials || !strings.Contains(hl.Error, "ca.pem does not exist") || hl.Attempts != 0 {
+		t.Errorf("health %+v, want waiting with the hint, the missing file and no attempts", hl)
+	}
+	if n := len(s.Requests()); n != 0 {
+		t.Errorf("%d requests sent while waiting", n)
+	}
+	if n := metric(t, h.reg, "leasekeeper_region_state", "state", StateWaiting); n != 1 {
+		t.Errorf("leasekeeper_region_state{state=waiting} = %v, want 1", n)
+	}
+	start := time.Now()
+	fctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // the agent's stop flushes for 5 s
+	defer cancel()
+	if err := h.d.Flush(fctx); err == nil || time.Since(start) > time.Second {
+		t.Errorf("Flush while waiting: %v after %s, want an error at once", err, time.Since(start))
+	}
+
+	// The files come, but the key is not the certificate's.
+	for _, c := range [][2]string{{f.CA, waiting.CAFile}, {f.ClientCert, waiting.CertFile}} {
+		b, err := os.ReadFile(c[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(c[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := s.WriteRackFiles(t.TempDir(), "another")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile := func(from, to string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(other.ClientKey, waiting.KeyFile)
+	if _, err := h.d.Prepare(waiting); err == nil {
+		t.Fatal("Prepare with a key that is not the certificate's: nil error")
+	}
+	if hl := h.d.Health(); hl.State != StateConfig || !strings.Contains(hl.Hint, "cannot be used") {
+		t.Errorf("health after files that cannot be used: %+v, want config saying so", hl)
+	}
+	copyFile(f.ClientKey, waiting.KeyFile)
+	apply, err := h.d.Prepare(waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	waitFor(t, 10*time.Second, "the events to be delivered", func() bool { return q.Depth() == 0 })
+	if hl := h.d.Health(); hl.State != StateOK {
+		t.Errorf("health after the files came: %+v, want ok", hl)
+	}
+	if !strings.Contains(h.log.String(), "the region's credential files are there now: delivering") {
+		t.Errorf("the log does not say the files came:\n%s", h.log.String())
 	}
 }

@@ -14,7 +14,14 @@ const (
 	StateOutage  = "outage"  // no answer, or the region says it is unavailable: waiting, nothing lost
 	StateConfig  = "config"  // the agent's settings are wrong (port, path, certificates): retrying until fixed
 	StateFailing = "failing" // the region fails (500, a service-layer 404) or refuses (422) every event: retrying, nothing dead-lettered
+	// StateWaiting: the region's credential files are not there yet
+	// (Config.AwaitCredentials: a MAAS rack not registered); nothing is
+	// sent until a reload brings them.
+	StateWaiting = "waiting"
 )
+
+// states are every State, for the state metric.
+var states = []string{StateUnknown, StateOK, StateOutage, StateConfig, StateFailing, StateWaiting}
 
 // Health is how delivery to the region is going, for `leasekeeper
 // status`: the state, and while there is a problem what the agent saw,
@@ -135,30 +142,38 @@ func (hs *health) ok(d *Deliverer) {
 
 // awaiting records, and logs, a link that waits for its credential
 // files (Config.AwaitCredentials) from when it is put in use, before any
-// event asks for it: status says why nothing will be delivered.
+// event asks for it: status says why nothing will be delivered. Nothing
+// is attempted meanwhile, so nothing else is logged.
 func (hs *health) awaiting(d *Deliverer, l *link) {
 	hs.mu.Lock()
-	if hs.h.State != StateConfig || hs.h.Hint != l.cfg.AwaitCredentials {
-		hs.h = Health{State: StateConfig, Error: l.awaiting.Error(), Hint: l.cfg.AwaitCredentials, Since: d.now()}
+	if hs.h.State != StateWaiting || hs.h.Error != l.awaiting.Error() {
+		hs.h = Health{State: StateWaiting, Error: l.awaiting.Error(), Hint: l.cfg.AwaitCredentials, Since: d.now()}
 	}
 	hs.lastLog = d.now()
+	d.m.setState(StateWaiting)
+	hs.mu.Unlock()
+	d.log.Warn().Str("url", l.cfg.URL).Str("error", l.awaiting.Error()).Int("queued", d.depth()).
+		Msgf("not delivering yet: %s", l.cfg.AwaitCredentials)
+}
+
+// awaitFailed records why files that came for an awaiting link cannot be
+// used (a reload refused: a key the agent may not read, a certificate
+// and key that do not make a pair), which the awaiting hint ("is it
+// registered?") no longer tells.
+func (hs *health) awaitFailed(d *Deliverer, err error) {
+	hs.mu.Lock()
+	since := hs.h.Since
+	hs.h = Health{State: StateConfig, Error: err.Error(), Hint: "the region's credential files are there now, but cannot be used: mend them; the agent follows them", Since: since}
 	d.m.setState(StateConfig)
 	hs.mu.Unlock()
-	d.log.Warn().Str("error", l.awaiting.Error()).Int("queued", d.depth()).
-		Msgf("not delivering yet: %s", l.cfg.AwaitCredentials)
 }
 
 // awaited ends awaiting's state once a link with its files is in use:
 // unknown until the next attempt says more.
 func (hs *health) awaited(d *Deliverer) {
 	hs.mu.Lock()
-	was := hs.h
-	if was.State == StateConfig {
-		hs.h = Health{State: StateUnknown}
-		d.m.setState(StateUnknown)
-	}
+	hs.h = Health{State: StateUnknown}
+	d.m.setState(StateUnknown)
 	hs.mu.Unlock()
-	if was.State == StateConfig {
-		d.log.Info().Int("queued", d.depth()).Msg("the region's credential files are there now: delivering")
-	}
+	d.log.Info().Int("queued", d.depth()).Msg("the region's credential files are there now: delivering")
 }

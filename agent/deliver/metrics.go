@@ -76,7 +76,7 @@ func newMetrics(asking func() float64) metrics {
 	for _, r := range resultLabel {
 		m.attempts.WithLabelValues(r)
 	}
-	for _, st := range []string{StateUnknown, StateOK, StateOutage, StateConfig, StateFailing} {
+	for _, st := range states {
 		m.state.WithLabelValues(st)
 	}
 	m.setState(StateUnknown)
@@ -88,7 +88,7 @@ func (m *metrics) collectors() []prometheus.Collector {
 }
 
 func (m *metrics) setState(state string) {
-	for _, st := range []string{StateUnknown, StateOK, StateOutage, StateConfig, StateFailing} {
+	for _, st := range states {
 		v := 0.0
 		if st == state {
 			v = 1

@@ -218,7 +218,8 @@ flags; the reason is on stderr and in the log.`,
 // env.Open, with overrides applied.
 func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config, error) {
 	s := configSource{env: env, path: path, overrides: overrides}
-	return s.load()
+	cfg, _, err := s.read()
+	return cfg, err
 }
 
 // configSource is where the running agent's configuration comes from:

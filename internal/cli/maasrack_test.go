@@ -119,6 +119,19 @@ func TestCheckMAASRack(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// A rack not registered yet: no certificates.
+	if err := os.RemoveAll(filepath.Join(root, "var/lib/maas/certificates")); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := runIn(t, root, "check-maas", "--config", writeFile(t, "lk3.toml", ""), "--agent-user", "", "--timeout", "1s")
+	for _, want := range []string{
+		"certificates: this MAAS rack has no certificates yet: is it registered?",
+		"register the rack with its region (maas-rack register on a deb rack, maas init rack on the snap)",
+	} {
+		if code == 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
 }
 
 // TestAgentDeliversOnMAASRack runs the agent on a MAAS deb rack's files
@@ -304,8 +317,12 @@ func TestAgentAwaitsRegistration(t *testing.T) {
 	a.logs.waitFor(t, `"message":"ready"`)
 	a.logs.waitFor(t, `not delivering yet: this MAAS rack has no certificates yet: is it registered?`)
 	out, stderr, code := runIn(t, root, "status", "--json", "--config", path)
-	if code != ExitAttention || !strings.Contains(out, `"state": "config"`) || !strings.Contains(out, "MAAS writes them (to "+certs+") when the rack registers") {
-		t.Errorf("status before the registration: exit %d, want %d with the region's state config and why:\n%s%s", code, ExitAttention, out, stderr)
+	if code != ExitAttention || !strings.Contains(out, `"state": "waiting"`) || !strings.Contains(out, "MAAS writes them (to "+certs+") when the rack registers") {
+		t.Errorf("status before the registration: exit %d, want %d with the region's state waiting and why:\n%s%s", code, ExitAttention, out, stderr)
+	}
+	out, _, _ = runIn(t, root, "status", "--config", path)
+	if want := "WAITING for "; !strings.Contains(out, want) || !strings.Contains(out, certs+"/ca.pem does not exist") {
+		t.Errorf("status before the registration lacks %q and the missing file:\n%s", want, out)
 	}
 
 	// dhcpd commits a lease: it waits in the outbox.

@@ -73,7 +73,8 @@ reconciler ran), region
 ({state, error, hint, since, failed_attempts, controller: the region
 controller in use where region.other_urls names others, waiting: {since,
 events} while a request has waited for its answer a few seconds}; state is
-unknown, ok, outage, config or failing), held ({events, since}: events waiting in
+unknown, ok, outage, config, failing or waiting: for credential files not
+there yet, a MAAS rack not registered), held ({events, since}: events waiting in
 memory for a full disk), unhealthy (why /healthz answers 503, or ""),
 orphans ([{ip, state, reason, ends, attempts, next}]: addresses a reload
 dropped that the region still holds; leasekeeper orphans shows them) and
@@ -285,7 +286,8 @@ func attention(r *agent.StatusReport) []string {
 }
 
 // regionTrouble words attention's region states (agent/deliver's).
-var regionTrouble = map[string]string{"outage": "outage", "config": "configuration error", "failing": "failing every event"}
+var regionTrouble = map[string]string{"outage": "outage", "config": "configuration error", "failing": "failing every event",
+	"waiting": "not delivering: its credential files are not there yet"}
 
 // attentionError is status's answer that needs attention: exit status
 // ExitAttention, the reasons on stderr.
@@ -450,12 +452,16 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 		"outage":  {"OUTAGE", "no answer, retrying (nothing is lost)"},
 		"config":  {"CONFIGURATION ERROR", "retrying, nothing is dead-lettered"},
 		"failing": {"FAILING", "the region fails or refuses every event, retrying (nothing is dead-lettered)"},
+		"waiting": {"WAITING", "for the credential files, nothing sent (nothing is lost)"},
 	}[g.State]
 	if !ok {
 		wd = words{g.State, ""}
 	}
 	what := wd.label
-	if g.Since != nil {
+	switch {
+	case g.Since != nil && g.State == "waiting":
+		what += fmt.Sprintf(" for %s", roundAge(r.Time.Sub(*g.Since)))
+	case g.Since != nil:
 		what += fmt.Sprintf(" for %s (%d attempts)", roundAge(r.Time.Sub(*g.Since)), g.FailedAttempts)
 	}
 	if wd.tail != "" {
@@ -468,7 +474,10 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 	if g.Hint != "" {
 		fmt.Fprintf(w, "\t%s\n", g.Hint)
 	}
-	if g.Error != "" && g.State != "ok" {
+	switch {
+	case g.Error != "" && g.State == "waiting":
+		fmt.Fprintf(w, "\t%s\n", g.Error)
+	case g.Error != "" && g.State != "ok":
 		fmt.Fprintf(w, "\tlast error: %s\n", g.Error)
 	}
 	if q := g.Waiting; q != nil {

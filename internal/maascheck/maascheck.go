@@ -622,6 +622,10 @@ func (r *Report) region(ctx context.Context, o Options) {
 	if err := agent.CheckRegion(o.Config); err != nil {
 		r.add(Problem, "region-url", "the agent would refuse to start: "+err.Error()+".", "fix [region] in leasekeeper.toml; leasekeeper agent --print-config checks it")
 	}
+	if hint := o.Config.AwaitedCerts(); hint != "" {
+		r.add(Problem, "certificates", hint+".", "register the rack with its region (maas-rack register on a deb rack, maas init rack on the snap); the running agent delivers from then on")
+		return
+	}
 	tc, ok := r.certificates(c.CertFile, c.KeyFile, c.CAFile)
 	if !ok || u.Scheme != "https" {
 		return
