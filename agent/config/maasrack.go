@@ -313,7 +313,7 @@ func (c *Config) AwaitedCerts() string {
 	if c.Rack == nil || c.Rack.Certs != "" || !slices.Contains(c.RackKeys, "region.cert_file") {
 		return ""
 	}
-	return fmt.Sprintf("this MAAS rack has no certificates yet: is it registered? MAAS writes them (to %s) when the rack registers with the region; the agent follows them and delivers from then on, and events wait in the outbox meanwhile", filepath.Dir(c.Rack.CertFile))
+	return fmt.Sprintf("this MAAS rack has no certificates yet: is it registered? MAAS writes them (to %s) when the rack registers with the region; the agent follows them and delivers from then on, and events wait in the outbox meanwhile", strings.Join(c.Rack.layout.certDirs, " or "))
 }
 
 // Describe is one line saying what the rack gave: for the agent's log,

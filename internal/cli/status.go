@@ -452,7 +452,7 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 		"outage":  {"OUTAGE", "no answer, retrying (nothing is lost)"},
 		"config":  {"CONFIGURATION ERROR", "retrying, nothing is dead-lettered"},
 		"failing": {"FAILING", "the region fails or refuses every event, retrying (nothing is dead-lettered)"},
-		"waiting": {"WAITING", "for the credential files, nothing sent (nothing is lost)"},
+		"waiting": {"WAITING", "the credential files are not there yet; nothing is sent (nothing is lost)"},
 	}[g.State]
 	if !ok {
 		wd = words{g.State, ""}
