@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"syscall"
 
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
 	"github.com/leasekeeper/leasekeeper/internal/safefile"
@@ -24,11 +23,9 @@ const maxToken = 64 << 10
 // ignored. The file must be a regular file (opened without blocking) that
 // others cannot access at all and its group can at most read: mode 0600,
 // or 0640 with the agent's group, as the Debian package runs the agent as
-// the user leasekeeper (install -m 0640 -o root -g leasekeeper). It must
-// be root's or the agent's own: another user owning it could change the
-// secret, or its mode, at will (OpenSSH's StrictModes asks the same of
-// authorized_keys). An empty file and a token with white space or
-// control characters inside are refused too.
+// the user leasekeeper (install -m 0640 -o root -g leasekeeper). An
+// empty file and a token with white space or control characters inside
+// are refused too.
 func ReadToken(path string) (string, error) {
 	f, err := safefile.Open(path, safefile.FollowLinks)
 	if errors.Is(err, fs.ErrPermission) {
@@ -47,9 +44,6 @@ func ReadToken(path string) (string, error) {
 	}
 	if perm := fi.Mode().Perm(); perm&0o037 != 0 {
 		return "", fmt.Errorf("%s has mode %04o: others can access it, or its group can write it; chmod 600 it, or 640 with the agent's group", path, perm)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
-		return "", fmt.Errorf("%s is owned by uid %d, neither root nor the agent (uid %d): that user could change the secret; chown root it (install -m 0640 -o root -g leasekeeper …)", path, st.Uid, os.Geteuid())
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxToken+1))
 	if err != nil {
