@@ -318,6 +318,13 @@ func withDefaults(cfg Config) (Config, error) {
 	return cfg, nil
 }
 
+// credentialError is newLink's error for the region's CA, certificate or
+// key files (tlsConfig's).
+type credentialError struct{ err error }
+
+func (e *credentialError) Error() string { return e.err.Error() }
+func (e *credentialError) Unwrap() error { return e.err }
+
 func newLink(cfg Config) (*link, error) {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
@@ -354,7 +361,7 @@ func newLink(cfg Config) (*link, error) {
 				l.awaiting = fmt.Errorf("%s does not exist", pe.Path)
 			}
 		case err != nil:
-			return nil, err
+			return nil, &credentialError{err}
 		case l.token == "" && len(tc.Certificates) == 0:
 			return nil, errors.New("no credentials for the region: set cert_file and key_file (MAAS), or token_file")
 		}
@@ -409,7 +416,9 @@ func (d *Deliverer) Reload(cfg Config) error {
 func (d *Deliverer) Prepare(cfg Config) (apply func(), err error) {
 	l, err := newLink(cfg)
 	if err != nil {
-		if d.link.Load().awaiting != nil {
+		if ce := (*credentialError)(nil); errors.As(err, &ce) && d.link.Load().awaiting != nil {
+			// The files awaited came, unusable: say so, or status goes on
+			// asking whether the rack is registered.
 			d.health.awaitFailed(d, err)
 		}
 		return nil, err
@@ -505,6 +514,9 @@ func (d *Deliverer) Run(ctx context.Context) error {
 func (d *Deliverer) Flush(ctx context.Context) error {
 	if l := d.link.Load(); l.awaiting != nil {
 		// Nothing can go: not worth the flush's wait.
+		if d.depth() == 0 {
+			return nil
+		}
 		return fmt.Errorf("deliver: flush: %s still queued: %w", d.depthString(), l.awaiting)
 	}
 	total := 0

@@ -52,6 +52,7 @@ type memQueue struct {
 	failAcks int   // the next failAcks Acks fail
 	peekErr  error // returned once by the next Peek
 	acks     int
+	peeked   int // Peeks that returned events
 }
 
 type deadLetter struct {
@@ -87,6 +88,9 @@ func (m *memQueue) Peek(max int) ([]event.Queued, error) {
 	if err := m.peekErr; err != nil {
 		m.peekErr = nil
 		return nil, err
+	}
+	if len(m.q) > 0 {
+		m.peeked++
 	}
 	return slices.Clone(m.q[:min(max, len(m.q))]), nil
 }
@@ -2405,7 +2409,11 @@ func TestAwaitCredentials(t *testing.T) {
 	run(t, h.d)
 	q.Append(events(3, 3)...)
 	waitFor(t, 5*time.Second, "health to say waiting", func() bool { return h.d.Health().State == StateWaiting })
-	time.Sleep(100 * time.Millisecond) // the deliverer's turn with the events queued
+	waitFor(t, 5*time.Second, "the deliverer to take the events", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.peeked >= 1
+	})
 	hl := h.d.Health()
 	if hl.Hint != waiting.AwaitCredentials || !strings.Contains(hl.Error, "ca.pem does not exist") || hl.Attempts != 0 {
 		t.Errorf("health %+v, want waiting with the hint, the missing file and no attempts", hl)
@@ -2421,6 +2429,17 @@ func TestAwaitCredentials(t *testing.T) {
 	defer cancel()
 	if err := h.d.Flush(fctx); err == nil || time.Since(start) > time.Second {
 		t.Errorf("Flush while waiting: %v after %s, want an error at once", err, time.Since(start))
+	}
+
+	// A reload refused for another reason than the files leaves the wait
+	// as it was.
+	badURL := waiting
+	badURL.URL = "https://region:5242/MAAS/a/v3internal/leases\x00"
+	if _, err := h.d.Prepare(badURL); err == nil {
+		t.Fatal("Prepare with a bad URL: nil error")
+	}
+	if hl := h.d.Health(); hl.State != StateWaiting {
+		t.Errorf("health after a reload refused for its URL: %+v, want waiting still", hl)
 	}
 
 	// The files come, but the key is not the certificate's.

@@ -146,9 +146,11 @@ func (hs *health) ok(d *Deliverer) {
 // is attempted meanwhile, so nothing else is logged.
 func (hs *health) awaiting(d *Deliverer, l *link) {
 	hs.mu.Lock()
-	if hs.h.State != StateWaiting || hs.h.Error != l.awaiting.Error() {
-		hs.h = Health{State: StateWaiting, Error: l.awaiting.Error(), Hint: l.cfg.AwaitCredentials, Since: d.now()}
+	since := d.now()
+	if hs.h.State == StateWaiting {
+		since = hs.h.Since // another file missing now (MAAS writing them): the same wait
 	}
+	hs.h = Health{State: StateWaiting, Error: l.awaiting.Error(), Hint: l.cfg.AwaitCredentials, Since: since}
 	hs.lastLog = d.now()
 	d.m.setState(StateWaiting)
 	hs.mu.Unlock()

@@ -71,7 +71,7 @@ func newMetrics(asking func() float64) metrics {
 	}
 	m.state = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "leasekeeper_region_state",
-		Help: "1 for the state delivery to the region is in: unknown (nothing sent yet), ok, outage (no answer: waiting), config (the agent's settings are wrong: retried, nothing dead-lettered; see leasekeeper status), failing (the region fails every event with 500, or refuses every event with 422).",
+		Help: "1 for the state delivery to the region is in: unknown (nothing sent yet), ok, outage (no answer: waiting), config (the agent's settings are wrong: retried, nothing dead-lettered; see leasekeeper status), failing (the region fails every event with 500, or refuses every event with 422), waiting (the credential files are not there yet, a MAAS rack not registered: nothing is sent).",
 	}, []string{"state"})
 	for _, r := range resultLabel {
 		m.attempts.WithLabelValues(r)
