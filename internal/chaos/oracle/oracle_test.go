@@ -520,6 +520,10 @@ func TestUnwritten(t *testing.T) {
 	}{
 		{"told a second before dhcpd died", released(29), nil, 1},
 		{"told as dhcpd died", released(30), nil, 1},
+		// The hook dhcpd forked just before it died, stamped by the
+		// orphan after dhcpd exited (deathLate).
+		{"told in the second after dhcpd died", released(31), nil, 1},
+		{"told two seconds after dhcpd died", released(32), []string{"false " + ip1, "final " + ip1}, 0},
 		{"told long before dhcpd died", released(10), []string{"false " + ip1, "final " + ip1}, 0},
 		{"no event time", item(31, "release", ip1, m1), []string{"false " + ip1, "final " + ip1}, 0},
 	} {
