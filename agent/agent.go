@@ -8,7 +8,8 @@
 // out.
 //
 // Signals are not handled here: the command cancels Run's context on
-// SIGTERM and calls Reload on SIGHUP (internal/cli, agent.go).
+// SIGTERM and calls Reload on SIGHUP and when a file the configuration is
+// built from changed (internal/cli, agent.go).
 package agent
 
 import (

@@ -96,8 +96,9 @@ func releaseOutcome(err error) (code int, reason string, refused bool) {
 // tells IPs and MACs) is world-readable, so being on loopback is no
 // credential. An unset token_file disables the endpoint. The token is
 // read once per configuration in force: when the handler is built (the
-// listener's start) and at the first request after a reload (SIGHUP),
-// which config.Parse has already checked.
+// listener's start) and at the first request after a reload (SIGHUP, or
+// the token file changed: the agent follows it), which config.Parse has
+// already checked.
 type releaseGate struct {
 	config func() *config.Config
 

@@ -17,7 +17,7 @@
 // packaging/leasekeeper.toml documents every key (a test parses it and
 // checks that no key of Config is missing from it); the package's short
 // conffile, packaging/etc/leasekeeper/leasekeeper.toml, holds only what a
-// rack sets (a test checks that its commented-out settings are valid).
+// rack sets (a test parses it).
 //
 // The package only reads what it is given: it never opens sockets, never
 // resolves users or groups and never touches the state directory. The

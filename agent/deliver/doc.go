@@ -99,4 +99,15 @@
 // error otherwise, with a hint an operator can act on), then once every
 // WarnEvery while it lasts, and its end once. Health is the same for
 // `leasekeeper status`.
+//
+// # Waiting for credentials
+//
+// With Config.AwaitCredentials set (a MAAS rack's own certificates,
+// which MAAS writes when the rack registers), a CA, certificate or key
+// file that does not exist makes a link that waits instead of an error
+// from New or Prepare: nothing is sent, no attempt is counted, Health is
+// StateWaiting with the missing file and the hint (logged once, at the
+// start or the reload that made it), and a Flush returns at once. The
+// reload that brings the files ends the wait; files that came but cannot
+// be used are told as a configuration error while the wait goes on.
 package deliver

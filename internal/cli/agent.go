@@ -115,12 +115,13 @@ Signals:
                    retried with the new settings):
 ` + reloadableList() + `
                    The log names every other changed key, which takes
-                   effect at the next restart.
+                   effect at the next restart, and leasekeeper status
+                   shows them (restart_pending, exit 3) until then.
 
 Under systemd (Type=notify) the agent sends READY=1 once every part runs,
 STATUS= with the queue depth, watchdog pings while every part makes
-progress (WatchdogSec=), RELOADING=1 on SIGHUP and STOPPING=1 on the way
-out.
+progress (WatchdogSec=), RELOADING=1 on SIGHUP or a followed change and
+STOPPING=1 on the way out.
 
 Exit status: 0 after a clean stop, 79 (not with --print-config, which
 says 78) when the only thing missing is the region: region.url is not

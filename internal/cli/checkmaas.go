@@ -44,7 +44,8 @@ the region settings, and say:
                  gives the values of (the file leaves them unset), or a
                  region.url that names none of rackd.conf's maas_url hosts
   region-url     port 5242 and the internal leases endpoint
-  certificates   the rack's client certificate, key and MAAS's CA
+  certificates   the rack's client certificate, key and MAAS's CA (none yet:
+                 the rack is not registered, and region is not tried)
   region         one TLS connection to the region with the client certificate
                  and a GET on the endpoint (no event is sent)
   config         each value the agent refuses at start (as agent

@@ -39,11 +39,15 @@ listener: see below) how delivery to the region is going:
   region         ok, or the problem and what to change: an outage (no
                  answer; waiting), a configuration error (wrong port or
                  path, no client certificate, a certificate the region
-                 does not trust; retried, never dead-lettered) or a region
-                 failing every event (HTTP 500)
+                 does not trust; retried, never dead-lettered), a region
+                 failing every event (HTTP 500), or waiting for the
+                 credential files (a MAAS rack not registered yet: WAITING,
+                 nothing sent, nothing lost)
   maas rack      the MAAS rack installed here whose region, certificates or
                  dhcpd files the agent took, for what its configuration
                  leaves unset (leasekeeper agent --help)
+  restart needed keys a reload or a followed file changed that take effect
+                 at a restart only
   queue depth    events accepted and not yet delivered
   last delivery  when the region last accepted a batch, and how long ago
   dead letters   events the region refused (see leasekeeper deadletter)
@@ -85,8 +89,8 @@ reload changed that take effect at a restart only; absent when none).
 
 Exit status: 0 when the agent answered and nothing needs attention; 3
 when it answered and something does, named on stderr (also with --json):
-the region in an outage, refusing the configuration or failing every
-event, dead letters, events held for want of disk, a leases file
+the region in an outage, refusing the configuration, failing every
+event or waiting for its credential files, dead letters, events held for want of disk, a leases file
 (dhcpd.leases, dhcpd.leases6) missing or unreadable, /healthz unhealthy, a
 restart needed (restart_pending), or the agent still starting;
 1 when it could not be reached or answered with an error; 2 for bad

@@ -206,7 +206,7 @@ func commandMarkdown(c *cobra.Command, h header) string {
 	}
 	if !c.HasParent() {
 		b.WriteString("# FILES\n\n")
-		b.WriteString("*/etc/leasekeeper/leasekeeper.toml*\n: the agent's configuration: what a rack sets (the region's URL, on a MAAS rack dhcpd's paths).\n\n*/usr/share/doc/leasekeeper/examples/leasekeeper.toml*\n: every key, with its default and what it does (also printed by **leasekeeper agent --print-reference**).\n\n")
+		b.WriteString("*/etc/leasekeeper/leasekeeper.toml*\n: the agent's configuration: what a rack sets (the region's URL, empty: a MAAS rack gives it).\n\n*/usr/share/doc/leasekeeper/examples/leasekeeper.toml*\n: every key, with its default and what it does (also printed by **leasekeeper agent --print-reference**).\n\n")
 		b.WriteString("*/run/leasekeeper/hook.sock*\n: the socket **leasekeeper-hook**(8) sends lease events to.\n\n")
 		b.WriteString("*/var/spool/leasekeeper*\n: where the hook appends events while the agent is down.\n\n")
 		b.WriteString("*/var/lib/leasekeeper*\n: the agent's durable outbox, lease table and dead letters.\n\n")
