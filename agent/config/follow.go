@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"io"
 	"path/filepath"
@@ -150,14 +151,8 @@ func sumOf(path string, st fileState) [sha256.Size]byte {
 	}
 	if err != nil {
 		h.Reset()
-		var b [48]byte
-		for i, v := range []int64{st.dev, st.ino, st.size, st.mtime, st.ctime} {
-			for j := range 8 {
-				b[i*8+j] = byte(v >> (8 * j))
-			}
-		}
 		h.Write([]byte("unreadable\x00"))
-		h.Write(b[:40])
+		binary.Write(h, binary.LittleEndian, [...]int64{st.dev, st.ino, st.size, st.mtime, st.ctime}) //nolint:errcheck // a hash takes every write
 	}
 	var s [sha256.Size]byte
 	h.Sum(s[:0])
@@ -198,7 +193,6 @@ type Watcher struct {
 	// Start is the files as they were when the configuration was read
 	// (Look, right after); nil: as Run first finds them.
 	Start Files
-	Now   func() time.Time // nil: time.Now
 }
 
 // settleMax bounds how many looks a change waits to stop changing.
@@ -209,13 +203,10 @@ func (w Watcher) Run(ctx context.Context, changed chan<- []string) error {
 	if w.Interval <= 0 {
 		return errors.New("config: Watcher.Interval must be positive")
 	}
-	now := w.Now
-	if now == nil {
-		now = time.Now
-	}
+	// The files' times are the kernel's wall clock: so is Look's.
 	start := w.Start
 	if start == nil {
-		start = Look(nil, w.Sources(), now())
+		start = Look(nil, w.Sources(), time.Now())
 	}
 	f := newFollowing(start)
 	t := time.NewTicker(w.Interval)
@@ -227,7 +218,7 @@ func (w Watcher) Run(ctx context.Context, changed chan<- []string) error {
 		case <-t.C:
 		}
 		srcs := w.Sources()
-		if paths := f.step(Look(f.last, srcs, now()), srcs); len(paths) > 0 {
+		if paths := f.step(Look(f.last, srcs, time.Now()), srcs); len(paths) > 0 {
 			select {
 			case changed <- paths:
 			case <-ctx.Done():
@@ -252,12 +243,12 @@ func newFollowing(start Files) *following { return &following{base: start, last:
 // after settleMax looks of a change that does not hold still.
 func (f *following) step(now Files, srcs []Source) []string {
 	defer func() { f.last = now }()
+	paths := Changed(f.base, now, srcs)
 	switch {
-	case len(Changed(f.base, now, srcs)) == 0:
+	case len(paths) == 0:
 		// Nothing changed, or it changed back: new sources join.
 		f.base, f.waited = now, 0
 	case f.waited > 0 && len(Changed(f.last, now, srcs)) == 0 || f.waited >= settleMax:
-		paths := Changed(f.base, now, srcs)
 		f.base, f.waited = now, 0
 		return paths
 	default:

@@ -151,7 +151,6 @@ func (hs *health) awaiting(d *Deliverer, l *link) {
 		since = hs.h.Since // another file missing now (MAAS writing them): the same wait
 	}
 	hs.h = Health{State: StateWaiting, Error: l.awaiting.Error(), Hint: l.cfg.AwaitCredentials, Since: since}
-	hs.lastLog = d.now()
 	d.m.setState(StateWaiting)
 	hs.mu.Unlock()
 	d.log.Warn().Str("url", l.cfg.URL).Str("error", l.awaiting.Error()).Int("queued", d.depth()).

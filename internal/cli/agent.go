@@ -215,14 +215,6 @@ flags; the reason is on stderr and in the log.`,
 	return cmd
 }
 
-// loadAgentConfig reads and validates the agent's config file through
-// env.Open, with overrides applied.
-func loadAgentConfig(env *Env, path string, overrides []string) (*config.Config, error) {
-	s := configSource{env: env, path: path, overrides: overrides}
-	cfg, _, err := s.read()
-	return cfg, err
-}
-
 // configSource is where the running agent's configuration comes from:
 // its file, read at start (load) and again at each SIGHUP (read), and the
 // host around it — a MAAS rack's files, the files its keys name — which
@@ -280,7 +272,7 @@ func (s *configSource) parse(b []byte) (*config.Config, error) {
 	return cfg, nil
 }
 
-// unconfigured reports whether err, loadAgentConfig's, says only that no
+// unconfigured reports whether err, configSource.load's, says only that no
 // region was ever set (neither region.url nor other_urls) and no MAAS
 // rack gives one: an agent installed and not configured yet, not a
 // configuration in error.

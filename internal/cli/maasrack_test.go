@@ -364,7 +364,10 @@ func TestAgentAwaitsRegistration(t *testing.T) {
 }
 
 // TestAgentFollowsDHCPv6: MAAS enabling DHCPv6 on a rack makes dhcpd -6's
-// files (MAAS's dhcpd6.conf, then the leases file dhcpd -6 writes). The
+// files: its dhcpd6.conf, then the leases file, which maas-dhcpd6.service
+// touches before it starts dhcpd -6 (ConditionPathExists=
+// /var/lib/maas/dhcpd6.conf; debian/maas-dhcp.maas-dhcpd6.service in
+// MAAS 3.x). The
 // agent follows that the rack's [dhcpd] now has them, and, since another
 // leases file to follow takes a restart, says so: in the log, and in
 // status (restart_pending, exit 3) until it restarts.

@@ -545,7 +545,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	cfg := writeFile(t, "lk.toml", fmt.Sprintf("[region]\nurl = \"http://127.0.0.1:1/x\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[control]\nsocket = %q\n[state]\ndir = %q\n", sock, dir))
 	env := &Env{Version: "e2e", Root: t.TempDir()}
 	env.defaults()
-	c, err := loadAgentConfig(env, cfg, nil)
+	c, _, err := (&configSource{env: env, path: cfg}).read()
 	if err != nil {
 		t.Fatal(err)
 	}
