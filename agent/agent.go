@@ -416,10 +416,8 @@ func (a *Agent) statusLine() string {
 		fmt.Fprintf(&b, "%s ago", a.now().Sub(t).Round(time.Second))
 	}
 	if g, ok := a.status.(Regioner); ok {
-		if r := g.RegionReport(); r != nil && r.State != "ok" && r.State != "unknown" {
-			fmt.Fprintf(&b, "; region %s (leasekeeper status)", map[string]string{
-				"config": "CONFIGURATION ERROR", "outage": "outage", "failing": "failing every event",
-				"waiting": "waiting for its credential files"}[r.State])
+		if r := g.RegionReport(); r != nil && r.Trouble() {
+			fmt.Fprintf(&b, "; region %s (leasekeeper status)", r.Words().Label)
 		}
 	}
 	return b.String()

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/leasekeeper/leasekeeper/agent/deliver"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 )
@@ -144,9 +145,10 @@ type Holder interface {
 // (agent/deliver, Health): state is unknown (nothing sent yet), ok,
 // outage (no answer: waiting, nothing lost), config (the agent's settings
 // are wrong: wrong port, path or certificates; retried, never
-// dead-lettered) or failing (the region fails every event with 500).
-// While there is a problem, error is what the agent saw, hint what to
-// change, since when it began.
+// dead-lettered), failing (the region fails every event with 500) or
+// waiting (the region's credential files are not there yet: nothing is
+// sent). While there is a problem, error is what the agent saw, hint what
+// to change, since when it began. Words says the state to an operator.
 type RegionReport struct {
 	State          string     `json:"state"`
 	Error          string     `json:"error,omitempty"`
@@ -160,6 +162,42 @@ type RegionReport struct {
 	// waited a few seconds (a region slow or stuck applying it); null
 	// otherwise.
 	Waiting *RegionWaitReport `json:"waiting,omitempty"`
+}
+
+// RegionWords says a region state to an operator, the same wherever it
+// is said.
+type RegionWords struct {
+	// Label starts status's region line; a problem's is in capitals.
+	Label string
+	// Summary is the state in a phrase: status's attention.
+	Summary string
+	// Detail follows the label: what the agent does meanwhile.
+	Detail string
+}
+
+// regionWords says each of agent/deliver's states.
+var regionWords = map[string]RegionWords{
+	deliver.StateUnknown: {"nothing sent yet", "nothing sent yet", ""},
+	deliver.StateOK:      {"ok", "ok", ""},
+	deliver.StateOutage:  {"OUTAGE", "outage", "no answer, retrying (nothing is lost)"},
+	deliver.StateConfig:  {"CONFIGURATION ERROR", "configuration error", "retrying, nothing is dead-lettered"},
+	deliver.StateFailing: {"FAILING", "failing every event", "the region fails or refuses every event, retrying (nothing is dead-lettered)"},
+	deliver.StateWaiting: {"WAITING", "waiting for its credential files", "the credential files are not there yet; nothing is sent (nothing is lost)"},
+}
+
+// Words says the state; one this build does not know (a newer agent's,
+// read by an older status) as it is.
+func (r *RegionReport) Words() RegionWords {
+	if w, ok := regionWords[r.State]; ok {
+		return w
+	}
+	return RegionWords{Label: r.State, Summary: r.State}
+}
+
+// Trouble reports whether the state needs the operator: any but ok and
+// nothing sent yet.
+func (r *RegionReport) Trouble() bool {
+	return r.State != deliver.StateOK && r.State != deliver.StateUnknown
 }
 
 // RegionWaitReport is RegionReport.Waiting.

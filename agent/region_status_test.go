@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/deliver"
 )
 
 // regionStatus is a fakeStatus whose deliverer reports a problem.
@@ -38,5 +40,34 @@ func TestStatusRegion(t *testing.T) {
 	r.State, r.Since, r.Error, r.Hint = "ok", nil, "", ""
 	if line := a.statusLine(); strings.Contains(line, "region") {
 		t.Errorf("STATUS= %q mentions a region that is fine", line)
+	}
+}
+
+// TestRegionWords: every state the deliverer reports is said in words of
+// its own, a problem's label in capitals, and only ok and nothing-sent-yet
+// are no trouble; a state this build does not know is said as it is.
+func TestRegionWords(t *testing.T) {
+	seen := map[string]string{}
+	for _, st := range deliver.States() {
+		r := &RegionReport{State: st}
+		w := r.Words()
+		if w.Label == "" || w.Summary == "" || w.Label == st && st != deliver.StateOK {
+			t.Errorf("state %q has no words of its own: %+v", st, w)
+		}
+		if other, ok := seen[w.Label]; ok {
+			t.Errorf("states %q and %q share the label %q", other, st, w.Label)
+		}
+		seen[w.Label] = st
+		quiet := st == deliver.StateOK || st == deliver.StateUnknown
+		if r.Trouble() == quiet {
+			t.Errorf("state %q: Trouble() = %v", st, r.Trouble())
+		}
+		if !quiet && (w.Label != strings.ToUpper(w.Label) || w.Detail == "") {
+			t.Errorf("state %q: a problem's label %q is not in capitals, or it has no detail (%q)", st, w.Label, w.Detail)
+		}
+	}
+	r := &RegionReport{State: "pondering"}
+	if w := r.Words(); w.Label != "pondering" || w.Summary != "pondering" || !r.Trouble() {
+		t.Errorf("an unknown state is said as %+v (trouble %v), want as it is, and trouble", w, r.Trouble())
 	}
 }

@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ const (
 
 // states are every State, for the state metric.
 var states = []string{StateUnknown, StateOK, StateOutage, StateConfig, StateFailing, StateWaiting}
+
+// States are every state Health.State takes.
+func States() []string { return slices.Clone(states) }
 
 // Health is how delivery to the region is going, for `leasekeeper
 // status`: the state, and while there is a problem what the agent saw,

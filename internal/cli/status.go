@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/config"
+	"github.com/leasekeeper/leasekeeper/agent/deliver"
 )
 
 // agentTimeout bounds each request to the running agent.
@@ -261,8 +261,8 @@ func attention(r *agent.StatusReport) []string {
 	if !r.Ready {
 		why = append(why, "the agent is starting")
 	}
-	if rg := r.Region; rg != nil && rg.State != "ok" && rg.State != "unknown" {
-		why = append(why, "region "+cmp.Or(regionTrouble[rg.State], rg.State))
+	if rg := r.Region; rg != nil && rg.Trouble() {
+		why = append(why, "region "+rg.Words().Summary)
 	}
 	if r.DeadLetters != nil && *r.DeadLetters > 0 {
 		why = append(why, fmt.Sprintf("%d dead letters", *r.DeadLetters))
@@ -288,10 +288,6 @@ func attention(r *agent.StatusReport) []string {
 	}
 	return why
 }
-
-// regionTrouble words attention's region states (agent/deliver's).
-var regionTrouble = map[string]string{"outage": "outage", "config": "configuration error", "failing": "failing every event",
-	"waiting": "not delivering: its credential files are not there yet"}
 
 // attentionError is status's answer that needs attention: exit status
 // ExitAttention, the reasons on stderr.
@@ -449,27 +445,16 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 	if g == nil {
 		return
 	}
-	type words struct{ label, tail string }
-	wd, ok := map[string]words{
-		"unknown": {"nothing sent yet", ""},
-		"ok":      {"ok", ""},
-		"outage":  {"OUTAGE", "no answer, retrying (nothing is lost)"},
-		"config":  {"CONFIGURATION ERROR", "retrying, nothing is dead-lettered"},
-		"failing": {"FAILING", "the region fails or refuses every event, retrying (nothing is dead-lettered)"},
-		"waiting": {"WAITING", "the credential files are not there yet; nothing is sent (nothing is lost)"},
-	}[g.State]
-	if !ok {
-		wd = words{g.State, ""}
-	}
-	what := wd.label
+	wd := g.Words()
+	what := wd.Label
 	switch {
-	case g.Since != nil && g.State == "waiting":
+	case g.Since != nil && g.State == deliver.StateWaiting:
 		what += fmt.Sprintf(" for %s", roundAge(r.Time.Sub(*g.Since)))
 	case g.Since != nil:
 		what += fmt.Sprintf(" for %s (%d attempts)", roundAge(r.Time.Sub(*g.Since)), g.FailedAttempts)
 	}
-	if wd.tail != "" {
-		what += ": " + wd.tail
+	if wd.Detail != "" {
+		what += ": " + wd.Detail
 	}
 	fmt.Fprintf(w, "region\t%s\n", what)
 	if g.Controller != "" {
@@ -479,9 +464,9 @@ func writeRegion(w io.Writer, r *agent.StatusReport) {
 		fmt.Fprintf(w, "\t%s\n", g.Hint)
 	}
 	switch {
-	case g.Error != "" && g.State == "waiting":
+	case g.Error != "" && g.State == deliver.StateWaiting:
 		fmt.Fprintf(w, "\t%s\n", g.Error)
-	case g.Error != "" && g.State != "ok":
+	case g.Error != "" && g.State != deliver.StateOK:
 		fmt.Fprintf(w, "\tlast error: %s\n", g.Error)
 	}
 	if q := g.Waiting; q != nil {

@@ -88,6 +88,8 @@ func TestStatusAttention(t *testing.T) {
 		{"region outage", `"deadletters":0,"region":{"state":"outage"}`, "region outage"},
 		{"region config", `"deadletters":0,"region":{"state":"config"}`, "region configuration error"},
 		{"region failing", `"deadletters":0,"region":{"state":"failing"}`, "region failing every event"},
+		{"region waiting", `"deadletters":0,"region":{"state":"waiting"}`, "region waiting for its credential files"},
+		{"region in a newer agent's state", `"deadletters":0,"region":{"state":"pondering"}`, "region pondering"},
 		{"held", `"deadletters":0,"held":{"events":7,"since":"2026-11-29T11:59:00Z"}`, "7 events held"},
 		{"leases file missing", `"deadletters":0,"leases_file":{"path":"/l","missing_since":"2026-11-29T11:55:00Z"}`, "the leases file does not exist"},
 		{"leases file unreadable", `"deadletters":0,"leases_file":{"path":"/l","missing_since":null,"unreadable_since":"2026-11-29T11:55:00Z","read_error":"denied"}`, "the leases file cannot be read"},
