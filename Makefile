@@ -18,14 +18,17 @@ build:
 # Test dependencies: real dhcpd, dhclient, dhcpd-pools and perfdhcp for the
 # lab tests. Without root the script only reports what is missing, and the
 # tests that need it skip with a reason.
+# Prometheus's promtool (from Debian's package, not installed) checks and
+# tests the shipped alerting rules.
 test-deps:
 	scripts/install-deps isc-dhcp-server isc-dhcp-client dhcpcd-base dhcpd-pools kea-admin iproute2 systemd cloud-init curl wget python3 gcc libc6-dev strace
+	scripts/fetch-promtool bin/tools
 
 vet:
 	$(GO) vet ./...
 
 test: test-deps vet
-	$(GO) test -race -count=1 -timeout 15m ./...
+	PROMTOOL=$(CURDIR)/bin/tools/promtool $(GO) test -race -count=1 -timeout 15m ./...
 
 # Long fuzzing runs (FUZZTIME per target, default 10m).
 FUZZTIME ?= 10m

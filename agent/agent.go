@@ -118,7 +118,7 @@ type Agent struct {
 	initial *config.Config
 	root    zerolog.Logger // as given: components derive from it
 	log     zerolog.Logger // component=agent
-	reg     *prometheus.Registry
+	reg     Registry
 	now     func() time.Time
 
 	tasks   []*taskState
@@ -152,11 +152,18 @@ const (
 
 var taskStateNames = [...]string{"starting", "ready", "finished"}
 
+// Registry receives the agent's metrics and serves them on /metrics: a
+// *prometheus.Registry, or something wrapping one.
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
 // New returns an agent for cfg (a validated config). log is the root
 // logger (the agent adds component fields); reg receives the agent's
 // metrics and is served on /metrics (nil: a new registry); now is the
 // clock (nil: time.Now).
-func New(cfg *config.Config, log zerolog.Logger, reg *prometheus.Registry, now func() time.Time) (*Agent, error) {
+func New(cfg *config.Config, log zerolog.Logger, reg Registry, now func() time.Time) (*Agent, error) {
 	if cfg == nil {
 		return nil, errors.New("agent: no config")
 	}

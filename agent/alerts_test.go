@@ -1,0 +1,282 @@
+package agent
+
+import (
+	"cmp"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// alertRule is a rule of the shipped rules file (Prometheus's rule file
+// format: groups of rules).
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// readAlertRules reads the shipped rules file.
+func readAlertRules(t *testing.T) []alertRule {
+	t.Helper()
+	b, err := os.ReadFile(alertRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Name  string      `yaml:"name"`
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", alertRules, err)
+	}
+	var rules []alertRule
+	for _, g := range f.Groups {
+		rules = append(rules, g.Rules...)
+	}
+	if len(rules) == 0 {
+		t.Fatalf("%s: no rules", alertRules)
+	}
+	return rules
+}
+
+// promtool finds Prometheus's promtool: $PROMTOOL (make test sets it to
+// what make test-deps fetched), else on PATH.
+func promtool(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PROMTOOL"); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("promtool"); err == nil {
+		return p
+	}
+	t.Skip("no promtool ($PROMTOOL or on PATH): make test-deps fetches Debian's (scripts/fetch-promtool)")
+	return ""
+}
+
+// scrape is the target labels every test series carries, as a scrape of
+// the job the rules name gives them.
+const scrape = `job="leasekeeper",instance="rack-1:9742"`
+
+// alertCase is one alert's behaviour, checked by promtool against
+// series sampled every minute from 0: no alert at quiet (nor at
+// quietAfter, when set: resolved, or never firing), the alert at fires
+// with the series' labels and extra, its annotations expanded with value.
+type alertCase struct {
+	name       string // the test's name, the alert's unless several cases test it
+	alert      string
+	series     [][2]string // series (its labels without scrape's), values
+	quiet      string
+	fires      string
+	quietAfter string
+	labels     map[string]string // the firing alert's labels besides scrape's, the rule's and alertname
+	value      string            // $value as the annotations show it
+}
+
+var alertCases = []alertCase{
+	{alert: "LeasekeeperDown", series: [][2]string{{`up{}`, "1 0x20"}}, quiet: "5m", fires: "6m"},
+	{alert: "LeasekeeperNotReady", series: [][2]string{{`leasekeeper_ready{}`, "1 0x20"}}, quiet: "10m", fires: "11m"},
+	{alert: "LeasekeeperRegionConfigError", series: [][2]string{{`leasekeeper_region_state{state="config"}`, "0 1x20"}, {`leasekeeper_region_state{state="ok"}`, "1 0x20"}},
+		quiet: "5m", fires: "6m", labels: map[string]string{"state": "config"}},
+	{alert: "LeasekeeperRegionFailing", series: [][2]string{{`leasekeeper_region_state{state="failing"}`, "0 1x20"}},
+		quiet: "15m", fires: "16m", labels: map[string]string{"state": "failing"}},
+	{alert: "LeasekeeperRegionOutage", series: [][2]string{{`leasekeeper_region_state{state="outage"}`, "0 1x20"}},
+		quiet: "15m", fires: "16m", labels: map[string]string{"state": "outage"}},
+	{alert: "LeasekeeperAwaitingRegistration", series: [][2]string{{`leasekeeper_region_state{state="waiting"}`, "0 1x70"}},
+		quiet: "60m", fires: "61m", labels: map[string]string{"state": "waiting"}},
+	// The last delivery at 0 s, 42 events queued from 1m: stalled from
+	// 15m1s (the first evaluation, 16m), firing 5m later.
+	{name: "LeasekeeperDeliveryStalled", alert: "LeasekeeperDeliveryStalled",
+		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x30"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x30"}},
+		quiet:  "20m", fires: "21m", value: "42"},
+	// Deliveries every minute: a queue that moves is no stall.
+	{name: "LeasekeeperDeliveryStalled/moving", alert: "LeasekeeperDeliveryStalled",
+		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x30"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0+60x30"}},
+		quiet:  "20m", quietAfter: "30m"},
+	{alert: "LeasekeeperRegionRequestStuck", series: [][2]string{{`leasekeeper_region_request_wait_seconds{}`, "0 30 90 150 210 270 330"}},
+		quiet: "3m", fires: "4m", value: "210"},
+	{alert: "LeasekeeperDeadLetters", series: [][2]string{{`leasekeeper_deadletters{}`, "0 3x10"}}, quiet: "0m", fires: "1m", value: "3"},
+	// An error at 2m: firing until it leaves the 10-minute window.
+	{alert: "LeasekeeperOutboxCommitErrors", series: [][2]string{{`leasekeeper_outbox_commit_errors_total{}`, "0 0 1x20"}},
+		quiet: "1m", fires: "2m", quietAfter: "13m"},
+	{alert: "LeasekeeperOutboxOverBound", series: [][2]string{{`leasekeeper_outbox_over_bound{}`, "0 1x20"}}, quiet: "15m", fires: "16m"},
+	{alert: "LeasekeeperEventsCoalesced", series: [][2]string{{`leasekeeper_outbox_coalesced_total{}`, "0 0 500x80"}},
+		quiet: "1m", fires: "2m", quietAfter: "63m"},
+	{alert: "LeasekeeperLeasesFileUnreadable", series: [][2]string{{`leasekeeper_reconcile_leases_file_unreadable{family="6"}`, "0 1x20"}},
+		quiet: "5m", fires: "6m", labels: map[string]string{"family": "6"}},
+	{alert: "LeasekeeperLeasesFileMissing", series: [][2]string{{`leasekeeper_reconcile_leases_file_missing{}`, "0 1x40"}}, quiet: "30m", fires: "31m"},
+	{name: "LeasekeeperLeasesFileInconsistent", alert: "LeasekeeperLeasesFileInconsistent",
+		series: [][2]string{{`leasekeeper_reconcile_file_consistent{}`, "1 0x20"}, {`leasekeeper_reconcile_leases_file_missing{}`, "0x20"},
+			{`leasekeeper_reconcile_leases_file_unreadable{}`, "0x20"}},
+		quiet: "15m", fires: "16m"},
+	// A missing file is its own alert, not this one too.
+	{name: "LeasekeeperLeasesFileInconsistent/missing", alert: "LeasekeeperLeasesFileInconsistent",
+		series: [][2]string{{`leasekeeper_reconcile_file_consistent{}`, "1 0x20"}, {`leasekeeper_reconcile_leases_file_missing{}`, "0 1x20"},
+			{`leasekeeper_reconcile_leases_file_unreadable{}`, "0x20"}},
+		quiet: "16m", quietAfter: "20m"},
+	{alert: "LeasekeeperModeUnsure", series: [][2]string{{`leasekeeper_reconcile_mode_unsure{}`, "0 1x20"}}, quiet: "15m", fires: "16m"},
+	{alert: "LeasekeeperHookSpoolUnreadable", series: [][2]string{{`leasekeeper_hook_spool_unreadable{}`, "0 1x20"}}, quiet: "5m", fires: "6m"},
+	// Only a failure to store counts; syntax errors have their own signs.
+	{alert: "LeasekeeperStateWriteErrors", series: [][2]string{{`leasekeeper_reconcile_file_problems_total{kind="persist"}`, "0 0 2x20"},
+		{`leasekeeper_reconcile_file_problems_total{kind="syntax"}`, "0 5+5x20"}},
+		quiet: "1m", fires: "2m", labels: map[string]string{"kind": "persist"}},
+	{alert: "LeasekeeperHookDatagramsRejected", series: [][2]string{{`leasekeeper_rejected_datagrams_total{reason="uid"}`, "0 0 1x20"}},
+		quiet: "1m", fires: "2m", labels: map[string]string{"reason": "uid"}},
+	// busy may last for ever by nature: no alert.
+	{alert: "LeasekeeperOrphansNeedOperator", series: [][2]string{{`leasekeeper_orphans_jobs{state="refused"}`, "0 2x20"}, {`leasekeeper_orphans_jobs{state="busy"}`, "0 5x20"}},
+		quiet: "15m", fires: "16m", labels: map[string]string{"state": "refused"}, value: "2"},
+	{alert: "LeasekeeperOrphansUnconfigured", series: [][2]string{{`leasekeeper_orphans_jobs{state="unconfigured"}`, "0 4x1450"}},
+		quiet: "1440m", fires: "1441m", labels: map[string]string{"state": "unconfigured"}, value: "4"},
+	{alert: "LeasekeeperPairPeerSilent", series: [][2]string{{`leasekeeper_pair_peer_answering{}`, "1 0x20"}}, quiet: "10m", fires: "11m"},
+	{alert: "LeasekeeperPairClockOffset", series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}}, quiet: "10m", fires: "11m", value: "2.5"},
+}
+
+// templateRE is the annotation templates the rules may use: a label's
+// value, or the alert's value as Prometheus prints it.
+var templateRE = regexp.MustCompile(`\{\{ \$(labels\.([a-z_]+)|value) \}\}`)
+
+// expand expands an annotation as Prometheus would for an alert with
+// labels and value; any other template is the test's failure, so that
+// every annotation is checked whole.
+func expand(t *testing.T, s string, labels map[string]string, value string) string {
+	t.Helper()
+	out := templateRE.ReplaceAllStringFunc(s, func(m string) string {
+		sub := templateRE.FindStringSubmatch(m)
+		if sub[1] == "value" {
+			if value == "" {
+				t.Errorf("%q uses $value: give the case its value", s)
+			}
+			return value
+		}
+		v, ok := labels[sub[2]]
+		if !ok {
+			t.Errorf("%q uses label %s, which the alert does not have", s, sub[2])
+		}
+		return v
+	})
+	if strings.Contains(out, "{{") {
+		t.Errorf("%q: a template this test does not expand (only {{ $labels.NAME }} and {{ $value }})", s)
+	}
+	return out
+}
+
+// TestAlertRules: promtool accepts the shipped alerting rules (check
+// rules), and each alert fires as its case says, with its labels and its
+// annotations expanded (test rules), not before, and for the cases that
+// say so not after; every alert has a case.
+func TestAlertRules(t *testing.T) {
+	rules := readAlertRules(t)
+	tool := promtool(t)
+	dir := t.TempDir()
+	b, err := os.ReadFile(alertRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesFile := filepath.Join(dir, filepath.Base(alertRules))
+	if err := os.WriteFile(rulesFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(tool, "check", "rules", rulesFile).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+
+	byAlert := map[string]alertRule{}
+	for _, r := range rules {
+		byAlert[r.Alert] = r
+	}
+	type expAlert struct {
+		Labels      map[string]string `yaml:"exp_labels"`
+		Annotations map[string]string `yaml:"exp_annotations"`
+	}
+	type evalCheck struct {
+		EvalTime  string     `yaml:"eval_time"`
+		AlertName string     `yaml:"alertname"`
+		ExpAlerts []expAlert `yaml:"exp_alerts"`
+	}
+	type series struct {
+		Series string `yaml:"series"`
+		Values string `yaml:"values"`
+	}
+	type unitTest struct {
+		Name     string      `yaml:"name"`
+		Series   []series    `yaml:"input_series"`
+		Checks   []evalCheck `yaml:"alert_rule_test"`
+		Interval string      `yaml:"interval"`
+	}
+	var tests []unitTest
+	tested := map[string]bool{}
+	for _, c := range alertCases {
+		r, ok := byAlert[c.alert]
+		if !ok {
+			t.Errorf("case %s: no alert %s in %s", c.name, c.alert, alertRules)
+			continue
+		}
+		tested[c.alert] = true
+		u := unitTest{Name: cmp.Or(c.name, c.alert), Interval: "1m"}
+		for _, s := range c.series {
+			sel := strings.Replace(s[0], "{}", "{"+scrape+"}", 1)
+			if !strings.Contains(sel, scrape) {
+				sel = strings.Replace(s[0], "{", "{"+scrape+",", 1)
+			}
+			u.Series = append(u.Series, series{sel, s[1]})
+		}
+		u.Checks = append(u.Checks, evalCheck{EvalTime: c.quiet, AlertName: c.alert, ExpAlerts: []expAlert{}})
+		if c.quietAfter != "" {
+			u.Checks = append(u.Checks, evalCheck{EvalTime: c.quietAfter, AlertName: c.alert, ExpAlerts: []expAlert{}})
+		}
+		if c.fires != "" {
+			labels := map[string]string{"job": "leasekeeper", "instance": "rack-1:9742"}
+			for k, v := range c.labels {
+				labels[k] = v
+			}
+			for k, v := range r.Labels {
+				labels[k] = v
+			}
+			ann := map[string]string{}
+			for k, v := range r.Annotations {
+				ann[k] = expand(t, v, labels, c.value)
+			}
+			u.Checks = append(u.Checks, evalCheck{EvalTime: c.fires, AlertName: c.alert, ExpAlerts: []expAlert{{Labels: labels, Annotations: ann}}})
+		}
+		tests = append(tests, u)
+	}
+	for _, r := range rules {
+		if !tested[r.Alert] {
+			t.Errorf("alert %s has no case in alertCases", r.Alert)
+		}
+		if r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+			t.Errorf("alert %s lacks a severity, a summary or a description", r.Alert)
+		}
+		if !slices.Contains([]string{"critical", "warning", "info"}, r.Labels["severity"]) {
+			t.Errorf("alert %s: severity %q", r.Alert, r.Labels["severity"])
+		}
+	}
+	doc, err := yaml.Marshal(map[string]any{
+		"rule_files":          []string{filepath.Base(rulesFile)},
+		"evaluation_interval": "1m",
+		"tests":               tests,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testFile := filepath.Join(dir, "leasekeeper-alerts.test.yml")
+	if err := os.WriteFile(testFile, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tool, "test", "rules", filepath.Base(testFile))
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
