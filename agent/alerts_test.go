@@ -86,7 +86,11 @@ type alertCase struct {
 
 var alertCases = []alertCase{
 	{alert: "LeasekeeperDown", series: [][2]string{{`up{}`, "1 0x20"}}, quiet: "5m", fires: "6m"},
-	{alert: "LeasekeeperNotReady", series: [][2]string{{`leasekeeper_ready{}`, "1 0x20"}}, quiet: "10m", fires: "11m"},
+	// Started at 0, 60, 120 and 180 s: three restarts in the window.
+	{alert: "LeasekeeperRestarting", series: [][2]string{{`process_start_time_seconds{}`, "0 60 120 180 180x40"}},
+		quiet: "2m", fires: "3m", quietAfter: "34m", value: "3"},
+	// Never ready for the whole window, across restarts.
+	{alert: "LeasekeeperNotReady", series: [][2]string{{`leasekeeper_ready{}`, "1 0x30"}}, quiet: "14m", fires: "16m"},
 	{alert: "LeasekeeperRegionConfigError", series: [][2]string{{`leasekeeper_region_state{state="config"}`, "0 1x20"}, {`leasekeeper_region_state{state="ok"}`, "1 0x20"}},
 		quiet: "5m", fires: "6m", labels: map[string]string{"state": "config"}},
 	{alert: "LeasekeeperRegionFailing", series: [][2]string{{`leasekeeper_region_state{state="failing"}`, "0 1x20"}},
@@ -95,26 +99,55 @@ var alertCases = []alertCase{
 		quiet: "15m", fires: "16m", labels: map[string]string{"state": "outage"}},
 	{alert: "LeasekeeperAwaitingRegistration", series: [][2]string{{`leasekeeper_region_state{state="waiting"}`, "0 1x70"}},
 		quiet: "60m", fires: "61m", labels: map[string]string{"state": "waiting"}},
-	// The last delivery at 0 s, 42 events queued from 1m: stalled from
-	// 15m1s (the first evaluation, 16m), firing 5m later.
+	// Started at 0 s, nothing delivered (the timestamp 0), 42 events
+	// queued from 1m: stalled from 15m1s (the first evaluation, 16m),
+	// firing 5m later.
 	{name: "LeasekeeperDeliveryStalled", alert: "LeasekeeperDeliveryStalled",
-		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x30"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x30"}},
-		quiet:  "20m", fires: "21m", value: "42"},
+		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x40"},
+			{`process_start_time_seconds{}`, "0x40"}},
+		quiet: "20m", fires: "21m", value: "42"},
 	// Deliveries every minute: a queue that moves is no stall.
 	{name: "LeasekeeperDeliveryStalled/moving", alert: "LeasekeeperDeliveryStalled",
-		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x30"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0+60x30"}},
-		quiet:  "20m", quietAfter: "30m"},
-	{alert: "LeasekeeperRegionRequestStuck", series: [][2]string{{`leasekeeper_region_request_wait_seconds{}`, "0 30 90 150 210 270 330"}},
-		quiet: "3m", fires: "4m", value: "210"},
+		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0+60x40"},
+			{`process_start_time_seconds{}`, "0x40"}},
+		quiet: "21m", quietAfter: "35m"},
+	// A restart at 10m (started at 600 s), nothing delivered since: the
+	// 15 minutes count from it.
+	{name: "LeasekeeperDeliveryStalled/restarted", alert: "LeasekeeperDeliveryStalled",
+		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x40"},
+			{`process_start_time_seconds{}`, "0x9 600x30"}},
+		quiet: "21m", fires: "31m", value: "42"},
+	// A rack waiting for its registration has LeasekeeperAwaitingRegistration.
+	{name: "LeasekeeperDeliveryStalled/waiting", alert: "LeasekeeperDeliveryStalled",
+		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x40"},
+			{`process_start_time_seconds{}`, "0x40"}, {`leasekeeper_region_state{state="waiting"}`, "1x40"}},
+		quiet: "21m", quietAfter: "35m"},
+	// Sent again after the answer timeout, the wait starts from 0; the
+	// alert stays on.
+	{alert: "LeasekeeperRegionRequestStuck", series: [][2]string{{`leasekeeper_region_request_wait_seconds{}`, "0 30 90 150 210 270 300 0 30 90 150 210"}},
+		quiet: "2m", fires: "3m", value: "150"},
+	{name: "LeasekeeperRegionRequestStuck/again", alert: "LeasekeeperRegionRequestStuck",
+		series: [][2]string{{`leasekeeper_region_request_wait_seconds{}`, "0 30 90 150 210 270 300 0 30 90 150 210"}},
+		quiet:  "2m", fires: "9m", value: "300"},
 	{alert: "LeasekeeperDeadLetters", series: [][2]string{{`leasekeeper_deadletters{}`, "0 3x10"}}, quiet: "0m", fires: "1m", value: "3"},
-	// An error at 2m: firing until it leaves the 10-minute window.
-	{alert: "LeasekeeperOutboxCommitErrors", series: [][2]string{{`leasekeeper_outbox_commit_errors_total{}`, "0 0 1x20"}},
-		quiet: "1m", fires: "2m", quietAfter: "13m"},
+	// Failing from 2m to 8m: firing after 5 minutes of it, resolved
+	// once the errors leave the window.
+	{alert: "LeasekeeperOutboxCommitErrors", series: [][2]string{{`leasekeeper_outbox_commit_errors_total{}`, "0 0 1 2 3 4 5 6 6x20"}},
+		quiet: "6m", fires: "7m", quietAfter: "14m"},
+	// One failed commit, retried request by request: no page.
+	{name: "LeasekeeperOutboxCommitErrors/once", alert: "LeasekeeperOutboxCommitErrors",
+		series: [][2]string{{`leasekeeper_outbox_commit_errors_total{}`, "0 0 1x20"}}, quiet: "6m", quietAfter: "7m"},
 	{alert: "LeasekeeperOutboxOverBound", series: [][2]string{{`leasekeeper_outbox_over_bound{}`, "0 1x20"}}, quiet: "15m", fires: "16m"},
 	{alert: "LeasekeeperEventsCoalesced", series: [][2]string{{`leasekeeper_outbox_coalesced_total{}`, "0 0 500x80"}},
 		quiet: "1m", fires: "2m", quietAfter: "63m"},
-	{alert: "LeasekeeperLeasesFileUnreadable", series: [][2]string{{`leasekeeper_reconcile_leases_file_unreadable{family="6"}`, "0 1x20"}},
+	{alert: "LeasekeeperLeasesFileUnreadable", series: [][2]string{{`leasekeeper_reconcile_leases_file_unreadable{family="6"}`, "0 1x20"},
+		{`leasekeeper_reconcile_hookless{family="6"}`, "0x20"}, {`leasekeeper_reconcile_hookless{family="4"}`, "1x20"}},
 		quiet: "5m", fires: "6m", labels: map[string]string{"family": "6"}},
+	{name: "LeasekeeperLeasesFileUnreadable/hookless", alert: "LeasekeeperLeasesFileUnreadable",
+		series: [][2]string{{`leasekeeper_reconcile_leases_file_unreadable{}`, "0 1x20"}, {`leasekeeper_reconcile_hookless{}`, "1x20"}},
+		quiet:  "6m", quietAfter: "10m"},
+	{alert: "LeasekeeperHooklessBlind", series: [][2]string{{`leasekeeper_reconcile_leases_file_unreadable{}`, "0 1x20"}, {`leasekeeper_reconcile_hookless{}`, "1x20"}},
+		quiet: "5m", fires: "6m"},
 	{alert: "LeasekeeperLeasesFileMissing", series: [][2]string{{`leasekeeper_reconcile_leases_file_missing{}`, "0 1x40"}}, quiet: "30m", fires: "31m"},
 	{name: "LeasekeeperLeasesFileInconsistent", alert: "LeasekeeperLeasesFileInconsistent",
 		series: [][2]string{{`leasekeeper_reconcile_file_consistent{}`, "1 0x20"}, {`leasekeeper_reconcile_leases_file_missing{}`, "0x20"},

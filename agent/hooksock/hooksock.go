@@ -51,6 +51,24 @@ import (
 // MaxDatagram is the largest datagram read whole.
 const MaxDatagram = 64 << 10
 
+// Why a datagram or spool line is refused: leasekeeper_rejected_datagrams_total's
+// reason.
+const (
+	rejectTruncated      = "truncated"       // a datagram longer than MaxDatagram
+	rejectNoCredentials  = "no-credentials"  // no sender credentials came with it
+	rejectUID            = "uid"             // a sender not in hook.allowed_uids
+	rejectMalformed      = "malformed"       // not an event
+	rejectTimestamp      = "timestamp"       // an event whose time cannot be right
+	rejectSpoolRefused   = "spool-refused"   // a spool file not read at all (moved aside, or removed)
+	rejectSpoolOverlong  = "spool-overlong"  // a spool line too long, skipped
+	rejectSpoolMalformed = "spool-malformed" // a spool line that is not an event
+	rejectSpoolTimestamp = "spool-timestamp" // a spool line whose time cannot be right
+)
+
+// rejectReasons are every reason.
+var rejectReasons = []string{rejectTruncated, rejectNoCredentials, rejectUID, rejectMalformed, rejectTimestamp,
+	rejectSpoolRefused, rejectSpoolOverlong, rejectSpoolMalformed, rejectSpoolTimestamp}
+
 // Sink takes accepted events; it returns once they are durable.
 type Sink interface {
 	Accept(ctx context.Context, evs []event.Event) error
@@ -179,6 +197,10 @@ func New(cfg Config, sink Sink, log zerolog.Logger, reg prometheus.Registerer, n
 	l.m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasekeeper_rejected_datagrams_total", Help: "Hook datagrams refused, by reason.",
 	}, []string{"reason"})
+	// Every reason from 0, so that the first refusal is an increase.
+	for _, r := range rejectReasons {
+		l.m.rejected.WithLabelValues(r)
+	}
 	l.m.spoolUnreadable = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "leasekeeper_hook_spool_unreadable",
 		Help: "1 while the hook spool (hook.spool) cannot be drained: a directory or file the agent's user may not read or rename, or an I/O error; its events wait there, and the hooks keep appending to it.",
@@ -517,21 +539,21 @@ func (l *Listener) read(ctx context.Context, sk *sock, out chan<- item) error {
 // decode checks one datagram; reason is set when it is refused.
 func (l *Listener) decode(b, oob []byte, flags int) (ev event.Event, reason string, err error) {
 	if flags&syscall.MSG_TRUNC != 0 || len(b) > MaxDatagram {
-		return ev, "truncated", fmt.Errorf("datagram longer than %d bytes", MaxDatagram)
+		return ev, rejectTruncated, fmt.Errorf("datagram longer than %d bytes", MaxDatagram)
 	}
 	uid, ok := senderUID(oob)
 	if !ok {
-		return ev, "no-credentials", errors.New("no sender credentials")
+		return ev, rejectNoCredentials, errors.New("no sender credentials")
 	}
 	if len(l.cfg.AllowedUIDs) > 0 && !slices.Contains(l.cfg.AllowedUIDs, uid) {
-		return ev, "uid", fmt.Errorf("sender uid %d not in hook.allowed_uids", uid)
+		return ev, rejectUID, fmt.Errorf("sender uid %d not in hook.allowed_uids", uid)
 	}
 	ev, err = event.ParseDatagram(b, event.SourceHook)
 	if err != nil {
-		return ev, "malformed", err
+		return ev, rejectMalformed, err
 	}
 	if err := checkTime(ev, l.now()); err != nil {
-		return ev, "timestamp", err
+		return ev, rejectTimestamp, err
 	}
 	return ev, "", nil
 }

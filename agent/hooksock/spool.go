@@ -257,7 +257,7 @@ func (l *Listener) setAside(path string, why error) error {
 		aside := fmt.Sprintf("%s.refused-%d", path, i)
 		err = unix.Renameat2(unix.AT_FDCWD, path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE)
 		if err == nil {
-			l.reject("spool-refused", fmt.Errorf("%s: %v; moved to %s, not read", path, why, aside), 0)
+			l.reject(rejectSpoolRefused, fmt.Errorf("%s: %v; moved to %s, not read", path, why, aside), 0)
 			return nil
 		}
 		if !errors.Is(err, unix.EEXIST) {
@@ -267,7 +267,7 @@ func (l *Listener) setAside(path string, why error) error {
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		return &spoolError{fmt.Errorf("%s: %v, and it can be neither moved aside (%v) nor removed: %w", path, why, err, rerr)}
 	}
-	l.reject("spool-refused", fmt.Errorf("%s: %v; removed, not read (moving it aside failed: %v)", path, why, err), 0)
+	l.reject(rejectSpoolRefused, fmt.Errorf("%s: %v; removed, not read (moving it aside failed: %v)", path, why, err), 0)
 	return nil
 }
 
@@ -317,7 +317,7 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 		}
 		if long > 0 {
 			bad++
-			l.reject("spool-overlong", fmt.Errorf("%s: line %d is longer than %d bytes; skipped", path, lineNo, maxSpoolLine), long)
+			l.reject(rejectSpoolOverlong, fmt.Errorf("%s: line %d is longer than %d bytes; skipped", path, lineNo, maxSpoolLine), long)
 		} else if len(b) > 0 {
 			ev, ok := parseSpoolLine(b)
 			var terr error
@@ -327,10 +327,10 @@ func (l *Listener) drainFile(ctx context.Context, path string, out chan<- item) 
 			switch {
 			case !ok:
 				bad++
-				l.reject("spool-malformed", fmt.Errorf("%s: line %d is not an event", path, lineNo), len(b))
+				l.reject(rejectSpoolMalformed, fmt.Errorf("%s: line %d is not an event", path, lineNo), len(b))
 			case terr != nil:
 				bad++
-				l.reject("spool-timestamp", fmt.Errorf("%s: line %d: %w", path, lineNo, terr), len(b))
+				l.reject(rejectSpoolTimestamp, fmt.Errorf("%s: line %d: %w", path, lineNo, terr), len(b))
 			default:
 				select {
 				case out <- item{ev: ev, ok: true}:

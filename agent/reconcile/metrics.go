@@ -85,6 +85,11 @@ func newMetrics() *metrics {
 	for _, r := range []string{ReasonMissedCommit, ReasonMissedRelease, ReasonMissedExpiry, ReasonVanished, ReasonEndsPassed, ReasonUnwritten, ReasonGivenAway, ReasonRestated, ReasonStaleUpdate} {
 		m.synthesised.WithLabelValues(r)
 	}
+	// Every kind from 0, so that the first problem is an increase.
+	for _, k := range []string{problemSyntax, problemRefused, problemUnknown, problemTorn, problemRead, problemWatch,
+		problemOverflow, problemPersist, problemInvalid, problemOldTorn, problemStateRead} {
+		m.problems.WithLabelValues(k)
+	}
 	m.rewrites.WithLabelValues("restart")
 	m.rewrites.WithLabelValues("hourly")
 	m.snapshots.WithLabelValues("complete")
