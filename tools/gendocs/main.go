@@ -210,6 +210,8 @@ func commandMarkdown(c *cobra.Command, h header) string {
 		b.WriteString("*/run/leasekeeper/hook.sock*\n: the socket **leasekeeper-hook**(8) sends lease events to.\n\n")
 		b.WriteString("*/var/spool/leasekeeper*\n: where the hook appends events while the agent is down.\n\n")
 		b.WriteString("*/var/lib/leasekeeper*\n: the agent's durable outbox, lease table and dead letters.\n\n")
+		b.WriteString("*/usr/share/doc/leasekeeper/metrics.md.gz*\n: every metric the agent serves on **metrics.listen**'s /metrics.\n\n")
+		b.WriteString("*/usr/share/doc/leasekeeper/examples/prometheus/leasekeeper-alerts.yml*\n: Prometheus alerting rules on them.\n\n")
 	}
 
 	b.WriteString("# SEE ALSO\n\n")
