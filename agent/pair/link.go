@@ -44,6 +44,10 @@ type Config struct {
 	// AnswerTimeout: how long a query waits for its answer before it is
 	// sent again; 0 = DefaultAnswerTimeout.
 	AnswerTimeout time.Duration
+	// IdleProbe: how often Run asks a silent peer whether it is back
+	// while this agent delivers alone, deliveries or not (Clear asks too
+	// as it delivers); 0 = DefaultIdleProbe.
+	IdleProbe time.Duration
 	// Memory, if set, keeps this agent's newest delivered news of each
 	// address across its restarts: the answers name it by its tag, so
 	// that the peer takes its copy of that news for one (CopyOf) after
@@ -85,6 +89,10 @@ const (
 	// probeEvery is how often an agent delivering alone asks a silent
 	// peer whether it is back.
 	probeEvery = time.Second
+	// DefaultIdleProbe is how often Run asks it, so that an agent with
+	// nothing to deliver learns of the peer's return too (its state,
+	// leasekeeper_pair_peer_answering, and the first delivery after it).
+	DefaultIdleProbe = 5 * time.Second
 )
 
 // HeldFunc gives, for each address, the key of the oldest event this
@@ -225,6 +233,9 @@ func New(cfg Config, held HeldFunc, log zerolog.Logger, reg prometheus.Registere
 	}
 	if cfg.AnswerTimeout == 0 {
 		cfg.AnswerTimeout = DefaultAnswerTimeout
+	}
+	if cfg.IdleProbe == 0 {
+		cfg.IdleProbe = DefaultIdleProbe
 	}
 	if cfg.Primary == nil {
 		cfg.Primary = func() bool { return false }
@@ -400,25 +411,35 @@ func (l *Link) Close() error {
 }
 
 // Run logs the channel up and waits for ctx, handing what Delivered
-// learned to Config.Memory every second (and Close, the rest). The socket is read by the
-// link's own reader from New until Close: the answers a stopping agent's
-// last flush waits for come after its tasks' context has ended.
+// learned to Config.Memory every second (and Close, the rest), and
+// asking a silent peer whether it is back every Config.IdleProbe while
+// this agent delivers alone. The socket is read by the link's own
+// reader from New until Close: the answers a stopping agent's last flush
+// waits for come after its tasks' context has ended.
 func (l *Link) Run(ctx context.Context, ready func()) error {
 	l.log.Info().Stringer("listen", l.conn.LocalAddr()).Str("peer", l.cfg.Peer).Dur("hold_max", l.cfg.HoldMax).
 		Msg("failover pair channel up: deliveries are ordered with the peer agent's")
 	ready()
-	if l.cfg.Memory == nil {
-		<-ctx.Done()
-		return nil
+	var save <-chan time.Time
+	if l.cfg.Memory != nil {
+		t := time.NewTicker(saveEvery)
+		defer t.Stop()
+		save = t.C
 	}
-	t := time.NewTicker(saveEvery)
-	defer t.Stop()
+	probe := time.NewTicker(l.cfg.IdleProbe)
+	defer probe.Stop()
 	for {
 		select {
-		case <-t.C:
+		case <-save:
 			l.save()
+		case <-probe.C:
+			if l.alone.Load() {
+				l.probe() // the answer ends the solitude (read)
+			}
 		case <-ctx.Done():
-			l.save()
+			if l.cfg.Memory != nil {
+				l.save()
+			}
 			return nil
 		}
 	}

@@ -221,6 +221,36 @@ func TestLinkSilentPeer(t *testing.T) {
 	}
 }
 
+// TestLinkBackWhileIdle: an agent delivering alone learns of the peer's
+// return with nothing to deliver (Run asks every IdleProbe): its health
+// and leasekeeper_pair_peer_answering say so, where before they said the
+// peer was silent until the next delivery (a review of the alerting
+// rules: LeasekeeperPairPeerSilent went on firing for a peer long back).
+func TestLinkBackWhileIdle(t *testing.T) {
+	var ready atomic.Bool
+	a, _ := twoLinks(t, time.Second, ready.Load, nil, false)
+	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 {
+		t.Fatalf("Clear = %d, want 1 once the silence lasted hold_max", n)
+	}
+	if !a.l.alone.Load() || testutil.ToFloat64(a.l.met.answering) != 0 {
+		t.Fatal("not delivering alone after the peer's silence")
+	}
+	ready.Store(true)
+	began := time.Now()
+	for a.l.alone.Load() && time.Since(began) < 3*DefaultIdleProbe {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a.l.alone.Load() {
+		t.Fatalf("still alone %v after the peer answers, with nothing delivered", time.Since(began).Round(time.Millisecond))
+	}
+	if got := testutil.ToFloat64(a.l.met.answering); got != 1 {
+		t.Errorf("leasekeeper_pair_peer_answering = %v with the peer back, want 1", got)
+	}
+	if h := a.l.Health(); h.Alone || h.Heard.IsZero() {
+		t.Errorf("health with the peer back: %+v, want heard, not alone", h)
+	}
+}
+
 // TestLinkRefuses: datagrams signed with another key, and from a sender
 // claiming this agent's own role, are refused and never answered.
 func TestLinkRefuses(t *testing.T) {
