@@ -54,9 +54,10 @@ func readAlertRules(t *testing.T) []alertRule {
 func promtool(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("PROMTOOL"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("$PROMTOOL: %v (make test-deps fetches it: scripts/fetch-promtool)", err)
 		}
+		return p
 	}
 	if p, err := exec.LookPath("promtool"); err == nil {
 		return p
@@ -64,6 +65,11 @@ func promtool(t *testing.T) string {
 	t.Skip("no promtool ($PROMTOOL or on PATH): make test-deps fetches Debian's (scripts/fetch-promtool)")
 	return ""
 }
+
+// rackCommands are what an alert's description may send the operator to
+// run on the rack; each names one.
+var rackCommands = []string{"leasekeeper status", "leasekeeper deadletter", "leasekeeper orphans", "leasekeeper check-maas",
+	"leasekeeper leases", "journalctl -u leasekeeper", "systemctl status leasekeeper"}
 
 // scrape is the target labels every test series carries, as a scrape of
 // the job the rules name gives them.
@@ -161,9 +167,12 @@ var alertCases = []alertCase{
 	{alert: "LeasekeeperModeUnsure", series: [][2]string{{`leasekeeper_reconcile_mode_unsure{}`, "0 1x20"}}, quiet: "15m", fires: "16m"},
 	{alert: "LeasekeeperHookSpoolUnreadable", series: [][2]string{{`leasekeeper_hook_spool_unreadable{}`, "0 1x20"}}, quiet: "5m", fires: "6m"},
 	// Only a failure to store counts; syntax errors have their own signs.
-	{alert: "LeasekeeperStateWriteErrors", series: [][2]string{{`leasekeeper_reconcile_file_problems_total{kind="persist"}`, "0 0 2x20"},
+	{alert: "LeasekeeperStateWriteErrors", series: [][2]string{{`leasekeeper_reconcile_file_problems_total{kind="persist"}`, "0 0 2+2x20"},
 		{`leasekeeper_reconcile_file_problems_total{kind="syntax"}`, "0 5+5x20"}},
-		quiet: "1m", fires: "2m", labels: map[string]string{"kind": "persist"}},
+		quiet: "6m", fires: "7m", labels: map[string]string{"kind": "persist"}},
+	// One failed write, retried: no page.
+	{name: "LeasekeeperStateWriteErrors/once", alert: "LeasekeeperStateWriteErrors",
+		series: [][2]string{{`leasekeeper_reconcile_file_problems_total{kind="persist"}`, "0 0 1x20"}}, quiet: "6m", quietAfter: "7m"},
 	{alert: "LeasekeeperHookDatagramsRejected", series: [][2]string{{`leasekeeper_rejected_datagrams_total{reason="uid"}`, "0 0 1x20"}},
 		quiet: "1m", fires: "2m", labels: map[string]string{"reason": "uid"}},
 	// busy may last for ever by nature: no alert.
@@ -172,7 +181,12 @@ var alertCases = []alertCase{
 	{alert: "LeasekeeperOrphansUnconfigured", series: [][2]string{{`leasekeeper_orphans_jobs{state="unconfigured"}`, "0 4x1450"}},
 		quiet: "1440m", fires: "1441m", labels: map[string]string{"state": "unconfigured"}, value: "4"},
 	{alert: "LeasekeeperPairPeerSilent", series: [][2]string{{`leasekeeper_pair_peer_answering{}`, "1 0x20"}}, quiet: "10m", fires: "11m"},
-	{alert: "LeasekeeperPairClockOffset", series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}}, quiet: "10m", fires: "11m", value: "2.5"},
+	{alert: "LeasekeeperPairClockOffset", series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{}`, "1x20"}},
+		quiet: "10m", fires: "11m", value: "2.5"},
+	// A silent peer's offset is the last answer's: no alert on it.
+	{name: "LeasekeeperPairClockOffset/silent", alert: "LeasekeeperPairClockOffset",
+		series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{}`, "0x20"}},
+		quiet:  "11m", quietAfter: "20m"},
 }
 
 // templateRE is the annotation templates the rules may use: a label's
@@ -293,6 +307,9 @@ func TestAlertRules(t *testing.T) {
 		}
 		if !slices.Contains([]string{"critical", "warning", "info"}, r.Labels["severity"]) {
 			t.Errorf("alert %s: severity %q", r.Alert, r.Labels["severity"])
+		}
+		if !slices.ContainsFunc(rackCommands, func(c string) bool { return strings.Contains(r.Annotations["description"], c) }) {
+			t.Errorf("alert %s: its description names nothing to run on the rack (%v)", r.Alert, rackCommands)
 		}
 	}
 	doc, err := yaml.Marshal(map[string]any{

@@ -126,10 +126,16 @@ func splitLabels(s string) []string {
 	return out
 }
 
+// labelValues are the values each metric's labels take in a gather:
+// metric → label → values.
+type labelValues map[string]map[string][]string
+
 // assembledMetrics is every metric of an agent assembled with every
 // part: dhcpd.leases and dhcpd.leases6 (a family label each), the pair
-// channel and the orphans' releaser, the HTTP listener's own.
-func assembledMetrics(t *testing.T) []describedMetric {
+// channel and the orphans' releaser, the HTTP listener's own; and the
+// label values a gather of it shows (a vector's children exist once a
+// value is used, and the agent starts the ones alerts read at 0).
+func assembledMetrics(t *testing.T) ([]describedMetric, labelValues) {
 	t.Helper()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "pair.key")
@@ -160,7 +166,23 @@ func assembledMetrics(t *testing.T) []describedMetric {
 	if err := a.registerMetrics(); err != nil { // Run's
 		t.Fatal(err)
 	}
-	return rec.metrics(t)
+	mfs, err := rec.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := labelValues{}
+	for _, mf := range mfs {
+		byLabel := map[string][]string{}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if !slices.Contains(byLabel[lp.GetName()], lp.GetValue()) {
+					byLabel[lp.GetName()] = append(byLabel[lp.GetName()], lp.GetValue())
+				}
+			}
+		}
+		values[mf.GetName()] = byLabel
+	}
+	return rec.metrics(t), values
 }
 
 // TestMetricsReference: docs/metrics.md lists every metric the agent
@@ -168,7 +190,7 @@ func assembledMetrics(t *testing.T) []describedMetric {
 // writes it); the shipped alerting rules use only those metrics and
 // labels, so an alert cannot go silent because a name changed.
 func TestMetricsReference(t *testing.T) {
-	ms := assembledMetrics(t)
+	ms, values := assembledMetrics(t)
 	if len(ms) < 40 || !slices.ContainsFunc(ms, func(m describedMetric) bool { return m.name == "leasekeeper_pair_peer_answering" }) {
 		t.Fatalf("%d metrics, the pair channel's among them? %v", len(ms), ms)
 	}
@@ -190,6 +212,18 @@ func TestMetricsReference(t *testing.T) {
 					t.Errorf("%s: %s has no label %q (it has %v)", alertRules, ref.name, l, labels)
 				}
 			}
+			for l, vs := range ref.values {
+				have, ok := values[ref.name][l]
+				if !ok {
+					t.Errorf("%s: %s{%s=…}: a gather of the assembled agent shows no value of %s to check against", alertRules, ref.name, l, l)
+					continue
+				}
+				for _, v := range vs {
+					if !slices.Contains(have, v) {
+						t.Errorf("%s: %s{%s=%q}: the agent's %s takes %v, not %q: the alert could never fire", alertRules, ref.name, l, v, l, have, v)
+					}
+				}
+			}
 		}
 	}
 }
@@ -204,7 +238,7 @@ func renderMetrics(ms []describedMetric) []byte {
 
 Every metric ` + "`leasekeeper agent`" + ` exports on ` + "`metrics.listen`" + `'s
 ` + "`/metrics`" + ` (default 127.0.0.1:9742; ":9742" for a remote Prometheus),
-besides Go's and the process's own (` + "`go_*`, `process_*`" + `). Where the
+besides Go's, the process's and the HTTP handler's own (` + "`go_*`, `process_*`, `promhttp_*`" + `). Where the
 agent follows dhcpd.leases6 too, the reconciler's metrics carry a
 ` + "`family`" + ` label ("4", "6"); otherwise they have none. The alerting
 rules the package ships use these: packaging/prometheus (installed as
@@ -225,16 +259,20 @@ This file is written from the code (` + "`go test ./agent -run TestMetricsRefere
 	return b.Bytes()
 }
 
-// metricRef is a metric an expression selects, and the labels it names
-// for it (in its matchers, or in a by/without/on/ignoring list after it).
+// metricRef is a metric an expression selects, the labels it names for
+// it (in its matchers, or in a by/without/on/ignoring list after it),
+// and the values its = and =~ matchers want (a =~ of plain alternatives,
+// each).
 type metricRef struct {
 	name   string
 	labels []string
+	values map[string][]string
 }
 
 var (
 	nameRE     = regexp.MustCompile(`\bleasekeeper_[a-z0-9_]+`)
-	matcherRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*"`)
+	matcherRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"`)
+	plainRE    = regexp.MustCompile(`^[a-zA-Z0-9_+.-]+(\|[a-zA-Z0-9_+.-]+)*$`)
 	groupingRE = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
 )
 
@@ -264,10 +302,27 @@ func metricRefs(expr string) []metricRef {
 			if end := strings.Index(rest, "}"); end > 0 {
 				for _, m := range matcherRE.FindAllStringSubmatch(rest[1:end], -1) {
 					ref.labels = append(ref.labels, m[1])
+					if slices.Contains(targetLabels, m[1]) {
+						continue
+					}
+					switch {
+					case m[2] == "=":
+						ref.values = appendValues(ref.values, m[1], m[3])
+					case m[2] == "=~" && plainRE.MatchString(m[3]):
+						ref.values = appendValues(ref.values, m[1], strings.Split(m[3], "|")...)
+					}
 				}
 			}
 		}
 		out = append(out, ref)
 	}
 	return out
+}
+
+func appendValues(m map[string][]string, label string, vs ...string) map[string][]string {
+	if m == nil {
+		m = map[string][]string{}
+	}
+	m[label] = append(m[label], vs...)
+	return m
 }

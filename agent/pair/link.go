@@ -372,7 +372,8 @@ func (l *Link) saveWaits() {
 type Health struct {
 	Peer string // pair.peer
 	// Alone: the peer agent was silent for hold_max, and this agent
-	// delivers without waiting for it (it probes every second).
+	// delivers without waiting for it (it probes every second as it
+	// delivers, and every Config.IdleProbe whatever it does).
 	Alone bool
 	// Heard is when the peer agent's last authenticated datagram came
 	// (zero: none since this agent started).
@@ -494,7 +495,10 @@ func (l *Link) read() {
 			l.mu.Lock()
 			w := l.waiters[m.Nonce]
 			delete(l.waiters, m.Nonce)
-			probe := m.Nonce == l.probeNonce
+			probe := l.probeNonce != [nonceLen]byte{} && m.Nonce == l.probeNonce
+			if probe {
+				l.probeNonce = [nonceLen]byte{} // one answer ends one probe: a replayed copy ends nothing
+			}
 			l.mu.Unlock()
 			if w != nil {
 				w <- m
@@ -732,6 +736,9 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 				l.met.answering.Set(0)
 			}
 			if s := l.now().Sub(l.silentSince); s >= l.cfg.HoldMax {
+				l.mu.Lock()
+				l.probeNonce = [nonceLen]byte{} // no answer from before this silence ends it
+				l.mu.Unlock()
 				l.alone.Store(true)
 				l.silentSince = time.Time{}
 				l.lastProbe = l.now()

@@ -24,6 +24,10 @@ const (
 	problemStateRead = "state-bad" // stored records that did not decode, skipped at start
 )
 
+// problemKinds are every kind.
+var problemKinds = []string{problemSyntax, problemRefused, problemUnknown, problemTorn, problemRead, problemWatch,
+	problemOverflow, problemPersist, problemInvalid, problemOldTorn, problemStateRead}
+
 type metrics struct {
 	collectors  []prometheus.Collector
 	synthesised *prometheus.CounterVec
@@ -86,8 +90,7 @@ func newMetrics() *metrics {
 		m.synthesised.WithLabelValues(r)
 	}
 	// Every kind from 0, so that the first problem is an increase.
-	for _, k := range []string{problemSyntax, problemRefused, problemUnknown, problemTorn, problemRead, problemWatch,
-		problemOverflow, problemPersist, problemInvalid, problemOldTorn, problemStateRead} {
+	for _, k := range problemKinds {
 		m.problems.WithLabelValues(k)
 	}
 	m.rewrites.WithLabelValues("restart")

@@ -431,7 +431,7 @@ func writePair(w io.Writer, r *agent.StatusReport) {
 	}
 	fmt.Fprintf(w, "pair channel\tpeer agent %s, %s\n", c.Peer, heard)
 	if c.Alone {
-		fmt.Fprintf(w, "\tALONE: the peer agent was silent for hold_max; delivering without waiting for it (asking every second whether it is back)\n")
+		fmt.Fprintf(w, "\tALONE: the peer agent was silent for hold_max; delivering without waiting for it (asking every few seconds whether it is back)\n")
 	}
 	if c.Waiting != nil {
 		fmt.Fprintf(w, "\twaiting for %s: every due event is held back for the peer's older news (at most hold_max each)\n", roundAge(r.Time.Sub(*c.Waiting)))
