@@ -167,7 +167,7 @@ func New(cfg *config.Config, log zerolog.Logger, reg Registry, now func() time.T
 	if cfg == nil {
 		return nil, errors.New("agent: no config")
 	}
-	if reg == nil {
+	if r, ok := reg.(*prometheus.Registry); reg == nil || ok && r == nil {
 		reg = prometheus.NewRegistry()
 	}
 	if now == nil {

@@ -731,3 +731,21 @@ func TestReportMAASRack(t *testing.T) {
 		})
 	}
 }
+
+// TestNewNilRegistry: a nil registry, untyped or a nil
+// *prometheus.Registry in the Registry interface, gets a new one.
+func TestNewNilRegistry(t *testing.T) {
+	var typed *prometheus.Registry
+	for _, reg := range []Registry{nil, typed} {
+		a, err := New(testConfig(), zerolog.Nop(), reg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := a.reg.(*prometheus.Registry); a.reg == nil || ok && r == nil {
+			t.Errorf("New(%#v) kept a nil registry", reg)
+		}
+		if err := a.registerMetrics(); err != nil {
+			t.Error(err)
+		}
+	}
+}
