@@ -109,25 +109,18 @@ var alertCases = []alertCase{
 	// queued from 1m: stalled from 15m1s (the first evaluation, 16m),
 	// firing 5m later.
 	{name: "LeasekeeperDeliveryStalled", alert: "LeasekeeperDeliveryStalled",
-		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x40"},
-			{`process_start_time_seconds{}`, "0x40"}},
-		quiet: "20m", fires: "21m", value: "42"},
+		series: stalled("0x40", "0x40"), quiet: "20m", fires: "21m", value: "42"},
 	// Deliveries every minute: a queue that moves is no stall.
 	{name: "LeasekeeperDeliveryStalled/moving", alert: "LeasekeeperDeliveryStalled",
-		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0+60x40"},
-			{`process_start_time_seconds{}`, "0x40"}},
-		quiet: "21m", quietAfter: "35m"},
+		series: stalled("0+60x40", "0x40"), quiet: "21m", quietAfter: "35m"},
 	// A restart at 10m (started at 600 s), nothing delivered since: the
 	// 15 minutes count from it.
 	{name: "LeasekeeperDeliveryStalled/restarted", alert: "LeasekeeperDeliveryStalled",
-		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x40"},
-			{`process_start_time_seconds{}`, "0x9 600x30"}},
-		quiet: "21m", fires: "31m", value: "42"},
+		series: stalled("0x40", "0x9 600x30"), quiet: "21m", fires: "31m", value: "42"},
 	// A rack waiting for its registration has LeasekeeperAwaitingRegistration.
 	{name: "LeasekeeperDeliveryStalled/waiting", alert: "LeasekeeperDeliveryStalled",
-		series: [][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"}, {`leasekeeper_last_delivery_timestamp_seconds{}`, "0x40"},
-			{`process_start_time_seconds{}`, "0x40"}, {`leasekeeper_region_state{state="waiting"}`, "1x40"}},
-		quiet: "21m", quietAfter: "35m"},
+		series: stalled("0x40", "0x40", [2]string{`leasekeeper_region_state{state="waiting"}`, "1x40"}),
+		quiet:  "21m", quietAfter: "35m"},
 	// Sent again after the answer timeout, the wait starts from 0; the
 	// alert stays on.
 	{alert: "LeasekeeperRegionRequestStuck", series: [][2]string{{`leasekeeper_region_request_wait_seconds{}`, "0 30 90 150 210 270 300 0 30 90 150 210"}},
@@ -187,6 +180,14 @@ var alertCases = []alertCase{
 	{name: "LeasekeeperPairClockOffset/silent", alert: "LeasekeeperPairClockOffset",
 		series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{}`, "0x20"}},
 		quiet:  "11m", quietAfter: "20m"},
+}
+
+// stalled is LeasekeeperDeliveryStalled's series: 42 events queued from
+// 1m, the last delivery's timestamps and the process's start times as
+// given, and more.
+func stalled(delivered, started string, more ...[2]string) [][2]string {
+	return append([][2]string{{`leasekeeper_outbox_depth{}`, "0 42x40"},
+		{`leasekeeper_last_delivery_timestamp_seconds{}`, delivered}, {`process_start_time_seconds{}`, started}}, more...)
 }
 
 // templateRE is the annotation templates the rules may use: a label's
