@@ -173,13 +173,16 @@ var alertCases = []alertCase{
 		quiet: "15m", fires: "16m", labels: map[string]string{"state": "refused"}, value: "2"},
 	{alert: "LeasekeeperOrphansUnconfigured", series: [][2]string{{`leasekeeper_orphans_jobs{state="unconfigured"}`, "0 4x1450"}},
 		quiet: "1440m", fires: "1441m", labels: map[string]string{"state": "unconfigured"}, value: "4"},
-	{alert: "LeasekeeperPairPeerSilent", series: [][2]string{{`leasekeeper_pair_peer_answering{}`, "1 0x20"}}, quiet: "10m", fires: "11m"},
-	{alert: "LeasekeeperPairClockOffset", series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{}`, "1x20"}},
-		quiet: "10m", fires: "11m", value: "2.5"},
-	// A silent peer's offset is the last answer's: no alert on it.
+	{alert: "LeasekeeperPairPeerSilent", series: [][2]string{{`leasekeeper_pair_peer_answering{peer="rack-b:5290"}`, "1 0x20"}}, quiet: "10m", fires: "11m",
+		labels: map[string]string{"peer": "rack-b:5290"}},
+	{alert: "LeasekeeperPairClockOffset", series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{peer="rack-b:5290"}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{peer="rack-b:5290"}`, "1x20"}},
+		quiet: "10m", fires: "11m", value: "2.5", labels: map[string]string{"peer": "rack-b:5290"}},
+	// A silent peer's offset is the last answer's: no alert on it, also
+	// while another partner's agent (pair.partners) answers.
 	{name: "LeasekeeperPairClockOffset/silent", alert: "LeasekeeperPairClockOffset",
-		series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{}`, "0x20"}},
-		quiet:  "11m", quietAfter: "20m"},
+		series: [][2]string{{`leasekeeper_pair_clock_offset_seconds{peer="rack-b:5290"}`, "0 -2.5x20"}, {`leasekeeper_pair_peer_answering{peer="rack-b:5290"}`, "0x20"},
+			{`leasekeeper_pair_clock_offset_seconds{peer="rack-c:5290"}`, "0x20"}, {`leasekeeper_pair_peer_answering{peer="rack-c:5290"}`, "1x20"}},
+		quiet: "11m", quietAfter: "20m"},
 }
 
 // stalled is LeasekeeperDeliveryStalled's series: 42 events queued from

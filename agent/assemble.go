@@ -158,27 +158,31 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 	}
 
 	closePair := func() error { return nil }
-	var link *pair.Link
+	var links *pairLinks
 	if cfg.Pair.On() {
-		link, err = newPairLink(cfg, store, rec, hs, d, a.Ready(), log.With().Str("component", "pair").Logger(), reg, now)
+		plog := log.With().Str("component", "pair").Logger()
+		build := func(pc pairConf) (*pair.Link, error) {
+			return newPairLink(cfg, pc, store, rec, hs, d, a.Ready(), plog, reg, now)
+		}
+		links, err = newPairLinks(cfg, build, rec.PeerOf, rec.PrimaryAmong, rec.Primary)
 		if err != nil {
 			closeRec()
 			orph.Close()
 			d.Close()
 			return fail(err)
 		}
-		d.SetGate(link)
-		d.SetStale(pairStale(link, rec))
+		d.SetGate(links)
+		d.SetStale(pairStale(links, rec))
 		// What it drops unsent is no longer this agent's delivered news
 		// in the channel's answers.
 		d.OnSuperseded(rec.Dropped)
-		a.Add("pair", TaskFunc(link.Run))
-		closePair = link.Close
+		a.Add("pair", TaskFunc(links.Run))
+		closePair = links.Close
 	}
 
 	a.SetDeadLetters(store)
 	a.SetOrphans(orph)
-	a.SetStatus(status{store, d, rec, rec6, orph, link})
+	a.SetStatus(status{store, d, rec, rec6, orph, links})
 	a.Add("hooksock", hs)
 	a.Add("reconcile", rec)
 	if rec6 != nil {
@@ -275,7 +279,10 @@ func agentUser() string {
 // peer's newer news, so the peer waits (make chaos PAIR=1 SEED=7: a
 // killed agent's request, applied by a slow region after the peer's
 // newer commits of three addresses).
-func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconciler, hs *hooksock.Listener, d *deliver.Deliverer,
+//
+// pc is the link's own part: its partner's agent, the addresses it
+// orders and this side's role towards it (pairLinks).
+func newPairLink(cfg *config.Config, pc pairConf, store *outbox.Store, rec *reconcile.Reconciler, hs *hooksock.Listener, d *deliver.Deliverer,
 	ready <-chan struct{}, log zerolog.Logger, reg prometheus.Registerer, now func() time.Time) (*pair.Link, error) {
 	key, err := config.ReadPairKey(cfg.Pair.KeyFile)
 	if err != nil {
@@ -289,16 +296,25 @@ func newPairLink(cfg *config.Config, store *outbox.Store, rec *reconcile.Reconci
 		held, _ := hs.Held()
 		return closed(ready) && closed(hs.Drained()) && held == 0 && rec.Unsent() == 0
 	}
-	return pair.New(pair.Config{
-		Listen: cfg.Pair.Listen, Peer: cfg.Pair.Peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: rec.Primary, Ready: isReady,
-		Memory: pairMemory{store},
-	}, held, log, reg, now)
+	l, err := pair.New(pair.Config{
+		Listen: pc.listen, Peer: pc.peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: pc.primary, Ready: isReady,
+		Covers: pc.covers, Memory: pairMemory{store, pc.memory},
+	}, held, pairLogger(log, pc), pairRegisterer(reg, pc.peer), now)
+	if err != nil && pc.memory != "" {
+		return nil, fmt.Errorf("pair.partners (%s): %w", pc.peer, err)
+	}
+	return l, err
 }
 
 // pairMemory keeps the pair channel's newest delivered news of each
 // address (pair.Memory) in the outbox's key/value area: the address's
 // bytes → the news's key (8 bytes) and tag (4), big-endian.
-type pairMemory struct{ store *outbox.Store }
+type pairMemory struct {
+	store *outbox.Store
+	// suffix ends its buckets' names: "" for pair.peer's link, "@" and
+	// the partner's agent for one of pair.partners' (pairLinks).
+	suffix string
+}
 
 // pairMemoryBucket names pairMemory's bucket.
 const pairMemoryBucket = "pair-delivered"
@@ -309,7 +325,7 @@ const pairMemoryTimeout = 10 * time.Second
 
 func (m pairMemory) Load() (map[netip.Addr]pair.News, error) {
 	out := map[netip.Addr]pair.News{}
-	err := m.store.View(pairMemoryBucket, func(b *bbolt.Bucket) error {
+	err := m.store.View(pairMemoryBucket+m.suffix, func(b *bbolt.Bucket) error {
 		if b == nil {
 			return nil
 		}
@@ -327,7 +343,7 @@ func (m pairMemory) Load() (map[netip.Addr]pair.News, error) {
 func (m pairMemory) Save(news map[netip.Addr]pair.News) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pairMemoryTimeout)
 	defer cancel()
-	return m.store.Update(ctx, pairMemoryBucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+	return m.store.Update(ctx, pairMemoryBucket+m.suffix, func(b *bbolt.Bucket) ([]event.Event, error) {
 		for ip, n := range news {
 			v := binary.BigEndian.AppendUint64(make([]byte, 0, 12), uint64(n.Key))
 			if err := b.Put(ip.AsSlice(), binary.BigEndian.AppendUint32(v, n.Tag)); err != nil {
@@ -346,7 +362,7 @@ const pairWaitsBucket = "pair-waits"
 
 func (m pairMemory) LoadWaits() (map[pair.Wait]time.Duration, error) {
 	out := map[pair.Wait]time.Duration{}
-	err := m.store.View(pairWaitsBucket, func(b *bbolt.Bucket) error {
+	err := m.store.View(pairWaitsBucket+m.suffix, func(b *bbolt.Bucket) error {
 		if b == nil {
 			return nil
 		}
@@ -369,7 +385,7 @@ func (m pairMemory) SaveWaits(add map[pair.Wait]time.Duration, drop []pair.Wait)
 	key := func(w pair.Wait) []byte { return binary.BigEndian.AppendUint64(w.IP.AsSlice(), uint64(w.Key)) }
 	ctx, cancel := context.WithTimeout(context.Background(), pairMemoryTimeout)
 	defer cancel()
-	return m.store.Update(ctx, pairWaitsBucket, func(b *bbolt.Bucket) ([]event.Event, error) {
+	return m.store.Update(ctx, pairWaitsBucket+m.suffix, func(b *bbolt.Bucket) ([]event.Event, error) {
 		for _, w := range drop {
 			if err := b.Delete(key(w)); err != nil {
 				return nil, err
@@ -427,8 +443,8 @@ func (h pairHeld) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) 
 }
 
 // pairStale is the deliverer's StaleFunc with the channel (judgePair).
-func pairStale(link *pair.Link, rec *reconcile.Reconciler) deliver.StaleFunc {
-	return judgePair(link.PeerDelivered, link.Copy, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
+func pairStale(links *pairLinks, rec *reconcile.Reconciler) deliver.StaleFunc {
+	return judgePair(links.PeerDelivered, links.Copy, func(e event.Event) (int64, bool) { return rec.PairReplay(e, pair.Key) }, rec.Stale)
 }
 
 // judgePair judges an event about to be sent by what the pair channel's
@@ -636,19 +652,19 @@ var ReloadableRegionKeys = []string{"region.url", "region.other_urls", "region.c
 
 // status combines what /status reports.
 type status struct {
-	s    *outbox.Store
-	d    *deliver.Deliverer
-	r    *reconcile.Reconciler
-	r6   *reconcile.Reconciler // nil unless dhcpd.leases6 is set
-	o    *orphans.Releaser
-	link *pair.Link // nil without the pair channel ([pair] unset)
+	s     *outbox.Store
+	d     *deliver.Deliverer
+	r     *reconcile.Reconciler
+	r6    *reconcile.Reconciler // nil unless dhcpd.leases6 is set
+	o     *orphans.Releaser
+	links *pairLinks // nil without the pair channel ([pair] unset)
 }
 
 // PairReport is dhcpd's failover pair and the channel to the other
 // agent; nil outside a pair.
 func (x status) PairReport() *PairReport {
 	ps := x.r.PairStates()
-	if len(ps) == 0 && x.link == nil {
+	if len(ps) == 0 && x.links == nil {
 		return nil
 	}
 	var p reconcile.Pair
@@ -656,23 +672,34 @@ func (x status) PairReport() *PairReport {
 		p = ps[0]
 	}
 	r := pairReport(p)
+	r.Channel = x.channelReport(p.Peer)
 	for _, o := range ps[min(1, len(ps)):] {
-		r.Others = append(r.Others, *pairReport(o))
-	}
-	if x.link != nil {
-		h := x.link.Health()
-		c := &PairChannelReport{Peer: h.Peer, Alone: h.Alone}
-		if !h.Heard.IsZero() {
-			t := h.Heard.UTC()
-			c.Heard = &t
+		or := pairReport(o)
+		if x.links != nil && len(x.links.links) > 1 {
+			or.Channel = x.channelReport(o.Peer)
 		}
-		if !h.Waiting.IsZero() {
-			t := h.Waiting.UTC()
-			c.Waiting = &t
-		}
-		r.Channel = c
+		r.Others = append(r.Others, *or)
 	}
 	return r
+}
+
+// channelReport is the channel of the failover peer named (the link to
+// its partner's agent); nil without the channel.
+func (x status) channelReport(peer string) *PairChannelReport {
+	if x.links == nil {
+		return nil
+	}
+	h := x.links.ofPeer(peer).Health()
+	c := &PairChannelReport{Peer: h.Peer, Alone: h.Alone}
+	if !h.Heard.IsZero() {
+		t := h.Heard.UTC()
+		c.Heard = &t
+	}
+	if !h.Waiting.IsZero() {
+		t := h.Waiting.UTC()
+		c.Waiting = &t
+	}
+	return c
 }
 
 // pairReport is PairReport's account of one failover pair.

@@ -83,15 +83,18 @@ type RackReport struct {
 // its leases file last recorded them ("" before it wrote one); speaks
 // says whose news this side's agent tells.
 type PairReport struct {
-	Peer         string             `json:"peer"` // the failover peer declaration's name
-	Role         string             `json:"role"` // primary or secondary
-	MyState      string             `json:"my_state"`
-	PartnerState string             `json:"partner_state"`
-	Speaks       string             `json:"speaks"`
-	Channel      *PairChannelReport `json:"channel"` // null without [pair] (each agent delivers alone)
+	Peer         string `json:"peer"` // the failover peer declaration's name
+	Role         string `json:"role"` // primary or secondary
+	MyState      string `json:"my_state"`
+	PartnerState string `json:"partner_state"`
+	Speaks       string `json:"speaks"`
+	// Channel is the channel to the agent of this peer's partner rack:
+	// null without [pair] (each agent delivers alone), and in Others
+	// without pair.partners (the one channel, pair.peer's, is the first
+	// peer's).
+	Channel *PairChannelReport `json:"channel"`
 	// Others are the other failover peers dhcpd.conf's pools use (MAAS:
-	// one per HA VLAN), each followed by its subnets' addresses; no
-	// channel of their own.
+	// one per HA VLAN), each followed by its subnets' addresses.
 	Others []PairReport `json:"others,omitempty"`
 }
 

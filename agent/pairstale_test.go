@@ -168,7 +168,7 @@ func TestPairMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := pairMemory{store}
+	m := pairMemory{store, ""}
 	if got, err := m.Load(); err != nil || len(got) != 0 {
 		t.Fatalf("Load of a new outbox = %v, %v; want nothing", got, err)
 	}
@@ -182,12 +182,23 @@ func TestPairMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want[v4] = newer
-	got, err := pairMemory{reopen(t, store, path)}.Load()
-	if err != nil {
+	// A partner's link (pair.partners) keeps its own.
+	other := map[netip.Addr]pair.News{v4: {Key: 9, Tag: 9}}
+	if err := (pairMemory{store, "@rack-c:5290"}).Save(other); err != nil {
 		t.Fatal(err)
 	}
-	if !maps.Equal(got, want) {
-		t.Errorf("Load after a reopen = %v, want %v", got, want)
+	store = reopen(t, store, path)
+	for _, c := range []struct {
+		suffix string
+		want   map[netip.Addr]pair.News
+	}{{"", want}, {"@rack-c:5290", other}, {"@rack-d:5290", map[netip.Addr]pair.News{}}} {
+		got, err := pairMemory{store, c.suffix}.Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, c.want) {
+			t.Errorf("Load %q after a reopen = %v, want %v", c.suffix, got, c.want)
+		}
 	}
 }
 
@@ -201,7 +212,7 @@ func TestPairMemoryWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := pairMemory{store}
+	m := pairMemory{store, ""}
 	if got, err := m.LoadWaits(); err != nil || len(got) != 0 {
 		t.Fatalf("LoadWaits of a new outbox = %v, %v; want nothing", got, err)
 	}
@@ -214,7 +225,10 @@ func TestPairMemoryWaits(t *testing.T) {
 	if err := m.SaveWaits(map[pair.Wait]time.Duration{v4: 59 * time.Second}, []pair.Wait{gone}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := pairMemory{reopen(t, store, path)}.LoadWaits()
+	if err := (pairMemory{store, "@rack-c:5290"}).SaveWaits(map[pair.Wait]time.Duration{gone: time.Hour}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pairMemory{reopen(t, store, path), ""}.LoadWaits()
 	if err != nil {
 		t.Fatal(err)
 	}

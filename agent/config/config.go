@@ -163,6 +163,42 @@ type Pair struct {
 	// peer agent before going on alone, and the longest one event waits
 	// behind the peer's older news.
 	HoldMax time.Duration `toml:"hold_max"`
+	// Partners: where this rack's HA VLANs have different partner
+	// racks, a channel to each other partner's agent, one string each:
+	// "FAILOVER-PEER[,FAILOVER-PEER…] LISTEN PEER" (PartnerList). The
+	// addresses whose subnet's pools use those failover peers are
+	// ordered with that agent's news; every other address with Peer's.
+	Partners []string `toml:"partners"`
+}
+
+// Partner is one more partner rack's agent of Pair.Partners.
+type Partner struct {
+	// FailoverPeers names the failover peers (dhcpd.conf's "failover
+	// peer" names; MAAS's "failover-vlan-ID") this rack shares with the
+	// partner.
+	FailoverPeers []string
+	Listen        string // host:port (UDP) this agent answers the partner's agent on
+	Peer          string // host:port of the partner's agent (its pair.listen)
+}
+
+// PartnerList parses Partners.
+func (p Pair) PartnerList() ([]Partner, error) {
+	out := make([]Partner, 0, len(p.Partners))
+	for _, s := range p.Partners {
+		f := strings.Fields(s)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("%q: want \"FAILOVER-PEER[,FAILOVER-PEER…] LISTEN PEER\", three fields, e.g. \"failover-vlan-5002 :5291 10.0.0.13:5290\"", s)
+		}
+		var peers []string
+		for n := range strings.SplitSeq(f[0], ",") {
+			if n == "" {
+				return nil, fmt.Errorf("%q: an empty failover peer name in %q", s, f[0])
+			}
+			peers = append(peers, n)
+		}
+		out = append(out, Partner{FailoverPeers: peers, Listen: f[1], Peer: f[2]})
+	}
+	return out, nil
 }
 
 // On reports whether the pair channel is configured.

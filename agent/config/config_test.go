@@ -70,6 +70,7 @@ listen = "198.51.100.2:5251"
 peer = "rack-b.example:5251"
 key_file = "/etc/lk/pair.key"
 hold_max = "1m"
+partners = ["failover-vlan-5002,failover-vlan-5003 198.51.100.2:5252 rack-c.example:5251"]
 [log]
 level = "debug"
 format = "console"
@@ -91,13 +92,17 @@ format = "console"
 		State:     State{Dir: "/srv/lk"},
 		Reconcile: Reconcile{ExpiryGrace: 0, PollInterval: 500 * time.Millisecond, Mode: "auto"},
 		Control:   Control{Socket: "/run/lk/control.sock", Group: "adm"},
-		Pair:      Pair{Listen: "198.51.100.2:5251", Peer: "rack-b.example:5251", KeyFile: "/etc/lk/pair.key", HoldMax: time.Minute},
-		Log:       Log{Level: "debug", Format: "console"},
+		Pair: Pair{Listen: "198.51.100.2:5251", Peer: "rack-b.example:5251", KeyFile: "/etc/lk/pair.key", HoldMax: time.Minute,
+			Partners: []string{"failover-vlan-5002,failover-vlan-5003 198.51.100.2:5252 rack-c.example:5251"}},
+		Log: Log{Level: "debug", Format: "console"},
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// pairOn is a [pair] with the channel on, for cases of its other keys.
+const pairOn = "[pair]\nlisten = \":5251\"\npeer = \"rack-b:5251\"\nkey_file = \"/k\"\n"
 
 // TestErrors has a case for every error Decode and Validate report: the
 // message must name the key and say what is wrong.
@@ -161,6 +166,14 @@ func TestErrors(t *testing.T) {
 		{"pair peer port range", "[pair]\nlisten = \":5251\"\npeer = \"rack-b:0\"\nkey_file = \"/k\"", []string{`pair.peer: "rack-b:0": port "0" is not 1-65535`}},
 		{"pair key relative", "[pair]\nlisten = \":5251\"\npeer = \"rack-b:5251\"\nkey_file = \"k\"", []string{`pair.key_file: "k" is not an absolute path`}},
 		{"pair hold", "[pair]\nhold_max = \"0s\"", []string{"pair.hold_max: 0s is not positive"}},
+		{"partners without pair", "[pair]\npartners = [\"fo-2 :5252 rack-c:5251\"]", []string{"pair.partners: needs pair.listen, pair.peer and pair.key_file"}},
+		{"partners fields", pairOn + "partners = [\"fo-2 rack-c:5251\"]", []string{`pair.partners: "fo-2 rack-c:5251": want "FAILOVER-PEER[,FAILOVER-PEER…] LISTEN PEER", three fields`}},
+		{"partners empty name", pairOn + "partners = [\"fo-2,,fo-3 :5252 rack-c:5251\"]", []string{`pair.partners: "fo-2,,fo-3 :5252 rack-c:5251": an empty failover peer name in "fo-2,,fo-3"`}},
+		{"partners peer twice", pairOn + "partners = [\"fo-2 :5252 rack-c:5251\", \"fo-3,fo-2 :5253 rack-d:5251\"]", []string{`pair.partners: failover peer "fo-2" named twice`}},
+		{"partners listen of pair", pairOn + "partners = [\"fo-2 :5251 rack-c:5251\"]", []string{`pair.partners: listen ":5251" is pair.listen's too`}},
+		{"partners listen twice", pairOn + "partners = [\"fo-2 :5252 rack-c:5251\", \"fo-3 :5252 rack-d:5251\"]", []string{`pair.partners: listen ":5252" is the partner at rack-c:5251's too`}},
+		{"partners listen bad", pairOn + "partners = [\"fo-2 5252 rack-c:5251\"]", []string{`pair.partners: listen "5252" is not host:port`}},
+		{"partners peer bad", pairOn + "partners = [\"fo-2 :5252 rack-c:0\"]", []string{`pair.partners: peer "rack-c:0": port "0" is not 1-65535`}},
 		{"pair hold long", "[pair]\nhold_max = \"87600h\"", []string{"pair.hold_max: 87600h0m0s is longer than 1h"}},
 		{"log level", "[log]\nlevel = \"verbose\"", []string{`log.level: "verbose" is not one of trace, debug, info, warn, error`}},
 		{"log format", "[log]\nformat = \"text\"", []string{`log.format: "text" is not json, console`}},
@@ -525,7 +538,7 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 36 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
+	if len(keys) != 37 || keys[0] != "dhcpd.leases" || keys[len(keys)-1] != "log.format" {
 		t.Errorf("Keys() = %v", keys)
 	}
 	// Every field has a tag: an untagged field would be unreachable from

@@ -163,17 +163,63 @@ func (c *Config) validatePair(bad func(string, error), badf func(string, string,
 		}
 	}
 	if p.Peer != "" {
-		if host, port, err := net.SplitHostPort(p.Peer); err != nil || host == "" {
-			badf("pair.peer", "%q is not host:port", p.Peer)
-		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			badf("pair.peer", "%q: port %q is not 1-65535", p.Peer, port)
+		if err := checkPeer(p.Peer); err != nil {
+			bad("pair.peer", err)
 		}
 	}
+	c.validatePartners(badf)
 	if p.HoldMax <= 0 {
 		badf("pair.hold_max", "%s is not positive", p.HoldMax)
 	} else if p.HoldMax > maxHoldMax {
 		badf("pair.hold_max", "%s is longer than 1h: when the peer rack dies, every delivery waits this long", p.HoldMax)
 	}
+}
+
+// validatePartners checks pair.partners: each of the form PartnerList
+// reads, only with the channel on, every failover peer named once, every
+// listen address its own.
+func (c *Config) validatePartners(badf func(string, string, ...any)) {
+	p := c.Pair
+	if len(p.Partners) == 0 {
+		return
+	}
+	if !p.On() {
+		badf("pair.partners", "needs pair.listen, pair.peer and pair.key_file: the partner rack of the other failover peers is pair.peer's")
+	}
+	ps, err := p.PartnerList()
+	if err != nil {
+		badf("pair.partners", "%v", err)
+		return
+	}
+	named := map[string]bool{}
+	listens := map[string]string{p.Listen: "pair.listen"}
+	for _, pt := range ps {
+		for _, n := range pt.FailoverPeers {
+			if named[n] {
+				badf("pair.partners", "failover peer %q named twice: each failover peer has one partner rack", n)
+			}
+			named[n] = true
+		}
+		if err := checkListen(pt.Listen); err != nil {
+			badf("pair.partners", "listen %v", err)
+		} else if other, dup := listens[pt.Listen]; dup {
+			badf("pair.partners", "listen %q is %s's too: each partner's agent is answered on a port of its own", pt.Listen, other)
+		}
+		listens[pt.Listen] = fmt.Sprintf("the partner at %s", pt.Peer)
+		if err := checkPeer(pt.Peer); err != nil {
+			badf("pair.partners", "peer %v", err)
+		}
+	}
+}
+
+// checkPeer checks a peer agent's host:port (the host may be a name).
+func checkPeer(peer string) error {
+	if host, port, err := net.SplitHostPort(peer); err != nil || host == "" {
+		return fmt.Errorf("%q is not host:port", peer)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not 1-65535", peer, port)
+	}
+	return nil
 }
 
 // Upper bounds of durations no rack needs longer: a typo ("87600h" for

@@ -597,13 +597,19 @@ type statusReport struct {
 	Held *struct {
 		Events int `json:"events"`
 	} `json:"held"`
-	Pair *struct {
-		Role    string `json:"role"`
-		Channel *struct {
-			Alone bool       `json:"alone"`
-			Heard *time.Time `json:"heard"`
-		} `json:"channel"`
-	} `json:"pair"`
+	Pair *statusPair `json:"pair"`
+}
+
+// statusPair is a failover peer of /status's pair, and its channel.
+type statusPair struct {
+	Peer    string `json:"peer"`
+	Role    string `json:"role"`
+	Channel *struct {
+		Peer  string     `json:"peer"`
+		Alone bool       `json:"alone"`
+		Heard *time.Time `json:"heard"`
+	} `json:"channel"`
+	Others []statusPair `json:"others"`
 }
 
 // deadLetter is one element of `leasekeeper deadletter list --json`.

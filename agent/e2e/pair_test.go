@@ -199,3 +199,167 @@ func TestPairCopyOfOneAck(t *testing.T) {
 		t.Errorf("the region got\n  %s\nwant\n  %s\nb: %s", strings.Join(got, ", "), strings.Join(want, ", "), pb.logTail(10))
 	}
 }
+
+// vlanConf is a dhcpd.conf of a rack serving several HA VLANs, as MAAS
+// writes it: one failover peer per VLAN, named after it, with this
+// rack's role on that VLAN and the VLAN's other rack as its peer
+// (src/maasserver/dhcp.py, make_failover_peer_config), and a subnet per
+// VLAN whose pool names its peer. No dhcpd runs: the agent reads its
+// roles and each address's peer from it.
+func vlanConf(vlans ...vlan) string {
+	var b strings.Builder
+	for _, v := range vlans {
+		fmt.Fprintf(&b, "failover peer %q {\n  %s;\n  address %s;\n  peer address %s;\n  max-response-delay 60;\n  max-unacked-updates 10;\n  load balance max seconds 3;\n", v.peer, v.role, v.addr, v.peerAddr)
+		if v.role == "primary" {
+			b.WriteString("  mclt 3600;\n  split 255;\n")
+		}
+		b.WriteString("}\n")
+	}
+	for _, v := range vlans {
+		fmt.Fprintf(&b, "subnet %s netmask 255.255.255.0 {\n  pool {\n    failover peer %q;\n    range %s %s;\n  }\n}\n", v.subnet, v.peer, v.first, v.last)
+	}
+	return b.String()
+}
+
+// vlan is one HA VLAN of vlanConf, as one rack sees it.
+type vlan struct {
+	peer, role, addr, peerAddr, subnet, first, last string
+}
+
+// TestPairPartners: a rack whose two HA VLANs have different partner
+// racks (MAAS sets a primary and a secondary rack per VLAN): rack a is
+// the primary of VLAN 1 with rack b, and the secondary of VLAN 2 with
+// rack c. a's [pair] reaches b's agent, and pair.partners c's, for
+// VLAN 2's failover peer. While the region is down, the hooks of each
+// VLAN's two racks report the lives of its addresses in turn; when it
+// returns, all three agents flush at once, and per address the region
+// must get the order the hooks ran in, on both VLANs. (With one channel,
+// a's, VLAN 2's news went as without a channel, and a took its role on
+// VLAN 1, primary, for its role towards c, which is primary there too:
+// c refused its answers.)
+func TestPairPartners(t *testing.T) {
+	a, b, c := newEnv(t), newEnv(t), newEnv(t)
+	b.region, c.region = a.region, a.region
+	b.region.tb = t
+	ab, err := lab.NewPairChannel(a.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := lab.NewPairChannel(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ab.KeyFile // one key for every channel
+	v1 := vlan{peer: "failover-vlan-5001", subnet: "203.0.113.0", first: "203.0.113.100", last: "203.0.113.199"}
+	v2 := vlan{peer: "failover-vlan-5002", subnet: "198.51.100.0", first: "198.51.100.100", last: "198.51.100.199"}
+	side := func(v vlan, role, addr, peerAddr string) vlan {
+		v.role, v.addr, v.peerAddr = role, addr, peerAddr
+		return v
+	}
+	start := func(e *env, conf, pairTOML string) *agentProc {
+		path := filepath.Join(e.dir, "dhcpd.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return e.startAgent(agentOptions{dhcpdConf: path, extra: "\n[reconcile]\nmode = \"replacement\"\n\n[pair]\n" + pairTOML + fmt.Sprintf("key_file = %q\nhold_max = \"60s\"\n", key)})
+	}
+	pa := start(a, vlanConf(side(v1, "primary", "203.0.113.1", "203.0.113.2"), side(v2, "secondary", "198.51.100.1", "198.51.100.3")),
+		fmt.Sprintf("listen = %q\npeer = %q\npartners = [\"%s %s %s\"]\n", ab.Listen[0], ab.Listen[1], v2.peer, ac.Listen[0], ac.Listen[1]))
+	pb := start(b, vlanConf(side(v1, "secondary", "203.0.113.2", "203.0.113.1")),
+		fmt.Sprintf("listen = %q\npeer = %q\n", ab.Listen[1], ab.Listen[0]))
+	pc := start(c, vlanConf(side(v2, "primary", "198.51.100.3", "198.51.100.1")),
+		fmt.Sprintf("listen = %q\npeer = %q\n", ac.Listen[1], ac.Listen[0]))
+
+	a.region.stop()
+	type step struct {
+		e *env
+		h hookEvent
+	}
+	var steps []step
+	vlans := []struct {
+		partner *env
+		ips     []string
+	}{{b, []string{"203.0.113.100", "203.0.113.101", "203.0.113.102"}}, {c, []string{"198.51.100.100", "198.51.100.101", "198.51.100.102"}}}
+	for vi, v := range vlans {
+		// As TestPairChannelOrder: a commit on a, its release on the
+		// partner, a second client's commit and expiry on the partner,
+		// a third's commit and release on a.
+		rounds := []struct {
+			e      *env
+			action string
+			client int
+			lease  int
+		}{{a, event.Commit, 0, 0}, {v.partner, event.Release, 0, 0}, {v.partner, event.Commit, 1, 1}, {v.partner, event.Expiry, 1, 0}, {a, event.Commit, 2, 0}, {a, event.Release, 2, 0}}
+		for _, r := range rounds {
+			for i, ip := range v.ips {
+				steps = append(steps, step{r.e, hookEvent{action: r.action, ip: ip, client: 100*vi + 10*i + r.client + 1, host: "n", lease: r.lease}})
+			}
+		}
+	}
+	perAgent := map[*env]int{}
+	want := map[string][]string{}
+	for _, s := range steps {
+		if err := s.e.hook(s.h); err != nil {
+			t.Fatal(err)
+		}
+		perAgent[s.e]++
+		want[s.h.ip] = append(want[s.h.ip], s.h.action+" "+padMAC(s.h.mac()))
+		time.Sleep(5 * time.Millisecond)
+	}
+	procs := []struct {
+		name string
+		e    *env
+		p    *agentProc
+	}{{"a", a, pa}, {"b", b, pb}, {"c", c, pc}}
+	queued := func(want func(e *env) int) bool {
+		for _, x := range procs {
+			if x.p.depth() != want(x.e) {
+				return false
+			}
+		}
+		return true
+	}
+	tails := func() string {
+		var s strings.Builder
+		for _, x := range procs {
+			fmt.Fprintf(&s, "\n%s (%d queued): %s", x.name, x.p.depth(), x.p.logTail(15))
+		}
+		return s.String()
+	}
+	if !waitFor(30*time.Second, func() bool { return queued(func(e *env) int { return perAgent[e] }) }) {
+		t.Fatalf("not all queued%s", tails())
+	}
+	a.region.start()
+	if !waitFor(60*time.Second, func() bool { return queued(func(*env) int { return 0 }) }) {
+		t.Fatalf("not delivered%s", tails())
+	}
+	got := map[string][]string{}
+	for _, it := range a.region.items() {
+		got[it.IP] = append(got[it.IP], it.Action+" "+it.MAC)
+	}
+	for _, v := range vlans {
+		for _, ip := range v.ips {
+			if w, g := strings.Join(want[ip], ", "), strings.Join(got[ip], ", "); w != g {
+				t.Errorf("%s: the region got\n  %s\nthe hooks ran\n  %s", ip, g, w)
+			}
+		}
+	}
+	// a's status shows each VLAN's channel: b's agent for VLAN 1, c's
+	// for VLAN 2, each heard, neither alone.
+	rep, err := pa.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Pair
+	if p == nil || len(p.Others) != 1 {
+		t.Fatalf("a's status pair %+v, want two failover peers", p)
+	}
+	for _, s := range []struct {
+		r          statusPair
+		role, peer string
+	}{{*p, "primary", ab.Listen[1]}, {p.Others[0], "secondary", ac.Listen[1]}} {
+		if ch := s.r.Channel; s.r.Role != s.role || ch == nil || ch.Peer != s.peer || ch.Heard == nil || ch.Alone {
+			t.Errorf("a's status for %s: role %s, channel %+v; want %s, the channel to %s heard, not alone", s.r.Peer, s.r.Role, ch, s.role, s.peer)
+		}
+	}
+}

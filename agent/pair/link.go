@@ -48,6 +48,13 @@ type Config struct {
 	// while this agent delivers alone, deliveries or not (Clear asks too
 	// as it delivers); 0 = DefaultIdleProbe.
 	IdleProbe time.Duration
+	// Covers, if set, reports whether an address's news is this
+	// channel's to order: where a rack has several partner racks (one
+	// per HA VLAN), the addresses of the failover peers it shares with
+	// this partner. The others go as they come, as a DHCPv6 address's
+	// do (outsidePair), held back only behind a held event of their MAC.
+	// nil: every DHCPv4 address.
+	Covers func(netip.Addr) bool
 	// Memory, if set, keeps this agent's newest delivered news of each
 	// address across its restarts: the answers name it by its tag, so
 	// that the peer takes its copy of that news for one (CopyOf) after
@@ -704,9 +711,25 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 	}
 	defer l.waiting.Store(0)
 	whole := piece != nil
+	outside := outsidePair
+	if l.cfg.Covers != nil {
+		// Asked once an address a call: it takes the reconciler's lock.
+		mine := map[netip.Addr]bool{}
+		outside = func(ip netip.Addr) bool {
+			if outsidePair(ip) {
+				return true
+			}
+			c, ok := mine[ip]
+			if !ok {
+				c = l.cfg.Covers(ip)
+				mine[ip] = c
+			}
+			return !c
+		}
+	}
 	var blockedSince time.Time
 	for ctx.Err() == nil {
-		items := Query(batch)
+		items := queryOf(batch, outside)
 		if len(items) == 0 {
 			return batch
 		}
@@ -771,11 +794,11 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 				held[i] = 0 // waited for long enough
 			}
 		}
-		v := clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced)
+		v := clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced, outside)
 		if v.Why == "" || v.Why == WhyPeerOlder {
 			l.stuckSince, l.stuckGone = time.Time{}, false // a wait of its own starts again
 		} else if l.stuckFor(batch[v.First], v.Why, now) {
-			v = clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced)
+			v = clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced, outside)
 		}
 		if v.Copy != nil {
 			l.dmu.Lock()

@@ -81,12 +81,16 @@ func CopyOf(e event.Event, d News) bool {
 // dhcpd's failover is DHCPv4's alone (ISC dhcp's server/failover.c
 // updates struct lease, DHCPv4's; server/dhcpv6.c and server/mdb6.c have
 // none), so no pair shares it (outsidePair).
-func Query(batch []event.Queued) []Item {
+func Query(batch []event.Queued) []Item { return queryOf(batch, outsidePair) }
+
+// queryOf is Query, with outside telling the addresses the peer is not
+// asked about.
+func queryOf(batch []event.Queued, outside func(netip.Addr) bool) []Item {
 	var items []Item
 	seen := make(map[netip.Addr]bool, min(len(batch), MaxItems))
 	for _, q := range batch {
 		ip := q.Event.IP.Unmap()
-		if outsidePair(ip) || seen[ip] {
+		if seen[ip] || outside(ip) {
 			continue
 		}
 		if len(items) == MaxItems {
@@ -177,12 +181,13 @@ const (
 // or held by the peer in between, goes, marked in Copy, to be dropped,
 // never sent.
 func Clear(batch []event.Queued, asked []Item, held []int64, delivered []News, primary bool, horizon int64) Verdict {
-	return clearBatch(batch, asked, held, delivered, primary, horizon, nil)
+	return clearBatch(batch, asked, held, delivered, primary, horizon, nil, outsidePair)
 }
 
 // clearBatch is Clear; force, if set, lets one event go whatever the
-// rule says (one held for hold_max).
-func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []News, primary bool, horizon int64, force func(event.Queued) bool) Verdict {
+// rule says (one held for hold_max); outside tells the addresses that
+// go as they come (outsidePair, and another partner's: Config.Covers).
+func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []News, primary bool, horizon int64, force func(event.Queued) bool, outside func(netip.Addr) bool) Verdict {
 	peer := make(map[netip.Addr]int64, len(asked))
 	var news map[netip.Addr]News
 	for i, it := range asked {
@@ -247,7 +252,7 @@ func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []Ne
 			hold(i, q, ip, "")
 			continue
 		}
-		if outsidePair(ip) || force != nil && force(q) {
+		if outside(ip) || force != nil && force(q) {
 			v.Go[i] = true
 			v.N++
 			continue

@@ -109,6 +109,34 @@ func TestClearDHCPv6(t *testing.T) {
 	}
 }
 
+// TestClearOtherPartner: with several partner racks (agent: pairLinks),
+// a link asks about its own partner's addresses only (Config.Covers):
+// another partner's go as they come, as a DHCPv6 address's, except
+// behind a held event of their MAC.
+func TestClearOtherPartner(t *testing.T) {
+	mine, other, other2 := "203.0.113.1", "198.51.100.1", "198.51.100.2"
+	outside := func(ip netip.Addr) bool { return outsidePair(ip) || ip.String() != mine }
+	o := ev(other, 40)
+	o.Event.MAC = "00:16:3e:00:00:02"
+	sameMAC := ev(other2, 50)
+	batch := []event.Queued{ev(mine, 10), o, sameMAC}
+	items := queryOf(batch, outside)
+	if len(items) != 1 || items[0].IP.String() != mine {
+		t.Fatalf("asked about %v, want %s alone", items, mine)
+	}
+	asked, held := answer(map[string]int64{mine: 5e9}, mine)
+	v := clearBatch(batch, asked, held, nil, false, 1000e9, nil, outside)
+	if want := []bool{false, true, false}; !slices.Equal(v.Go, want) {
+		t.Errorf("clearBatch lets go %v, want %v (the first held for the peer's older news; the other partner's event of another MAC goes; the one of the held event's MAC waits)", v.Go, want)
+	}
+	// Asked about by nobody, the other partner's address is not held as
+	// unasked.
+	asked, held = answer(map[string]int64{mine: 0}, mine)
+	if v := clearBatch(batch, asked, held, nil, false, 1000e9, nil, outside); v.N != 3 {
+		t.Errorf("clearBatch lets go %v, want all", v.Go)
+	}
+}
+
 // TestClearPast: an event held back holds back the later events of its
 // address and of its MAC, and no other: MAAS applies an event against
 // the address's record and the MAC's other addresses

@@ -335,6 +335,32 @@ func (r *Reconciler) Primary() bool {
 	return channelRole(r.st.Pairs()) == RolePrimary
 }
 
+// PrimaryAmong reports whether this side is the primary of the pair, of
+// those whose failover peer in reports true, whose peer's name sorts
+// first: the role of a pair channel to one partner rack of several (the
+// peers this rack shares with that partner, which the partner's agent
+// reads from its own dhcpd.conf).
+func (r *Reconciler) PrimaryAmong(in func(peer string) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return roleAmong(r.st.Pairs(), in) == RolePrimary
+}
+
+// roleAmong is channelRole of the pairs whose peer in reports true.
+func roleAmong(ps []Pair, in func(peer string) bool) string {
+	return channelRole(slices.DeleteFunc(ps, func(p Pair) bool { return !in(p.Peer) }))
+}
+
+// PeerOf names the failover peer whose pair ip's leases follow: its
+// subnet's pools' (the lead peer's for an address in no subnet
+// dhcpd.conf declares); "" for an address dhcpd serves alone, and for a
+// DHCPv6 one.
+func (r *Reconciler) PeerOf(ip netip.Addr) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.pairOf(ip).Peer
+}
+
 // channelRole is the role on the pair whose peer's name sorts first.
 func channelRole(ps []Pair) string {
 	if len(ps) == 0 {

@@ -212,6 +212,33 @@ func TestChannelRole(t *testing.T) {
 	}
 }
 
+// TestChannelRoleAmong: with a channel to each partner rack
+// (pair.partners), each channel's role is this side's on the peers it
+// orders, and each address follows its subnet's peer (Reconciler.PeerOf,
+// PrimaryAmong): rack a, the primary of VLAN 5001 with one rack and the
+// secondary of 5002 and 5003 with another.
+func TestChannelRoleAmong(t *testing.T) {
+	s := NewState(grace)
+	s.SetPeers(peersOf(t, vlanPeer("failover-vlan-5001", "primary", "203.0.113")+vlanPeer("failover-vlan-5002", "secondary", "198.51.100")+
+		vlanPeer("failover-vlan-5003", "secondary", "198.18.0")+vlanAlone("198.18.1")))
+	second := func(p string) bool { return p == "failover-vlan-5002" || p == "failover-vlan-5003" }
+	if r := roleAmong(s.Pairs(), func(p string) bool { return !second(p) }); r != RolePrimary {
+		t.Errorf("role towards the first partner %q, want primary", r)
+	}
+	if r := roleAmong(s.Pairs(), second); r != RoleSecondary {
+		t.Errorf("role towards the second partner %q, want secondary", r)
+	}
+	if r := channelRole(s.Pairs()); r != RolePrimary {
+		t.Errorf("one channel's role %q, want the first peer's, primary", r)
+	}
+	for ip, want := range map[string]string{"203.0.113.7": "failover-vlan-5001", "198.51.100.7": "failover-vlan-5002", "198.18.0.7": "failover-vlan-5003",
+		"198.18.1.7": "", "2001:db8::7": ""} {
+		if got := s.pairOf(netip.MustParseAddr(ip)).Peer; got != want {
+			t.Errorf("%s follows %q, want %q", ip, got, want)
+		}
+	}
+}
+
 // TestHAOffDroppedLease: MAAS turns DHCP HA off on VLAN 5001 and keeps
 // it on its primary rack alone: the secondary's dhcpd.conf loses the
 // subnet and its peer, and the restart drops the VLAN's leases, which

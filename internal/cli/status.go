@@ -425,11 +425,38 @@ func writePair(w io.Writer, r *agent.StatusReport) {
 		fmt.Fprintf(w, "pair channel\tnone ([pair] unset): each agent delivers alone, and news of one address can reach the region out of order\n")
 		return
 	}
+	// With pair.partners a channel per partner rack: each once, with
+	// the failover peers it orders.
+	if len(p.Others) > 0 && p.Others[0].Channel != nil {
+		var order []string
+		peers := map[string][]string{}
+		chans := map[string]*agent.PairChannelReport{}
+		for _, q := range append([]agent.PairReport{*p}, p.Others...) {
+			if q.Channel == nil {
+				continue
+			}
+			if _, seen := chans[q.Channel.Peer]; !seen {
+				order = append(order, q.Channel.Peer)
+				chans[q.Channel.Peer] = q.Channel
+			}
+			peers[q.Channel.Peer] = append(peers[q.Channel.Peer], q.Peer)
+		}
+		for _, a := range order {
+			writeChannel(w, r, chans[a], fmt.Sprintf(" (for %s)", strings.Join(peers[a], ", ")))
+		}
+		return
+	}
+	writeChannel(w, r, c, "")
+}
+
+// writeChannel shows one pair channel; for names the failover peers it
+// orders, where there are several channels.
+func writeChannel(w io.Writer, r *agent.StatusReport, c *agent.PairChannelReport, forPeers string) {
 	heard := "never heard since start"
 	if c.Heard != nil {
 		heard = fmt.Sprintf("last heard %s ago", roundAge(r.Time.Sub(*c.Heard)))
 	}
-	fmt.Fprintf(w, "pair channel\tpeer agent %s, %s\n", c.Peer, heard)
+	fmt.Fprintf(w, "pair channel\tpeer agent %s%s, %s\n", c.Peer, forPeers, heard)
 	if c.Alone {
 		fmt.Fprintf(w, "\tALONE: the peer agent was silent for hold_max; delivering without waiting for it (asking every few seconds whether it is back)\n")
 	}

@@ -652,6 +652,24 @@ func TestStatusPair(t *testing.T) {
 				"               primary of \"failover-vlan-5002\": partner-down, partner communications-interrupted\n               speaks for the pair: its partner is down\n",
 		},
 	}, {
+		// pair.partners: a channel to each partner rack's agent, shown
+		// once, with the failover peers it orders.
+		name: "several partner racks",
+		pair: `{"peer": "failover-vlan-5001", "role": "secondary", "my_state": "normal", "partner_state": "normal",
+		         "speaks": "for the leases its dhcpd handles",
+		         "channel": {"peer": "198.51.100.2:5740", "alone": false, "heard": "2026-11-29T11:59:58Z", "waiting": null},
+		         "others": [{"peer": "failover-vlan-5002", "role": "primary", "my_state": "normal", "partner_state": "normal",
+		                     "speaks": "for the leases its dhcpd handles",
+		                     "channel": {"peer": "198.51.100.3:5741", "alone": true, "heard": null, "waiting": null}},
+		                    {"peer": "failover-vlan-5003", "role": "secondary", "my_state": "normal", "partner_state": "normal",
+		                     "speaks": "for the leases its dhcpd handles",
+		                     "channel": {"peer": "198.51.100.2:5740", "alone": false, "heard": "2026-11-29T11:59:58Z", "waiting": null}}]}`,
+		want: []string{
+			"pair channel   peer agent 198.51.100.2:5740 (for failover-vlan-5001, failover-vlan-5003), last heard 2s ago\n" +
+				"pair channel   peer agent 198.51.100.3:5741 (for failover-vlan-5002), never heard since start\n" +
+				"               ALONE: the peer agent was silent for hold_max",
+		},
+	}, {
 		name: "no channel",
 		pair: `{"peer": "failover-partner", "role": "primary", "my_state": "", "partner_state": "", "speaks": "unknown", "channel": null}`,
 		want: []string{

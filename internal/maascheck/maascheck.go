@@ -180,7 +180,7 @@ func Run(ctx context.Context, o Options) *Report {
 		r.Mode6 = &d
 	}
 	r.agentAccess(o.AgentUser, r.Mode, r.Mode6, c, creds, caps)
-	r.failover(c.DHCPD.Config, c.Pair.On())
+	r.failover(c.DHCPD.Config, c.Pair)
 	r.dhcpv6(c, r.Mode6)
 	r.rack(c)
 	r.region(ctx, o)
@@ -365,15 +365,36 @@ func (r *Report) helperSocket(h reconcile.Hook, d reconcile.Detection) {
 // they are several: MAAS declares one per HA VLAN (src/maasserver/dhcp.py,
 // make_failover_peer_config), each with its own role and partner rack,
 // and the agent follows each address's own (its subnet's pools' peer).
-// The pair channel reaches one partner's agent ([pair] peer); the
-// others' addresses go to the region without it. An unreadable
-// dhcpd.conf is the mode check's to report.
-func (r *Report) failover(conf string, channel bool) {
+// With the pair channel on, pair.peer's agent orders the news of every
+// peer pair.partners does not name, and each partner's agent that of the
+// peers it names: which check-maas lists, with a note where several
+// peers all go to pair.peer's agent (right only if one rack is the
+// partner on every HA VLAN) or pair.partners names a peer dhcpd.conf's
+// pools do not use. An unreadable dhcpd.conf is the mode check's to
+// report.
+func (r *Report) failover(conf string, p config.Pair) {
 	if conf == "" {
 		return
 	}
 	ps, err := reconcile.PeersIn(conf)
-	if err != nil || len(ps.Others) == 0 {
+	if err != nil {
+		return
+	}
+	partners, perr := p.PartnerList()
+	if p.On() && perr == nil && len(partners) > 0 {
+		used := map[string]bool{ps.Lead.Peer: ps.Lead.InPair()}
+		for _, o := range ps.Others {
+			used[o.Peer] = true
+		}
+		for _, pt := range partners {
+			for _, n := range pt.FailoverPeers {
+				if !used[n] {
+					r.add(Note, "failover-partners", fmt.Sprintf("pair.partners names failover peer %q for the agent at %s, but %s's pools use no such peer (a VLAN whose DHCP HA is off, or a misspelt name): that channel orders nothing.", n, pt.Peer, conf), "")
+				}
+			}
+		}
+	}
+	if len(ps.Others) == 0 {
 		return
 	}
 	names := []string{ps.Lead.Peer + " (" + ps.Lead.Role + ")"}
@@ -381,9 +402,36 @@ func (r *Report) failover(conf string, channel bool) {
 		names = append(names, o.Peer+" ("+o.Role+")")
 	}
 	r.add(OK, "failover", fmt.Sprintf("%s's pools use %d failover peers: %s. Each address follows the pair of its subnet's pools.", conf, len(names), strings.Join(names, ", ")), "")
-	if channel {
-		r.add(Note, "failover-channel", "the pair channel ([pair] peer) reaches one partner rack's agent: where these peers' partners are different racks, the addresses of the others go to the region in no order with their partner's (as without [pair]; docs/failover.md, Limits).", "")
+	if !p.On() || perr != nil {
+		return
 	}
+	if len(partners) == 0 {
+		r.add(Note, "failover-channel", fmt.Sprintf("the pair channel orders every peer's addresses with the agent at %s (pair.peer): right where that rack is the partner on every HA VLAN. Where another rack is the partner on some (MAAS sets a primary and a secondary rack per VLAN), name those peers in pair.partners, or their addresses reach the region in no order with that partner's (docs/failover.md).", p.Peer), "")
+		return
+	}
+	// Each agent (pair.peer's first, then the partners' in order) with
+	// the peers whose addresses it orders.
+	agents := []string{p.Peer}
+	for _, pt := range partners {
+		agents = append(agents, pt.Peer)
+	}
+	to := make([][]string, len(agents))
+	for _, o := range append([]reconcile.Pair{ps.Lead}, ps.Others...) {
+		i := 0
+		for j, pt := range partners {
+			if slices.Contains(pt.FailoverPeers, o.Peer) {
+				i = j + 1
+			}
+		}
+		to[i] = append(to[i], o.Peer)
+	}
+	var parts []string
+	for i, a := range agents {
+		if len(to[i]) > 0 {
+			parts = append(parts, fmt.Sprintf("%s with the agent at %s", strings.Join(to[i], ", "), a))
+		}
+	}
+	r.add(OK, "failover-channel", fmt.Sprintf("the pair channel orders %s.", strings.Join(parts, "; ")), "")
 }
 
 // agentAccess checks that the agent's user can read what mode detection

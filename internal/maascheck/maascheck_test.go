@@ -498,23 +498,31 @@ func findOf(rep *Report, check, what string) *Finding {
 // TestFailoverPeers: MAAS declares one failover peer per HA VLAN, each
 // with its own role (src/maasserver/dhcp.py, make_failover_peer_config);
 // the agent follows each address's own, which check-maas says, with a
-// note when the pair channel, which reaches one partner rack, is on.
+// note when the pair channel orders them all with one partner rack's
+// agent, and which agent orders which peers with pair.partners.
 func TestFailoverPeers(t *testing.T) {
 	peer := func(name, role, net string) string {
 		return `failover peer "` + name + `" { ` + role + `; address ` + net + `.1; peer address ` + net + `.2; max-response-delay 60; max-unacked-updates 10; mclt 3600; split 255; }` + "\n" +
 			"subnet " + net + ".0 netmask 255.255.255.0 { pool { failover peer \"" + name + "\"; range " + net + ".10 " + net + ".50; } }\n"
 	}
+	two := peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100")
 	for _, tc := range []struct {
-		name    string
-		conf    string
-		channel bool
-		want    []string // "severity check" findings, none of "failover" when empty
+		name     string
+		conf     string
+		channel  bool
+		partners []string
+		want     []string // "severity check" findings, none of "failover" when empty
+		says     string   // in the failover-channel or failover-partners finding
 	}{
-		{"one peer", peer("failover-vlan-5001", "primary", "203.0.113"), false, nil},
-		{"a peer per VLAN", peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100"), false,
-			[]string{"ok failover"}},
-		{"a peer per VLAN, the pair channel on", peer("failover-vlan-5001", "primary", "203.0.113") + peer("failover-vlan-5002", "secondary", "198.51.100"), true,
-			[]string{"ok failover", "note failover-channel"}},
+		{name: "one peer", conf: peer("failover-vlan-5001", "primary", "203.0.113")},
+		{name: "a peer per VLAN", conf: two, want: []string{"ok failover"}},
+		{name: "a peer per VLAN, the pair channel on", conf: two, channel: true,
+			want: []string{"ok failover", "note failover-channel"}, says: "name those peers in pair.partners"},
+		{name: "a peer per VLAN, a partner each", conf: two, channel: true, partners: []string{"failover-vlan-5002 :5254 rack-c:5253"},
+			want: []string{"ok failover", "ok failover-channel"},
+			says: "orders failover-vlan-5001 with the agent at 198.51.100.2:5253; failover-vlan-5002 with the agent at rack-c:5253."},
+		{name: "a partner of no peer", conf: peer("failover-vlan-5001", "primary", "203.0.113"), channel: true, partners: []string{"failover-vlan-5009 :5254 rack-c:5253"},
+			want: []string{"note failover-partners"}, says: `names failover peer "failover-vlan-5009" for the agent at rack-c:5253`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
@@ -525,7 +533,7 @@ func TestFailoverPeers(t *testing.T) {
 			}
 			w.writeConf(string(b) + tc.conf)
 			if tc.channel {
-				w.cfg.Pair.Listen, w.cfg.Pair.Peer = "198.51.100.1:5253", "198.51.100.2:5253"
+				w.cfg.Pair.Listen, w.cfg.Pair.Peer, w.cfg.Pair.Partners = "198.51.100.1:5253", "198.51.100.2:5253", tc.partners
 			}
 			got, rep := w.check()
 			var fo []string
@@ -539,6 +547,19 @@ func TestFailoverPeers(t *testing.T) {
 			}
 			if f := find(rep, "failover", OK); f != nil && !strings.Contains(f.Message, "failover-vlan-5002 (secondary)") {
 				t.Errorf("the finding does not name the peers: %s", f.Message)
+			}
+			if tc.says != "" {
+				var msgs []string
+				for _, c := range []string{"failover-channel", "failover-partners"} {
+					for _, s := range []string{OK, Note} {
+						if f := find(rep, c, s); f != nil {
+							msgs = append(msgs, f.Message)
+						}
+					}
+				}
+				if !strings.Contains(strings.Join(msgs, "\n"), tc.says) {
+					t.Errorf("the channel's findings %q do not say %q", msgs, tc.says)
+				}
 			}
 			if p := find(rep, "failover", Problem); p != nil {
 				t.Errorf("a problem: %s", p.Message)
