@@ -172,6 +172,7 @@ func TestErrors(t *testing.T) {
 		{"partners peer twice", pairOn + "partners = [\"fo-2 :5252 rack-c:5251\", \"fo-3,fo-2 :5253 rack-d:5251\"]", []string{`pair.partners: failover peer "fo-2" named twice`}},
 		{"partners listen of pair", pairOn + "partners = [\"fo-2 :5251 rack-c:5251\"]", []string{`pair.partners: listen ":5251" is pair.listen's too`}},
 		{"partners listen twice", pairOn + "partners = [\"fo-2 :5252 rack-c:5251\", \"fo-3 :5252 rack-d:5251\"]", []string{`pair.partners: listen ":5252" is the partner at rack-c:5251's too`}},
+		{"partners agent twice", pairOn + "partners = [\"fo-2 :5252 rack-b:5251\"]", []string{`pair.partners: the agent at rack-b:5251 is named twice`}},
 		{"partners listen bad", pairOn + "partners = [\"fo-2 5252 rack-c:5251\"]", []string{`pair.partners: listen "5252" is not host:port`}},
 		{"partners peer bad", pairOn + "partners = [\"fo-2 :5252 rack-c:0\"]", []string{`pair.partners: peer "rack-c:0": port "0" is not 1-65535`}},
 		{"pair hold long", "[pair]\nhold_max = \"87600h\"", []string{"pair.hold_max: 87600h0m0s is longer than 1h"}},

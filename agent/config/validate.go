@@ -193,7 +193,13 @@ func (c *Config) validatePartners(badf func(string, string, ...any)) {
 	}
 	named := map[string]bool{}
 	listens := map[string]string{p.Listen: "pair.listen"}
+	agents := map[string]bool{p.Peer: true}
 	for _, pt := range ps {
+		if agents[pt.Peer] {
+			// The partner's agent has one channel back, to one port.
+			badf("pair.partners", "the agent at %s is named twice (pair.peer, or another entry): one channel a partner rack, with every failover peer it shares with this rack", pt.Peer)
+		}
+		agents[pt.Peer] = true
 		for _, n := range pt.FailoverPeers {
 			if named[n] {
 				badf("pair.partners", "failover peer %q named twice: each failover peer has one partner rack", n)
