@@ -184,7 +184,7 @@ var regionWords = map[string]RegionWords{
 	deliver.StateOK:      {"ok", "ok", ""},
 	deliver.StateOutage:  {"OUTAGE", "outage", "no answer, retrying (nothing is lost)"},
 	deliver.StateConfig:  {"CONFIGURATION ERROR", "configuration error", "retrying, nothing is dead-lettered"},
-	deliver.StateFailing: {"FAILING", "failing every event", "the region fails or refuses every event, retrying (nothing is dead-lettered)"},
+	deliver.StateFailing: {"FAILING", "failing every event", "the region fails or refuses every event it was sent (one alone, on a quiet rack, until another gets through), retrying (nothing is dead-lettered)"},
 	deliver.StateWaiting: {"WAITING", "waiting for its credential files", "the credential files are not there yet; nothing is sent (nothing is lost)"},
 }
 
