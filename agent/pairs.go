@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -111,27 +112,51 @@ func (g *pairLinks) link(e event.Event) *pair.Link { return g.links[g.of(e.IP)] 
 
 // Clear is deliver.Gate's: what every link lets go.
 func (g *pairLinks) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
-	for _, l := range g.links {
-		if batch = l.Clear(ctx, batch); len(batch) == 0 {
-			return nil
-		}
-	}
-	return batch
+	return g.chain(batch, nil, func(l *pair.Link, b []event.Queued, piece []int) []event.Queued { return l.Clear(ctx, b) })
 }
 
 // ClearPieces is deliver.Gate's: what every link lets go, each keeping
 // pieces whole (piece labels each event of batch; a link's output is
 // labelled as its input was).
 func (g *pairLinks) ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
-	for _, l := range g.links {
-		out := l.ClearPieces(ctx, batch, piece)
-		if len(out) == 0 {
-			return nil
-		}
-		piece = labelsOf(out, batch, piece)
-		batch = out
+	return g.chain(batch, piece, func(l *pair.Link, b []event.Queued, piece []int) []event.Queued { return l.ClearPieces(ctx, b, piece) })
+}
+
+// chainFresh: a pass through the links that took longer than this is
+// run again on what it let go. A link's answers are as old as the links
+// after it took (one may wait up to hold_max for its partner), and its
+// partner may have delivered newer news of an address meanwhile, which
+// the deliverer's StaleFunc must see (judgePair): one link asks again
+// every 100 ms while it waits (agent/pair, recheck).
+const chainFresh = 100 * time.Millisecond
+
+// maxPasses bounds the passes of one call: links whose partners keep
+// holding the batch back in turn.
+const maxPasses = 10
+
+// chain passes batch through every link (clear: one link's Clear or
+// ClearPieces; piece, if set, labels batch's pieces), until a pass is
+// quick (chainFresh). nil when a link returns nothing (ctx ended).
+func (g *pairLinks) chain(batch []event.Queued, piece []int, clear func(l *pair.Link, b []event.Queued, piece []int) []event.Queued) []event.Queued {
+	if len(g.links) == 1 {
+		return clear(g.links[0], batch, piece)
 	}
-	return batch
+	for pass := 1; ; pass++ {
+		start := time.Now()
+		for _, l := range g.links {
+			out := clear(l, batch, piece)
+			if len(out) == 0 {
+				return nil
+			}
+			if piece != nil {
+				piece = labelsOf(out, batch, piece)
+			}
+			batch = out
+		}
+		if time.Since(start) < chainFresh || pass == maxPasses {
+			return batch
+		}
+	}
 }
 
 // labelsOf is the piece labels of out, a subset of batch in batch order.

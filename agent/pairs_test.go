@@ -1,11 +1,19 @@
 package agent
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/pair"
 )
 
 // TestPairLinksRoute: with pair.partners, an address's news is ordered
@@ -51,5 +59,138 @@ func TestLabelsOf(t *testing.T) {
 	}
 	if got := labelsOf(batch, batch, piece); !slices.Equal(got, piece) {
 		t.Errorf("labelsOf the whole batch = %v, want %v", got, piece)
+	}
+}
+
+// heldBy is a partner agent's answers (pair.HeldFunc) that the test
+// changes: the oldest news it holds and the newest it delivered, per
+// address.
+type heldBy struct {
+	mu        sync.Mutex
+	oldest    map[netip.Addr]int64
+	delivered map[netip.Addr]int64
+}
+
+func (h *heldBy) held(ips []netip.Addr, after []int64) ([]pair.Holding, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]pair.Holding, len(ips))
+	for i, ip := range ips {
+		if k := h.oldest[ip]; k > after[i] {
+			out[i].Oldest = k
+		}
+		out[i].Delivered = h.delivered[ip]
+	}
+	return out, nil
+}
+
+func (h *heldBy) set(m map[netip.Addr]int64, ip netip.Addr, k int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m[ip] = k
+}
+
+// partnerLinks makes this agent's pairLinks to two partner agents on
+// loopback, b's link ordering the addresses for which coversB reports
+// true, c's the others; the partners answer from their heldBy.
+func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b, c *heldBy) {
+	t.Helper()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	port := func() string {
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.LocalAddr().String()
+	}
+	mk := func(listen, peer string, primary bool, covers func(netip.Addr) bool, held pair.HeldFunc) *pair.Link {
+		l, err := pair.New(pair.Config{Listen: listen, Peer: peer, Key: key, HoldMax: time.Minute,
+			Primary: func() bool { return primary }, Covers: covers}, held, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	b = &heldBy{oldest: map[netip.Addr]int64{}, delivered: map[netip.Addr]int64{}}
+	c = &heldBy{oldest: map[netip.Addr]int64{}, delivered: map[netip.Addr]int64{}}
+	none := func([]netip.Addr, []int64) ([]pair.Holding, error) { return nil, errors.New("not asked in this test") }
+	g = &pairLinks{peers: [][]string{nil, {"failover-c"}}, peerOf: func(ip netip.Addr) string {
+		if coversB(ip) {
+			return "failover-b"
+		}
+		return "failover-c"
+	}}
+	for _, p := range []struct {
+		covers func(netip.Addr) bool
+		h      *heldBy
+	}{{coversB, b}, {func(ip netip.Addr) bool { return !coversB(ip) }, c}} {
+		mine, theirs := port(), port()
+		g.links = append(g.links, mk(mine, theirs, true, p.covers, none))
+		mk(theirs, mine, false, nil, p.h.held)
+	}
+	return g, b, c
+}
+
+// TestPairLinksFreshAnswers: while one partner's older news holds the
+// batch back, the other partner may deliver newer news of an address
+// its link already let go; the batch then goes with that link's answer
+// asked again, so that the deliverer's StaleFunc sees the newer news
+// (judgePair drops the older event) instead of a wait's worth old one.
+// The batch: a MAC's news on c's VLAN (y), then on b's (x): c's older
+// news of y holds both back.
+func TestPairLinksFreshAnswers(t *testing.T) {
+	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
+	g, b, c := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	at := time.Now().Add(-time.Minute).Unix()
+	batch := []event.Queued{
+		{Seq: 1, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:01", Timestamp: at}},
+		{Seq: 2, Event: event.Event{Action: event.Commit, IP: x, MAC: "00:16:3e:00:00:01", Timestamp: at + 1}},
+	}
+	c.set(c.oldest, y, (at-1)*1e9) // c holds older news of y
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		b.set(b.delivered, x, (at+5)*1e9) // b delivers newer news of x
+		c.set(c.oldest, y, 0)             // and c its news of y
+	}()
+	out := g.Clear(context.Background(), batch)
+	if len(out) != 2 {
+		t.Fatalf("Clear let %d go, want both", len(out))
+	}
+	if k, known := g.PeerDelivered(batch[1].Event); !known || k != (at+5)*1e9 {
+		t.Errorf("b's delivered news of x: %d (known %v), want %d from an answer after c's wait", k, known, (at+5)*1e9)
+	}
+}
+
+// TestPairLinksSilentPartner: a partner agent that does not answer
+// holds back the news of its own addresses, not the other partner's
+// (else each silent partner in turn would hold the batch up to its
+// hold_max).
+func TestPairLinksSilentPartner(t *testing.T) {
+	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
+	g, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	// b's agent gone: its link's partner socket closed.
+	silent, err := pair.New(pair.Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: []byte("0123456789abcdef0123456789abcdef"), HoldMax: time.Minute,
+		Primary: func() bool { return true }, Covers: func(ip netip.Addr) bool { return ip == x }}, nil, zerolog.Nop(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	g.links[0] = silent
+	at := time.Now().Add(-time.Minute).Unix()
+	batch := []event.Queued{
+		{Seq: 1, Event: event.Event{Action: event.Commit, IP: x, MAC: "00:16:3e:00:00:01", Timestamp: at}},
+		{Seq: 2, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:02", Timestamp: at}},
+	}
+	got := make(chan []event.Queued, 1)
+	go func() { got <- g.Clear(context.Background(), batch) }()
+	select {
+	case out := <-got:
+		if len(out) != 1 || out[0].Seq != 2 {
+			t.Errorf("Clear let go %v, want y's event alone", out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("c's address waited for b's silent agent (hold_max is a minute)")
 	}
 }

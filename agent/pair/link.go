@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -493,7 +494,7 @@ func (l *Link) read() {
 		if m.Primary == l.cfg.Primary() {
 			// Both sides claim the same role: a misconfigured pair, or
 			// one of this agent's own datagrams sent back to it.
-			l.refused("role", from, errors.New("from a sender of this agent's own role (both dhcpd primary, or both secondary?)"))
+			l.refused("role", from, errors.New("from a sender of this agent's own role (both dhcpd primary, or both secondary? With several partner racks, each channel's role is this side's on the failover peer, of those the channel orders, whose name sorts first: do pair.partners on both racks name the same peers for this channel?)"))
 			continue
 		}
 		l.heard.Store(l.now().UnixNano())
@@ -769,6 +770,24 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 				l.log.Warn().Str("peer", l.cfg.Peer).Dur("silent", s).
 					Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
 				return batch
+			}
+			if l.cfg.Covers != nil {
+				// Another partner's events (not MAC-linked to this
+				// one's) need not wait for this one while it is silent:
+				// else each silent partner in turn would hold them up
+				// to its hold_max.
+				all := make([]int64, len(items))
+				for i := range all {
+					all[i] = 1 // older than any event: every covered one waits
+				}
+				v := clearBatch(batch, items, all, nil, true, math.MaxInt64, nil, outside)
+				out := v.Subset(batch)
+				if whole {
+					out = v.Pieces(batch, piece)
+				}
+				if len(out) > 0 {
+					return out
+				}
 			}
 			continue // asked again at once: the timeout was the wait
 		}
