@@ -164,7 +164,14 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		build := func(pc pairConf) (*pair.Link, error) {
 			return newPairLink(cfg, pc, store, rec, hs, d, a.Ready(), plog, reg, now)
 		}
-		links, err = newPairLinks(cfg, build, rec.PeerOf, rec.PrimaryAmong, rec.Primary)
+		inConf := func() []string {
+			var names []string
+			for _, p := range rec.PairStates() {
+				names = append(names, p.Peer)
+			}
+			return names
+		}
+		links, err = newPairLinks(cfg, build, rec.PeerOf, rec.PrimaryAmong, rec.Primary, inConf, plog)
 		if err != nil {
 			closeRec()
 			orph.Close()

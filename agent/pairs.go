@@ -41,16 +41,21 @@ type pairLinks struct {
 	peers [][]string
 	// peerOf names the failover peer an address follows.
 	peerOf func(netip.Addr) string
+	// inConf names the failover peers dhcpd.conf's pools use now (nil:
+	// not checked).
+	inConf func() []string
+	log    zerolog.Logger
 }
 
 // newPairLinks builds the channel to pair.peer's agent and to each of
 // pair.partners' (newPairLink builds each).
-func newPairLinks(cfg *config.Config, build func(pc pairConf) (*pair.Link, error), peerOf func(netip.Addr) string, primaryAmong func(func(string) bool) bool, primary func() bool) (*pairLinks, error) {
+func newPairLinks(cfg *config.Config, build func(pc pairConf) (*pair.Link, error), peerOf func(netip.Addr) string, primaryAmong func(func(string) bool) bool, primary func() bool,
+	inConf func() []string, log zerolog.Logger) (*pairLinks, error) {
 	partners, err := cfg.Pair.PartnerList()
 	if err != nil {
 		return nil, fmt.Errorf("pair.partners: %w", err)
 	}
-	g := &pairLinks{peerOf: peerOf, peers: [][]string{nil}}
+	g := &pairLinks{peerOf: peerOf, peers: [][]string{nil}, inConf: inConf, log: log}
 	for _, p := range partners {
 		g.peers = append(g.peers, p.FailoverPeers)
 	}
@@ -199,13 +204,18 @@ func (g *pairLinks) PeerDelivered(e event.Event) (int64, bool) { return g.link(e
 // Copy is the judgment of the link that orders e's news.
 func (g *pairLinks) Copy(e event.Event) bool { return g.link(e).Copy(e) }
 
-// Run runs every link until ctx ends.
+// Run runs every link until ctx ends, and says in the log when
+// pair.partners names a failover peer dhcpd.conf's pools do not use
+// (checkEvery).
 func (g *pairLinks) Run(ctx context.Context, ready func()) error {
 	errs := make(chan error, len(g.links))
 	for _, l := range g.links {
 		go func() { errs <- l.Run(ctx, func() {}) }()
 	}
 	ready()
+	if g.inConf != nil && len(g.peers) > 1 {
+		go g.watchPeers(ctx)
+	}
 	var first error
 	for range g.links {
 		if err := <-errs; err != nil && first == nil {
@@ -213,6 +223,52 @@ func (g *pairLinks) Run(ctx context.Context, ready func()) error {
 		}
 	}
 	return first
+}
+
+// checkEvery is how often Run compares pair.partners with dhcpd.conf
+// (which MAAS rewrites as it turns HA on and off for a VLAN).
+const checkEvery = 30 * time.Second
+
+// watchPeers logs, at each change, the failover peers pair.partners
+// names that dhcpd.conf's pools do not use: that partner's channel
+// orders nothing of them, and its role is this side's on the others it
+// names (none: secondary, which may clash with the partner's).
+func (g *pairLinks) watchPeers(ctx context.Context) {
+	t := time.NewTicker(checkEvery)
+	defer t.Stop()
+	var last []string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		missing := g.unknownPeers(g.inConf())
+		if slices.Equal(missing, last) {
+			continue
+		}
+		if len(missing) > 0 {
+			g.log.Warn().Strs("failover_peers", missing).
+				Msg("pair.partners names failover peers dhcpd.conf's pools do not use (a VLAN whose DHCP HA is off, or a misspelt name): their channel orders nothing of them; leasekeeper check-maas lists which agent orders which peers")
+		} else {
+			g.log.Info().Msg("every failover peer pair.partners names is in dhcpd.conf again")
+		}
+		last = missing
+	}
+}
+
+// unknownPeers is the failover peers pair.partners names that are not
+// in present, in the order named.
+func (g *pairLinks) unknownPeers(present []string) []string {
+	var out []string
+	for _, ps := range g.peers[1:] {
+		for _, p := range ps {
+			if !slices.Contains(present, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // Close closes every link.

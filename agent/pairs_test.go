@@ -45,6 +45,23 @@ func TestPairLinksRoute(t *testing.T) {
 	}
 }
 
+// TestUnknownPeers: the failover peers pair.partners names that
+// dhcpd.conf's pools do not use, which Run logs.
+func TestUnknownPeers(t *testing.T) {
+	g := &pairLinks{peers: [][]string{nil, {"failover-vlan-5002", "failover-vlan-5003"}, {"failover-vlan-5004"}}}
+	for _, tc := range []struct {
+		present, want []string
+	}{
+		{[]string{"failover-vlan-5001", "failover-vlan-5002", "failover-vlan-5003", "failover-vlan-5004"}, nil},
+		{[]string{"failover-vlan-5001", "failover-vlan-5003"}, []string{"failover-vlan-5002", "failover-vlan-5004"}},
+		{nil, []string{"failover-vlan-5002", "failover-vlan-5003", "failover-vlan-5004"}},
+	} {
+		if got := g.unknownPeers(tc.present); !slices.Equal(got, tc.want) {
+			t.Errorf("unknownPeers(%v) = %v, want %v", tc.present, got, tc.want)
+		}
+	}
+}
+
 // TestLabelsOf: a link's output keeps the piece labels its input had,
 // for the next link's ClearPieces.
 func TestLabelsOf(t *testing.T) {
