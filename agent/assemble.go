@@ -305,7 +305,7 @@ func newPairLink(cfg *config.Config, pc pairConf, store *outbox.Store, rec *reco
 	}
 	l, err := pair.New(pair.Config{
 		Listen: pc.listen, Peer: pc.peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: pc.primary, Ready: isReady,
-		Covers: pc.covers, Memory: pairMemory{store, pc.memory},
+		Memory: pairMemory{store, pc.memory},
 	}, held, pairLogger(log, pc), pairRegisterer(reg, pc.peer), now)
 	if err != nil && pc.memory != "" {
 		return nil, fmt.Errorf("pair.partners (%s): %w", pc.peer, err)

@@ -27,12 +27,12 @@ import (
 // partner's agent reads the same peers from its own dhcpd.conf, which
 // names no other.
 //
-// It is the deliverer's gate: a batch goes through each link in turn,
-// each asking its partner's agent about its own addresses only and
-// letting the others go (pair.Config.Covers), so what leaves is what
-// every partner lets go. An event one link holds back holds back its
-// MAC's later events in the batch whatever their link, as within one
-// link: MAAS applies an event against the MAC's other addresses
+// It is the deliverer's gate (clear): every link judges each batch,
+// asking its partner's agent about its own addresses only and letting
+// the others go, and what leaves is what every partner lets go. An
+// event one link holds back holds back its MAC's later events in the
+// batch whatever their link, as within one link: MAAS applies an event
+// against the MAC's other addresses
 // (src/maasservicelayer/services/leases.py, store_lease_info).
 type pairLinks struct {
 	links []*pair.Link
@@ -62,14 +62,12 @@ func newPairLinks(cfg *config.Config, build func(pc pairConf) (*pair.Link, error
 	main := pairConf{listen: cfg.Pair.Listen, peer: cfg.Pair.Peer, primary: primary}
 	if len(partners) > 0 {
 		main.several = true
-		main.covers = func(ip netip.Addr) bool { return g.of(ip) == 0 }
 		main.primary = func() bool { return primaryAmong(func(p string) bool { return g.named(p) == 0 }) }
 	}
 	confs := []pairConf{main}
 	for i, p := range partners {
 		confs = append(confs, pairConf{
 			listen: p.Listen, peer: p.Peer, memory: "@" + p.Peer, several: true,
-			covers:  func(ip netip.Addr) bool { return g.of(ip) == i+1 },
 			primary: func() bool { return primaryAmong(func(n string) bool { return g.named(n) == i+1 }) },
 		})
 	}
@@ -87,7 +85,6 @@ func newPairLinks(cfg *config.Config, build func(pc pairConf) (*pair.Link, error
 // pairConf is what differs between the links of pairLinks.
 type pairConf struct {
 	listen, peer string
-	covers       func(netip.Addr) bool // nil: every address
 	primary      func() bool
 	memory       string // pairMemory's suffix: "" for pair.peer's link
 	several      bool   // one of several links: its log names its peer agent
@@ -117,67 +114,127 @@ func (g *pairLinks) link(e event.Event) *pair.Link { return g.links[g.of(e.IP)] 
 
 // Clear is deliver.Gate's: what every link lets go.
 func (g *pairLinks) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
-	return g.chain(batch, nil, func(l *pair.Link, b []event.Queued, piece []int) []event.Queued { return l.Clear(ctx, b) })
-}
-
-// ClearPieces is deliver.Gate's: what every link lets go, each keeping
-// pieces whole (piece labels each event of batch; a link's output is
-// labelled as its input was).
-func (g *pairLinks) ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
-	return g.chain(batch, piece, func(l *pair.Link, b []event.Queued, piece []int) []event.Queued { return l.ClearPieces(ctx, b, piece) })
-}
-
-// chainFresh: a pass through the links that took longer than this is
-// run again on what it let go. A link's answers are as old as the links
-// after it took (one may wait up to hold_max for its partner), and its
-// partner may have delivered newer news of an address meanwhile, which
-// the deliverer's StaleFunc must see (judgePair): one link asks again
-// every 100 ms while it waits (agent/pair, recheck).
-const chainFresh = 100 * time.Millisecond
-
-// maxPasses bounds the passes of one call: links whose partners keep
-// holding the batch back in turn.
-const maxPasses = 10
-
-// chain passes batch through every link (clear: one link's Clear or
-// ClearPieces; piece, if set, labels batch's pieces), until a pass is
-// quick (chainFresh). nil when a link returns nothing (ctx ended).
-func (g *pairLinks) chain(batch []event.Queued, piece []int, clear func(l *pair.Link, b []event.Queued, piece []int) []event.Queued) []event.Queued {
 	if len(g.links) == 1 {
-		return clear(g.links[0], batch, piece)
+		return g.links[0].Clear(ctx, batch)
 	}
-	for pass := 1; ; pass++ {
-		start := time.Now()
+	return g.clear(ctx, batch, nil)
+}
+
+// ClearPieces is deliver.Gate's: of the pieces (piece labels each event
+// of batch), those every link lets go in full, and the copies.
+func (g *pairLinks) ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
+	if len(g.links) == 1 {
+		return g.links[0].ClearPieces(ctx, batch, piece)
+	}
+	return g.clear(ctx, batch, piece)
+}
+
+// clear is Clear and ClearPieces (piece set) over several links: in
+// each round every link judges the whole batch (pair.Link.Judge: its
+// own partner's addresses asked about, the others let go unless a held
+// event of their MAC holds them), an event goes if every link lets it
+// go or one let it go as a copy of its partner's news, and the round is
+// repeated, after the longest wait a link asks for, until something
+// goes. Each link's answers are thus as fresh as the round that lets
+// the batch go, which the deliverer's stale check reads (judgePair); a
+// copy goes alone whatever its piece, as with one link; and a silent
+// partner's link holds back its own addresses' news, not the others'.
+func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
+	if len(batch) == 0 {
+		return nil
+	}
+	linkOf := make(map[netip.Addr]int, len(batch)) // of() takes the reconciler's lock: once an address a call
+	outside := make([]func(netip.Addr) bool, len(g.links))
+	for i := range g.links {
+		outside[i] = func(ip netip.Addr) bool {
+			j, ok := linkOf[ip]
+			if !ok {
+				j = g.of(ip)
+				linkOf[ip] = j
+			}
+			return j != i
+		}
+	}
+	var blockedSince time.Time
+	defer func() {
 		for _, l := range g.links {
-			out := clear(l, batch, piece)
-			if len(out) == 0 {
+			l.SetWaiting(time.Time{})
+		}
+	}()
+	for ctx.Err() == nil {
+		now := time.Now()
+		goes := make([]bool, len(batch))
+		for i := range goes {
+			goes[i] = true
+		}
+		var copies []bool
+		var wait time.Duration
+		holding := make([]bool, len(g.links))
+		for i, l := range g.links {
+			r, ok := l.Judge(ctx, batch, outside[i])
+			if !ok {
 				return nil
 			}
-			if piece != nil {
-				piece = labelsOf(out, batch, piece)
+			if r.All {
+				continue
 			}
-			batch = out
+			holding[i] = r.V.N < len(batch)
+			for j, gj := range r.V.Go {
+				goes[j] = goes[j] && gj
+			}
+			for j, c := range r.V.Copy {
+				if c {
+					if copies == nil {
+						copies = make([]bool, len(batch))
+					}
+					copies[j] = true
+				}
+			}
+			wait = max(wait, r.Wait)
 		}
-		if time.Since(start) < chainFresh || pass == maxPasses {
-			return batch
+		for j, c := range copies {
+			goes[j] = goes[j] || c
+		}
+		var out []event.Queued
+		if piece != nil {
+			out = pair.WholePiecesAlone(batch, piece, goes, copies)
+		} else {
+			for j, q := range batch {
+				if goes[j] {
+					out = append(out, q)
+				}
+			}
+		}
+		if len(out) > 0 {
+			if !blockedSince.IsZero() {
+				for i, l := range g.links {
+					if holding[i] {
+						l.AddHeld(time.Since(blockedSince))
+					}
+				}
+			}
+			return out
+		}
+		if wait == 0 {
+			continue // a silent partner: its query's timeout was the wait
+		}
+		if blockedSince.IsZero() {
+			blockedSince = now
+			for i, l := range g.links {
+				if holding[i] {
+					l.SetWaiting(now)
+				}
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
 		}
 	}
-}
-
-// labelsOf is the piece labels of out, a subset of batch in batch order.
-func labelsOf(out, batch []event.Queued, piece []int) []int {
-	labels := make([]int, 0, len(out))
-	j := 0
-	for _, q := range out {
-		for j < len(batch) && batch[j].Seq != q.Seq {
-			j++
-		}
-		if j == len(batch) {
-			break
-		}
-		labels = append(labels, piece[j])
-	}
-	return labels
+	return nil
 }
 
 // Delivered is deliver.Gate's: each link is told of the events it

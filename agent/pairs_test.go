@@ -62,23 +62,6 @@ func TestUnknownPeers(t *testing.T) {
 	}
 }
 
-// TestLabelsOf: a link's output keeps the piece labels its input had,
-// for the next link's ClearPieces.
-func TestLabelsOf(t *testing.T) {
-	var batch []event.Queued
-	for s := range uint64(5) {
-		batch = append(batch, event.Queued{Seq: s + 1})
-	}
-	piece := []int{0, 0, 1, 2, 2}
-	out := []event.Queued{batch[0], batch[1], batch[3], batch[4]}
-	if got, want := labelsOf(out, batch, piece), []int{0, 0, 2, 2}; !slices.Equal(got, want) {
-		t.Errorf("labelsOf = %v, want %v", got, want)
-	}
-	if got := labelsOf(batch, batch, piece); !slices.Equal(got, piece) {
-		t.Errorf("labelsOf the whole batch = %v, want %v", got, piece)
-	}
-}
-
 // heldBy is a partner agent's answers (pair.HeldFunc) that the test
 // changes: the oldest news it holds and the newest it delivered, per
 // address.
@@ -109,8 +92,9 @@ func (h *heldBy) set(m map[netip.Addr]int64, ip netip.Addr, k int64) {
 
 // partnerLinks makes this agent's pairLinks to two partner agents on
 // loopback, b's link ordering the addresses for which coversB reports
-// true, c's the others; the partners answer from their heldBy.
-func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b, c *heldBy) {
+// true, c's the others; the partners answer from their heldBy, through
+// their own links (theirs: b's, c's).
+func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b, c *heldBy, theirs []*pair.Link) {
 	t.Helper()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	port := func() string {
@@ -121,9 +105,9 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 		defer conn.Close()
 		return conn.LocalAddr().String()
 	}
-	mk := func(listen, peer string, primary bool, covers func(netip.Addr) bool, held pair.HeldFunc) *pair.Link {
+	mk := func(listen, peer string, primary bool, held pair.HeldFunc) *pair.Link {
 		l, err := pair.New(pair.Config{Listen: listen, Peer: peer, Key: key, HoldMax: time.Minute,
-			Primary: func() bool { return primary }, Covers: covers}, held, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
+			Primary: func() bool { return primary }}, held, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,15 +123,12 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 		}
 		return "failover-c"
 	}}
-	for _, p := range []struct {
-		covers func(netip.Addr) bool
-		h      *heldBy
-	}{{coversB, b}, {func(ip netip.Addr) bool { return !coversB(ip) }, c}} {
-		mine, theirs := port(), port()
-		g.links = append(g.links, mk(mine, theirs, true, p.covers, none))
-		mk(theirs, mine, false, nil, p.h.held)
+	for _, h := range []*heldBy{b, c} {
+		mine, their := port(), port()
+		g.links = append(g.links, mk(mine, their, true, none))
+		theirs = append(theirs, mk(their, mine, false, h.held))
 	}
-	return g, b, c
+	return g, b, c, theirs
 }
 
 // TestPairLinksFreshAnswers: while one partner's older news holds the
@@ -159,7 +140,7 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 // news of y holds both back.
 func TestPairLinksFreshAnswers(t *testing.T) {
 	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, b, c := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, b, c, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
 	at := time.Now().Add(-time.Minute).Unix()
 	batch := []event.Queued{
 		{Seq: 1, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:01", Timestamp: at}},
@@ -186,10 +167,10 @@ func TestPairLinksFreshAnswers(t *testing.T) {
 // hold_max).
 func TestPairLinksSilentPartner(t *testing.T) {
 	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, _, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
 	// b's agent gone: its link's partner socket closed.
 	silent, err := pair.New(pair.Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: []byte("0123456789abcdef0123456789abcdef"), HoldMax: time.Minute,
-		Primary: func() bool { return true }, Covers: func(ip netip.Addr) bool { return ip == x }}, nil, zerolog.Nop(), nil, nil)
+		Primary: func() bool { return true }}, nil, zerolog.Nop(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +190,36 @@ func TestPairLinksSilentPartner(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("c's address waited for b's silent agent (hold_max is a minute)")
+	}
+}
+
+// TestPairLinksCopyInPiece: of a batch the region may have applied
+// (only whole pieces go), this agent's copy of news c's agent delivered
+// (both servers' hooks of one ack: pair.CopyOf) goes alone, whatever its
+// piece, as with one link (pair.Verdict.Pieces), though b holds older
+// news of another address of its MAC, which holds the rest of the piece.
+// Judged link by link, the first link, not knowing it for a copy, held
+// it with its piece until hold_max.
+func TestPairLinksCopyInPiece(t *testing.T) {
+	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
+	g, b, _, theirs := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	const mac = "00:16:3e:00:00:01"
+	ns := time.Now().Add(-time.Minute).UnixNano()
+	ack := event.Event{Action: event.Commit, IP: y, MAC: mac, Timestamp: ns / 1e9, TimestampNS: ns}
+	theirs[1].Delivered([]event.Queued{{Seq: 99, Event: ack}}) // c's agent delivered its hook's news
+	mine := ack
+	mine.TimestampNS += int64(time.Millisecond) // this server's hook of the same ack
+	mine.Timestamp = mine.TimestampNS / 1e9
+	later := event.Event{Action: event.Commit, IP: x, MAC: mac, Timestamp: ns/1e9 + 1, TimestampNS: ns + 1e9}
+	b.set(b.oldest, x, ns) // b holds older news of x
+	batch := []event.Queued{{Seq: 1, Event: mine}, {Seq: 2, Event: later}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := g.ClearPieces(ctx, batch, []int{0, 0})
+	if len(out) != 1 || out[0].Seq != 1 {
+		t.Fatalf("ClearPieces let go %v, want the copy alone", out)
+	}
+	if !g.Copy(mine) {
+		t.Error("the copy is not marked as one: the deliverer would send it")
 	}
 }

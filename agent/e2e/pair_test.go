@@ -238,38 +238,8 @@ type vlan struct {
 // VLAN 1, primary, for its role towards c, which is primary there too:
 // c refused its answers.)
 func TestPairPartners(t *testing.T) {
-	a, b, c := newEnv(t), newEnv(t), newEnv(t)
-	b.region, c.region = a.region, a.region
-	b.region.tb = t
-	ab, err := lab.NewPairChannel(a.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := lab.NewPairChannel(c.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := ab.KeyFile // one key for every channel
-	v1 := vlan{peer: "failover-vlan-5001", subnet: "203.0.113.0", first: "203.0.113.100", last: "203.0.113.199"}
-	v2 := vlan{peer: "failover-vlan-5002", subnet: "198.51.100.0", first: "198.51.100.100", last: "198.51.100.199"}
-	side := func(v vlan, role, addr, peerAddr string) vlan {
-		v.role, v.addr, v.peerAddr = role, addr, peerAddr
-		return v
-	}
-	start := func(e *env, conf, pairTOML string) *agentProc {
-		path := filepath.Join(e.dir, "dhcpd.conf")
-		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return e.startAgent(agentOptions{dhcpdConf: path, extra: "\n[reconcile]\nmode = \"replacement\"\n\n[pair]\n" + pairTOML + fmt.Sprintf("key_file = %q\nhold_max = \"60s\"\n", key)})
-	}
-	pa := start(a, vlanConf(side(v1, "primary", "203.0.113.1", "203.0.113.2"), side(v2, "secondary", "198.51.100.1", "198.51.100.3")),
-		fmt.Sprintf("listen = %q\npeer = %q\npartners = [\"%s %s %s\"]\n", ab.Listen[0], ab.Listen[1], v2.peer, ac.Listen[0], ac.Listen[1]))
-	pb := start(b, vlanConf(side(v1, "secondary", "203.0.113.2", "203.0.113.1")),
-		fmt.Sprintf("listen = %q\npeer = %q\n", ab.Listen[1], ab.Listen[0]))
-	pc := start(c, vlanConf(side(v2, "primary", "198.51.100.3", "198.51.100.1")),
-		fmt.Sprintf("listen = %q\npeer = %q\n", ac.Listen[1], ac.Listen[0]))
-
+	r := startPartners(t)
+	a, b, c, pa, pb, pc := r.a, r.b, r.c, r.pa, r.pb, r.pc
 	a.region.stop()
 	type step struct {
 		e *env
@@ -357,9 +327,99 @@ func TestPairPartners(t *testing.T) {
 	for _, s := range []struct {
 		r          statusPair
 		role, peer string
-	}{{*p, "primary", ab.Listen[1]}, {p.Others[0], "secondary", ac.Listen[1]}} {
+	}{{*p, "primary", r.ab.Listen[1]}, {p.Others[0], "secondary", r.ac.Listen[1]}} {
 		if ch := s.r.Channel; s.r.Role != s.role || ch == nil || ch.Peer != s.peer || ch.Heard == nil || ch.Alone {
 			t.Errorf("a's status for %s: role %s, channel %+v; want %s, the channel to %s heard, not alone", s.r.Peer, s.r.Role, ch, s.role, s.peer)
 		}
+	}
+}
+
+// partners is TestPairPartners's three racks: a, the primary of VLAN
+// 5001 with b and the secondary of VLAN 5002 with c, each with its
+// agent, one region stub for all.
+type partners struct {
+	a, b, c    *env
+	pa, pb, pc *agentProc
+	ab, ac     lab.PairChannel // the ports of a's channels to b and to c
+	opts       [3]agentOptions // each agent's, to start it again
+}
+
+// startPartners starts the three racks' agents (hold_max 60 s).
+func startPartners(t *testing.T) *partners {
+	t.Helper()
+	r := &partners{a: newEnv(t), b: newEnv(t), c: newEnv(t)}
+	r.b.region, r.c.region = r.a.region, r.a.region
+	r.b.region.tb = t
+	var err error
+	if r.ab, err = lab.NewPairChannel(r.a.dir); err != nil {
+		t.Fatal(err)
+	}
+	if r.ac, err = lab.NewPairChannel(r.c.dir); err != nil {
+		t.Fatal(err)
+	}
+	key := r.ab.KeyFile // one key for every channel
+	v1 := vlan{peer: "failover-vlan-5001", subnet: "203.0.113.0", first: "203.0.113.100", last: "203.0.113.199"}
+	v2 := vlan{peer: "failover-vlan-5002", subnet: "198.51.100.0", first: "198.51.100.100", last: "198.51.100.199"}
+	side := func(v vlan, role, addr, peerAddr string) vlan {
+		v.role, v.addr, v.peerAddr = role, addr, peerAddr
+		return v
+	}
+	start := func(i int, e *env, conf, pairTOML string) *agentProc {
+		path := filepath.Join(e.dir, "dhcpd.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r.opts[i] = agentOptions{dhcpdConf: path, extra: "\n[reconcile]\nmode = \"replacement\"\n\n[pair]\n" + pairTOML + fmt.Sprintf("key_file = %q\nhold_max = \"60s\"\n", key)}
+		return e.startAgent(r.opts[i])
+	}
+	r.pa = start(0, r.a, vlanConf(side(v1, "primary", "203.0.113.1", "203.0.113.2"), side(v2, "secondary", "198.51.100.1", "198.51.100.3")),
+		fmt.Sprintf("listen = %q\npeer = %q\npartners = [\"%s %s %s\"]\n", r.ab.Listen[0], r.ab.Listen[1], v2.peer, r.ac.Listen[0], r.ac.Listen[1]))
+	r.pb = start(1, r.b, vlanConf(side(v1, "secondary", "203.0.113.2", "203.0.113.1")),
+		fmt.Sprintf("listen = %q\npeer = %q\n", r.ab.Listen[1], r.ab.Listen[0]))
+	r.pc = start(2, r.c, vlanConf(side(v2, "primary", "198.51.100.3", "198.51.100.1")),
+		fmt.Sprintf("listen = %q\npeer = %q\n", r.ac.Listen[1], r.ac.Listen[0]))
+	return r
+}
+
+// TestPairPartnerSilent: rack c's agent is down, so a's channel to c
+// is silent while b's answers. a's news of VLAN 5001 reaches the region;
+// its news of VLAN 5002 waits for c's agent (up to hold_max, 60 s here)
+// and goes once c's agent is back and answers. (The gate's handling of
+// a batch with both, a silent partner holding back its own addresses'
+// news alone: TestPairLinksSilentPartner.)
+func TestPairPartnerSilent(t *testing.T) {
+	r := startPartners(t)
+	r.pc.stop()
+	x := hookEvent{action: event.Commit, ip: "203.0.113.110", client: 1, host: "x"}
+	y := hookEvent{action: event.Commit, ip: "198.51.100.110", client: 2, host: "y"}
+	for _, h := range []hookEvent{x, y} {
+		if err := r.a.hook(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := func(ip string) bool {
+		for _, it := range r.a.region.items() {
+			if it.IP == ip {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor(20*time.Second, func() bool { return delivered(x.ip) }) {
+		t.Fatalf("VLAN 5001's commit not delivered while c's agent is down\na: %s", r.pa.logTail(15))
+	}
+	if delivered(y.ip) {
+		t.Fatalf("VLAN 5002's commit delivered without c's agent's answer, before hold_max\na: %s", r.pa.logTail(15))
+	}
+	rep, err := r.pa.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := rep.Pair; p == nil || len(p.Others) != 1 || p.Others[0].Channel == nil || p.Others[0].Channel.Heard != nil || p.Channel == nil || p.Channel.Heard == nil {
+		t.Errorf("a's status pair %+v: want b's agent heard, c's not", p)
+	}
+	r.pc = r.c.startAgent(r.opts[2])
+	if !waitFor(30*time.Second, func() bool { return delivered(y.ip) && r.pa.depth() == 0 }) {
+		t.Fatalf("VLAN 5002's commit not delivered once c's agent is back\na: %s\nc: %s", r.pa.logTail(15), r.pc.logTail(10))
 	}
 }

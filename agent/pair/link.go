@@ -49,13 +49,6 @@ type Config struct {
 	// while this agent delivers alone, deliveries or not (Clear asks too
 	// as it delivers); 0 = DefaultIdleProbe.
 	IdleProbe time.Duration
-	// Covers, if set, reports whether an address's news is this
-	// channel's to order: where a rack has several partner racks (one
-	// per HA VLAN), the addresses of the failover peers it shares with
-	// this partner. The others go as they come, as a DHCPv6 address's
-	// do (outsidePair), held back only behind a held event of their MAC.
-	// nil: every DHCPv4 address.
-	Covers func(netip.Addr) bool
 	// Memory, if set, keeps this agent's newest delivered news of each
 	// address across its restarts: the answers name it by its tag, so
 	// that the peer takes its copy of that news for one (CopyOf) after
@@ -711,131 +704,19 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 		return nil
 	}
 	defer l.waiting.Store(0)
-	whole := piece != nil
-	outside := outsidePair
-	if l.cfg.Covers != nil {
-		// Asked once an address a call: it takes the reconciler's lock.
-		mine := map[netip.Addr]bool{}
-		outside = func(ip netip.Addr) bool {
-			if outsidePair(ip) {
-				return true
-			}
-			c, ok := mine[ip]
-			if !ok {
-				c = l.cfg.Covers(ip)
-				mine[ip] = c
-			}
-			return !c
-		}
-	}
 	var blockedSince time.Time
 	for ctx.Err() == nil {
-		items := queryOf(batch, outside)
-		if len(items) == 0 {
-			return batch
-		}
 		now := l.now()
-		if l.alone.Load() {
-			if now.Sub(l.lastProbe) >= probeEvery {
-				l.lastProbe = now
-				l.probe()
-			}
+		r, ok := l.round(ctx, batch, outsidePair, false)
+		if !ok {
+			return nil
+		}
+		if r.All {
 			return batch
 		}
-		l.dmu.Lock()
-		for i := range items {
-			items[i].Delivered = l.delivered[items[i].IP].Key
-		}
-		l.dmu.Unlock()
-		a, err := l.ask(ctx, items)
-		if err != nil {
-			l.log.Warn().Err(err).Msg("pair channel: answer refused")
-		}
-		if a == nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if l.silentSince.IsZero() {
-				l.silentSince = now
-				l.met.answering.Set(0)
-			}
-			if s := l.now().Sub(l.silentSince); s >= l.cfg.HoldMax {
-				l.mu.Lock()
-				l.probeNonce = [nonceLen]byte{} // no answer from before this silence ends it
-				l.mu.Unlock()
-				l.alone.Store(true)
-				l.silentSince = time.Time{}
-				l.lastProbe = l.now()
-				l.met.gaveUp.WithLabelValues("silent").Inc()
-				l.log.Warn().Str("peer", l.cfg.Peer).Dur("silent", s).
-					Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
-				return batch
-			}
-			if l.cfg.Covers != nil {
-				// Another partner's events (not MAC-linked to this
-				// one's) need not wait for this one while it is silent:
-				// else each silent partner in turn would hold them up
-				// to its hold_max.
-				all := make([]int64, len(items))
-				for i := range all {
-					all[i] = 1 // older than any event: every covered one waits
-				}
-				v := clearBatch(batch, items, all, nil, true, math.MaxInt64, nil, outside)
-				out := v.Subset(batch)
-				if whole {
-					out = v.Pieces(batch, piece)
-				}
-				if len(out) > 0 {
-					return out
-				}
-			}
-			continue // asked again at once: the timeout was the wait
-		}
-		if !l.silentSince.IsZero() {
-			l.silentSince = time.Time{}
-			l.met.answering.Set(1)
-		}
-		horizon := now.Add(-l.cfg.Margin).UnixNano()
-		l.dmu.Lock()
-		if l.peerDelivered == nil {
-			l.peerDelivered = make(map[netip.Addr]int64, len(a.Items))
-		}
-		delivered := make([]News, len(a.Items))
-		for i, it := range a.Items {
-			delivered[i] = News{Key: it.Delivered, Tag: it.DeliveredTag}
-			l.peerDelivered[items[i].IP] = it.Delivered
-		}
-		l.dmu.Unlock()
-		held := make([]int64, len(a.Items))
-		for i, it := range a.Items {
-			held[i] = it.Key
-			if it.Key != 0 && l.overdue(items[i].IP, it.Key, now) {
-				held[i] = 0 // waited for long enough
-			}
-		}
-		v := clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced, outside)
-		if v.Why == "" || v.Why == WhyPeerOlder {
-			l.stuckSince, l.stuckGone = time.Time{}, false // a wait of its own starts again
-		} else if l.stuckFor(batch[v.First], v.Why, now) {
-			v = clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced, outside)
-		}
-		if v.Copy != nil {
-			l.dmu.Lock()
-			if l.copies == nil {
-				l.copies = map[copyID]bool{}
-			}
-			for i, c := range v.Copy {
-				if c {
-					l.copies[idOf(batch[i].Event)] = true
-				}
-			}
-			l.dmu.Unlock()
-		}
-		var out []event.Queued
-		if whole {
-			out = v.Pieces(batch, piece)
-		} else {
-			out = v.Subset(batch)
+		out := r.V.Subset(batch)
+		if piece != nil {
+			out = r.V.Pieces(batch, piece)
 		}
 		if len(out) > 0 {
 			if !blockedSince.IsZero() {
@@ -844,19 +725,167 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 			}
 			return out
 		}
+		if r.Wait == 0 {
+			continue // asked again at once: the answer timeout was the wait
+		}
 		if blockedSince.IsZero() {
 			blockedSince = now
 			l.waiting.Store(now.UnixNano())
 		}
-		wait := recheck
-		if v.Why == WhyRecent {
-			wait = l.cfg.Margin
-		}
-		if !sleep(ctx, wait) {
+		if !sleep(ctx, r.Wait) {
 			return nil
 		}
 	}
 	return nil
+}
+
+// Round is one judgment of a batch by a link (Judge).
+type Round struct {
+	// All: every event of the batch may go as far as this link is
+	// concerned (none of the batch's addresses is its to ask about, or
+	// the agent delivers alone).
+	All bool
+	// V is the verdict, unless All. With no answer from the peer, every
+	// event of the link's addresses is held back (and, as always, the
+	// later events of their MACs).
+	V Verdict
+	// Wait is how long to wait before judging again if nothing goes:
+	// 0 after a query left unanswered (its timeout was the wait).
+	Wait time.Duration
+}
+
+// Judge is one round of Clear's judgment for a gate over several links
+// (agent: pairLinks, one link a partner rack), which combines the links'
+// verdicts, cuts the pieces and waits itself: each link judges the whole
+// batch, so that a copy (Verdict.Copy) one link lets go alone is not held
+// with its piece by another, and every link's answers are as fresh as
+// the round. It asks the peer about the addresses of batch outside
+// reports false for (outside must report true for DHCPv6 addresses and
+// invalid ones too: outsidePair); the others go as they come, held back
+// only behind a held event of their MAC. ok is false when ctx ended.
+// Called by one gate at a time; SetWaiting and AddHeld keep the link's
+// status and metrics.
+func (l *Link) Judge(ctx context.Context, batch []event.Queued, outside func(netip.Addr) bool) (r Round, ok bool) {
+	return l.round(ctx, batch, func(ip netip.Addr) bool { return outsidePair(ip) || outside(ip) }, true)
+}
+
+// SetWaiting records since when every event due has been held back
+// (status's "waiting"); zero: none is.
+func (l *Link) SetWaiting(since time.Time) {
+	if since.IsZero() {
+		l.waiting.Store(0)
+		return
+	}
+	l.waiting.Store(since.UnixNano())
+}
+
+// AddHeld counts a wait of the deliveries for the peer's news
+// (leasekeeper_pair_held_seconds_total).
+func (l *Link) AddHeld(d time.Duration) { l.met.held.Add(d.Seconds()) }
+
+// round asks the peer once about batch's addresses that are not outside
+// and judges the batch; shared: for Judge (other links ask about the
+// addresses outside).
+func (l *Link) round(ctx context.Context, batch []event.Queued, outside func(netip.Addr) bool, shared bool) (Round, bool) {
+	items := queryOf(batch, outside)
+	if len(items) == 0 {
+		return Round{All: true}, true
+	}
+	now := l.now()
+	if l.alone.Load() {
+		if now.Sub(l.lastProbe) >= probeEvery {
+			l.lastProbe = now
+			l.probe()
+		}
+		return Round{All: true}, true
+	}
+	l.dmu.Lock()
+	for i := range items {
+		items[i].Delivered = l.delivered[items[i].IP].Key
+	}
+	l.dmu.Unlock()
+	a, err := l.ask(ctx, items)
+	if err != nil {
+		l.log.Warn().Err(err).Msg("pair channel: answer refused")
+	}
+	if a == nil {
+		if ctx.Err() != nil {
+			return Round{}, false
+		}
+		if l.silentSince.IsZero() {
+			l.silentSince = now
+			l.met.answering.Set(0)
+		}
+		if s := l.now().Sub(l.silentSince); s >= l.cfg.HoldMax {
+			l.mu.Lock()
+			l.probeNonce = [nonceLen]byte{} // no answer from before this silence ends it
+			l.mu.Unlock()
+			l.alone.Store(true)
+			l.silentSince = time.Time{}
+			l.lastProbe = l.now()
+			l.met.gaveUp.WithLabelValues("silent").Inc()
+			l.log.Warn().Str("peer", l.cfg.Peer).Dur("silent", s).
+				Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
+			return Round{All: true}, true
+		}
+		// Every asked address's news waits; what is not the peer's to
+		// order (another partner's: Judge) need not, unless it shares
+		// a MAC with one that does. (Clear's own batches hold it all.)
+		all := make([]int64, len(items))
+		for i := range all {
+			all[i] = 1 // older than any event
+		}
+		v := clearBatch(batch, items, all, nil, true, math.MaxInt64, nil, outside)
+		if shared {
+			return Round{V: v}, true
+		}
+		return Round{V: Verdict{Go: make([]bool, len(batch)), First: v.First, Why: v.Why}}, true
+	}
+	if !l.silentSince.IsZero() {
+		l.silentSince = time.Time{}
+		l.met.answering.Set(1)
+	}
+	horizon := now.Add(-l.cfg.Margin).UnixNano()
+	l.dmu.Lock()
+	if l.peerDelivered == nil {
+		l.peerDelivered = make(map[netip.Addr]int64, len(a.Items))
+	}
+	delivered := make([]News, len(a.Items))
+	for i, it := range a.Items {
+		delivered[i] = News{Key: it.Delivered, Tag: it.DeliveredTag}
+		l.peerDelivered[items[i].IP] = it.Delivered
+	}
+	l.dmu.Unlock()
+	held := make([]int64, len(a.Items))
+	for i, it := range a.Items {
+		held[i] = it.Key
+		if it.Key != 0 && l.overdue(items[i].IP, it.Key, now) {
+			held[i] = 0 // waited for long enough
+		}
+	}
+	v := clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced, outside)
+	if v.Why == "" || v.Why == WhyPeerOlder {
+		l.stuckSince, l.stuckGone = time.Time{}, false // a wait of its own starts again
+	} else if l.stuckFor(batch[v.First], v.Why, now) {
+		v = clearBatch(batch, items, held, delivered, l.cfg.Primary(), horizon, l.forced, outside)
+	}
+	if v.Copy != nil {
+		l.dmu.Lock()
+		if l.copies == nil {
+			l.copies = map[copyID]bool{}
+		}
+		for i, c := range v.Copy {
+			if c {
+				l.copies[idOf(batch[i].Event)] = true
+			}
+		}
+		l.dmu.Unlock()
+	}
+	wait := recheck
+	if v.Why == WhyRecent {
+		wait = l.cfg.Margin
+	}
+	return Round{V: v, Wait: wait}, true
 }
 
 // stuckFor reports whether q, the first event held back for its own

@@ -186,7 +186,7 @@ func Clear(batch []event.Queued, asked []Item, held []int64, delivered []News, p
 
 // clearBatch is Clear; force, if set, lets one event go whatever the
 // rule says (one held for hold_max); outside tells the addresses that
-// go as they come (outsidePair, and another partner's: Config.Covers).
+// go as they come (outsidePair, and another partner's: Link.Judge).
 func clearBatch(batch []event.Queued, asked []Item, held []int64, delivered []News, primary bool, horizon int64, force func(event.Queued) bool, outside func(netip.Addr) bool) Verdict {
 	peer := make(map[netip.Addr]int64, len(asked))
 	var news map[netip.Addr]News
@@ -293,6 +293,12 @@ func (v Verdict) Pieces(batch []event.Queued, piece []int) []event.Queued {
 // label in piece — goes in full, in batch order.
 func WholePieces(batch []event.Queued, piece []int, goes []bool) []event.Queued {
 	return wholePieces(batch, piece, goes, nil)
+}
+
+// WholePiecesAlone is WholePieces, with the events marked in alone (nil:
+// none; copies, Verdict.Copy) going whatever their piece.
+func WholePiecesAlone(batch []event.Queued, piece []int, goes, alone []bool) []event.Queued {
+	return wholePieces(batch, piece, goes, alone)
 }
 
 // wholePieces is WholePieces, with the events marked in alone (nil: none)

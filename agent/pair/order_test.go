@@ -110,7 +110,7 @@ func TestClearDHCPv6(t *testing.T) {
 }
 
 // TestClearOtherPartner: with several partner racks (agent: pairLinks),
-// a link asks about its own partner's addresses only (Config.Covers):
+// a link asks about its own partner's addresses only (Link.Judge):
 // another partner's go as they come, as a DHCPv6 address's, except
 // behind a held event of their MAC.
 func TestClearOtherPartner(t *testing.T) {
