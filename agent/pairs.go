@@ -155,10 +155,23 @@ func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int
 			return j != i
 		}
 	}
-	var blockedSince time.Time
+	// since[i]: from the first round in which nothing went and link i's
+	// partner, answering, held something back, until a round in which it
+	// holds nothing or something goes: the link's waiting and held time
+	// (one link counts the rounds in which nothing goes; a silent
+	// partner's do not count, as with one link).
+	since := make([]time.Time, len(g.links))
+	settle := func(i int, now time.Time) {
+		if !since[i].IsZero() {
+			g.links[i].AddHeld(now.Sub(since[i]))
+			g.links[i].SetWaiting(time.Time{})
+			since[i] = time.Time{}
+		}
+	}
 	defer func() {
-		for _, l := range g.links {
-			l.SetWaiting(time.Time{})
+		now := time.Now()
+		for i := range g.links {
+			settle(i, now)
 		}
 	}()
 	for ctx.Err() == nil {
@@ -178,7 +191,7 @@ func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int
 			if r.All {
 				continue
 			}
-			holding[i] = r.V.N < len(batch)
+			holding[i] = r.Wait > 0 && r.V.N < len(batch) // answered, and holds something
 			for j, gj := range r.V.Go {
 				goes[j] = goes[j] && gj
 			}
@@ -206,25 +219,19 @@ func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int
 			}
 		}
 		if len(out) > 0 {
-			if !blockedSince.IsZero() {
-				for i, l := range g.links {
-					if holding[i] {
-						l.AddHeld(time.Since(blockedSince))
-					}
-				}
+			return out // (the deferred settle counts the waits)
+		}
+		for i, l := range g.links {
+			switch {
+			case holding[i] && since[i].IsZero():
+				since[i] = now
+				l.SetWaiting(now)
+			case !holding[i]:
+				settle(i, now)
 			}
-			return out
 		}
 		if wait == 0 {
 			continue // a silent partner: its query's timeout was the wait
-		}
-		if blockedSince.IsZero() {
-			blockedSince = now
-			for i, l := range g.links {
-				if holding[i] {
-					l.SetWaiting(now)
-				}
-			}
 		}
 		t := time.NewTimer(wait)
 		select {

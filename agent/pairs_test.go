@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/agent/event"
@@ -94,7 +96,7 @@ func (h *heldBy) set(m map[netip.Addr]int64, ip netip.Addr, k int64) {
 // loopback, b's link ordering the addresses for which coversB reports
 // true, c's the others; the partners answer from their heldBy, through
 // their own links (theirs: b's, c's).
-func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b, c *heldBy, theirs []*pair.Link) {
+func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b, c *heldBy, theirs []*pair.Link, regs []*prometheus.Registry) {
 	t.Helper()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	port := func() string {
@@ -105,9 +107,9 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 		defer conn.Close()
 		return conn.LocalAddr().String()
 	}
-	mk := func(listen, peer string, primary bool, held pair.HeldFunc) *pair.Link {
+	mk := func(listen, peer string, primary bool, held pair.HeldFunc, reg prometheus.Registerer) *pair.Link {
 		l, err := pair.New(pair.Config{Listen: listen, Peer: peer, Key: key, HoldMax: time.Minute,
-			Primary: func() bool { return primary }}, held, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
+			Primary: func() bool { return primary }}, held, zerolog.New(zerolog.NewTestWriter(t)), reg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,10 +127,12 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 	}}
 	for _, h := range []*heldBy{b, c} {
 		mine, their := port(), port()
-		g.links = append(g.links, mk(mine, their, true, none))
-		theirs = append(theirs, mk(their, mine, false, h.held))
+		reg := prometheus.NewRegistry()
+		regs = append(regs, reg)
+		g.links = append(g.links, mk(mine, their, true, none, reg))
+		theirs = append(theirs, mk(their, mine, false, h.held, nil))
 	}
-	return g, b, c, theirs
+	return g, b, c, theirs, regs
 }
 
 // TestPairLinksFreshAnswers: while one partner's older news holds the
@@ -140,7 +144,7 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 // news of y holds both back.
 func TestPairLinksFreshAnswers(t *testing.T) {
 	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, b, c, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, b, c, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
 	at := time.Now().Add(-time.Minute).Unix()
 	batch := []event.Queued{
 		{Seq: 1, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:01", Timestamp: at}},
@@ -167,7 +171,7 @@ func TestPairLinksFreshAnswers(t *testing.T) {
 // hold_max).
 func TestPairLinksSilentPartner(t *testing.T) {
 	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, _, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, _, _, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
 	// b's agent gone: its link's partner socket closed.
 	silent, err := pair.New(pair.Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: []byte("0123456789abcdef0123456789abcdef"), HoldMax: time.Minute,
 		Primary: func() bool { return true }}, nil, zerolog.Nop(), nil, nil)
@@ -202,7 +206,7 @@ func TestPairLinksSilentPartner(t *testing.T) {
 // it with its piece until hold_max.
 func TestPairLinksCopyInPiece(t *testing.T) {
 	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, b, _, theirs := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, b, _, theirs, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
 	const mac = "00:16:3e:00:00:01"
 	ns := time.Now().Add(-time.Minute).UnixNano()
 	ack := event.Event{Action: event.Commit, IP: y, MAC: mac, Timestamp: ns / 1e9, TimestampNS: ns}
@@ -221,5 +225,55 @@ func TestPairLinksCopyInPiece(t *testing.T) {
 	}
 	if !g.Copy(mine) {
 		t.Error("the copy is not marked as one: the deliverer would send it")
+	}
+}
+
+// TestPairLinksHeldTime: the time deliveries waited is the held time
+// (leasekeeper_pair_held_seconds_total) and the waiting state of the
+// link whose partner held the batch back, not of one that only holds
+// something as the batch goes: b holds older news of x, whose MAC's
+// later news of y (c's) waits with it, for about half a second.
+func TestPairLinksHeldTime(t *testing.T) {
+	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
+	g, b, _, _, regs := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	at := time.Now().Add(-time.Minute).Unix()
+	batch := []event.Queued{
+		{Seq: 1, Event: event.Event{Action: event.Commit, IP: x, MAC: "00:16:3e:00:00:01", Timestamp: at}},
+		{Seq: 2, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:01", Timestamp: at + 1}},
+	}
+	b.set(b.oldest, x, (at-1)*1e9)
+	waiting := make(chan [2]bool, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		waiting <- [2]bool{!g.links[0].Health().Waiting.IsZero(), !g.links[1].Health().Waiting.IsZero()}
+		time.Sleep(200 * time.Millisecond)
+		b.set(b.oldest, x, 0)
+	}()
+	if out := g.Clear(context.Background(), batch); len(out) != 2 {
+		t.Fatalf("Clear let %d go, want both", len(out))
+	}
+	if w := <-waiting; w != [2]bool{true, false} {
+		t.Errorf("waiting (b's link, c's) = %v while b held x back, want [true false]", w)
+	}
+	held := func(reg *prometheus.Registry) float64 {
+		v, err := testutil.GatherAndCount(reg, "leasekeeper_pair_held_seconds_total")
+		if err != nil || v != 1 {
+			t.Fatalf("held series: %d, %v", v, err)
+		}
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "leasekeeper_pair_held_seconds_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return -1
+	}
+	if hb, hc := held(regs[0]), held(regs[1]); hb < 0.3 || hc != 0 {
+		t.Errorf("held seconds: b's link %.3f, c's %.3f; want about 0.5 for b's and 0 for c's", hb, hc)
+	}
+	for i, l := range g.links {
+		if !l.Health().Waiting.IsZero() {
+			t.Errorf("link %d still waiting after the batch went", i)
+		}
 	}
 }
