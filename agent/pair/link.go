@@ -906,7 +906,7 @@ func (l *Link) stuckFor(q event.Queued, why string, now time.Time) bool {
 	l.stuckGone = true
 	l.met.gaveUp.WithLabelValues(why).Inc()
 	l.log.Warn().Stringer("ip", q.Event.IP).Str("action", q.Event.Action).Str("why", why).Dur("waited", w).
-		Msg("an event waited hold_max for the pair's order; sending it")
+		Msg("an event waited hold_max for the pair's order: the channel holds it back no longer (another partner's channel, with pair.partners, may still hold it behind its MAC's news)")
 	return true
 }
 
