@@ -303,14 +303,10 @@ func newPairLink(cfg *config.Config, pc pairConf, store *outbox.Store, rec *reco
 		held, _ := hs.Held()
 		return closed(ready) && closed(hs.Drained()) && held == 0 && rec.Unsent() == 0
 	}
-	l, err := pair.New(pair.Config{
+	return pair.New(pair.Config{
 		Listen: pc.listen, Peer: pc.peer, Key: key, HoldMax: cfg.Pair.HoldMax, Primary: pc.primary, Ready: isReady,
 		Memory: pairMemory{store, pc.memory},
 	}, held, pairLogger(log, pc), pairRegisterer(reg, pc.peer), now)
-	if err != nil && pc.memory != "" {
-		return nil, fmt.Errorf("pair.partners (%s): %w", pc.peer, err)
-	}
-	return l, err
 }
 
 // pairMemory keeps the pair channel's newest delivered news of each

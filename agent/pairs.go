@@ -71,10 +71,13 @@ func newPairLinks(cfg *config.Config, build func(pc pairConf) (*pair.Link, error
 			primary: func() bool { return primaryAmong(func(n string) bool { return g.named(n) == i+1 }) },
 		})
 	}
-	for _, pc := range confs {
+	for i, pc := range confs {
 		l, err := build(pc)
 		if err != nil {
 			g.Close()
+			if i > 0 {
+				err = fmt.Errorf("pair.partners (%s): %w", pc.peer, err)
+			}
 			return nil, err
 		}
 		g.links = append(g.links, l)

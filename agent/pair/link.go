@@ -828,18 +828,17 @@ func (l *Link) round(ctx context.Context, batch []event.Queued, outside func(net
 				Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
 			return Round{All: true}, true
 		}
+		if !shared {
+			return Round{V: Verdict{Go: make([]bool, len(batch))}}, true // Clear's own batch waits whole
+		}
 		// Every asked address's news waits; what is not the peer's to
 		// order (another partner's: Judge) need not, unless it shares
-		// a MAC with one that does. (Clear's own batches hold it all.)
+		// a MAC with one that does.
 		all := make([]int64, len(items))
 		for i := range all {
 			all[i] = 1 // older than any event
 		}
-		v := clearBatch(batch, items, all, nil, true, math.MaxInt64, nil, outside)
-		if shared {
-			return Round{V: v}, true
-		}
-		return Round{V: Verdict{Go: make([]bool, len(batch)), First: v.First, Why: v.Why}}, true
+		return Round{V: clearBatch(batch, items, all, nil, true, math.MaxInt64, nil, outside)}, true
 	}
 	if !l.silentSince.IsZero() {
 		l.silentSince = time.Time{}
