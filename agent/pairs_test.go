@@ -92,11 +92,20 @@ func (h *heldBy) set(m map[netip.Addr]int64, ip netip.Addr, k int64) {
 	m[ip] = k
 }
 
+// onB is an address of b's VLAN (x in the tests' words), onC one of c's (y).
+var onB, onC = netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
+
+// commitAt is a commit of ip by mac, at sec, queued as seq.
+func commitAt(seq uint64, ip netip.Addr, mac string, sec int64) event.Queued {
+	return event.Queued{Seq: seq, Event: event.Event{Action: event.Commit, IP: ip, MAC: mac, Timestamp: sec}}
+}
+
 // partnerLinks makes this agent's pairLinks to two partner agents on
-// loopback, b's link ordering the addresses for which coversB reports
-// true, c's the others; the partners answer from their heldBy, through
-// their own links (theirs: b's, c's).
-func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b, c *heldBy, theirs []*pair.Link, regs []*prometheus.Registry) {
+// loopback, b's link ordering x's news and c's every other address's;
+// the partners answer from their heldBy, through their own links
+// (theirs: b's, c's).
+func partnerLinks(t *testing.T) (g *pairLinks, b, c *heldBy, theirs []*pair.Link, regs []*prometheus.Registry) {
+	coversB := func(ip netip.Addr) bool { return ip == onB }
 	t.Helper()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	port := func() string {
@@ -143,18 +152,17 @@ func partnerLinks(t *testing.T, coversB func(netip.Addr) bool) (g *pairLinks, b,
 // The batch: a MAC's news on c's VLAN (y), then on b's (x): c's older
 // news of y holds both back.
 func TestPairLinksFreshAnswers(t *testing.T) {
-	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, b, c, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, b, c, _, _ := partnerLinks(t)
 	at := time.Now().Add(-time.Minute).Unix()
 	batch := []event.Queued{
-		{Seq: 1, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:01", Timestamp: at}},
-		{Seq: 2, Event: event.Event{Action: event.Commit, IP: x, MAC: "00:16:3e:00:00:01", Timestamp: at + 1}},
+		commitAt(1, onC, "00:16:3e:00:00:01", at),
+		commitAt(2, onB, "00:16:3e:00:00:01", at+1),
 	}
-	c.set(c.oldest, y, (at-1)*1e9) // c holds older news of y
+	c.set(c.oldest, onC, (at-1)*1e9) // c holds older news of y
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		b.set(b.delivered, x, (at+5)*1e9) // b delivers newer news of x
-		c.set(c.oldest, y, 0)             // and c its news of y
+		b.set(b.delivered, onB, (at+5)*1e9) // b delivers newer news of x
+		c.set(c.oldest, onC, 0)             // and c its news of y
 	}()
 	out := g.Clear(context.Background(), batch)
 	if len(out) != 2 {
@@ -170,8 +178,7 @@ func TestPairLinksFreshAnswers(t *testing.T) {
 // (else each silent partner in turn would hold the batch up to its
 // hold_max).
 func TestPairLinksSilentPartner(t *testing.T) {
-	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, _, _, _, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, _, _, _, _ := partnerLinks(t)
 	// b's agent gone: its link's partner socket closed.
 	silent, err := pair.New(pair.Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: []byte("0123456789abcdef0123456789abcdef"), HoldMax: time.Minute,
 		Primary: func() bool { return true }}, nil, zerolog.Nop(), nil, nil)
@@ -182,8 +189,8 @@ func TestPairLinksSilentPartner(t *testing.T) {
 	g.links[0] = silent
 	at := time.Now().Add(-time.Minute).Unix()
 	batch := []event.Queued{
-		{Seq: 1, Event: event.Event{Action: event.Commit, IP: x, MAC: "00:16:3e:00:00:01", Timestamp: at}},
-		{Seq: 2, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:02", Timestamp: at}},
+		commitAt(1, onB, "00:16:3e:00:00:01", at),
+		commitAt(2, onC, "00:16:3e:00:00:02", at),
 	}
 	got := make(chan []event.Queued, 1)
 	go func() { got <- g.Clear(context.Background(), batch) }()
@@ -205,17 +212,16 @@ func TestPairLinksSilentPartner(t *testing.T) {
 // Judged link by link, the first link, not knowing it for a copy, held
 // it with its piece until hold_max.
 func TestPairLinksCopyInPiece(t *testing.T) {
-	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, b, _, theirs, _ := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, b, _, theirs, _ := partnerLinks(t)
 	const mac = "00:16:3e:00:00:01"
 	ns := time.Now().Add(-time.Minute).UnixNano()
-	ack := event.Event{Action: event.Commit, IP: y, MAC: mac, Timestamp: ns / 1e9, TimestampNS: ns}
+	ack := event.Event{Action: event.Commit, IP: onC, MAC: mac, Timestamp: ns / 1e9, TimestampNS: ns}
 	theirs[1].Delivered([]event.Queued{{Seq: 99, Event: ack}}) // c's agent delivered its hook's news
 	mine := ack
 	mine.TimestampNS += int64(time.Millisecond) // this server's hook of the same ack
 	mine.Timestamp = mine.TimestampNS / 1e9
-	later := event.Event{Action: event.Commit, IP: x, MAC: mac, Timestamp: ns/1e9 + 1, TimestampNS: ns + 1e9}
-	b.set(b.oldest, x, ns) // b holds older news of x
+	later := event.Event{Action: event.Commit, IP: onB, MAC: mac, Timestamp: ns/1e9 + 1, TimestampNS: ns + 1e9}
+	b.set(b.oldest, onB, ns) // b holds older news of x
 	batch := []event.Queued{{Seq: 1, Event: mine}, {Seq: 2, Event: later}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -234,20 +240,19 @@ func TestPairLinksCopyInPiece(t *testing.T) {
 // something as the batch goes: b holds older news of x, whose MAC's
 // later news of y (c's) waits with it, for about half a second.
 func TestPairLinksHeldTime(t *testing.T) {
-	x, y := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("198.51.100.10")
-	g, b, _, _, regs := partnerLinks(t, func(ip netip.Addr) bool { return ip == x })
+	g, b, _, _, regs := partnerLinks(t)
 	at := time.Now().Add(-time.Minute).Unix()
 	batch := []event.Queued{
-		{Seq: 1, Event: event.Event{Action: event.Commit, IP: x, MAC: "00:16:3e:00:00:01", Timestamp: at}},
-		{Seq: 2, Event: event.Event{Action: event.Commit, IP: y, MAC: "00:16:3e:00:00:01", Timestamp: at + 1}},
+		commitAt(1, onB, "00:16:3e:00:00:01", at),
+		commitAt(2, onC, "00:16:3e:00:00:01", at+1),
 	}
-	b.set(b.oldest, x, (at-1)*1e9)
+	b.set(b.oldest, onB, (at-1)*1e9)
 	waiting := make(chan [2]bool, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		waiting <- [2]bool{!g.links[0].Health().Waiting.IsZero(), !g.links[1].Health().Waiting.IsZero()}
 		time.Sleep(200 * time.Millisecond)
-		b.set(b.oldest, x, 0)
+		b.set(b.oldest, onB, 0)
 	}()
 	if out := g.Clear(context.Background(), batch); len(out) != 2 {
 		t.Fatalf("Clear let %d go, want both", len(out))
