@@ -116,11 +116,11 @@ func (g *pairLinks) of(ip netip.Addr) int {
 func (g *pairLinks) link(e event.Event) *pair.Link { return g.links[g.of(e.IP)] }
 
 // Clear is deliver.Gate's: what every link lets go.
-func (g *pairLinks) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
+func (g *pairLinks) Clear(ctx context.Context, batch []event.Queued, more func() []event.Queued) []event.Queued {
 	if len(g.links) == 1 {
-		return g.links[0].Clear(ctx, batch)
+		return g.links[0].Clear(ctx, batch, more)
 	}
-	return g.clear(ctx, batch, nil)
+	return g.clear(ctx, batch, nil, more)
 }
 
 // ClearPieces is deliver.Gate's: of the pieces (piece labels each event
@@ -129,7 +129,7 @@ func (g *pairLinks) ClearPieces(ctx context.Context, batch []event.Queued, piece
 	if len(g.links) == 1 {
 		return g.links[0].ClearPieces(ctx, batch, piece)
 	}
-	return g.clear(ctx, batch, piece)
+	return g.clear(ctx, batch, piece, nil)
 }
 
 // clear is Clear and ClearPieces (piece set) over several links: in
@@ -141,8 +141,10 @@ func (g *pairLinks) ClearPieces(ctx context.Context, batch []event.Queued, piece
 // goes. Each link's answers are thus as fresh as the round that lets
 // the batch go, which the deliverer's stale check reads (judgePair); a
 // copy goes alone whatever its piece, as with one link; and a silent
-// partner's link holds back its own addresses' news, not the others'.
-func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
+// partner's link holds back its own addresses' news, not the others',
+// including the news queued behind a batch it holds whole (more, taken
+// before each new round as pair.Link.Clear does).
+func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int, more func() []event.Queued) []event.Queued {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -233,15 +235,19 @@ func (g *pairLinks) clear(ctx context.Context, batch []event.Queued, piece []int
 				settle(i, now)
 			}
 		}
-		if wait == 0 {
-			continue // a silent partner: its query's timeout was the wait
+		if wait > 0 { // (0: a silent partner, its query's timeout was the wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil
+		if more != nil {
+			if b := more(); b != nil {
+				batch = b
+			}
 		}
 	}
 	return nil

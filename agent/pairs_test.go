@@ -164,7 +164,7 @@ func TestPairLinksFreshAnswers(t *testing.T) {
 		b.set(b.delivered, onB, (at+5)*1e9) // b delivers newer news of x
 		c.set(c.oldest, onC, 0)             // and c its news of y
 	}()
-	out := g.Clear(context.Background(), batch)
+	out := g.Clear(context.Background(), batch, nil)
 	if len(out) != 2 {
 		t.Fatalf("Clear let %d go, want both", len(out))
 	}
@@ -179,21 +179,14 @@ func TestPairLinksFreshAnswers(t *testing.T) {
 // hold_max).
 func TestPairLinksSilentPartner(t *testing.T) {
 	g, _, _, _, _ := partnerLinks(t)
-	// b's agent gone: its link's partner socket closed.
-	silent, err := pair.New(pair.Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: []byte("0123456789abcdef0123456789abcdef"), HoldMax: time.Minute,
-		Primary: func() bool { return true }}, nil, zerolog.Nop(), nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	g.links[0] = silent
+	g.links[0] = silentLink(t)
 	at := time.Now().Add(-time.Minute).Unix()
 	batch := []event.Queued{
 		commitAt(1, onB, "00:16:3e:00:00:01", at),
 		commitAt(2, onC, "00:16:3e:00:00:02", at),
 	}
 	got := make(chan []event.Queued, 1)
-	go func() { got <- g.Clear(context.Background(), batch) }()
+	go func() { got <- g.Clear(context.Background(), batch, nil) }()
 	select {
 	case out := <-got:
 		if len(out) != 1 || out[0].Seq != 2 {
@@ -201,6 +194,45 @@ func TestPairLinksSilentPartner(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("c's address waited for b's silent agent (hold_max is a minute)")
+	}
+}
+
+// silentLink is a link to b's agent gone (nothing answers its port),
+// with hold_max a minute.
+func silentLink(t *testing.T) *pair.Link {
+	t.Helper()
+	l, err := pair.New(pair.Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: []byte("0123456789abcdef0123456789abcdef"), HoldMax: time.Minute,
+		Primary: func() bool { return true }}, nil, zerolog.Nop(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestPairLinksTakeMore: a batch of b's news alone, held whole while
+// b's agent is silent, does not hold back c's news queued behind it: the
+// gate takes the longer batch the deliverer's more returns before its
+// next round. Before, it judged the batch in hand until hold_max.
+func TestPairLinksTakeMore(t *testing.T) {
+	g, _, _, _, _ := partnerLinks(t)
+	g.links[0] = silentLink(t)
+	at := time.Now().Add(-time.Minute).Unix()
+	longer := []event.Queued{
+		commitAt(1, onB, "00:16:3e:00:00:01", at),
+		commitAt(2, onC, "00:16:3e:00:00:02", at),
+	}
+	var calls int
+	more := func() []event.Queued {
+		if calls++; calls < 2 {
+			return nil // nothing queued for a round
+		}
+		return longer
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a third of hold_max
+	defer cancel()
+	if out := g.Clear(ctx, longer[:1], more); len(out) != 1 || out[0].Seq != 2 {
+		t.Fatalf("Clear let go %v, want c's event queued behind b's", out)
 	}
 }
 
@@ -254,7 +286,7 @@ func TestPairLinksHeldTime(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		b.set(b.oldest, onB, 0)
 	}()
-	if out := g.Clear(context.Background(), batch); len(out) != 2 {
+	if out := g.Clear(context.Background(), batch, nil); len(out) != 2 {
 		t.Fatalf("Clear let %d go, want both", len(out))
 	}
 	if w := <-waiting; w != [2]bool{true, false} {

@@ -555,8 +555,15 @@ func (d *Deliverer) OnSuperseded(f func(event.Event)) { d.superseded = f }
 // least one unless ctx ends (nil). An event it holds back holds back
 // every later one that shares its address or MAC (split.go: MAAS applies
 // an event against those alone); the others may go past it.
+//
+// While none may go, Clear calls more (if not nil) before judging again:
+// more returns the queue's head peeked anew when events were queued
+// after batch (batch's events first, then the newer ones), else nil, and
+// Clear then judges that longer batch. So news queued behind a batch the
+// gate holds whole (a silent peer's, for up to hold_max) goes when the
+// gate lets it, not when the held batch does.
 type Gate interface {
-	Clear(ctx context.Context, batch []event.Queued) []event.Queued
+	Clear(ctx context.Context, batch []event.Queued, more func() []event.Queued) []event.Queued
 	// ClearPieces is Clear for a batch the region may have applied
 	// already: it returns only whole pieces (the events whose piece,
 	// piece[i], may go in full), waiting while none may.
@@ -610,7 +617,8 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 	if d.gate != nil {
 		start := d.now()
 		first := batch
-		if batch = d.cleared(ctx, batch); batch == nil {
+		more := d.more(&first, batchMax)
+		if batch = d.cleared(ctx, first, more); batch == nil {
 			return 0, nil // ctx ended
 		}
 		if len(first) < batchMax && d.now().Sub(start) >= regateAfter {
@@ -620,7 +628,7 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 			// again: a duplicate).
 			if again, err := d.q.Peek(batchMax); err == nil && len(again) > len(first) && again[0].Seq == first[0].Seq {
 				// The fresh answer decides, longer or not.
-				if b := d.cleared(ctx, again); b != nil {
+				if b := d.cleared(ctx, again, nil); b != nil {
 					batch = b
 				}
 			}
@@ -635,13 +643,36 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 // regateAfter: a batch the pair's gate held this long is peeked again.
 const regateAfter = 100 * time.Millisecond
 
+// more is the gate's more (Gate) for the batch *cur, peeked with max:
+// once the queue told of events appended since, the queue's head peeked
+// again if it is *cur and more (then *cur), else nil. The turn is held
+// meanwhile, so nothing leaves the queue's head.
+func (d *Deliverer) more(cur *[]event.Queued, max int) func() []event.Queued {
+	return func() []event.Queued {
+		if len(*cur) >= max {
+			return nil
+		}
+		select {
+		case <-d.q.Notify():
+		default:
+			return nil
+		}
+		again, err := d.q.Peek(max)
+		if err != nil || len(again) <= len(*cur) || again[0].Seq != (*cur)[0].Seq {
+			return nil // (a peek that fails fails again in step's next turn, which says so)
+		}
+		*cur = again
+		return again
+	}
+}
+
 // cleared is what of batch the gate lets go now: of the events the
 // region may have applied already (Seq up to doubt; the whole batch when
 // the last run's unanswered request is of unknown content), whole pieces
 // (split.go) — and those alone, so that no piece that may go waits for
-// the rest of the batch —; else of the rest what the gate clears. nil
-// when ctx ended.
-func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Queued {
+// the rest of the batch —; else of the rest what the gate clears, with
+// more (Gate; nil: batch is all). nil when ctx ended.
+func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued, more func() []event.Queued) []event.Queued {
 	if d.doubtFirst {
 		// The last run's unanswered request was at most this batch:
 		// pieces of it may go apart, so its bound is set now, not from
@@ -654,7 +685,7 @@ func (d *Deliverer) cleared(ctx context.Context, batch []event.Queued) []event.Q
 		k++
 	}
 	if k == 0 {
-		return d.gate.Clear(ctx, batch) // nil only when ctx ended
+		return d.gate.Clear(ctx, batch, more) // nil only when ctx ended
 	}
 	return d.gate.ClearPieces(ctx, batch[:k], pieces(batch[:k])) // nil when ctx ended
 }
@@ -694,7 +725,7 @@ func (d *Deliverer) overtaken(ctx context.Context, batch []event.Queued, b *bise
 	if d.gate == nil || len(batch) == 0 || d.now().Sub(b.cleared) < d.recheck {
 		return false
 	}
-	out := d.cleared(ctx, batch)
+	out := d.cleared(ctx, batch, nil)
 	if out == nil {
 		return false // ctx ended: the caller's next post says so
 	}
@@ -1153,7 +1184,7 @@ func (d *Deliverer) neighbours(ctx context.Context, queued []event.Queued, ips m
 	if d.gate == nil || len(out) == 0 {
 		return out, nil
 	}
-	cleared := d.gate.Clear(ctx, out)
+	cleared := d.gate.Clear(ctx, out, nil)
 	if cleared == nil {
 		return nil, ctx.Err()
 	}

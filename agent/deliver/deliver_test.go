@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -2068,7 +2069,7 @@ func seqsOf(b []event.Queued) []uint64 {
 	return out
 }
 
-func (g *fakeGate) Clear(_ context.Context, b []event.Queued) []event.Queued {
+func (g *fakeGate) Clear(_ context.Context, b []event.Queued, _ func() []event.Queued) []event.Queued {
 	g.clear = append(g.clear, seqsOf(b))
 	var out []event.Queued
 	for _, q := range b {
@@ -2087,6 +2088,72 @@ func (g *fakeGate) ClearPieces(_ context.Context, b []event.Queued, piece []int)
 	return pair.WholePieces(b, piece, goes)
 }
 func (g *fakeGate) Delivered([]event.Queued) {}
+
+// waitGate holds the events holds reports, waiting while it holds the
+// whole batch as a pair's gate does, and takes the longer batch more
+// returns before each new look.
+type waitGate struct {
+	holds   func(event.Queued) bool
+	waiting atomic.Bool // it has held a whole batch
+}
+
+func (g *waitGate) Clear(ctx context.Context, b []event.Queued, more func() []event.Queued) []event.Queued {
+	for {
+		var out []event.Queued
+		for _, q := range b {
+			if !g.holds(q) {
+				out = append(out, q)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+		g.waiting.Store(true)
+		if !sleep(ctx, 10*time.Millisecond) {
+			return nil
+		}
+		if more != nil {
+			if longer := more(); longer != nil {
+				b = longer
+			}
+		}
+	}
+}
+func (g *waitGate) ClearPieces(ctx context.Context, b []event.Queued, _ []int) []event.Queued {
+	return g.Clear(ctx, b, nil)
+}
+func (g *waitGate) Delivered([]event.Queued) {}
+
+// TestGateTakesMore: an event queued behind a batch the pair's gate
+// holds whole goes when the gate lets it, not when the held batch does:
+// the gate's more peeks the queue again once it told of new events. The
+// held event goes in its turn. Before, the deliverer's gate judged the
+// batch it had peeked until some of it went (a silent partner's news:
+// hold_max).
+func TestGateTakesMore(t *testing.T) {
+	s, f := stub(t, regionstub.Options{})
+	evs := events(2, 2)
+	held, behind := evs[0], evs[1]
+	q := newMemQueue()
+	q.Append(held)
+	h := newDeliverer(t, fastConfig(s, f), q)
+	var release atomic.Bool
+	g := &waitGate{holds: func(c event.Queued) bool { return c.Event.IP == held.IP && !release.Load() }}
+	h.d.SetGate(g)
+	run(t, h.d)
+	waitFor(t, 10*time.Second, "the gate to hold the first event", g.waiting.Load)
+	q.Append(behind)
+	delivered := func(e event.Event) bool { return slices.Contains(s.Items(), e.Item()) }
+	waitFor(t, 10*time.Second, "the event queued behind to be delivered", func() bool { return delivered(behind) })
+	if delivered(held) {
+		t.Fatal("the held event was delivered while the gate held it")
+	}
+	release.Store(true)
+	waitFor(t, 10*time.Second, "the queue to drain", func() bool { return q.Depth() == 0 })
+	if diff := cmp.Diff(items([]event.Event{behind, held}), s.Items()); diff != "" {
+		t.Errorf("items (-want +got):\n%s", diff)
+	}
+}
 
 // TestClearedDoubt: of what the region may have applied already only
 // whole pieces go (events linked by an address or a MAC, split.go), and
@@ -2130,7 +2197,7 @@ func TestClearedDoubt(t *testing.T) {
 			}
 			d := &Deliverer{gate: g, doubtFirst: tc.doubtFirst}
 			d.doubt.Store(tc.doubt)
-			got := seqsOf(d.cleared(context.Background(), batch))
+			got := seqsOf(d.cleared(context.Background(), batch, nil))
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("cleared (-want +got):\n%s", diff)
 			}

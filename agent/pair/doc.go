@@ -26,7 +26,9 @@
 // itself. An event the peer shows newer delivered news for is never sent
 // alone (agent: judgePair). An event that may not go holds back the
 // batch's later events of its address and of its MAC; the others go past
-// it; when none may go, the agent asks again every 100 ms. Of a batch the
+// it; when none may go, the agent asks again every 100 ms, about the
+// batch with the events queued since (Clear's more), so that news queued
+// behind a batch held whole goes when the rule lets it. Of a batch the
 // region may have applied already, only whole pieces go (ClearPieces).
 // An event also waits until it is Margin older than the query,
 // so that the peer's news of the same moment, still on its way from

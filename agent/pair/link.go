@@ -681,10 +681,12 @@ func (l *Link) back() {
 // this agent's news by HoldMax, not HoldMax per event — or, held for
 // its own sake (dated ahead of the horizon, or beyond a query's
 // addresses), until it has been the first held for HoldMax. It returns
-// at least one event of a non-empty batch unless ctx ends (nil). Called
-// by one deliverer at a time.
-func (l *Link) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
-	return l.clear(ctx, batch, nil)
+// at least one event of a non-empty batch unless ctx ends (nil). While
+// none may go, before each new round it takes the longer batch more
+// returns, if any (more may be nil): news queued behind the held batch
+// goes when the rule lets it. Called by one deliverer at a time.
+func (l *Link) Clear(ctx context.Context, batch []event.Queued, more func() []event.Queued) []event.Queued {
+	return l.clear(ctx, batch, nil, more)
 }
 
 // ClearPieces is Clear for a batch the region may have applied already,
@@ -696,10 +698,10 @@ func (l *Link) Clear(ctx context.Context, batch []event.Queued) []event.Queued {
 // batch's doubt is a bound on Seq, and may cover events held back before
 // and never sent. nil when ctx ended.
 func (l *Link) ClearPieces(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
-	return l.clear(ctx, batch, piece)
+	return l.clear(ctx, batch, piece, nil)
 }
 
-func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []event.Queued {
+func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int, more func() []event.Queued) []event.Queued {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -707,7 +709,7 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 	var blockedSince time.Time
 	for ctx.Err() == nil {
 		now := l.now()
-		r, ok := l.round(ctx, batch, outsidePair, false)
+		r, ok := l.round(ctx, batch, outsidePair)
 		if !ok {
 			return nil
 		}
@@ -725,15 +727,20 @@ func (l *Link) clear(ctx context.Context, batch []event.Queued, piece []int) []e
 			}
 			return out
 		}
-		if r.Wait == 0 {
-			continue // asked again at once: the answer timeout was the wait
+		if r.Wait > 0 {
+			// (0: asked again at once, the answer timeout was the wait)
+			if blockedSince.IsZero() {
+				blockedSince = now
+				l.waiting.Store(now.UnixNano())
+			}
+			if !sleep(ctx, r.Wait) {
+				return nil
+			}
 		}
-		if blockedSince.IsZero() {
-			blockedSince = now
-			l.waiting.Store(now.UnixNano())
-		}
-		if !sleep(ctx, r.Wait) {
-			return nil
+		if more != nil {
+			if b := more(); b != nil {
+				batch = b
+			}
 		}
 	}
 	return nil
@@ -766,7 +773,7 @@ type Round struct {
 // Called by one gate at a time; SetWaiting and AddHeld keep the link's
 // status and metrics.
 func (l *Link) Judge(ctx context.Context, batch []event.Queued, outside func(netip.Addr) bool) (r Round, ok bool) {
-	return l.round(ctx, batch, func(ip netip.Addr) bool { return outsidePair(ip) || outside(ip) }, true)
+	return l.round(ctx, batch, func(ip netip.Addr) bool { return outsidePair(ip) || outside(ip) })
 }
 
 // SetWaiting records since when every event due has been held back
@@ -784,9 +791,8 @@ func (l *Link) SetWaiting(since time.Time) {
 func (l *Link) AddHeld(d time.Duration) { l.met.held.Add(d.Seconds()) }
 
 // round asks the peer once about batch's addresses that are not outside
-// and judges the batch; shared: for Judge (other links ask about the
-// addresses outside).
-func (l *Link) round(ctx context.Context, batch []event.Queued, outside func(netip.Addr) bool, shared bool) (Round, bool) {
+// and judges the batch.
+func (l *Link) round(ctx context.Context, batch []event.Queued, outside func(netip.Addr) bool) (Round, bool) {
 	items := queryOf(batch, outside)
 	if len(items) == 0 {
 		return Round{All: true}, true
@@ -828,12 +834,9 @@ func (l *Link) round(ctx context.Context, batch []event.Queued, outside func(net
 				Msg("the peer agent does not answer: delivering alone; news it holds may reach the region after newer news of the same address (sent with the newest state the file knows after it)")
 			return Round{All: true}, true
 		}
-		if !shared {
-			return Round{V: Verdict{Go: make([]bool, len(batch))}}, true // Clear's own batch waits whole
-		}
 		// Every asked address's news waits; what is not the peer's to
-		// order (another partner's: Judge) need not, unless it shares
-		// a MAC with one that does.
+		// order (DHCPv6, or another partner's: Judge) need not, unless
+		// it shares a MAC with one that does.
 		all := make([]int64, len(items))
 		for i := range all {
 			all[i] = 1 // older than any event

@@ -130,7 +130,7 @@ func TestLinkWaitsForPeerOlder(t *testing.T) {
 	batch := batchAt("203.0.113.1", "203.0.113.2")
 	a.h.set("203.0.113.1", 999_999e9) // older than the batch's first
 	got := make(chan int, 1)
-	go func() { got <- len(b.l.Clear(context.Background(), batch)) }()
+	go func() { got <- len(b.l.Clear(context.Background(), batch, nil)) }()
 	for a.h.asks.Load() < 3 { // asked, waited, asked again
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -151,13 +151,13 @@ func TestLinkWaitsForPeerOlder(t *testing.T) {
 	}
 	// Newer news of the peer does not hold the batch back.
 	a.h.set("203.0.113.2", 2_000_000e9)
-	if n := len(b.l.Clear(context.Background(), batch)); n != 2 {
+	if n := len(b.l.Clear(context.Background(), batch, nil)); n != 2 {
 		t.Errorf("Clear = %d, want 2", n)
 	}
 	// The primary's own batch, with the secondary holding older news of
 	// its second address: its first event goes.
 	b.h.set("203.0.113.2", 999_999e9)
-	if n := len(a.l.Clear(context.Background(), batch)); n != 1 {
+	if n := len(a.l.Clear(context.Background(), batch, nil)); n != 1 {
 		t.Errorf("primary's Clear = %d, want 1", n)
 	}
 	if v := testutil.ToFloat64(a.l.met.datagrams.WithLabelValues("refused")); v != 0 {
@@ -173,7 +173,7 @@ func TestLinkSilentPeer(t *testing.T) {
 	a, b := twoLinks(t, time.Second, ready.Load, nil, false)
 	batch := batchAt("203.0.113.1")
 	b.h.set("203.0.113.1", 999_999e9)
-	if n := len(a.l.Clear(context.Background(), batch)); n != 1 {
+	if n := len(a.l.Clear(context.Background(), batch, nil)); n != 1 {
 		t.Fatalf("Clear = %d, want 1 once the silence lasted hold_max", n)
 	}
 	if !a.l.alone.Load() || testutil.ToFloat64(a.l.met.gaveUp.WithLabelValues("silent")) != 1 ||
@@ -192,7 +192,7 @@ func TestLinkSilentPeer(t *testing.T) {
 	// hold, and the wait measured below is still the first.)
 	deadline := time.Now().Add(10 * time.Second)
 	for a.l.alone.Load() && time.Now().Before(deadline) {
-		a.l.Clear(context.Background(), batchAt("203.0.113.2"))
+		a.l.Clear(context.Background(), batchAt("203.0.113.2"), nil)
 		time.Sleep(50 * time.Millisecond)
 	}
 	if a.l.alone.Load() {
@@ -208,7 +208,7 @@ func TestLinkSilentPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	began := time.Now()
-	if n := len(a.l.Clear(ctx, batch)); n != 1 {
+	if n := len(a.l.Clear(ctx, batch, nil)); n != 1 {
 		t.Fatalf("Clear = %d with the peer back and holding older news; want the event after hold_max", n)
 	}
 	if waited := time.Since(began); waited < time.Second { // a lower bound: the wait is the link's own
@@ -229,7 +229,7 @@ func TestLinkSilentPeer(t *testing.T) {
 func TestLinkBackWhileIdle(t *testing.T) {
 	var ready atomic.Bool
 	a, _ := twoLinks(t, time.Second, ready.Load, nil, false)
-	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 {
+	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"), nil)); n != 1 {
 		t.Fatalf("Clear = %d, want 1 once the silence lasted hold_max", n)
 	}
 	if !a.l.alone.Load() || testutil.ToFloat64(a.l.met.answering) != 0 {
@@ -255,7 +255,7 @@ func TestLinkBackWhileIdle(t *testing.T) {
 // claiming this agent's own role, are refused and never answered.
 func TestLinkRefuses(t *testing.T) {
 	a, b := twoLinks(t, time.Second, nil, bytes.Repeat([]byte("x"), MinKeyLen), false)
-	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 || !a.l.alone.Load() {
+	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"), nil)); n != 1 || !a.l.alone.Load() {
 		t.Fatalf("Clear = %d alone %v: a peer with another key must count as silent", n, a.l.alone.Load())
 	}
 	waitCounter(t, b.l.met.datagrams.WithLabelValues("refused"), "datagrams signed with another key")
@@ -266,7 +266,7 @@ func TestLinkRefuses(t *testing.T) {
 		t.Errorf("a datagram signed with another key counted as heard: %+v", h)
 	}
 	a, b = twoLinks(t, time.Second, nil, nil, true)
-	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"))); n != 1 || !a.l.alone.Load() {
+	if n := len(a.l.Clear(context.Background(), batchAt("203.0.113.1"), nil)); n != 1 || !a.l.alone.Load() {
 		t.Fatalf("Clear = %d alone %v: a peer of the same role must count as silent", n, a.l.alone.Load())
 	}
 	waitCounter(t, b.l.met.datagrams.WithLabelValues("refused"), "datagrams from a sender of the same role")
@@ -282,10 +282,10 @@ func TestLinkHoldMaxPerPeerNews(t *testing.T) {
 	a, b := twoLinks(t, time.Second, nil, nil, false)
 	a.h.set("203.0.113.1", 999_999e9)
 	batch := batchAt("203.0.113.1", "203.0.113.1", "203.0.113.2")
-	if n := len(b.l.Clear(context.Background(), batch)); n != 3 {
+	if n := len(b.l.Clear(context.Background(), batch, nil)); n != 3 {
 		t.Fatalf("Clear = %d, want the whole batch once the peer's news was held hold_max", n)
 	}
-	if n := len(b.l.Clear(context.Background(), batch[1:])); n != 2 {
+	if n := len(b.l.Clear(context.Background(), batch[1:], nil)); n != 2 {
 		t.Errorf("Clear = %d: the same news of the peer is waited for once", n)
 	}
 	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyPeerOlder)); v != 1 {
@@ -320,7 +320,7 @@ func TestLinkClearPieces(t *testing.T) {
 	if g := <-got; len(g) != 2 {
 		t.Errorf("ClearPieces = %v, want the whole piece", seqs(g))
 	}
-	if n := len(b.l.Clear(context.Background(), batch)); n != 3 {
+	if n := len(b.l.Clear(context.Background(), batch, nil)); n != 3 {
 		t.Errorf("Clear = %d", n)
 	}
 
@@ -355,7 +355,7 @@ func TestLinkOvertaken(t *testing.T) {
 	b.l.dmu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // far below hold_max
 	defer cancel()
-	if n := len(b.l.Clear(ctx, batch)); n != 1 {
+	if n := len(b.l.Clear(ctx, batch, nil)); n != 1 {
 		t.Errorf("Clear = %d: the peer's overtaken news held the batch", n)
 	}
 }
@@ -370,7 +370,7 @@ func TestLinkPeerDeliveredAcrossQuestions(t *testing.T) {
 	if len(b.l.ClearPieces(context.Background(), batch[:1], []int{0})) != 1 {
 		t.Fatal("ClearPieces held the batch")
 	}
-	if n := len(b.l.Clear(context.Background(), batch[1:])); n != 1 {
+	if n := len(b.l.Clear(context.Background(), batch[1:], nil)); n != 1 {
 		t.Fatalf("Clear = %d", n)
 	}
 	for _, q := range batch {
@@ -397,7 +397,7 @@ func TestLinkGoesPast(t *testing.T) {
 	// Below hold_max:
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if got := b.l.Clear(ctx, batch); len(got) != 1 || got[0].Seq != 2 {
+	if got := b.l.Clear(ctx, batch, nil); len(got) != 1 || got[0].Seq != 2 {
 		t.Fatalf("Clear = %v, want the second event alone at once", seqs(got))
 	}
 	a.h.set("203.0.113.1", 0)
@@ -405,16 +405,62 @@ func TestLinkGoesPast(t *testing.T) {
 	future := batchAt("203.0.113.3", "203.0.113.4")
 	future[0].Event.Timestamp = time.Now().Add(time.Hour).Unix()
 	future[1].Event.MAC = "00:16:3e:00:00:02"
-	if got := b.l.Clear(context.Background(), future); len(got) != 1 || got[0].Seq != 2 {
+	if got := b.l.Clear(context.Background(), future, nil); len(got) != 1 || got[0].Seq != 2 {
 		t.Fatalf("Clear = %v, want the event behind the one dated ahead", seqs(got))
 	}
 	start := time.Now()
-	got := b.l.Clear(context.Background(), future[:1])
+	got := b.l.Clear(context.Background(), future[:1], nil)
 	if len(got) != 1 || time.Since(start) < 1500*time.Millisecond {
 		t.Fatalf("Clear = %v after %v: the event dated ahead goes after hold_max", seqs(got), time.Since(start))
 	}
 	if v := testutil.ToFloat64(b.l.met.gaveUp.WithLabelValues(WhyRecent)); v != 1 {
 		t.Errorf("gave up %v times for %s, want 1", v, WhyRecent)
+	}
+}
+
+// TestLinkTakesMore: news queued behind a batch the link holds whole
+// goes when the rule lets it, not when the held batch does. Clear takes
+// the longer batch more returns before each new round; before, it
+// judged the batch in hand until some of it went, and the news queued
+// behind waited up to hold_max (a minute here). The peer holds older
+// news of the head's address; then, silent, it holds every IPv4
+// address, and a DHCPv6 address's news (no failover orders it) goes.
+func TestLinkTakesMore(t *testing.T) {
+	a, b := twoLinks(t, time.Minute, nil, nil, false)
+	a.h.set("203.0.113.1", 999_999e9) // older than the batch's first
+	silent, err := New(Config{Listen: "127.0.0.1:0", Peer: "127.0.0.1:9", Key: testKey, HoldMax: time.Minute,
+		Primary: func() bool { return false }}, nil, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	for _, c := range []struct {
+		name  string
+		l     *Link
+		after string // the address queued behind 203.0.113.1
+	}{
+		{"peer holds the head", b.l, "203.0.113.2"},
+		{"silent peer", silent, "2001:db8::2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			longer := batchAt("203.0.113.1", c.after)
+			longer[1].Event.MAC = "00:16:3e:00:00:02"
+			var calls atomic.Int32
+			more := func() []event.Queued {
+				if calls.Add(1) < 3 {
+					return nil // nothing queued for two rounds
+				}
+				return longer
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a third of hold_max
+			defer cancel()
+			if got := c.l.Clear(ctx, longer[:1], more); len(got) != 1 || got[0].Seq != 2 {
+				t.Fatalf("Clear = %v, want the event queued behind the held one", seqs(got))
+			}
+			if n := calls.Load(); n < 3 {
+				t.Errorf("more called %d times, want 3", n)
+			}
+		})
 	}
 }
 
@@ -433,7 +479,7 @@ func TestLinkClockOffset(t *testing.T) {
 	ahead := func() time.Time { return time.Now().Add(5 * time.Second) }
 	a, b := twoLinksClock(t, time.Minute, nil, nil, false, ahead, nil)
 	for _, e := range []end{a, b} {
-		if got := e.l.Clear(context.Background(), batchAt("203.0.113.1")); len(got) != 1 {
+		if got := e.l.Clear(context.Background(), batchAt("203.0.113.1"), nil); len(got) != 1 {
 			t.Fatalf("cleared %d of 1", len(got))
 		}
 	}
@@ -620,7 +666,7 @@ func TestLinkHoldMaxAcrossRestart(t *testing.T) {
 			a.h.set("203.0.113.1", older)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			got := b.l.Clear(ctx, batchAt("203.0.113.1"))
+			got := b.l.Clear(ctx, batchAt("203.0.113.1"), nil)
 			if c.goes != (len(got) == 1) {
 				t.Fatalf("cleared %d events; want the batch: %v", len(got), c.goes)
 			}
