@@ -1937,18 +1937,27 @@ func TestHoldCutEarlierLife(t *testing.T) {
 		at    int64
 		held  bool
 		until int64 // the held life's end
+		next  int64 // when the file's next lease began, if not t0+36
 	}{
-		{"at the acked lease's end, before the next began", t0 + 30, false, 0},
-		{"seconds before the next began", t0 + 33, false, 0},
-		{"within commitSlack of the next's start", t0 + 34, true, t0 + 56},
-		{"seconds into the next lease", t0 + 37, true, t0 + 56},
-		{"seconds into the acked lease", t0 + 11, true, t0 + 30},
+		{"at the acked lease's end, before the next began", t0 + 30, false, 0, 0},
+		{"seconds before the next began", t0 + 33, false, 0, 0},
+		{"within commitSlack of the next's start", t0 + 34, true, t0 + 56, 0},
+		// make chaos PAIR=1 seed 121: dhcpd's timer ending the acked
+		// lease on time, the next begun a second later.
+		{"at the acked lease's end, a second before the next began", t0 + 30, false, 0, t0 + 31},
+		{"a second into the next lease", t0 + 32, true, t0 + 51, t0 + 31},
+		{"seconds into the next lease", t0 + 37, true, t0 + 56, 0},
+		{"seconds into the acked lease", t0 + 11, true, t0 + 30, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewState(grace)
 			s.Pair = Pair{Peer: "fo", Role: RoleSecondary}
 			s.Told[a] = Told{Action: event.Commit, MAC: macA, At: t0 + 10, Ends: t0 + 30}
-			s.File[a] = Lease{State: parser.StateActive, Family: "ipv4", MAC: macA, Starts: t0 + 36, Ends: t0 + 56}
+			next := tc.next
+			if next == 0 {
+				next = t0 + 36
+			}
+			s.File[a] = Lease{State: parser.StateActive, Family: "ipv4", MAC: macA, Starts: next, Ends: next + 20}
 			p, held := s.HoldCut(hook(event.Expiry, "203.0.113.12", macA, tc.at))
 			if held != tc.held || held && p.Until != tc.until {
 				t.Errorf("held %t until %+d, want %t until %+d", held, p.Until-t0, tc.held, tc.until-t0)
