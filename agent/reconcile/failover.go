@@ -561,30 +561,35 @@ func (s *State) HoldCut(ev event.Event) (Pending, bool) {
 		return Pending{}, false
 	}
 	// The life the expiry cuts: the told lease's, or the file's newer
-	// block of this side's client when the expiry falls within it. One
-	// dated more than commitSlack before that block began cuts an
-	// earlier life, the told one (an agent judging, after its restart,
-	// the hook datagrams queued while the told lease ended and the
-	// client took its next: make chaos PAIR=1 seed 126 held four such
-	// ends for the next life and dropped them when its commit came).
-	// So does one dated in the told lease's last second or cutMargin
-	// after it and before the second the block began, however close to
-	// it: dhcpd's timer ending the told lease on time (make chaos
-	// PAIR=1 seed 121: an expiry in the told lease's end second, a
-	// second before the client's next lease began, judged late by an
-	// agent that had restarted, was held for that lease and dropped as
-	// its commit came: a lost end).
-	end, life := t.Ends, t.At
+	// block of this side's client when the expiry falls within it. A cut
+	// comes after the ack of the life it cuts, on that dhcpd's clock
+	// (the partner's stale update arrives after this side's ack, and
+	// dhcpd dates the ack's starts before it runs either hook), so an
+	// expiry dated before the life began cuts none of it: it ended an
+	// earlier life (an agent judging, after its restart, the hook
+	// datagrams queued while the told lease ended and the client took
+	// its next, whose block, or commit, it has read: make chaos PAIR=1
+	// seed 126 held four such ends for the next life and dropped them
+	// when its commit came; seeds 121 and 201, RACKS=3, one each dated
+	// a second and two before it, which an allowance of commitSlack
+	// took for cuts). The told life, stamped by its commit's hook, may
+	// start hookSlack later than an expiry hook that raced it across a
+	// second.
+	end, life, slack := t.Ends, t.At, int64(hookSlack)
 	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && l.MAC == ev.MAC &&
-		l.Starts >= t.At-commitSlack && ev.Timestamp >= l.Starts-commitSlack &&
-		!(ev.Timestamp < l.Starts && ev.Timestamp >= t.Ends && ev.Timestamp < t.Ends+cutMargin) {
-		end, life = l.Ends, l.Starts
+		l.Starts >= t.At-commitSlack && ev.Timestamp >= l.Starts {
+		end, life, slack = l.Ends, l.Starts, 0
 	}
-	if end == math.MaxInt64 || end < ev.Timestamp+cutMargin {
+	if ev.Timestamp < life-slack || end == math.MaxInt64 || end < ev.Timestamp+cutMargin {
 		return Pending{}, false
 	}
 	return s.holdCut(ev, end, life), true
 }
+
+// hookSlack is how much earlier than a hook's commit, in seconds, the
+// expiry hook of a stale update that cut its lease may be stamped: each
+// hook reads the clock as it runs, and two run moments apart.
+const hookSlack = 1
 
 // holdCut schedules ev, an expiry, as the end held for the life that
 // began at life and ends at end (Pending.Cut), and returns it.

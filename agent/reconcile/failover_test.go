@@ -1941,10 +1941,11 @@ func TestHoldCutEarlierLife(t *testing.T) {
 	}{
 		{"at the acked lease's end, before the next began", t0 + 30, false, 0, 0},
 		{"seconds before the next began", t0 + 33, false, 0, 0},
-		{"within commitSlack of the next's start", t0 + 34, true, t0 + 56, 0},
+		{"two seconds before the next's start", t0 + 34, false, 0, 0},
 		// make chaos PAIR=1 seed 121: dhcpd's timer ending the acked
 		// lease on time, the next begun a second later.
 		{"at the acked lease's end, a second before the next began", t0 + 30, false, 0, t0 + 31},
+		{"in the second the next began", t0 + 31, true, t0 + 51, t0 + 31},
 		{"a second into the next lease", t0 + 32, true, t0 + 51, t0 + 31},
 		{"seconds into the next lease", t0 + 37, true, t0 + 56, 0},
 		{"seconds into the acked lease", t0 + 11, true, t0 + 30, 0},
@@ -1963,6 +1964,37 @@ func TestHoldCutEarlierLife(t *testing.T) {
 				t.Errorf("held %t until %+d, want %t until %+d", held, p.Until-t0, tc.held, tc.until-t0)
 			}
 		})
+	}
+}
+
+// TestHoldCutBeforeToldLife: an expiry dated before the told lease
+// began (its commit, or its block, judged before the queued expiry of
+// the life before it) cuts none of it; one in the told commit's second
+// or the one before (two hooks racing across a second) may. Make chaos
+// PAIR=1 RACKS=3 seed 201: rack c's agent, restarted, judged its hook's
+// expiry of the acked lease's end two seconds before the client's next
+// lease, whose block it had read, held it for that lease and dropped it
+// when that lease's commit came: the end never reached the region.
+func TestHoldCutBeforeToldLife(t *testing.T) {
+	a := netip.MustParseAddr("203.0.113.12")
+	for _, tc := range []struct {
+		at   int64
+		held bool
+	}{{t0 + 34, false}, {t0 + 35, true}, {t0 + 40, true}} {
+		s := NewState(grace)
+		s.Pair = Pair{Peer: "fo", Role: RoleSecondary}
+		s.Told[a] = Told{Action: event.Commit, MAC: macA, At: t0 + 36, Ends: t0 + 56}
+		s.File[a] = Lease{State: parser.StateActive, Family: "ipv4", MAC: macA, Starts: t0 + 36, Ends: t0 + 56}
+		if p, held := s.HoldCut(hook(event.Expiry, "203.0.113.12", macA, tc.at)); held != tc.held || held && p.Until != t0+56 {
+			t.Errorf("expiry at %+d: held %t until %+d, want %t", tc.at-t0, held, p.Until-t0, tc.held)
+		}
+	}
+	// The told commit's own life, the file's block not read yet.
+	s := NewState(grace)
+	s.Pair = Pair{Peer: "fo", Role: RoleSecondary}
+	s.Told[a] = Told{Action: event.Commit, MAC: macA, At: t0 + 36, Ends: t0 + 56}
+	if _, held := s.HoldCut(hook(event.Expiry, "203.0.113.12", macA, t0+34)); held {
+		t.Error("an expiry two seconds before the told commit: held for its life")
 	}
 }
 
