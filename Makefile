@@ -89,6 +89,10 @@ VLANS    ?=
 # lab's shorter ones: a survivor stays communications-interrupted, as on
 # a MAAS rack whose partner nobody declared down.
 TIMERS   ?=
+# RACKS=3 (with PAIR=1) adds a third rack, the primary of a second HA VLAN
+# (relayed clients) whose secondary is the pair's primary: that rack's
+# agent orders each VLAN's news with a different partner (pair.partners).
+RACKS    ?=
 # JUDGE=DIR judges a kept run's directory again with this tree's oracle
 # (its judge.json) and runs nothing: for a change to the oracle. With
 # IP=ADDR it also prints that address's truth and the region's items.
@@ -99,7 +103,7 @@ chaos:
 	$(GO) run ./tools/chaos -judge $(JUDGE) $(if $(IP),-ip $(IP))
 else
 chaos: test-deps build
-	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans) $(if $(filter maas,$(TIMERS)),-maas-timers)
+	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans) $(if $(filter maas,$(TIMERS)),-maas-timers) $(if $(filter 3,$(RACKS)),-pair-partners)
 endif
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built

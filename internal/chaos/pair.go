@@ -10,6 +10,16 @@ package chaos
 // configuration when it returns), restart one peer, kill or stop one
 // agent, and the region's faults. The oracle judges the region against
 // the pair's truth: both leases files merged (oracle.MergePair).
+//
+// With PairPartners a third rack, c, is the primary of a second HA VLAN
+// (198.51.100.0/24, failover peer failover-vlan-5002) whose secondary is
+// the pair's primary, a: MAAS sets a primary and a secondary rack per
+// VLAN (src/maasserver/dhcp.py, make_failover_peer_config), so a's agent
+// orders VLAN 5001's news with b's agent ([pair] peer) and VLAN 5002's
+// with c's (pair.partners). perfdhcp relays VLAN 5002's clients from a
+// namespace of its own (giaddr 198.51.100.3) to c, or to a while c's
+// rack is down; c's rack goes down and comes back too, and the truth is
+// the three files merged.
 
 import (
 	"context"
@@ -32,16 +42,19 @@ const (
 	FSecondaryDown = "secondary-rack-down" // the same for the secondary
 	FPairRange     = "pair-range"          // a new range on both peers, as MAAS applies it
 	FPeerRestart   = "peer-restart"        // one peer's dhcpd restarted
+	FPartnerDown   = "partner-rack-down"   // PairPartners: rack c's dhcpd and agent killed, back after 5-30 s
 )
 
 // PairFaults is every fault kind a pair run injects by default.
 var PairFaults = []string{FPrimaryDown, FSecondaryDown, FPairRange, FPeerRestart, FAgentKill, FAgentTerm,
 	FRegionDown, FRegionSlow, FRegion500, FRegion422, FRegionSkew}
 
-// The peers' addresses on the lab's bridge; perfdhcp relays from a third.
+// The peers' addresses on the lab's bridge (the third rack's with
+// PairPartners); perfdhcp relays from 203.0.113.3. Each rack is named by
+// its role on VLAN 5001, c ("partner") by its tie to a.
 var (
-	pairAddr = [2]string{"203.0.113.1", "203.0.113.2"}
-	pairRole = [2]string{"primary", "secondary"}
+	pairAddr = [3]string{"203.0.113.1", "203.0.113.2", "203.0.113.4"}
+	pairRole = [3]string{"primary", "secondary", "partner"}
 	// pairVLANPort is the second VLAN's failover port (PairVLANs; the
 	// clients' VLAN has dhcpd's default, 647).
 	pairVLANPort = 5647
@@ -49,12 +62,22 @@ var (
 
 const pairPerfAddr = "203.0.113.3/24"
 
+// VLAN 5002 (PairPartners): its subnet, which no rack has an interface
+// on (relayed), its pool, and the relay's address, perfdhcp's giaddr.
+const (
+	partnerNet      = "198.51.100.0/24"
+	partnerPerfAddr = "198.51.100.3"
+	partnerPeer     = "failover-vlan-5002"
+)
+
+var partnerRange = [2]int{10, 109} // 198.51.100.X-Y
+
 // rack is one rack of the pair: a run of its own for its dhcpd, agent,
 // socket, spool, state and capture, sharing the lab, the stub and the
 // log with the pair's run.
 type rack struct {
 	*run
-	i    int  // 0 primary, 1 secondary
+	i    int  // 0 primary, 1 secondary, 2 partner (PairPartners)
 	down bool // dhcpd and agent killed (pmu)
 	// starts are the ranges its dhcpd started on, and when (before the
 	// start): the capture's generations are matched to them.
@@ -68,17 +91,20 @@ type rangeStart struct {
 
 type pair struct {
 	*run
-	racks [2]*rack
+	racks []*rack    // two, or three with PairPartners
 	pmu   sync.Mutex // dhcpd starts and stops, rack states, the range
 	rg    [2]int     // the range MAAS configures now
 	// downMu: one rack down at a time (both down is no pair).
 	downMu sync.Mutex
-	nss    [2]string // the namespace each dhcpd runs in
+	nss    []string // the namespace each dhcpd runs in
 }
 
 // channel gives the two agents the pair channel (agent/pair): a UDP port
 // each on loopback and one key, copied into each rack's own file (each
-// agent runs as its own user); hold_max is the default.
+// agent runs as its own user); hold_max is the default. With
+// PairPartners, a and c get a channel of their own (two more ports, the
+// same key): a names it in pair.partners with VLAN 5002's failover peer,
+// c as its [pair] peer.
 func (p *pair) channel() error {
 	pc, err := lab.NewPairChannel(p.opts.Dir)
 	if err != nil {
@@ -88,6 +114,16 @@ func (p *pair) channel() error {
 	if err != nil {
 		return err
 	}
+	var ac lab.PairChannel
+	if len(p.racks) > 2 {
+		dir := filepath.Join(p.opts.Dir, "partner-channel")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		if ac, err = lab.NewPairChannel(dir); err != nil { // (its key unused: one key for all three)
+			return err
+		}
+	}
 	for i, k := range p.racks {
 		path := filepath.Join(k.opts.Dir, "pair.key")
 		if err := os.WriteFile(path, key, 0o600); err != nil {
@@ -96,7 +132,15 @@ func (p *pair) channel() error {
 		if err := k.chown(path); err != nil {
 			return err
 		}
-		k.extraConfig = fmt.Sprintf("[pair]\nlisten = %q\npeer = %q\nkey_file = %q\n", pc.Listen[i], pc.Listen[1-i], path)
+		switch i {
+		case 2:
+			k.extraConfig = fmt.Sprintf("[pair]\nlisten = %q\npeer = %q\nkey_file = %q\n", ac.Listen[1], ac.Listen[0], path)
+		default:
+			k.extraConfig = fmt.Sprintf("[pair]\nlisten = %q\npeer = %q\nkey_file = %q\n", pc.Listen[i], pc.Listen[1-i], path)
+			if i == 0 && len(p.racks) > 2 {
+				k.extraConfig += fmt.Sprintf("partners = [\"%s %s %s\"]\n", partnerPeer, ac.Listen[0], ac.Listen[1])
+			}
+		}
 	}
 	return nil
 }
@@ -164,6 +208,19 @@ func (k *rack) conf(rg [2]int) string {
 	l := k.opts.Lease
 	fmt.Fprintf(&b, "ping-check false;\nauthoritative;\nddns-update-style none;\ndefault-lease-time %d;\nmax-lease-time %d;\nmin-lease-time %d;\n", l, l, l)
 	b.WriteString(snippet(k.tb, k.opts.Snippet, k.opts.HookBin, k.sock, k.spool))
+	uids := ""
+	if k.opts.PairMAASTimers {
+		uids = "  ignore-client-uids true;\n"
+	}
+	if k.i == 2 {
+		// Rack c: VLAN 5002's primary, a its secondary; the bridge's
+		// subnet declared (dhcpd needs its interface's) with no pool,
+		// not authoritative: VLAN 5001's clients' requests are not its
+		// to answer or refuse.
+		k.partnerVLAN(&b, "primary", 2, 0, uids)
+		b.WriteString(k.lab.SubnetConf("  not authoritative;"))
+		return b.String()
+	}
 	if k.opts.PairVLANs {
 		// Another HA VLAN, declared first, the other rack its primary:
 		// its own failover connection (its own port), no interface here
@@ -177,12 +234,21 @@ func (k *rack) conf(rg [2]int) string {
 	fmt.Fprintf(&b, "failover peer \"failover-vlan-5001\" {\n  %s;\n  address %s;\n  peer address %s;\n%s",
 		pairRole[k.i], pairAddr[k.i], pairAddr[1-k.i], k.failoverTimers(k.i == 0))
 	b.WriteString("}\n")
-	uids := ""
-	if k.opts.PairMAASTimers {
-		uids = "  ignore-client-uids true;\n"
-	}
 	b.WriteString(k.lab.SubnetConf(fmt.Sprintf("%s  pool {\n    failover peer \"failover-vlan-5001\";\n    range 203.0.113.%d 203.0.113.%d;\n  }", uids, rg[0], rg[1])))
+	if k.i == 0 && k.opts.PairPartners {
+		k.partnerVLAN(&b, "secondary", 0, 2, uids) // a is VLAN 5002's secondary
+	}
 	return b.String()
+}
+
+// partnerVLAN writes VLAN 5002's failover peer (PairPartners) as rack
+// self's, with role, and its relayed subnet's pool: the peers on their
+// own port, as two peers of one dhcpd must be.
+func (k *rack) partnerVLAN(b *strings.Builder, role string, self, peer int, uids string) {
+	fmt.Fprintf(b, "failover peer %q {\n  %s;\n  address %s;\n  port %d;\n  peer address %s;\n  peer port %d;\n%s}\n",
+		partnerPeer, role, pairAddr[self], pairVLANPort, pairAddr[peer], pairVLANPort, k.failoverTimers(role == "primary"))
+	fmt.Fprintf(b, "subnet 198.51.100.0 netmask 255.255.255.0 {\n%s  pool {\n    failover peer %q;\n    range 198.51.100.%d 198.51.100.%d;\n  }\n}\n",
+		uids, partnerPeer, partnerRange[0], partnerRange[1])
 }
 
 // failoverTimers are a failover peer statement's lines after its
@@ -252,10 +318,16 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 	}
 	r.lab = lab.New(r.tb)
 	p := &pair{run: r, rg: ranges[0]}
-	for i := range 2 {
-		if p.racks[i], err = p.newRack(i); err != nil {
+	n := 2
+	if o.PairPartners {
+		n = 3
+	}
+	for i := range n {
+		k, err := p.newRack(i)
+		if err != nil {
 			return oracle.Report{}, err
 		}
+		p.racks = append(p.racks, k)
 	}
 	if !o.PairAlone {
 		if err := p.channel(); err != nil {
@@ -263,7 +335,13 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 		}
 	}
 	sec := r.lab.AddServer("sec", netip.MustParseAddr(pairAddr[1]))
-	p.nss = [2]string{"", sec.NS}
+	p.nss = []string{"", sec.NS}
+	var perf2 *lab.Client
+	if o.PairPartners {
+		if perf2, err = p.partnerNet(); err != nil {
+			return oracle.Report{}, err
+		}
+	}
 	nss := p.nss
 	p.pmu.Lock()
 	for i, k := range p.racks {
@@ -316,6 +394,10 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 	}
 	wg.Add(2)
 	go func() { defer wg.Done(); defer r.guard(); r.perfLoop(wctx, perf) }()
+	if perf2 != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); defer r.guard(); p.partnerPerf(wctx, perf2) }()
+	}
 	go func() { defer wg.Done(); defer r.guard(); p.faultLoop(wctx) }()
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -336,7 +418,7 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 		}
 	}
 	p.rg = ranges[0]
-	errs := p.restartUp()
+	errs := p.restartUp(true)
 	p.pmu.Unlock()
 	if errs != nil {
 		return oracle.Report{}, errs
@@ -370,6 +452,41 @@ func (r *run) runPair(ctx context.Context) (oracle.Report, error) {
 	return p.judge(end), nil
 }
 
+// partnerNet sets up VLAN 5002 (PairPartners): rack c's namespace on the
+// bridge, a route to the relayed subnet in a's and c's (dhcpd answers a
+// relay at its giaddr), and the relay's namespace: perfdhcp's address
+// 198.51.100.3 and a route to the racks.
+func (p *pair) partnerNet() (*lab.Client, error) {
+	third := p.lab.AddServer("third", netip.MustParseAddr(pairAddr[2]))
+	p.nss = append(p.nss, third.NS)
+	if err := p.lab.IP(p.lab.NS, []string{"route", "add", partnerNet, "dev", p.lab.Bridge}); err != nil {
+		return nil, err
+	}
+	if err := p.lab.IP(third.NS, []string{"route", "add", partnerNet, "dev", third.Iface}); err != nil {
+		return nil, err
+	}
+	relay := p.lab.AddClient("relay")
+	if err := p.lab.IP(relay.NS, []string{"addr", "add", partnerPerfAddr + "/24", "dev", relay.Iface},
+		[]string{"route", "add", p.lab.Addr.Masked().String(), "dev", relay.Iface}); err != nil {
+		return nil, err
+	}
+	return relay, nil
+}
+
+// partnerPerf relays VLAN 5002's clients (a base MAC of their own: no MAC
+// of VLAN 5001's perfdhcp) to rack c, VLAN 5002's primary, and to a, its
+// secondary, while c's rack is down (a serves them once partner-down).
+func (p *pair) partnerPerf(ctx context.Context, relay *lab.Client) {
+	p.perfRounds(ctx, relay, p.draws(streamPerfPartner), "perfdhcp-5002.log", []string{"-b", "mac=02:00:51:00:00:00"}, func() (string, string) {
+		p.pmu.Lock()
+		defer p.pmu.Unlock()
+		if p.racks[2].down {
+			return partnerPerfAddr, pairAddr[0]
+		}
+		return partnerPerfAddr, pairAddr[2]
+	})
+}
+
 // queuesEmpty reports whether both agents' outboxes are empty: in a pair
 // an agent can hold its news for up to pair.hold_max while the peer's
 // older news is undelivered, longer than the region's quiet time.
@@ -384,12 +501,13 @@ func (p *pair) queuesEmpty() bool {
 }
 
 // restartUp restarts the dhcpd of each rack that is up on p.rg,
-// together, as MAAS applies a configuration. p.pmu is held.
-func (p *pair) restartUp() error {
+// together, as MAAS applies a configuration; rack c (PairPartners), whose
+// configuration p.rg is not part of, only with partner. p.pmu is held.
+func (p *pair) restartUp(partner bool) error {
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
+	errs := make([]error, len(p.racks))
 	for i, k := range p.racks {
-		if k.down {
+		if k.down || k.i == 2 && !partner {
 			continue
 		}
 		wg.Add(1)
@@ -412,34 +530,50 @@ func (r *run) startAgentOf(k *rack) {
 	k.startAgent()
 }
 
-// waitNormal waits until both files record my state normal.
+// waitNormal waits until every file records my state normal with each
+// failover peer its rack has.
 func (p *pair) waitNormal(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		ok := true
+		var states []string
 		for _, k := range p.racks {
-			ok = ok && lastMyState(k.d.LeasesPath()) == "normal"
+			for _, peer := range k.peers() {
+				s := lastMyState(k.d.LeasesPath(), peer)
+				ok = ok && s == "normal"
+				states = append(states, fmt.Sprintf("%s %s %q", pairRole[k.i], peer, s))
+			}
 		}
 		if ok {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the pair is not normal after %s (primary %q, secondary %q)", within,
-				lastMyState(p.racks[0].d.LeasesPath()), lastMyState(p.racks[1].d.LeasesPath()))
+			return fmt.Errorf("the pair is not normal after %s (%s)", within, strings.Join(states, ", "))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
+// peers are the failover peers of the clients' VLANs rack k has.
+func (k *rack) peers() []string {
+	switch {
+	case k.i == 2:
+		return []string{partnerPeer}
+	case k.i == 0 && k.opts.PairPartners:
+		return []string{"failover-vlan-5001", partnerPeer}
+	}
+	return []string{"failover-vlan-5001"}
+}
+
 // lastMyState is the last "my state" a leases file records for the
-// clients' VLAN's peer ("" if none).
-func lastMyState(path string) string {
+// failover peer named ("" if none).
+func lastMyState(path, peer string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
 	s := string(b)
-	if i := strings.LastIndex(s, "failover peer \"failover-vlan-5001\" state"); i >= 0 {
+	if i := strings.LastIndex(s, "failover peer \""+peer+"\" state"); i >= 0 {
 		s = s[i:]
 	} else {
 		return ""
@@ -473,14 +607,17 @@ func (p *pair) faultLoop(ctx context.Context) {
 func (p *pair) inject(ctx context.Context, kind string, d draws) {
 	nss := p.nss
 	switch kind {
-	case FPrimaryDown, FSecondaryDown:
-		if !p.downMu.TryLock() {
+	case FPrimaryDown, FSecondaryDown, FPartnerDown:
+		if kind == FPartnerDown && len(p.racks) < 3 || !p.downMu.TryLock() {
 			return
 		}
 		defer p.downMu.Unlock()
 		k := p.racks[0]
-		if kind == FSecondaryDown {
+		switch kind {
+		case FSecondaryDown:
 			k = p.racks[1]
+		case FPartnerDown:
+			k = p.racks[2]
 		}
 		p.fault(kind)
 		k.afmu.Lock()
@@ -523,18 +660,18 @@ func (p *pair) inject(ctx context.Context, kind string, d draws) {
 		p.rg = ranges[d.intn(len(ranges))]
 		down := ""
 		for _, k := range p.racks {
-			if k.down {
+			if k.down && k.i < 2 {
 				down = " (" + pairRole[k.i] + " down: it starts on it when it returns)"
 			}
 		}
 		p.say("  range now 203.0.113.%d-%d on both peers%s", p.rg[0], p.rg[1], down)
-		if err := p.restartUp(); err != nil {
+		if err := p.restartUp(false); err != nil {
 			p.tb.Fatalf("%v", err)
 		}
 	case FPeerRestart:
 		p.pmu.Lock()
 		defer p.pmu.Unlock()
-		k := p.racks[d.intn(2)]
+		k := p.racks[d.intn(len(p.racks))]
 		if k.down {
 			return
 		}
@@ -544,7 +681,7 @@ func (p *pair) inject(ctx context.Context, kind string, d draws) {
 			p.tb.Fatalf("%s dhcpd: %v", pairRole[k.i], err)
 		}
 	case FAgentKill, FAgentTerm:
-		k := p.racks[d.intn(2)]
+		k := p.racks[d.intn(len(p.racks))]
 		k.afmu.Lock()
 		defer k.afmu.Unlock()
 		p.pmu.Lock()
@@ -595,6 +732,9 @@ func (p *pair) judge(end time.Time) oracle.Report {
 		rgs := make([][2]int, len(gens))
 		for g, gen := range gens {
 			rgs[g] = k.rangeOf(gen)
+			if k.i == 2 {
+				rgs[g] = [2]int{0, 255} // c serves no address of VLAN 5001: none leaves its range
+			}
 		}
 		pf.Files, pf.Ranges = append(pf.Files, gens), append(pf.Ranges, rgs)
 	}
@@ -625,8 +765,12 @@ func (p *pair) judge(end time.Time) oracle.Report {
 		deaths = append(deaths, k.deaths...)
 		k.deathMu.Unlock()
 	}
-	p.say("judging: %d region items; leases file generations: primary %d, secondary %d; the pair's merged truth %d",
-		len(items), len(files[0]), len(files[1]), len(merged))
+	var counts []string
+	for f, gens := range files {
+		counts = append(counts, fmt.Sprintf("%s %d", pairRole[f], len(gens)))
+	}
+	p.say("judging: %d region items; leases file generations: %s; the pair's merged truth %d",
+		len(items), strings.Join(counts, ", "), len(merged))
 	ev := Evidence{Input: oracle.Input{Generations: merged, Items: items, End: end, Refused: refused, Deaths: deaths}, Requests: requests(p.stub), Pair: pf}
 	p.evidence = &ev
 	return Verdict(ev)

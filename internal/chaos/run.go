@@ -65,6 +65,12 @@ type Options struct {
 	// until its partner returns, as on a MAAS rack nobody declared
 	// partner-down.
 	PairMAASTimers bool
+	// PairPartners: a third rack, c, the primary of a second HA VLAN
+	// (198.51.100.0/24, relayed) whose secondary is the pair's primary:
+	// a's agent has a channel to b's and one to c's (pair.partners).
+	// perfdhcp relays that VLAN's clients to c, or to a while c's rack
+	// is down (pair.go).
+	PairPartners bool
 }
 
 // Fault kinds.
@@ -173,10 +179,11 @@ type PairFiles struct {
 }
 
 // InRange is MergePair's inRange: whether ip lies in the range of the
-// dhcpd that wrote Files[f][g].
+// dhcpd that wrote Files[f][g]. Ranges are VLAN 5001's; VLAN 5002's
+// (198.51.100.0/24, PairPartners) never changes.
 func (p *PairFiles) InRange(f, g int, ip string) bool {
 	a, err := netip.ParseAddr(ip)
-	if err != nil || !a.Is4() {
+	if err != nil || !a.Is4() || !strings.HasPrefix(ip, "203.0.113.") {
 		return true
 	}
 	rg, last := p.Ranges[f][g], int(a.As4()[3])
@@ -260,7 +267,13 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 		o.Faults = AllFaults
 		if o.Pair {
 			o.Faults = PairFaults
+			if o.PairPartners {
+				o.Faults = append(slices.Clone(PairFaults), FPartnerDown)
+			}
 		}
+	}
+	if o.PairPartners && (!o.Pair || o.PairVLANs) {
+		return res, errors.New("three racks (pair partners) need a pair run, without its second VLAN between two racks (both use 198.51.100.0/24)")
 	}
 	tb := &lab.ProgramTB{Prog: "chaos", TempRoot: o.Dir}
 	r := &run{opts: o, tb: tb, faults: map[string]int{}, t0: time.Now()}
@@ -305,6 +318,9 @@ const (
 	streamFaults uint64 = iota + 1
 	streamPerf
 	streamClients
+	// streamPerfPartner is VLAN 5002's perfdhcp (PairPartners), past
+	// any client's.
+	streamPerfPartner uint64 = 1 << 20
 )
 
 func (r *run) draws(stream uint64) draws {
@@ -813,7 +829,14 @@ func (r *run) dhclientLoop(ctx context.Context, c *lab.Client, d draws) {
 // perfLoop runs perfdhcp (as a relay from 203.0.113.2) in bursts: new
 // leases, renewals and releases from a pool of 60 MACs.
 func (r *run) perfLoop(ctx context.Context, c *lab.Client) {
-	d := r.draws(streamPerf)
+	r.perfRounds(ctx, c, r.draws(streamPerf), "perfdhcp.log", nil, func() (string, string) { return c.Iface, "203.0.113.1" })
+}
+
+// perfRounds runs perfdhcp rounds from c's namespace until ctx ends, each
+// relayed from the local address or interface to the server to returns
+// as the round starts, its output appended to log in the run's
+// directory, with extra arguments before the server's.
+func (r *run) perfRounds(ctx context.Context, c *lab.Client, d draws, log string, extra []string, to func() (local, server string)) {
 	bin, err := lab.LookBin("perfdhcp")
 	if err != nil {
 		r.say("perfdhcp: %v", err)
@@ -821,13 +844,15 @@ func (r *run) perfLoop(ctx context.Context, c *lab.Client) {
 	}
 	for i := 0; ctx.Err() == nil; i++ {
 		secs := 5 + d.intn(10)
-		out := filepath.Join(r.opts.Dir, "perfdhcp.log")
+		out := filepath.Join(r.opts.Dir, log)
 		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return
 		}
-		cmd := r.lab.CommandContext(ctx, c.NS, bin, "-4", "-r", "3", "-f", "1", "-F", "1", "-R", "60",
-			"-s", fmt.Sprint(r.opts.Seed+uint64(i)), "-p", fmt.Sprint(secs), "-l", c.Iface, "203.0.113.1")
+		local, server := to()
+		args := append([]string{bin, "-4", "-r", "3", "-f", "1", "-F", "1", "-R", "60",
+			"-s", fmt.Sprint(r.opts.Seed + uint64(i)), "-p", fmt.Sprint(secs), "-l", local}, extra...)
+		cmd := r.lab.CommandContext(ctx, c.NS, append(args, server)...)
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		_ = cmd.Run()

@@ -39,6 +39,7 @@ func main() {
 	explain := flag.String("ip", "", "with -judge: also print this address's truth and the region's items for it")
 	flag.BoolVar(&o.PairAlone, "pair-alone", false, "with -pair: no channel between the two agents ([pair] unset), to compare")
 	flag.BoolVar(&o.PairVLANs, "pair-vlans", false, "with -pair: a second HA VLAN between the racks, declared first, roles the other way round (its own failover peer and states, no clients)")
+	flag.BoolVar(&o.PairPartners, "pair-partners", false, "with -pair: a third rack, the primary of a second HA VLAN (relayed clients, 198.51.100.0/24) whose secondary is the pair's primary, whose agent then orders each VLAN's news with a different partner (pair.partners); adds "+chaos.FPartnerDown)
 	flag.BoolVar(&o.PairMAASTimers, "maas-timers", false, "with -pair: the failover peers' timers as MAAS writes them (max-response-delay 60, mclt 3600, no auto-partner-down: a survivor stays communications-interrupted), not the lab's shorter ones")
 	flag.BoolVar(&o.Pair, "pair", false, "a failover pair: two racks (dhcpd peers as MAAS configures them, an agent each), one region; faults kill and return a rack, change the range on both ("+strings.Join(chaos.PairFaults, ",")+")")
 	flag.Parse()
