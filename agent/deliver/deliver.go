@@ -627,8 +627,9 @@ func (d *Deliverer) step(ctx context.Context) (int, error) {
 			// the same request (not restated after it, and then sent
 			// again: a duplicate).
 			if again, err := d.q.Peek(batchMax); err == nil && len(again) > len(first) && again[0].Seq == first[0].Seq {
-				// The fresh answer decides, longer or not.
-				if b := d.cleared(ctx, again, nil); b != nil {
+				// The fresh answer decides, longer or not; if it holds
+				// it all, what is queued meanwhile is taken as before.
+				if b := d.cleared(ctx, again, d.more(&again, batchMax)); b != nil {
 					batch = b
 				}
 			}
@@ -725,7 +726,7 @@ func (d *Deliverer) overtaken(ctx context.Context, batch []event.Queued, b *bise
 	if d.gate == nil || len(batch) == 0 || d.now().Sub(b.cleared) < d.recheck {
 		return false
 	}
-	out := d.cleared(ctx, batch, nil)
+	out := d.cleared(ctx, batch, nil) // (a batch in flight does not grow: its splits are its own)
 	if out == nil {
 		return false // ctx ended: the caller's next post says so
 	}

@@ -27,9 +27,11 @@
 // alone (agent: judgePair). An event that may not go holds back the
 // batch's later events of its address and of its MAC; the others go past
 // it; when none may go, the agent asks again every 100 ms, about the
-// batch with the events queued since (Clear's more), so that news queued
-// behind a batch held whole goes when the rule lets it. Of a batch the
-// region may have applied already, only whole pieces go (ClearPieces).
+// batch and what was queued behind it since (Clear's more: the
+// deliverer's queue peeked again once it told of new events), so that
+// news queued behind a batch held whole goes when the rule lets it. Of a
+// batch the region may have applied already, only whole pieces go
+// (ClearPieces), and that batch does not grow.
 // An event also waits until it is Margin older than the query,
 // so that the peer's news of the same moment, still on its way from
 // dhcpd's hook, is in the peer's queue when it answers.
@@ -37,7 +39,8 @@
 // Limits, each bounded by pair.hold_max:
 //   - a peer that does not answer (its rack down, its agent restarting;
 //     an agent answers only once it has stored what its hooks spooled
-//     while it was down) holds this agent's deliveries for hold_max, then
+//     while it was down) holds this agent's deliveries for hold_max (not
+//     its DHCPv6 news, which no failover orders), then
 //     the agent delivers alone until the peer answers again (probed every
 //     second); what the peer held is then sent after newer news, with the
 //     newest state the file knows right after it (agent/reconcile,

@@ -572,24 +572,21 @@ func (s *State) HoldCut(ev event.Event) (Pending, bool) {
 	// seed 126 held four such ends for the next life and dropped them
 	// when its commit came; seeds 121 and 201, RACKS=3, one each dated
 	// a second and two before it, which an allowance of commitSlack
-	// took for cuts). The told life, stamped by its commit's hook, may
-	// start hookSlack later than an expiry hook that raced it across a
-	// second.
-	end, life, slack := t.Ends, t.At, int64(hookSlack)
+	// took for cuts). A told commit's life begins at its hook's time,
+	// and dhcpd runs its hooks one after another, waiting for each
+	// (common/execute.c: fork, then waitpid), so the hook of an expiry
+	// that cuts the life runs after that commit's and reads the clock
+	// later.
+	end, life := t.Ends, t.At
 	if l, ok := s.File[ev.IP]; ok && l.State == parser.StateActive && l.MAC == ev.MAC &&
 		l.Starts >= t.At-commitSlack && ev.Timestamp >= l.Starts {
-		end, life, slack = l.Ends, l.Starts, 0
+		end, life = l.Ends, l.Starts
 	}
-	if ev.Timestamp < life-slack || end == math.MaxInt64 || end < ev.Timestamp+cutMargin {
+	if ev.Timestamp < life || end == math.MaxInt64 || end < ev.Timestamp+cutMargin {
 		return Pending{}, false
 	}
 	return s.holdCut(ev, end, life), true
 }
-
-// hookSlack is how much earlier than a hook's commit, in seconds, the
-// expiry hook of a stale update that cut its lease may be stamped: each
-// hook reads the clock as it runs, and two run moments apart.
-const hookSlack = 1
 
 // holdCut schedules ev, an expiry, as the end held for the life that
 // began at life and ends at end (Pending.Cut), and returns it.

@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,8 +121,19 @@ func (p *pair) channel() error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		if ac, err = lab.NewPairChannel(dir); err != nil { // (its key unused: one key for all three)
-			return err
+		// (Its key unused: one key for all three.) Each channel's ports
+		// are free when picked, not held: the second's may repeat the
+		// first's, which a's agent listens on too.
+		for try := 0; ; try++ {
+			if ac, err = lab.NewPairChannel(dir); err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(ac.Listen[:], func(l string) bool { return slices.Contains(pc.Listen[:], l) }) {
+				break
+			}
+			if try == 10 {
+				return fmt.Errorf("pair channel: no two free loopback ports apart from %v", pc.Listen)
+			}
 		}
 	}
 	for i, k := range p.racks {
