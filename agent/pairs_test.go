@@ -176,24 +176,41 @@ func TestPairLinksFreshAnswers(t *testing.T) {
 // TestPairLinksSilentPartner: a partner agent that does not answer
 // holds back the news of its own addresses, not the other partner's
 // (else each silent partner in turn would hold the batch up to its
-// hold_max).
+// hold_max): in one batch with them, or queued behind a batch of its
+// news alone, which the gate holds whole and takes the longer batch the
+// deliverer's more returns before its next round (before, it judged the
+// batch in hand until hold_max).
 func TestPairLinksSilentPartner(t *testing.T) {
-	g, _, _, _, _ := partnerLinks(t)
-	g.links[0] = silentLink(t)
 	at := time.Now().Add(-time.Minute).Unix()
-	batch := []event.Queued{
+	both := []event.Queued{
 		commitAt(1, onB, "00:16:3e:00:00:01", at),
 		commitAt(2, onC, "00:16:3e:00:00:02", at),
 	}
-	got := make(chan []event.Queued, 1)
-	go func() { got <- g.Clear(context.Background(), batch, nil) }()
-	select {
-	case out := <-got:
-		if len(out) != 1 || out[0].Seq != 2 {
-			t.Errorf("Clear let go %v, want y's event alone", out)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("c's address waited for b's silent agent (hold_max is a minute)")
+	for _, tc := range []struct {
+		name  string
+		batch []event.Queued
+		more  func() []event.Queued
+	}{
+		{"one batch", both, nil},
+		{"queued behind", both[:1], func() func() []event.Queued {
+			calls := 0
+			return func() []event.Queued {
+				if calls++; calls < 2 {
+					return nil // nothing queued for a round
+				}
+				return both
+			}
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _, _, _, _ := partnerLinks(t)
+			g.links[0] = silentLink(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a third of hold_max
+			defer cancel()
+			if out := g.Clear(ctx, tc.batch, tc.more); len(out) != 1 || out[0].Seq != 2 {
+				t.Fatalf("Clear let go %v, want c's event alone (nil: it waited for b's silent agent)", out)
+			}
+		})
 	}
 }
 
@@ -208,32 +225,6 @@ func silentLink(t *testing.T) *pair.Link {
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
-}
-
-// TestPairLinksTakeMore: a batch of b's news alone, held whole while
-// b's agent is silent, does not hold back c's news queued behind it: the
-// gate takes the longer batch the deliverer's more returns before its
-// next round. Before, it judged the batch in hand until hold_max.
-func TestPairLinksTakeMore(t *testing.T) {
-	g, _, _, _, _ := partnerLinks(t)
-	g.links[0] = silentLink(t)
-	at := time.Now().Add(-time.Minute).Unix()
-	longer := []event.Queued{
-		commitAt(1, onB, "00:16:3e:00:00:01", at),
-		commitAt(2, onC, "00:16:3e:00:00:02", at),
-	}
-	var calls int
-	more := func() []event.Queued {
-		if calls++; calls < 2 {
-			return nil // nothing queued for a round
-		}
-		return longer
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a third of hold_max
-	defer cancel()
-	if out := g.Clear(ctx, longer[:1], more); len(out) != 1 || out[0].Seq != 2 {
-		t.Fatalf("Clear let go %v, want c's event queued behind b's", out)
-	}
 }
 
 // TestPairLinksCopyInPiece: of a batch the region may have applied
