@@ -159,6 +159,19 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 
 	closePair := func() error { return nil }
 	var links *pairLinks
+	var partners []config.Partner
+	var perr error // (validated at load; newPairLinks says so if not, and nothing is forgotten)
+	if cfg.Pair.On() {
+		partners, perr = cfg.Pair.PartnerList()
+	}
+	if perr == nil {
+		if err := forgetPartners(context.Background(), store, partners, log.With().Str("component", "pair").Logger()); err != nil {
+			closeRec()
+			orph.Close()
+			d.Close()
+			return fail(stateDirError(cfg.State.Dir, err))
+		}
+	}
 	if cfg.Pair.On() {
 		plog := log.With().Str("component", "pair").Logger()
 		build := func(pc pairConf) (*pair.Link, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
+	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/agent/pair"
 )
 
@@ -83,6 +85,37 @@ func newPairLinks(cfg *config.Config, build func(pc pairConf) (*pair.Link, error
 		g.links = append(g.links, l)
 	}
 	return g, nil
+}
+
+// forgetPartners drops the stored memory (pairMemory's buckets) of each
+// partner agent partners no longer names: kept, it would be stale when
+// that partner is named again (the news this agent delivered before, how
+// long the partner's news held it back), and it would stay in the state
+// for nothing.
+func forgetPartners(ctx context.Context, store *outbox.Store, partners []config.Partner, log zerolog.Logger) error {
+	named := map[string]bool{}
+	for _, p := range partners {
+		named["@"+p.Peer] = true
+	}
+	for _, base := range []string{pairMemoryBucket, pairWaitsBucket} {
+		names, err := store.KVNames(base + "@")
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			suffix := strings.TrimPrefix(n, base)
+			if named[suffix] {
+				continue
+			}
+			if forgot, err := store.Forget(ctx, n); err != nil {
+				return err
+			} else if forgot {
+				log.Info().Str("peer_agent", suffix[1:]).Str("bucket", n).
+					Msg("pair.partners no longer names this partner agent: dropped what its channel stored; named again, the channel starts with no memory")
+			}
+		}
+	}
+	return nil
 }
 
 // pairConf is what differs between the links of pairLinks.

@@ -1,13 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"maps"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 	"github.com/leasekeeper/leasekeeper/agent/pair"
@@ -250,4 +256,52 @@ func reopen(t *testing.T, store *outbox.Store, path string) *outbox.Store {
 	}
 	t.Cleanup(func() { store.Close() })
 	return store
+}
+
+// TestForgetPartners: the stored memory of a partner agent pair.partners
+// no longer names (its delivered news and its waits) is dropped as the
+// agent starts, so that naming it again starts the channel empty, not
+// with news and waits from before; a named partner's, pair.peer's (no
+// suffix) and other key/value buckets stay. With the pair off, every
+// partner's goes.
+func TestForgetPartners(t *testing.T) {
+	store, err := outbox.Open(filepath.Join(t.TempDir(), "outbox.db"), outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	v4 := netip.MustParseAddr("203.0.113.7")
+	for _, suffix := range []string{"", "@rack-c:5290", "@rack-d:5290"} {
+		m := pairMemory{store, suffix}
+		if err := m.Save(map[netip.Addr]pair.News{v4: {Key: 9, Tag: 9}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SaveWaits(map[pair.Wait]time.Duration{{IP: v4, Key: 9}: time.Second}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func() []string {
+		names, err := store.KVNames("pair-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	var log bytes.Buffer
+	if err := forgetPartners(context.Background(), store, []config.Partner{{FailoverPeers: []string{"failover-vlan-5002"}, Listen: ":5291", Peer: "rack-c:5290"}}, zerolog.New(&log)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pair-delivered", "pair-delivered@rack-c:5290", "pair-waits", "pair-waits@rack-c:5290"}
+	if got := stored(); !slices.Equal(got, want) {
+		t.Errorf("buckets %v, want %v", got, want)
+	}
+	if n := strings.Count(log.String(), `"peer_agent":"rack-d:5290"`); n != 2 {
+		t.Errorf("log names rack d's agent %d times, want 2 (a line a bucket):\n%s", n, log.String())
+	}
+	if err := forgetPartners(context.Background(), store, nil, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stored(), []string{"pair-delivered", "pair-waits"}; !slices.Equal(got, want) {
+		t.Errorf("with the pair off: buckets %v, want %v", got, want)
+	}
 }

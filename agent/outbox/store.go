@@ -607,6 +607,22 @@ func (s *Store) Forget(ctx context.Context, name string) (bool, error) {
 	return had && err == nil, err
 }
 
+// KVNames lists the buckets of the key/value area whose names begin with
+// prefix, in byte order.
+func (s *Store) KVNames(prefix string) ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketKV).Cursor()
+		for k, v := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, v = c.Next() {
+			if v == nil { // a bucket, not a key
+				out = append(out, string(k))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
 // KVBucket is the bucket called name in the key/value area, created on
 // first use, inside tx: the transaction of an Update (b.Tx()), for a
 // caller that keeps a second record in the same commit (the reconciler
