@@ -159,13 +159,11 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 
 	closePair := func() error { return nil }
 	var links *pairLinks
-	var partners []config.Partner
-	var perr error // (validated at load; newPairLinks says so if not, and nothing is forgotten)
-	if cfg.Pair.On() {
-		partners, perr = cfg.Pair.PartnerList()
-	}
-	if perr == nil {
-		if err := forgetPartners(context.Background(), store, partners, log.With().Str("component", "pair").Logger()); err != nil {
+	plog := log.With().Str("component", "pair").Logger()
+	// None with the pair off (refused at load); an invalid list is
+	// refused at load too, and by newPairLinks, with nothing forgotten.
+	if partners, err := cfg.Pair.PartnerList(); err == nil {
+		if err := forgetPartners(context.Background(), store, partners, plog); err != nil {
 			closeRec()
 			orph.Close()
 			d.Close()
@@ -173,7 +171,6 @@ func (a *Agent) Assemble(opts ...AssembleOption) (func() error, error) {
 		}
 	}
 	if cfg.Pair.On() {
-		plog := log.With().Str("component", "pair").Logger()
 		build := func(pc pairConf) (*pair.Link, error) {
 			return newPairLink(cfg, pc, store, rec, hs, d, a.Ready(), plog, reg, now)
 		}
