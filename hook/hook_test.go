@@ -704,6 +704,60 @@ func BenchmarkProcess(b *testing.B) {
 	}
 }
 
+// BenchmarkDeliver measures the hook's delivery alone, in process: the
+// system calls deliver makes for one event (the spool's stat, then
+// socket, sendto and close, or the spool's append), each event a pause
+// after the last so that the reader is asleep when it comes, as the
+// agent is between dhcpd's events. What it reports, µs-per-event, is
+// what no hook that delivers its event to another process gets under,
+// whatever its language; BenchmarkProcess and scripts/bench-hook-start
+// measure it with the process's start and exit around it.
+//
+//	go test -run '^$' -bench Deliver ./hook
+func BenchmarkDeliver(b *testing.B) {
+	msg := []byte(`{"action":"commit","mac":"02:00:00:0a:0b:0c","ip_family":"ipv4","ip":"198.18.0.5","timestamp":1796267724,"lease_time":3600,"hostname":"node-1"}` + "\n")
+	for _, bc := range []struct {
+		name   string
+		listen bool // a reader drains the socket; else nobody binds it
+	}{
+		{"listening", true},
+		{"refused-spooling", false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			sock := filepath.Join(shortDir(b), "absent.sock")
+			if bc.listen {
+				var c *net.UnixConn
+				sock, c = listen(b)
+				go func() { // drain like the agent
+					buf := make([]byte, 64<<10)
+					for {
+						if _, err := c.Read(buf); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			spool := filepath.Join(shortDir(b), "spool")
+			var spent time.Duration
+			n := 0
+			for b.Loop() {
+				time.Sleep(200 * time.Microsecond)
+				t0 := time.Now()
+				err := deliver(msg, sock, spool)
+				spent += time.Since(t0)
+				n++
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(n)/1000, "µs-per-event")
+			if _, err := os.Stat(filepath.Join(spool, spoolFile)); bc.listen == (err == nil) {
+				b.Fatalf("spool file there: %v, want %v", err == nil, !bc.listen)
+			}
+		})
+	}
+}
+
 // TestAsMAASHelper: installed in place of maas-dhcp-helper (a link by
 // that name, as README.Debian's diversion makes), the hook is run with
 // MAAS's dhcpd.conf arguments, whose --socket names MAAS's own socket.
