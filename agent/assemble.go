@@ -31,6 +31,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent/pair"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
 	"github.com/leasekeeper/leasekeeper/internal/maasapi"
+	"github.com/leasekeeper/leasekeeper/internal/sockgroup"
 )
 
 // flushTimeout bounds the delivery attempt a stopping agent makes for
@@ -642,6 +643,23 @@ func CheckRegion(cfg *config.Config) error {
 		return fmt.Errorf("region: %w", err)
 	}
 	return nil
+}
+
+// CheckGroups looks up the groups the agent gives its sockets
+// (control.group, hook.socket_group) as it does when it binds them: a
+// group this machine does not have, or one this process may not give a
+// file to, stops the start (sockgroup's errors). Each problem is told.
+func CheckGroups(cfg *config.Config) error {
+	var errs []error
+	for _, g := range []struct{ key, name string }{{"control.group", cfg.Control.Group}, {"hook.socket_group", cfg.Hook.SocketGroup}} {
+		if g.name == "" {
+			continue
+		}
+		if _, err := sockgroup.Lookup(g.key, g.name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // deliverTask runs the deliverer and puts a reloaded [region] in force

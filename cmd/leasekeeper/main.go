@@ -5,6 +5,8 @@ package main
 import (
 	"os"
 
+	"github.com/rs/zerolog"
+
 	"github.com/leasekeeper/leasekeeper/internal/cli"
 )
 
@@ -12,5 +14,9 @@ import (
 var version = "dev"
 
 func main() {
+	// A duration in the log reads as the configuration writes it
+	// ("30s", "1m0s"), not as a bare number of milliseconds under a
+	// key the file sets in seconds (expiry_grace=30000, a cold review).
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	os.Exit(cli.Main(cli.Env{Version: version, Stdout: os.Stdout, Stderr: os.Stderr}))
 }

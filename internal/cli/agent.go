@@ -185,8 +185,9 @@ flags; the reason is on stderr and in the log.`,
 			}
 			if printConfig {
 				// What start reads besides the file: the region's
-				// certificates, key and token.
-				if err := agent.CheckRegion(cfg); err != nil {
+				// certificates, key and token, and the sockets' groups.
+				// Every problem is told at once.
+				if err := errors.Join(agent.CheckRegion(cfg), agent.CheckGroups(cfg)); err != nil {
 					return fmt.Errorf("config %s: %w", configPath, err)
 				}
 				if cfg.Rack != nil {
@@ -461,12 +462,19 @@ func newLogger(w io.Writer, cfg config.Log, s *levelSampler, now func() time.Tim
 // logTime is RFC 3339 with milliseconds.
 const logTime = "2006-01-02T15:04:05.000Z07:00"
 
-// noArgs is cobra.NoArgs with a usage error.
+// noArgs is cobra.NoArgs with a usage error that says so, and names
+// --config when the argument looks like the file it wants: cobra's own
+// said `unknown command "/etc/leasekeeper/leasekeeper.toml"` (a cold
+// review).
 func noArgs(cmd *cobra.Command, args []string) error {
-	if err := cobra.NoArgs(cmd, args); err != nil {
-		return usageError{err}
+	if len(args) == 0 {
+		return nil
 	}
-	return nil
+	msg := fmt.Sprintf("%s takes no arguments, and was given %q", cmd.CommandPath(), args[0])
+	if f := cmd.Flags().Lookup("config"); f != nil && (strings.ContainsRune(args[0], '/') || strings.Contains(args[0], ".")) {
+		msg += fmt.Sprintf("; to name the file, use --config %s (%s)", args[0], f.Usage)
+	}
+	return usageError{errors.New(msg)}
 }
 
 // agentURL resolves where the running agent's HTTP listener is: --url if
@@ -530,6 +538,14 @@ func decodeAgentConfigAs(env *Env, path string, strict bool) (*config.Config, er
 	cfg, problems, err := config.DecodePartialOn(env.rack(), f, path)
 	if err == nil && strict && problems != nil {
 		err = problems
+	}
+	if err != nil && !strict {
+		// Not TOML at all (a section written twice, a quote left open):
+		// the agent runs on, on the file it read before; where it
+		// listens is the defaults' guess, said so. Stopping here told a
+		// health check that a running agent was down (a cold review).
+		fmt.Fprintf(env.Stderr, "leasekeeper: warning: config %v\nleasekeeper: warning: the agent refuses this file at its next start or reload; asking it where the defaults say it listens (--url or --socket to say where)\n", err)
+		return config.DefaultOn(env.rack()), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("config %w", err)

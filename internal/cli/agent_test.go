@@ -67,7 +67,10 @@ func TestAgentBadConfig(t *testing.T) {
 		// A secret file may be put right without the configuration (the
 		// pair's key copied later): exit 1, which the unit restarts on.
 		{"secret file missing", []string{"agent", "--config", good, "--set", "release.token_file=/nonexistent/release.token"}, 1, []string{"release.token_file (from the command line: release.token_file=/nonexistent/release.token): open /nonexistent/release.token"}},
-		{"arguments", []string{"agent", "extra"}, 2, []string{`unknown command "extra"`}},
+		{"arguments", []string{"agent", "extra"}, 2, []string{`leasekeeper agent takes no arguments, and was given "extra"`}},
+		// The file without --config: the error names the flag.
+		{"file as argument", []string{"agent", "/etc/leasekeeper/leasekeeper.toml"}, 2, []string{"use --config /etc/leasekeeper/leasekeeper.toml (configuration file)"}},
+		{"dhcpd.conf as check's argument", []string{"check", "dhcpd.conf"}, 2, []string{"leasekeeper check takes no arguments", "use --config dhcpd.conf (dhcpd.conf file"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,15 +104,31 @@ func TestAgentPrintConfig(t *testing.T) {
 	}
 	path := writeFile(t, "lk.toml", fmt.Sprintf("[region]\nurl = \"https://r/leases\"\nca_file = %q\ncert_file = %q\nkey_file = %q\n",
 		f.CA, f.ClientCert, f.ClientKey))
-	for _, tc := range []struct{ name, set, want string }{
-		{"missing certificate", "region.cert_file=/nonexistent/agent.crt", "region: cert_file/key_file: open /nonexistent/agent.crt: no such file or directory"},
-		{"key of another certificate", "region.key_file=" + f.ServerKey, "tls: private key does not match public key"},
-		{"missing token", "region.token_file=/nonexistent/token", "region: token_file: open /nonexistent/token"},
-		{"not a CA", "region.ca_file=" + f.ClientKey, "region: ca_file " + f.ClientKey + ": no PEM certificate in it"},
+	for _, tc := range []struct {
+		name, set, want string
+		code            int
+	}{
+		{"missing certificate", "region.cert_file=/nonexistent/agent.crt", "region: cert_file/key_file: open /nonexistent/agent.crt: no such file or directory", 1},
+		{"key of another certificate", "region.key_file=" + f.ServerKey, "tls: private key does not match public key", 1},
+		{"missing token", "region.token_file=/nonexistent/token", "region: token_file: open /nonexistent/token", 1},
+		{"not a CA", "region.ca_file=" + f.ClientKey, "region: ca_file " + f.ClientKey + ": no PEM certificate in it", 1},
+		// A group the machine lacks stops the start (exit 78, not
+		// restarted); --print-config passed it (a cold review).
+		{"control.group unknown", "control.group=lk-no-such-group-4711", `control.group "lk-no-such-group-4711": no such group on this machine`, ExitConfig},
+		{"hook.socket_group unknown", "hook.socket_group=lk-no-such-group-4712", `hook.socket_group "lk-no-such-group-4712": no such group on this machine`, ExitConfig},
 	} {
 		_, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", tc.set)
-		if code != 1 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", tc.name, code, stderr, tc.want)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, code, stderr, tc.code, tc.want)
+		}
+	}
+	// The region's files and the groups are told together; a group
+	// makes it a configuration error, as at start.
+	_, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", "region.ca_file="+f.ClientKey,
+		"--set", "control.group=lk-no-such-group-4711", "--set", "hook.socket_group=lk-no-such-group-4712")
+	for _, want := range []string{"no PEM certificate", `control.group "lk-no-such-group-4711"`, `hook.socket_group "lk-no-such-group-4712"`} {
+		if code != ExitConfig || !strings.Contains(stderr, want) {
+			t.Errorf("three problems: exit %d, stderr %q; want %d and %q", code, stderr, ExitConfig, want)
 		}
 	}
 	out, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", "region.batch_max=7")

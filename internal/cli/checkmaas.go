@@ -91,7 +91,7 @@ found (or on an error), 2 on a usage error.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&configPath, "config", "c", config.DefaultPath, "the agent's configuration file")
-	fl.StringVar(&agentUser, "agent-user", "leasekeeper", `the user the agent runs as, for the access checks ("" skips them)`)
+	fl.StringVar(&agentUser, "agent-user", "leasekeeper", `the user the agent runs as, for the access checks ("" skips them; a user this machine lacks is a problem)`)
 	fl.DurationVar(&timeout, "timeout", 5*time.Second, "time limit for the connection to the region")
 	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd

@@ -197,6 +197,9 @@ Operator commands read dhcpd's own files and never modify them.`,
 // exactArgs is cobra.ExactArgs with a usage error.
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
+		if n == 0 {
+			return noArgs(cmd, args)
+		}
 		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
 			return usageError{err}
 		}

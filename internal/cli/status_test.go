@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/event"
 	"github.com/leasekeeper/leasekeeper/agent/outbox"
 )
@@ -300,11 +301,16 @@ func TestStatusFromConfig(t *testing.T) {
 	if strings.Contains(stderr, "127.0.0.1:80") || !strings.Contains(stderr, "metrics.listen") {
 		t.Errorf("status with metrics.listen = \"127.0.0.1\": %s", stderr)
 	}
-	// One that is not TOML at all names nothing to go by.
-	garbage := writeFile(t, "lk.toml", "[metrics\n")
-	_, stderr, code = run(t, "status", "--config", garbage)
-	if code != 1 || !strings.Contains(stderr, garbage+":2: expected") {
-		t.Errorf("exit %d: %s", code, stderr)
+	// One that is not TOML at all (an edit the agent's reload refused,
+	// so it runs on): status warns and asks where the defaults say the
+	// agent listens. It used to stop at the file, and exit 1 told a
+	// health check that the running agent was down (a cold review).
+	garbage := writeFile(t, "lk.toml", "[metrics]\nlisten = \"127.0.0.1:9\"\n[metrics]\n")
+	_, stderr, _ = run(t, "status", "--config", garbage)
+	def := config.Default()
+	if !strings.Contains(stderr, "warning: config "+garbage+":3:") || !strings.Contains(stderr, "where the defaults say it listens") ||
+		strings.Contains(stderr, "127.0.0.1:9/") || !strings.Contains(stderr, def.Metrics.Listen) && !strings.Contains(stderr, def.Control.Socket) {
+		t.Errorf("status with a file that is not TOML: %s", stderr)
 	}
 }
 

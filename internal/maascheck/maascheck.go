@@ -445,7 +445,12 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, d6 *reconcile.D
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
-		return // not installed as the Debian package does
+		// The package makes its user; a name this machine lacks is a
+		// typo or a broken install, and skipping in silence read as
+		// "every file readable" (a cold review).
+		r.add(Problem, "agent-access", fmt.Sprintf("cannot check what the agent may read: no user %s here (%v).", name, err),
+			"pass --agent-user with the user the agent's unit runs as (systemctl show -p User leasekeeper; the package's is leasekeeper), or --agent-user \"\" to skip these checks")
+		return
 	}
 	if c := readsAny(caps()); c != "" {
 		r.add(OK, "agent-access", fmt.Sprintf("the agent runs as %s and its unit grants it %s (the package's maas-rack.conf grants CAP_DAC_READ_SEARCH): it reads MAAS's files whatever their modes.", name, strings.ToUpper(c)), "")

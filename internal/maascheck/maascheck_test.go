@@ -483,6 +483,22 @@ func TestAgentAccess(t *testing.T) {
 	if !ok {
 		t.Errorf("with CAP_DAC_READ_SEARCH: want an ok finding naming it; got %+v", rep.Findings)
 	}
+	// A user this machine lacks (a typo, a broken install) checks
+	// nothing, and says so; it was skipped in silence (a cold review).
+	w.opts.AgentUser = "lk-no-such-user-4711"
+	_, rep = w.check()
+	var told int
+	for _, f := range rep.Findings {
+		if f.Check == "agent-access" {
+			told++
+			if f.Severity != Problem || !strings.Contains(f.Message, "no user lk-no-such-user-4711") || !strings.Contains(f.Fix, "--agent-user") {
+				t.Errorf("an unknown agent user: want a problem naming it and --agent-user; got %+v", f)
+			}
+		}
+	}
+	if told != 1 {
+		t.Errorf("an unknown agent user: want one agent-access finding; got %+v", rep.Findings)
+	}
 }
 
 // findOf is the finding of check whose message names what.
