@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -61,19 +62,24 @@ found (or on an error), 2 on a usage error.`,
   sudo leasekeeper check-maas --json | jq -r '.findings[] | select(.severity == "problem") | .fix'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := maascheck.Options{AgentUser: agentUser, Timeout: timeout}
 			f, err := os.Open(configPath)
-			if err != nil {
+			switch {
+			case errors.Is(err, os.ErrNotExist) && configPath == config.DefaultPath:
+				// As the agent runs without one (and status reads it).
+				opts.Config, opts.NoFile = config.DefaultOn(env.rack()), configPath
+			case err != nil:
 				return err
+			default:
+				// A file with problems is checked on what it has right,
+				// its problems reported with the rest.
+				opts.Config, opts.FileProblems, err = config.DecodePartialOn(env.rack(), f, configPath)
+				f.Close()
+				if err != nil {
+					return err
+				}
 			}
-			cfg, problems, err := config.DecodePartialOn(env.rack(), f, configPath)
-			f.Close()
-			if err == nil && problems != nil {
-				err = problems
-			}
-			if err != nil {
-				return err
-			}
-			rep := maascheck.Run(cmd.Context(), maascheck.Options{Config: cfg, AgentUser: agentUser, Timeout: timeout})
+			rep := maascheck.Run(cmd.Context(), opts)
 			if asJSON {
 				enc := json.NewEncoder(env.Stdout)
 				enc.SetIndent("", "  ")

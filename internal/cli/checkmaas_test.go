@@ -43,6 +43,28 @@ func TestCheckMAAS(t *testing.T) {
 	if _, _, code := run(t, "check-maas", "--config", filepath.Join(dir, "nope.toml")); code != 1 {
 		t.Errorf("missing config: exit %d", code)
 	}
+	// A file the agent refuses (an unknown key, a value of the wrong
+	// type) is checked on what it has right, its problems among the
+	// findings; check-maas stopped at them with no report, and --json
+	// printed nothing (a cold review).
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte(toml+"[log]\nlevl = \"debug\"\n[reconcile]\npoll_interval = 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = run(t, "check-maas", "--config", bad, "--agent-user", "", "--json")
+	rep = maascheck.Report{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 1 {
+		t.Fatalf("a file with problems: exit %d, --json: %v\n%s", code, err, out)
+	}
+	var told []string
+	for _, f := range rep.Findings {
+		if f.Check == "config" && f.Severity == maascheck.Problem {
+			told = append(told, f.Message)
+		}
+	}
+	if len(told) != 2 || !strings.Contains(told[0]+told[1], "log.levl: unknown key") || !strings.Contains(told[0]+told[1], "reconcile.poll_interval") || rep.Mode.Mode != "hookless" {
+		t.Errorf("a file with problems: want its two problems as config findings, and the mode still read from dhcpd.config; got %+v", rep)
+	}
 }
 
 // TestStatusMode: the reconciler's mode in leasekeeper status.

@@ -60,6 +60,13 @@ type Report struct {
 // Options say what to check.
 type Options struct {
 	Config *config.Config
+	// FileProblems is what reading Config's file found wrong (unknown
+	// keys, values of the wrong type: config.DecodePartial's problems),
+	// Config holding the rest; nil when nothing is.
+	FileProblems error
+	// NoFile is the path of an agent configuration that does not exist,
+	// Config being the defaults the agent runs on without one.
+	NoFile string
 	// Detect is what mode detection reads; the zero value means
 	// reconcile.DefaultDetectEnv.
 	Detect *reconcile.DetectEnv
@@ -151,6 +158,10 @@ func Run(ctx context.Context, o Options) *Report {
 		env = *o.Detect
 	}
 	c := o.Config
+	if o.NoFile != "" {
+		r.add(Note, "config", fmt.Sprintf("no configuration file at %s: checked with the defaults (and what a MAAS rack gives), as the agent runs without one.", o.NoFile), "")
+	}
+	r.fileProblems(o.FileProblems)
 	r.config(c)
 	mode, _ := reconcile.ParseMode(c.Reconcile.Mode)
 	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
@@ -190,6 +201,25 @@ func Run(ctx context.Context, o Options) *Report {
 		}
 	}
 	return r
+}
+
+// fileProblems reports what reading the file found wrong: the agent
+// refuses such a file at start (exit 78), and the other checks ran on
+// what it had right. Each problem is a finding, so that --json tells
+// them too; check-maas used to stop at them with no report (a cold
+// review).
+func (r *Report) fileProblems(err error) {
+	if err == nil {
+		return
+	}
+	var ps config.Problems
+	if !errors.As(err, &ps) {
+		r.add(Problem, "config", err.Error()+": the agent does not start.", "correct the configuration file (leasekeeper agent --print-config checks it)")
+		return
+	}
+	for _, p := range ps {
+		r.add(Problem, "config", p.Error()+": the agent does not start.", "correct it in the configuration file (leasekeeper agent --print-config checks the whole file)")
+	}
 }
 
 // config reports what the agent's own validation refuses: such a file

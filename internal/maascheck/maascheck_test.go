@@ -639,3 +639,31 @@ func TestConfigFindings(t *testing.T) {
 		t.Error("no region-url problem for the unset url")
 	}
 }
+
+// TestConfigFileFindings: what reading the file found wrong is a config
+// problem each, told with the rest; no file at all is a note, checked
+// on the defaults the agent runs on.
+func TestConfigFileFindings(t *testing.T) {
+	w := newWorld(t)
+	w.listen()
+	_, ps, err := config.DecodePartial(strings.NewReader("[log]\nlevl = \"debug\"\n[region]\nbatch_max = \"x\"\n"), "lk.toml")
+	if err != nil || ps == nil {
+		t.Fatalf("decode: %v, problems %v", err, ps)
+	}
+	w.opts.FileProblems, w.opts.NoFile = ps, ""
+	_, rep := w.check()
+	var told []string
+	for _, f := range rep.Findings {
+		if f.Check == "config" && f.Severity == Problem {
+			told = append(told, f.Message)
+		}
+	}
+	if len(told) != 2 || !strings.Contains(told[0], "log.levl: unknown key") || !strings.Contains(told[1], "region.batch_max") {
+		t.Errorf("config problems %q; want log.levl's and region.batch_max's", told)
+	}
+	w.opts.FileProblems, w.opts.NoFile = nil, "/etc/leasekeeper/leasekeeper.toml"
+	_, rep = w.check()
+	if f := find(rep, "config", Note); f == nil || !strings.Contains(f.Message, "no configuration file at /etc/leasekeeper/leasekeeper.toml") {
+		t.Errorf("no file: want a config note; got %+v", rep.Findings)
+	}
+}
