@@ -2,6 +2,8 @@ package agent
 
 import (
 	"cmp"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -332,5 +336,75 @@ func TestAlertRules(t *testing.T) {
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// TestAlertSeriesInUnitSandbox: every process_* series the shipped alerts
+// read is served under the packaged unit's /proc, as its ProtectProc= and
+// ProcSubset= mount it (systemd's hidepid= and subset= proc options): the
+// test binary gathers the agent's process collector in a mount and PID
+// namespace of its own with /proc mounted so. ProcSubset=pid hid
+// /proc/stat, whose boot time process_start_time_seconds needs (the
+// collector skips a series it cannot read, unreported), so that
+// LeasekeeperRestarting could never fire (a cold review).
+func TestAlertSeriesInUnitSandbox(t *testing.T) {
+	if os.Getenv("LK_PROCESS_SERIES") == "1" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			fmt.Println("series", mf.GetName())
+		}
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount /proc in a namespace of its own")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare(1)")
+	}
+	unit, err := os.ReadFile("../packaging/systemd/leasekeeper.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []string{"nosuid", "nodev", "noexec"}
+	for _, l := range strings.Split(string(unit), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(l), "=")
+		switch k {
+		case "ProtectProc":
+			opts = append(opts, "hidepid="+v)
+		case "ProcSubset":
+			opts = append(opts, "subset="+v)
+		}
+	}
+	cmd := exec.Command(unshare, "--mount", "--pid", "--fork", "--propagation", "private", "sh", "-c",
+		`mount -t proc -o "$1" proc /proc && exec "$2" -test.run '^TestAlertSeriesInUnitSandbox$' -test.count 1`,
+		"sh", strings.Join(opts, ","), os.Args[0])
+	cmd.Env = append(os.Environ(), "LK_PROCESS_SERIES=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gathering in the unit's /proc (%s): %v\n%s", strings.Join(opts, ","), err, out)
+	}
+	served := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(l, "series "); ok {
+			served[name] = true
+		}
+	}
+	read := map[string]bool{}
+	for _, r := range readAlertRules(t) {
+		for _, s := range regexp.MustCompile(`\bprocess_[a-z_]+`).FindAllString(r.Expr, -1) {
+			read[s] = true
+			if !served[s] {
+				t.Errorf("alert %s reads %s, which the agent does not serve under the unit's /proc (%s); served: %v", r.Alert, s, strings.Join(opts, ","), slices.Sorted(maps.Keys(served)))
+			}
+		}
+	}
+	if len(read) == 0 {
+		t.Fatal("no alert reads a process_* series: this test checks nothing")
 	}
 }
