@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -187,7 +188,7 @@ func (p Pair) PartnerList() ([]Partner, error) {
 	for _, s := range p.Partners {
 		f := strings.Fields(s)
 		if len(f) != 3 {
-			return nil, fmt.Errorf("%q: want \"FAILOVER-PEER[,FAILOVER-PEER…] LISTEN PEER\", three fields, e.g. \"failover-vlan-5002 :5291 10.0.0.13:5290\"", s)
+			return nil, fmt.Errorf("%q: want \"FAILOVER-PEER[,FAILOVER-PEER…] LISTEN PEER\", three fields, e.g. \"failover-vlan-5002 :5291 10.0.0.13:5290\" (with --set, an entry naming several failover peers goes in a TOML array, whose quotes keep its commas: --set 'pair.partners=[\"fo-1,fo-2 :5291 10.0.0.13:5290\"]')", s)
 		}
 		var peers []string
 		for n := range strings.SplitSeq(f[0], ",") {
@@ -489,7 +490,7 @@ func decode(r io.Reader, name string) (*Config, Problems, map[string]int, error)
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, nil, nil, fmt.Errorf("%s:%d: %s", name, pe.Position.Line, pe.Message)
+			return nil, nil, nil, fmt.Errorf("%s:%d: %s%s", name, pe.Position.Line, pe.Message, bareWordHint(b, pe.Position.Line))
 		}
 		return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -964,6 +965,25 @@ func stringList(s string) ([]string, error) {
 		return v.V, nil
 	}
 	return commaItems(t), nil
+}
+
+// bareWord is a key set to a word without quotes: level = info.
+var bareWord = regexp.MustCompile(`^\s*([A-Za-z0-9_-]+)\s*=\s*([A-Za-z_][A-Za-z0-9_.:/@-]*)\s*(#.*)?$`)
+
+// bareWordHint is what to say of a parse error at line n (from 1) of b
+// where that line sets a key to a word without quotes: the TOML parser's
+// own message for level = info is about a newline it expected after
+// "inf" (a cold review).
+func bareWordHint(b []byte, n int) string {
+	lines := strings.Split(string(b), "\n")
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	m := bareWord.FindStringSubmatch(lines[n-1])
+	if m == nil || m[2] == "true" || m[2] == "false" {
+		return ""
+	}
+	return fmt.Sprintf(" (a string takes quotes: %s = %q)", m[1], m[2])
 }
 
 // commaItems is a list's comma-separated command-line form (Set), with
