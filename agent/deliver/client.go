@@ -64,36 +64,53 @@ func tlsConfig(cfg *Config, host string) (*tls.Config, error) {
 	if cfg.ServerName != "" {
 		c.ServerName = cfg.ServerName
 	}
+	// The CA's problem and the client certificate's are told together:
+	// one a run, an operator mended them one restart at a time (a cold
+	// review).
+	var errs []error
 	if cfg.CAFile != "" {
 		pem, err := readRegionFile(cfg.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w%s", err, maasFileHint(cfg.CAFile, err))
-		}
 		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", cfg.CAFile)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("ca_file: %w%s", err, maasFileHint(cfg.CAFile, err)))
+		case !pool.AppendCertsFromPEM(pem):
+			errs = append(errs, fmt.Errorf("ca_file %s: no PEM certificate in it", cfg.CAFile))
+		default:
+			c.RootCAs = pool
 		}
-		c.RootCAs = pool
 	}
 	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
-		return nil, errors.New("cert_file and key_file go together: set both or neither")
+		return nil, errors.Join(append(errs, errors.New("cert_file and key_file go together: set both or neither"))...)
 	}
 	if cfg.CertFile != "" {
-		certPEM, err := readRegionFile(cfg.CertFile)
-		if err != nil {
-			return nil, fmt.Errorf("cert_file/key_file: %w%s", err, maasFileHint(cfg.CertFile, err))
+		if pair, err := clientPair(cfg); err != nil {
+			errs = append(errs, err)
+		} else {
+			c.Certificates = []tls.Certificate{pair}
 		}
-		keyPEM, err := readRegionFile(cfg.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("cert_file/key_file: %w%s", err, maasFileHint(cfg.KeyFile, err))
-		}
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("cert_file/key_file %s, %s: %w", cfg.CertFile, cfg.KeyFile, err)
-		}
-		c.Certificates = []tls.Certificate{pair}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// clientPair reads the client certificate and its key.
+func clientPair(cfg *Config) (tls.Certificate, error) {
+	certPEM, err := readRegionFile(cfg.CertFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("cert_file/key_file: %w%s", err, maasFileHint(cfg.CertFile, err))
+	}
+	keyPEM, err := readRegionFile(cfg.KeyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("cert_file/key_file: %w%s", err, maasFileHint(cfg.KeyFile, err))
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("cert_file/key_file %s, %s: %w", cfg.CertFile, cfg.KeyFile, err)
+	}
+	return pair, nil
 }
 
 // credentialWarnings are what is wrong, but not fatal, with the rack's

@@ -325,6 +325,21 @@ type credentialError struct{ err error }
 func (e *credentialError) Error() string { return e.err.Error() }
 func (e *credentialError) Unwrap() error { return e.err }
 
+// allMissing reports whether every problem err joins (tlsConfig tells
+// the CA's and the client certificate's together) is a file that does
+// not exist: one there but unusable is refused, awaited or not.
+func allMissing(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !allMissing(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 func newLink(cfg Config) (*link, error) {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
@@ -355,7 +370,7 @@ func newLink(cfg Config) (*link, error) {
 			host = "" // the transport verifies each controller's own (cfg.ServerName, else its URL's host)
 		}
 		switch tc, err = tlsConfig(&cfg, host); {
-		case err != nil && cfg.AwaitCredentials != "" && errors.Is(err, fs.ErrNotExist):
+		case err != nil && cfg.AwaitCredentials != "" && allMissing(err):
 			l.awaiting, tc = err, nil
 			if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
 				l.awaiting = fmt.Errorf("%s does not exist", pe.Path)

@@ -122,9 +122,16 @@ func TestAgentPrintConfig(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", tc.name, code, stderr, tc.code, tc.want)
 		}
 	}
+	// The CA's problem and the client certificate's are told together.
+	_, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", "region.ca_file=/nonexistent/ca.crt", "--set", "region.cert_file=/nonexistent/agent.crt")
+	for _, want := range []string{"ca_file: open /nonexistent/ca.crt", "cert_file/key_file: open /nonexistent/agent.crt"} {
+		if code != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("the CA and the certificate missing: exit %d, stderr %q; want 1 and %q", code, stderr, want)
+		}
+	}
 	// The region's files and the groups are told together; a group
 	// makes it a configuration error, as at start.
-	_, stderr, code := run(t, "agent", "--config", path, "--print-config", "--set", "region.ca_file="+f.ClientKey,
+	_, stderr, code = run(t, "agent", "--config", path, "--print-config", "--set", "region.ca_file="+f.ClientKey,
 		"--set", "control.group=lk-no-such-group-4711", "--set", "hook.socket_group=lk-no-such-group-4712")
 	for _, want := range []string{"no PEM certificate", `control.group "lk-no-such-group-4711"`, `hook.socket_group "lk-no-such-group-4712"`} {
 		if code != ExitConfig || !strings.Contains(stderr, want) {
