@@ -260,9 +260,9 @@ func TestReleaserBackInRange(t *testing.T) {
 			g := newRig(t)
 			r := g.releaser(t, g.api, silent)
 			calls := 0
-			r.SetHeld(func(a netip.Addr) (bool, bool) {
-				if a != g.addr {
-					t.Errorf("Holds(%s), want %s", a, g.addr)
+			r.SetHeld(func(a netip.Addr, since int64) (bool, bool) {
+				if a != g.addr || since == 0 {
+					t.Errorf("Holds(%s, %d), want %s and the lease's end", a, since, g.addr)
 				}
 				calls++
 				return tc.held(calls)

@@ -71,9 +71,9 @@ type Releaser struct {
 
 	mu   sync.Mutex // guards jobs, said, held
 	jobs map[netip.Addr]Job
-	said map[netip.Addr]string               // news
-	held func(netip.Addr) (held, known bool) // SetHeld
-	work sync.Mutex                          // one attempt at a time (the task or ReleaseNow)
+	said map[netip.Addr]string                               // news
+	held func(ip netip.Addr, since int64) (held, known bool) // SetHeld
+	work sync.Mutex                                          // one attempt at a time (the task or ReleaseNow)
 }
 
 // New loads the stored jobs.
@@ -239,30 +239,32 @@ func (r *Releaser) runDue(ctx context.Context) time.Time {
 	return next
 }
 
-// SetHeld gives the releaser the leases file's view (the reconciler's
-// Holds): whether dhcpd holds an address again, a range having grown
-// back over it. A job for such an address is withdrawn, never released:
+// SetHeld gives the releaser the reconciler's view (its Holds): whether
+// dhcpd holds an address again since the orphaned lease's end, a range
+// having grown back over it (the leases file's block, or a hook's
+// commit the file does not show yet). A job for such an address is withdrawn, never released:
 // the same client may lease it again, and the region's record, which
 // looks the same as the orphan's, is then that lease's. Unset, the
 // region's record and the probe decide alone.
-func (r *Releaser) SetHeld(held func(netip.Addr) (held, known bool)) {
+func (r *Releaser) SetHeld(held func(ip netip.Addr, since int64) (held, known bool)) {
 	r.mu.Lock()
 	r.held = held
 	r.mu.Unlock()
 }
 
-// back reports, with SetHeld's view, whether dhcpd holds ip again, or
-// an Outcome that keeps the job when that is not known.
-func (r *Releaser) back(ip netip.Addr) (Outcome, bool) {
+// back reports, with SetHeld's view, whether dhcpd holds j's address
+// again since its lease ended, or an Outcome that keeps the job when
+// that is not known.
+func (r *Releaser) back(j Job) (Outcome, bool) {
 	r.mu.Lock()
 	held := r.held
 	r.mu.Unlock()
 	if held == nil {
 		return Outcome{}, false
 	}
-	switch h, known := held(ip); {
+	switch h, known := held(j.IP, j.Ends); {
 	case h:
-		return Outcome{Done: true, Result: "back", Reason: "dhcpd.leases lists the address again (a range holds it): no orphan any more, its leases are the region's to keep"}, true
+		return Outcome{Done: true, Result: "back", Reason: "dhcpd.leases lists the address again, or a hook told a new lease of it (a range holds it): no orphan any more, its leases are the region's to keep"}, true
 	case !known:
 		return Outcome{Result: StateBlocked, Reason: "dhcpd.leases is not read whole yet, or its last read failed: whether a range holds the address again cannot be told"}, true
 	}
@@ -410,7 +412,7 @@ func (r *Releaser) attempt(ctx context.Context, ip netip.Addr) Outcome {
 
 // check decides and, when everything allows it, frees the address.
 func (r *Releaser) check(ctx context.Context, j Job) Outcome {
-	if o, stop := r.back(j.IP); stop {
+	if o, stop := r.back(j); stop {
 		return o
 	}
 	c := r.client()
@@ -493,7 +495,7 @@ func (r *Releaser) decide(ctx context.Context, c *maasapi.Client, j Job, recs []
 	}
 	// Again: the region's record and the probe took time, in which a
 	// range may have grown back and the client leased the address anew.
-	if o, stop := r.back(j.IP); stop {
+	if o, stop := r.back(j); stop {
 		return o
 	}
 	switch err := c.ReleaseDiscovered(ctx, j.IP); {

@@ -1279,18 +1279,28 @@ var modeMessage = map[Mode]string{
 	ModeHookless:    "reconciler mode: hookless — every event comes from dhcpd.leases at once",
 }
 
-// Holds reports whether dhcpd.leases, as last read, has a block for ip,
-// and whether that is known: the file was read whole once and its last
-// read did not fail. dhcpd writes a block for an address of its ranges
-// once it has a history there (a client, a lease, or a failover pair's
-// backup state); a never-leased free address has none (write_leases4,
-// server/mdb.c). An orphaned address (a range shrink dropped it) that
-// dhcpd holds again is no orphan any more: its lease is the region's to
-// keep (TestLabOrphanBack).
-func (r *Reconciler) Holds(ip netip.Addr) (held, known bool) {
+// Holds reports whether dhcpd holds ip again since the Unix second
+// since (an orphaned lease's end), and whether that is known: the file
+// was read whole once and its last read did not fail. Held is
+// dhcpd.leases, as last read, having a block for ip, or a commit of ip
+// told since then (a hook's, which comes before dhcpd's write reaches
+// the file, and before this agent's next read of it: the orphans'
+// releaser asks just before its request, and a lease the region heard
+// of first would lose its record, MAAS deleting the observed record
+// whatever MAC it has: src/maasserver/api/ip_addresses.py, release).
+// dhcpd writes a block for an address of its ranges once it has a
+// history there (a client, a lease, or a failover pair's backup state);
+// a never-leased free address has none (write_leases4, server/mdb.c).
+// An orphaned address (a range shrink dropped it) that dhcpd holds again
+// is no orphan any more: its lease is the region's to keep
+// (TestLabOrphanBack, TestHoldsToldCommit).
+func (r *Reconciler) Holds(ip netip.Addr, since int64) (held, known bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, held = r.st.File[ip]
+	if t, ok := r.st.Told[ip]; ok && t.Action == event.Commit && t.At >= since {
+		held = true
+	}
 	return held, r.st.Baselined && !r.st.Unknown
 }
 

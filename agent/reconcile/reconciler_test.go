@@ -1003,3 +1003,33 @@ func TestTaskLeasesFileGone(t *testing.T) {
 		t.Errorf("no log of the file's return\nlog:\n%s", h.logText())
 	}
 }
+
+// TestHoldsToldCommit: an address dhcpd gives out again is held from the
+// hook's commit on, before the leases file shows it: the orphans'
+// releaser asks Holds just before it frees an address in the region,
+// and the hook's commit may have reached the region already (a cold
+// review). A commit older than the orphaned lease's end is not a new
+// lease.
+func TestHoldsToldCommit(t *testing.T) {
+	h := newHarness(t)
+	h.hooked()
+	h.d.rewrite("", true)
+	h.start(30 * time.Second)
+	now := time.Now().Unix()
+	ends := now - 60 // the orphaned lease's end
+	if held, known := h.r.Holds(netip.MustParseAddr(ip1), ends); held || !known {
+		t.Fatalf("before any news: held %t, known %t; want false, true", held, known)
+	}
+	if err := h.r.Accept(context.Background(), []event.Event{hook(event.Commit, ip1, macA, now)}); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := h.r.Holds(netip.MustParseAddr(ip1), ends); !held {
+		t.Error("a hook's commit since the lease's end, the file not showing it yet: not held")
+	}
+	if held, _ := h.r.Holds(netip.MustParseAddr(ip1), now+1); held {
+		t.Error("a commit before the lease's end taken for a new lease")
+	}
+	if held, _ := h.r.Holds(netip.MustParseAddr(ip2), ends); held {
+		t.Error("another address held")
+	}
+}
