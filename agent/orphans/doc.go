@@ -6,6 +6,12 @@
 // only the public API 2.0's forced release of the discovered record
 // clears it.
 //
+// IPv4 only: a range6 shrink drops DHCPv6 leases the same way, and MAAS's
+// rule for an address outside every range does not look at the family
+// (src/maasservicelayer/services/leases.py), but the reconciler makes
+// jobs for IPv4 addresses alone and the probe is ARP's; such an address
+// stays observed in the region and leasekeeper orphans does not list it.
+//
 // The reconciler hands each such address over when the lease's own end
 // has come (reconcile.Orphan), in the outbox transaction that queues its
 // expiry: a Job in the outbox file's "orphans" bucket. The Releaser task
