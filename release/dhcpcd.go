@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
 )
 
 // bootpMin is the shortest message dhcpcd reads back as a lease: the
@@ -85,6 +87,12 @@ func ParseDhcpcd(b []byte) (Lease, error) {
 	}
 	if v := m.Options.Get(dhcpv4.OptionClientIdentifier); len(v) > 0 {
 		l.ClientID = bytes.Clone(v)
+	}
+	// The address dhcpd keeps the lease under, and compares a release's
+	// chaddr with (server/dhcp.c, dhcprelease): the interface's may have
+	// changed since (a bridge takes its lowest port's).
+	if m.HWType == iana.HWTypeEthernet && len(m.ClientHWAddr) == 6 && !bytes.Equal(m.ClientHWAddr, make([]byte, 6)) {
+		l.HWAddr = slices.Clone(m.ClientHWAddr)
 	}
 	l.Line = 1
 	return l, nil

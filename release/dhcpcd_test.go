@@ -37,7 +37,8 @@ func TestParseDhcpcd(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mods []dhcpv4.Modifier
-		want Lease
+		want Lease // HWAddr: the ACK's chaddr, unless noHW
+		noHW bool
 		err  string
 	}{
 		{name: "ack", want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Lifetime: 10 * time.Minute, Line: 1}},
@@ -50,6 +51,10 @@ func TestParseDhcpcd(t *testing.T) {
 		{name: "no lease time", mods: []dhcpv4.Modifier{dhcpv4.WithoutOption(dhcpv4.OptionIPAddressLeaseTime)}, // dhcpcd: infinite
 			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Never: true, Line: 1}},
 		{name: "bootp reply", mods: []dhcpv4.Modifier{dhcpv4.WithoutOption(dhcpv4.OptionDHCPMessageType)},
+			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Lifetime: 10 * time.Minute, Line: 1}},
+		// chaddr is the client's address as dhcpd keeps the lease under
+		// it; none recorded (zeros) leaves the interface's to stand in.
+		{name: "no chaddr", mods: []dhcpv4.Modifier{dhcpv4.WithHwAddr(make(net.HardwareAddr, 6))}, noHW: true,
 			want: Lease{Address: addr("203.0.113.100"), Server: addr("203.0.113.1"), Lifetime: 10 * time.Minute, Line: 1}},
 		{name: "nak", mods: []dhcpv4.Modifier{dhcpv4.WithMessageType(dhcpv4.MessageTypeNak)}, err: "a NAK, not a DHCPACK"},
 		{name: "no address", mods: []dhcpv4.Modifier{dhcpv4.WithYourIP(net.IPv4zero)}, err: "no address (yiaddr 0.0.0.0)"},
@@ -66,6 +71,9 @@ func TestParseDhcpcd(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !tc.noHW {
+				tc.want.HWAddr = net.HardwareAddr{2, 0, 0, 0, 0, 1}
 			}
 			if diff := cmp.Diff(tc.want, got, addrEqual); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)

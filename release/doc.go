@@ -68,12 +68,18 @@
 //
 // # The packet and the send
 //
-// op BOOTREQUEST, ciaddr the address, chaddr the interface's MAC, option
-// 53 RELEASE, 54 the server, 61 the client identifier if any, a fresh
-// xid. ISC dhcpd 4.4 finds the lease by option 61 and ciaddr, falls back
-// to ciaddr alone, and releases it only if chaddr matches the lease's
-// hardware address and the lease has not ended; it never checks option
-// 54. The packet goes from A:68 (SO_REUSEADDR: dhclient or networkd may
+// op BOOTREQUEST, ciaddr the address, chaddr the address the client
+// leased with where the file records it (dhcpcd's DHCPACK) and the
+// interface's MAC otherwise (a bridge's may have changed since: dhclient
+// and networkd record none), option 53 RELEASE, 54 the server, 61 the
+// client identifier if any, a fresh xid. ISC dhcpd 4.4 finds the lease
+// by option 61 and ciaddr, falls back to ciaddr alone, and releases it
+// only if chaddr matches the lease's hardware address and the lease has
+// not ended; it never checks option 54. It also ignores a release while
+// the lease's failover pair is starting up or its partner is not
+// responding (server/dhcp.c, dhcprelease: "ignored"), and a packet from
+// a network segment it does not serve. None of this answers the node:
+// "released" below means the packet left and the next hop answered. The packet goes from A:68 (SO_REUSEADDR: dhclient or networkd may
 // hold port 68) to S:67 on a connected UDP socket, along the route the
 // kernel gives for (from A, to S) — asked with RTM_GETROUTE, so policy
 // routing ("from A" rules) applies, and confined to the interface's VRF

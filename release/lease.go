@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"time"
 )
@@ -44,6 +45,11 @@ type Lease struct {
 	// ClientID is the client identifier (option 61) recorded with the
 	// lease, nil if none.
 	ClientID []byte
+	// HWAddr is the Ethernet address the client leased with (chaddr),
+	// as the file records it (dhcpcd's DHCPACK, whose chaddr the server
+	// copies from the request: RFC 2131, table 3); nil when it does not
+	// (dhclient, networkd), and the interface's address stands in.
+	HWAddr net.HardwareAddr
 	// Expire is when the lease ends, zero if the file does not say
 	// (networkd records Lifetime only) or the lease never ends (Never).
 	Expire time.Time

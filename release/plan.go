@@ -164,6 +164,11 @@ func decide(a Action, s Source, ifaces map[string]Iface, now time.Time) Action {
 		return skip(SkipNoInterface, "no interface %s on this node", a.Iface)
 	}
 	a.MAC = ifc.MAC
+	if len(a.Lease.HWAddr) == 6 {
+		// The address the client leased with: dhcpd ignores a release
+		// whose chaddr is not the lease's (server/dhcp.c, dhcprelease).
+		a.MAC = a.Lease.HWAddr
+	}
 	a.ClientID = a.Lease.ClientID
 	if a.ClientID == nil {
 		id, ok := s.ClientIDs[a.Iface]
@@ -186,7 +191,7 @@ func decide(a Action, s Source, ifaces map[string]Iface, now time.Time) Action {
 	if !a.Lease.Server.IsValid() {
 		return skip(SkipNoServer, "the lease file records no server identifier")
 	}
-	if len(ifc.MAC) != 6 {
+	if len(a.MAC) != 6 {
 		return skip(SkipNotEthernet, "%s has no Ethernet hardware address", a.Iface)
 	}
 	return a

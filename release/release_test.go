@@ -32,11 +32,11 @@ func render(f Format, ls []Lease, err error) string {
 	fmt.Fprintf(&b, "format: %s\n", f)
 	for _, l := range ls {
 		j, _ := json.Marshal(struct {
-			Interface, Address, Server, ClientID, Expire string
-			Never                                        bool
-			Lifetime                                     string
-			Line                                         int
-		}{l.Interface, l.Address.String(), l.Server.String(), fmt.Sprintf("%x", l.ClientID),
+			Interface, Address, Server, ClientID, HWAddr, Expire string
+			Never                                                bool
+			Lifetime                                             string
+			Line                                                 int
+		}{l.Interface, l.Address.String(), l.Server.String(), fmt.Sprintf("%x", l.ClientID), l.HWAddr.String(),
 			l.Expire.Format(time.RFC3339), l.Never, l.Lifetime.String(), l.Line})
 		fmt.Fprintf(&b, "%s\n", j)
 	}
@@ -221,6 +221,7 @@ func TestPlan(t *testing.T) {
 		"eth1": {Name: "eth1", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.20/24")}},
 		"eth2": {Name: "eth2", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.30/24")}},
 		"ib0":  {Name: "ib0", MAC: make(net.HardwareAddr, 20), Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.40/24")}},
+		"br0":  {Name: "br0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 4}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.60/24")}},
 	}
 	a := netip.MustParseAddr
 	srv := a("203.0.113.1")
@@ -242,24 +243,28 @@ func TestPlan(t *testing.T) {
 		{Path: "anon", Format: FormatNetworkd, Leases: []Lease{{Address: a("203.0.113.100"), Server: srv}}},
 		// Unknown expiry, but no server: the releasable one above wins.
 		{Path: "nm0", Format: FormatNetworkd, Iface: "eth0", Leases: []Lease{{Address: a("203.0.113.100")}}},
+		// dhcpcd's ACK records the client's address when it leased, a
+		// bridge's since changed: the release carries the lease's.
+		{Path: "dc", Format: FormatDhcpcd, Iface: "br0", Leases: []Lease{{Address: a("198.51.100.60"), Server: srv, HWAddr: net.HardwareAddr{2, 0, 0, 0, 0, 9}}}},
 	}
 	type row struct {
 		Iface, Addr, Source string
 		Verdict             Verdict
-		ClientID            string
+		ClientID, MAC       string
 	}
 	var got []row
 	for _, x := range Plan(sources, ifaces, nil, now) {
-		got = append(got, row{x.Iface, x.Lease.Address.String(), x.Source, x.Verdict, fmt.Sprintf("%x", x.ClientID)})
+		got = append(got, row{x.Iface, x.Lease.Address.String(), x.Source, x.Verdict, fmt.Sprintf("%x", x.ClientID), x.MAC.String()})
 	}
 	want := []row{
-		{"", "203.0.113.100", "anon", SkipNoInterface, ""},
-		{"eth0", "203.0.113.7", "stale", SkipNotConfigured, ""},
-		{"eth0", "203.0.113.100", "nd", Release, "ff01"},
-		{"eth1", "198.51.100.20", "nm", SkipNoServer, ""}, // unknown expiry counts as later
-		{"eth2", "198.51.100.30", "dh", Release, "01020000000003"},
-		{"eth3", "198.51.100.50", "dh", SkipNoInterface, ""},
-		{"ib0", "198.51.100.40", "dh", SkipNotEthernet, "616c6c"},
+		{"", "203.0.113.100", "anon", SkipNoInterface, "", ""},
+		{"br0", "198.51.100.60", "dc", Release, "", "02:00:00:00:00:09"},
+		{"eth0", "203.0.113.7", "stale", SkipNotConfigured, "", "02:00:00:00:00:01"},
+		{"eth0", "203.0.113.100", "nd", Release, "ff01", "02:00:00:00:00:01"},
+		{"eth1", "198.51.100.20", "nm", SkipNoServer, "", "02:00:00:00:00:02"}, // unknown expiry counts as later
+		{"eth2", "198.51.100.30", "dh", Release, "01020000000003", "02:00:00:00:00:03"},
+		{"eth3", "198.51.100.50", "dh", SkipNoInterface, "", ""},
+		{"ib0", "198.51.100.40", "dh", SkipNotEthernet, "616c6c", "00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Plan (-want +got):\n%s", diff)
@@ -371,13 +376,16 @@ func TestRunOddFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "a.leases"), []byte("\x00\x01 binary junk"), 0o644)
 	os.Mkdir(filepath.Join(dir, "b.leases"), 0o755)
 	os.WriteFile(filepath.Join(dir, "c.leases"), []byte("lease {\n interface \"lk-nosuch0\";\n fixed-address 203.0.113.9;\n option dhcp-server-identifier 203.0.113.1;\n expire never;\n}\n"), 0o644)
+	// A file being written (networkd's ".#…" temporary) is no lease:
+	// not read, not warned about.
+	os.WriteFile(filepath.Join(dir, ".#c.leasesXYZ.leases"), []byte("ADDRESS=203.0.113.10\n"), 0o644)
 	var out, errb bytes.Buffer
 	res, err := Run(context.Background(), Options{Globs: []string{filepath.Join(dir, "*.leases")}, DhclientConf: "-", Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatalf("err %v", err)
 	}
-	if res.Skipped != 1 || !strings.Contains(out.String(), "lk-nosuch0: skipped 203.0.113.9: no interface lk-nosuch0 on this node") {
-		t.Errorf("stdout %q", out.String())
+	if res.Skipped != 1 || !strings.Contains(out.String(), "lk-nosuch0: skipped 203.0.113.9: no interface lk-nosuch0 on this node") || strings.Contains(out.String()+errb.String(), "203.0.113.10") {
+		t.Errorf("stdout %q, stderr %q", out.String(), errb.String())
 	}
 	for _, want := range []string{"a.leases: unknown lease file: not a dhclient", "b.leases: not a regular file"} {
 		if !strings.Contains(errb.String(), want) {

@@ -271,7 +271,14 @@ func (o Options) readSources() (sources []Source, looked []string, bad int) {
 				fmt.Fprintf(o.Stderr, "leasekeeper: warning: %s: %v\n", g, err)
 				continue
 			}
-			paths = append(paths, m...)
+			for _, p := range m {
+				// A dot-file is a client's file being written, not a
+				// lease (networkd saves through a ".#…" temporary
+				// file, which "*" matches too: fopen_temporary).
+				if !strings.HasPrefix(filepath.Base(p), ".") {
+					paths = append(paths, p)
+				}
+			}
 		}
 	} else {
 		looked = o.LeaseFiles
