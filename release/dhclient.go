@@ -401,10 +401,15 @@ func parseOptionData(w []token) ([]byte, error) {
 }
 
 // ConfClientID is a client identifier dhclient.conf tells dhclient to
-// send: literal bytes, or "= hardware" (type 1 and the interface's MAC).
+// send: literal bytes, or "= hardware" (type 1 and the interface's MAC);
+// Unknown for another expression (= concat(…)), which only dhclient
+// evaluates: the release then sends none, rather than another scope's
+// (RFC 2131, 4.4.6: the client's own, if any; ISC dhcpd finds the lease
+// by ciaddr when option 61 finds none).
 type ConfClientID struct {
 	Bytes    []byte
 	Hardware bool
+	Unknown  bool
 }
 
 // ParseDhclientConf reads the client identifiers a dhclient.conf sends:
@@ -468,8 +473,9 @@ func ParseDhclientConf(r io.Reader) (map[string]ConfClientID, error) {
 				if words[2].text == "=" && !words[2].quoted {
 					if len(words) == 4 && words[3].text == "hardware" {
 						out[iface] = ConfClientID{Hardware: true}
+					} else {
+						out[iface] = ConfClientID{Unknown: true}
 					}
-					// Other expressions are dhclient's business.
 					continue
 				}
 				id, err := parseOptionData(words[2:])

@@ -176,6 +176,8 @@ func decide(a Action, s Source, ifaces map[string]Iface, now time.Time) Action {
 			id, ok = s.ClientIDs[""]
 		}
 		switch {
+		case ok && id.Unknown:
+			// An expression only dhclient evaluates: none sent.
 		case ok && id.Hardware && len(ifc.MAC) > 0:
 			a.ClientID = append([]byte{1}, ifc.MAC...)
 		case ok:

@@ -182,6 +182,7 @@ func TestParseDhclientConf(t *testing.T) {
 		"":     {Bytes: []byte{1, 2, 0, 0, 0, 0, 1}},
 		"eth1": {Bytes: []byte("node-7")},
 		"eth2": {Hardware: true},
+		"eth3": {Unknown: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -221,11 +222,12 @@ func TestPlan(t *testing.T) {
 		"eth1": {Name: "eth1", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.20/24")}},
 		"eth2": {Name: "eth2", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.30/24")}},
 		"ib0":  {Name: "ib0", MAC: make(net.HardwareAddr, 20), Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.40/24")}},
+		"eth4": {Name: "eth4", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 5}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.70/24")}},
 		"br0":  {Name: "br0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 4}, Prefixes: []netip.Prefix{netip.MustParsePrefix("198.51.100.60/24")}},
 	}
 	a := netip.MustParseAddr
 	srv := a("203.0.113.1")
-	conf := map[string]ConfClientID{"": {Bytes: []byte("all")}, "eth2": {Hardware: true}}
+	conf := map[string]ConfClientID{"": {Bytes: []byte("all")}, "eth2": {Hardware: true}, "eth4": {Unknown: true}}
 	sources := []Source{
 		{Path: "dh", Format: FormatDhclient, ClientIDs: conf, Leases: []Lease{
 			{Interface: "eth0", Address: a("203.0.113.100"), Server: srv, Expire: now.Add(time.Hour)},
@@ -233,6 +235,9 @@ func TestPlan(t *testing.T) {
 			{Interface: "eth2", Address: a("198.51.100.30"), Server: a("198.51.100.2"), Never: true},
 			{Interface: "eth3", Address: a("198.51.100.50"), Server: srv},
 			{Interface: "ib0", Address: a("198.51.100.40"), Server: srv},
+			// An identifier only dhclient can work out: none, not the
+			// global one.
+			{Interface: "eth4", Address: a("198.51.100.70"), Server: srv, Never: true},
 		}},
 		{Path: "nd", Format: FormatNetworkd, Iface: "eth0", Leases: []Lease{
 			// The same lease, ending later: this file's wins.
@@ -264,6 +269,7 @@ func TestPlan(t *testing.T) {
 		{"eth1", "198.51.100.20", "nm", SkipNoServer, "", "02:00:00:00:00:02"}, // unknown expiry counts as later
 		{"eth2", "198.51.100.30", "dh", Release, "01020000000003", "02:00:00:00:00:03"},
 		{"eth3", "198.51.100.50", "dh", SkipNoInterface, "", ""},
+		{"eth4", "198.51.100.70", "dh", Release, "", "02:00:00:00:00:05"},
 		{"ib0", "198.51.100.40", "dh", SkipNotEthernet, "616c6c", "00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
