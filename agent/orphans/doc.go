@@ -60,8 +60,10 @@
 // delete_related_ip_addresses); MAAS learns that one again at the
 // client's next lease event of that family.
 //
-// A job is withdrawn ("back") when dhcpd.leases lists its address again
-// (a range grew back over it): the record of a newer lease of the same
+// A job is withdrawn ("back") when dhcpd.leases lists its address again,
+// or a hook told a commit of it since the lease's end, which reaches the
+// region before the file shows it (a range grew back over it): the
+// record of a newer lease of the same
 // MAC looks exactly like the orphan's, and its client may answer no ARP
 // (powered off). The releaser asks the reconciler (SetHeld, Holds) before
 // it asks the region and again just before it releases; while the file
