@@ -41,6 +41,9 @@ the region settings, and say:
   agent-access   whether the agent's user can read dhcpd.conf, the leases
                  files and the certificates (MAAS writes its dhcpd.conf
                  readable by root only; then the agent cannot tell the mode)
+  socket-group   control.group and hook.socket_group: the group exists and
+                 the agent's user is in it (or the unit adds it), else the
+                 agent does not start
   maas-rack      the MAAS rack found on this host (deb or snap) and the keys it
                  gives the values of (the file leaves them unset), or a
                  region.url that names none of rackd.conf's maas_url hosts

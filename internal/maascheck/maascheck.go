@@ -44,7 +44,7 @@ const (
 // Finding is one thing check-maas says.
 type Finding struct {
 	Severity string `json:"severity"`
-	Check    string `json:"check"` // mode, hook, helper-socket, leases-file, agent-access, region-url, certificates, region, dhcpv6
+	Check    string `json:"check"` // mode, hook, helper-socket, leases-file, agent-access, socket-group, region-url, certificates, region, dhcpv6
 	Message  string `json:"message"`
 	Fix      string `json:"fix,omitempty"` // what to do, for problems
 }
@@ -87,6 +87,9 @@ type Options struct {
 	// (AmbientCapabilities=, lower case: "cap_dac_read_search"); nil asks
 	// systemctl.
 	Capabilities func() []string
+	// SupplementaryGroups lists the groups the agent's unit adds to its
+	// user's (SupplementaryGroups=); nil asks systemctl.
+	SupplementaryGroups func() []string
 	// ProcRoot is where running dhcpd processes are looked for; "" =
 	// /proc.
 	ProcRoot string
@@ -191,6 +194,11 @@ func Run(ctx context.Context, o Options) *Report {
 		r.Mode6 = &d
 	}
 	r.agentAccess(o.AgentUser, r.Mode, r.Mode6, c, creds, caps)
+	supp := o.SupplementaryGroups
+	if supp == nil {
+		supp = func() []string { return unitProperty("SupplementaryGroups") }
+	}
+	r.socketGroups(o.AgentUser, c, supp)
 	r.failover(c.DHCPD.Config, c.Pair)
 	r.dhcpv6(c, r.Mode6)
 	r.rack(c)
@@ -527,6 +535,38 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, d6 *reconcile.D
 	if d6 != nil && d6.Conf != "" {
 		// No key forces dhcpd.leases6's mode: the file must be read.
 		r.confAccess(name, *d6, uid, gids, fmt.Sprintf("let %s read the file (dhcpd.leases6's mode is detected from dhcpd.config6 alone)", name))
+	}
+}
+
+// socketGroups checks the groups the agent gives its sockets
+// (control.group, hook.socket_group) as the agent does when it binds
+// them (internal/sockgroup): a group this machine lacks, or one the
+// agent's user (name) is not a member of, by its own groups or the
+// unit's SupplementaryGroups=, stops every start (exit 78). Without
+// CAP_CHOWN a process gives a file it owns only to a group it is in
+// (chown(2)); root may give it to any.
+func (r *Report) socketGroups(name string, c *config.Config, supp func() []string) {
+	for _, g := range []struct{ key, group string }{{"control.group", c.Control.Group}, {"hook.socket_group", c.Hook.SocketGroup}} {
+		if g.group == "" {
+			continue
+		}
+		grp, err := user.LookupGroup(g.group)
+		if err != nil {
+			r.add(Problem, "socket-group", fmt.Sprintf("%s %q: no such group on this machine (%v): the agent does not start.", g.key, g.group, err),
+				fmt.Sprintf("correct the name, make the group (groupadd %s, then add the agent's user to it), or set %s = \"\"", g.group, g.key))
+			continue
+		}
+		u, err := user.Lookup(name)
+		if name == "" || err != nil || u.Uid == "0" {
+			continue // no user to check (agent-access says why), or root
+		}
+		gids, _ := u.GroupIds()
+		if u.Gid == grp.Gid || slices.Contains(gids, grp.Gid) || slices.Contains(supp(), grp.Name) || slices.Contains(supp(), grp.Gid) {
+			r.add(OK, "socket-group", fmt.Sprintf("%s %q: the agent's user %s is a member, and gives its socket to it.", g.key, g.group, name), "")
+			continue
+		}
+		r.add(Problem, "socket-group", fmt.Sprintf("%s %q: the agent runs as %s, which is not a member of group %s, so it cannot give its socket to that group: the agent does not start.", g.key, g.group, name, g.group),
+			fmt.Sprintf("systemctl edit leasekeeper: [Service] SupplementaryGroups=%s (or usermod -aG %s %s), or set %s = \"\"", g.group, g.group, name, g.key))
 	}
 }
 

@@ -141,7 +141,7 @@ func newWorld(t *testing.T) *world {
 	// Nor is the machine's leasekeeper.service (systemctl), if any.
 	none := func() []string { return nil }
 	w.opts = Options{Config: cfg, Detect: &reconcile.DetectEnv{}, Port: u.Port(), Timeout: 5 * time.Second,
-		ProcRoot: t.TempDir(), MAASLeases: []string{}, MAASLeases6: []string{}, Credentials: none, Capabilities: none}
+		ProcRoot: t.TempDir(), MAASLeases: []string{}, MAASLeases6: []string{}, Credentials: none, Capabilities: none, SupplementaryGroups: none}
 	return w
 }
 
@@ -665,5 +665,34 @@ func TestConfigFileFindings(t *testing.T) {
 	_, rep = w.check()
 	if f := find(rep, "config", Note); f == nil || !strings.Contains(f.Message, "no configuration file at /etc/leasekeeper/leasekeeper.toml") {
 		t.Errorf("no file: want a config note; got %+v", rep.Findings)
+	}
+}
+
+// TestSocketGroups: a socket group the machine lacks, or one the agent's
+// user is not in (by /etc/group or the unit's SupplementaryGroups=),
+// stops the agent at start (internal/sockgroup); check-maas says so
+// before, with the fix. --print-config and the agent's start say the
+// same (TestAgentPrintConfig).
+func TestSocketGroups(t *testing.T) {
+	w := newWorld(t)
+	w.listen()
+	w.opts.AgentUser = "nobody"
+	w.cfg.Control.Group, w.cfg.Hook.SocketGroup = "lk-no-such-group-4711", "root"
+	_, rep := w.check()
+	var got []Finding
+	for _, f := range rep.Findings {
+		if f.Check == "socket-group" {
+			got = append(got, f)
+		}
+	}
+	if len(got) != 2 || got[0].Severity != Problem || !strings.Contains(got[0].Message, `control.group "lk-no-such-group-4711": no such group`) ||
+		got[1].Severity != Problem || !strings.Contains(got[1].Message, "not a member of group root") || !strings.Contains(got[1].Fix, "SupplementaryGroups=root") {
+		t.Errorf("socket-group findings %+v; want the unknown group and the group nobody is not in, each a problem", got)
+	}
+	w.opts.SupplementaryGroups = func() []string { return []string{"root"} }
+	w.cfg.Control.Group = ""
+	_, rep = w.check()
+	if f := find(rep, "socket-group", OK); f == nil || !strings.Contains(f.Message, `hook.socket_group "root"`) || find(rep, "socket-group", Problem) != nil {
+		t.Errorf("with SupplementaryGroups=root: want an ok finding and no problem; got %+v", rep.Findings)
 	}
 }
