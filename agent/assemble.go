@@ -651,11 +651,8 @@ func CheckRegion(cfg *config.Config) error {
 // file to, stops the start (sockgroup's errors). Each problem is told.
 func CheckGroups(cfg *config.Config) error {
 	var errs []error
-	for _, g := range []struct{ key, name string }{{"control.group", cfg.Control.Group}, {"hook.socket_group", cfg.Hook.SocketGroup}} {
-		if g.name == "" {
-			continue
-		}
-		if _, err := sockgroup.Lookup(g.key, g.name); err != nil {
+	for _, g := range cfg.SocketGroups() {
+		if _, err := sockgroup.Lookup(g.Key, g.Group); err != nil {
 			errs = append(errs, err)
 		}
 	}

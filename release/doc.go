@@ -79,7 +79,9 @@
 // the lease's failover pair is starting up or its partner is not
 // responding (server/dhcp.c, dhcprelease: "ignored"), and a packet from
 // a network segment it does not serve. None of this answers the node:
-// "released" below means the packet left and the next hop answered. The packet goes from A:68 (SO_REUSEADDR: dhclient or networkd may
+// "released" below means the packet left and the next hop answered.
+//
+// The packet goes from A:68 (SO_REUSEADDR: dhclient or networkd may
 // hold port 68) to S:67 on a connected UDP socket, along the route the
 // kernel gives for (from A, to S) — asked with RTM_GETROUTE, so policy
 // routing ("from A" rules) applies, and confined to the interface's VRF

@@ -364,6 +364,22 @@ func ParseOn(rack *MAASRack, r io.Reader, name string, overrides ...string) (*Co
 // other_urls (a MAAS rack's, once ParseOn has applied it).
 func (c *Config) HasRegion() bool { return c.Region.URL != "" || len(c.Region.OtherURLs) > 0 }
 
+// SocketGroup is a group the agent gives one of its sockets, and the
+// key that names it.
+type SocketGroup struct{ Key, Group string }
+
+// SocketGroups are the groups the agent gives its sockets
+// (control.group, hook.socket_group), those set only.
+func (c *Config) SocketGroups() []SocketGroup {
+	var out []SocketGroup
+	for _, g := range []SocketGroup{{"control.group", c.Control.Group}, {"hook.socket_group", c.Hook.SocketGroup}} {
+		if g.Group != "" {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // ErrNoRegion is wrapped by region.url's problem when the configuration
 // names no region at all (neither url nor other_urls) and no MAAS rack
 // gives one: an agent installed and not configured yet, which the agent

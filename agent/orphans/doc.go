@@ -63,9 +63,8 @@
 // A job is withdrawn ("back") when dhcpd.leases lists its address again,
 // or a hook told a commit of it since the lease's end, which reaches the
 // region before the file shows it (a range grew back over it): the
-// record of a newer lease of the same
-// MAC looks exactly like the orphan's, and its client may answer no ARP
-// (powered off). The releaser asks the reconciler (SetHeld, Holds) before
+// record of a newer lease of the same MAC looks exactly like the
+// orphan's, and its client may answer no ARP (powered off). The releaser asks the reconciler (SetHeld, Holds) before
 // it asks the region and again just before it releases; while the file
 // is not known (not read whole yet, or its last read failed) the job is
 // "blocked". The API client follows no redirect: a 3xx, like a 404 (no

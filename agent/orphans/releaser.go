@@ -242,10 +242,10 @@ func (r *Releaser) runDue(ctx context.Context) time.Time {
 // SetHeld gives the releaser the reconciler's view (its Holds): whether
 // dhcpd holds an address again since the orphaned lease's end, a range
 // having grown back over it (the leases file's block, or a hook's
-// commit the file does not show yet). A job for such an address is withdrawn, never released:
-// the same client may lease it again, and the region's record, which
-// looks the same as the orphan's, is then that lease's. Unset, the
-// region's record and the probe decide alone.
+// commit the file does not show yet). A job for such an address is
+// withdrawn, never released: the same client may lease it again, and
+// the region's record, which looks the same as the orphan's, is then
+// that lease's. Unset, the region's record and the probe decide alone.
 func (r *Releaser) SetHeld(held func(ip netip.Addr, since int64) (held, known bool)) {
 	r.mu.Lock()
 	r.held = held

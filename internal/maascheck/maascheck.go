@@ -546,27 +546,36 @@ func (r *Report) agentAccess(name string, d reconcile.Detection, d6 *reconcile.D
 // CAP_CHOWN a process gives a file it owns only to a group it is in
 // (chown(2)); root may give it to any.
 func (r *Report) socketGroups(name string, c *config.Config, supp func() []string) {
-	for _, g := range []struct{ key, group string }{{"control.group", c.Control.Group}, {"hook.socket_group", c.Hook.SocketGroup}} {
-		if g.group == "" {
-			continue
+	groups := c.SocketGroups()
+	if len(groups) == 0 {
+		return
+	}
+	// The user and the unit are asked once (supp runs systemctl).
+	var u *user.User
+	var gids, added []string
+	if name != "" {
+		if v, err := user.Lookup(name); err == nil && v.Uid != "0" {
+			u = v // else no user to check (agent-access says why), or root
+			gids, _ = u.GroupIds()
+			added = supp()
 		}
-		grp, err := user.LookupGroup(g.group)
+	}
+	for _, g := range groups {
+		grp, err := user.LookupGroup(g.Group)
 		if err != nil {
-			r.add(Problem, "socket-group", fmt.Sprintf("%s %q: no such group on this machine (%v): the agent does not start.", g.key, g.group, err),
-				fmt.Sprintf("correct the name, make the group (groupadd %s, then add the agent's user to it), or set %s = \"\"", g.group, g.key))
+			r.add(Problem, "socket-group", fmt.Sprintf("%s %q: no such group on this machine (%v): the agent does not start.", g.Key, g.Group, err),
+				fmt.Sprintf("correct the name, make the group (groupadd %s, then add the agent's user to it), or set %s = \"\"", g.Group, g.Key))
 			continue
 		}
-		u, err := user.Lookup(name)
-		if name == "" || err != nil || u.Uid == "0" {
-			continue // no user to check (agent-access says why), or root
-		}
-		gids, _ := u.GroupIds()
-		if u.Gid == grp.Gid || slices.Contains(gids, grp.Gid) || slices.Contains(supp(), grp.Name) || slices.Contains(supp(), grp.Gid) {
-			r.add(OK, "socket-group", fmt.Sprintf("%s %q: the agent's user %s is a member, and gives its socket to it.", g.key, g.group, name), "")
+		if u == nil {
 			continue
 		}
-		r.add(Problem, "socket-group", fmt.Sprintf("%s %q: the agent runs as %s, which is not a member of group %s, so it cannot give its socket to that group: the agent does not start.", g.key, g.group, name, g.group),
-			fmt.Sprintf("systemctl edit leasekeeper: [Service] SupplementaryGroups=%s (or usermod -aG %s %s), or set %s = \"\"", g.group, g.group, name, g.key))
+		if u.Gid == grp.Gid || slices.Contains(gids, grp.Gid) || slices.Contains(added, grp.Name) || slices.Contains(added, grp.Gid) {
+			r.add(OK, "socket-group", fmt.Sprintf("%s %q: the agent's user %s is a member, and gives its socket to it.", g.Key, g.Group, name), "")
+			continue
+		}
+		r.add(Problem, "socket-group", fmt.Sprintf("%s %q: the agent runs as %s, which is not a member of group %s, so it cannot give its socket to that group: the agent does not start.", g.Key, g.Group, name, g.Group),
+			fmt.Sprintf("systemctl edit leasekeeper: [Service] SupplementaryGroups=%s (or usermod -aG %s %s), or set %s = \"\"", g.Group, g.Group, name, g.Key))
 	}
 }
 
