@@ -249,7 +249,9 @@ func TestPlan(t *testing.T) {
 		// Unknown expiry, but no server: the releasable one above wins.
 		{Path: "nm0", Format: FormatNetworkd, Iface: "eth0", Leases: []Lease{{Address: a("203.0.113.100")}}},
 		// dhcpcd's ACK records the client's address when it leased, a
-		// bridge's since changed: the release carries the lease's.
+		// bridge's since changed: the release carries the lease's, as
+		// dhcpd compares chaddr with the lease's hardware address
+		// (ISC dhcp server/dhcp.c, dhcprelease).
 		{Path: "dc", Format: FormatDhcpcd, Iface: "br0", Leases: []Lease{{Address: a("198.51.100.60"), Server: srv, HWAddr: net.HardwareAddr{2, 0, 0, 0, 0, 9}}}},
 	}
 	type row struct {

@@ -1007,9 +1007,11 @@ func TestTaskLeasesFileGone(t *testing.T) {
 // TestHoldsToldCommit: an address dhcpd gives out again is held from the
 // hook's commit on, before the leases file shows it: the orphans'
 // releaser asks Holds just before it frees an address in the region,
-// and the hook's commit may have reached the region already (a cold
-// review). A commit older than the orphaned lease's end is not a new
-// lease.
+// and the hook's commit may have reached the region already: MAAS's
+// forced release of the discovered record takes it whatever MAC it is
+// linked to (src/maasserver/api/ip_addresses.py, release: filtered by
+// ip and alloc_type alone). A commit older than the orphaned lease's end
+// is not a new lease.
 func TestHoldsToldCommit(t *testing.T) {
 	h := newHarness(t)
 	h.hooked()
