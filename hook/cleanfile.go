@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"strconv"
-	"syscall"
 )
 
 // runClean is "leasekeeper-hook clean LEASES_FILE". MAAS's dhcpd units
@@ -69,38 +68,38 @@ func cleanFile(path string) string {
 	if base == "" || base == "." || base == ".." {
 		return "not a regular file; left as it was"
 	}
-	dirfd, err := openRetry(-1, dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err == syscall.ENOENT {
+	dirfd, err := openRetry(-1, dir, _O_RDONLY|_O_DIRECTORY|_O_CLOEXEC, 0)
+	if err == _ENOENT {
 		return "" // no directory, no file: nothing to clean
 	}
 	if err != nil {
 		return "cannot open its directory: " + err.Error() + "; left as it was"
 	}
-	defer syscall.Close(dirfd)
+	defer rawClose(dirfd)
 
 	// O_NOFOLLOW: a symbolic link is never rewritten (its target could be
 	// any file) nor replaced by a file. O_NONBLOCK: a FIFO does not block.
-	fd, err := openRetry(dirfd, base, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	fd, err := openRetry(dirfd, base, _O_RDONLY|_O_NOFOLLOW|_O_NONBLOCK|_O_CLOEXEC, 0)
 	switch {
-	case err == syscall.ENOENT:
+	case err == _ENOENT:
 		return "" // dhcpd says what it thinks of a missing leases file
-	case err == syscall.ELOOP:
+	case err == _ELOOP:
 		return "a symbolic link, not rewritten; host statements left in place"
 	case err != nil:
 		return "cannot open: " + err.Error() + "; left as it was"
 	}
-	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
+	defer rawClose(fd)
+	var st statxT
+	if err := rawStat(fd, nil, &st, false); err != 0 {
 		return "fstat: " + err.Error() + "; left as it was"
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+	if st.Mode&_S_IFMT != _S_IFREG {
 		return "not a regular file; left as it was"
 	}
 	if st.Size > maxCleanSize {
 		return "larger than " + strconv.Itoa(maxCleanSize>>20) + " MiB, not read; left as it was"
 	}
-	in, err := readAll(fd, st.Size)
+	in, err := readAll(fd, int64(st.Size))
 	if err != nil {
 		return "read: " + err.Error() + "; left as it was"
 	}
@@ -126,33 +125,35 @@ func cleanFile(path string) string {
 // group and permission bits of the original (open as fd, described by
 // st), syncs it and renames it onto base. It refuses, removing its new
 // file, when the original changed or was replaced meanwhile.
-func replace(dirfd int, base string, fd int, st *syscall.Stat_t, out []byte) (err error) {
+func replace(dirfd int, base string, fd int, st *statxT, out []byte) (err error) {
 	tmp, tfd, err := createTemp(dirfd, base)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if tfd >= 0 {
-			syscall.Close(tfd)
+			rawClose(tfd)
 		}
 		if err != nil {
-			syscall.Unlinkat(dirfd, tmp)
+			if p, e := cpath(tmp); e == 0 {
+				rawUnlinkat(dirfd, p)
+			}
 		}
 	}()
 	if err := writeAll(tfd, out); err != nil {
 		return errorf("write "+tmp, err)
 	}
 	// Owner first: chown clears the set-id bits chmod then restores.
-	if err := syscall.Fchown(tfd, int(st.Uid), int(st.Gid)); err != nil {
+	if err := rawFchown(tfd, st.Uid, st.Gid); err != 0 {
 		return errorf("give "+tmp+" owner "+strconv.FormatUint(uint64(st.Uid), 10)+":"+strconv.FormatUint(uint64(st.Gid), 10), err)
 	}
-	if err := syscall.Fchmod(tfd, st.Mode&0o7777); err != nil {
+	if err := rawFchmod(tfd, uint32(st.Mode&0o7777)); err != 0 {
 		return errorf("chmod "+tmp, err)
 	}
 	if err := fsyncRetry(tfd); err != nil {
 		return errorf("fsync "+tmp, err)
 	}
-	if err := syscall.Close(tfd); err != nil {
+	if err := rawClose(tfd); err != 0 {
 		tfd = -1
 		return errorf("close "+tmp, err)
 	}
@@ -160,7 +161,7 @@ func replace(dirfd int, base string, fd int, st *syscall.Stat_t, out []byte) (er
 	if err := unchanged(dirfd, base, fd, st); err != nil {
 		return err
 	}
-	if err := syscall.Renameat(dirfd, tmp, dirfd, base); err != nil {
+	if err := renameat(dirfd, tmp, base); err != 0 {
 		return errorf("rename "+tmp, err)
 	}
 	return nil
@@ -169,24 +170,24 @@ func replace(dirfd int, base string, fd int, st *syscall.Stat_t, out []byte) (er
 // unchanged checks that the file read (fd, st) was not written to since,
 // and is still the one at base: dhcpd is meant to be stopped while its
 // leases file is cleaned, and a rename would lose what it appended.
-func unchanged(dirfd int, base string, fd int, st *syscall.Stat_t) error {
-	var now syscall.Stat_t
-	if err := syscall.Fstat(fd, &now); err != nil {
+func unchanged(dirfd int, base string, fd int, st *statxT) error {
+	var now statxT
+	if err := rawStat(fd, nil, &now, false); err != 0 {
 		return errorf("fstat", err)
 	}
-	if now.Size != st.Size || now.Mtim != st.Mtim {
+	if now.Size != st.Size || now.Mtime != st.Mtime {
 		return errors.New("the file changed while it was being cleaned (is dhcpd running?)")
 	}
-	cur, err := openRetry(dirfd, base, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	cur, err := openRetry(dirfd, base, _O_RDONLY|_O_NOFOLLOW|_O_NONBLOCK|_O_CLOEXEC, 0)
 	if err != nil {
 		return errorf("reopen", err)
 	}
-	err = syscall.Fstat(cur, &now)
-	syscall.Close(cur)
-	if err != nil {
-		return errorf("fstat", err)
+	e := rawStat(cur, nil, &now, false)
+	rawClose(cur)
+	if e != 0 {
+		return errorf("fstat", e)
 	}
-	if now.Dev != st.Dev || now.Ino != st.Ino {
+	if now.DevMajor != st.DevMajor || now.DevMinor != st.DevMinor || now.Ino != st.Ino {
 		return errors.New("the file was replaced while it was being cleaned (is dhcpd running?)")
 	}
 	return nil
@@ -199,14 +200,14 @@ const tempSuffix = ".leasekeeper-clean-"
 // createTemp creates base + tempSuffix + pid[-n] in dirfd, exclusively:
 // it never opens an existing file or follows a link.
 func createTemp(dirfd int, base string) (string, int, error) {
-	name := base + tempSuffix + strconv.Itoa(syscall.Getpid())
+	name := base + tempSuffix + strconv.Itoa(getpid())
 	for n := 0; ; n++ {
 		tmp := name
 		if n > 0 {
 			tmp += "-" + strconv.Itoa(n)
 		}
-		fd, err := openRetry(dirfd, tmp, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-		if err == syscall.EEXIST && n < 16 {
+		fd, err := openRetry(dirfd, tmp, _O_WRONLY|_O_CREAT|_O_EXCL|_O_NOFOLLOW|_O_CLOEXEC, 0o600)
+		if err == _EEXIST && n < 16 {
 			continue // left by an earlier run that had this pid
 		}
 		if err != nil {
@@ -236,22 +237,35 @@ func openRetry(dirfd int, path string, flags int, mode uint32) (int, error) {
 	if dirfd < 0 {
 		dirfd = atFDCWD
 	}
+	p, e := cpath(path)
+	if e != 0 {
+		return -1, e
+	}
 	for {
-		fd, err := syscall.Openat(dirfd, path, flags, mode)
-		if err != syscall.EINTR {
-			return fd, err
+		fd, e := rawOpen(dirfd, p, flags, mode)
+		if e != _EINTR {
+			return fd, errnoErr(e)
 		}
 	}
 }
 
-// atFDCWD is AT_FDCWD, which package syscall does not export on every
-// architecture.
-const atFDCWD = -100
+// renameat renames oldpath to newpath, both in dirfd.
+func renameat(dirfd int, oldpath, newpath string) errno {
+	o, e := cpath(oldpath)
+	if e != 0 {
+		return e
+	}
+	n, e := cpath(newpath)
+	if e != 0 {
+		return e
+	}
+	return rawRenameat(dirfd, o, dirfd, n)
+}
 
 func fsyncRetry(fd int) error {
 	for {
-		if err := syscall.Fsync(fd); err != syscall.EINTR {
-			return err
+		if e := rawFsync(fd); e != _EINTR {
+			return errnoErr(e)
 		}
 	}
 }
@@ -275,15 +289,15 @@ func readAll(fd int, size int64) ([]byte, error) {
 
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, err := syscall.Write(fd, b)
-		if err == syscall.EINTR {
+		n, err := rawWrite(fd, b)
+		if err == _EINTR {
 			continue
 		}
-		if err != nil {
+		if err != 0 {
 			return err
 		}
 		if n == 0 {
-			return syscall.EIO
+			return _EIO
 		}
 		b = b[n:]
 	}

@@ -418,9 +418,9 @@ func TestUnchanged(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer syscall.Close(fd)
-		var st syscall.Stat_t
-		if err := syscall.Fstat(fd, &st); err != nil {
-			t.Fatal(err)
+		var st statxT
+		if e := rawStat(fd, nil, &st, false); e != 0 {
+			t.Fatal(e)
 		}
 		change()
 		err = unchanged(dirfd, "dhcpd.leases", fd, &st)

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"strconv"
-	"syscall"
 	"unsafe"
 )
 
@@ -74,26 +73,26 @@ func lost(socket string, sendErr error, spoolDir string, spoolErr error, spoolFi
 // blocking.
 func send(path string, msg []byte) error {
 	if len(path) >= len(sun.Path) {
-		return syscall.EINVAL
+		return _EINVAL
 	}
-	fd, _, e := syscall.RawSyscall(syscall.SYS_SOCKET, syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+	fd, _, e := syscall6(sysSocket, _AF_UNIX, _SOCK_DGRAM|_SOCK_NONBLOCK|_SOCK_CLOEXEC, 0, 0, 0, 0)
 	if e != 0 {
-		return e
+		return errno(e)
 	}
-	sun.Family = syscall.AF_UNIX
+	sun.Family = _AF_UNIX
 	for i := 0; i < len(path); i++ {
 		sun.Path[i] = int8(path[i])
 	}
 	sun.Path[len(path)] = 0
 	salen := unsafe.Offsetof(sun.Path) + uintptr(len(path)) + 1
 	for {
-		_, _, e = syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(unsafe.SliceData(msg))), uintptr(len(msg)), 0, uintptr(unsafe.Pointer(&sun)), salen)
-		if e != syscall.EINTR {
+		_, _, e = syscall6(sysSendto, fd, uintptr(unsafe.Pointer(unsafe.SliceData(msg))), uintptr(len(msg)), 0, uintptr(unsafe.Pointer(&sun)), salen)
+		if errno(e) != _EINTR {
 			break
 		}
 	}
 	rawClose(int(fd))
-	return errnoErr(e)
+	return errnoErr(errno(e))
 }
 
 // appendSpool appends msg and a newline to the spool file (at path,
@@ -108,8 +107,8 @@ func appendSpool(dir string, path *byte, msg []byte) error {
 		// Never through a symbolic link (ELOOP, also for a dangling one
 		// that O_CREAT would otherwise follow), never blocking on a FIFO;
 		// only a regular file takes the line.
-		fd, e := rawOpen(path, syscall.O_WRONLY|syscall.O_APPEND|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o640)
-		if e == syscall.ENOENT && !made {
+		fd, e := rawOpen(atFDCWD, path, _O_WRONLY|_O_APPEND|_O_CREAT|_O_CLOEXEC|_O_NOFOLLOW|_O_NONBLOCK|_O_NOCTTY, 0o640)
+		if e == _ENOENT && !made {
 			made = true
 			if err := mkdirAll(dir, 0o750); err != nil {
 				return err
@@ -120,7 +119,7 @@ func appendSpool(dir string, path *byte, msg []byte) error {
 		if e != 0 {
 			return e
 		}
-		if e := rawStat(fd, nil, &stat1, false); e != 0 || stat1.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		if e := rawStat(fd, nil, &stat1, false); e != 0 || stat1.Mode&_S_IFMT != _S_IFREG {
 			rawClose(fd)
 			if e != 0 {
 				return e
@@ -149,13 +148,13 @@ func appendSpool(dir string, path *byte, msg []byte) error {
 // it, and a file that no longer sits at path is one the agent took
 // before we locked it. (An open file's device and inode do not change:
 // the fstat made before the lock serves after it.)
-func lockCurrent(fd int, held *syscall.Stat_t, path *byte) (bool, error) {
+func lockCurrent(fd int, held *statxT, path *byte) (bool, error) {
 	for {
-		e := rawFlock(fd, syscall.LOCK_SH|syscall.LOCK_NB)
-		if e == syscall.EWOULDBLOCK {
+		e := rawFlock(fd, _LOCK_SH|_LOCK_NB)
+		if e == _EWOULDBLOCK {
 			return false, nil
 		}
-		if e == syscall.EINTR {
+		if e == _EINTR {
 			continue
 		}
 		if e != 0 {
@@ -165,12 +164,12 @@ func lockCurrent(fd int, held *syscall.Stat_t, path *byte) (bool, error) {
 	}
 	named := &stat2
 	if e := rawStat(atFDCWD, path, named, false); e != 0 {
-		if e == syscall.ENOENT {
+		if e == _ENOENT {
 			return false, nil
 		}
 		return false, e
 	}
-	return held.Dev == named.Dev && held.Ino == named.Ino, nil
+	return held.DevMajor == named.DevMajor && held.DevMinor == named.DevMinor && held.Ino == named.Ino, nil
 }
 
 // writeLine writes line with a single write: with O_APPEND on a local
@@ -181,7 +180,7 @@ func lockCurrent(fd int, held *syscall.Stat_t, path *byte) (bool, error) {
 func writeLine(fd int, line []byte) error {
 	for {
 		n, e := rawWrite(fd, line)
-		if e == syscall.EINTR {
+		if e == _EINTR {
 			continue
 		}
 		if e != 0 {
@@ -196,11 +195,11 @@ func writeLine(fd int, line []byte) error {
 
 // mkdirAll creates dir and any missing parents, like os.MkdirAll.
 func mkdirAll(dir string, mode uint32) error {
-	err := syscall.Mkdir(dir, mode)
-	if err == nil || err == syscall.EEXIST {
+	err := mkdir(dir, mode)
+	if err == 0 || err == _EEXIST {
 		return nil
 	}
-	if err != syscall.ENOENT {
+	if err != _ENOENT {
 		return errors.New("mkdir " + dir + ": " + err.Error())
 	}
 	i := len(dir) - 1
@@ -213,8 +212,16 @@ func mkdirAll(dir string, mode uint32) error {
 	if err := mkdirAll(dir[:i], mode); err != nil {
 		return err
 	}
-	if err := syscall.Mkdir(dir, mode); err != nil && err != syscall.EEXIST {
+	if err := mkdir(dir, mode); err != 0 && err != _EEXIST {
 		return errors.New("mkdir " + dir + ": " + err.Error())
 	}
 	return nil
+}
+
+func mkdir(dir string, mode uint32) errno {
+	p, e := cpath(dir)
+	if e != 0 {
+		return e
+	}
+	return rawMkdir(p, mode)
 }

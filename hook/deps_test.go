@@ -23,6 +23,7 @@ func TestStdlibOnly(t *testing.T) {
 	}
 	heavy := map[string]bool{
 		"os": true, "time": true, "internal/godebug": true, "internal/poll": true,
+		"syscall": true, "sync": true, // sys.go
 		"net": true, "net/netip": true, "unique": true, "unicode": true,
 		"fmt": true, "flag": true, "reflect": true, "encoding/json": true, "log": true,
 	}
@@ -44,20 +45,23 @@ func TestStdlibOnly(t *testing.T) {
 	t.Logf("%d packages", n)
 }
 
-// TestBuildsForRackArchitectures: the hook's raw system calls are numbered
-// per architecture (sysnum_*.go); it builds for each Debian architecture
-// a rack controller runs on (386 does not: its socket calls go through
-// socketcall).
+// TestBuildsForRackArchitectures: the hook makes its system calls itself,
+// numbered per architecture (abi_*.go); it builds and links for each
+// Debian architecture a rack controller runs on (386 does not: its
+// socket calls go through socketcall), and its tests compile for each,
+// which checks that architecture's numbers (TestABI).
 func TestBuildsForRackArchitectures(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64", "riscv64", "ppc64le", "s390x", "loong64", "armhf"} {
 		goarch, env := arch, []string{"CGO_ENABLED=0", "GOOS=linux", "GOFLAGS="} // no -race from the caller's GOFLAGS
 		if arch == "armhf" {
 			goarch, env = "arm", append(env, "GOARM=7")
 		}
-		cmd := exec.Command(lktest.GoTool(), "build", "-o", os.DevNull, ".")
-		cmd.Env = append(append(os.Environ(), env...), "GOARCH="+goarch)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("%s: %v\n%s", arch, err, out)
+		for _, args := range [][]string{{"build", "-o", os.DevNull, "."}, {"test", "-c", "-o", os.DevNull, "."}} {
+			cmd := exec.Command(lktest.GoTool(), args...)
+			cmd.Env = append(append(os.Environ(), env...), "GOARCH="+goarch)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("%s: go %s: %v\n%s", arch, args[0], err, out)
+			}
 		}
 	}
 }
@@ -89,9 +93,9 @@ func TestLockCurrent(t *testing.T) {
 	check := func(what string, fd int, p string, want bool) {
 		t.Helper()
 		var buf [pathMax]byte
-		var held syscall.Stat_t
-		if err := syscall.Fstat(fd, &held); err != nil {
-			t.Fatal(err)
+		var held statxT
+		if e := rawStat(fd, nil, &held, false); e != 0 {
+			t.Fatal(e)
 		}
 		ok, err := lockCurrent(fd, &held, cstring(&buf, p))
 		if ok != want || err != nil {

@@ -1,10 +1,5 @@
 package main
 
-import (
-	"syscall"
-	"unsafe"
-)
-
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
@@ -26,7 +21,7 @@ func main() {
 	if isMAASHelper(args[0]) && len(rest) > 0 && rest[0] == "notify" {
 		rest = dropSocketFlag(rest)
 	}
-	syscall.Exit(run(rest, lookupEnv, 1, 2))
+	exit(run(rest, lookupEnv, 1, 2))
 }
 
 // maasHelper is the name MAAS's generated dhcpd.conf runs its helper by.
@@ -99,7 +94,7 @@ func run(args []string, getenv func(string) (string, bool), stdout, stderr int) 
 		return exitUsage
 	}
 	sec, nsec := now()
-	line := appendEvent(lineBuf[:0], &cfg.event, sec, nsec, syscall.Getpid())
+	line := appendEvent(lineBuf[:0], &cfg.event, sec, nsec, getpid())
 	if err := deliver(line, cfg.socket, cfg.spool); err != nil {
 		complain(stderr, "event lost: ", err)
 		return exitLost
@@ -126,13 +121,11 @@ func complain(stderr int, what string, err error) {
 	writeString(stderr, "leasekeeper-hook: "+what+err.Error()+"\n")
 }
 
-// now returns the wall clock as epoch seconds and nanoseconds. It calls
-// clock_gettime itself so the hook needs nothing from the time package.
+// now returns the wall clock as epoch seconds and nanoseconds, from the
+// runtime (sys.go), so the hook needs nothing from the time package.
 func now() (sec, nsec int64) {
-	var ts syscall.Timespec
-	// CLOCK_REALTIME is 0; the call cannot fail with a valid pointer.
-	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 0, uintptr(unsafe.Pointer(&ts)), 0)
-	return int64(ts.Sec), int64(ts.Sec)*1e9 + int64(ts.Nsec) // int32 on 32-bit architectures
+	s, ns, _ := timeNow()
+	return s, s*1e9 + int64(ns)
 }
 
 // writeString writes s to fd, best effort: there is nobody to tell if
@@ -140,11 +133,11 @@ func now() (sec, nsec int64) {
 func writeString(fd int, s string) {
 	b := []byte(s)
 	for len(b) > 0 {
-		n, err := syscall.Write(fd, b)
-		if err == syscall.EINTR {
+		n, err := rawWrite(fd, b)
+		if err == _EINTR {
 			continue
 		}
-		if err != nil || n <= 0 {
+		if err != 0 || n <= 0 {
 			return
 		}
 		b = b[n:]

@@ -6,7 +6,7 @@ import _ "unsafe" // go:linkname
 // the stack the kernel started it with. These are the runtime's own
 // hand-offs to package os and package syscall: runtime/runtime.go defines
 // both with a //go:linkname of its own, which is what lets the linker
-// resolve them here, where os is not imported (TestStdlibOnly). Were a
+// resolve them here, where neither is imported (TestStdlibOnly). Were a
 // Go release to drop either, the hook would fail to link, not run wrong.
 //
 // Each returns a copy of the runtime's slice (the strings are shared):

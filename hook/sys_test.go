@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,9 +75,9 @@ func TestCstring(t *testing.T) {
 	}
 }
 
-// TestStatSlow: the fallback of architectures without fstatat(2) gives
-// what rawStat gives.
-func TestStatSlow(t *testing.T) {
+// TestStatx: rawStat (statx) gives what package syscall's fstat, stat
+// and lstat give, of a file, a link and a file missing.
+func TestStatx(t *testing.T) {
 	dir := t.TempDir()
 	file, link := dir+"/f", dir+"/l"
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
@@ -90,6 +91,18 @@ func TestStatSlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
+	// statSlow is the stat of package syscall (fstatat(2)) matching what
+	// rawStat is asked.
+	statSlow := func(fd int, path string, st *syscall.Stat_t, nofollow bool) error {
+		switch {
+		case path == "":
+			return syscall.Fstat(fd, st)
+		case nofollow:
+			return syscall.Lstat(path, st)
+		default:
+			return syscall.Stat(path, st)
+		}
+	}
 	var buf [pathMax]byte
 	for _, tc := range []struct {
 		name     string
@@ -107,10 +120,27 @@ func TestStatSlow(t *testing.T) {
 		if tc.path != "" {
 			p = cstring(&buf, tc.path)
 		}
-		var fast, slow syscall.Stat_t
-		ef, es := rawStat(tc.fd, p, &fast, tc.nofollow), statSlow(tc.fd, p, &slow, tc.nofollow)
-		if ef != es || fast.Ino != slow.Ino || fast.Mode != slow.Mode || fast.Size != slow.Size {
-			t.Errorf("%s: rawStat %v (ino %d mode %o), statSlow %v (ino %d mode %o)", tc.name, ef, fast.Ino, fast.Mode, es, slow.Ino, slow.Mode)
+		var fast statxT
+		var slow syscall.Stat_t
+		ef, es := rawStat(tc.fd, p, &fast, tc.nofollow), statSlow(tc.fd, tc.path, &slow, tc.nofollow)
+		if es != nil {
+			if ef == 0 || uintptr(ef) != uintptr(es.(syscall.Errno)) || ef.Error() != es.Error() {
+				t.Errorf("%s: rawStat %v, syscall's %v", tc.name, ef, es)
+			}
+			continue
+		}
+		got := []uint64{fast.Ino, uint64(fast.Mode), fast.Size, uint64(fast.Uid), uint64(fast.Gid), uint64(fast.Nlink),
+			uint64(fast.Mtime.Sec), uint64(fast.Mtime.Nsec), makedev(fast.DevMajor, fast.DevMinor)}
+		want := []uint64{slow.Ino, uint64(slow.Mode), uint64(slow.Size), uint64(slow.Uid), uint64(slow.Gid), uint64(slow.Nlink),
+			uint64(slow.Mtim.Sec), uint64(slow.Mtim.Nsec), uint64(slow.Dev)}
+		if ef != 0 || !slices.Equal(got, want) {
+			t.Errorf("%s: rawStat %v: ino, mode, size, uid, gid, nlink, mtime, dev %v; syscall's %v", tc.name, ef, got, want)
 		}
 	}
+}
+
+// makedev is a dev_t from its major and minor numbers, as glibc's
+// makedev(3) makes it.
+func makedev(major, minor uint32) uint64 {
+	return uint64(major&0xfff)<<8 | uint64(major&^0xfff)<<32 | uint64(minor&0xff) | uint64(minor&^0xff)<<12
 }
