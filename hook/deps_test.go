@@ -47,18 +47,39 @@ func TestStdlibOnly(t *testing.T) {
 
 // TestBuildsForRackArchitectures: the hook makes its system calls itself,
 // numbered per architecture (abi_*.go); it builds and links for each
-// Debian architecture a rack controller runs on (386 does not: its
-// socket calls go through socketcall), and its tests compile for each,
-// which checks that architecture's numbers (TestABI).
+// Debian architecture the package names in debian/control (i386 is not
+// one: its socket calls go through socketcall), and its tests compile
+// for each, which checks that architecture's numbers (TestABI).
 func TestBuildsForRackArchitectures(t *testing.T) {
-	for _, arch := range []string{"amd64", "arm64", "riscv64", "ppc64le", "s390x", "loong64", "armhf"} {
-		goarch, env := arch, []string{"CGO_ENABLED=0", "GOOS=linux", "GOFLAGS="} // no -race from the caller's GOFLAGS
-		if arch == "armhf" {
-			goarch, env = "arm", append(env, "GOARM=7")
+	control, err := os.ReadFile(filepath.Join(lktest.ModuleRoot(t), "debian", "control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var archs []string
+	for _, line := range strings.Split(string(control), "\n") {
+		if v, ok := strings.CutPrefix(line, "Architecture:"); ok {
+			archs = strings.Fields(v)
 		}
+	}
+	// Debian's names for Go's.
+	goarchs := map[string][]string{
+		"amd64": {"GOARCH=amd64"}, "arm64": {"GOARCH=arm64"}, "armel": {"GOARCH=arm", "GOARM=5"},
+		"armhf": {"GOARCH=arm", "GOARM=7"}, "loong64": {"GOARCH=loong64"}, "ppc64el": {"GOARCH=ppc64le"},
+		"riscv64": {"GOARCH=riscv64"}, "s390x": {"GOARCH=s390x"},
+	}
+	if len(archs) == 0 {
+		t.Fatal("debian/control: no Architecture field")
+	}
+	for _, arch := range archs {
+		goarch, ok := goarchs[arch]
+		if !ok {
+			t.Errorf("debian/control names %q: no GOARCH known for it here", arch)
+			continue
+		}
+		env := append([]string{"CGO_ENABLED=0", "GOOS=linux", "GOFLAGS="}, goarch...) // no -race from the caller's GOFLAGS
 		for _, args := range [][]string{{"build", "-o", os.DevNull, "."}, {"test", "-c", "-o", os.DevNull, "."}} {
 			cmd := exec.Command(lktest.GoTool(), args...)
-			cmd.Env = append(append(os.Environ(), env...), "GOARCH="+goarch)
+			cmd.Env = append(os.Environ(), env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("%s: go %s: %v\n%s", arch, args[0], err, out)
 			}
