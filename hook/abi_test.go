@@ -14,12 +14,9 @@ import (
 // cross-compiles the tests for, so no table goes unchecked for lack of
 // that machine. Only the error texts are checked at run time.
 func TestABI(t *testing.T) {
-	for e, text := range errnoText {
-		if text == "" {
-			continue
-		}
-		if want := unix.Errno(e).Error(); text != want {
-			t.Errorf("errno %d: %q, unix.Errno says %q", e, text, want)
+	for e := range errno(len(errnoText) + 8) {
+		if got, want := e.Error(), unix.Errno(e).Error(); got != want {
+			t.Errorf("errno %d: %q, unix.Errno says %q", e, got, want)
 		}
 	}
 	if got, want := errno(4095).Error(), "errno 4095"; got != want {

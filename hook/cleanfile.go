@@ -91,7 +91,7 @@ func cleanFile(path string) string {
 	defer rawClose(fd)
 	var st statxT
 	if err := rawStat(fd, nil, &st, false); err != 0 {
-		return "fstat: " + err.Error() + "; left as it was"
+		return "fstat: " + statErr(err).Error() + "; left as it was"
 	}
 	if st.Mode&_S_IFMT != _S_IFREG {
 		return "not a regular file; left as it was"

@@ -122,7 +122,7 @@ func appendSpool(dir string, path *byte, msg []byte) error {
 		if e := rawStat(fd, nil, &stat1, false); e != 0 || stat1.Mode&_S_IFMT != _S_IFREG {
 			rawClose(fd)
 			if e != 0 {
-				return e
+				return statErr(e)
 			}
 			return errors.New("not a regular file")
 		}
@@ -167,7 +167,7 @@ func lockCurrent(fd int, held *statxT, path *byte) (bool, error) {
 		if e == _ENOENT {
 			return false, nil
 		}
-		return false, e
+		return false, statErr(e)
 	}
 	return held.DevMajor == named.DevMajor && held.DevMinor == named.DevMinor && held.Ino == named.Ino, nil
 }

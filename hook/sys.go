@@ -1,6 +1,9 @@
 package main
 
-import "unsafe"
+import (
+	"errors"
+	"unsafe"
+)
 
 // The system calls of the hook, and the memory they use.
 //
@@ -26,12 +29,16 @@ import "unsafe"
 // at once (or, for clean's fsync, are the only work left) has no use for.
 
 // syscall6 is the runtime's system call (internal/runtime/syscall/linux,
-// in assembly for each architecture): the linker lets a body-less
-// declaration reach it through the ABI wrapper the runtime has for it.
-// Were a Go release to close that, the hook would fail to link, not run
-// wrong (TestBuildsForRackArchitectures). As for every function without
-// a body, the compiler keeps what a pointer converted to uintptr in the
-// call's arguments points to alive until the call returns.
+// in assembly for each architecture). The linker refuses a //go:linkname
+// reference to most of the standard library's internals, but lets this
+// one through because the function is written in assembly (cmd/link's
+// checkLinkname accepts assembly symbols and their ABI wrappers). That
+// is a leniency, not a promise: were a Go release to close it, the hook
+// would fail to link, not run wrong (TestBuildsForRackArchitectures
+// links it for every architecture the package lists). As for every
+// function without a body, the compiler keeps what a pointer converted
+// to uintptr in the call's arguments points to alive until the call
+// returns.
 //
 //go:linkname syscall6 internal/runtime/syscall/linux.Syscall6
 func syscall6(num, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2, err uintptr)
@@ -162,6 +169,19 @@ func rawStat(fd int, path *byte, st *statxT, nofollow bool) errno {
 }
 
 var empty byte // "", NUL-terminated
+
+// statErr is rawStat's error e for a message: where statx is missing
+// (Linux before 4.11) or refused (a seccomp filter that predates it), it
+// says what the hook needs. Not inlined: its strings stay out of its
+// callers' frames (TestStartStack).
+//
+//go:noinline
+func statErr(e errno) error {
+	if e == _ENOSYS || e == _EPERM {
+		return errors.New("statx: " + e.Error() + " (leasekeeper-hook needs Linux 4.11 or later, with statx(2) allowed)")
+	}
+	return e
+}
 
 func rawFlock(fd, how int) errno {
 	_, _, e := syscall6(sysFlock, uintptr(fd), uintptr(how), 0, 0, 0, 0)

@@ -144,3 +144,23 @@ func TestStatx(t *testing.T) {
 func makedev(major, minor uint32) uint64 {
 	return uint64(major&0xfff)<<8 | uint64(major&^0xfff)<<32 | uint64(minor&0xff) | uint64(minor&^0xff)<<12
 }
+
+// TestStatErr: where statx is missing or refused, the hook's message says
+// what it needs; any other error is the errno itself.
+func TestStatErr(t *testing.T) {
+	for _, tc := range []struct {
+		e    errno
+		want string
+	}{
+		{_ENOSYS, "statx: function not implemented (leasekeeper-hook needs Linux 4.11 or later, with statx(2) allowed)"},
+		{_EPERM, "statx: operation not permitted (leasekeeper-hook needs Linux 4.11 or later, with statx(2) allowed)"},
+		{_EACCES, "permission denied"},
+	} {
+		if got := statErr(tc.e).Error(); got != tc.want {
+			t.Errorf("statErr(%d) = %q, want %q", tc.e, got, tc.want)
+		}
+	}
+	if statErr(_ENOENT) != error(_ENOENT) {
+		t.Errorf("statErr(ENOENT) is not ENOENT itself")
+	}
+}
