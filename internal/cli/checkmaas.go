@@ -30,7 +30,9 @@ the region settings, and say:
                  agent adds only expiries of leases a dhcpd restart dropped) or
                  hookless, and why: the dhcpd.conf lines, the program, whether
                  dpkg diverts it, whether it lies in the read-only MAAS snap
-  hook           each hook program, and any that dhcpd cannot run
+  hook           each hook program, and any that dhcpd cannot run; with
+                 leasekeeper-hook, a kernel that refuses statx(2), which it
+                 needs (Linux 4.11 or later)
   helper-socket  whether anything receives MAAS's helper's events (complement)
   leases-file    whether dhcpd.leases names the file the running dhcpd writes
                  (the one it has open, whatever set it), or, with no dhcpd

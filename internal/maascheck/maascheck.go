@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/config"
 	"github.com/leasekeeper/leasekeeper/agent/reconcile"
@@ -90,6 +92,10 @@ type Options struct {
 	// SupplementaryGroups lists the groups the agent's unit adds to its
 	// user's (SupplementaryGroups=); nil asks systemctl.
 	SupplementaryGroups func() []string
+	// Statx makes one statx(2) call, which leasekeeper-hook makes for
+	// every stat (Linux 4.11 or later, and allowed by any seccomp
+	// filter); nil stats "/".
+	Statx func() error
 	// ProcRoot is where running dhcpd processes are looked for; "" =
 	// /proc.
 	ProcRoot string
@@ -169,7 +175,11 @@ func Run(ctx context.Context, o Options) *Report {
 	mode, _ := reconcile.ParseMode(c.Reconcile.Mode)
 	r.Mode = reconcile.Detect(c.DHCPD.Config, mode, env)
 	r.mode(r.Mode, "dhcpd.config")
-	r.hooks(r.Mode)
+	statx := o.Statx
+	if statx == nil {
+		statx = statxRoot
+	}
+	r.hooks(r.Mode, statx)
 	procRoot, maas, maas6 := o.ProcRoot, o.MAASLeases, o.MAASLeases6
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -294,8 +304,15 @@ func (r *Report) mode(d reconcile.Detection, key string) {
 	}
 }
 
-// hooks explains each hook program and what is wrong with it.
-func (r *Report) hooks(d reconcile.Detection) {
+// statxRoot is statx(2) of "/".
+func statxRoot() error {
+	var st unix.Statx_t
+	return unix.Statx(unix.AT_FDCWD, "/", 0, unix.STATX_BASIC_STATS, &st)
+}
+
+// hooks explains each hook program and what is wrong with it; statx
+// tries the system call leasekeeper-hook needs.
+func (r *Report) hooks(d reconcile.Detection, statx func() error) {
 	var ours, maas bool
 	for _, h := range d.Hooks {
 		where := fmt.Sprintf("%s runs %s", h.At, h.Program)
@@ -332,6 +349,12 @@ func (r *Report) hooks(d reconcile.Detection) {
 		default:
 			r.add(Note, "hook", where+": "+h.Why+". leasekeeper does not know this program and assumes it tells the region itself (complement mode, the safe side).",
 				"if it does not, set [reconcile] mode = \"hookless\"; if it ends up running leasekeeper-hook, run leasekeeper-hook directly")
+		}
+	}
+	if ours {
+		if err := statx(); errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM) {
+			r.add(Problem, "hook", fmt.Sprintf("this kernel refuses statx(2) (%v), which leasekeeper-hook makes for every stat: it cannot spool an event while the agent is down, nor clean a leases file. It needs Linux 4.11 or later, with statx allowed by any seccomp filter dhcpd runs under.", err),
+				"run a kernel of Linux 4.11 or later (Debian 10 and Ubuntu 18.04 on), or allow statx in dhcpd's seccomp filter")
 		}
 	}
 	if ours && maas {

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,6 +280,48 @@ func TestProblems(t *testing.T) {
 			}
 			if rep.Problems == 0 || (sev == Problem && f.Fix == "") {
 				t.Errorf("problems %d, fix %q", rep.Problems, f.Fix)
+			}
+		})
+	}
+}
+
+// TestStatxFinding: where leasekeeper-hook is dhcpd's hook, a kernel
+// that refuses statx(2) (missing before Linux 4.11: ENOSYS; refused by a
+// seccomp filter: EPERM) is a problem, as the hook can then neither
+// spool nor clean; with MAAS's helper as the hook it is nobody's concern,
+// and this machine's own statx is taken as it answers.
+func TestStatxFinding(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ours  bool
+		statx func() error
+		want  bool
+	}{
+		{"this machine's kernel", true, nil, false},
+		{"no statx", true, func() error { return syscall.ENOSYS }, true},
+		{"statx refused", true, func() error { return syscall.EPERM }, true},
+		{"another error", true, func() error { return syscall.EACCES }, false},
+		{"MAAS's helper, no statx", false, func() error { return syscall.ENOSYS }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.listen()
+			if tc.ours {
+				w.opts.Detect.OurHooks = []string{w.helper}
+			}
+			w.opts.Statx = tc.statx
+			_, rep := w.check()
+			var f *Finding
+			for i, x := range rep.Findings {
+				if x.Check == "hook" && strings.Contains(x.Message, "refuses statx(2)") {
+					f = &rep.Findings[i]
+				}
+			}
+			if (f != nil) != tc.want {
+				t.Fatalf("statx finding %v, want one: %v", f, tc.want)
+			}
+			if f != nil && (f.Severity != Problem || !strings.Contains(f.Message, "Linux 4.11") || f.Fix == "") {
+				t.Errorf("%+v", *f)
 			}
 		})
 	}
