@@ -98,12 +98,15 @@ RACKS    ?=
 # IP=ADDR it also prints that address's truth and the region's items.
 JUDGE    ?=
 IP       ?=
+# LOG=debug runs the agents at that log level (default info), so that a
+# kept run's logs can trace a violation.
+LOG      ?=
 ifneq ($(JUDGE),)
 chaos:
 	$(GO) run ./tools/chaos -judge $(JUDGE) $(if $(IP),-ip $(IP))
 else
 chaos: test-deps build
-	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans) $(if $(filter maas,$(TIMERS)),-maas-timers) $(if $(filter 3,$(RACKS)),-pair-partners)
+	$(GO) run ./tools/chaos -agent bin/leasekeeper -hook bin/leasekeeper-hook -duration $(DURATION) -seed $(SEED) -faults "$(FAULTS)" $(if $(PAIR),-pair) $(if $(filter 2,$(VLANS)),-pair-vlans) $(if $(filter maas,$(TIMERS)),-maas-timers) $(if $(filter 3,$(RACKS)),-pair-partners) $(if $(LOG),-log-level $(LOG))
 endif
 
 # The Debian package (debian/, packaging/): bin/deb/leasekeeper_*.deb, built

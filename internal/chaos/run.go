@@ -71,6 +71,9 @@ type Options struct {
 	// perfdhcp relays that VLAN's clients to c, or to a while c's rack
 	// is down (pair.go).
 	PairPartners bool
+	// LogLevel is the agents' log.level ("": the agent's default, info);
+	// debug keeps what a lost life needs to be traced.
+	LogLevel string
 }
 
 // Fault kinds.
@@ -704,8 +707,8 @@ listen = %q
 socket = %q
 [log]
 format = "json"
-`, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.front.URL(r.stub.URL()), r.files.CA, r.files.ClientCert, r.files.ClientKey,
-		r.state, r.metrics, filepath.Join(r.opts.Dir, "run", "control.sock")) + r.extraConfig
+%s`, r.d.LeasesPath(), r.d.ConfPath(), r.sock, r.spool, r.front.URL(r.stub.URL()), r.files.CA, r.files.ClientCert, r.files.ClientKey,
+		r.state, r.metrics, filepath.Join(r.opts.Dir, "run", "control.sock"), logLevel(r.opts.LogLevel)) + r.extraConfig
 	path := filepath.Join(r.opts.Dir, "leasekeeper.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		r.tb.Fatalf("%v", err)
@@ -1285,4 +1288,12 @@ func Summary(w io.Writer, res Result, seed uint64, took time.Duration) {
 			fmt.Fprintf(w, "  … %d more %s\n", n, rule)
 		}
 	}
+}
+
+// logLevel is the [log] table's level line for level, none for "".
+func logLevel(level string) string {
+	if level == "" {
+		return ""
+	}
+	return fmt.Sprintf("level = %q\n", level)
 }

@@ -35,6 +35,7 @@ func main() {
 	flag.IntVar(&o.Lease, "lease", 20, "dhcpd lease time, seconds")
 	faults := flag.String("faults", "", "comma-separated fault kinds (default all: "+strings.Join(chaos.AllFaults, ",")+")")
 	keep := flag.Bool("keep", false, "keep the run's directory even when it passes")
+	flag.StringVar(&o.LogLevel, "log-level", "", "the agents' log.level (trace, debug, info, warn, error; default info): debug to trace a lost life")
 	judge := flag.String("judge", "", "judge a kept run's directory again with this oracle (its "+chaos.EvidenceFile+"), run nothing")
 	explain := flag.String("ip", "", "with -judge: also print this address's truth and the region's items for it")
 	flag.BoolVar(&o.PairAlone, "pair-alone", false, "with -pair: no channel between the two agents ([pair] unset), to compare")
