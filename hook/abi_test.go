@@ -109,54 +109,18 @@ var (
 	_ [int(unix.EINTR) - int(_EINTR)]struct{}
 	_ [int(_EIO) - int(unix.EIO)]struct{}
 	_ [int(unix.EIO) - int(_EIO)]struct{}
-	_ [int(_EBADF) - int(unix.EBADF)]struct{}
-	_ [int(unix.EBADF) - int(_EBADF)]struct{}
 	_ [int(_EAGAIN) - int(unix.EAGAIN)]struct{}
 	_ [int(unix.EAGAIN) - int(_EAGAIN)]struct{}
-	_ [int(_ENOMEM) - int(unix.ENOMEM)]struct{}
-	_ [int(unix.ENOMEM) - int(_ENOMEM)]struct{}
 	_ [int(_EACCES) - int(unix.EACCES)]struct{}
 	_ [int(unix.EACCES) - int(_EACCES)]struct{}
 	_ [int(_EEXIST) - int(unix.EEXIST)]struct{}
 	_ [int(unix.EEXIST) - int(_EEXIST)]struct{}
-	_ [int(_EXDEV) - int(unix.EXDEV)]struct{}
-	_ [int(unix.EXDEV) - int(_EXDEV)]struct{}
-	_ [int(_ENOTDIR) - int(unix.ENOTDIR)]struct{}
-	_ [int(unix.ENOTDIR) - int(_ENOTDIR)]struct{}
-	_ [int(_EISDIR) - int(unix.EISDIR)]struct{}
-	_ [int(unix.EISDIR) - int(_EISDIR)]struct{}
 	_ [int(_EINVAL) - int(unix.EINVAL)]struct{}
 	_ [int(unix.EINVAL) - int(_EINVAL)]struct{}
-	_ [int(_ENFILE) - int(unix.ENFILE)]struct{}
-	_ [int(unix.ENFILE) - int(_ENFILE)]struct{}
-	_ [int(_EMFILE) - int(unix.EMFILE)]struct{}
-	_ [int(unix.EMFILE) - int(_EMFILE)]struct{}
-	_ [int(_ETXTBSY) - int(unix.ETXTBSY)]struct{}
-	_ [int(unix.ETXTBSY) - int(_ETXTBSY)]struct{}
-	_ [int(_EFBIG) - int(unix.EFBIG)]struct{}
-	_ [int(unix.EFBIG) - int(_EFBIG)]struct{}
-	_ [int(_ENOSPC) - int(unix.ENOSPC)]struct{}
-	_ [int(unix.ENOSPC) - int(_ENOSPC)]struct{}
-	_ [int(_EROFS) - int(unix.EROFS)]struct{}
-	_ [int(unix.EROFS) - int(_EROFS)]struct{}
-	_ [int(_ENAMETOOLONG) - int(unix.ENAMETOOLONG)]struct{}
-	_ [int(unix.ENAMETOOLONG) - int(_ENAMETOOLONG)]struct{}
 	_ [int(_ENOSYS) - int(unix.ENOSYS)]struct{}
 	_ [int(unix.ENOSYS) - int(_ENOSYS)]struct{}
 	_ [int(_ELOOP) - int(unix.ELOOP)]struct{}
 	_ [int(unix.ELOOP) - int(_ELOOP)]struct{}
-	_ [int(_EPROTOTYPE) - int(unix.EPROTOTYPE)]struct{}
-	_ [int(unix.EPROTOTYPE) - int(_EPROTOTYPE)]struct{}
-	_ [int(_ENOTSOCK) - int(unix.ENOTSOCK)]struct{}
-	_ [int(unix.ENOTSOCK) - int(_ENOTSOCK)]struct{}
-	_ [int(_EMSGSIZE) - int(unix.EMSGSIZE)]struct{}
-	_ [int(unix.EMSGSIZE) - int(_EMSGSIZE)]struct{}
-	_ [int(_ENOBUFS) - int(unix.ENOBUFS)]struct{}
-	_ [int(unix.ENOBUFS) - int(_ENOBUFS)]struct{}
-	_ [int(_ECONNREFUSED) - int(unix.ECONNREFUSED)]struct{}
-	_ [int(unix.ECONNREFUSED) - int(_ECONNREFUSED)]struct{}
-	_ [int(_EDQUOT) - int(unix.EDQUOT)]struct{}
-	_ [int(unix.EDQUOT) - int(_EDQUOT)]struct{}
 	_ [int(_EWOULDBLOCK) - int(unix.EWOULDBLOCK)]struct{}
 	_ [int(unix.EWOULDBLOCK) - int(_EWOULDBLOCK)]struct{}
 	_ [unsafe.Sizeof(statxT{}) - unsafe.Sizeof(unix.Statx_t{})]struct{}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strconv"
 	"unsafe"
 )
 
@@ -61,21 +62,7 @@ func (e errno) Error() string {
 	if e < errno(len(errnoText)) && errnoText[e] != "" {
 		return errnoText[e]
 	}
-	return "errno " + utoa(uint64(e))
-}
-
-// utoa is strconv.FormatUint(v, 10), for errno's Error.
-func utoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
+	return "errno " + strconv.FormatUint(uint64(e), 10)
 }
 
 // errnoErr returns e as an error, nil for 0.
